@@ -1,0 +1,21 @@
+// Package schema holds the versioned DDL of both databases, embedded in the
+// binary, and the thing-model types with their validation.
+//
+// PostgreSQL migrations (postgres/NNNNN_*.sql) are goose migrations applied
+// by meta.Migrate; ClickHouse DDL (clickhouse/NNNNN_*.sql) is applied in
+// order, idempotently, by tsdb. It imports nothing of the project.
+package schema
+
+import "embed"
+
+// Postgres holds the goose migrations of the metadata database.
+//
+//go:embed postgres/*.sql
+var Postgres embed.FS
+
+// ClickHouse holds the DDL of the time-series database, one file per
+// version, every statement idempotent (IF NOT EXISTS) and valid on
+// ClickHouse 18.16 as on current releases.
+//
+//go:embed clickhouse/*.sql
+var ClickHouse embed.FS
