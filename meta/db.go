@@ -1,0 +1,115 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"devicehub/schema"
+)
+
+// Options configures the metadata store.
+type Options struct {
+	// DSN of the PostgreSQL database.
+	DSN string
+	// MaxOpenConns bounds the connection pool.
+	MaxOpenConns int
+	// QueryTimeout bounds every statement: fasthttp does not cancel a
+	// request's context when its client goes away.
+	QueryTimeout time.Duration
+	// LoginMaxFailures failed logins in a row lock an account for
+	// LoginLockout; 0 disables the lockout.
+	LoginMaxFailures int
+	LoginLockout     time.Duration
+}
+
+// DefaultOptions returns options that work with `make run`.
+func DefaultOptions() Options {
+	return Options{
+		DSN:          "postgres://postgres@127.0.0.1:5432/devicehub?sslmode=disable",
+		MaxOpenConns: 32,
+		QueryTimeout: 5 * time.Second,
+		// Five failures lock an account for ten minutes.
+		LoginMaxFailures: 5,
+		LoginLockout:     10 * time.Minute,
+	}
+}
+
+// Store is the PostgreSQL-backed metadata store.
+type Store struct {
+	db   *sqlx.DB
+	opts Options
+}
+
+// Open connects to PostgreSQL and applies pending migrations.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	db, err := sqlx.Open("postgres", opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("meta: open: %w", err)
+	}
+	db.SetMaxOpenConns(opts.MaxOpenConns)
+	db.SetMaxIdleConns(opts.MaxOpenConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{db: db, opts: opts}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("meta: connect: %w", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Migrate applies the embedded goose migrations, holding a PostgreSQL
+// advisory lock so that instances starting together take turns.
+func (s *Store) Migrate(ctx context.Context) error {
+	sub, err := fs.Sub(schema.Postgres, "postgres")
+	if err != nil {
+		return fmt.Errorf("meta: migrations: %w", err)
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("meta: migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, s.db.DB, sub, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("meta: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("meta: migrate: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// DB exposes the pool, for tests and health checks.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// Ping reports whether PostgreSQL answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	return s.db.PingContext(ctx)
+}
+
+func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.QueryTimeout)
+}
+
+// isUniqueViolation reports a PostgreSQL unique_violation (23505).
+func isUniqueViolation(err error) bool {
+	pe, ok := err.(*pq.Error)
+	return ok && pe.Code == "23505"
+}

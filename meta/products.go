@@ -1,0 +1,532 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// DefaultProductPhoto is the platform's built-in product icon.
+const DefaultProductPhoto = "/images/device-product.png"
+
+// Product is a device template (spec: Product).
+type Product struct {
+	ID                  string        `db:"id" json:"id"`
+	Name                string        `db:"name" json:"name"`
+	PhotoURL            string        `db:"photo_url" json:"photoUrl"`
+	ClassifiedID        string        `db:"classified_id" json:"classifiedId"`
+	ClassifiedName      string        `db:"classified_name" json:"classifiedName"`
+	MessageProtocol     string        `db:"message_protocol" json:"messageProtocol"`
+	ProtocolName        string        `db:"protocol_name" json:"protocolName"`
+	Metadata            string        `db:"metadata" json:"metadata"`
+	TransportProtocol   string        `db:"transport_protocol" json:"transportProtocol"`
+	DeviceType          Enum          `db:"device_type" json:"deviceType"`
+	Configuration       Configuration `db:"-" json:"configuration"`
+	State               int           `db:"state" json:"state"`
+	CreatorID           string        `db:"creator_id" json:"creatorId"`
+	ModifierID          string        `db:"modifier_id" json:"modifierId"`
+	CreateTime          Millis        `db:"-" json:"createTime"`
+	ModifyTime          Millis        `db:"-" json:"modifyTime"`
+	Regulator           bool          `db:"regulator" json:"regulator"`
+	AccessID            string        `db:"access_id" json:"accessId"`
+	AccessProvider      string        `db:"access_provider" json:"accessProvider"`
+	AccessName          string        `db:"access_name" json:"accessName"`
+	StorePolicy         string        `db:"store_policy" json:"storePolicy"`
+	OrgID               string        `db:"org_id" json:"orgId"`
+	SuperProductType    Enum          `db:"super_product_type" json:"superProductType"`
+	VirtualType         Enum          `db:"virtual_type" json:"virtualType"`
+	ProductCreateType   Enum          `db:"product_create_type" json:"productCreateType"`
+	PresetType          Enum          `db:"preset_type" json:"presetType"`
+	ThreeDimensionalURL string        `db:"three_dimensional_url" json:"threeDimensionalUrl"`
+	ModelFrom           string        `db:"model_from" json:"modelFrom"`
+	DeviceNum           int           `db:"device_num" json:"deviceNum"`
+	Manufacturer        string        `db:"manufacturer" json:"manufacturer"`
+	Describe            string        `db:"describe" json:"describe"`
+	Model               string        `db:"model" json:"model"`
+}
+
+// Configuration is a product's or device's protocol configuration. The key
+// is masked whenever it leaves the store.
+type Configuration struct {
+	SecureID  string `json:"secureId"`
+	SecureKey string `json:"secureKey"`
+	ChannelID string `json:"channelId,omitempty"`
+}
+
+// productRow adds the columns Product shows in another form.
+type productRow struct {
+	Product
+	SecureID   string    `db:"secure_id"`
+	SecureKey  string    `db:"secure_key"`
+	CreatedAt  time.Time `db:"create_time"`
+	ModifiedAt time.Time `db:"modify_time"`
+}
+
+func (r *productRow) product() Product {
+	p := r.Product
+	p.Configuration = Configuration{SecureID: r.SecureID, SecureKey: MaskSecret(r.SecureKey)}
+	p.CreateTime = Millis(r.CreatedAt)
+	p.ModifyTime = Millis(r.ModifiedAt)
+	return p
+}
+
+const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified_name, p.message_protocol,
+	p.protocol_name, p.metadata, p.transport_protocol, p.device_type, p.secure_id, p.secure_key, p.state,
+	p.creator_id, p.modifier_id, p.create_time, p.modify_time, p.regulator, p.access_id, p.access_provider,
+	p.access_name, p.store_policy, p.org_id, p.super_product_type, p.virtual_type, p.product_create_type,
+	p.preset_type, p.three_dimensional_url, p.model_from, p.manufacturer, p.describe, p.model,
+	(SELECT count(*) FROM devices d WHERE d.product_id = p.id) AS device_num`
+
+// ProductResource is the whitelist of product query columns and sorts.
+var ProductResource = &Resource{
+	Name: "product",
+	Columns: map[string]Column{
+		"id":                {Expr: "p.id", Kind: KindText},
+		"name":              {Expr: "p.name", Kind: KindText},
+		"classifiedId":      {Expr: "p.classified_id", Kind: KindText},
+		"classifiedName":    {Expr: "p.classified_name", Kind: KindText},
+		"messageProtocol":   {Expr: "p.message_protocol", Kind: KindText},
+		"transportProtocol": {Expr: "p.transport_protocol", Kind: KindText},
+		"deviceType":        {Expr: "p.device_type", Kind: KindText},
+		"state":             {Expr: "p.state", Kind: KindInt},
+		"creatorId":         {Expr: "p.creator_id", Kind: KindText},
+		"createTime":        {Expr: "p.create_time", Kind: KindTime},
+		"modifyTime":        {Expr: "p.modify_time", Kind: KindTime},
+		"accessId":          {Expr: "p.access_id", Kind: KindText},
+		"accessProvider":    {Expr: "p.access_provider", Kind: KindText},
+		"orgId":             {Expr: "p.org_id", Kind: KindText},
+		"superProductType":  {Expr: "p.super_product_type", Kind: KindText},
+		"virtualType":       {Expr: "p.virtual_type", Kind: KindText},
+		"productCreateType": {Expr: "p.product_create_type", Kind: KindText},
+		"presetType":        {Expr: "p.preset_type", Kind: KindText},
+		"regulator":         {Expr: "p.regulator", Kind: KindBool},
+		"manufacturer":      {Expr: "p.manufacturer", Kind: KindText},
+		"modelFrom":         {Expr: "p.model_from", Kind: KindText},
+	},
+	Sorts: map[string]string{
+		"id":         "p.id",
+		"name":       "p.name",
+		"state":      "p.state",
+		"createTime": "p.create_time",
+		"modifyTime": "p.modify_time",
+	},
+	DefaultSort: "p.create_time DESC, p.id",
+	TieBreak:    "p.id",
+}
+
+// Page is one page of a list query (spec: page object).
+type Page[T any] struct {
+	PageIndex int `json:"pageIndex"`
+	PageSize  int `json:"pageSize"`
+	Total     int `json:"total"`
+	Data      []T `json:"data"`
+}
+
+// queryPage runs a paged list query: count, then the page (a pageIndex past
+// the end gives the last page). from is the FROM clause with joins.
+func queryPage[R any, T any](ctx context.Context, s *Store, res *Resource, q *Query, columns, from string, conv func(*R) T) (Page[T], error) {
+	c, err := res.Compile(q)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	where, total, err := s.count(ctx, res, c, from)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	idx, size, offset := q.Page(total)
+	page := Page[T]{PageIndex: idx, PageSize: size, Total: total, Data: []T{}}
+	if total == 0 {
+		return page, nil
+	}
+	n := len(c.Args)
+	sqlText := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT $%d OFFSET $%d", columns, from, where, c.OrderBy, n+1, n+2)
+	var rows []R
+	if err := s.db.SelectContext(ctx, &rows, sqlText, append(c.Args, size, offset)...); err != nil {
+		return Page[T]{}, fmt.Errorf("meta: query %s: %w", res.Name, err)
+	}
+	for i := range rows {
+		page.Data = append(page.Data, conv(&rows[i]))
+	}
+	return page, nil
+}
+
+// countWhere counts the rows of from matching q's terms.
+func (s *Store) countWhere(ctx context.Context, res *Resource, q *Query, from string) (int, error) {
+	c, err := res.Compile(q)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	_, total, err := s.count(ctx, res, c, from)
+	return total, err
+}
+
+// count runs the compiled terms' count over from and returns the WHERE
+// clause (with its keyword, or "") for the page query to reuse.
+func (s *Store) count(ctx context.Context, res *Resource, c *Compiled, from string) (where string, total int, err error) {
+	if c.Where != "" {
+		where = " WHERE " + c.Where
+	}
+	if err := s.db.GetContext(ctx, &total, "SELECT count(*) FROM "+from+where, c.Args...); err != nil {
+		return "", 0, fmt.Errorf("meta: count %s: %w", res.Name, err)
+	}
+	return where, total, nil
+}
+
+// QueryProducts answers endpoint 1.
+func (s *Store) QueryProducts(ctx context.Context, q *Query) (Page[Product], error) {
+	return queryPage(ctx, s, ProductResource, q, productColumns, "products p", (*productRow).product)
+}
+
+// CountProducts answers endpoint 6.
+func (s *Store) CountProducts(ctx context.Context, q *Query) (int, error) {
+	return s.countWhere(ctx, ProductResource, q, "products p")
+}
+
+// GetProduct answers endpoint 2.
+func (s *Store) GetProduct(ctx context.Context, id string) (Product, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	return s.getProduct(ctx, s.db, id, false)
+}
+
+type queryer interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+func (s *Store) getProduct(ctx context.Context, q queryer, id string, forUpdate bool) (Product, error) {
+	var r productRow
+	lock := ""
+	if forUpdate {
+		lock = " FOR UPDATE OF p"
+	}
+	err := q.GetContext(ctx, &r, "SELECT "+productColumns+" FROM products p WHERE p.id = $1"+lock, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Product{}, fmt.Errorf("product %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("meta: get product: %w", err)
+	}
+	return r.product(), nil
+}
+
+// NewProduct is the body of endpoint 3.
+type NewProduct struct {
+	ID                  string   `json:"id"`
+	Name                string   `json:"name"`
+	PhotoURL            string   `json:"photoUrl"`
+	ClassifiedID        string   `json:"classifiedId"`
+	ClassifiedIDArr     []string `json:"classifiedIdArr"`
+	ClassifiedName      string   `json:"classifiedName"`
+	ModelFrom           string   `json:"modelFrom"`
+	AccessID            string   `json:"accessId"`
+	AccessName          string   `json:"accessName"`
+	AccessProvider      string   `json:"accessProvider"`
+	DeviceType          Enum     `json:"deviceType"`
+	SuperProductType    Enum     `json:"superProductType"`
+	ThreeDimensionalURL string   `json:"threeDimensionalUrl"`
+	Describe            string   `json:"describe"`
+	Manufacturer        string   `json:"manufacturer"`
+	Model               string   `json:"model"`
+	// Optional fields a client may set at creation as on update.
+	MessageProtocol   string `json:"messageProtocol"`
+	ProtocolName      string `json:"protocolName"`
+	TransportProtocol string `json:"transportProtocol"`
+	Regulator         bool   `json:"regulator"`
+}
+
+var (
+	deviceTypes = []string{"gateway", "childrenDevice", "device"}
+	modelFroms  = []string{"custom", "standard"}
+)
+
+func oneOf(field, v string, allowed []string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return Invalid(field, "must be one of %s (got %q)", strings.Join(allowed, ", "), truncate(v, 40))
+}
+
+func (n *NewProduct) validate() error {
+	if n.ID != "" {
+		if err := checkID("id", n.ID); err != nil {
+			return err
+		}
+	}
+	for _, c := range []struct {
+		field, v string
+		max      int
+		required bool
+	}{
+		{"name", n.Name, 128, true},
+		{"classifiedId", n.ClassifiedID, 64, true},
+		{"accessId", n.AccessID, 64, true},
+		{"photoUrl", n.PhotoURL, 1024, false},
+		{"classifiedName", n.ClassifiedName, 128, false},
+		{"accessName", n.AccessName, 128, false},
+		{"accessProvider", n.AccessProvider, 64, false},
+		{"threeDimensionalUrl", n.ThreeDimensionalURL, 1024, false},
+		{"describe", n.Describe, 2048, false},
+		{"manufacturer", n.Manufacturer, 128, false},
+		{"model", n.Model, 128, false},
+		{"messageProtocol", n.MessageProtocol, 64, false},
+		{"protocolName", n.ProtocolName, 128, false},
+		{"transportProtocol", n.TransportProtocol, 64, false},
+	} {
+		if err := checkText(c.field, c.v, c.max, c.required); err != nil {
+			return err
+		}
+	}
+	if n.ModelFrom == "" {
+		return Invalid("modelFrom", "is required (custom or standard)")
+	}
+	if err := oneOf("modelFrom", n.ModelFrom, modelFroms); err != nil {
+		return err
+	}
+	if n.DeviceType == "" {
+		return Invalid("deviceType", "is required (gateway, childrenDevice or device)")
+	}
+	if err := oneOf("deviceType", string(n.DeviceType), deviceTypes); err != nil {
+		return err
+	}
+	if n.SuperProductType != "" && n.SuperProductType != "commonProduct" {
+		return Invalid("superProductType", "must be commonProduct")
+	}
+	if len(n.ClassifiedIDArr) > 16 {
+		return Invalid("classifiedIdArr", "must have at most 16 items")
+	}
+	return nil
+}
+
+// CreateProduct answers endpoint 3. New products start disabled (state 0)
+// until deployed.
+func (s *Store) CreateProduct(ctx context.Context, n NewProduct, creatorID string) (Product, error) {
+	if err := n.validate(); err != nil {
+		return Product{}, err
+	}
+	if n.ID == "" {
+		n.ID = NewID()
+	}
+	if n.PhotoURL == "" {
+		n.PhotoURL = DefaultProductPhoto
+	}
+	if n.ClassifiedIDArr == nil {
+		n.ClassifiedIDArr = []string{}
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, `INSERT INTO products (id, name, photo_url, classified_id, classified_id_arr,
+		classified_name, model_from, access_id, access_name, access_provider, device_type, three_dimensional_url,
+		describe, manufacturer, model, message_protocol, protocol_name, transport_protocol, regulator,
+		secure_id, secure_key, creator_id, modifier_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $1, $20, $21, $21)`,
+		n.ID, n.Name, n.PhotoURL, n.ClassifiedID, pq.Array(n.ClassifiedIDArr), n.ClassifiedName, n.ModelFrom,
+		n.AccessID, n.AccessName, n.AccessProvider, string(n.DeviceType), n.ThreeDimensionalURL, n.Describe,
+		n.Manufacturer, n.Model, n.MessageProtocol, n.ProtocolName, n.TransportProtocol, n.Regulator,
+		newSecret(), creatorID)
+	if isUniqueViolation(err) {
+		return Product{}, fmt.Errorf("product %q: %w", n.ID, ErrDuplicateKey)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("meta: create product: %w", err)
+	}
+	return s.getProduct(ctx, s.db, n.ID, false)
+}
+
+// ProductPatch is the body of endpoint 4: the whole product as returned by
+// endpoint 2, edited. Pointer fields left out keep their stored value.
+type ProductPatch struct {
+	ID                  string  `json:"id"`
+	Name                *string `json:"name"`
+	ClassifiedID        *string `json:"classifiedId"`
+	Metadata            *string `json:"metadata"`
+	DeviceType          *Enum   `json:"deviceType"`
+	AccessID            *string `json:"accessId"`
+	PhotoURL            *string `json:"photoUrl"`
+	ClassifiedName      *string `json:"classifiedName"`
+	MessageProtocol     *string `json:"messageProtocol"`
+	ProtocolName        *string `json:"protocolName"`
+	TransportProtocol   *string `json:"transportProtocol"`
+	AccessProvider      *string `json:"accessProvider"`
+	AccessName          *string `json:"accessName"`
+	ThreeDimensionalURL *string `json:"threeDimensionalUrl"`
+	ModelFrom           *string `json:"modelFrom"`
+	Regulator           *bool   `json:"regulator"`
+	SuperProductType    *Enum   `json:"superProductType"`
+	VirtualType         *Enum   `json:"virtualType"`
+	ProductCreateType   *Enum   `json:"productCreateType"`
+	PresetType          *Enum   `json:"presetType"`
+	Manufacturer        *string `json:"manufacturer"`
+	Describe            *string `json:"describe"`
+	Model               *string `json:"model"`
+	StorePolicy         *string `json:"storePolicy"`
+	OrgID               *string `json:"orgId"`
+}
+
+// MetadataValidator checks and normalises a serialised thing model; the
+// schema package provides it (meta does not parse thing models itself).
+type MetadataValidator func(metadata string) (normalised string, err error)
+
+// PatchProduct answers endpoint 4: it validates the thing model with
+// validate and stores the product's new fields in one statement.
+func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string, validate MetadataValidator) error {
+	if p.ID == "" {
+		return Invalid("id", "is required")
+	}
+	required := []struct {
+		field string
+		set   bool
+	}{
+		{"name", p.Name != nil && *p.Name != ""},
+		{"classifiedId", p.ClassifiedID != nil && *p.ClassifiedID != ""},
+		{"metadata", p.Metadata != nil},
+		{"deviceType", p.DeviceType != nil && *p.DeviceType != ""},
+		{"accessId", p.AccessID != nil && *p.AccessID != ""},
+	}
+	for _, r := range required {
+		if !r.set {
+			return Invalid(r.field, "is required")
+		}
+	}
+	if err := oneOf("deviceType.value", string(*p.DeviceType), deviceTypes); err != nil {
+		return err
+	}
+	if p.ModelFrom != nil && *p.ModelFrom != "" {
+		if err := oneOf("modelFrom", *p.ModelFrom, modelFroms); err != nil {
+			return err
+		}
+	}
+	sets := []string{"modify_time = now()", "modifier_id = $2"}
+	args := []any{p.ID, modifierID}
+	add := func(col string, v any) {
+		args = append(args, v)
+		sets = append(sets, fmt.Sprintf("%s = $%d", col, len(args)))
+	}
+	meta := strings.TrimSpace(*p.Metadata)
+	if meta == "" {
+		custom := p.ModelFrom == nil || *p.ModelFrom == "" || *p.ModelFrom == "custom"
+		if !custom {
+			return Invalid("metadata", "must not be empty for a %s thing model", *p.ModelFrom)
+		}
+		meta = `{"properties":[],"events":[],"functions":[],"tags":[]}`
+	}
+	norm, err := validate(meta)
+	if err != nil {
+		return err
+	}
+	add("metadata", norm)
+	add("device_type", string(*p.DeviceType))
+	texts := []struct {
+		col, field string
+		v          *string
+		max        int
+	}{
+		{"name", "name", p.Name, 128},
+		{"classified_id", "classifiedId", p.ClassifiedID, 64},
+		{"access_id", "accessId", p.AccessID, 64},
+		{"photo_url", "photoUrl", p.PhotoURL, 1024},
+		{"classified_name", "classifiedName", p.ClassifiedName, 128},
+		{"message_protocol", "messageProtocol", p.MessageProtocol, 64},
+		{"protocol_name", "protocolName", p.ProtocolName, 128},
+		{"transport_protocol", "transportProtocol", p.TransportProtocol, 64},
+		{"access_provider", "accessProvider", p.AccessProvider, 64},
+		{"access_name", "accessName", p.AccessName, 128},
+		{"three_dimensional_url", "threeDimensionalUrl", p.ThreeDimensionalURL, 1024},
+		{"model_from", "modelFrom", p.ModelFrom, 16},
+		{"manufacturer", "manufacturer", p.Manufacturer, 128},
+		{"describe", "describe", p.Describe, 2048},
+		{"model", "model", p.Model, 128},
+		{"store_policy", "storePolicy", p.StorePolicy, 64},
+		{"org_id", "orgId", p.OrgID, 64},
+	}
+	for _, t := range texts {
+		if t.v == nil {
+			continue
+		}
+		if err := checkText(t.field, *t.v, t.max, false); err != nil {
+			return err
+		}
+		add(t.col, *t.v)
+	}
+	enums := []struct {
+		col, field string
+		v          *Enum
+	}{
+		{"super_product_type", "superProductType", p.SuperProductType},
+		{"virtual_type", "virtualType", p.VirtualType},
+		{"product_create_type", "productCreateType", p.ProductCreateType},
+		{"preset_type", "presetType", p.PresetType},
+	}
+	for _, e := range enums {
+		if e.v == nil {
+			continue
+		}
+		if err := checkText(e.field+".value", string(*e.v), 32, true); err != nil {
+			return err
+		}
+		add(e.col, string(*e.v))
+	}
+	if p.Regulator != nil {
+		add("regulator", *p.Regulator)
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	res, err := s.db.ExecContext(ctx, "UPDATE products SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...)
+	if err != nil {
+		return fmt.Errorf("meta: patch product: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("product %q: %w", p.ID, ErrNotFound)
+	}
+	return nil
+}
+
+// SetProductState deploys (1) or undeploys (0) a product.
+func (s *Store) SetProductState(ctx context.Context, id string, state int, modifierID string) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	res, err := s.db.ExecContext(ctx, `UPDATE products SET state = $2, modify_time = now(), modifier_id = $3 WHERE id = $1`, id, state, modifierID)
+	if err != nil {
+		return fmt.Errorf("meta: product state: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("product %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// ErrProductHasDevices refuses deleting a product that still has devices.
+var ErrProductHasDevices = &ArgError{Field: "id", Msg: "product still has devices; delete them first"}
+
+// DeleteProduct answers endpoint 5 and returns what was deleted. A product
+// with devices is refused and nothing is deleted.
+func (s *Store) DeleteProduct(ctx context.Context, id string) (Product, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return Product{}, fmt.Errorf("meta: delete product: %w", err)
+	}
+	defer tx.Rollback()
+	p, err := s.getProduct(ctx, tx, id, true)
+	if err != nil {
+		return Product{}, err
+	}
+	if p.DeviceNum > 0 {
+		return Product{}, ErrProductHasDevices
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM products WHERE id = $1`, id); err != nil {
+		return Product{}, fmt.Errorf("meta: delete product: %w", err)
+	}
+	return p, tx.Commit()
+}
