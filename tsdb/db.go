@@ -1,0 +1,353 @@
+package tsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"devicehub/schema"
+)
+
+// Sentinel errors of the time-series store.
+var (
+	// ErrInvalidArgument is the root of every input error (bad interval,
+	// bad option, row that cannot be stored).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrClosed is returned by Writer.Add after Close.
+	ErrClosed = errors.New("tsdb: writer closed")
+)
+
+// Options configure Open.
+type Options struct {
+	// Addr is host:port of the native protocol. Default "127.0.0.1:9000".
+	Addr string
+	// Database is created if missing. Default "devicehub".
+	Database string
+	// Username and Password authenticate. Default "default" and "".
+	Username, Password string
+	// TimeZone is the platform time zone: day boundaries of the per-day
+	// counts and of every bucket. Default time.Local (resolved to its IANA
+	// name through $TZ or /etc/localtime, since ClickHouse needs a name).
+	TimeZone *time.Location
+	// DialTimeout bounds connecting. Default 5s.
+	DialTimeout time.Duration
+	// QueryTimeout bounds every call that does not carry an earlier
+	// deadline (fasthttp does not cancel request contexts). Default 30s.
+	QueryTimeout time.Duration
+	// MaxOpenConns bounds the connection pool. Default 8.
+	MaxOpenConns int
+}
+
+// DefaultOptions returns the options that work with `make run`.
+func DefaultOptions() Options {
+	return Options{
+		Addr:         "127.0.0.1:9000", // .ci/services ClickHouse
+		Database:     "devicehub",      // created by Open
+		Username:     "default",        // ClickHouse's built-in user
+		Password:     "",               // no password in development
+		TimeZone:     time.Local,       // the machine's zone is the platform's
+		DialTimeout:  5 * time.Second,  // a local server answers in ms
+		QueryTimeout: 30 * time.Second, // dashboard queries read pre-aggregated days
+		MaxOpenConns: 8,                // ingest writer + a few dashboard queries
+	}
+}
+
+// Version is a ClickHouse server version, kept to gate newer features.
+type Version struct{ Major, Minor, Patch uint64 }
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// AtLeast reports whether v >= major.minor.
+func (v Version) AtLeast(major, minor uint64) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+// DB is a handle on the time-series database. It is safe for concurrent use.
+type DB struct {
+	conn    driver.Conn
+	opt     Options
+	loc     *time.Location
+	tzName  string // IANA name of loc, as written into SQL
+	version Version
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Open connects, creates the database if needed, applies the embedded DDL
+// (idempotent) and makes sure the per-day view counts days in
+// Options.TimeZone, rebuilding it if it was created for another zone.
+func Open(ctx context.Context, opt Options) (*DB, error) {
+	opt = withDefaults(opt)
+	if !identRE.MatchString(opt.Database) {
+		return nil, fmt.Errorf("tsdb: database name %q: %w", opt.Database, ErrInvalidArgument)
+	}
+	tzName, loc, err := zoneName(opt.TimeZone)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := connect(opt, "default")
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		defer admin.Close()
+		cctx, cancel := withTimeout(ctx, opt.QueryTimeout)
+		defer cancel()
+		if err := admin.Exec(cctx, "CREATE DATABASE IF NOT EXISTS `"+opt.Database+"`"); err != nil {
+			return fmt.Errorf("tsdb: create database %s: %w", opt.Database, err)
+		}
+		return nil
+	}()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := connect(opt, opt.Database)
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName}
+	if err := db.init(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func withDefaults(opt Options) Options {
+	d := DefaultOptions()
+	if opt.Addr == "" {
+		opt.Addr = d.Addr
+	}
+	if opt.Database == "" {
+		opt.Database = d.Database
+	}
+	if opt.Username == "" {
+		opt.Username = d.Username
+	}
+	if opt.TimeZone == nil {
+		opt.TimeZone = d.TimeZone
+	}
+	if opt.DialTimeout <= 0 {
+		opt.DialTimeout = d.DialTimeout
+	}
+	if opt.QueryTimeout <= 0 {
+		opt.QueryTimeout = d.QueryTimeout
+	}
+	if opt.MaxOpenConns <= 0 {
+		opt.MaxOpenConns = d.MaxOpenConns
+	}
+	return opt
+}
+
+func connect(opt Options, database string) (driver.Conn, error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Protocol: clickhouse.Native,
+		Addr:     []string{opt.Addr},
+		Auth: clickhouse.Auth{
+			Database: database,
+			Username: opt.Username,
+			Password: opt.Password,
+		},
+		Compression:  &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+		DialTimeout:  opt.DialTimeout,
+		ReadTimeout:  opt.QueryTimeout,
+		MaxOpenConns: opt.MaxOpenConns,
+		MaxIdleConns: opt.MaxOpenConns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tsdb: open %s: %w", opt.Addr, err)
+	}
+	return conn, nil
+}
+
+var zoneNameRE = regexp.MustCompile(`^[A-Za-z0-9_+\-/]+$`)
+
+// zoneName returns the IANA name ClickHouse understands for loc, and the
+// location loaded from that name (so Go and ClickHouse use the same rules).
+func zoneName(loc *time.Location) (string, *time.Location, error) {
+	name := loc.String()
+	if loc == time.Local || name == "Local" {
+		name = strings.TrimPrefix(os.Getenv("TZ"), ":")
+		if name == "" {
+			if target, err := filepath.EvalSymlinks("/etc/localtime"); err == nil {
+				if i := strings.Index(target, "zoneinfo/"); i >= 0 {
+					name = target[i+len("zoneinfo/"):]
+				}
+			}
+		}
+		if name == "" {
+			if b, err := os.ReadFile("/etc/timezone"); err == nil {
+				name = strings.TrimSpace(string(b))
+			}
+		}
+		if name == "" {
+			name = "UTC" // no zone configured anywhere: Go's Local is UTC too
+		}
+	}
+	if !zoneNameRE.MatchString(name) {
+		return "", nil, fmt.Errorf("tsdb: time zone %q is not an IANA name; set Options.TimeZone: %w", name, ErrInvalidArgument)
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return "", nil, fmt.Errorf("tsdb: time zone %q: %w", name, err)
+	}
+	if loc != time.Local {
+		l = loc // the caller's own value: same rules, and Location() == loc
+	}
+	return name, l, nil
+}
+
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+func (db *DB) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return withTimeout(ctx, db.opt.QueryTimeout)
+}
+
+func (db *DB) init(ctx context.Context) error {
+	ctx, cancel := db.ctx(ctx)
+	defer cancel()
+	v, err := db.conn.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("tsdb: server version: %w", err)
+	}
+	db.version = Version{v.Version.Major, v.Version.Minor, v.Version.Patch}
+	stmts, err := db.statements()
+	if err != nil {
+		return err
+	}
+	for _, s := range stmts {
+		if err := db.conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("tsdb: apply DDL %q: %w", firstLine(s), err)
+		}
+	}
+	return db.checkDailyZone(ctx, stmts)
+}
+
+// Close releases the connections.
+func (db *DB) Close() error { return db.conn.Close() }
+
+// Conn returns the underlying driver connection (tests, ad-hoc queries).
+func (db *DB) Conn() driver.Conn { return db.conn }
+
+// ServerVersion is the version of the ClickHouse server, read at Open.
+func (db *DB) ServerVersion() Version { return db.version }
+
+// Location is the platform time zone all buckets are computed in.
+func (db *DB) Location() *time.Location { return db.loc }
+
+// Database is the database name in use.
+func (db *DB) Database() string { return db.opt.Database }
+
+// DropDatabase drops the whole database; meant for tests.
+func (db *DB) DropDatabase(ctx context.Context) error {
+	ctx, cancel := db.ctx(ctx)
+	defer cancel()
+	if err := db.conn.Exec(ctx, "DROP DATABASE IF EXISTS `"+db.opt.Database+"`"); err != nil {
+		return fmt.Errorf("tsdb: drop database %s: %w", db.opt.Database, err)
+	}
+	return nil
+}
+
+var stmtEndRE = regexp.MustCompile(`(?m);[ \t]*$`)
+
+// statements returns the embedded DDL in file order, comments removed and
+// {{TZ}} replaced by the platform zone.
+func (db *DB) statements() ([]string, error) {
+	files, err := fs.Glob(schema.ClickHouse, "clickhouse/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var out []string
+	for _, f := range files {
+		b, err := fs.ReadFile(schema.ClickHouse, f)
+		if err != nil {
+			return nil, fmt.Errorf("tsdb: read %s: %w", f, err)
+		}
+		out = append(out, splitDDL(string(b), db.tzName)...)
+	}
+	return out, nil
+}
+
+func splitDDL(src, tz string) []string {
+	var lines []string
+	for _, l := range strings.Split(src, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "--") {
+			continue
+		}
+		lines = append(lines, l)
+	}
+	src = strings.ReplaceAll(strings.Join(lines, "\n"), "{{TZ}}", tz)
+	var out []string
+	for _, s := range stmtEndRE.Split(src, -1) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+const dailyMV = "device_message_daily_mv"
+
+// checkDailyZone rebuilds the per-day view when it was created for another
+// time zone: drop the view, empty device_message_daily, recreate the view
+// and recount every stored message with the new day boundaries. Rows
+// inserted by another process while this runs may be counted twice or not
+// at all, so change the zone with ingest stopped.
+func (db *DB) checkDailyZone(ctx context.Context, stmts []string) error {
+	var create string
+	err := db.conn.QueryRow(ctx,
+		"SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?",
+		db.opt.Database, dailyMV).Scan(&create)
+	if err != nil {
+		return fmt.Errorf("tsdb: read %s definition: %w", dailyMV, err)
+	}
+	if strings.Contains(create, "'"+db.tzName+"'") {
+		return nil
+	}
+	var mv string
+	for _, s := range stmts {
+		if strings.Contains(s, "MATERIALIZED VIEW") && strings.Contains(s, dailyMV) {
+			mv = s
+		}
+	}
+	if mv == "" {
+		return fmt.Errorf("tsdb: no DDL for %s", dailyMV)
+	}
+	steps := []string{
+		"DROP TABLE IF EXISTS " + dailyMV,
+		"TRUNCATE TABLE device_message_daily",
+		mv,
+		"INSERT INTO device_message_daily (day, product_id, messages) " +
+			"SELECT toDate(time, '" + db.tzName + "') AS day, product_id, count() AS messages " +
+			"FROM device_message GROUP BY day, product_id",
+	}
+	for _, s := range steps {
+		if err := db.conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("tsdb: rebuild %s for time zone %s (%q): %w", dailyMV, db.tzName, firstLine(s), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package tsdb
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Message is one uplink or downlink message, a row of device_message.
+type Message struct {
+	Time        time.Time // stored as DateTime (seconds) plus ts (epoch ms)
+	ProductID   string
+	DeviceID    string
+	Direction   string // "up" or "down"
+	MessageType string
+	MessageID   string
+	Topic       string
+	Payload     []byte // raw payload; must not be modified after Add/Insert
+}
+
+// PropertyValue is one property value, a row of device_property.
+type PropertyValue struct {
+	Time      time.Time
+	ProductID string
+	DeviceID  string
+	MessageID string
+	Property  string
+	ValueType string  // "number", "string", "bool" or "json"
+	Num       float64 // the value when ValueType is "number" (bool: 0/1 if the caller wants)
+	Str       string  // the value as text otherwise
+}
+
+// DateTime covers 1970-01-01 .. 2106-02-07 UTC; outside it the server
+// would store garbage, so such rows are refused before they are queued.
+var (
+	minTime = time.Unix(0, 0)
+	maxTime = time.Unix(1<<32-1, 0)
+)
+
+func checkTime(t time.Time) error {
+	if t.Before(minTime) || t.After(maxTime) {
+		return fmt.Errorf("time %s outside 1970..2106: %w", t.Format(time.RFC3339), ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Validate reports why m cannot be stored, or nil.
+func (m *Message) Validate() error {
+	if m.Direction != "up" && m.Direction != "down" {
+		return fmt.Errorf("message %q: direction %q not up/down: %w", m.MessageID, m.Direction, ErrInvalidArgument)
+	}
+	if err := checkTime(m.Time); err != nil {
+		return fmt.Errorf("message %q: %w", m.MessageID, err)
+	}
+	return nil
+}
+
+// Validate reports why p cannot be stored, or nil.
+func (p *PropertyValue) Validate() error {
+	switch p.ValueType {
+	case "number", "string", "bool", "json":
+	default:
+		return fmt.Errorf("property %q: value type %q: %w", p.Property, p.ValueType, ErrInvalidArgument)
+	}
+	if err := checkTime(p.Time); err != nil {
+		return fmt.Errorf("property %q: %w", p.Property, err)
+	}
+	return nil
+}
+
+func validate(msgs []Message, props []PropertyValue) error {
+	for i := range msgs {
+		if err := msgs[i].Validate(); err != nil {
+			return fmt.Errorf("tsdb: %w", err)
+		}
+	}
+	for i := range props {
+		if err := props[i].Validate(); err != nil {
+			return fmt.Errorf("tsdb: %w", err)
+		}
+	}
+	return nil
+}
+
+const (
+	insertMessages = "INSERT INTO device_message (time, ts, product_id, device_id, direction, message_type, message_id, topic, payload)"
+	insertProps    = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)"
+)
+
+// Insert stores msgs and props, one INSERT per table, columns appended
+// whole. It neither keeps nor modifies its arguments, so after an error the
+// caller may retry with the same slices. Messages are written first; when
+// the property insert fails after that, a retry writes the messages again
+// (MergeTree does not deduplicate), so a caller that cares retries the two
+// parts separately, as Writer does.
+func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue) error {
+	if err := validate(msgs, props); err != nil {
+		return err
+	}
+	ctx, cancel := db.ctx(ctx)
+	defer cancel()
+	if len(msgs) > 0 {
+		if err := db.insertMessages(ctx, msgs); err != nil {
+			return fmt.Errorf("tsdb: insert %d messages: %w", len(msgs), err)
+		}
+	}
+	if len(props) > 0 {
+		if err := db.insertProps(ctx, props); err != nil {
+			return fmt.Errorf("tsdb: insert %d property values: %w", len(props), err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
+	n := len(msgs)
+	var (
+		tm       = make([]time.Time, n)
+		ts       = make([]int64, n)
+		product  = make([]string, n)
+		device   = make([]string, n)
+		dir      = make([]string, n)
+		typ      = make([]string, n)
+		id       = make([]string, n)
+		topic    = make([]string, n)
+		payloads = make([]string, n)
+	)
+	for i := range msgs {
+		m := &msgs[i]
+		tm[i] = m.Time
+		ts[i] = m.Time.UnixMilli()
+		product[i], device[i], dir[i] = m.ProductID, m.DeviceID, m.Direction
+		typ[i], id[i], topic[i] = m.MessageType, m.MessageID, m.Topic
+		payloads[i] = string(m.Payload)
+	}
+	return db.sendColumns(ctx, insertMessages, tm, ts, product, device, dir, typ, id, topic, payloads)
+}
+
+func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
+	n := len(props)
+	var (
+		tm      = make([]time.Time, n)
+		ts      = make([]int64, n)
+		product = make([]string, n)
+		device  = make([]string, n)
+		prop    = make([]string, n)
+		vt      = make([]string, n)
+		num     = make([]float64, n)
+		str     = make([]string, n)
+		id      = make([]string, n)
+	)
+	for i := range props {
+		p := &props[i]
+		tm[i] = p.Time
+		ts[i] = p.Time.UnixMilli()
+		product[i], device[i], prop[i], vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
+		num[i], str[i], id[i] = p.Num, p.Str, p.MessageID
+	}
+	return db.sendColumns(ctx, insertProps, tm, ts, product, device, prop, vt, num, str, id)
+}
+
+func (db *DB) sendColumns(ctx context.Context, query string, cols ...any) error {
+	batch, err := db.conn.PrepareBatch(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, c := range cols {
+		if err := batch.Column(i).Append(c); err != nil {
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return batch.Send()
+}

@@ -1,0 +1,102 @@
+package tsdb
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Integration tests use a ClickHouse at $DEVICEHUB_CLICKHOUSE_ADDR
+// (default 127.0.0.1:9000, start it with .ci/services), each run in its
+// own databases, dropped at the end.
+
+var (
+	shanghai = mustLoad("Asia/Shanghai")
+	berlin   = mustLoad("Europe/Berlin")
+
+	sharedMu  sync.Mutex
+	sharedDB  *DB
+	toDrop    []*DB
+	runSuffix = fmt.Sprintf("%d_%d", time.Now().Unix(), rand.IntN(1e6))
+)
+
+func mustLoad(name string) *time.Location {
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	for _, db := range toDrop {
+		if err := db.DropDatabase(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "drop test database:", err)
+		}
+		db.Close()
+	}
+	cancel()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func testOptions(name string, loc *time.Location) Options {
+	opt := DefaultOptions()
+	if a := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); a != "" {
+		opt.Addr = a
+	}
+	opt.Database = "devicehub_test_" + name + "_" + runSuffix
+	opt.TimeZone = loc
+	return opt
+}
+
+// openDB opens (and registers for dropping) a database of this run.
+func openDB(t testing.TB, name string, loc *time.Location) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := Open(ctx, testOptions(name, loc))
+	if err != nil {
+		t.Fatalf("open ClickHouse (run .ci/services if it is down): %v", err)
+	}
+	sharedMu.Lock()
+	toDrop = append(toDrop, db)
+	sharedMu.Unlock()
+	return db
+}
+
+// shared returns the run's main test database (platform zone Asia/Shanghai);
+// tests keep apart by product id.
+func shared(t testing.TB) *DB {
+	t.Helper()
+	sharedMu.Lock()
+	db := sharedDB
+	sharedMu.Unlock()
+	if db != nil {
+		return db
+	}
+	db = openDB(t, "main", shanghai)
+	sharedMu.Lock()
+	sharedDB = db
+	sharedMu.Unlock()
+	return db
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,41 @@
+// Package tsdbtest gives tests a ClickHouse database of their own on the
+// real server ($DEVICEHUB_CLICKHOUSE_ADDR, default 127.0.0.1:9000), with the
+// tables applied, dropped when the test ends.
+package tsdbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"devicehub/tsdb"
+)
+
+// NewDB opens database devicehub_test_<random> in the platform zone loc.
+func NewDB(t testing.TB, loc *time.Location) *tsdb.DB {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	opt := tsdb.DefaultOptions()
+	if a := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); a != "" {
+		opt.Addr = a
+	}
+	opt.Database = "devicehub_test_" + hex.EncodeToString(b[:])
+	opt.TimeZone = loc
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := tsdb.Open(ctx, opt)
+	if err != nil {
+		t.Fatalf("tsdbtest: open (is ClickHouse up? run `make services`): %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.DropDatabase(ctx)
+		db.Close()
+	})
+	return db
+}
