@@ -1,0 +1,288 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/bench/sim"
+	"devicehub/schema"
+)
+
+type staticLister []string
+
+func (l staticLister) OnlineDeviceIDs(context.Context) ([]string, error) { return l, nil }
+
+const cmdModel = `{"properties":[
+ {"id":"temp","name":"T","valueType":{"type":"float","scale":1}},
+ {"id":"tag","name":"Tag","valueType":{"type":"string"}},
+ {"id":"on","name":"On","valueType":{"type":"boolean"}}]}`
+
+// cmdEnv is a Presence + Commands on the real broker and a fleet of
+// simulated devices of a fresh product.
+type cmdEnv struct {
+	product  string
+	presence *Presence
+	cmds     *Commands
+}
+
+func newCmdEnv(t *testing.T) *cmdEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opt := DefaultPresenceOptions()
+	opt.BrokerURL = brokerURL()
+	opt.ClientID = randID("cmd-test")
+	p, err := NewPresence(ctx, opt, staticLister(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	c, err := NewCommands(p, nil, CommandOptions{Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cmdEnv{product: randID("cp"), presence: p, cmds: c}
+}
+
+func (e *cmdEnv) fleet(t *testing.T, ids []string, opts sim.Options) *sim.Fleet {
+	t.Helper()
+	m, err := schema.ParseThingModelString(cmdModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), e.product, ids, m
+	if opts.ValueFunc == nil {
+		opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
+			switch vt.Type {
+			case "float":
+				return 21.5, true
+			case "boolean":
+				return true, true
+			}
+			return dev + ":" + prop, true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := sim.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	for _, id := range ids {
+		waitFor(t, 5*time.Second, func() bool { return e.presence.IsOnline(id) }, "device "+id+" online")
+	}
+	return f
+}
+
+func (e *cmdEnv) target(id string) Target {
+	return Target{DeviceID: id, DeviceName: "Device " + id, ProductID: e.product, ProductName: "P", CreatorID: "admin"}
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// downlinkSpy records what the platform publishes to devices of a product.
+func downlinkSpy(t *testing.T, product string) chan mqtt.Message {
+	t.Helper()
+	ch := make(chan mqtt.Message, 100)
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID(randID("spy")))
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("spy connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	filters := map[string]byte{"/" + product + "/+/properties/read": 1, "/" + product + "/+/function/invoke": 1}
+	if tok := c.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) { ch <- m }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("spy subscribe: %v", tok.Error())
+	}
+	return ch
+}
+
+func TestReadProperties(t *testing.T) {
+	e := newCmdEnv(t)
+	spy := downlinkSpy(t, e.product)
+	e.fleet(t, []string{"d1"}, sim.Options{})
+	got, err := e.cmds.ReadProperties(context.Background(), e.target("d1"), []string{"temp", "tag"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "map[tag:d1:tag temp:21.5]" {
+		t.Fatalf("read: %v", got)
+	}
+	// The downlink message is the spec's.
+	m := <-spy
+	var dl map[string]any
+	if err := json.Unmarshal(m.Payload(), &dl); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := dl["headers"].(map[string]any)
+	if dl["messageType"] != "READ_PROPERTY" || dl["deviceId"] != "d1" || dl["messageId"] == "" ||
+		fmt.Sprint(dl["properties"]) != "[temp tag]" || h["productId"] != e.product || h["deviceName"] != "Device d1" ||
+		h["creatorId"] != "admin" || h["traceparent"] == "" || h["_uid"] == "" || m.Topic() != "/"+e.product+"/d1/properties/read" {
+		t.Fatalf("downlink %s: %s", m.Topic(), m.Payload())
+	}
+	if e.cmds.Pending() != 0 {
+		t.Fatalf("%d waiters left", e.cmds.Pending())
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	e := newCmdEnv(t)
+	spy := downlinkSpy(t, e.product)
+	// Offline: nothing is published.
+	if _, err := e.cmds.ReadProperties(context.Background(), e.target("ghost"), nil, 0); !errors.Is(err, ErrOffline) {
+		t.Fatalf("offline device: %v", err)
+	}
+	select {
+	case m := <-spy:
+		t.Fatalf("published to an offline device: %s", m.Topic())
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Silent: time_out after the given timeout.
+	e.fleet(t, []string{"mute"}, sim.Options{Silent: true})
+	start := time.Now()
+	if _, err := e.cmds.ReadProperties(context.Background(), e.target("mute"), nil, 300*time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("silent device: %v", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+	// Failing: the device's code and message.
+	e2 := newCmdEnv(t)
+	e2.fleet(t, []string{"bad"}, sim.Options{FailureRate: 1})
+	_, err := e2.cmds.ReadProperties(context.Background(), e2.target("bad"), nil, 0)
+	var de *DeviceError
+	if !errors.As(err, &de) || de.Code != "simulated_failure" || de.Message == "" {
+		t.Fatalf("failing device: %v", err)
+	}
+}
+
+func TestInvokeFunction(t *testing.T) {
+	e := newCmdEnv(t)
+	spy := downlinkSpy(t, e.product)
+	e.fleet(t, []string{"ctl"}, sim.Options{})
+	id, err := e.cmds.InvokeFunction(context.Background(), e.target("ctl"), "DeviceCtrl", []Input{
+		{Name: "Location", Value: "room-1"}, {Name: "OperCode", Value: map[string]any{"Switch": "1", "Temperature": 22}},
+	})
+	if err != nil || id == "" {
+		t.Fatalf("invoke: %q %v", id, err)
+	}
+	m := <-spy
+	var dl struct {
+		MessageID, DeviceID, FunctionID, MessageType string
+		Timestamp                                    int64
+		Inputs                                       []map[string]any
+		Headers                                      map[string]string
+	}
+	if err := json.Unmarshal(m.Payload(), &dl); err != nil {
+		t.Fatal(err)
+	}
+	if m.Topic() != "/"+e.product+"/ctl/function/invoke" || dl.MessageID != id || dl.DeviceID != "ctl" || dl.FunctionID != "DeviceCtrl" ||
+		dl.MessageType != "INVOKE_FUNCTION" || dl.Timestamp == 0 || len(dl.Inputs) != 2 || dl.Inputs[0]["name"] != "Location" ||
+		dl.Inputs[0]["value"] != "room-1" || fmt.Sprint(dl.Inputs[1]["value"]) != "map[Switch:1 Temperature:22]" || dl.Headers["productId"] != e.product {
+		t.Fatalf("invoke downlink %s: %s", m.Topic(), m.Payload())
+	}
+	if _, err := e.cmds.InvokeFunction(context.Background(), e.target("ghost"), "DeviceCtrl", nil); !errors.Is(err, ErrOffline) {
+		t.Fatalf("invoke offline: %v", err)
+	}
+}
+
+// TestConcurrentReads: 1,000 reads over 100 devices, each answered with
+// the value of its own device and property.
+func TestConcurrentReads(t *testing.T) {
+	e := newCmdEnv(t)
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("dev%03d", i)
+	}
+	e.fleet(t, ids, sim.Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for i := 0; i < 1000; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ids[i%len(ids)]
+			got, err := e.cmds.ReadProperties(context.Background(), e.target(id), []string{"tag"}, 10*time.Second)
+			if err != nil {
+				errs <- fmt.Errorf("read %d: %w", i, err)
+				return
+			}
+			if got["tag"] != id+":tag" || len(got) != 1 {
+				errs <- fmt.Errorf("read %d of %s got %v", i, id, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if e.cmds.Pending() != 0 {
+		t.Fatalf("%d waiters left", e.cmds.Pending())
+	}
+}
+
+// TestReadRacingOffline: a read pending when the device dies ends in
+// client_offline (or time_out), never a hang.
+func TestReadRacingOffline(t *testing.T) {
+	e := newCmdEnv(t)
+	f := e.fleet(t, []string{"dying"}, sim.Options{Silent: true})
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := e.cmds.ReadProperties(context.Background(), e.target("dying"), nil, 10*time.Second)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 1 }, "the read to be pending")
+	f.Device("dying").Kill() // no DISCONNECT: the broker sends the will
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrOffline) && !errors.Is(err, ErrTimeout) {
+			t.Fatalf("read racing offline: %v", err)
+		}
+		if time.Since(start) > 9*time.Second {
+			t.Fatalf("the read waited for its timeout instead of failing at the will (%v)", time.Since(start))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("read hung")
+	}
+	if e.presence.IsOnline("dying") {
+		t.Fatal("presence still shows the dead device online")
+	}
+}
+
+func TestExpire(t *testing.T) {
+	e := newCmdEnv(t)
+	e.fleet(t, []string{"slow"}, sim.Options{Silent: true})
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.cmds.ReadProperties(context.Background(), e.target("slow"), nil, time.Minute)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 1 }, "the read to be pending")
+	if n := e.cmds.Expire(time.Now()); n != 0 {
+		t.Fatalf("expired %d before the deadline", n)
+	}
+	if n := e.cmds.Expire(time.Now().Add(2 * time.Minute)); n != 1 {
+		t.Fatalf("expired %d after the deadline", n)
+	}
+	if err := <-done; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("expired read: %v", err)
+	}
+}

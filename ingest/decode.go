@@ -1,0 +1,803 @@
+package ingest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"devicehub/tsdb"
+)
+
+// Limits of one uplink message.
+const (
+	MaxPayload       = 256 << 10 // bytes
+	MaxProperties    = 1000      // property values per message
+	MaxPropertyIDLen = 64        // characters
+	maxDepth         = 64        // JSON nesting
+)
+
+// Sentinel errors of decoding; Ingester counts drops by them.
+var (
+	// ErrMalformed: the payload is not what the topic calls for.
+	ErrMalformed = errors.New("ingest: malformed payload")
+	// ErrTooLarge: the payload or its property count is over the limits.
+	ErrTooLarge = errors.New("ingest: payload over limits")
+)
+
+// Kind is the kind of an uplink topic.
+type Kind uint8
+
+// Uplink topic kinds.
+const (
+	KindUnknown     Kind = iota
+	KindReport           // /{p}/{d}/properties/report
+	KindEvent            // /{p}/{d}/event/{eventId}
+	KindOnline           // /{p}/{d}/online (birth)
+	KindOffline          // /{p}/{d}/offline (last will)
+	KindReadReply        // /{p}/{d}/properties/read/reply
+	KindInvokeReply      // /{p}/{d}/function/invoke/reply
+)
+
+var messageTypes = [...]string{
+	KindUnknown:     "UNKNOWN",
+	KindReport:      "REPORT_PROPERTY",
+	KindEvent:       "EVENT",
+	KindOnline:      "ONLINE",
+	KindOffline:     "OFFLINE",
+	KindReadReply:   "READ_PROPERTY_REPLY",
+	KindInvokeReply: "INVOKE_FUNCTION_REPLY",
+}
+
+// MessageType is the message_type stored for the kind.
+func (k Kind) MessageType() string {
+	if int(k) < len(messageTypes) {
+		return messageTypes[k]
+	}
+	return messageTypes[KindUnknown]
+}
+
+func (k Kind) String() string { return k.MessageType() }
+
+// UplinkFilters are the MQTT topic filters of every uplink kind for the
+// products in productIDs ("+" for all when empty).
+func UplinkFilters(productIDs ...string) []string {
+	if len(productIDs) == 0 {
+		productIDs = []string{"+"}
+	}
+	var out []string
+	for _, p := range productIDs {
+		for _, s := range []string{"properties/report", "event/+", "online", "offline", "properties/read/reply", "function/invoke/reply"} {
+			out = append(out, "/"+p+"/+/"+s)
+		}
+	}
+	return out
+}
+
+// Topic is a parsed uplink topic.
+type Topic struct {
+	Kind      Kind
+	ProductID string
+	DeviceID  string
+	EventID   string // KindEvent only
+	Name      string // the topic as received
+}
+
+// ParseTopic parses an uplink topic; ok is false for anything else.
+func ParseTopic(topic string) (t Topic, ok bool) {
+	if len(topic) < 2 || topic[0] != '/' {
+		return Topic{}, false
+	}
+	rest := topic[1:]
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return Topic{}, false
+	}
+	t.ProductID, rest = rest[:i], rest[i+1:]
+	i = strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return Topic{}, false
+	}
+	t.DeviceID, rest = rest[:i], rest[i+1:]
+	switch rest {
+	case "properties/report":
+		t.Kind = KindReport
+	case "online":
+		t.Kind = KindOnline
+	case "offline":
+		t.Kind = KindOffline
+	case "properties/read/reply":
+		t.Kind = KindReadReply
+	case "function/invoke/reply":
+		t.Kind = KindInvokeReply
+	default:
+		ev, found := strings.CutPrefix(rest, "event/")
+		if !found || ev == "" || strings.IndexByte(ev, '/') >= 0 {
+			return Topic{}, false
+		}
+		t.Kind, t.EventID = KindEvent, ev
+	}
+	if strings.ContainsAny(t.ProductID, "+#") || strings.ContainsAny(t.DeviceID, "+#") {
+		return Topic{}, false
+	}
+	t.Name = topic
+	return t, true
+}
+
+// Rows are the tsdb rows decoded from uplink messages; decoders append.
+type Rows struct {
+	Msgs  []tsdb.Message
+	Props []tsdb.PropertyValue
+}
+
+// Reset empties r, keeping its memory.
+func (r *Rows) Reset() { r.Msgs, r.Props = r.Msgs[:0], r.Props[:0] }
+
+// Reply is the correlation part of a read or invoke reply, for the
+// command router.
+type Reply struct {
+	MessageID  string
+	DeviceID   string
+	Success    bool
+	Code       string
+	Message    string
+	Properties json.RawMessage // the raw "properties" object, nil if absent
+	Output     json.RawMessage // the raw "output" value, nil if absent
+}
+
+// Decode decodes payload arriving on t at now and appends its rows to dst.
+// rep, if not nil, receives the reply fields of reply kinds. On error
+// nothing is appended.
+func Decode(dst *Rows, t Topic, payload []byte, now time.Time, rep *Reply) error {
+	switch t.Kind {
+	case KindReport:
+		return DecodeReport(dst, t, payload, now)
+	case KindEvent:
+		return DecodeEvent(dst, t, payload, now)
+	case KindOnline, KindOffline:
+		_, err := DecodePresence(dst, t, payload, now)
+		return err
+	case KindReadReply, KindInvokeReply:
+		return DecodeReply(dst, t, payload, now, rep)
+	}
+	return fmt.Errorf("topic %q: %w", t.Name, ErrMalformed)
+}
+
+// header is what every uplink object may carry.
+type header struct {
+	messageID string
+	ts        float64
+	hasTS     bool
+}
+
+func (h *header) field(s *scanner, key string) (bool, error) {
+	switch key {
+	case "messageId":
+		v, err := s.scalarString()
+		if err != nil {
+			return true, err
+		}
+		h.messageID = v
+		return true, nil
+	case "timestamp":
+		start := s.i
+		if err := s.skip(0); err != nil {
+			return true, err
+		}
+		raw := s.b[start:s.i]
+		if len(raw) > 0 && raw[0] == '"' {
+			raw = raw[1 : len(raw)-1]
+		}
+		if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
+			h.ts, h.hasTS = f, true
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func (h *header) message(t Topic, payload []byte, now time.Time) tsdb.Message {
+	id := h.messageID
+	if id == "" {
+		id = NewMessageID()
+	}
+	return tsdb.Message{
+		Time:        MessageTime(h.ts, h.hasTS, now),
+		ProductID:   t.ProductID,
+		DeviceID:    t.DeviceID,
+		Direction:   "up",
+		MessageType: t.Kind.MessageType(),
+		MessageID:   id,
+		Topic:       t.Name,
+		Payload:     payload,
+	}
+}
+
+var (
+	minSaneTime  = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxClockSkew = 10 * time.Minute
+)
+
+// MessageTime is the time a message is stored at: its own timestamp (epoch
+// ms, or seconds when below 1e11) when it is after 2000-01-01 and at most
+// 10 minutes ahead of now, else now.
+func MessageTime(ts float64, has bool, now time.Time) time.Time {
+	if !has || ts != ts || ts <= 0 || ts > 1e15 {
+		return now
+	}
+	ms := int64(ts)
+	if ts < 1e11 {
+		ms = int64(ts * 1000)
+	}
+	t := time.UnixMilli(ms)
+	if t.Before(minSaneTime) || t.After(now.Add(maxClockSkew)) {
+		return now
+	}
+	return t
+}
+
+var (
+	idPrefix = func() string {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]) + "-"
+	}()
+	idSeq atomic.Uint64
+)
+
+// NewMessageID returns a process-unique message id, for messages that do
+// not carry one: a random per-process prefix and a counter.
+func NewMessageID() string {
+	return idPrefix + strconv.FormatUint(idSeq.Add(1), 36)
+}
+
+func checkSize(payload []byte) error {
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("payload of %d bytes > %d: %w", len(payload), MaxPayload, ErrTooLarge)
+	}
+	return nil
+}
+
+// DecodeReport decodes a property report
+// {messageId?, timestamp?, properties:{id:value}}: one message row and one
+// property row per non-null value.
+func DecodeReport(dst *Rows, t Topic, payload []byte, now time.Time) error {
+	return decodeWithProps(dst, t, payload, now, true, nil)
+}
+
+// DecodeReply decodes a read or invoke reply {messageId, deviceId,
+// timestamp?, properties?, success, code?, message?, output?}; its
+// properties are stored like reported ones. rep may be nil.
+func DecodeReply(dst *Rows, t Topic, payload []byte, now time.Time, rep *Reply) error {
+	if rep == nil {
+		rep = new(Reply)
+	}
+	*rep = Reply{}
+	if err := decodeWithProps(dst, t, payload, now, false, rep); err != nil {
+		return err
+	}
+	return nil
+}
+
+func decodeWithProps(dst *Rows, t Topic, payload []byte, now time.Time, report bool, rep *Reply) error {
+	if err := checkSize(payload); err != nil {
+		return err
+	}
+	var h header
+	s := scanner{b: payload}
+	nprops := len(dst.Props)
+	var propsSpan []byte
+	fail := func(err error) error {
+		dst.Props = dst.Props[:nprops]
+		return fmt.Errorf("%s from %q: %w", t.Kind, t.DeviceID, err)
+	}
+	haveProps := false
+	err := s.object(0, func(key string) error {
+		if ok, err := h.field(&s, key); ok {
+			return err
+		}
+		switch key {
+		case "properties":
+			if s.peek() == 'n' && !report {
+				return s.skip(0)
+			}
+			start := s.i
+			if err := s.properties(dst, t); err != nil {
+				return err
+			}
+			haveProps = true
+			propsSpan = s.b[start:s.i]
+			return nil
+		}
+		if rep == nil {
+			return s.skip(0)
+		}
+		var err error
+		switch key {
+		case "deviceId":
+			rep.DeviceID, err = s.scalarString()
+		case "success":
+			switch s.peek() {
+			case 't', 'f':
+				start := s.i
+				err = s.skip(0)
+				rep.Success = s.b[start] == 't'
+			default:
+				err = s.skip(0)
+			}
+		case "code":
+			rep.Code, err = s.scalarString()
+		case "message":
+			rep.Message, err = s.scalarString()
+		case "output":
+			start := s.i
+			err = s.skip(0)
+			rep.Output = s.b[start:s.i]
+		default:
+			err = s.skip(0)
+		}
+		return err
+	})
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if report && !haveProps {
+		return fail(fmt.Errorf("no properties object: %w", ErrMalformed))
+	}
+	if rep != nil && h.messageID == "" {
+		return fail(fmt.Errorf("reply without messageId: %w", ErrMalformed))
+	}
+	if n := len(dst.Props) - nprops; n > 1 {
+		dst.Props = append(dst.Props[:nprops], dedupe(dst.Props[nprops:])...)
+	}
+	kept := dst.Props[:nprops]
+	for _, p := range dst.Props[nprops:] {
+		if p.ValueType != "" { // drop null tombstones
+			kept = append(kept, p)
+		}
+	}
+	dst.Props = kept
+	m := h.message(t, payload, now)
+	for i := nprops; i < len(dst.Props); i++ {
+		p := &dst.Props[i]
+		p.Time, p.ProductID, p.DeviceID, p.MessageID = m.Time, m.ProductID, m.DeviceID, m.MessageID
+	}
+	if rep != nil {
+		rep.MessageID = h.messageID
+		rep.Properties = propsSpan
+	}
+	dst.Msgs = append(dst.Msgs, m)
+	return nil
+}
+
+// dedupe keeps the last value of a property named twice (JSON object
+// semantics), in first-seen order.
+func dedupe(ps []tsdb.PropertyValue) []tsdb.PropertyValue {
+	if len(ps) <= 16 {
+		dup := false
+		for i := 1; i < len(ps) && !dup; i++ {
+			for j := 0; j < i; j++ {
+				if ps[i].Property == ps[j].Property {
+					dup = true
+					break
+				}
+			}
+		}
+		if !dup {
+			return ps
+		}
+	}
+	idx := make(map[string]int, len(ps))
+	out := ps[:0:0]
+	for _, p := range ps {
+		if i, ok := idx[p.Property]; ok {
+			out[i] = p
+			continue
+		}
+		idx[p.Property] = len(out)
+		out = append(out, p)
+	}
+	return out
+}
+
+// DecodeEvent decodes an event {messageId?, timestamp?, data}: one message
+// row; the data stays in the stored payload.
+func DecodeEvent(dst *Rows, t Topic, payload []byte, now time.Time) error {
+	if err := checkSize(payload); err != nil {
+		return err
+	}
+	var h header
+	s := scanner{b: payload}
+	err := s.object(0, func(key string) error {
+		if ok, err := h.field(&s, key); ok {
+			return err
+		}
+		return s.skip(0)
+	})
+	if err == nil {
+		err = s.end()
+	}
+	if err != nil {
+		return fmt.Errorf("event %q from %q: %w", t.EventID, t.DeviceID, err)
+	}
+	dst.Msgs = append(dst.Msgs, h.message(t, payload, now))
+	return nil
+}
+
+// DecodePresence decodes an online (birth) or offline (last will) message,
+// whose payload is optional and free-form: a JSON object's messageId and
+// timestamp are used, anything else is ignored. It returns the time of the
+// change. Only an oversize payload is an error.
+func DecodePresence(dst *Rows, t Topic, payload []byte, now time.Time) (time.Time, error) {
+	if err := checkSize(payload); err != nil {
+		return time.Time{}, err
+	}
+	var h header
+	s := scanner{b: payload}
+	s.ws()
+	if s.peek() == '{' {
+		var hh header
+		err := s.object(0, func(key string) error {
+			if ok, err := hh.field(&s, key); ok {
+				return err
+			}
+			return s.skip(0)
+		})
+		if err == nil && s.end() == nil {
+			h = hh
+		}
+	}
+	m := h.message(t, payload, now)
+	dst.Msgs = append(dst.Msgs, m)
+	return m.Time, nil
+}
+
+// scanner is a minimal validating JSON reader over a byte slice: enough to
+// walk an object's keys and take each value's raw span, without building
+// a tree.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func malformed(s *scanner, what string) error {
+	return fmt.Errorf("%s at byte %d: %w", what, s.i, ErrMalformed)
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *scanner) end() error {
+	s.ws()
+	if s.i != len(s.b) {
+		return malformed(s, "trailing data")
+	}
+	return nil
+}
+
+// object reads {"key": value, ...}, calling field with the scanner on each
+// value, which field must consume.
+func (s *scanner) object(depth int, field func(key string) error) error {
+	if depth > maxDepth {
+		return malformed(s, "nesting too deep")
+	}
+	if s.peek() != '{' {
+		return malformed(s, "expected object")
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		if s.peek() != '"' {
+			return malformed(s, "expected key")
+		}
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		if s.peek() != ':' {
+			return malformed(s, "expected ':'")
+		}
+		s.i++
+		s.ws()
+		if err := field(key); err != nil {
+			return err
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return malformed(s, "expected ',' or '}'")
+		}
+	}
+}
+
+// skip consumes one value, validating it.
+func (s *scanner) skip(depth int) error {
+	if depth > maxDepth {
+		return malformed(s, "nesting too deep")
+	}
+	switch c := s.peek(); c {
+	case '{':
+		return s.object(depth+1, func(string) error { return s.skip(depth + 1) })
+	case '[':
+		s.i++
+		if s.peek() == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			if err := s.skip(depth + 1); err != nil {
+				return err
+			}
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return nil
+			default:
+				return malformed(s, "expected ',' or ']'")
+			}
+		}
+	case '"':
+		_, _, err := s.strSpan()
+		return err
+	case 't':
+		return s.lit("true")
+	case 'f':
+		return s.lit("false")
+	case 'n':
+		return s.lit("null")
+	default:
+		txt, err := s.number()
+		if err != nil {
+			return err
+		}
+		// A number that no float64 holds (1e700) is refused everywhere, as
+		// encoding/json refuses it: readers of the stored payload decode it
+		// with standard JSON libraries.
+		if len(txt) > 15 || bytes.ContainsAny(txt, "eE") {
+			if _, err := strconv.ParseFloat(string(txt), 64); err != nil {
+				return malformed(s, "number out of range")
+			}
+		}
+		return nil
+	}
+}
+
+func (s *scanner) lit(w string) error {
+	if len(s.b)-s.i < len(w) || string(s.b[s.i:s.i+len(w)]) != w {
+		return malformed(s, "bad literal")
+	}
+	s.i += len(w)
+	return nil
+}
+
+// number consumes a JSON number and returns its text.
+func (s *scanner) number() ([]byte, error) {
+	start := s.i
+	b := s.b
+	i := s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return nil, malformed(s, "bad value")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			s.i = i
+			return nil, malformed(s, "bad number")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			s.i = i
+			return nil, malformed(s, "bad number")
+		}
+	}
+	s.i = i
+	return b[start:i], nil
+}
+
+// strSpan consumes a string; it returns the span between the quotes and
+// whether it holds escapes.
+func (s *scanner) strSpan() (span []byte, escaped bool, err error) {
+	if s.peek() != '"' {
+		return nil, false, malformed(s, "expected string")
+	}
+	s.i++
+	start := s.i
+	b := s.b
+	for i := start; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			s.i = i + 1
+			return b[start:i], escaped, nil
+		case c == '\\':
+			escaped = true
+			i++
+			if i >= len(b) {
+				break
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					s.i = i
+					return nil, false, malformed(s, "bad escape")
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						s.i = i
+						return nil, false, malformed(s, "bad escape")
+					}
+				}
+				i += 4
+			default:
+				s.i = i
+				return nil, false, malformed(s, "bad escape")
+			}
+		case c < 0x20:
+			s.i = i
+			return nil, false, malformed(s, "control character in string")
+		}
+	}
+	s.i = len(b)
+	return nil, false, malformed(s, "unterminated string")
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// str consumes a string and returns its value.
+func (s *scanner) str() (string, error) {
+	start := s.i
+	span, esc, err := s.strSpan()
+	if err != nil {
+		return "", err
+	}
+	if !esc && utf8.Valid(span) {
+		return string(span), nil
+	}
+	var v string
+	if err := json.Unmarshal(s.b[start:s.i], &v); err != nil {
+		return "", malformed(s, "bad string")
+	}
+	return v, nil
+}
+
+// scalarString reads a string, or a number/bool taken as its text; null is "".
+func (s *scanner) scalarString() (string, error) {
+	switch s.peek() {
+	case '"':
+		return s.str()
+	case '{', '[':
+		return "", malformed(s, "expected string")
+	case 'n':
+		return "", s.lit("null")
+	}
+	start := s.i
+	if err := s.skip(0); err != nil {
+		return "", err
+	}
+	return string(s.b[start:s.i]), nil
+}
+
+// properties reads the properties object, appending one row per non-null
+// value with Property, ValueType, Num and Str set.
+func (s *scanner) properties(dst *Rows, t Topic) error {
+	n := 0
+	return s.object(0, func(key string) error {
+		if key == "" || len(key) > 4*MaxPropertyIDLen || utf8.RuneCountInString(key) > MaxPropertyIDLen {
+			return fmt.Errorf("property id %q: length must be 1..%d: %w", truncate(key, 80), MaxPropertyIDLen, ErrMalformed)
+		}
+		p := tsdb.PropertyValue{Property: key}
+		switch c := s.peek(); c {
+		case 'n':
+			// Kept as a tombstone until duplicates are resolved: a later
+			// null overrides an earlier value of the same id.
+			if err := s.lit("null"); err != nil {
+				return err
+			}
+		case 't', 'f':
+			if err := s.skip(0); err != nil {
+				return err
+			}
+			p.ValueType = "bool"
+			if c == 't' {
+				p.Num, p.Str = 1, "true"
+			} else {
+				p.Str = "false"
+			}
+		case '"':
+			v, err := s.str()
+			if err != nil {
+				return err
+			}
+			p.ValueType, p.Str = "string", v
+		case '{', '[':
+			start := s.i
+			if err := s.skip(1); err != nil {
+				return err
+			}
+			p.ValueType, p.Str = "json", string(s.b[start:s.i])
+		default:
+			txt, err := s.number()
+			if err != nil {
+				return err
+			}
+			f, err := strconv.ParseFloat(string(txt), 64)
+			if err != nil {
+				return fmt.Errorf("property %q: number %s out of range: %w", key, truncate(string(txt), 40), ErrMalformed)
+			}
+			p.ValueType, p.Num = "number", f
+		}
+		n++
+		if n > MaxProperties {
+			return fmt.Errorf("more than %d properties: %w", MaxProperties, ErrTooLarge)
+		}
+		dst.Props = append(dst.Props, p)
+		return nil
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

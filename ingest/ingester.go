@@ -1,0 +1,618 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/meta"
+	"devicehub/tsdb"
+)
+
+// Drop reasons, the label of devicehub_ingest_dropped_total.
+const (
+	DropUnknownTopic    = "unknown_topic"
+	DropUnknownDevice   = "unknown_device"
+	DropProductMismatch = "product_mismatch"
+	DropNotActive       = "not_active"
+	DropMalformed       = "malformed"
+	DropOversize        = "oversize"
+)
+
+var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMismatch, DropNotActive, DropMalformed, DropOversize}
+
+// Options configure an Ingester. Zero fields take DefaultOptions' values.
+type Options struct {
+	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884" (the
+	// project's Mosquitto, see .ci/mosquitto.conf).
+	BrokerURL string
+	// ClientID prefixes the ids of the subscriber connections,
+	// "<ClientID>-<n>". They must be stable across restarts (the broker
+	// keeps their sessions and queued messages) and differ between
+	// instances. Default "devicehub-ingest-<hostname>".
+	ClientID string
+	// ShareGroup is the shared-subscription group all ingest instances
+	// join ($share/<group>/<filter>). Default "devicehub". NoShareGroup
+	// subscribes plainly, with one connection: for a single ingest
+	// instance on a broker that does not keep shared subscriptions across
+	// its restarts (Mosquitto 2.0 keeps only plain ones).
+	ShareGroup string
+	// ProductIDs narrows the subscription to these products; empty means
+	// every product ("+"). Meant for tests and product-sharded setups.
+	ProductIDs []string
+	// Connections is the number of subscriber connections sharing the
+	// subscription, to pass one connection's ceiling. Default 2.
+	Connections int
+	// QoS of the subscription. Default 1 (0 gives up the no-loss promise).
+	QoS byte
+	// Queue bounds messages received but not yet handed to the writer;
+	// when full, the MQTT callback waits and the broker holds the rest.
+	// Default 20000.
+	Queue int
+	// Workers decode and check messages; a device's messages always go to
+	// the same worker, so they stay in order. Default 4.
+	Workers int
+	// Writer configures each ClickHouse batcher (rows per batch, interval,
+	// retries). Default tsdb's: 20000 rows or 200ms.
+	Writer tsdb.WriterOptions
+	// Writers is the number of batchers inserting concurrently; one
+	// insert stream is the bottleneck on a small machine. Workers are
+	// spread over them. Default 2.
+	Writers int
+	// DeviceCacheTTL is how long a device lookup (found or not) is reused.
+	// Default 2s.
+	DeviceCacheTTL time.Duration
+	// StateFlushInterval and StateBatch: state changes are written to
+	// PostgreSQL every interval or at this many, whichever first.
+	// Defaults 200ms and 500.
+	StateFlushInterval time.Duration
+	StateBatch         int
+	// KeepAlive of the MQTT connections. Default 30s.
+	KeepAlive time.Duration
+	// ConnectTimeout bounds connecting and subscribing. Default 10s.
+	ConnectTimeout time.Duration
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns options that work with `make run`.
+func DefaultOptions() Options {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "local"
+	}
+	return Options{
+		BrokerURL:          "tcp://127.0.0.1:1884",     // .ci/services Mosquitto
+		ClientID:           "devicehub-ingest-" + host, // stable per machine
+		ShareGroup:         "devicehub",                // every instance shares one group
+		Connections:        2,                          // two pass one connection's ceiling
+		QoS:                1,                          // at-least-once with manual acks
+		Queue:              20000,                      // about one writer batch
+		Workers:            4,                          // decoding is cheap; lookups may wait
+		Writers:            2,                          // two insert streams
+		DeviceCacheTTL:     2 * time.Second,            // undeploy takes effect within 2s
+		StateFlushInterval: 200 * time.Millisecond,     // state visible within 200ms
+		StateBatch:         500,                        // one UPDATE per 500 changes
+		KeepAlive:          30 * time.Second,           // paho's default
+		ConnectTimeout:     10 * time.Second,           // a local broker answers in ms
+		Logger:             slog.Default(),
+	}
+}
+
+// NoShareGroup as Options.ShareGroup makes one plain, persistent
+// subscription instead of a shared one.
+const NoShareGroup = "none"
+
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.BrokerURL == "" {
+		o.BrokerURL = d.BrokerURL
+	}
+	if o.ClientID == "" {
+		o.ClientID = d.ClientID
+	}
+	if o.ShareGroup == "" {
+		o.ShareGroup = d.ShareGroup
+	}
+	if o.Connections <= 0 {
+		o.Connections = d.Connections
+	}
+	if o.ShareGroup == NoShareGroup {
+		o.Connections = 1 // plain subscriptions would each get every message
+	}
+	if o.QoS > 1 {
+		o.QoS = 1
+	}
+	if o.Queue <= 0 {
+		o.Queue = d.Queue
+	}
+	if o.Workers <= 0 {
+		o.Workers = d.Workers
+	}
+	if o.Writers <= 0 {
+		o.Writers = d.Writers
+	}
+	if o.Writers > o.Workers {
+		o.Writers = o.Workers
+	}
+	if o.DeviceCacheTTL <= 0 {
+		o.DeviceCacheTTL = d.DeviceCacheTTL
+	}
+	if o.StateFlushInterval <= 0 {
+		o.StateFlushInterval = d.StateFlushInterval
+	}
+	if o.StateBatch <= 0 {
+		o.StateBatch = d.StateBatch
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = d.KeepAlive
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = d.ConnectTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = d.Logger
+	}
+	return o
+}
+
+// metrics of one Ingester.
+type metrics struct {
+	received, stored, acked prometheus.Counter
+	dropped                 *prometheus.CounterVec
+	batchRows               prometheus.Histogram
+	flushSeconds            prometheus.Histogram
+	flushErrors             prometheus.Counter
+	stateChanges            prometheus.Counter
+	stateErrors             prometheus.Counter
+	queueDepth              prometheus.GaugeFunc
+}
+
+func newMetrics(depth func() float64) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_received_total",
+			Help: "Uplink MQTT messages received."}),
+		stored: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_stored_total",
+			Help: "Uplink messages stored in ClickHouse."}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_acked_total",
+			Help: "Uplink messages acknowledged to the broker (stored or deliberately dropped)."}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_ingest_dropped_total",
+			Help: "Uplink messages dropped, never stored, by reason."}, []string{"reason"}),
+		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_ingest_batch_rows",
+			Help: "Rows per ClickHouse insert.", Buckets: prometheus.ExponentialBuckets(10, 4, 8)}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_ingest_flush_seconds",
+			Help: "Duration of ClickHouse inserts.", Buckets: prometheus.ExponentialBuckets(0.001, 3, 10)}),
+		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_flush_errors_total",
+			Help: "Failed ClickHouse inserts (retried)."}),
+		stateChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_changes_total",
+			Help: "Online/offline changes written to PostgreSQL."}),
+		stateErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_errors_total",
+			Help: "Failed state-change writes (retried)."}),
+		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_queue_depth",
+			Help: "Messages received and waiting for a worker."}, depth),
+	}
+	for _, r := range dropReasons {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.queueDepth} {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("ingest: register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats are an Ingester's counters so far.
+type Stats struct {
+	Received, Stored, Acked uint64
+	Dropped                 map[string]uint64 // by reason
+	StateChanges            uint64
+}
+
+// item is one received message on its way to a worker.
+type item struct {
+	msg   mqtt.Message
+	topic Topic
+	at    time.Time
+}
+
+// Ingester stores every uplink message and property value from the broker
+// in ClickHouse and device connection state in PostgreSQL. See the
+// package documentation.
+type Ingester struct {
+	opt     Options
+	log     *slog.Logger
+	clients []mqtt.Client
+	filters map[string]byte
+	writers []*tsdb.Writer
+	devices *deviceCache
+	states  *stateBatcher
+	m       *metrics
+	seed    maphash.Seed
+
+	queues []chan item
+	depth  atomic.Int64
+
+	// Intake gate: callbacks register in active; Close waits for them.
+	gate     sync.Mutex
+	closed   bool
+	active   int
+	idle     *sync.Cond
+	stopping chan struct{} // closed by Close: callbacks stop waiting
+	drained  chan struct{} // closed once no callback runs: workers drain and exit
+
+	runCtx  context.Context // cancelled when Close's deadline passes
+	abort   context.CancelFunc
+	workers sync.WaitGroup
+
+	received, stored, acked, stateN atomic.Uint64
+	dropped                         sync.Map // reason -> *atomic.Uint64
+	closeOnce                       sync.Once
+	closeErr                        error
+}
+
+// New connects Options.Connections subscriber clients to the broker,
+// subscribes them to the shared uplink filters and starts storing. db is
+// usually a *tsdb.DB, devices and states a *meta.Store.
+func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, states StateApplier) (*Ingester, error) {
+	opt = opt.withDefaults()
+	runCtx, abort := context.WithCancel(context.Background())
+	in := &Ingester{
+		opt:      opt,
+		log:      opt.Logger.With("component", "ingest"),
+		devices:  newDeviceCache(devices, opt.DeviceCacheTTL),
+		seed:     maphash.MakeSeed(),
+		stopping: make(chan struct{}),
+		drained:  make(chan struct{}),
+		runCtx:   runCtx,
+		abort:    abort,
+		filters:  make(map[string]byte),
+	}
+	in.idle = sync.NewCond(&in.gate)
+	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) })
+	if opt.Registerer != nil {
+		if err := in.m.register(opt.Registerer); err != nil {
+			abort()
+			return nil, err
+		}
+	}
+	wopt := opt.Writer
+	userFlush := wopt.OnFlush
+	wopt.OnFlush = func(n int, d time.Duration, err error) {
+		if err != nil {
+			in.m.flushErrors.Inc()
+			in.log.Warn("ClickHouse insert failed; retrying", "rows", n, "err", err)
+		} else {
+			in.m.batchRows.Observe(float64(n))
+			in.m.flushSeconds.Observe(d.Seconds())
+		}
+		if userFlush != nil {
+			userFlush(n, d, err)
+		}
+	}
+	for range opt.Writers {
+		in.writers = append(in.writers, tsdb.NewWriter(db, wopt))
+	}
+	in.states = newStateBatcher(states, opt.StateFlushInterval, opt.StateBatch, in.log, in.m)
+	in.states.written = func(n int) { in.stateN.Add(uint64(n)) }
+	for _, f := range UplinkFilters(opt.ProductIDs...) {
+		if opt.ShareGroup == NoShareGroup {
+			in.filters[f] = opt.QoS
+			continue
+		}
+		in.filters["$share/"+opt.ShareGroup+"/"+f] = opt.QoS
+	}
+	per := max(1, opt.Queue/opt.Workers)
+	for n := range opt.Workers {
+		q := make(chan item, per)
+		in.queues = append(in.queues, q)
+		in.workers.Add(1)
+		go in.work(q, in.writers[n%len(in.writers)])
+	}
+	for n := range opt.Connections {
+		c, err := in.connect(ctx, opt.ClientID+"-"+strconv.Itoa(n))
+		if err != nil {
+			_ = in.Close(context.Background())
+			return nil, err
+		}
+		in.clients = append(in.clients, c)
+	}
+	in.log.Info("ingest subscribed", "broker", opt.BrokerURL, "connections", opt.Connections, "qos", opt.QoS)
+	return in, nil
+}
+
+func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error) {
+	o := mqtt.NewClientOptions().
+		AddBroker(in.opt.BrokerURL).
+		SetClientID(id).
+		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
+		SetAutoAckDisabled(true).
+		SetOrderMatters(true). // callback inline: blocking it is the backpressure
+		SetAutoReconnect(true).
+		SetConnectRetry(false).
+		SetMaxReconnectInterval(5 * time.Second).
+		SetKeepAlive(in.opt.KeepAlive).
+		SetConnectTimeout(in.opt.ConnectTimeout).
+		SetDefaultPublishHandler(in.receive).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			// Resubscribe on every (re)connect; with a kept session this is
+			// a no-op for the broker, after a lost session it is needed.
+			if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+				in.log.Error("ingest subscribe failed", "client", id, "err", err)
+			}
+		}).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			in.log.Warn("ingest connection lost; reconnecting", "client", id, "err", err)
+		})
+	if fn := bufferedDialer(in.opt.BrokerURL, in.opt.ConnectTimeout); fn != nil {
+		o.SetCustomOpenConnectionFn(fn)
+	}
+	c := mqtt.NewClient(o)
+	t := c.Connect()
+	select {
+	case <-t.Done():
+	case <-ctx.Done():
+		c.Disconnect(0)
+		return nil, ctx.Err()
+	}
+	if err := t.Error(); err != nil {
+		return nil, fmt.Errorf("ingest: connect %s as %s: %w", in.opt.BrokerURL, id, err)
+	}
+	// Subscribe once synchronously so New returns subscribed.
+	if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+		c.Disconnect(0)
+		return nil, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// receive is the MQTT callback: it never touches storage, only hands the
+// message to its worker's bounded queue, waiting while that is full.
+func (in *Ingester) receive(_ mqtt.Client, m mqtt.Message) {
+	in.gate.Lock()
+	if in.closed {
+		in.gate.Unlock()
+		return // not acked: the broker delivers it again to this session
+	}
+	in.active++
+	in.gate.Unlock()
+	defer func() {
+		in.gate.Lock()
+		in.active--
+		if in.active == 0 {
+			in.idle.Broadcast()
+		}
+		in.gate.Unlock()
+	}()
+
+	in.received.Add(1)
+	in.m.received.Inc()
+	t, ok := ParseTopic(m.Topic())
+	if !ok {
+		in.drop(m, DropUnknownTopic)
+		return
+	}
+	q := in.queues[maphash.String(in.seed, t.DeviceID)%uint64(len(in.queues))]
+	in.depth.Add(1)
+	select {
+	case q <- item{msg: m, topic: t, at: time.Now()}:
+	case <-in.stopping:
+		in.depth.Add(-1)
+	}
+}
+
+func (in *Ingester) drop(m mqtt.Message, reason string) {
+	in.m.dropped.WithLabelValues(reason).Inc()
+	v, _ := in.dropped.LoadOrStore(reason, new(atomic.Uint64))
+	v.(*atomic.Uint64).Add(1)
+	in.ack(m)
+}
+
+func (in *Ingester) ack(m mqtt.Message) {
+	m.Ack()
+	in.acked.Add(1)
+	in.m.acked.Inc()
+}
+
+func (in *Ingester) work(q chan item, w *tsdb.Writer) {
+	defer in.workers.Done()
+	var rows Rows
+	for {
+		select {
+		case it := <-q:
+			in.depth.Add(-1)
+			in.process(&rows, it, w)
+		case <-in.drained:
+			// Intake has stopped and no callback runs: drain and exit.
+			for {
+				select {
+				case it := <-q:
+					in.depth.Add(-1)
+					in.process(&rows, it, w)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// process checks, decodes and queues one message for storage; it is
+// acknowledged when stored, or now when deliberately dropped.
+func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
+	m, t := it.msg, it.topic
+	payload := m.Payload()
+	if len(payload) > MaxPayload {
+		in.drop(m, DropOversize)
+		return
+	}
+	ref, found, err := in.lookup(t.DeviceID)
+	if err != nil {
+		return // Close's deadline passed while PostgreSQL was down: not acked
+	}
+	switch {
+	case !found:
+		in.drop(m, DropUnknownDevice)
+		return
+	case ref.ProductID != t.ProductID:
+		in.drop(m, DropProductMismatch)
+		return
+	case ref.State == "notActive":
+		in.drop(m, DropNotActive)
+		return
+	}
+	rows.Reset()
+	var at time.Time
+	if t.Kind == KindOnline || t.Kind == KindOffline {
+		at, err = DecodePresence(rows, t, payload, it.at)
+	} else {
+		err = Decode(rows, t, payload, it.at, nil)
+	}
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			in.drop(m, DropOversize)
+		} else {
+			in.drop(m, DropMalformed)
+		}
+		in.log.Debug("ingest dropped message", "topic", t.Name, "err", err)
+		return
+	}
+	parts := int32(1)
+	if !at.IsZero() {
+		parts = 2
+	}
+	var left atomic.Int32
+	left.Store(parts)
+	done := func() {
+		if left.Add(-1) == 0 {
+			in.stored.Add(1)
+			in.m.stored.Inc()
+			in.ack(m)
+		}
+	}
+	if !at.IsZero() {
+		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == KindOnline, At: at}, done)
+	}
+	if err := w.Add(in.runCtx, rows.Msgs, rows.Props, done); err != nil {
+		// Only after Close's deadline (or a row tsdb refuses, which the
+		// decoder prevents): leave it unacked for redelivery.
+		in.log.Warn("ingest could not queue rows", "topic", t.Name, "err", err)
+	}
+}
+
+// lookup asks the device cache, retrying with backoff while PostgreSQL
+// fails; err only when Close's deadline passed.
+func (in *Ingester) lookup(id string) (meta.DeviceRef, bool, error) {
+	wait := 100 * time.Millisecond
+	for {
+		ref, found, err := in.devices.get(in.runCtx, id)
+		if err == nil {
+			return ref, found, nil
+		}
+		if in.runCtx.Err() != nil {
+			return ref, false, err
+		}
+		in.log.Warn("device lookup failed; retrying", "device", id, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-in.runCtx.Done():
+			return ref, false, in.runCtx.Err()
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// RecordDownlink stores a message the platform sent to a device (a
+// command), with the uplink messages.
+func (in *Ingester) RecordDownlink(ctx context.Context, m tsdb.Message) error {
+	m.Direction = "down"
+	if m.Time.IsZero() {
+		m.Time = time.Now()
+	}
+	return in.writers[0].Add(ctx, []tsdb.Message{m}, nil, nil)
+}
+
+// Stats returns the counters so far.
+func (in *Ingester) Stats() Stats {
+	s := Stats{
+		Received:     in.received.Load(),
+		Stored:       in.stored.Load(),
+		Acked:        in.acked.Load(),
+		StateChanges: in.stateN.Load(),
+		Dropped:      make(map[string]uint64),
+	}
+	in.dropped.Range(func(k, v any) bool {
+		s.Dropped[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return s
+}
+
+// Close stops taking messages, stores what was taken (acknowledging it),
+// then disconnects. Messages delivered but not taken stay unacknowledged
+// in the broker's session for the next start. It reports what could not be
+// stored before ctx ended.
+func (in *Ingester) Close(ctx context.Context) error {
+	in.closeOnce.Do(func() { in.closeErr = in.close(ctx) })
+	return in.closeErr
+}
+
+func (in *Ingester) close(ctx context.Context) error {
+	// 1. Stop intake: new callbacks return at once, waiting ones give up.
+	in.gate.Lock()
+	in.closed = true
+	close(in.stopping)
+	for in.active > 0 {
+		in.idle.Wait()
+	}
+	in.gate.Unlock()
+	close(in.drained)
+	stop := context.AfterFunc(ctx, in.abort)
+	defer stop()
+	// 2. Drain the queues into the writer.
+	in.workers.Wait()
+	// 3. Flush rows and state changes; their done callbacks ack.
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, w := range in.writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Close(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("ingest: %w", err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := in.states.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	// 4. Disconnect, giving the acks a moment to reach the broker.
+	for _, c := range in.clients {
+		c.Disconnect(250)
+	}
+	in.abort()
+	s := in.Stats()
+	in.log.Info("ingest stopped", "received", s.Received, "stored", s.Stored, "acked", s.Acked)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,291 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/tsdb"
+)
+
+type propRow struct {
+	Property, ValueType string
+	Num                 float64
+	Str                 string
+}
+
+func TestReportsFromManyDevicesStored(t *testing.T) {
+	e := newEnv(t)
+	p := randID("p")
+	e.product(p)
+	const devices, perDevice = 5, 20
+	for i := range devices {
+		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
+	}
+	in := e.startIngester(testOptions(p))
+
+	// Each device reports 2..14 properties of mixed types.
+	wantProps := 0
+	var wg sync.WaitGroup
+	for i := range devices {
+		nprops := 2 + i*3
+		wantProps += nprops * perDevice
+		dev := newPublisher(t, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perDevice {
+				var b strings.Builder
+				fmt.Fprintf(&b, `{"messageId":"%s-d%d-m%d","timestamp":%d,"properties":{`, p, i, k, time.Now().UnixMilli())
+				for j := range nprops {
+					if j > 0 {
+						b.WriteByte(',')
+					}
+					switch j % 3 {
+					case 0:
+						fmt.Fprintf(&b, `"num%d":%d.5`, j, k)
+					case 1:
+						fmt.Fprintf(&b, `"txt%d":"v%d"`, j, k)
+					case 2:
+						fmt.Fprintf(&b, `"flag%d":%v`, j, k%2 == 0)
+					}
+				}
+				b.WriteString("}}")
+				if tok := dev.Publish(fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i), 1, false, b.String()); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+					t.Errorf("publish: %v", tok.Error())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, 30*time.Second, "every message and property stored", func() bool {
+		return e.count("SELECT count() FROM device_message WHERE product_id = ?", p) >= devices*perDevice &&
+			e.count("SELECT count() FROM device_property WHERE product_id = ?", p) >= uint64(wantProps)
+	})
+	if n := e.count("SELECT count() FROM device_message WHERE product_id = ? AND message_type = 'REPORT_PROPERTY' AND direction = 'up'", p); n != devices*perDevice {
+		t.Fatalf("%d report messages, want %d", n, devices*perDevice)
+	}
+	if n := e.count("SELECT count() FROM device_property WHERE product_id = ?", p); n != uint64(wantProps) {
+		t.Fatalf("%d property rows, want %d", n, wantProps)
+	}
+	// One message in detail: device 1 (5 properties), message 3.
+	rows, err := e.ch.Conn().Query(context.Background(),
+		"SELECT property, toString(value_type), num_value, str_value FROM device_property WHERE device_id = ? AND message_id = ? ORDER BY property",
+		p+"-d1", p+"-d1-m3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []propRow
+	for rows.Next() {
+		var r propRow
+		if err := rows.Scan(&r.Property, &r.ValueType, &r.Num, &r.Str); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	rows.Close()
+	want := []propRow{
+		{"flag2", "bool", 0, "false"},
+		{"num0", "number", 3.5, ""},
+		{"num3", "number", 3.5, ""},
+		{"txt1", "string", 0, "v3"},
+		{"txt4", "string", 0, "v3"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("properties of one message\n got %v\nwant %v", got, want)
+	}
+	var payload, topic string
+	if err := e.ch.Conn().QueryRow(context.Background(), "SELECT payload, topic FROM device_message WHERE message_id = ?", p+"-d1-m3").Scan(&payload, &topic); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(payload, `"txt1":"v3"`) || topic != fmt.Sprintf("/%s/%s-d1/properties/report", p, p) {
+		t.Fatalf("stored payload %q topic %q", payload, topic)
+	}
+	eventually(t, 10*time.Second, "acks", func() bool { return in.Stats().Acked == devices*perDevice })
+	if s := in.Stats(); s.Stored != devices*perDevice || len(nonZero(s.Dropped)) != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func nonZero(m map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestDropsCountedNeverStored(t *testing.T) {
+	e := newEnv(t)
+	p, other := randID("p"), randID("q")
+	e.product(p)
+	e.product(other)
+	good, idle, foreign := p+"-good", p+"-idle", other+"-dev"
+	e.device(good, p, "offline")
+	e.device(idle, p, "notActive")
+	e.device(foreign, other, "offline")
+	in := e.startIngester(testOptions(p, other))
+	dev := newPublisher(t, nil)
+
+	report := `{"properties":{"t":1}}`
+	dev.publish(t, "/"+p+"/"+p+"-nobody/properties/report", 1, report)         // unknown device
+	dev.publish(t, "/"+p+"/"+foreign+"/properties/report", 1, report)          // product mismatch
+	dev.publish(t, "/"+p+"/"+idle+"/properties/report", 1, report)             // notActive
+	dev.publish(t, "/"+p+"/"+good+"/properties/report", 1, `{"properties":[}`) // malformed
+	dev.publish(t, "/"+p+"/"+good+"/event/e", 1, `{"data":`+strings.Repeat(" ", MaxPayload)+`1}`)
+	dev.publish(t, "/"+p+"/"+good+"/properties/report", 1, report) // the one stored
+
+	want := map[string]uint64{DropUnknownDevice: 1, DropProductMismatch: 1, DropNotActive: 1, DropMalformed: 1, DropOversize: 1}
+	eventually(t, 20*time.Second, "drops counted and the good message stored", func() bool {
+		return fmt.Sprint(nonZero(in.Stats().Dropped)) == fmt.Sprint(want) && in.Stats().Stored == 1
+	})
+	if n := e.count("SELECT count() FROM device_message"); n != 1 {
+		t.Fatalf("%d messages stored, want only the good one", n)
+	}
+	if n := e.count("SELECT count() FROM device_message WHERE device_id = ?", good); n != 1 {
+		t.Fatalf("good message not stored")
+	}
+	if n := e.count("SELECT count() FROM device_property"); n != 1 {
+		t.Fatalf("%d property rows, want 1", n)
+	}
+	eventually(t, 5*time.Second, "every message acked", func() bool { return in.Stats().Acked == 6 })
+
+	// The device cache is negative too, but expires: a device created after
+	// a dropped message is accepted within the TTL.
+	late := p + "-late"
+	dev.publish(t, "/"+p+"/"+late+"/properties/report", 1, report)
+	eventually(t, 10*time.Second, "late device dropped once", func() bool { return in.Stats().Dropped[DropUnknownDevice] == 2 })
+	e.device(late, p, "offline")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count("SELECT count() FROM device_message WHERE device_id = ?", late) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("message of a newly created device not stored within the cache TTL")
+		}
+		dev.publish(t, "/"+p+"/"+late+"/properties/report", 1, report)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestPresenceBirthAndLastWill(t *testing.T) {
+	e := newEnv(t)
+	p := randID("p")
+	e.product(p)
+	d, seeded := p+"-d", p+"-seeded"
+	e.device(d, p, "offline")
+	e.device(seeded, p, "online")
+	in := e.startIngester(testOptions(p))
+	pres, err := NewPresence(ctxT(t, 20*time.Second), PresenceOptions{BrokerURL: brokerURL(), ProductIDs: []string{p}}, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pres.Close()
+	if !pres.IsOnline(seeded) || pres.IsOnline(d) {
+		t.Fatalf("seeded view: %s online=%v, %s online=%v", seeded, pres.IsOnline(seeded), d, pres.IsOnline(d))
+	}
+
+	state := func() (s string, on, off bool) {
+		var onT, offT *time.Time
+		if err := e.store.DB().QueryRow(`SELECT state, online_time, offline_time FROM devices WHERE id = $1`, d).Scan(&s, &onT, &offT); err != nil {
+			t.Fatal(err)
+		}
+		return s, onT != nil, offT != nil
+	}
+	dev := newPublisher(t, func(o *mqtt.ClientOptions) {
+		o.SetWill("/"+p+"/"+d+"/offline", `{"reason":"will"}`, 1, false)
+	})
+	dev.publish(t, "/"+p+"/"+d+"/online", 1, "")
+	eventually(t, 10*time.Second, "online in PostgreSQL and in Presence", func() bool {
+		s, on, _ := state()
+		return s == "online" && on && pres.IsOnline(d)
+	})
+
+	dev.cut() // no DISCONNECT: the broker publishes the will
+	eventually(t, 15*time.Second, "offline through the last will", func() bool {
+		s, _, off := state()
+		return s == "offline" && off && !pres.IsOnline(d)
+	})
+	eventually(t, 10*time.Second, "ONLINE and OFFLINE messages stored", func() bool {
+		return e.count("SELECT count() FROM device_message WHERE device_id = ? AND message_type IN ('ONLINE','OFFLINE')", d) == 2
+	})
+	if s := in.Stats(); s.StateChanges != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestCloseDrainsAndRedelivers(t *testing.T) {
+	e := newEnv(t)
+	p := randID("p")
+	e.product(p)
+	d := p + "-d"
+	e.device(d, p, "offline")
+	opt := testOptions(p)
+	opt.Writer.FlushInterval = 300 * time.Millisecond // rows are pending when Close comes
+	in := e.startIngester(opt)
+	dev := newPublisher(t, nil)
+	const n = 3000
+	toks := make([]mqtt.Token, 0, n)
+	for i := range n {
+		toks = append(toks, dev.Publish("/"+p+"/"+d+"/properties/report", 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, i, i)))
+	}
+	for _, tok := range toks {
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := in.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := in.Stats()
+	stored := e.count("SELECT count() FROM device_message WHERE device_id = ?", d)
+	t.Logf("at Close: received %d, acked %d, stored %d rows", s.Received, s.Acked, stored)
+	if s.Acked != s.Stored || stored != s.Stored {
+		t.Fatalf("every acked message must be stored: acked %d, stored counter %d, rows %d", s.Acked, s.Stored, stored)
+	}
+	// A new ingester with the same client ids gets what was not acked.
+	in2 := e.startIngester(opt)
+	eventually(t, 30*time.Second, "every published message stored after restart", func() bool {
+		return e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d) == n
+	})
+	total := e.count("SELECT count() FROM device_message WHERE device_id = ?", d)
+	t.Logf("published %d, stored %d rows (%d duplicates), second ingester received %d", n, total, total-n, in2.Stats().Received)
+}
+
+func TestRecordDownlink(t *testing.T) {
+	e := newEnv(t)
+	p := randID("p")
+	in := e.startIngester(testOptions(p))
+	err := in.RecordDownlink(context.Background(), tsdb.Message{ProductID: p, DeviceID: "d", MessageType: "READ_PROPERTY",
+		MessageID: "down-1", Topic: "/" + p + "/d/properties/read", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "downlink stored", func() bool {
+		return e.count("SELECT count() FROM device_message WHERE message_id = 'down-1' AND direction = 'down'") == 1
+	})
+}
+
+func TestTopicMatch(t *testing.T) {
+	f := func(filter, topic string, want bool) {
+		t.Helper()
+		if got := topicMatch(filter, topic); got != want {
+			t.Fatalf("topicMatch(%q, %q) = %v", filter, topic, got)
+		}
+	}
+	f("/+/+/online", "/p/d/online", true)
+	f("/+/+/online", "/p/d/offline", false)
+	f("/+/+/online", "/p/d/online/x", false)
+	f("/p/#", "/p/d/x/y", true)
+	f("/p/#", "/p", true)
+	f("/+/+/properties/read/reply", "/p/d/properties/read/reply", true)
+	f("a/b", "a", false)
+}

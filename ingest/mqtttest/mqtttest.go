@@ -1,0 +1,185 @@
+// Package mqtttest runs a private Mosquitto for one test: the project's
+// settings (.ci/mosquitto.conf) on a free port and a temporary data
+// directory, so that fault tests can stop and restart it without touching
+// the shared broker other tests use.
+package mqtttest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Broker is a mosquitto process of one test.
+type Broker struct {
+	t      testing.TB
+	bin    string
+	dir    string
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartBroker starts a private broker, killed when the test ends; the test
+// is skipped where mosquitto is not installed.
+func StartBroker(t testing.TB) *Broker {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		for _, p := range []string{"/usr/sbin/mosquitto", "/usr/bin/mosquitto"} {
+			if _, err := os.Stat(p); err == nil {
+				bin = p
+			}
+		}
+	}
+	if bin == "" {
+		t.Skip("mosquitto is not installed")
+	}
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), ".ci", "mosquitto.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	port := FreePort(t)
+	cfg := strings.ReplaceAll(string(src), "@DATA@", dir)
+	cfg = strings.ReplaceAll(cfg, "@PORT@", strconv.Itoa(port))
+	if os.Geteuid() == 0 {
+		// As root mosquitto drops to user mosquitto, which cannot enter
+		// the test's temporary directory: stay root.
+		cfg += "\nuser root\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &Broker{t: t, bin: bin, dir: dir, port: port}
+	b.Start()
+	t.Cleanup(func() {
+		b.Stop(syscall.SIGKILL)
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
+			t.Logf("mosquitto.log:\n%s", log)
+		}
+	})
+	return b
+}
+
+// URL is the broker's address for paho.
+func (b *Broker) URL() string { return "tcp://127.0.0.1:" + strconv.Itoa(b.port) }
+
+// Start (re)starts the broker on its port and waits until it accepts.
+func (b *Broker) Start() {
+	b.t.Helper()
+	cmd := exec.Command(b.bin, "-c", filepath.Join(b.dir, "mosquitto.conf"))
+	cmd.Dir = b.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.t.Fatal(err)
+	}
+	b.cmd, b.exited = cmd, make(chan struct{})
+	exited := b.exited
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(b.port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
+			b.t.Fatalf("private mosquitto exited at start: %s", log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("private mosquitto not up on port %d: %v", b.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop signals the broker (only the process this test started) and waits
+// for it to exit; SIGTERM lets it save its persistence file.
+func (b *Broker) Stop(sig syscall.Signal) {
+	if b.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-b.cmd.Process.Pid, sig)
+	select {
+	case <-b.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		<-b.exited
+	}
+	b.cmd = nil
+}
+
+// FreePort returns a loopback TCP port nobody listens on.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// repoRoot is the folder holding go.mod, above the test's directory.
+func repoRoot(t testing.TB) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("mqtttest: go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// IDRanges summarizes message ids "m<n>" as ranges of n ("3 5-9 ..."),
+// for fault tests that report which messages were lost or duplicated.
+func IDRanges(ids []string) string {
+	var ns []int
+	for _, id := range ids {
+		if n, err := strconv.Atoi(strings.TrimPrefix(id, "m")); err == nil {
+			ns = append(ns, n)
+		}
+	}
+	sort.Ints(ns)
+	var b strings.Builder
+	for i := 0; i < len(ns); {
+		j := i
+		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		if b.Len() > 300 {
+			b.WriteString("...")
+			break
+		}
+		if i == j {
+			fmt.Fprintf(&b, "%d", ns[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", ns[i], ns[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}

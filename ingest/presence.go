@@ -1,0 +1,377 @@
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// OnlineLister lists the devices stored as online; *meta.Store is one.
+type OnlineLister interface {
+	OnlineDeviceIDs(ctx context.Context) ([]string, error)
+}
+
+// Handler receives messages of a Presence subscription. It runs on the
+// client's single delivery goroutine, so it must not block.
+type Handler func(topic string, payload []byte)
+
+// PresenceOptions configure NewPresence. Zero fields take
+// DefaultPresenceOptions' values.
+type PresenceOptions struct {
+	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884".
+	BrokerURL string
+	// ClientID of this instance's client; it must be unique per instance.
+	// Default "devicehub-presence-<hostname>-<random>".
+	ClientID string
+	// ProductIDs narrows the subscription to these products; empty means
+	// every product. Meant for tests.
+	ProductIDs []string
+	// KeepAlive of the connection. Default 30s.
+	KeepAlive time.Duration
+	// ConnectTimeout bounds connecting, subscribing and seeding. Default 10s.
+	ConnectTimeout time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultPresenceOptions returns options that work with `make run`.
+func DefaultPresenceOptions() PresenceOptions {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return PresenceOptions{
+		BrokerURL:      "tcp://127.0.0.1:1884",                                        // .ci/services Mosquitto
+		ClientID:       "devicehub-presence-" + host + "-" + hex.EncodeToString(b[:]), // unique: plain subscription per instance
+		KeepAlive:      30 * time.Second,                                              // paho's default
+		ConnectTimeout: 10 * time.Second,                                              // a local broker answers in ms
+		Logger:         slog.Default(),
+	}
+}
+
+// Presence keeps an in-memory view of which devices are online, from the
+// birth and last-will messages every instance receives on a plain (not
+// shared) subscription, seeded from the stored state at start and after
+// every reconnect. Its client is the instance's downlink client too:
+// Publish sends, Subscribe adds filters (e.g. command replies) that are
+// renewed on reconnect.
+type Presence struct {
+	opt    PresenceOptions
+	log    *slog.Logger
+	lister OnlineLister
+	client mqtt.Client
+
+	mu      sync.RWMutex
+	online  map[string]struct{}
+	touched map[string]struct{} // ids changed by messages while seeding; nil otherwise
+	subs    map[string]sub      // filter -> subscription, renewed on reconnect
+	closed  bool
+	seeded  bool
+
+	// hooks run after the view changes (commands fail waiters at once).
+	onChange []func(deviceID string, online bool)
+	onLost   []func()
+
+	seedCtx    context.Context
+	seedCancel context.CancelFunc
+	seedWG     sync.WaitGroup
+}
+
+type sub struct {
+	qos byte
+	h   Handler
+}
+
+// NewPresence connects, subscribes to every device's online and offline
+// topics and seeds the view from lister.
+func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) (*Presence, error) {
+	d := DefaultPresenceOptions()
+	if opt.BrokerURL == "" {
+		opt.BrokerURL = d.BrokerURL
+	}
+	if opt.ClientID == "" {
+		opt.ClientID = d.ClientID
+	}
+	if opt.KeepAlive <= 0 {
+		opt.KeepAlive = d.KeepAlive
+	}
+	if opt.ConnectTimeout <= 0 {
+		opt.ConnectTimeout = d.ConnectTimeout
+	}
+	if opt.Logger == nil {
+		opt.Logger = d.Logger
+	}
+	p := &Presence{
+		opt:    opt,
+		log:    opt.Logger.With("component", "presence"),
+		lister: lister,
+		online: make(map[string]struct{}),
+		subs:   make(map[string]sub),
+	}
+	p.seedCtx, p.seedCancel = context.WithCancel(context.Background())
+	products := opt.ProductIDs
+	if len(products) == 0 {
+		products = []string{"+"}
+	}
+	for _, pr := range products {
+		p.subs["/"+pr+"/+/online"] = sub{1, p.onPresence}
+		p.subs["/"+pr+"/+/offline"] = sub{1, p.onPresence}
+	}
+	p.mu.Lock()
+	p.touched = make(map[string]struct{}) // track from the first subscription on
+	p.mu.Unlock()
+	o := mqtt.NewClientOptions().
+		AddBroker(opt.BrokerURL).
+		SetClientID(opt.ClientID).
+		SetCleanSession(true).
+		SetOrderMatters(true).
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(5 * time.Second).
+		SetKeepAlive(opt.KeepAlive).
+		SetConnectTimeout(opt.ConnectTimeout).
+		SetOnConnectHandler(p.onConnect).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			p.log.Warn("presence connection lost; reconnecting", "err", err)
+			p.mu.RLock()
+			hooks := p.onLost
+			p.mu.RUnlock()
+			for _, h := range hooks {
+				h()
+			}
+		})
+	p.client = mqtt.NewClient(o)
+	t := p.client.Connect()
+	select {
+	case <-t.Done():
+	case <-ctx.Done():
+		p.Close()
+		return nil, ctx.Err()
+	}
+	if err := t.Error(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("ingest: presence connect %s: %w", opt.BrokerURL, err)
+	}
+	// The first seed runs here, synchronously, so the view is ready on return.
+	if err := p.resubscribe(); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := p.seed(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Presence) resubscribe() error {
+	p.mu.RLock()
+	filters := make(map[string]byte, len(p.subs))
+	for f, s := range p.subs {
+		filters[f] = s.qos
+	}
+	p.mu.RUnlock()
+	if err := waitToken(p.client.SubscribeMultiple(filters, p.route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("ingest: presence subscribe: %w", err)
+	}
+	return nil
+}
+
+// onConnect renews the subscriptions and, after a reconnect, reseeds the
+// view (changes may have been missed while disconnected).
+func (p *Presence) onConnect(mqtt.Client) {
+	p.mu.Lock()
+	again := p.seeded && !p.closed
+	if again {
+		p.touched = make(map[string]struct{})
+		p.seedWG.Add(1)
+	}
+	p.mu.Unlock()
+	if !again {
+		return // the first connection: NewPresence subscribes and seeds
+	}
+	go func() {
+		defer p.seedWG.Done()
+		if err := p.resubscribe(); err != nil {
+			p.log.Error("presence resubscribe failed", "err", err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.seedCtx, p.opt.ConnectTimeout)
+		defer cancel()
+		if err := p.seed(ctx); err != nil {
+			p.log.Error("presence reseed failed", "err", err)
+		}
+	}()
+}
+
+// seed merges the stored online devices into the view: a device changed
+// by a message since tracking began keeps what the message said.
+func (p *Presence) seed(ctx context.Context) error {
+	ids, err := p.lister.OnlineDeviceIDs(ctx)
+	if err != nil {
+		return fmt.Errorf("ingest: presence seed: %w", err)
+	}
+	listed := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		listed[id] = struct{}{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.online {
+		if _, ok := listed[id]; !ok {
+			if _, ok := p.touched[id]; !ok {
+				delete(p.online, id)
+			}
+		}
+	}
+	for id := range listed {
+		if _, ok := p.touched[id]; !ok {
+			p.online[id] = struct{}{}
+		}
+	}
+	p.touched = nil
+	p.seeded = true
+	return nil
+}
+
+// route dispatches a message to the handler of the filter it matches.
+func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
+	p.mu.RLock()
+	var h Handler
+	for f, s := range p.subs {
+		if topicMatch(f, m.Topic()) {
+			h = s.h
+			break
+		}
+	}
+	p.mu.RUnlock()
+	if h != nil {
+		h(m.Topic(), m.Payload())
+	}
+}
+
+func (p *Presence) onPresence(topic string, _ []byte) {
+	t, ok := ParseTopic(topic)
+	if !ok || (t.Kind != KindOnline && t.Kind != KindOffline) {
+		return
+	}
+	p.mu.Lock()
+	if p.touched != nil {
+		p.touched[t.DeviceID] = struct{}{}
+	}
+	if t.Kind == KindOnline {
+		p.online[t.DeviceID] = struct{}{}
+	} else {
+		delete(p.online, t.DeviceID)
+	}
+	hooks := p.onChange
+	p.mu.Unlock()
+	for _, h := range hooks {
+		h(t.DeviceID, t.Kind == KindOnline)
+	}
+}
+
+// OnPresenceChange registers h to run after a device goes online or
+// offline; h must not block.
+func (p *Presence) OnPresenceChange(h func(deviceID string, online bool)) {
+	p.mu.Lock()
+	p.onChange = append(p.onChange, h)
+	p.mu.Unlock()
+}
+
+// OnConnectionLost registers h to run when this client loses the broker.
+func (p *Presence) OnConnectionLost(h func()) {
+	p.mu.Lock()
+	p.onLost = append(p.onLost, h)
+	p.mu.Unlock()
+}
+
+// IsOnline reports whether the device is connected, as last seen.
+func (p *Presence) IsOnline(deviceID string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.online[deviceID]
+	return ok
+}
+
+// OnlineCount is the number of devices online.
+func (p *Presence) OnlineCount() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.online)
+}
+
+// Subscribe adds a plain subscription on this instance's client, renewed
+// on every reconnect; h must not block.
+func (p *Presence) Subscribe(filter string, qos byte, h Handler) error {
+	p.mu.Lock()
+	p.subs[filter] = sub{qos, h}
+	p.mu.Unlock()
+	if err := waitToken(p.client.Subscribe(filter, qos, p.route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("ingest: subscribe %s: %w", filter, err)
+	}
+	return nil
+}
+
+// Publish sends a message on this instance's client and waits until it is
+// sent (QoS 0) or acknowledged (QoS 1), or ctx ends.
+func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload []byte) error {
+	t := p.client.Publish(topic, qos, false, payload)
+	select {
+	case <-t.Done():
+		if err := t.Error(); err != nil {
+			return fmt.Errorf("ingest: publish %s: %w", topic, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connected reports whether the client is connected to the broker.
+func (p *Presence) Connected() bool { return p.client.IsConnectionOpen() }
+
+// Close disconnects.
+func (p *Presence) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.seedCancel()
+	if p.client != nil {
+		p.client.Disconnect(250)
+	}
+	p.seedWG.Wait()
+}
+
+// topicMatch reports whether topic matches the MQTT filter (+ and #).
+func topicMatch(filter, topic string) bool {
+	for {
+		fi, ti := indexSlash(filter), indexSlash(topic)
+		fl, tl := filter[:fi], topic[:ti]
+		switch {
+		case fl == "#":
+			return true
+		case fl != "+" && fl != tl:
+			return false
+		}
+		fEnd, tEnd := fi == len(filter), ti == len(topic)
+		if fEnd || tEnd {
+			return fEnd && tEnd || (tEnd && filter[fi+1:] == "#")
+		}
+		filter, topic = filter[fi+1:], topic[ti+1:]
+	}
+}
+
+func indexSlash(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return len(s)
+}

@@ -1,0 +1,141 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"devicehub/meta"
+)
+
+// stateBatcher writes online/offline changes to PostgreSQL in batches,
+// every interval or at max changes, retrying failures with backoff; each
+// change's done runs once it is written.
+type stateBatcher struct {
+	apply    StateApplier
+	interval time.Duration
+	max      int
+	log      *slog.Logger
+	m        *metrics
+
+	mu      sync.Mutex
+	buf     []stateReq
+	kick    chan struct{}
+	closing chan struct{}
+	exited  chan struct{}
+	ctx     context.Context
+	abort   context.CancelFunc
+	written func(n int)
+}
+
+type stateReq struct {
+	change meta.StateChange
+	done   func()
+}
+
+func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *slog.Logger, m *metrics) *stateBatcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &stateBatcher{apply: apply, interval: interval, max: max, log: log, m: m,
+		kick: make(chan struct{}, 1), closing: make(chan struct{}), exited: make(chan struct{}), ctx: ctx, abort: cancel}
+	go b.run()
+	return b
+}
+
+func (b *stateBatcher) add(c meta.StateChange, done func()) {
+	b.mu.Lock()
+	b.buf = append(b.buf, stateReq{c, done})
+	full := len(b.buf) >= b.max
+	b.mu.Unlock()
+	if full {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *stateBatcher) run() {
+	defer close(b.exited)
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		closing := false
+		select {
+		case <-t.C:
+		case <-b.kick:
+		case <-b.closing:
+			closing = true
+		}
+		for {
+			b.mu.Lock()
+			n := min(len(b.buf), b.max)
+			batch := slices.Clone(b.buf[:n])
+			b.buf = b.buf[n:]
+			more := len(b.buf) > 0
+			b.mu.Unlock()
+			if n > 0 && !b.write(batch) {
+				return
+			}
+			if !more {
+				break
+			}
+		}
+		if closing {
+			return
+		}
+	}
+}
+
+func (b *stateBatcher) write(batch []stateReq) bool {
+	changes := make([]meta.StateChange, len(batch))
+	for i, r := range batch {
+		changes[i] = r.change
+	}
+	wait := 100 * time.Millisecond
+	for {
+		_, err := b.apply.ApplyStateChanges(b.ctx, changes)
+		if err == nil {
+			break
+		}
+		b.m.stateErrors.Inc()
+		b.log.Warn("device state write failed; retrying", "changes", len(changes), "err", err)
+		select {
+		case <-time.After(wait):
+		case <-b.ctx.Done():
+			b.mu.Lock()
+			b.buf = append(batch, b.buf...) // counted as not written by close
+			b.mu.Unlock()
+			return false
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+	b.m.stateChanges.Add(float64(len(batch)))
+	if b.written != nil {
+		b.written(len(batch))
+	}
+	for _, r := range batch {
+		r.done()
+	}
+	return true
+}
+
+// close writes what is buffered, giving up when ctx ends.
+func (b *stateBatcher) close(ctx context.Context) error {
+	close(b.closing)
+	select {
+	case <-b.exited:
+	case <-ctx.Done():
+		b.abort()
+		<-b.exited
+	}
+	b.abort()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.buf); n > 0 {
+		return fmt.Errorf("ingest: %d device state changes not written: %w", n, ctx.Err())
+	}
+	return nil
+}
