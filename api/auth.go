@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/meta"
+)
+
+// AuthStore issues and checks tokens.
+type AuthStore interface {
+	Login(ctx context.Context, username, password string, lifetime time.Duration) (meta.Session, error)
+	Authenticate(ctx context.Context, token string) (meta.User, time.Time, error)
+	Logout(ctx context.Context, token string) error
+}
+
+const (
+	tokenHeader = "X-Access-Token"
+	userKey     = "devicehub.user"
+)
+
+type loginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	// Expires is the token's sliding lifetime in milliseconds (optional).
+	Expires *int64 `json:"expires"`
+}
+
+type loginResult struct {
+	Token     string `json:"token"`
+	UserID    string `json:"userId"`
+	Username  string `json:"username"`
+	Expires   int64  `json:"expires"`   // lifetime in ms
+	ExpiresAt int64  `json:"expiresAt"` // epoch ms
+}
+
+// login is POST /api/authorize/login.
+func (s *Server) login(c *fiber.Ctx) error {
+	var req loginRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Username == "" {
+		return meta.Invalid("username", "is required")
+	}
+	if req.Password == "" {
+		return meta.Invalid("password", "is required")
+	}
+	if len(req.Username) > 64 || len(req.Password) > 72 {
+		return meta.ErrBadCredentials
+	}
+	lifetime := s.opts.TokenLifetime
+	if req.Expires != nil {
+		lifetime = time.Duration(*req.Expires) * time.Millisecond
+		if lifetime < time.Minute || lifetime > s.opts.MaxTokenLifetime {
+			return meta.Invalid("expires", "must be a lifetime in ms from 60000 to %d", s.opts.MaxTokenLifetime.Milliseconds())
+		}
+	}
+	sess, err := s.deps.Auth.Login(c.UserContext(), req.Username, req.Password, lifetime)
+	if err != nil {
+		return err
+	}
+	return ok(c, loginResult{
+		Token:     sess.Token,
+		UserID:    sess.User.ID,
+		Username:  sess.User.Username,
+		Expires:   lifetime.Milliseconds(),
+		ExpiresAt: sess.Expires.UnixMilli(),
+	})
+}
+
+// logout is POST /api/authorize/logout.
+func (s *Server) logout(c *fiber.Ctx) error {
+	token := c.Get(tokenHeader)
+	s.tokens.evict(token)
+	if err := s.deps.Auth.Logout(c.UserContext(), token); err != nil {
+		return err
+	}
+	return ok(c, true)
+}
+
+// me is GET /api/authorize/me: the user behind the token.
+func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
+
+// requireToken lets a request through only with a live token, and slides
+// the token's expiry.
+func (s *Server) requireToken(c *fiber.Ctx) error {
+	// fasthttp reuses header buffers: the cache keeps its own copy.
+	token := string(c.Request().Header.Peek(tokenHeader))
+	now := time.Now()
+	user, ok := s.tokens.get(token, now)
+	if !ok {
+		u, expires, err := s.deps.Auth.Authenticate(c.UserContext(), token)
+		if err != nil {
+			return err
+		}
+		s.tokens.put(token, u, expires, now)
+		user = u
+	}
+	c.Locals(userKey, user)
+	return c.Next()
+}
+
+func currentUser(c *fiber.Ctx) meta.User {
+	u, _ := c.Locals(userKey).(meta.User)
+	return u
+}

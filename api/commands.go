@@ -1,0 +1,181 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/ingest"
+	"devicehub/meta"
+)
+
+// Commander sends commands to connected devices (ingest.Commands).
+type Commander interface {
+	ReadProperties(ctx context.Context, t ingest.Target, properties []string, timeout time.Duration) (map[string]any, error)
+	InvokeFunction(ctx context.Context, t ingest.Target, functionID string, inputs []ingest.Input) (string, error)
+}
+
+const (
+	minCommandTimeout = 100 * time.Millisecond
+	maxCommandTimeout = 60 * time.Second
+	maxReadProperties = 256
+)
+
+// commandTarget resolves the device and its product for the downlink.
+func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, ingest.Target, error) {
+	dev, err := s.deps.Models.GetDeviceRef(c.UserContext(), c.Params("deviceId"))
+	if err != nil {
+		return meta.DeviceRef{}, ingest.Target{}, err
+	}
+	return dev, ingest.Target{
+		DeviceID: dev.ID, DeviceName: dev.Name, ProductID: dev.ProductID,
+		ProductName: dev.ProductName, CreatorID: dev.CreatorID,
+	}, nil
+}
+
+// commandTimeout reads the optional ?timeout= (ms); 0 means the default.
+func commandTimeout(c *fiber.Ctx) (time.Duration, error) {
+	raw := c.Query("timeout")
+	if raw == "" {
+		return 0, nil
+	}
+	ms, err := strconv.ParseInt(raw, 10, 64)
+	d := time.Duration(ms) * time.Millisecond
+	if err != nil || d < minCommandTimeout || d > maxCommandTimeout {
+		return 0, meta.Invalid("timeout", "must be milliseconds from %d to %d", minCommandTimeout.Milliseconds(), maxCommandTimeout.Milliseconds())
+	}
+	return d, nil
+}
+
+// readProperty is endpoint 10: GET /api/device/standard/{deviceId}/property/{property}.
+func (s *Server) readProperty(c *fiber.Ctx) error {
+	property := c.Params("property")
+	if property == "" || len(property) > 64 {
+		return meta.Invalid("property", "must be a property id of 1 to 64 characters")
+	}
+	values, err := s.read(c, []string{property})
+	if err != nil {
+		return err
+	}
+	out := map[string]any{}
+	if v, ok := values[property]; ok {
+		out[property] = v
+	}
+	return ok(c, out)
+}
+
+// readProperties is endpoint 11: POST /api/device/instance/{deviceId}/properties/_read.
+func (s *Server) readProperties(c *fiber.Ctx) error {
+	var props []string
+	if len(c.Body()) > 0 {
+		if err := decodeJSON(c, &props); err != nil {
+			return err
+		}
+	}
+	if len(props) > maxReadProperties {
+		return meta.Invalid("body", "at most %d properties", maxReadProperties)
+	}
+	for i, p := range props {
+		if p == "" || len(p) > 64 {
+			return meta.Invalid(fmt.Sprintf("[%d]", i), "must be a property id of 1 to 64 characters")
+		}
+	}
+	values, err := s.read(c, props)
+	if err != nil {
+		return err
+	}
+	return ok(c, values)
+}
+
+func (s *Server) read(c *fiber.Ctx, props []string) (map[string]any, error) {
+	timeout, err := commandTimeout(c)
+	if err != nil {
+		return nil, err
+	}
+	_, target, err := s.commandTarget(c)
+	if err != nil {
+		return nil, err
+	}
+	// Its own deadline: fasthttp does not cancel when the client leaves.
+	wait := timeout
+	if wait == 0 {
+		wait = maxCommandTimeout
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), wait+time.Second)
+	defer cancel()
+	return s.deps.Commands.ReadProperties(ctx, target, props, timeout)
+}
+
+// deviceCtrl is the body of endpoint 12.
+type deviceCtrl struct {
+	Location  *string `json:"Location"`
+	ProductID *string `json:"ProductID"`
+	OperCode  *struct {
+		Switch      *string          `json:"Switch"`
+		Temperature *json.RawMessage `json:"Temperature"`
+	} `json:"OperCode"`
+}
+
+// invokeFunction is endpoint 12: POST /api/device/invoked/{deviceId}/function/{functionId}.
+// It answers 200 request_handling as soon as the command is sent.
+func (s *Server) invokeFunction(c *fiber.Ctx) error {
+	if fn := c.Params("functionId"); fn != "DeviceCtrl" {
+		return meta.Invalid("functionId", "must be DeviceCtrl (got %q)", safeText(fn))
+	}
+	var body deviceCtrl
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	temp, err := body.validate()
+	if err != nil {
+		return err
+	}
+	dev, target, err := s.commandTarget(c)
+	if err != nil {
+		return err
+	}
+	if !dev.Regulator {
+		return meta.Invalid("deviceId", "device %q is not a controller (its product is not a regulator)", dev.ID)
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), 10*time.Second)
+	defer cancel()
+	id, err := s.deps.Commands.InvokeFunction(ctx, target, "DeviceCtrl", []ingest.Input{
+		{Name: "Location", Value: *body.Location},
+		{Name: "ProductID", Value: *body.ProductID},
+		{Name: "OperCode", Value: map[string]any{"Switch": *body.OperCode.Switch, "Temperature": temp}},
+	})
+	if err != nil {
+		return err
+	}
+	return reply(c, fiber.StatusOK, codeRequestHandling, "command sent to the device; processing", id)
+}
+
+func (b *deviceCtrl) validate() (int64, error) {
+	if b.Location == nil || *b.Location == "" || len(*b.Location) > 256 {
+		return 0, meta.Invalid("Location", "is required (at most 256 characters)")
+	}
+	if b.ProductID == nil || *b.ProductID == "" || len(*b.ProductID) > 64 {
+		return 0, meta.Invalid("ProductID", "is required (at most 64 characters)")
+	}
+	if b.OperCode == nil {
+		return 0, meta.Invalid("OperCode", "is required")
+	}
+	if b.OperCode.Switch == nil || (*b.OperCode.Switch != "0" && *b.OperCode.Switch != "1") {
+		return 0, meta.Invalid("OperCode.Switch", `must be "0" (off) or "1" (on)`)
+	}
+	if b.OperCode.Temperature == nil {
+		return 0, meta.Invalid("OperCode.Temperature", "is required")
+	}
+	var t int64
+	if err := json.Unmarshal(*b.OperCode.Temperature, &t); err != nil {
+		return 0, meta.Invalid("OperCode.Temperature", "must be an integer")
+	}
+	if t < -100 || t > 200 {
+		return 0, meta.Invalid("OperCode.Temperature", "must be from -100 to 200")
+	}
+	return t, nil
+}

@@ -1,0 +1,167 @@
+package api_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"devicehub/api"
+	"devicehub/bench/sim"
+	"devicehub/ingest"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+type noOnline struct{}
+
+func (noOnline) OnlineDeviceIDs(context.Context) ([]string, error) { return nil, nil }
+
+func brokerURL() string {
+	if v := os.Getenv("DEVICEHUB_MQTT_URL"); v != "" {
+		return v
+	}
+	return "tcp://127.0.0.1:1884"
+}
+
+// cmdEnv is a server with the command path on the real broker, a regulator
+// product and a plain one, each with a device; product ids are unique so
+// parallel test runs do not see each other's devices.
+func cmdEnv(t *testing.T) (*env, string, *ingest.Presence) {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	popt := ingest.DefaultPresenceOptions()
+	popt.BrokerURL, popt.ClientID = brokerURL(), "api-test-"+suffix
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	presence, err := ingest.NewPresence(ctx, popt, noOnline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(presence.Close)
+	cmds, err := ingest.NewCommands(presence, nil, ingest.DefaultCommandOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
+		deps.Models = store
+		deps.Commands = cmds
+	})
+	product := "ctl" + suffix
+	p := e.createProduct(product, "Controller", map[string]any{"regulator": true})
+	p["metadata"] = `{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`
+	e.ok("PATCH", "/api/device-product", p, nil)
+	e.createProduct("plain"+suffix, "Plain", nil)
+	for _, d := range []struct{ id, product string }{{"c1", product}, {"c2", product}, {"mute", product}, {"p1", "plain" + suffix}} {
+		e.ok("POST", "/api/device/instance", map[string]any{"id": d.id, "name": d.id, "productId": d.product}, nil)
+	}
+	return e, product, presence
+}
+
+func startSim(t *testing.T, presence *ingest.Presence, product string, ids []string, opts sim.Options) {
+	t.Helper()
+	m, _ := schema.ParseThingModelString(`{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`)
+	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), product, ids, m
+	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
+		if prop == "temp" {
+			return 21.5, true
+		}
+		return dev + "-" + prop, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := sim.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	deadline := time.Now().Add(5 * time.Second)
+	for _, id := range ids {
+		for !presence.IsOnline(id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never came online", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func TestCommandEndpoints(t *testing.T) {
+	e, product, presence := cmdEnv(t)
+	startSim(t, presence, product, []string{"c1"}, sim.Options{})
+	startSim(t, presence, product, []string{"mute"}, sim.Options{Silent: true})
+
+	// Endpoint 10.
+	var one map[string]any
+	e.ok("GET", "/api/device/standard/c1/property/temp", nil, &one)
+	if len(one) != 1 || one["temp"] != 21.5 {
+		t.Fatalf("endpoint 10: %v", one)
+	}
+	// Endpoint 11.
+	var many map[string]any
+	e.ok("POST", "/api/device/instance/c1/properties/_read", `["temp","mode"]`, &many)
+	if len(many) != 2 || many["mode"] != "c1-mode" {
+		t.Fatalf("endpoint 11: %v", many)
+	}
+	// Offline (c2 never connected): 500 client_offline, no result.
+	for _, path := range []string{"/api/device/standard/c2/property/temp", "/api/device/instance/c2/properties/_read"} {
+		method := "GET"
+		var body any
+		if path[len(path)-5:] == "_read" {
+			method, body = "POST", `["temp"]`
+		}
+		r := e.fails(method, path, body, 500, "client_offline")
+		if r.Result != nil {
+			t.Fatalf("client_offline with a result: %s", r.raw)
+		}
+	}
+	// Connected but silent, with a short timeout: 500 time_out, no result.
+	start := time.Now()
+	r := e.fails("GET", "/api/device/standard/mute/property/temp?timeout=300", nil, 500, "time_out")
+	if r.Result != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("time_out: %s after %v", r.raw, time.Since(start))
+	}
+	// Unknown device, bad timeout, bad body.
+	e.fails("GET", "/api/device/standard/nope/property/temp", nil, 404, "not_found")
+	e.fails("GET", "/api/device/standard/c1/property/temp?timeout=abc", nil, 400, "illegal_argument")
+	e.fails("GET", "/api/device/standard/c1/property/temp?timeout=999999", nil, 400, "illegal_argument")
+	e.fails("POST", "/api/device/instance/c1/properties/_read", `{"temp":1}`, 400, "illegal_argument")
+	e.fails("POST", "/api/device/instance/c1/properties/_read", `[""]`, 400, "illegal_argument")
+
+	// Endpoint 12.
+	ctl := `{"Location":"room-1","ProductID":"edge-1","OperCode":{"Switch":"1","Temperature":22}}`
+	r = e.call("POST", "/api/device/invoked/c1/function/DeviceCtrl", ctl)
+	var id string
+	if r.HTTPStatus != 200 || r.Code != "request_handling" || r.Status != 200 {
+		t.Fatalf("endpoint 12: %d %s", r.HTTPStatus, r.raw)
+	}
+	if err := json.Unmarshal(r.Result, &id); err != nil || id == "" {
+		t.Fatalf("endpoint 12 result is not a string: %s", r.raw)
+	}
+	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl", ctl, 500, "client_offline")
+	e.fails("POST", "/api/device/invoked/p1/function/DeviceCtrl", ctl, 400, "illegal_argument")
+	e.fails("POST", "/api/device/invoked/nope/function/DeviceCtrl", ctl, 404, "not_found")
+	for _, c := range []struct{ fn, body, mention string }{
+		{"Reboot", ctl, "functionId"},
+		{"DeviceCtrl", `{"ProductID":"e","OperCode":{"Switch":"1","Temperature":22}}`, "Location"},
+		{"DeviceCtrl", `{"Location":"r","OperCode":{"Switch":"1","Temperature":22}}`, "ProductID"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e"}`, "OperCode"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e","OperCode":{"Switch":"on","Temperature":22}}`, "OperCode.Switch"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e","OperCode":{"Switch":1,"Temperature":22}}`, "Switch"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e","OperCode":{"Switch":"0"}}`, "OperCode.Temperature"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e","OperCode":{"Switch":"0","Temperature":22.5}}`, "OperCode.Temperature"},
+		{"DeviceCtrl", `{"Location":"r","ProductID":"e","OperCode":{"Switch":"0","Temperature":"hot"}}`, "OperCode.Temperature"},
+		{"DeviceCtrl", `not json`, "body"},
+	} {
+		r := e.fails("POST", "/api/device/invoked/c1/function/"+c.fn, c.body, 400, "illegal_argument")
+		if !strings.Contains(r.Message, c.mention) {
+			t.Errorf("%s %s: message %q does not mention %q", c.fn, c.body, r.Message, c.mention)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"devicehub/api"
+	"devicehub/meta"
+	"devicehub/tsdb"
+	"devicehub/tsdb/tsdbtest"
+)
+
+var shanghai = func() *time.Location {
+	l, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()
+
+// dashEnv is a server with ClickHouse in the Asia/Shanghai zone, a product
+// "dp" with a thing model, and its device "dd".
+func dashEnv(t *testing.T) (*env, *tsdb.DB) {
+	t.Helper()
+	db := tsdbtest.NewDB(t, shanghai)
+	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
+		deps.Dashboard = db
+		deps.Models = store
+	})
+	p := e.createProduct("dp", "Dash product", nil)
+	p["metadata"] = `{"properties":[
+		{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":2,"unit":"percent"}},
+		{"id":"count","name":"Counter","valueType":{"type":"int","unit":"meter"}},
+		{"id":"mode","name":"Mode","valueType":{"type":"enum","elements":[{"value":"1","text":"Eco"},{"value":"2","text":"Boost"}]}},
+		{"id":"on","name":"Power","valueType":{"type":"boolean","trueText":"On","trueValue":true,"falseText":"Off","falseValue":false}}]}`
+	e.ok("PATCH", "/api/device-product", p, nil)
+	e.ok("POST", "/api/device/instance", map[string]any{"id": "dd", "name": "Dash device", "productId": "dp"}, nil)
+	return e, db
+}
+
+type aggResult struct {
+	Group string `json:"group"`
+	Data  struct {
+		Value      uint64 `json:"value"`
+		TimeString string `json:"timeString"`
+		Timestamp  int    `json:"timestamp"`
+	} `json:"data"`
+}
+
+func TestDashboardMessageCounts(t *testing.T) {
+	e, db := dashEnv(t)
+	// Messages over 14 months, with month ends, the leap day and times just
+	// before and after midnight in Shanghai (16:00 UTC).
+	var times []time.Time
+	base := time.Date(2023, 12, 1, 0, 0, 0, 0, shanghai)
+	for d := 0; d < 430; d += 3 {
+		day := base.AddDate(0, 0, d)
+		for k := 0; k < 1+d%4; k++ {
+			times = append(times, day.Add(time.Duration(k)*5*time.Hour+time.Minute))
+		}
+	}
+	times = append(times,
+		time.Date(2024, 2, 29, 23, 59, 59, 0, shanghai), time.Date(2024, 2, 29, 0, 0, 0, 0, shanghai),
+		time.Date(2024, 3, 1, 0, 0, 0, 0, shanghai), time.Date(2024, 1, 31, 23, 59, 59, 0, shanghai),
+		time.Date(2024, 4, 30, 23, 30, 0, 0, shanghai), time.Date(2024, 5, 1, 0, 30, 0, 0, shanghai))
+	var msgs []tsdb.Message
+	for i, tm := range times {
+		product := "dp"
+		if i%5 == 0 {
+			product = "other"
+		}
+		msgs = append(msgs, tsdb.Message{Time: tm, ProductID: product, DeviceID: "dd", Direction: "up",
+			MessageType: "REPORT_PROPERTY", MessageID: fmt.Sprint(i), Topic: "/dp/dd/properties/report", Payload: []byte("{}")})
+	}
+	if err := db.Insert(context.Background(), msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Expected counts, computed here from the list.
+	want := map[string]map[string]uint64{"day": {}, "month": {}, "dayDP": {}}
+	for i, tm := range times {
+		local := tm.In(shanghai)
+		want["day"][local.Format("2006-01-02")]++
+		want["month"][local.Format("2006-01")]++
+		if i%5 != 0 {
+			want["dayDP"][local.Format("2006-01-02")]++
+		}
+	}
+	query := func(params map[string]any) []aggResult {
+		t.Helper()
+		body := []map[string]any{{"dashboard": "device", "object": "message", "measurement": "quantity", "dimension": "agg", "group": "g1", "params": params}}
+		var res []aggResult
+		e.ok("POST", "/api/dashboard/_multi", body, &res)
+		return res
+	}
+	check := func(res []aggResult, want map[string]uint64, n int) {
+		t.Helper()
+		if len(res) != n {
+			t.Fatalf("%d buckets, want %d", len(res), n)
+		}
+		for i, r := range res {
+			if r.Group != "g1" || r.Data.Timestamp != i {
+				t.Fatalf("item %d: group %q timestamp %d", i, r.Group, r.Data.Timestamp)
+			}
+			if r.Data.Value != want[r.Data.TimeString] {
+				t.Fatalf("bucket %s: %d, want %d", r.Data.TimeString, r.Data.Value, want[r.Data.TimeString])
+			}
+			if i > 0 && r.Data.TimeString >= res[i-1].Data.TimeString {
+				t.Fatalf("not newest first: %s after %s", r.Data.TimeString, res[i-1].Data.TimeString)
+			}
+		}
+	}
+	ms := func(y int, m time.Month, d int) int64 { return time.Date(y, m, d, 12, 0, 0, 0, shanghai).UnixMilli() }
+
+	// 30 days ending 2024-03-10: every day present, empty ones 0.
+	res := query(map[string]any{"time": "1d", "format": "yyyy-MM-dd", "limit": 30, "from": ms(2024, 2, 10), "to": ms(2024, 3, 10)})
+	check(res, want["day"], 30)
+	if res[0].Data.TimeString != "2024-03-10" || res[29].Data.TimeString != "2024-02-10" {
+		t.Fatalf("day range %s..%s", res[29].Data.TimeString, res[0].Data.TimeString)
+	}
+	// from and to swapped give the same answer.
+	swapped := query(map[string]any{"time": "1d", "limit": 30, "from": ms(2024, 3, 10), "to": ms(2024, 2, 10)})
+	if fmt.Sprint(swapped) != fmt.Sprint(res) {
+		t.Fatalf("swapped from/to differ")
+	}
+	// limit smaller than the range: the newest 7.
+	check(query(map[string]any{"time": "1d", "limit": 7, "from": ms(2024, 2, 10), "to": ms(2024, 3, 10)}), want["day"], 7)
+	// limit larger than the range: only the range.
+	check(query(map[string]any{"time": "1d", "limit": 100, "from": ms(2024, 2, 25), "to": ms(2024, 3, 2)}), want["day"], 7)
+	// Month buckets over 12 months.
+	mres := query(map[string]any{"time": "1M", "format": "yyyy-MM", "limit": 12, "from": ms(2023, 12, 1), "to": ms(2024, 11, 1)})
+	check(mres, want["month"], 12)
+	var total uint64
+	for _, r := range mres {
+		total += r.Data.Value
+	}
+	var wantTotal uint64
+	for k, v := range want["month"] {
+		if k >= "2023-12" && k <= "2024-11" {
+			wantTotal += v
+		}
+	}
+	if total != wantTotal {
+		t.Fatalf("12 months hold %d messages, want %d", total, wantTotal)
+	}
+	// One product only.
+	check(query(map[string]any{"time": "1d", "limit": 30, "from": ms(2024, 2, 10), "to": ms(2024, 3, 10), "productId": "dp"}), want["dayDP"], 30)
+	// An empty range: every bucket present as 0.
+	for _, r := range query(map[string]any{"time": "1d", "limit": 5, "from": ms(2030, 1, 1), "to": ms(2030, 1, 5)}) {
+		if r.Data.Value != 0 {
+			t.Fatalf("empty range bucket %s = %d", r.Data.TimeString, r.Data.Value)
+		}
+	}
+	// Chinese pattern.
+	cn := query(map[string]any{"time": "1d", "format": "MM月dd日", "limit": 1, "to": ms(2024, 2, 29)})
+	if len(cn) != 1 || cn[0].Data.TimeString != "02月29日" || cn[0].Data.Value != want["day"]["2024-02-29"] {
+		t.Fatalf("MM月dd日: %+v (want %d)", cn, want["day"]["2024-02-29"])
+	}
+}
+
+func TestDashboardHistory(t *testing.T) {
+	e, db := dashEnv(t)
+	t0 := time.Date(2024, 6, 1, 8, 0, 0, 0, time.UTC)
+	var props []tsdb.PropertyValue
+	for i := 0; i < 5; i++ {
+		tm := t0.Add(time.Duration(i) * time.Minute)
+		props = append(props,
+			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", MessageID: fmt.Sprint("m", i), Property: "temp", ValueType: "number", Num: 20.5 + float64(i)},
+			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", MessageID: fmt.Sprint("m", i), Property: "mode", ValueType: "string", Str: fmt.Sprint(1 + i%2)},
+		)
+	}
+	props = append(props,
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", MessageID: "x", Property: "count", ValueType: "number", Num: 42},
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", MessageID: "x", Property: "on", ValueType: "bool", Num: 1, Str: "true"},
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "other", MessageID: "y", Property: "temp", ValueType: "number", Num: 99})
+	if err := db.Insert(context.Background(), nil, props); err != nil {
+		t.Fatal(err)
+	}
+	type item struct {
+		Group string `json:"group"`
+		Data  struct {
+			Value struct {
+				ID, Property, PropertyName, Type, FormatValue string
+				Value                                         json.RawMessage
+				CreateTime, Timestamp                         int64
+			} `json:"value"`
+			TimeString string `json:"timeString"`
+			Timestamp  int64  `json:"timestamp"`
+		} `json:"data"`
+	}
+	history := func(n int, props ...string) []item {
+		t.Helper()
+		body := []map[string]any{{"dashboard": "device", "object": "dp", "measurement": "properties", "dimension": "history", "group": "state",
+			"params": map[string]any{"deviceId": "dd", "history": n, "properties": props}}}
+		var res []item
+		e.ok("POST", "/api/dashboard/_multi", body, &res)
+		return res
+	}
+	res := history(3, "temp", "mode", "count", "on", "missing")
+	var got []string
+	for _, r := range res {
+		got = append(got, r.Data.Value.Property+"="+string(r.Data.Value.Value)+"|"+r.Data.Value.FormatValue+"|"+r.Data.Value.PropertyName)
+		if r.Group != "state" || r.Data.Timestamp != r.Data.Value.Timestamp || r.Data.TimeString == "" {
+			t.Fatalf("item shape: %+v", r)
+		}
+	}
+	want := []string{
+		"temp=22.5|22.50%|Temperature", "temp=23.5|23.50%|Temperature", "temp=24.5|24.50%|Temperature",
+		`mode="1"|Eco|Mode`, `mode="2"|Boost|Mode`, `mode="1"|Eco|Mode`,
+		"count=42|42 m|Counter",
+		"on=true|On|Power",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("history:\n got %v\nwant %v", got, want)
+	}
+	// Oldest first within a property.
+	if res[0].Data.Timestamp >= res[1].Data.Timestamp {
+		t.Fatalf("not oldest first")
+	}
+	// N larger than stored: all five.
+	if n := len(history(50, "temp")); n != 5 {
+		t.Fatalf("history 50 of temp: %d items", n)
+	}
+	// No properties named: every stored property, latest one each.
+	all := history(1)
+	var names []string
+	for _, r := range all {
+		names = append(names, r.Data.Value.Property)
+	}
+	sort.Strings(names)
+	if fmt.Sprint(names) != "[count mode on temp]" {
+		t.Fatalf("all properties: %v", names)
+	}
+}
+
+func TestDashboardBadInput(t *testing.T) {
+	e, _ := dashEnv(t)
+	agg := func(params string) string {
+		return `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":` + params + `}]`
+	}
+	f := func(body, mention string) {
+		t.Helper()
+		r := e.fails("POST", "/api/dashboard/_multi", body, 400, "illegal_argument")
+		if !strings.Contains(r.Message, mention) {
+			t.Fatalf("%s: message %q does not mention %q", body, r.Message, mention)
+		}
+	}
+	f(`{}`, "body")
+	f(`[]`, "body")
+	f(`[{"object":"message","measurement":"quantity","dimension":"agg"}]`, "[0].dashboard")
+	f(`[{"dashboard":"device","measurement":"quantity","dimension":"agg"}]`, "[0].object")
+	f(`[{"dashboard":"device","object":"message","dimension":"agg"}]`, "[0].measurement")
+	f(`[{"dashboard":"device","object":"message","measurement":"quantity"}]`, "[0].dimension")
+	f(`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg"},{"dashboard":"","object":"x","measurement":"y","dimension":"z"}]`, "[1].dashboard")
+	f(`[{"dashboard":"user","object":"message","measurement":"quantity","dimension":"agg"}]`, "dashboard")
+	f(`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"max"}]`, "unknown query")
+	f(agg(`{"time":"2d"}`), "params.time")
+	f(agg(`{"format":"yyyy-QQ"}`), "params.format")
+	f(agg(`{"limit":0}`), "params.limit")
+	f(agg(`{"limit":"7"}`), "params.limit")
+	f(agg(`{"from":"yesterday"}`), "params.from")
+	f(agg(`{"to":true}`), "params.to")
+	f(`[{"dashboard":"device","object":"dp","measurement":"properties","dimension":"history","params":{}}]`, "params.deviceId")
+	f(`[{"dashboard":"device","object":"dp","measurement":"properties","dimension":"history","params":{"deviceId":"dd","history":0}}]`, "params.history")
+	f(`[{"dashboard":"device","object":"dp","measurement":"properties","dimension":"history","params":{"deviceId":"dd","properties":"temp"}}]`, "params.properties")
+	f(`[{"dashboard":"device","object":"wrong","measurement":"properties","dimension":"history","params":{"deviceId":"dd"}}]`, "[0].object")
+	e.fails("POST", "/api/dashboard/_multi", `[{"dashboard":"device","object":"dp","measurement":"properties","dimension":"history","params":{"deviceId":"nope"}}]`, 404, "not_found")
+}

@@ -1,0 +1,131 @@
+package api
+
+import (
+	"context"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// DeviceStore is what the device endpoints need.
+type DeviceStore interface {
+	QueryDevices(ctx context.Context, q *meta.Query) (meta.Page[meta.Device], error)
+	GetDeviceDetail(ctx context.Context, id string) (meta.DeviceDetail, error)
+	CreateDevice(ctx context.Context, n meta.NewDevice, creator meta.User) (meta.DeviceDetail, error)
+	UpdateDevice(ctx context.Context, id string, p meta.DevicePatch, modifier meta.User) (meta.DeviceDetail, error)
+	DeleteDevice(ctx context.Context, id string) (meta.DeviceDetail, error)
+	DeployDevice(ctx context.Context, id string, modifier meta.User) (meta.DeviceDetail, error)
+	UndeployDevice(ctx context.Context, id string, modifier meta.User) (meta.DeviceDetail, error)
+	SetDeviceMetadata(ctx context.Context, id, metadata string, modifier meta.User) error
+	ResetDeviceMetadata(ctx context.Context, id string, modifier meta.User) error
+}
+
+// queryDevices is endpoint 7: POST /api/device-instance/_query/.
+func (s *Server) queryDevices(c *fiber.Ctx) error {
+	q, err := queryBody(c)
+	if err != nil {
+		return err
+	}
+	page, err := s.deps.Devices.QueryDevices(c.UserContext(), q)
+	if err != nil {
+		return err
+	}
+	return ok(c, page)
+}
+
+// getDevice is endpoint 8: GET /api/device/instance/{id}/detail (and the
+// same without /detail).
+func (s *Server) getDevice(c *fiber.Ctx) error {
+	d, err := s.deps.Devices.GetDeviceDetail(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// setDeviceMetadata is endpoint 9: PUT /api/device/instance/{id}/metadata.
+// The body is the thing model object itself; it is validated and stored
+// normalised as the device's own model.
+func (s *Server) setDeviceMetadata(c *fiber.Ctx) error {
+	body := c.Body()
+	if len(body) == 0 {
+		return meta.Invalid("body", "a JSON body (the thing model) is required")
+	}
+	if !utf8.Valid(body) {
+		return meta.Invalid("body", "must be UTF-8")
+	}
+	m, err := schema.ParseThingModel(body)
+	if err != nil {
+		return err
+	}
+	if err := s.deps.Devices.SetDeviceMetadata(c.UserContext(), c.Params("id"), m.String(), currentUser(c)); err != nil {
+		return err
+	}
+	return ok(c, nil)
+}
+
+// resetDeviceMetadata is DELETE /api/device/instance/{id}/metadata: the
+// product's thing model is in force again.
+func (s *Server) resetDeviceMetadata(c *fiber.Ctx) error {
+	if err := s.deps.Devices.ResetDeviceMetadata(c.UserContext(), c.Params("id"), currentUser(c)); err != nil {
+		return err
+	}
+	return ok(c, nil)
+}
+
+// createDevice is POST /api/device/instance.
+func (s *Server) createDevice(c *fiber.Ctx) error {
+	var n meta.NewDevice
+	if err := decodeJSON(c, &n); err != nil {
+		return err
+	}
+	d, err := s.deps.Devices.CreateDevice(c.UserContext(), n, currentUser(c))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// updateDevice is PUT /api/device/instance/{id}.
+func (s *Server) updateDevice(c *fiber.Ctx) error {
+	var p meta.DevicePatch
+	if err := decodeJSON(c, &p); err != nil {
+		return err
+	}
+	d, err := s.deps.Devices.UpdateDevice(c.UserContext(), c.Params("id"), p, currentUser(c))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// deleteDevice is DELETE /api/device/instance/{id}; only an undeployed
+// device may be deleted.
+func (s *Server) deleteDevice(c *fiber.Ctx) error {
+	d, err := s.deps.Devices.DeleteDevice(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// deployDevice is POST /api/device/instance/{id}/deploy.
+func (s *Server) deployDevice(c *fiber.Ctx) error {
+	d, err := s.deps.Devices.DeployDevice(c.UserContext(), c.Params("id"), currentUser(c))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// undeployDevice is POST /api/device/instance/{id}/undeploy.
+func (s *Server) undeployDevice(c *fiber.Ctx) error {
+	d, err := s.deps.Devices.UndeployDevice(c.UserContext(), c.Params("id"), currentUser(c))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}

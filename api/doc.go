@@ -1,0 +1,8 @@
+// Package api serves the platform's REST API with Fiber: the response
+// envelope, the mapping of errors to codes (errors.go, the one place), token
+// authentication, and thin handlers that call the stores through the small
+// interfaces declared here. Every route is listed in routes.go.
+//
+// It imports meta, tsdb, ingest and schema for their types; none of them
+// imports api.
+package api

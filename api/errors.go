@@ -1,0 +1,157 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/ingest"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// Envelope codes.
+const (
+	codeUnauthorized    = "unauthorized"
+	codeAccessDenied    = "access_denied"
+	codeIllegalArgument = "illegal_argument"
+	codeIllegalPassword = "illegal_password"
+	codeNotFound        = "not_found"
+	codeDuplicateKey    = "duplicate_key"
+	codeServerError     = "server_error"
+	codeClientOffline   = "client_offline"
+	codeTimeOut         = "time_out"
+	codeRequestHandling = "request_handling"
+	codeTooManyRequests = "too_many_requests"
+	codeUnsupportedType = "unsupported_media_type"
+)
+
+// errorHandler is the one place where errors become envelope codes. It is
+// Fiber's ErrorHandler, so errors returned by handlers, unknown routes and
+// recovered panics all pass through it.
+func errorHandler(log *slog.Logger) fiber.ErrorHandler {
+	return func(c *fiber.Ctx, err error) error {
+		var (
+			argErr *meta.ArgError
+			tmErr  *schema.ValidationError
+			fe     *fiber.Error
+			devErr *ingest.DeviceError
+		)
+		switch {
+		case errors.Is(err, meta.ErrUnauthorized):
+			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, "login expired or token missing",
+				enumObject{Text: "expired", Value: "expired"})
+		case errors.Is(err, meta.ErrLoginLocked):
+			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, err.Error(), nil)
+		case errors.Is(err, meta.ErrBadCredentials):
+			return reply(c, fiber.StatusBadRequest, codeIllegalPassword, "wrong username or password", nil)
+		case errors.Is(err, meta.ErrNotFound):
+			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
+		case errors.Is(err, meta.ErrDuplicateKey):
+			return reply(c, fiber.StatusBadRequest, codeDuplicateKey, safeText(err.Error())+" already exists", nil)
+		case errors.As(err, &argErr):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
+		case errors.As(err, &tmErr):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "invalid thing model: "+safeText(tmErr.Error()), nil)
+		case errors.Is(err, ingest.ErrOffline):
+			return reply(c, fiber.StatusInternalServerError, codeClientOffline, "device is offline", nil)
+		case errors.Is(err, ingest.ErrTimeout):
+			return reply(c, fiber.StatusInternalServerError, codeTimeOut, "device did not reply in time", nil)
+		case errors.Is(err, ingest.ErrTooBusy):
+			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many pending commands; retry later", nil)
+		case errors.As(err, &devErr):
+			return reply(c, fiber.StatusInternalServerError, safeText(devErr.Code), safeText(devErr.Error()), nil)
+		case errors.As(err, &fe):
+			return fiberError(c, fe)
+		}
+		log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
+	}
+}
+
+func fiberError(c *fiber.Ctx, fe *fiber.Error) error {
+	switch fe.Code {
+	case fiber.StatusNotFound:
+		return reply(c, fe.Code, codeNotFound, "no such endpoint: "+c.Method()+" "+safeText(c.Path()), nil)
+	case fiber.StatusMethodNotAllowed:
+		return reply(c, fe.Code, codeNotFound, "method not allowed", nil)
+	case fiber.StatusRequestEntityTooLarge:
+		return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "request body too large", nil)
+	case fiber.StatusUnsupportedMediaType:
+		return reply(c, fe.Code, codeUnsupportedType, fe.Message, nil)
+	case fiber.StatusTooManyRequests:
+		return reply(c, fe.Code, codeTooManyRequests, fe.Message, nil)
+	case fiber.StatusBadRequest:
+		return reply(c, fe.Code, codeIllegalArgument, safeText(fe.Message), nil)
+	}
+	if fe.Code >= 500 {
+		return reply(c, fe.Code, codeServerError, "internal server error", nil)
+	}
+	return reply(c, fe.Code, codeIllegalArgument, safeText(fe.Message), nil)
+}
+
+// safeText keeps client-supplied text in messages valid UTF-8 and short.
+func safeText(s string) string {
+	if !utf8.ValidString(s) {
+		s = string([]rune(s)) // replaces invalid bytes with U+FFFD
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// decodeJSON reads the request body into v; malformed JSON and wrong types
+// are input errors naming the field.
+func decodeJSON(c *fiber.Ctx, v any) error {
+	body := c.Body()
+	if len(body) == 0 {
+		return meta.Invalid("body", "a JSON body is required")
+	}
+	if !utf8.Valid(body) {
+		return meta.Invalid("body", "must be UTF-8")
+	}
+	return jsonError(json.Unmarshal(body, v))
+}
+
+func jsonError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		te *json.UnmarshalTypeError
+		se *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return meta.Invalid(field, "must be %s, not %s", jsonTypeName(te.Type.Kind().String()), te.Value)
+	case errors.As(err, &se):
+		return meta.Invalid("body", "malformed JSON at offset %d", se.Offset)
+	}
+	return meta.Invalid("body", "malformed JSON: %s", err.Error())
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return kind
+}

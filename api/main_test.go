@@ -1,0 +1,190 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"devicehub/api"
+	"devicehub/meta"
+	"devicehub/meta/metatest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// database/sql and fasthttp keep pool goroutines for the process.
+		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/lib/pq.NewDialListener"),
+	)
+}
+
+// env is one running server on a fresh database, reached over real HTTP.
+type env struct {
+	t      *testing.T
+	base   string
+	store  *meta.Store
+	server *api.Server
+	token  string
+}
+
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith lets a test add dependencies (ClickHouse, MQTT) to the server.
+func newEnvWith(t *testing.T, with func(store *meta.Store, deps *api.Deps)) *env {
+	t.Helper()
+	store := metatest.NewStore(t)
+	reg := prometheus.NewRegistry()
+	deps := api.Deps{
+		Auth: store, Products: store, Roles: store, Devices: store,
+		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
+		Registry: reg, Gatherer: reg,
+	}
+	if with != nil {
+		with(store, &deps)
+	}
+	srv := api.New(api.DefaultOptions(), deps)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.App().Listener(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
+	e.token = e.login("admin", "admin123")
+	return e
+}
+
+// response is a decoded envelope.
+type response struct {
+	HTTPStatus int
+	Message    string          `json:"message"`
+	Result     json.RawMessage `json:"result"`
+	Status     int             `json:"status"`
+	Code       string          `json:"code"`
+	Timestamp  int64           `json:"timestamp"`
+	raw        []byte
+}
+
+func (e *env) do(method, path string, body any, token string) response {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequest(method, e.base+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{HTTPStatus: res.StatusCode, raw: raw}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		e.t.Fatalf("%s %s: body is not an envelope: %v: %s", method, path, err, raw)
+	}
+	if r.Status != res.StatusCode {
+		e.t.Fatalf("%s %s: envelope status %d != HTTP %d", method, path, r.Status, res.StatusCode)
+	}
+	if r.Timestamp == 0 {
+		e.t.Fatalf("%s %s: envelope without timestamp: %s", method, path, raw)
+	}
+	return r
+}
+
+// call is do with the admin token.
+func (e *env) call(method, path string, body any) response {
+	e.t.Helper()
+	return e.do(method, path, body, e.token)
+}
+
+// ok calls and requires 200 success, decoding result into out (if non-nil).
+func (e *env) ok(method, path string, body, out any) {
+	e.t.Helper()
+	r := e.call(method, path, body)
+	if r.HTTPStatus != 200 || r.Message != "success" || r.Code != "" {
+		e.t.Fatalf("%s %s: want 200 success, got %d: %s", method, path, r.HTTPStatus, r.raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			e.t.Fatalf("%s %s: result: %v: %s", method, path, err, r.Result)
+		}
+	}
+}
+
+// fails calls and requires the given status and code.
+func (e *env) fails(method, path string, body any, status int, code string) response {
+	e.t.Helper()
+	r := e.call(method, path, body)
+	if r.HTTPStatus != status || r.Code != code {
+		e.t.Fatalf("%s %s %v: want %d %s, got %d: %s", method, path, body, status, code, r.HTTPStatus, r.raw)
+	}
+	return r
+}
+
+func (e *env) login(user, pass string) string {
+	e.t.Helper()
+	r := e.do("POST", "/api/authorize/login", map[string]string{"username": user, "password": pass}, "")
+	if r.HTTPStatus != 200 {
+		e.t.Fatalf("login %s: %d %s", user, r.HTTPStatus, r.raw)
+	}
+	var res struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(r.Result, &res); err != nil || res.Token == "" {
+		e.t.Fatalf("login: no token: %s", r.raw)
+	}
+	return res.Token
+}
+
+// createProduct creates a product with the required fields plus extra.
+func (e *env) createProduct(id, name string, extra map[string]any) map[string]any {
+	e.t.Helper()
+	body := map[string]any{"id": id, "name": name, "classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}
+	for k, v := range extra {
+		body[k] = v
+	}
+	var p map[string]any
+	e.ok("POST", "/api/device/product", body, &p)
+	return p
+}
+
+func (e *env) countRows(table string) int {
+	e.t.Helper()
+	var n int
+	if err := e.store.DB().Get(&n, fmt.Sprintf("SELECT count(*) FROM %s", table)); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,55 @@
+package api
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "devicehub_http_requests_total",
+			Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "devicehub_http_request_duration_seconds",
+			Help:    "HTTP request latency by route and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+		}, []string{"route", "method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency)
+	}
+	return m
+}
+
+// middleware records every request under its route pattern (not its path,
+// which would grow the label set with every id).
+func (m *metrics) middleware(c *fiber.Ctx) error {
+	start := time.Now()
+	if err := c.Next(); err != nil {
+		// Write the error's envelope now, so that its status is counted.
+		if herr := c.App().ErrorHandler(c, err); herr != nil {
+			return herr
+		}
+	}
+	status := c.Response().StatusCode()
+	// fasthttp reuses the buffers behind c.Method(): labels keep copies.
+	method := strings.Clone(c.Method())
+	route := "unmatched"
+	if r := c.Route(); r != nil && r.Path != "/" && r.Path != "" {
+		route = r.Path
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+	return nil
+}

@@ -1,0 +1,85 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes registers every endpoint. Spec endpoint numbers are in comments;
+// each handler calls one store method, where the SQL is.
+func (s *Server) routes() {
+	app := s.app
+	app.Get("/healthz", s.healthz)
+	gatherer := s.deps.Gatherer
+	if gatherer == nil {
+		gatherer = prometheus.DefaultGatherer
+	}
+	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
+
+	app.Post("/api/authorize/login", s.login)
+
+	api := app.Group("/api", s.requireToken)
+	api.Post("/authorize/logout", s.logout)
+	api.Get("/authorize/me", s.me)
+
+	// Products.
+	api.Post("/device-product/_query", s.queryProducts)     // 1
+	api.Post("/device-product/_count", s.countProducts)     // 6
+	api.Get("/device-product/:id", s.getProduct)            // 2
+	api.Post("/device/product", s.createProduct)            // 3
+	api.Patch("/device-product", s.patchProduct)            // 4
+	api.Delete("/device-product/:id", s.deleteProduct)      // 5
+	api.Post("/device-product/:id/deploy", s.deployProduct) // lifecycle
+	api.Post("/device-product/:id/undeploy", s.undeployProduct)
+
+	// Devices.
+	api.Post("/device-instance/_query", s.queryDevices)           // 7
+	api.Get("/device/instance/:id/detail", s.getDevice)           // 8
+	api.Put("/device/instance/:id/metadata", s.setDeviceMetadata) // 9
+	api.Delete("/device/instance/:id/metadata", s.resetDeviceMetadata)
+	api.Post("/device/instance", s.createDevice) // lifecycle
+	api.Get("/device/instance/:id", s.getDevice)
+	api.Put("/device/instance/:id", s.updateDevice)
+	api.Delete("/device/instance/:id", s.deleteDevice)
+	api.Post("/device/instance/:id/deploy", s.deployDevice)
+	api.Post("/device/instance/:id/undeploy", s.undeployDevice)
+
+	// Roles.
+	api.Post("/role/_query", s.queryRoles) // 13
+
+	// Device commands.
+	api.Get("/device/standard/:deviceId/property/:property", s.readProperty)     // 10
+	api.Post("/device/instance/:deviceId/properties/_read", s.readProperties)    // 11
+	api.Post("/device/invoked/:deviceId/function/:functionId", s.invokeFunction) // 12
+
+	// Dashboard.
+	api.Post("/dashboard/_multi", s.dashboardMulti) // 14
+
+	// Anything else, under /api or not, is not_found in the envelope.
+	app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
+}
+
+// healthz is GET /healthz: 200 when every dependency answers, else 503.
+func (s *Server) healthz(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+	defer cancel()
+	result := map[string]string{}
+	healthy := true
+	for name, check := range s.deps.Health {
+		if err := check(ctx); err != nil {
+			result[name] = "down"
+			healthy = false
+			continue
+		}
+		result[name] = "up"
+	}
+	if !healthy {
+		return reply(c, fiber.StatusServiceUnavailable, codeServerError, "unhealthy", result)
+	}
+	return ok(c, result)
+}
