@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/api"
+	"devicehub/meta"
+)
+
+// pgServerDSN is the PostgreSQL server (a DSN without database): dsn, else
+// $DEVICEHUB_TEST_POSTGRES, else the local server of `make services`.
+func pgServerDSN(dsn string) string {
+	if dsn != "" {
+		return dsn
+	}
+	if v := os.Getenv("DEVICEHUB_TEST_POSTGRES"); v != "" {
+		return v
+	}
+	return "postgres://postgres@127.0.0.1:5432"
+}
+
+// benchServer is the real API server on 127.0.0.1:0 over a fresh, migrated
+// PostgreSQL database of its own (dropped by close), with a logged-in
+// keep-alive HTTP client sized for the load.
+type benchServer struct {
+	store    *meta.Store
+	srv      *api.Server
+	base     string
+	token    string
+	http     *http.Client
+	adminDSN string
+	dbName   string
+	closers  []func()
+}
+
+// startBenchServer creates the database, lets with add dependencies
+// (it may register closers, run after the server stops), serves and logs
+// in as admin. conns sizes the client's keep-alive pool.
+func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, with func(store *meta.Store, deps *api.Deps, s *benchServer) error) (_ *benchServer, err error) {
+	s := &benchServer{adminDSN: pgServer + "/postgres?sslmode=disable"}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	admin, err := sql.Open("postgres", s.adminDSN)
+	if err != nil {
+		return nil, err
+	}
+	name := prefix + "_" + ingestRandHex(4)
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
+	admin.Close()
+	if err != nil {
+		return nil, fmt.Errorf("bench: create PostgreSQL database (is it up? `make services`): %w", err)
+	}
+	s.dbName = name
+	mo := meta.DefaultOptions()
+	mo.DSN = pgServer + "/" + name + "?sslmode=disable"
+	if s.store, err = meta.Open(ctx, mo); err != nil {
+		return nil, err
+	}
+	if err = s.store.EnsureAdmin(ctx, "admin123"); err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	deps := api.Deps{
+		Auth: s.store, Products: s.store, Roles: s.store, Devices: s.store, Models: s.store,
+		Health:   map[string]func(context.Context) error{"postgres": s.store.Ping},
+		Logger:   slog.New(slog.DiscardHandler),
+		Registry: reg, Gatherer: reg,
+	}
+	if with != nil {
+		if err = with(s.store, &deps, s); err != nil {
+			return nil, err
+		}
+	}
+	s.srv = api.New(api.DefaultOptions(), deps)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = s.srv.App().Listener(ln) }()
+	s.base = "http://" + ln.Addr().String()
+	s.http = loadClient(conns)
+	var login struct {
+		Token string `json:"token"`
+	}
+	if err = s.call(ctx, "POST", "/api/authorize/login", map[string]string{"username": "admin", "password": "admin123"}, &login); err != nil {
+		return nil, err
+	}
+	s.token = login.Token
+	return s, nil
+}
+
+// loadClient is a keep-alive client that holds conns idle connections to
+// one host, so a closed loop of conns workers never redials.
+func loadClient(conns int) *http.Client {
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute,
+		DisableCompression: true,
+		DialContext:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	}}
+}
+
+func (s *benchServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s.srv != nil {
+		_ = s.srv.Shutdown(ctx)
+	}
+	if s.http != nil {
+		s.http.CloseIdleConnections()
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	if s.dbName != "" {
+		if admin, err := sql.Open("postgres", s.adminDSN); err == nil {
+			_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)")
+			admin.Close()
+		}
+	}
+}
+
+// call sends a JSON body (nil: none) and decodes the envelope's result
+// into out (if not nil); anything but 200 is an error.
+func (s *benchServer) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(js)
+	}
+	raw, err := s.do(ctx, method, path, rd)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	var env struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return fmt.Errorf("bench: %s %s: %w", method, path, err)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(env.Result, out)
+}
+
+// do sends one request and returns the body of a 200 answer.
+func (s *benchServer) do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.token != "" {
+		req.Header.Set("X-Access-Token", s.token)
+	}
+	res, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return raw, fmt.Errorf("bench: %s %s: HTTP %d: %.200s", method, path, res.StatusCode, raw)
+	}
+	return raw, nil
+}

@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"devicehub/api"
+	"devicehub/bench/sim"
+	"devicehub/ingest"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// CommandsParams configure RunCommands. Zero fields take the defaults noted.
+type CommandsParams struct {
+	Devices     int     `json:"devices"`     // simulated devices, default 100
+	Concurrency int     `json:"concurrency"` // HTTP clients in flight, default 1000
+	Requests    int     `json:"requests"`    // measured reads, default 20000
+	Warmup      int     `json:"warmup"`      // reads before measuring, default 2 x Concurrency
+	Rate        float64 `json:"rate"`        // req/s, open loop; 0: closed loop (as fast as answered)
+	// SkipCeiling leaves out the bare-Fiber ceiling run.
+	SkipCeiling bool   `json:"skipCeiling"`
+	BrokerURL   string `json:"brokerUrl"`   // default $DEVICEHUB_MQTT_URL or tcp://127.0.0.1:1884
+	PostgresDSN string `json:"postgresDsn"` // server, no database; default $DEVICEHUB_TEST_POSTGRES or local
+	// Progress, if set, receives a live status line.
+	Progress io.Writer `json:"-"`
+	// Logf, if set, receives setup steps.
+	Logf func(format string, args ...any) `json:"-"`
+}
+
+func (p CommandsParams) withDefaults() CommandsParams {
+	if p.Devices <= 0 {
+		p.Devices = 100
+	}
+	if p.Concurrency <= 0 {
+		p.Concurrency = 1000
+	}
+	if p.Requests <= 0 {
+		p.Requests = 20000
+	}
+	if p.Warmup <= 0 {
+		p.Warmup = 2 * p.Concurrency
+	}
+	if p.BrokerURL == "" {
+		p.BrokerURL = os.Getenv("DEVICEHUB_MQTT_URL")
+	}
+	if p.BrokerURL == "" {
+		p.BrokerURL = "tcp://127.0.0.1:1884"
+	}
+	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
+	if p.Logf == nil {
+		p.Logf = func(string, ...any) {}
+	}
+	return p
+}
+
+// CommandsResult is what RunCommands measured.
+type CommandsResult struct {
+	Params CommandsParams `json:"params"`
+	// Reads: GET /api/device/standard/{d}/property/temp through the API,
+	// the command path and the broker to a simulated device and back.
+	Reads LoadResult `json:"reads"`
+	// Ceiling: a bare Fiber handler, same machine, same client and load.
+	Ceiling *LoadResult `json:"ceiling,omitempty"`
+	// Ratios to the ceiling: latency (>= 1, lower is better) and
+	// throughput (<= 1, higher is better).
+	P50Ratio float64 `json:"p50Ratio,omitempty"`
+	P99Ratio float64 `json:"p99Ratio,omitempty"`
+	RPSRatio float64 `json:"rpsRatio,omitempty"`
+	// DeviceReads is what the simulated devices received (>= requests).
+	DeviceReads int64 `json:"deviceReads"`
+	// PeakRSS of this process (server, devices and client together), bytes.
+	PeakRSS int64 `json:"peakRssBytes"`
+}
+
+func (r CommandsResult) String() string {
+	s := fmt.Sprintf("commands: %d devices, %d concurrent: %s", r.Params.Devices, r.Params.Concurrency, r.Reads)
+	if r.Ceiling != nil {
+		s += fmt.Sprintf("\n  bare fiber ceiling: %s\n  ratio to ceiling: p50 x%.1f, p99 x%.1f, throughput %.2f",
+			r.Ceiling, r.P50Ratio, r.P99Ratio, r.RPSRatio)
+	}
+	return s + fmt.Sprintf("\n  peak RSS %d MiB", r.PeakRSS>>20)
+}
+
+const cmdModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":1}},{"id":"mode","name":"Mode","valueType":{"type":"string"}}]}`
+
+// RunCommands measures property reads through HTTP against simulated
+// devices: an in-process API server (fresh PostgreSQL database, presence
+// and commands on the real broker), a product and p.Devices devices
+// created through HTTP and answered by a sim fleet, then p.Concurrency
+// keep-alive clients reading. The bare-Fiber ceiling runs after, with the
+// same load.
+func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) {
+	p = p.withDefaults()
+	res := CommandsResult{Params: p}
+	product := "benchcmd" + ingestRandHex(4) // unique: other runs' devices stay apart
+
+	p.Logf("commands: starting server and presence on %s", p.BrokerURL)
+	srv, err := startBenchServer(ctx, p.PostgresDSN, "devicehub_bench_cmd", p.Concurrency, func(store *meta.Store, deps *api.Deps, s *benchServer) error {
+		popt := ingest.DefaultPresenceOptions()
+		popt.BrokerURL, popt.ProductIDs = p.BrokerURL, []string{product}
+		popt.Logger = deps.Logger
+		presence, err := ingest.NewPresence(ctx, popt, store)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, presence.Close)
+		cmds, err := ingest.NewCommands(presence, nil, ingest.DefaultCommandOptions())
+		if err != nil {
+			return err
+		}
+		deps.Commands = cmds
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer srv.close()
+
+	var prod map[string]any
+	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench commands",
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
+		return res, err
+	}
+	prod["metadata"] = cmdModel
+	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
+		return res, err
+	}
+	ids := make([]string, p.Devices)
+	for i := range ids {
+		ids[i] = product + "-" + strconv.Itoa(i)
+		if err := srv.call(ctx, "POST", "/api/device/instance", map[string]any{"id": ids[i], "name": "Bench device " + strconv.Itoa(i), "productId": product}, nil); err != nil {
+			return res, err
+		}
+	}
+
+	p.Logf("commands: connecting %d simulated devices", p.Devices)
+	model, err := schema.ParseThingModelString(cmdModel)
+	if err != nil {
+		return res, err
+	}
+	fleet, err := sim.Start(ctx, sim.Options{BrokerURL: p.BrokerURL, ProductID: product, DeviceIDs: ids, Model: model, QoS: 1})
+	if err != nil {
+		return res, err
+	}
+	defer fleet.Close()
+	// Every device must answer (be online in the server's view) before
+	// the load starts.
+	paths := make([]string, len(ids))
+	for i, id := range ids {
+		paths[i] = "/api/device/standard/" + id + "/property/temp"
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, path := range paths {
+		for {
+			_, err := srv.do(ctx, "GET", path, nil)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return res, fmt.Errorf("bench: device never answered: %w", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	read := func(ctx context.Context, i int) error {
+		raw, err := srv.do(ctx, "GET", paths[i%len(paths)], nil)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(raw, []byte(`"temp":`)) {
+			return fmt.Errorf("bench: read without the property: %.200s", raw)
+		}
+		return nil
+	}
+	p.Logf("commands: %d warm-up and %d measured reads, %d concurrent", p.Warmup, p.Requests, p.Concurrency)
+	stopRSS := rssSampler()
+	res.Reads, err = runLoad(ctx, loadSpec{Name: "commands", Concurrency: p.Concurrency, Requests: p.Requests,
+		Warmup: p.Warmup, Rate: p.Rate, Do: read, Progress: p.Progress})
+	res.PeakRSS = stopRSS()
+	res.DeviceReads = fleet.Reads.Load()
+	if err != nil {
+		return res, err
+	}
+	if res.Reads.Errors > 0 {
+		return res, fmt.Errorf("bench: %d of %d reads failed, first: %s", res.Reads.Errors, p.Requests, res.Reads.FirstError)
+	}
+
+	if !p.SkipCeiling {
+		p.Logf("commands: bare Fiber ceiling")
+		c, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.Requests, Warmup: p.Warmup,
+			Rate: p.Rate, Progress: p.Progress})
+		if err != nil {
+			return res, err
+		}
+		res.Ceiling = &c
+		res.P50Ratio = Ratio(res.Reads.Latency.P50Ms, c.Latency.P50Ms)
+		res.P99Ratio = Ratio(res.Reads.Latency.P99Ms, c.Latency.P99Ms)
+		res.RPSRatio = Ratio(res.Reads.SustainedRPS, c.SustainedRPS)
+	}
+	return res, nil
+}

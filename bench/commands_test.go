@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestRunCommandsSmall runs the commands scenario at a toy size: the whole
+// path works and every figure is filled in.
+func TestRunCommandsSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.Reads.Requests != 60 || res.Reads.Errors != 0 || res.Reads.Latency.P50Ms <= 0 {
+		t.Fatalf("reads: %+v", res.Reads)
+	}
+	if res.Ceiling == nil || res.Ceiling.Requests != 60 || res.P50Ratio <= 0 {
+		t.Fatalf("ceiling: %+v", res.Ceiling)
+	}
+	if res.DeviceReads < 60 {
+		t.Fatalf("devices saw %d reads", res.DeviceReads)
+	}
+}
+
+// BenchmarkCommandsRead runs RunCommands once (b.N is 1: one run is a
+// whole load test) and reports its percentiles. DEVICEHUB_BENCH_DEVICES
+// (default 100), DEVICEHUB_BENCH_CONCURRENCY (1000) and
+// DEVICEHUB_BENCH_REQUESTS (20000) set its size.
+//
+//	go test -run '^$' -bench BenchmarkCommandsRead -benchtime 1x ./bench/
+func BenchmarkCommandsRead(b *testing.B) {
+	p := CommandsParams{
+		Devices:     envInt("DEVICEHUB_BENCH_DEVICES", 100),
+		Concurrency: envInt("DEVICEHUB_BENCH_CONCURRENCY", 1000),
+		Requests:    envInt("DEVICEHUB_BENCH_REQUESTS", 20000),
+	}
+	var res CommandsResult
+	for b.Loop() {
+		var err error
+		if res, err = RunCommands(context.Background(), p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Log(res)
+	b.ReportMetric(res.Reads.Latency.P50Ms, "p50-ms")
+	b.ReportMetric(res.Reads.Latency.P99Ms, "p99-ms")
+	b.ReportMetric(res.Reads.SustainedRPS, "reads/s")
+	if res.Ceiling != nil {
+		b.ReportMetric(res.Ceiling.Latency.P50Ms, "ceiling-p50-ms")
+		b.ReportMetric(res.P50Ratio, "p50-ratio")
+		b.ReportMetric(res.RPSRatio, "rps-ratio")
+	}
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}

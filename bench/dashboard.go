@@ -1,0 +1,402 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"devicehub/tsdb"
+)
+
+// DashboardParams configure RunDashboard.
+type DashboardParams struct {
+	// Sizes are the numbers of messages generated in ClickHouse, one
+	// database devicehub_bench_<size> each (at least 10000). Default 1M.
+	Sizes []int
+	// PGSizes are the sizes also loaded into PostgreSQL for the baseline
+	// (a subset of Sizes; others are ignored). Default none.
+	PGSizes []int
+	// Iterations is the number of timed requests per query kind, after
+	// warm-up. Default 200.
+	Iterations int
+	// Concurrency > 1 adds a run of Iterations requests per query kind
+	// spread over that many clients.
+	Concurrency int
+	// PGIterations is the number of timed PostgreSQL queries per kind.
+	// Default 5.
+	PGIterations int
+	// KeepData leaves the generated ClickHouse databases and PostgreSQL
+	// tables in place, so the next run with the same sizes reuses them;
+	// without it they are dropped at the end.
+	KeepData bool
+	// GenWorkers is the number of concurrent INSERT ... SELECT statements
+	// filling ClickHouse. Default 2.
+	GenWorkers int
+	// Prefix names the databases: <Prefix>_<size> in ClickHouse and
+	// <Prefix> in PostgreSQL. Default "devicehub_bench".
+	Prefix string
+	// ClickHouseAddr defaults to $DEVICEHUB_CLICKHOUSE_ADDR or
+	// 127.0.0.1:9000; PostgresDSN (server, no database) to
+	// $DEVICEHUB_TEST_POSTGRES or postgres://postgres@127.0.0.1:5432.
+	ClickHouseAddr string
+	PostgresDSN    string
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// DashboardResult is the outcome of RunDashboard.
+type DashboardResult struct {
+	ClickHouseVersion string          `json:"clickhouseVersion"`
+	TimeZone          string          `json:"timeZone"`
+	Iterations        int             `json:"iterations"`
+	Concurrency       int             `json:"concurrency"`
+	PGIterations      int             `json:"pgIterations"`
+	Sizes             []DashboardSize `json:"sizes"`
+}
+
+// DashboardSize holds the figures of one data size.
+type DashboardSize struct {
+	Rows         int64 `json:"rows"`
+	PropertyRows int64 `json:"propertyRows"`
+	// PropertyDevices devices carry all 14 properties in every message;
+	// HistoryDepth values per property exist for the history device.
+	PropertyDevices int  `json:"propertyDevices"`
+	Reused          bool `json:"reused"`
+	// GenerateSeconds is the time of the INSERT ... SELECT statements (when
+	// Reused, as recorded by the run that generated the data).
+	GenerateSeconds float64 `json:"generateSeconds"`
+	MessagesPerSec  float64 `json:"messagesPerSec,omitempty"`
+	OptimizeSeconds float64 `json:"optimizeSeconds"`
+	// Through HTTP, sequential.
+	Day30   Latency `json:"day30"`
+	Month12 Latency `json:"month12"`
+	History Latency `json:"history"`
+	// Through HTTP with Concurrency clients (absent if Concurrency <= 1).
+	Day30Concurrent   *Latency `json:"day30Concurrent,omitempty"`
+	Month12Concurrent *Latency `json:"month12Concurrent,omitempty"`
+	HistoryConcurrent *Latency `json:"historyConcurrent,omitempty"`
+	// Checks: totals of the buckets answered and the generator's count of
+	// messages in the same window; items of the history answer.
+	Day30Total, Day30Want     uint64 `json:"-"`
+	Month12Total, Month12Want uint64 `json:"-"`
+	HistoryItems              int    `json:"historyItems"`
+	HistoryWant               int    `json:"historyWant"`
+	// PostgreSQL baseline, when this size is in PGSizes.
+	PG *PGBaseline `json:"pg,omitempty"`
+}
+
+// Latency summarises timed requests, in milliseconds.
+type Latency struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50Ms"`
+	P99  float64 `json:"p99Ms"`
+	Max  float64 `json:"maxMs"`
+	Mean float64 `json:"meanMs"`
+	RPS  float64 `json:"rps"` // completed requests per second of the run
+}
+
+// PGBaseline is the same aggregate computed by PostgreSQL from a plain
+// message table.
+type PGBaseline struct {
+	Reused       bool    `json:"reused"`
+	LoadSeconds  float64 `json:"loadSeconds"`
+	Day30        Latency `json:"day30"`
+	Month12      Latency `json:"month12"`
+	Day30Total   uint64  `json:"day30Total"`
+	Month12Total uint64  `json:"month12Total"`
+	// RatioDay30/RatioMonth12 are PG p50 / ClickHouse-through-HTTP p50.
+	RatioDay30   float64 `json:"ratioDay30"`
+	RatioMonth12 float64 `json:"ratioMonth12"`
+}
+
+func (p DashboardParams) withDefaults() DashboardParams {
+	if len(p.Sizes) == 0 {
+		p.Sizes = []int{1_000_000}
+	}
+	if p.Iterations <= 0 {
+		p.Iterations = 200
+	}
+	if p.PGIterations <= 0 {
+		p.PGIterations = 5
+	}
+	if p.GenWorkers <= 0 {
+		p.GenWorkers = 2
+	}
+	if p.Prefix == "" {
+		p.Prefix = "devicehub_bench"
+	}
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR")
+	}
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = "127.0.0.1:9000"
+	}
+	if p.PostgresDSN == "" {
+		p.PostgresDSN = os.Getenv("DEVICEHUB_TEST_POSTGRES")
+	}
+	if p.PostgresDSN == "" {
+		p.PostgresDSN = "postgres://postgres@127.0.0.1:5432"
+	}
+	if p.Logf == nil {
+		p.Logf = func(string, ...any) {}
+	}
+	return p
+}
+
+// dashZone is the platform time zone of the benchmark: day buckets end at
+// Shanghai midnight, in ClickHouse's view and in PostgreSQL's query.
+const dashZone = "Asia/Shanghai"
+
+// RunDashboard generates each size, serves the dashboard API over HTTP on
+// 127.0.0.1 and measures the message-count aggregates (1d x30, 1M x12) and
+// a 10-deep history of 14 properties, plus the PostgreSQL baseline for the
+// sizes in PGSizes.
+func RunDashboard(ctx context.Context, p DashboardParams) (DashboardResult, error) {
+	p = p.withDefaults()
+	loc, err := time.LoadLocation(dashZone)
+	if err != nil {
+		return DashboardResult{}, err
+	}
+	for _, n := range p.Sizes {
+		if n < dashDevices {
+			return DashboardResult{}, fmt.Errorf("bench: size %d below %d (one message per device)", n, dashDevices)
+		}
+	}
+	res := DashboardResult{TimeZone: dashZone, Iterations: p.Iterations, Concurrency: p.Concurrency, PGIterations: p.PGIterations}
+
+	api, err := startDashAPI(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	defer api.close()
+
+	var pg *sql.DB
+	if len(p.PGSizes) > 0 {
+		if pg, err = openPGBench(ctx, p); err != nil {
+			return res, err
+		}
+		defer pg.Close()
+	}
+	for _, n := range p.Sizes {
+		s, err := runDashSize(ctx, p, api, pg, n, loc, &res)
+		res.Sizes = append(res.Sizes, s)
+		if err != nil {
+			return res, fmt.Errorf("bench: size %d: %w", n, err)
+		}
+	}
+	return res, nil
+}
+
+func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.DB, n int, loc *time.Location, res *DashboardResult) (DashboardSize, error) {
+	s := DashboardSize{Rows: int64(n), PropertyDevices: dashPropDevices}
+	opt := tsdb.DefaultOptions()
+	opt.Addr = p.ClickHouseAddr
+	opt.Database = fmt.Sprintf("%s_%d", p.Prefix, n)
+	opt.TimeZone = loc
+	opt.QueryTimeout = 15 * time.Minute // generation statements
+	gen, err := tsdb.Open(ctx, opt)
+	if err != nil {
+		return s, err
+	}
+	res.ClickHouseVersion = gen.ServerVersion().String()
+	dropped := false
+	defer func() {
+		if !p.KeepData && !dropped {
+			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = gen.DropDatabase(dctx)
+		}
+		gen.Close()
+	}()
+	info, err := generateClickHouse(ctx, p, gen, n, &s)
+	if err != nil {
+		return s, err
+	}
+
+	// Serve from a connection pool with the default (short) timeouts.
+	opt.QueryTimeout = 0
+	db, err := tsdb.Open(ctx, opt)
+	if err != nil {
+		return s, err
+	}
+	defer db.Close()
+	api.setDashboard(db)
+
+	end := time.UnixMilli(info.startMs + info.spanMs).In(loc)
+	queries := dashQueries(end)
+	// The generator's count of messages in each window, from the formula.
+	for i, q := range queries[:2] {
+		buckets, err := tsdb.Buckets(q.interval, q.from, end, loc, q.limit)
+		if err != nil {
+			return s, err
+		}
+		lo := buckets[len(buckets)-1]
+		hi := bucketAfter(q.interval, buckets[0])
+		want := info.countBefore(hi.UnixMilli()) - info.countBefore(lo.UnixMilli())
+		if i == 0 {
+			s.Day30Want = want
+		} else {
+			s.Month12Want = want
+		}
+	}
+	s.HistoryWant = dashProps * min(dashHistory, info.perDevice())
+
+	// Warm up, and check the answers.
+	for range 3 {
+		for i := range queries {
+			items, total, err := api.check(ctx, queries[i].body)
+			if err != nil {
+				return s, fmt.Errorf("%s: %w", queries[i].name, err)
+			}
+			switch i {
+			case 0:
+				s.Day30Total = total
+				if items != 30 {
+					return s, fmt.Errorf("1d x30: %d buckets", items)
+				}
+			case 1:
+				s.Month12Total = total
+				if items != 12 {
+					return s, fmt.Errorf("1M x12: %d buckets", items)
+				}
+			case 2:
+				s.HistoryItems = items
+			}
+		}
+	}
+	if s.Day30Total != s.Day30Want || s.Month12Total != s.Month12Want || s.HistoryItems != s.HistoryWant {
+		return s, fmt.Errorf("answers differ from the generator: 1d x30 %d (want %d), 1M x12 %d (want %d), history %d items (want %d)",
+			s.Day30Total, s.Day30Want, s.Month12Total, s.Month12Want, s.HistoryItems, s.HistoryWant)
+	}
+
+	lat := []*Latency{&s.Day30, &s.Month12, &s.History}
+	for i := range queries {
+		l, err := api.measure(ctx, queries[i].body, p.Iterations, 1)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", queries[i].name, err)
+		}
+		*lat[i] = l
+		p.Logf("size %d: %s p50 %.2fms p99 %.2fms max %.2fms", n, queries[i].name, l.P50, l.P99, l.Max)
+	}
+	if p.Concurrency > 1 {
+		conc := []**Latency{&s.Day30Concurrent, &s.Month12Concurrent, &s.HistoryConcurrent}
+		for i := range queries {
+			l, err := api.measure(ctx, queries[i].body, p.Iterations, p.Concurrency)
+			if err != nil {
+				return s, fmt.Errorf("%s x%d: %w", queries[i].name, p.Concurrency, err)
+			}
+			*conc[i] = &l
+			p.Logf("size %d: %s with %d clients p50 %.2fms p99 %.2fms, %.0f req/s", n, queries[i].name, p.Concurrency, l.P50, l.P99, l.RPS)
+		}
+	}
+
+	if pg != nil && containsInt(p.PGSizes, n) {
+		b, err := runPGBaseline(ctx, p, pg, info, n, queries, loc)
+		if b != nil {
+			if b.Day30.P50 > 0 && s.Day30.P50 > 0 {
+				b.RatioDay30 = b.Day30.P50 / s.Day30.P50
+				b.RatioMonth12 = b.Month12.P50 / s.Month12.P50
+			}
+			s.PG = b
+		}
+		if err != nil {
+			return s, fmt.Errorf("postgres: %w", err)
+		}
+		if b.Day30Total != s.Day30Want || b.Month12Total != s.Month12Want {
+			return s, fmt.Errorf("postgres answers 1d x30 %d, 1M x12 %d; want %d, %d", b.Day30Total, b.Month12Total, s.Day30Want, s.Month12Want)
+		}
+	}
+	if !p.KeepData {
+		if err := gen.DropDatabase(ctx); err != nil {
+			return s, err
+		}
+		dropped = true
+	}
+	return s, nil
+}
+
+// dashQuery is one timed _multi request.
+type dashQuery struct {
+	name     string
+	interval string
+	from     time.Time
+	limit    int
+	body     []byte
+}
+
+// dashQueries are 1d x30 and 1M x12 ending at end, and the history of the
+// 14 properties of the history device, 10 deep.
+func dashQueries(end time.Time) []dashQuery {
+	agg := func(name, interval, format string, limit int, from time.Time) dashQuery {
+		body := fmt.Sprintf(`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","group":"g",`+
+			`"params":{"time":%q,"format":%q,"limit":%d,"from":%d,"to":%d}}]`, interval, format, limit, from.UnixMilli(), end.UnixMilli())
+		return dashQuery{name: name, interval: interval, from: from, limit: limit, body: []byte(body)}
+	}
+	props := ""
+	for i, name := range dashPropNames {
+		if i > 0 {
+			props += ","
+		}
+		props += fmt.Sprintf("%q", name)
+	}
+	hist := fmt.Sprintf(`[{"dashboard":"device","object":%q,"measurement":"properties","dimension":"history","group":"h",`+
+		`"params":{"deviceId":%q,"history":%d,"properties":[%s]}}]`, dashHistoryProduct, dashHistoryDevice, dashHistory, props)
+	return []dashQuery{
+		agg("1d x30", tsdb.Day, "yyyy-MM-dd", 30, end.AddDate(0, 0, -29)),
+		agg("1M x12", tsdb.Month, "yyyy-MM", 12, end.AddDate(0, -11, 0)),
+		{name: "history 14x10", body: []byte(hist)},
+	}
+}
+
+// bucketAfter is the start of the bucket following the one starting at b.
+func bucketAfter(interval string, b time.Time) time.Time {
+	switch interval {
+	case tsdb.Day:
+		return time.Date(b.Year(), b.Month(), b.Day()+1, 0, 0, 0, 0, b.Location())
+	case tsdb.Month:
+		return time.Date(b.Year(), b.Month()+1, 1, 0, 0, 0, 0, b.Location())
+	}
+	panic("bench: interval " + interval)
+}
+
+// summarize computes the percentiles (nearest rank) of ds.
+func summarize(ds []time.Duration, wall time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rank := func(q float64) time.Duration {
+		k := int(q*float64(len(ds))+0.999999) - 1
+		return ds[max(0, min(k, len(ds)-1))]
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	l := Latency{N: len(ds), P50: ms(rank(0.50)), P99: ms(rank(0.99)), Max: ms(ds[len(ds)-1]), Mean: ms(sum) / float64(len(ds))}
+	if wall > 0 {
+		l.RPS = float64(len(ds)) / wall.Seconds()
+	}
+	return l
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func dashRandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

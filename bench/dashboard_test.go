@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunDashboardSmall checks the generator against the API on 20000
+// messages: the buckets of 1d x30 and 1M x12 add up to the messages the
+// generator put in those windows, per-day counts add up to every message,
+// the history has 14 properties x min(10, messages of the device), and
+// PostgreSQL gives the same totals. Correctness only, not timing.
+func TestRunDashboardSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 20000
+	res, err := RunDashboard(ctx, DashboardParams{
+		Sizes: []int{n}, PGSizes: []int{n}, Iterations: 4, Concurrency: 2, PGIterations: 1,
+		Prefix: "devicehub_benchtest_" + dashRandHex(4), Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sizes) != 1 {
+		t.Fatalf("%d sizes", len(res.Sizes))
+	}
+	s := res.Sizes[0]
+	if s.Rows != n || s.Reused {
+		t.Fatalf("rows %d reused %v", s.Rows, s.Reused)
+	}
+	// 20000 messages over 365 days: about 55 a day.
+	if s.Day30Total != s.Day30Want || s.Day30Want < 30*50 || s.Day30Want > 30*60 {
+		t.Errorf("1d x30: API %d, generator %d", s.Day30Total, s.Day30Want)
+	}
+	if s.Month12Total != s.Month12Want || s.Month12Want < n*11/12 || s.Month12Want > n {
+		t.Errorf("1M x12: API %d, generator %d", s.Month12Total, s.Month12Want)
+	}
+	if s.HistoryItems != 14*2 || s.HistoryWant != 14*2 {
+		t.Errorf("history: %d items, want %d (14 properties x 2 messages)", s.HistoryItems, s.HistoryWant)
+	}
+	if s.PropertyRows != 14*100*2 {
+		t.Errorf("property rows %d", s.PropertyRows)
+	}
+	if s.PG == nil || s.PG.Day30Total != s.Day30Want || s.PG.Month12Total != s.Month12Want {
+		t.Errorf("postgres: %+v, want %d, %d", s.PG, s.Day30Want, s.Month12Want)
+	}
+	if s.Day30.N != 4 || s.History.N != 4 || s.Day30Concurrent == nil || s.Day30Concurrent.N != 4 {
+		t.Errorf("latency samples: %+v %+v %+v", s.Day30, s.History, s.Day30Concurrent)
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkDashboard measures the dashboard queries through HTTP at 1M
+// messages, or at the sizes in $DEVICEHUB_BENCH_ROWS (comma-separated, e.g.
+// 1000000,10000000,100000000). $DEVICEHUB_BENCH_PG_ROWS lists the sizes also
+// loaded into PostgreSQL (default: 1M when measured), $DEVICEHUB_BENCH_ITER
+// the timed requests per query (default 200), $DEVICEHUB_BENCH_CONC the
+// clients of the concurrent run (default 4). Generated data is kept for the
+// next run unless $DEVICEHUB_BENCH_DROP=1; $DEVICEHUB_BENCH_OUT names a file
+// for the result as JSON. Use -v to see every progress line.
+//
+//	go test -run '^$' -bench BenchmarkDashboard -benchtime 1x -v ./bench/
+func BenchmarkDashboard(b *testing.B) {
+	sizes := envInts(b, "DEVICEHUB_BENCH_ROWS", []int{1_000_000})
+	pgDefault := []int{}
+	if containsInt(sizes, 1_000_000) {
+		pgDefault = []int{1_000_000}
+	}
+	p := DashboardParams{
+		Sizes:       sizes,
+		PGSizes:     envInts(b, "DEVICEHUB_BENCH_PG_ROWS", pgDefault),
+		Iterations:  envInts(b, "DEVICEHUB_BENCH_ITER", []int{200})[0],
+		Concurrency: envInts(b, "DEVICEHUB_BENCH_CONC", []int{4})[0],
+		KeepData:    os.Getenv("DEVICEHUB_BENCH_DROP") != "1",
+		Logf:        b.Logf,
+	}
+	var res DashboardResult
+	for b.Loop() {
+		var err error
+		if res, err = RunDashboard(context.Background(), p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, s := range res.Sizes {
+		sfx := "@" + strconv.Itoa(int(s.Rows))
+		b.ReportMetric(s.Day30.P50, "day30_p50_ms"+sfx)
+		b.ReportMetric(s.Day30.P99, "day30_p99_ms"+sfx)
+		b.ReportMetric(s.Month12.P50, "month12_p50_ms"+sfx)
+		b.ReportMetric(s.Month12.P99, "month12_p99_ms"+sfx)
+		b.ReportMetric(s.History.P50, "history_p50_ms"+sfx)
+		b.ReportMetric(s.History.P99, "history_p99_ms"+sfx)
+		if s.PG != nil {
+			b.ReportMetric(s.PG.Day30.P50, "pg_day30_p50_ms"+sfx)
+			b.ReportMetric(s.PG.Month12.P50, "pg_month12_p50_ms"+sfx)
+			b.ReportMetric(s.PG.RatioDay30, "pg/ch_day30"+sfx)
+			b.ReportMetric(s.PG.RatioMonth12, "pg/ch_month12"+sfx)
+		}
+	}
+	js, _ := json.MarshalIndent(res, "", "  ")
+	if out := os.Getenv("DEVICEHUB_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, js, 0o644); err != nil {
+			b.Error(err)
+		}
+	}
+	b.Logf("result:\n%s", js)
+}
+
+func envInts(b *testing.B, name string, def []int) []int {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}

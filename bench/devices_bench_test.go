@@ -1,0 +1,161 @@
+package bench
+
+// Device list benchmark: PostgreSQL through the HTTP API, as a client sees it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/api"
+	"devicehub/meta"
+	"devicehub/meta/metatest"
+)
+
+const benchDevices = 100_000
+
+// seedDevices inserts n devices over 10 products in one statement, then
+// vacuums so that the trigram indexes' pending lists are merged, as on a
+// settled database.
+func seedDevices(b *testing.B, store *meta.Store, n int) {
+	b.Helper()
+	stmts := []string{
+		`INSERT INTO products (id, name, device_type, state, classified_id)
+			SELECT 'product-' || i, 'Product ' || i, (ARRAY['device','gateway'])[i % 2 + 1], 1, 'class-' || (i % 3)
+			FROM generate_series(0, 9) AS i`,
+		fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
+			SELECT 'dev-' || lpad(i::text, 7, '0'),
+				(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
+				'product-' || (i %% 10),
+				(ARRAY['notActive','offline','online'])[i %% 3 + 1],
+				'dev-' || i, md5(i::text), 'admin',
+				now() - make_interval(secs => i)
+			FROM generate_series(1, %d) AS i`, n),
+		`VACUUM ANALYZE devices`,
+		`VACUUM ANALYZE products`,
+	}
+	for _, s := range stmts {
+		if _, err := store.DB().Exec(s); err != nil {
+			b.Fatalf("seed: %v", err)
+		}
+	}
+}
+
+// client is the API server on store, reached over real HTTP.
+type client struct {
+	b     *testing.B
+	base  string
+	token string
+	http  *http.Client
+}
+
+func startAPI(b *testing.B, store *meta.Store) *client {
+	b.Helper()
+	reg := prometheus.NewRegistry()
+	srv := api.New(api.DefaultOptions(), api.Deps{
+		Auth: store, Products: store, Roles: store, Devices: store,
+		Registry: reg, Gatherer: reg,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = srv.App().Listener(ln) }()
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	c := &client{b: b, base: "http://" + ln.Addr().String(), http: &http.Client{Timeout: 30 * time.Second}}
+	var login struct {
+		Token string `json:"token"`
+	}
+	c.post("/api/authorize/login", `{"username":"admin","password":"admin123"}`, &login)
+	c.token = login.Token
+	return c
+}
+
+// post sends body and decodes the envelope's result into out.
+func (c *client) post(path, body string, out any) {
+	req, err := http.NewRequest("POST", c.base+path, bytes.NewBufferString(body))
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("X-Access-Token", c.token)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		c.b.Fatalf("POST %s: %d %s", path, res.StatusCode, raw)
+	}
+	var env struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		c.b.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(env.Result, out); err != nil {
+			c.b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkQueryDevicesLike measures endpoint 7 on 100k devices: one page
+// of 25 with a like term on name, newest first (the default sort), total
+// counted. "selective" searches a number (about 100 matches, a different
+// one each iteration); "broad" searches a room word (1/8 of all devices).
+func BenchmarkQueryDevicesLike(b *testing.B) {
+	store := metatest.NewStore(b)
+	start := time.Now()
+	seedDevices(b, store, benchDevices)
+	b.Logf("seeded %d devices in %s", benchDevices, time.Since(start).Round(time.Millisecond))
+	c := startAPI(b, store)
+
+	run := func(b *testing.B, value func(i int) string, minTotal int) {
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			body := fmt.Sprintf(`{"pageIndex":0,"pageSize":25,"terms":[{"column":"name","termType":"like","value":%q}]}`, value(i))
+			var page struct {
+				Total int               `json:"total"`
+				Data  []json.RawMessage `json:"data"`
+			}
+			t0 := time.Now()
+			c.post("/api/device-instance/_query/", body, &page)
+			lat = append(lat, time.Since(t0))
+			if page.Total < minTotal || len(page.Data) != 25 {
+				b.Fatalf("%s: total %d, %d items", body, page.Total, len(page.Data))
+			}
+		}
+		b.StopTimer()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		pct := func(p float64) float64 {
+			return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000
+		}
+		b.ReportMetric(pct(0.50), "p50-ms")
+		b.ReportMetric(pct(0.99), "p99-ms")
+	}
+	b.Run("selective", func(b *testing.B) {
+		run(b, func(i int) string { return fmt.Sprintf("meter %d", 100+i%900) }, 100)
+	})
+	b.Run("broad", func(b *testing.B) {
+		rooms := []string{"kitchen", "garage", "attic", "office", "basement", "roof", "hall"}
+		run(b, func(i int) string { return "%" + rooms[i%len(rooms)] + "%" }, benchDevices/8)
+	})
+}

@@ -1,0 +1,295 @@
+// Command bench runs devicehub's end-to-end benchmarks against the real
+// services and writes, per run, report.json, summary.md and timeline.svg
+// under bench/results/<timestamp>/ (git-ignored):
+//
+//	go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
+//
+// Every figure is printed as a ratio to a ceiling or baseline measured in
+// the same run: broker pass-through (ingest), a bare Fiber handler (api,
+// commands), the PostgreSQL raw table (dashboard aggregates).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"devicehub/bench"
+)
+
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
+
+Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
+and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
+
+flags:
+`
+
+func main() {
+	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
+		fmt.Fprint(os.Stderr, usage)
+		newFlags().fs.PrintDefaults()
+		os.Exit(2)
+	}
+	scenario := os.Args[1]
+	f := newFlags()
+	_ = f.fs.Parse(os.Args[2:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if f.cpuprofile != "" {
+		pf, err := os.Create(f.cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(pf)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pf.Close()
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(ctx, scenario, f); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	fs                                            *flag.FlagSet
+	out, broker, clickhouse, postgres, cpuprofile string
+	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
+	cmdRate                                       float64
+	apiDevices, apiProducts, apiConc, apiReqs     int
+	ingestDevices, ingestPublishers               int
+	ingestDuration, brokerDuration                time.Duration
+	ingestQoS                                     string
+	dashSizes, dashPGSizes                        string
+	dashIter, dashConc                            int
+	dashKeep                                      bool
+}
+
+func newFlags() *flags {
+	f := &flags{fs: flag.NewFlagSet("bench", flag.ExitOnError)}
+	fs := f.fs
+	fs.StringVar(&f.out, "out", "bench/results", "results directory; each run writes a <timestamp> folder in it")
+	fs.StringVar(&f.broker, "broker", envOr("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884"), "MQTT broker URL")
+	fs.StringVar(&f.clickhouse, "clickhouse", envOr("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000"), "ClickHouse native address")
+	fs.StringVar(&f.postgres, "postgres", envOr("DEVICEHUB_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432"), "PostgreSQL server DSN (no database)")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (server, devices and client) to this file")
+	fs.IntVar(&f.cmdDevices, "cmd-devices", 100, "commands: simulated devices")
+	fs.IntVar(&f.cmdConc, "cmd-concurrency", 1000, "commands: concurrent reads (keep-alive clients)")
+	fs.IntVar(&f.cmdRequests, "cmd-requests", 20000, "commands: measured reads")
+	fs.IntVar(&f.cmdWarmup, "cmd-warmup", 0, "commands: warm-up reads (0: 2 x concurrency)")
+	fs.Float64Var(&f.cmdRate, "cmd-rate", 0, "commands: paced reads/s, open loop (0: closed loop)")
+	fs.IntVar(&f.apiDevices, "api-devices", 100000, "api: seeded devices")
+	fs.IntVar(&f.apiProducts, "api-products", 1000, "api: seeded products")
+	fs.IntVar(&f.apiConc, "api-concurrency", 16, "api: concurrent clients")
+	fs.IntVar(&f.apiReqs, "api-requests", 2000, "api: measured requests per query")
+	fs.IntVar(&f.ingestDevices, "ingest-devices", 1000, "ingest: simulated devices")
+	fs.IntVar(&f.ingestPublishers, "ingest-publishers", 4, "ingest: publishing connections")
+	fs.DurationVar(&f.ingestDuration, "ingest-duration", 15*time.Second, "ingest: publishing time")
+	fs.DurationVar(&f.brokerDuration, "broker-duration", 5*time.Second, "ingest: broker ceiling publishing time")
+	fs.StringVar(&f.ingestQoS, "ingest-qos", "0,1", "ingest: QoS levels, comma-separated")
+	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
+	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
+	fs.IntVar(&f.dashIter, "dash-iterations", 200, "dashboard: timed requests per query")
+	fs.IntVar(&f.dashConc, "dash-concurrency", 4, "dashboard: clients of the concurrent run")
+	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
+	return f
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, scenario string, f *flags) error {
+	all := []string{"ingest", "dashboard", "api", "commands"}
+	var scenarios []string
+	switch scenario {
+	case "all":
+		scenarios = all
+	case "ingest", "dashboard", "api", "commands":
+		scenarios = []string{scenario}
+	default:
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands or all)", scenario)
+	}
+	// Live progress only on a terminal; logs and results to stdout always.
+	var progress io.Writer
+	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		progress = os.Stdout
+	}
+	logf := func(format string, args ...any) {
+		fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+
+	started := time.Now()
+	rep := &bench.Report{
+		Scenario: scenario, Command: "go run ./cmd/bench " + strings.Join(os.Args[1:], " "), Started: started,
+		Machine: bench.CollectMachine(), Versions: bench.CollectVersions(ctx, f.clickhouse, f.postgres),
+		Results: map[string]any{}, Timelines: map[string][]bench.Second{},
+	}
+	logf("machine: %d CPUs, %.1f GiB; ClickHouse %s, PostgreSQL %s, %s", rep.Machine.CPUs,
+		float64(rep.Machine.MemTotalB)/(1<<30), rep.Versions.ClickHouse, rep.Versions.PostgreSQL, rep.Versions.Mosquitto)
+	var failed []string
+	for _, s := range scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		logf("scenario %s", s)
+		if err := runScenario(ctx, s, f, rep, progress, logf); err != nil {
+			rep.Errors = append(rep.Errors, s+": "+err.Error())
+			failed = append(failed, s)
+			logf("scenario %s failed: %v", s, err)
+		}
+	}
+	rep.Seconds = time.Since(started).Seconds()
+	dir := filepath.Join(f.out, started.Format("20060102-150405"))
+	if err := bench.WriteReport(dir, rep); err != nil {
+		return err
+	}
+	fmt.Println()
+	fmt.Print(bench.Markdown(rep))
+	fmt.Printf("\nwritten: %s/{report.json,summary.md,timeline.svg}\n", dir)
+	if len(failed) > 0 {
+		return fmt.Errorf("failed: %s", strings.Join(failed, ", "))
+	}
+	return ctx.Err()
+}
+
+func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, progress io.Writer, logf func(string, ...any)) error {
+	add := func(fig bench.Figure) { fig.Scenario = s; rep.Figures = append(rep.Figures, fig) }
+	switch s {
+	case "commands":
+		r, err := bench.RunCommands(ctx, bench.CommandsParams{Devices: f.cmdDevices, Concurrency: f.cmdConc,
+			Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: f.cmdRate, BrokerURL: f.broker, PostgresDSN: f.postgres,
+			Progress: progress, Logf: logf})
+		rep.Results[s] = r
+		rep.Timelines["commands: read property"] = r.Reads.Timeline
+		if err != nil {
+			return err
+		}
+		logf("%s", r)
+		fig := func(name string, v float64, unit string, base float64, target string) {
+			x := bench.Figure{Name: name, Value: v, Unit: unit, Target: target}
+			if r.Ceiling != nil {
+				x.Against, x.Baseline, x.Ratio = "bare Fiber handler", base, bench.Ratio(v, base)
+			}
+			add(x)
+		}
+		var c bench.LoadResult
+		if r.Ceiling != nil {
+			c = *r.Ceiling
+			rep.Timelines["commands: bare Fiber ceiling"] = c.Timeline
+		}
+		conc := fmt.Sprintf(" (%d concurrent, %d devices)", r.Params.Concurrency, r.Params.Devices)
+		fig("read p50"+conc, r.Reads.Latency.P50Ms, "ms", c.Latency.P50Ms, "<= 2 ms")
+		fig("read p90", r.Reads.Latency.P90Ms, "ms", c.Latency.P90Ms, "")
+		fig("read p99", r.Reads.Latency.P99Ms, "ms", c.Latency.P99Ms, "<= 10 ms")
+		fig("read max", r.Reads.Latency.MaxMs, "ms", c.Latency.MaxMs, "")
+		fig("reads/s (sustained median)", r.Reads.SustainedRPS, "req/s", c.SustainedRPS, "")
+		add(bench.Figure{Name: "peak RSS (server, devices and client in one process)", Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+	case "api":
+		r, err := bench.RunAPI(ctx, bench.APIParams{Devices: f.apiDevices, Products: f.apiProducts, Concurrency: f.apiConc,
+			Requests: f.apiReqs, PostgresDSN: f.postgres, Progress: progress, Logf: logf})
+		rep.Results[s] = r
+		for _, q := range r.Queries {
+			rep.Timelines["api: "+q.Name] = q.Load.Timeline
+		}
+		if err != nil {
+			return err
+		}
+		logf("%s", r)
+		var c bench.LoadResult
+		against := ""
+		if r.Ceiling != nil {
+			c, against = *r.Ceiling, "bare Fiber handler"
+			rep.Timelines["api: bare Fiber ceiling"] = c.Timeline
+		}
+		for _, q := range r.Queries {
+			add(bench.Figure{Name: q.Name + " p50", Value: q.Load.Latency.P50Ms, Unit: "ms", Against: against, Baseline: c.Latency.P50Ms, Ratio: q.P50Ratio})
+			add(bench.Figure{Name: q.Name + " p99", Value: q.Load.Latency.P99Ms, Unit: "ms", Against: against, Baseline: c.Latency.P99Ms, Ratio: q.P99Ratio})
+			add(bench.Figure{Name: q.Name + " req/s", Value: q.Load.SustainedRPS, Unit: "req/s", Against: against, Baseline: c.SustainedRPS, Ratio: q.RPSRatio})
+		}
+		add(bench.Figure{Name: "peak RSS (server and client in one process)", Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+	case "ingest":
+		qs, err := ints(f.ingestQoS)
+		if err != nil {
+			return fmt.Errorf("-ingest-qos: %w", err)
+		}
+		var results []bench.IngestResult
+		for _, q := range qs {
+			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s first)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
+			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
+				Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration, QoS: byte(q), Publishers: f.ingestPublishers})
+			results = append(results, r)
+			rep.Results[s] = results
+			if err != nil {
+				return err
+			}
+			logf("%s", r)
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest msgs/s", q), Value: r.IngestRate, Unit: "msg/s",
+				Against: "broker pass-through", Baseline: r.BrokerRate, Ratio: r.Ratio, Target: ">= 0.8"})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d peak RSS (ingest and generator in one process)", q), Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+		}
+	case "dashboard":
+		sizes, err := ints(f.dashSizes)
+		if err != nil {
+			return fmt.Errorf("-dash-sizes: %w", err)
+		}
+		pgSizes, err := ints(f.dashPGSizes)
+		if err != nil {
+			return fmt.Errorf("-dash-pg-sizes: %w", err)
+		}
+		r, err := bench.RunDashboard(ctx, bench.DashboardParams{Sizes: sizes, PGSizes: pgSizes, Iterations: f.dashIter,
+			Concurrency: f.dashConc, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, PostgresDSN: f.postgres, Logf: logf})
+		rep.Results[s] = r
+		if err != nil {
+			return err
+		}
+		for _, z := range r.Sizes {
+			n := fmt.Sprintf(" (%d msgs)", z.Rows)
+			d30 := bench.Figure{Name: "1d x30 aggregate p50" + n, Value: z.Day30.P50, Unit: "ms"}
+			m12 := bench.Figure{Name: "1M x12 aggregate p50" + n, Value: z.Month12.P50, Unit: "ms"}
+			if z.PG != nil {
+				// Ratio: how many times faster than PostgreSQL's raw table.
+				d30.Against, d30.Baseline, d30.Ratio = "PostgreSQL raw table (speed-up)", z.PG.Day30.P50, z.PG.RatioDay30
+				m12.Against, m12.Baseline, m12.Ratio = "PostgreSQL raw table (speed-up)", z.PG.Month12.P50, z.PG.RatioMonth12
+			}
+			add(d30)
+			add(m12)
+			add(bench.Figure{Name: "property history p50" + n, Value: z.History.P50, Unit: "ms"})
+		}
+	default:
+		return errors.New("dashboard scenario: not built")
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+// Command devicehub runs the platform: the HTTP API and MQTT ingest, in one
+// process by default; -roles lets an instance run only one of them. Configuration comes from DEVICEHUB_*
+// environment variables; flags of the same name override them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"devicehub/api"
+	"devicehub/ingest"
+	"devicehub/meta"
+	"devicehub/tsdb"
+)
+
+func main() {
+	cfg, err := loadConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devicehub:", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg.LogLevel)
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("devicehub stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// run starts every component and stops them in reverse order when ctx ends.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	mopt := meta.DefaultOptions()
+	mopt.DSN, mopt.MaxOpenConns, mopt.QueryTimeout = cfg.PostgresDSN, cfg.PostgresMaxConns, cfg.QueryTimeout
+	mopt.LoginMaxFailures, mopt.LoginLockout = cfg.LoginMaxFailures, cfg.LoginLockout
+	store, err := meta.Open(ctx, mopt)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := store.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
+		return err
+	}
+
+	loc := time.Local
+	if cfg.TimeZone != "" && cfg.TimeZone != "Local" {
+		if loc, err = time.LoadLocation(cfg.TimeZone); err != nil {
+			return fmt.Errorf("time zone: %w", err)
+		}
+	}
+	topt := tsdb.DefaultOptions()
+	topt.Addr, topt.Database, topt.TimeZone = cfg.ClickHouseAddr, cfg.ClickHouseDB, loc
+	ts, err := tsdb.Open(ctx, topt)
+	if err != nil {
+		return err
+	}
+	defer ts.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Every instance keeps the presence view (commands read it); only the
+	// ingest role stores uplink traffic.
+	popt := ingest.DefaultPresenceOptions()
+	popt.BrokerURL, popt.Logger = cfg.MQTTURL, log
+	presence, err := ingest.NewPresence(ctx, popt, store)
+	if err != nil {
+		return err
+	}
+	defer presence.Close()
+	var ing *ingest.Ingester
+	if cfg.Roles["ingest"] {
+		iopt := ingest.DefaultOptions()
+		iopt.BrokerURL, iopt.Logger, iopt.Registerer = cfg.MQTTURL, log, reg
+		if cfg.MQTTClientID != "" {
+			iopt.ClientID = cfg.MQTTClientID
+		}
+		if cfg.IngestConnections > 0 {
+			iopt.Connections = cfg.IngestConnections
+		}
+		iopt.ShareGroup = cfg.MQTTShareGroup
+		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
+			return err
+		}
+	}
+
+	// Commands ride on this instance's presence client; downlinks are
+	// recorded through the ingest batcher when this instance ingests.
+	var rec ingest.DownlinkRecorder
+	if ing != nil {
+		rec = ing
+	}
+	copt := ingest.DefaultCommandOptions()
+	copt.Timeout = cfg.CommandTimeout
+	cmds, err := ingest.NewCommands(presence, rec, copt)
+	if err != nil {
+		return err
+	}
+
+	var srv *api.Server
+	errc := make(chan error, 1)
+	if cfg.Roles["api"] {
+		apiOpts := api.DefaultOptions()
+		apiOpts.TokenLifetime = cfg.TokenLifetime
+		srv = api.New(apiOpts, api.Deps{
+			Auth:      store,
+			Products:  store,
+			Roles:     store,
+			Devices:   store,
+			Dashboard: ts,
+			Models:    store,
+			Commands:  cmds,
+			Health: map[string]func(context.Context) error{
+				"postgres":   store.Ping,
+				"clickhouse": func(ctx context.Context) error { return ts.Conn().Ping(ctx) },
+			},
+			Logger:   log,
+			Registry: reg,
+			Gatherer: reg,
+		})
+		go func() { errc <- srv.Listen(cfg.HTTPAddr) }()
+		log.Info("devicehub listening", "http", cfg.HTTPAddr)
+	}
+	log.Info("devicehub started", "roles", cfg.RolesText, "mqtt", cfg.MQTTURL, "clickhouse", cfg.ClickHouseAddr)
+
+	var runErr error
+	select {
+	case err := <-errc:
+		runErr = fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	// Stop in order: HTTP, then ingest (drain, flush, ack), then the
+	// deferred presence client and database handles.
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if srv != nil && runErr == nil {
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			runErr = err
+		}
+	}
+	if ing != nil {
+		if err := ing.Close(sctx); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+	}
+	return runErr
+}
+
+// config is every setting, each with a default that works with `make run`.
+type config struct {
+	HTTPAddr         string
+	PostgresDSN      string
+	PostgresMaxConns int
+	QueryTimeout     time.Duration
+	AdminPassword    string
+	TokenLifetime    time.Duration
+	ShutdownTimeout  time.Duration
+	LogLevel         string
+	CommandTimeout   time.Duration
+	LoginMaxFailures int
+	LoginLockout     time.Duration
+
+	ClickHouseAddr    string
+	ClickHouseDB      string
+	TimeZone          string
+	MQTTURL           string
+	MQTTClientID      string
+	MQTTShareGroup    string
+	IngestConnections int
+	RolesText         string
+	Roles             map[string]bool
+}
+
+// loadConfig reads DEVICEHUB_* variables through getenv, then flags.
+func loadConfig(args []string, getenv func(string) string) (config, error) {
+	fs := flag.NewFlagSet("devicehub", flag.ContinueOnError)
+	env := func(name, def string) string {
+		if v := getenv("DEVICEHUB_" + name); v != "" {
+			return v
+		}
+		return def
+	}
+	envDur := func(name string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(getenv("DEVICEHUB_" + name)); err == nil {
+			return d
+		}
+		return def
+	}
+	envInt := func(name string, def int) int {
+		if n, err := strconv.Atoi(getenv("DEVICEHUB_" + name)); err == nil {
+			return n
+		}
+		return def
+	}
+	var c config
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", "127.0.0.1:8848"), "HTTP listen address (DEVICEHUB_HTTP_ADDR)")
+	fs.StringVar(&c.PostgresDSN, "postgres-dsn", env("POSTGRES_DSN", meta.DefaultOptions().DSN), "PostgreSQL DSN (DEVICEHUB_POSTGRES_DSN)")
+	fs.IntVar(&c.PostgresMaxConns, "postgres-max-conns", 32, "PostgreSQL connection pool size")
+	fs.DurationVar(&c.QueryTimeout, "query-timeout", envDur("QUERY_TIMEOUT", 5*time.Second), "timeout of each database call (DEVICEHUB_QUERY_TIMEOUT)")
+	fs.StringVar(&c.AdminPassword, "admin-password", env("ADMIN_PASSWORD", "admin123"), "password of the admin user created on first start (DEVICEHUB_ADMIN_PASSWORD)")
+	fs.DurationVar(&c.TokenLifetime, "token-lifetime", envDur("TOKEN_LIFETIME", 30*time.Minute), "sliding lifetime of a login token (DEVICEHUB_TOKEN_LIFETIME)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("SHUTDOWN_TIMEOUT", 15*time.Second), "how long shutdown may drain (DEVICEHUB_SHUTDOWN_TIMEOUT)")
+	fs.IntVar(&c.LoginMaxFailures, "login-max-failures", envInt("LOGIN_MAX_FAILURES", 5), "failed logins in a row that lock an account; 0 disables (DEVICEHUB_LOGIN_MAX_FAILURES)")
+	fs.DurationVar(&c.LoginLockout, "login-lockout", envDur("LOGIN_LOCKOUT", 10*time.Minute), "how long a locked account stays locked (DEVICEHUB_LOGIN_LOCKOUT)")
+	fs.DurationVar(&c.CommandTimeout, "command-timeout", envDur("COMMAND_TIMEOUT", 10*time.Second), "default wait for a device's reply (DEVICEHUB_COMMAND_TIMEOUT)")
+	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (DEVICEHUB_LOG_LEVEL)")
+	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", tsdb.DefaultOptions().Addr), "ClickHouse native address (DEVICEHUB_CLICKHOUSE_ADDR)")
+	fs.StringVar(&c.ClickHouseDB, "clickhouse-db", env("CLICKHOUSE_DB", tsdb.DefaultOptions().Database), "ClickHouse database (DEVICEHUB_CLICKHOUSE_DB)")
+	fs.StringVar(&c.TimeZone, "timezone", env("TIMEZONE", "Local"), "platform time zone, an IANA name (DEVICEHUB_TIMEZONE)")
+	fs.StringVar(&c.MQTTURL, "mqtt-url", env("MQTT_URL", ingest.DefaultOptions().BrokerURL), "MQTT broker (DEVICEHUB_MQTT_URL)")
+	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
+	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", "devicehub"), "shared-subscription group of ingest instances; \"none\" subscribes plainly with one connection (DEVICEHUB_MQTT_SHARE_GROUP)")
+	fs.IntVar(&c.IngestConnections, "ingest-connections", 0, "subscriber connections sharing the uplink subscription (default 2)")
+	fs.StringVar(&c.RolesText, "roles", env("ROLES", "api,ingest"), "comma-separated roles of this instance: api, ingest (DEVICEHUB_ROLES)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	c.Roles = map[string]bool{}
+	for _, r := range strings.Split(c.RolesText, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "api", "ingest":
+			c.Roles[r] = true
+		case "":
+		default:
+			return config{}, fmt.Errorf("unknown role %q (want api, ingest)", r)
+		}
+	}
+	if len(c.Roles) == 0 {
+		return config{}, errors.New("no role: -roles needs api, ingest or both")
+	}
+	return c, nil
+}

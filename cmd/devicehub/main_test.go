@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"devicehub/ingest/mqtttest"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/meta/metatest"
+	"devicehub/tsdb"
+)
+
+// TestSigtermDrains runs the real binary, SIGTERMs it while a device
+// publishes at QoS 1 and starts it again with the same MQTT client id:
+// the first instance exits 0 within its shutdown timeout, and every
+// message the broker acknowledged to the device ends up in ClickHouse
+// (what the first instance had not taken stays in its broker sessions and
+// is delivered to the second).
+//
+// The binary joins the default share group ($share/devicehub/...), which
+// DEVICEHUB_* cannot change: on the shared broker any other devicehub
+// running on the machine would take (and, not knowing the device, drop)
+// part of the traffic. So the test runs its own Mosquitto.
+func TestSigtermDrains(t *testing.T) {
+	broker := mqtttest.StartBroker(t)
+	bin := buildBinary(t)
+	suffix := randHex()
+	chDB := "devicehub_sigterm_test_" + suffix
+	const shutdownTimeout = 10 * time.Second
+	env := append(os.Environ(),
+		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
+		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
+		"DEVICEHUB_MQTT_URL="+broker.URL(),
+		"DEVICEHUB_MQTT_CLIENT_ID=sigterm-test-"+suffix,
+		"DEVICEHUB_ADMIN_PASSWORD=admin123",
+		"DEVICEHUB_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
+		"DEVICEHUB_LOG_LEVEL=info",
+	)
+
+	first := startServer(t, bin, env, "first")
+	product, device := "sp"+suffix, "sd"+suffix
+	token := login(t, first.base)
+	first.call(t, token, "POST", "/api/device/product", map[string]any{
+		"id": product, "name": "Sigterm product", "classifiedId": "test", "modelFrom": "custom",
+		"accessId": "mqtt", "deviceType": "device"})
+	first.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
+	first.call(t, token, "POST", "/api/device/instance", map[string]any{"id": device, "name": "Sigterm device", "productId": product})
+	first.call(t, token, "POST", "/api/device/instance/"+device+"/deploy", nil)
+
+	// The server created the database; the test only reads and drops it.
+	topt := tsdb.DefaultOptions()
+	if v := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); v != "" {
+		topt.Addr = v
+	}
+	topt.Database = chDB
+	topt.QueryTimeout = 10 * time.Second
+	octx, ocancel := context.WithTimeout(context.Background(), 30*time.Second)
+	db, err := tsdb.Open(octx, topt)
+	ocancel()
+	if err != nil {
+		t.Fatalf("open ClickHouse: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.DropDatabase(ctx)
+		db.Close()
+	})
+	stored := func() (map[string]uint64, error) {
+		rows, err := db.Conn().Query(context.Background(),
+			"SELECT message_id, count() FROM device_message WHERE direction = 'up' GROUP BY message_id")
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		got := map[string]uint64{}
+		for rows.Next() {
+			var id string
+			var n uint64
+			if err := rows.Scan(&id, &n); err != nil {
+				return nil, err
+			}
+			got[id] = n
+		}
+		return got, rows.Err()
+	}
+
+	// The device publishes QoS 1 reports without waiting for each PUBACK.
+	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("dev-" + suffix).
+		SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second))
+	if tok := pub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("device connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { pub.Disconnect(0) })
+	type sentMsg struct {
+		id  string
+		tok mqtt.Token
+	}
+	var (
+		mu        sync.Mutex
+		sent      []sentMsg
+		published atomic.Int64
+	)
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopPublishing := func() { stopOnce.Do(func() { close(stop) }) }
+	pubDone := make(chan struct{})
+	topic := "/" + product + "/" + device + "/properties/report"
+	go func() {
+		defer close(pubDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := fmt.Sprintf("m%d", i)
+			tok := pub.Publish(topic, 1, false, fmt.Sprintf(`{"messageId":%q,"properties":{"i":%d}}`, id, i))
+			mu.Lock()
+			sent = append(sent, sentMsg{id, tok})
+			mu.Unlock()
+			published.Add(1)
+			time.Sleep(time.Millisecond) // pacing
+		}
+	}()
+	t.Cleanup(func() { stopPublishing(); <-pubDone })
+
+	waitUntil(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
+		got, err := stored()
+		return err == nil && len(got) > 300
+	})
+	atSignal := published.Load()
+	signalled := time.Now()
+	first.signal(syscall.SIGTERM)
+	code, ok := first.wait(shutdownTimeout + 5*time.Second)
+	exitedIn := time.Since(signalled)
+	atExit := published.Load()
+	if !ok {
+		t.Fatalf("the first instance did not exit within %s of SIGTERM\n%s", shutdownTimeout+5*time.Second, first.logTail())
+	}
+	if code != 0 {
+		t.Fatalf("the first instance exited %d after SIGTERM\n%s", code, first.logTail())
+	}
+	time.Sleep(300 * time.Millisecond) // pacing: publish into the offline sessions too
+	stopPublishing()
+	<-pubDone
+
+	mu.Lock()
+	all := append([]sentMsg(nil), sent...)
+	mu.Unlock()
+	var acked []string
+	var failed, pending int
+	deadline := time.Now().Add(20 * time.Second)
+	for _, m := range all {
+		if !m.tok.WaitTimeout(time.Until(deadline)) {
+			pending++
+			continue
+		}
+		if m.tok.Error() != nil {
+			failed++
+			continue
+		}
+		acked = append(acked, m.id)
+	}
+	before, err := stored()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := startServer(t, bin, env, "second")
+	var got map[string]uint64
+	var missing []string
+	waitDeadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err = stored()
+		missing = missing[:0]
+		if err == nil {
+			for _, id := range acked {
+				if got[id] == 0 {
+					missing = append(missing, id)
+				}
+			}
+		}
+		if err == nil && len(missing) == 0 || time.Now().After(waitDeadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var rows, dups uint64
+	var dupIDs []string
+	for id, n := range got {
+		rows += n
+		if n > 1 {
+			dups += n - 1
+			dupIDs = append(dupIDs, id)
+		}
+	}
+	t.Logf("SIGTERM after %d published; exited 0 in %s, after %d published; published %d, acknowledged by the broker %d (failed %d, no answer %d)",
+		atSignal, exitedIn.Round(time.Millisecond), atExit, len(all), len(acked), failed, pending)
+	t.Logf("stored by the first instance %d distinct; after the second start %d distinct in %d rows: %d duplicates (%s)",
+		len(before), len(got), rows, dups, mqtttest.IDRanges(dupIDs))
+	if len(missing) > 0 {
+		t.Fatalf("%d acknowledged messages not stored: %s\n%s", len(missing), mqtttest.IDRanges(missing), second.logTail())
+	}
+
+	second.signal(syscall.SIGTERM)
+	if code, ok := second.wait(shutdownTimeout + 5*time.Second); !ok || code != 0 {
+		t.Fatalf("the second instance: exited %v, code %d\n%s", ok, code, second.logTail())
+	}
+}
+
+func randHex() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// buildBinary builds this package's command into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "devicehub")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// server is one run of the binary.
+type server struct {
+	cmd    *exec.Cmd
+	base   string
+	logf   string
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+func startServer(t *testing.T, bin string, env []string, name string) *server {
+	t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(mqtttest.FreePort(t))
+	logf := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(bin)
+	cmd.Env = append(append([]string(nil), env...), "DEVICEHUB_HTTP_ADDR="+addr)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, base: "http://" + addr, logf: logf, exited: make(chan struct{})}
+	go func() { s.err = cmd.Wait(); close(s.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-s.exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-s.exited:
+			t.Fatalf("%s instance exited at start: %v\n%s", name, s.err, s.logTail())
+		default:
+		}
+		resp, err := http.Get(s.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s instance not healthy within 30s\n%s", name, s.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }
+
+// wait waits up to d for the process to exit and returns its exit code.
+func (s *server) wait(d time.Duration) (int, bool) {
+	select {
+	case <-s.exited:
+		return s.cmd.ProcessState.ExitCode(), true
+	case <-time.After(d):
+		return -1, false
+	}
+}
+
+func (s *server) logTail() string {
+	b, _ := os.ReadFile(s.logf)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+func login(t *testing.T, base string) string {
+	t.Helper()
+	var res struct {
+		Token string `json:"token"`
+	}
+	s := &server{base: base}
+	s.do(t, "", "POST", "/api/authorize/login", map[string]any{"username": "admin", "password": "admin123"}, &res)
+	if res.Token == "" {
+		t.Fatal("login: no token")
+	}
+	return res.Token
+}
+
+func (s *server) call(t *testing.T, token, method, path string, body any) {
+	t.Helper()
+	s.do(t, token, method, path, body, nil)
+}
+
+// do sends a JSON request and decodes the envelope's result into out.
+func (s *server) do(t *testing.T, token, method, path string, body, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	if out != nil {
+		var env struct {
+			Result json.RawMessage `json:"result"`
+		}
+		if err := json.Unmarshal(raw, &env); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+		}
+		if err := json.Unmarshal(env.Result, out); err != nil {
+			t.Fatalf("%s %s result: %v: %s", method, path, err, raw)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+// Command devicesim connects simulated devices of one product to the broker:
+// each announces itself (birth), leaves a last will, reports properties from
+// a thing model at an interval, and answers property reads and function
+// invokes. See README "Try it with simulated devices".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"devicehub/bench/sim"
+	"devicehub/schema"
+)
+
+// demoModel is used when no -model file is given.
+const demoModel = `{"properties":[
+ {"id":"temperature","name":"Temperature","valueType":{"type":"float","scale":1}},
+ {"id":"humidity","name":"Humidity","valueType":{"type":"int","unit":"percent"}},
+ {"id":"switch","name":"Switch","valueType":{"type":"boolean","trueText":"On","trueValue":true,"falseText":"Off","falseValue":false}},
+ {"id":"mode","name":"Mode","valueType":{"type":"enum","elements":[{"value":"eco","text":"Eco"},{"value":"boost","text":"Boost"}]}}
+],"events":[],"functions":[{"id":"DeviceCtrl","name":"Device control","async":false,"inputs":[]}],"tags":[]}`
+
+func main() {
+	var (
+		broker   = flag.String("broker", "tcp://127.0.0.1:1884", "MQTT broker URL")
+		product  = flag.String("product", "demo", "product id")
+		prefix   = flag.String("prefix", "sim-", "device id prefix; devices are <prefix>1..<prefix>N")
+		n        = flag.Int("devices", 10, "number of devices")
+		model    = flag.String("model", "", "thing model JSON file (default: a demo model)")
+		interval = flag.Duration("interval", 5*time.Second, "property report interval per device (0: none)")
+		qos      = flag.Int("qos", 1, "QoS of reports")
+		latency  = flag.Duration("latency", 0, "delay before each reply")
+		silent   = flag.Bool("silent", false, "never reply to reads and invokes (for time_out)")
+		failure  = flag.Float64("failure-rate", 0, "share of replies with success=false")
+		duration = flag.Duration("duration", 0, "stop after this long (0: until interrupted)")
+	)
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	src := []byte(demoModel)
+	if *model != "" {
+		b, err := os.ReadFile(*model)
+		if err != nil {
+			fail(err)
+		}
+		src = b
+	}
+	tm, err := schema.ParseThingModel(src)
+	if err != nil {
+		fail(err)
+	}
+	ids := make([]string, *n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", *prefix, i+1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	fleet, err := sim.Start(ctx, sim.Options{
+		BrokerURL: *broker, ProductID: *product, DeviceIDs: ids, Model: tm,
+		ReportInterval: *interval, QoS: byte(*qos),
+		ReplyLatency: *latency, Silent: *silent, FailureRate: *failure,
+	})
+	if err != nil {
+		fail(err)
+	}
+	log.Info("devices connected", "product", *product, "devices", *n, "first", ids[0], "broker", *broker)
+	<-ctx.Done()
+	fleet.Close()
+	log.Info("devices disconnected", "reports", fleet.Reports.Load(), "reads", fleet.Reads.Load(), "invokes", fleet.Invokes.Load())
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "devicesim:", err)
+	os.Exit(1)
+}
