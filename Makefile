@@ -1,0 +1,66 @@
+# devicehub: `make run` and `make test` are all a new user needs.
+GO        ?= go
+PKGS      := ./...
+HTTP_ADDR ?= 127.0.0.1:8848
+export DEVICEHUB_MQTT_PORT ?= 1884
+
+.PHONY: run test services build fmt vet lint fuzz bench bench-go clean
+
+## services: install (if missing) and start PostgreSQL, ClickHouse and Mosquitto; idempotent.
+services:
+	@bash .ci/services
+
+## build: the server and tools into bin/.
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## run: bring up the services, migrate, and serve on $(HTTP_ADDR) (login admin / admin123).
+run: services build
+	DEVICEHUB_HTTP_ADDR=$(HTTP_ADDR) ./bin/devicehub
+
+## test: vet, every test with the race detector against the real services,
+## then each fuzz target for FUZZ_SHORT.
+test: services vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(GO) vet $(PKGS)
+
+lint: vet
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s); `make test` runs
+## them for FUZZ_SHORT. A crash is saved under testdata/fuzz: commit it.
+FUZZTIME   ?= 30s
+FUZZ_SHORT ?= 4s
+FUZZ_TARGETS := \
+	./meta/:FuzzCompileQuery \
+	./schema/:FuzzParseThingModel \
+	./ingest/:FuzzParseTopic \
+	./ingest/:FuzzDecodeReport \
+	./ingest/:FuzzDecodeEvent \
+	./ingest/:FuzzDecodePresence \
+	./ingest/:FuzzDecodeReply \
+	./api/:FuzzDashboardQuery
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+		if ! out=$$($(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); then \
+			echo "$$out" | tail -40; exit 1; fi; \
+	done
+
+## bench: every scenario of cmd/bench with its ceilings; report in bench/results/.
+bench: services
+	$(GO) run ./cmd/bench all
+
+## bench-go: the in-process Go benchmarks.
+bench-go: services
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf bin
