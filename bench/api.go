@@ -52,7 +52,9 @@ type APIResult struct {
 	// Ceiling: the bare Fiber handler with the same load and a body of the
 	// same size.
 	Ceiling *LoadResult `json:"ceiling,omitempty"`
-	PeakRSS int64       `json:"peakRssBytes"`
+	// PeakRSS is the peak VmRSS of this process during the queries: the
+	// API server (in process) and its load clients together.
+	PeakRSS int64 `json:"peakRssBytes"`
 }
 
 // APIQueryResult is one kind of list query.
@@ -77,6 +79,7 @@ func (r APIResult) String() string {
 	if r.Ceiling != nil {
 		s += fmt.Sprintf("\n  %-22s %s", "bare fiber ceiling", r.Ceiling)
 	}
+	s += fmt.Sprintf("\n  peak RSS %d MiB (API server and load clients, one process)", r.PeakRSS>>20)
 	return s
 }
 
@@ -149,8 +152,11 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 		}
 	}
 
+	// The server and the load clients share this process, so the peak is
+	// theirs together. Sampled over the queries only (the ceiling has a
+	// server of its own); stopRSS returns the same peak if called again.
 	stopRSS := rssSampler()
-	defer func() { res.PeakRSS = stopRSS() }()
+	defer stopRSS()
 	var longest int
 	for _, q := range apiQueries(p) {
 		longest = max(longest, len(q.body(0)))
@@ -184,6 +190,7 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			return res, fmt.Errorf("bench: %s: %d errors, first: %s", q.name, r.Load.Errors, r.Load.FirstError)
 		}
 	}
+	res.PeakRSS = stopRSS()
 	if !p.SkipCeiling {
 		p.Logf("api: bare Fiber ceiling")
 		c, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.Requests, Warmup: p.Warmup,

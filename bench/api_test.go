@@ -15,7 +15,7 @@ func TestRunAPISmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if len(res.Queries) != 4 || res.Ceiling == nil {
+	if len(res.Queries) != 4 || res.Ceiling == nil || res.PeakRSS <= 0 {
 		t.Fatalf("%+v", res)
 	}
 	for _, q := range res.Queries {
