@@ -1,8 +1,9 @@
 // Package bench measures devicehub end to end against the real services:
-// RunIngest drives simulated devices through the MQTT broker into a
-// running ingest.Ingester and ClickHouse, and measures the broker's own
-// pass-through in the same run, so results are ratios to what the machine
-// can do. It is used by `go test -bench` here and by cmd tools.
+// RunIngest starts the real devicehub binary as a child process, drives
+// simulated devices through the MQTT broker into it and ClickHouse, and
+// measures the broker's own pass-through and ClickHouse's raw insert rate
+// in the same run, so results are ratios to what the machine can do. It is
+// used by `go test -bench` here and by cmd tools.
 package bench
 
 import (
@@ -12,8 +13,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
+	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,18 +32,24 @@ import (
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
 type IngestParams struct {
-	BrokerURL      string        // default tcp://127.0.0.1:1884
-	ClickHouseAddr string        // default 127.0.0.1:9000
-	PostgresServer string        // DSN without database, default postgres://postgres@127.0.0.1:5432
-	Devices        int           // simulated devices, default 1000; device i reports 2 + i%13 properties
-	Duration       time.Duration // publishing time of the ingest phase, default 15s
-	BrokerDuration time.Duration // publishing time of the broker-ceiling phase, default 5s
-	QoS            byte          // of publishers and subscription
-	Publishers     int           // publishing connections, default 4
-	Connections    int           // ingest subscriber connections, default ingest's (2)
-	Workers        int           // ingest workers, default ingest's
-	Writer         tsdb.WriterOptions
-	Logger         *slog.Logger
+	BrokerURL      string // default tcp://127.0.0.1:1884
+	ClickHouseAddr string // default 127.0.0.1:9000
+	PostgresServer string // DSN without database, default postgres://postgres@127.0.0.1:5432
+	// ServerBinary is a built cmd/devicehub; empty: RunIngest builds one
+	// into a temporary directory (BuildServer; the working directory must be
+	// inside the repository).
+	ServerBinary string
+	// ServerArgs are extra flags of the devicehub child.
+	ServerArgs         []string
+	Devices            int           // simulated devices, default 1000; device i reports 2 + i%13 properties
+	Duration           time.Duration // publishing time of the ingest phase, default 15s
+	BrokerDuration     time.Duration // publishing time of the broker-ceiling phase, default 5s
+	ClickHouseDuration time.Duration // inserting time of the raw ClickHouse ceiling, default BrokerDuration
+	// QoS of the publishers. The server subscribes at its default QoS 1,
+	// so messages reach it at this QoS.
+	QoS         byte
+	Publishers  int // publishing connections, default 4
+	Connections int // the server's subscriber connections (-ingest-connections), default the server's (2)
 }
 
 // IngestResult is what RunIngest measured.
@@ -56,16 +64,47 @@ type IngestResult struct {
 	IngestRate  float64       // msgs/s published -> count() in ClickHouse
 	BrokerRate  float64       // msgs/s one paho publisher -> one paho subscriber
 	Ratio       float64       // IngestRate / BrokerRate
-	PeakRSS     int64         // bytes, VmRSS of this process (generator included)
-	Flushes     int64         // ClickHouse inserts (messages and properties count apart)
-	FlushTime   time.Duration // total time inside them
-	Dropped     map[string]uint64
+	// ClickHouse is the raw insert ceiling: the same rows through
+	// tsdb.Writer, no MQTT.
+	ClickHouse      ClickHouseCeilingResult
+	ClickHouseRatio float64 // IngestRate / ClickHouse.Rate
+	ServerPID       int
+	PeakRSS         int64 // bytes, peak VmRSS of the devicehub server process during the ingest phase
+	GeneratorRSS    int64 // bytes, peak VmRSS of this process (the generator) meanwhile
+	// From the server's /metrics at the end of the ingest phase.
+	Received     int64             // MQTT messages the server received (any product on the broker)
+	Flushes      int64             // successful ClickHouse inserts (messages and properties count apart)
+	FlushTime    time.Duration     // total time inside them
+	AvgBatchRows float64           // rows per insert
+	FlushErrors  int64             // failed inserts (retried)
+	Dropped      map[string]uint64 // by reason, zeros left out
+	// CPU per process in each phase: broker ceiling, raw ClickHouse
+	// insert, ingest.
+	CPU []CPUBreakdown
 }
 
 func (r IngestResult) String() string {
-	return fmt.Sprintf("qos=%d devices=%d published=%d stored=%d props=%d elapsed=%s publish=%.0f/s ingest=%.0f msg/s broker=%.0f msg/s ratio=%.2f peakRSS=%dMiB inserts=%d avg=%s",
+	s := fmt.Sprintf("qos=%d devices=%d published=%d stored=%d props=%d elapsed=%s publish=%.0f/s ingest=%.0f msg/s"+
+		" broker=%.0f msg/s (ratio %.2f) clickhouse=%.0f msg/s, %.0f rows/s (ratio %.2f)"+
+		" server peakRSS=%dMiB generator peakRSS=%dMiB inserts=%d avg=%s rows/insert=%.0f",
 		r.QoS, r.Devices, r.Published, r.Stored, r.Properties, r.Elapsed.Round(time.Millisecond), r.PublishRate,
-		r.IngestRate, r.BrokerRate, r.Ratio, r.PeakRSS>>20, r.Flushes, (r.FlushTime / time.Duration(max(r.Flushes, 1))).Round(time.Millisecond))
+		r.IngestRate, r.BrokerRate, r.Ratio, r.ClickHouse.Rate, r.ClickHouse.RowRate, r.ClickHouseRatio,
+		r.PeakRSS>>20, r.GeneratorRSS>>20, r.Flushes, (r.FlushTime / time.Duration(max(r.Flushes, 1))).Round(time.Millisecond), r.AvgBatchRows)
+	if r.FlushErrors > 0 {
+		s += fmt.Sprintf(" insert-errors=%d", r.FlushErrors)
+	}
+	if len(r.Dropped) > 0 {
+		reasons := make([]string, 0, len(r.Dropped))
+		for k, v := range r.Dropped {
+			reasons = append(reasons, k+"="+strconv.FormatUint(v, 10))
+		}
+		sort.Strings(reasons)
+		s += " dropped: " + strings.Join(reasons, ",")
+	}
+	for _, c := range r.CPU {
+		s += "\n  " + c.String()
+	}
+	return s
 }
 
 func (p IngestParams) withDefaults() IngestParams {
@@ -87,11 +126,11 @@ func (p IngestParams) withDefaults() IngestParams {
 	if p.BrokerDuration <= 0 {
 		p.BrokerDuration = 5 * time.Second
 	}
+	if p.ClickHouseDuration <= 0 {
+		p.ClickHouseDuration = p.BrokerDuration
+	}
 	if p.Publishers <= 0 {
 		p.Publishers = 4
-	}
-	if p.Logger == nil {
-		p.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return p
 }
@@ -102,17 +141,62 @@ func ingestRandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// RunIngest measures the broker ceiling, then ingest end to end, at p.QoS.
-// It creates (and drops) its own PostgreSQL and ClickHouse databases.
+// RunIngest measures, at p.QoS, the broker ceiling, the raw ClickHouse
+// insert ceiling, then ingest end to end through the devicehub binary
+// running as a child process, with the CPU each process spent in each
+// phase. It creates (and drops) its own PostgreSQL and ClickHouse
+// databases.
 func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	p = p.withDefaults()
 	res := IngestResult{QoS: p.QoS, Devices: p.Devices}
-	var err error
-	if res.BrokerRate, err = BrokerCeiling(ctx, p.BrokerURL, p.QoS, p.BrokerDuration); err != nil {
+	tmp, err := os.MkdirTemp("", "devicehub-bench-")
+	if err != nil {
 		return res, err
 	}
+	defer os.RemoveAll(tmp)
+	bin := p.ServerBinary
+	if bin == "" {
+		if bin, err = BuildServer(ctx, tmp); err != nil {
+			return res, err
+		}
+	}
+	mosq, chs := brokerPID(p.BrokerURL), clickhousePID(p.ClickHouseAddr)
+	procs := func(self string, server int) []namedProc {
+		ps := []namedProc{{Name: "bench (" + self + ")", PID: 0}}
+		if server > 0 {
+			ps = append(ps, namedProc{Name: "devicehub (server)", PID: server})
+		}
+		if mosq > 0 {
+			ps = append(ps, namedProc{Name: "mosquitto", PID: mosq})
+		}
+		if chs > 0 {
+			ps = append(ps, namedProc{Name: "clickhouse-server", PID: chs})
+		}
+		return ps
+	}
 
-	// Databases of this run.
+	product := "bench-" + ingestRandHex(3)
+	ids := make([]string, p.Devices)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%06d", product, i)
+	}
+
+	// Ceilings first, with nothing else of this run running.
+	bc, err := brokerCeiling(ctx, p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
+	if err != nil {
+		return res, err
+	}
+	res.BrokerRate = bc.rate
+	res.CPU = append(res.CPU, bc.cpu)
+	if res.ClickHouse, err = clickHouseCeiling(ctx, p, product, ids, procs("tsdb writers", 0)); err != nil {
+		return res, err
+	}
+	res.CPU = append(res.CPU, res.ClickHouse.CPU)
+	// Give the ceiling's rows back, so the generator's RSS is its own.
+	debug.FreeOSMemory()
+
+	// Databases of this run, the product and its deployed devices, all
+	// before the server starts (its device cache keeps misses for a while).
 	name := "devicehub_bench_" + ingestRandHex(4)
 	admin, err := sql.Open("postgres", p.PostgresServer+"/postgres?sslmode=disable")
 	if err != nil {
@@ -125,7 +209,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	defer func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") }()
 	mopt := meta.DefaultOptions()
 	mopt.DSN = p.PostgresServer + "/" + name + "?sslmode=disable"
-	mopt.MaxOpenConns = 8
+	mopt.MaxOpenConns = 2
 	store, err := meta.Open(ctx, mopt)
 	if err != nil {
 		return res, err
@@ -143,54 +227,52 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		defer cancel()
 		_ = ch.DropDatabase(dctx)
 	}()
-
-	product := "bench-" + ingestRandHex(3)
 	if _, err := store.DB().ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)`, product); err != nil {
 		return res, err
-	}
-	ids := make([]string, p.Devices)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%06d", product, i)
 	}
 	if _, err := store.DB().ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
 		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
 		return res, err
 	}
 
-	iopt := ingest.DefaultOptions()
-	iopt.BrokerURL = p.BrokerURL
-	iopt.ClientID = "bench-ingest-" + ingestRandHex(4)
-	iopt.ShareGroup = "bench" + ingestRandHex(4)
-	iopt.ProductIDs = []string{product}
-	iopt.QoS = p.QoS
-	iopt.Logger = p.Logger
+	// The server, configured as an operator would, on this run's databases.
+	clientID := "bench-ingest-" + ingestRandHex(4)
+	conns := ingest.DefaultOptions().Connections
+	args := append([]string(nil), p.ServerArgs...)
 	if p.Connections > 0 {
-		iopt.Connections = p.Connections
+		conns = p.Connections
+		args = append(args, "-ingest-connections="+strconv.Itoa(p.Connections))
 	}
-	if p.Workers > 0 {
-		iopt.Workers = p.Workers
-	}
-	iopt.Writer = p.Writer
-	var flushes, flushNanos atomic.Int64
-	iopt.Writer.OnFlush = func(n int, d time.Duration, err error) {
-		flushes.Add(1)
-		flushNanos.Add(int64(d))
-	}
-	in, err := ingest.New(ctx, iopt, ch, store, store)
+	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: args, Env: map[string]string{
+		"POSTGRES_DSN":     mopt.DSN,
+		"CLICKHOUSE_ADDR":  p.ClickHouseAddr,
+		"CLICKHOUSE_DB":    name,
+		"TIMEZONE":         "UTC", // as this process opened the database
+		"MQTT_URL":         p.BrokerURL,
+		"MQTT_CLIENT_ID":   clientID,
+		"MQTT_SHARE_GROUP": "bench" + ingestRandHex(4), // its own group: no other instance takes a share
+		"ROLES":            "api,ingest",
+		"ADMIN_PASSWORD":   ingestRandHex(8),
+		"LOG_LEVEL":        "warn",
+		"SHUTDOWN_TIMEOUT": "30s",
+	}})
 	if err != nil {
 		return res, err
 	}
+	res.ServerPID = srv.pid()
+	stopped := false
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = in.Close(cctx)
-		purgeSessions(p.BrokerURL, iopt.ClientID, iopt.Connections)
+		if !stopped {
+			_ = srv.stop(35 * time.Second)
+		}
+		purgeSessions(p.BrokerURL, clientID, conns)
 	}()
-
-	// RSS sampler; stopping it twice returns the same peak.
-	stopRSS := sync.OnceValue(rssSampler())
+	stopRSS := pidRSSSampler(srv.pid())
 	defer stopRSS()
+	stopGenRSS := rssSampler()
+	defer stopGenRSS()
 
+	span := startCPUSpan("ingest", procs("generator", srv.pid()))
 	start := time.Now()
 	published, err := publishDevices(ctx, p, product, ids)
 	pubElapsed := time.Since(start)
@@ -199,19 +281,18 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	if err != nil {
 		return res, err
 	}
-	// Wait until ClickHouse has every message (or progress stops).
+	// Wait until ClickHouse has every message (or progress stops); the
+	// phase ends at the last progress.
 	var stored uint64
-	lastChange, last := time.Now(), uint64(0)
+	end, last := span.snapshot(), uint64(0)
 	for {
 		if err := ch.Conn().QueryRow(ctx, "SELECT count() FROM device_message").Scan(&stored); err != nil {
 			return res, err
 		}
-		if int64(stored) >= published {
-			break
-		}
 		if stored != last {
-			last, lastChange = stored, time.Now()
-		} else if time.Since(lastChange) > 10*time.Second {
+			last, end = stored, span.snapshot()
+		}
+		if int64(stored) >= published || time.Since(end.at) > 10*time.Second {
 			break
 		}
 		select {
@@ -220,22 +301,33 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	res.Elapsed = time.Since(start)
-	res.Stored = int64(stored)
+	res.Elapsed = end.at.Sub(start)
+	res.Stored = int64(last)
+	res.CPU = append(res.CPU, span.breakdown(end, res.Stored))
+	res.PeakRSS, res.GeneratorRSS = stopRSS(), stopGenRSS()
 	var props uint64
 	_ = ch.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&props)
 	res.Properties = int64(props)
-	res.IngestRate = float64(stored) / res.Elapsed.Seconds()
-	if res.BrokerRate > 0 {
-		res.Ratio = res.IngestRate / res.BrokerRate
+	res.IngestRate = float64(res.Stored) / res.Elapsed.Seconds()
+	res.Ratio = Ratio(res.IngestRate, res.BrokerRate)
+	res.ClickHouseRatio = Ratio(res.IngestRate, res.ClickHouse.Rate)
+
+	// The server's own counters.
+	m, merr := srv.scrapeMetrics(ctx)
+	if merr == nil {
+		res.Received = int64(m.sum("devicehub_ingest_received_total"))
+		res.Flushes = int64(m.sum("devicehub_ingest_flush_seconds_count"))
+		res.FlushTime = time.Duration(m.sum("devicehub_ingest_flush_seconds_sum") * float64(time.Second))
+		res.AvgBatchRows = Ratio(m.sum("devicehub_ingest_batch_rows_sum"), m.sum("devicehub_ingest_batch_rows_count"))
+		res.FlushErrors = int64(m.sum("devicehub_ingest_flush_errors_total"))
+		res.Dropped = m.byLabel("devicehub_ingest_dropped_total", "reason")
 	}
-	res.PeakRSS = stopRSS()
-	res.Dropped = in.Stats().Dropped
-	res.Flushes, res.FlushTime = flushes.Load(), time.Duration(flushNanos.Load())
+	stopped = true
+	serr := srv.stop(35 * time.Second)
 	if res.Stored < res.Published {
 		return res, fmt.Errorf("bench: %d of %d messages stored", res.Stored, res.Published)
 	}
-	return res, nil
+	return res, errors.Join(merr, serr)
 }
 
 // reportPayload builds a report of device i at sequence n.
@@ -342,59 +434,61 @@ func purgeSessions(broker, prefix string, n int) {
 // like RunIngest's, publishing for d. It returns received msgs/s, from
 // the first publish to the last message received.
 func BrokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration) (float64, error) {
+	r, err := brokerCeiling(ctx, broker, qos, d, nil)
+	return r.rate, err
+}
+
+type brokerCeilingResult struct {
+	rate float64
+	cpu  CPUBreakdown // of procs, first publish to last message received
+}
+
+func brokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
+	var res brokerCeilingResult
 	topic := "bench/" + ingestRandHex(4) + "/ceiling"
 	var got atomic.Int64
 	var lastAt atomic.Int64
 	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID("bench-sub-" + ingestRandHex(4)).SetCleanSession(true))
 	if t := sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
-		return 0, fmt.Errorf("bench: connect: %v", t.Error())
+		return res, fmt.Errorf("bench: connect: %v", t.Error())
 	}
 	defer sub.Disconnect(100)
 	if t := sub.Subscribe(topic, qos, func(mqtt.Client, mqtt.Message) {
 		got.Add(1)
 		lastAt.Store(time.Now().UnixNano())
 	}); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
-		return 0, fmt.Errorf("bench: subscribe: %v", t.Error())
+		return res, fmt.Errorf("bench: subscribe: %v", t.Error())
 	}
 	pub, err := mqttConnect(broker, "bench-cpub-"+ingestRandHex(4), true)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer pub.Disconnect(100)
+	span := startCPUSpan("broker pass-through", procs)
 	start := time.Now()
 	n, err := publishLoop(ctx, pub, qos, start.Add(d), func(buf []byte, k int64) (string, []byte) {
 		return topic, reportPayload(buf, "ceiling", int(k%13), k)
 	})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
-	// Wait for the subscriber to catch up (or stall).
-	prev, since := int64(-1), time.Now()
-	for got.Load() < n {
-		if g := got.Load(); g != prev {
-			prev, since = g, time.Now()
-		} else if time.Since(since) > 5*time.Second {
+	// Wait for the subscriber to catch up (or stall); the CPU span ends at
+	// the last progress.
+	prev, end := int64(-1), span.snapshot()
+	for {
+		g := got.Load()
+		if g != prev {
+			prev, end = g, span.snapshot()
+		}
+		if g >= n || time.Since(end.at) > 5*time.Second {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got.Load() == 0 {
-		return 0, errors.New("bench: broker ceiling: nothing received")
+	if prev == 0 {
+		return res, errors.New("bench: broker ceiling: nothing received")
 	}
-	return float64(got.Load()) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds(), nil
-}
-
-// processRSS is this process's resident set size in bytes (VmRSS).
-func processRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	res.rate = float64(prev) / time.Duration(lastAt.Load()-start.UnixNano()).Seconds()
+	res.cpu = span.breakdown(end, prev)
+	return res, nil
 }

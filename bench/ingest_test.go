@@ -11,8 +11,8 @@ import (
 // BenchmarkIngest runs RunIngest once per QoS (each run is long; b.N is
 // 1). DEVICEHUB_BENCH_DURATION sets the ingest phase (default 15s),
 // DEVICEHUB_BENCH_DEVICES the number of devices (default 1000),
-// DEVICEHUB_BENCH_MAXROWS the writer batch, DEVICEHUB_BENCH_CONNECTIONS the
-// subscriber connections.
+// DEVICEHUB_BENCH_CONNECTIONS the server's subscriber connections. The
+// server is the devicehub binary, built once and run as a child process.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 1x ./bench/
 func BenchmarkIngest(b *testing.B) {
@@ -23,12 +23,14 @@ func BenchmarkIngest(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("DEVICEHUB_BENCH_DEVICES")); err == nil {
 		p.Devices = n
 	}
-	if n, err := strconv.Atoi(os.Getenv("DEVICEHUB_BENCH_MAXROWS")); err == nil {
-		p.Writer.MaxRows = n
-	}
 	if n, err := strconv.Atoi(os.Getenv("DEVICEHUB_BENCH_CONNECTIONS")); err == nil {
 		p.Connections = n
 	}
+	bin, err := BuildServer(context.Background(), b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.ServerBinary = bin
 	for _, qos := range []byte{0, 1} {
 		b.Run("QoS"+string('0'+qos), func(b *testing.B) {
 			p := p
@@ -45,7 +47,9 @@ func BenchmarkIngest(b *testing.B) {
 			b.ReportMetric(res.IngestRate, "msgs/s")
 			b.ReportMetric(res.BrokerRate, "broker_msgs/s")
 			b.ReportMetric(res.Ratio, "ratio")
-			b.ReportMetric(float64(res.PeakRSS>>20), "peakRSS_MiB")
+			b.ReportMetric(res.ClickHouse.Rate, "clickhouse_msgs/s")
+			b.ReportMetric(res.ClickHouseRatio, "clickhouse_ratio")
+			b.ReportMetric(float64(res.PeakRSS>>20), "server_peakRSS_MiB")
 		})
 	}
 }

@@ -309,27 +309,3 @@ func runPhase(ctx context.Context, s loadSpec, n int, rate float64, hist *Histog
 	wg.Wait()
 	return ctx.Err()
 }
-
-// rssSampler samples this process's VmRSS every 250 ms; stop returns the peak.
-func rssSampler() (stop func() int64) {
-	var peak atomic.Int64
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			if r := processRSS(); r > peak.Load() {
-				peak.Store(r)
-			}
-			select {
-			case <-t.C:
-			case <-quit:
-				return
-			}
-		}
-	}()
-	return func() int64 { close(quit); wg.Wait(); return peak.Load() }
-}

@@ -5,8 +5,9 @@
 //	go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
-// the same run: broker pass-through (ingest), a bare Fiber handler (api,
-// commands), the PostgreSQL raw table (dashboard aggregates).
+// the same run: broker pass-through and raw ClickHouse inserts (ingest, which
+// runs the real devicehub binary as a child process), a bare Fiber handler
+// (api, commands), the PostgreSQL raw table (dashboard aggregates).
 package main
 
 import (
@@ -71,9 +72,9 @@ type flags struct {
 	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
 	cmdRate                                       float64
 	apiDevices, apiProducts, apiConc, apiReqs     int
-	ingestDevices, ingestPublishers               int
-	ingestDuration, brokerDuration                time.Duration
-	ingestQoS                                     string
+	ingestDevices, ingestPublishers, ingestConns  int
+	ingestDuration, brokerDuration, chDuration    time.Duration
+	ingestQoS, serverBin                          string
 	dashSizes, dashPGSizes                        string
 	dashIter, dashConc                            int
 	dashKeep                                      bool
@@ -100,6 +101,9 @@ func newFlags() *flags {
 	fs.IntVar(&f.ingestPublishers, "ingest-publishers", 4, "ingest: publishing connections")
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 15*time.Second, "ingest: publishing time")
 	fs.DurationVar(&f.brokerDuration, "broker-duration", 5*time.Second, "ingest: broker ceiling publishing time")
+	fs.DurationVar(&f.chDuration, "clickhouse-duration", 0, "ingest: raw ClickHouse insert ceiling time (0: as -broker-duration)")
+	fs.IntVar(&f.ingestConns, "ingest-connections", 0, "ingest: the server's subscriber connections (0: its default)")
+	fs.StringVar(&f.serverBin, "server-bin", "", "ingest: a built cmd/devicehub to run (default: go build it once per run)")
 	fs.StringVar(&f.ingestQoS, "ingest-qos", "0,1", "ingest: QoS levels, comma-separated")
 	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
 	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
@@ -239,17 +243,30 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 			add(bench.Figure{Name: q.Name + " p99", Value: q.Load.Latency.P99Ms, Unit: "ms", Against: against, Baseline: c.Latency.P99Ms, Ratio: q.P99Ratio})
 			add(bench.Figure{Name: q.Name + " req/s", Value: q.Load.SustainedRPS, Unit: "req/s", Against: against, Baseline: c.SustainedRPS, Ratio: q.RPSRatio})
 		}
-		add(bench.Figure{Name: "peak RSS (server and client in one process)", Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+		add(bench.Figure{Name: "peak RSS (API server in process, with its load clients)", Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
 	case "ingest":
 		qs, err := ints(f.ingestQoS)
 		if err != nil {
 			return fmt.Errorf("-ingest-qos: %w", err)
 		}
+		bin := f.serverBin
+		if bin == "" {
+			dir, err := os.MkdirTemp("", "devicehub-bench-bin-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			logf("ingest: building cmd/devicehub")
+			if bin, err = bench.BuildServer(ctx, dir); err != nil {
+				return err
+			}
+		}
 		var results []bench.IngestResult
 		for _, q := range qs {
-			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s first)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
+			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s and raw ClickHouse ceiling first)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
 			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
-				Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration, QoS: byte(q), Publishers: f.ingestPublishers})
+				ServerBinary: bin, Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration,
+				ClickHouseDuration: f.chDuration, QoS: byte(q), Publishers: f.ingestPublishers, Connections: f.ingestConns})
 			results = append(results, r)
 			rep.Results[s] = results
 			if err != nil {
@@ -258,7 +275,23 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 			logf("%s", r)
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest msgs/s", q), Value: r.IngestRate, Unit: "msg/s",
 				Against: "broker pass-through", Baseline: r.BrokerRate, Ratio: r.Ratio, Target: ">= 0.8"})
-			add(bench.Figure{Name: fmt.Sprintf("QoS %d peak RSS (ingest and generator in one process)", q), Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest msgs/s", q), Value: r.IngestRate, Unit: "msg/s",
+				Against: "raw ClickHouse insert (same rows, no MQTT)", Baseline: r.ClickHouse.Rate, Ratio: r.ClickHouseRatio})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d raw ClickHouse insert msgs/s (%.0f rows/s)", q, r.ClickHouse.RowRate), Value: r.ClickHouse.Rate,
+				Unit: "msg/s", Against: "broker pass-through", Baseline: r.BrokerRate, Ratio: bench.Ratio(r.ClickHouse.Rate, r.BrokerRate)})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest server peak RSS (devicehub process)", q), Value: float64(r.PeakRSS) / (1 << 20),
+				Unit: "MiB", Target: "<= 200 MB (190.7 MiB)"})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d generator peak RSS (bench process)", q), Value: float64(r.GeneratorRSS) / (1 << 20), Unit: "MiB"})
+			for _, c := range r.CPU {
+				procs := append(append([]bench.ProcCPU(nil), c.Procs...), c.Total)
+				if c.Machine != nil {
+					procs = append(procs, *c.Machine)
+				}
+				for _, pc := range procs {
+					add(bench.Figure{Name: fmt.Sprintf("QoS %d CPU, %s: %s (%.2f CPU-s, %.2f of %d cores)", q, c.Phase, pc.Name, pc.Seconds, pc.Cores, c.MachineCores),
+						Value: pc.MicrosPerMsg, Unit: "µs/msg"})
+				}
+			}
 		}
 	case "dashboard":
 		sizes, err := ints(f.dashSizes)
