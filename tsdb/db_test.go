@@ -1,8 +1,10 @@
 package tsdb
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -352,5 +354,65 @@ func TestWriterStoresThroughDB(t *testing.T) {
 	}
 	if len(hist) != 3 || hist[2].Num != 99 || hist[0].Num != 97 {
 		t.Fatalf("history %+v", hist)
+	}
+}
+
+func TestRetentionCutoff(t *testing.T) {
+	f := func(now string, months int, want string) {
+		t.Helper()
+		n, err := time.Parse("2006-01-02 15:04", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := RetentionCutoff(n, months).Format("2006-01-02 15:04"); got != want {
+			t.Errorf("RetentionCutoff(%s, %d) = %s, want %s", now, months, got, want)
+		}
+	}
+	f("2024-03-31 23:59", 1, "2024-03-01 00:00")
+	f("2024-03-01 00:00", 2, "2024-02-01 00:00")
+	f("2024-03-15 12:00", 3, "2024-01-01 00:00")
+	f("2024-03-15 12:00", 4, "2023-12-01 00:00")
+	f("2024-03-15 12:00", 12, "2023-04-01 00:00")
+	f("2024-03-15 12:00", 27, "2022-01-01 00:00")
+}
+
+// RunRetention drops what is older than the retained months at once and
+// keeps the rest.
+func TestRunRetention(t *testing.T) {
+	db := openDB(t, "retention_loop", time.UTC)
+	ctx := ctxT(t)
+	now := time.Now().UTC()
+	old := RetentionCutoff(now, 2).Add(-time.Hour) // the last hour of the month just dropped
+	keep := RetentionCutoff(now, 2).Add(time.Hour) // the first hour of the oldest month kept
+	ms := []Message{
+		{Time: old, ProductID: "p", DeviceID: "d", Direction: "up"},
+		{Time: keep, ProductID: "p", DeviceID: "d", Direction: "up"},
+		{Time: now, ProductID: "p", DeviceID: "d", Direction: "up"},
+	}
+	ps := []PropertyValue{{Time: old, ProductID: "p", DeviceID: "d", Property: "x", ValueType: "number", Num: 1}}
+	if err := db.Insert(ctx, ms, ps); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); db.RunRetention(rctx, 2, time.Hour, slog.New(slog.DiscardHandler)) }()
+	deadline := time.Now().Add(20 * time.Second)
+	var msgs, props uint64
+	for time.Now().Before(deadline) {
+		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_message").Scan(&msgs); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&props); err != nil {
+			t.Fatal(err)
+		}
+		if msgs == 2 && props == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if msgs != 2 || props != 0 {
+		t.Fatalf("after retention of 2 months: %d messages, %d property values; want 2 and 0", msgs, props)
 	}
 }

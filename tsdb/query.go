@@ -3,6 +3,7 @@ package tsdb
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +252,34 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 		}
 	}
 	return len(drop), nil
+}
+
+// RetentionCutoff is the start of the oldest month kept when months months
+// are retained at now: the current month counts as one, so months=1 keeps
+// only the current month. Partitions before the cutoff are dropped.
+func RetentionCutoff(now time.Time, months int) time.Time {
+	return time.Date(now.Year(), now.Month()-time.Month(months-1), 1, 0, 0, 0, 0, now.Location())
+}
+
+// RunRetention drops the partitions older than months (see
+// RetentionCutoff) at once and then every interval, until ctx ends.
+// Failures are logged and retried at the next tick.
+func (db *DB) RunRetention(ctx context.Context, months int, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cut := RetentionCutoff(time.Now().In(db.loc), months)
+		if n, err := db.DropPartitionsBefore(ctx, cut); err != nil {
+			log.Error("retention: drop partitions", "before", cut.Format("2006-01"), "err", err)
+		} else if n > 0 {
+			log.Info("retention: dropped partitions", "before", cut.Format("2006-01"), "partitions", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // quoteString quotes a value we produced ourselves (zone name, partition

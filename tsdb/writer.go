@@ -35,18 +35,29 @@ type WriterOptions struct {
 	OnFlush func(n int, dur time.Duration, err error)
 }
 
+// DefaultWriterOptions are the defaults a zero WriterOptions field takes.
+func DefaultWriterOptions() WriterOptions {
+	return WriterOptions{
+		MaxRows:       20000,
+		FlushInterval: 200 * time.Millisecond,
+		RetryMin:      100 * time.Millisecond,
+		RetryMax:      10 * time.Second,
+	}
+}
+
 func (o WriterOptions) withDefaults() WriterOptions {
+	d := DefaultWriterOptions()
 	if o.MaxRows <= 0 {
-		o.MaxRows = 20000
+		o.MaxRows = d.MaxRows
 	}
 	if o.FlushInterval <= 0 {
-		o.FlushInterval = 200 * time.Millisecond
+		o.FlushInterval = d.FlushInterval
 	}
 	if o.RetryMin <= 0 {
-		o.RetryMin = 100 * time.Millisecond
+		o.RetryMin = d.RetryMin
 	}
 	if o.RetryMax < o.RetryMin {
-		o.RetryMax = max(10*time.Second, o.RetryMin)
+		o.RetryMax = max(d.RetryMax, o.RetryMin)
 	}
 	if o.QueueRows <= 0 {
 		o.QueueRows = 5 * o.MaxRows

@@ -74,7 +74,7 @@ type flags struct {
 	apiDevices, apiProducts, apiConc, apiReqs     int
 	ingestDevices, ingestPublishers, ingestConns  int
 	ingestDuration, brokerDuration, chDuration    time.Duration
-	ingestQoS, serverBin                          string
+	ingestQoS, serverBin, serverFlags             string
 	dashSizes, dashPGSizes                        string
 	dashIter, dashConc                            int
 	dashKeep                                      bool
@@ -104,6 +104,7 @@ func newFlags() *flags {
 	fs.DurationVar(&f.chDuration, "clickhouse-duration", 0, "ingest: raw ClickHouse insert ceiling time (0: as -broker-duration)")
 	fs.IntVar(&f.ingestConns, "ingest-connections", 0, "ingest: the server's subscriber connections (0: its default)")
 	fs.StringVar(&f.serverBin, "server-bin", "", "ingest: a built cmd/devicehub to run (default: go build it once per run)")
+	fs.StringVar(&f.serverFlags, "server-flags", "", "ingest: extra flags of the devicehub child, space-separated (e.g. \"-ingest-batch-rows=100000 -pprof-addr=127.0.0.1:6060\")")
 	fs.StringVar(&f.ingestQoS, "ingest-qos", "0,1", "ingest: QoS levels, comma-separated")
 	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
 	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
@@ -266,7 +267,8 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s and raw ClickHouse ceiling first)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
 			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
 				ServerBinary: bin, Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration,
-				ClickHouseDuration: f.chDuration, QoS: byte(q), Publishers: f.ingestPublishers, Connections: f.ingestConns})
+				ClickHouseDuration: f.chDuration, QoS: byte(q), Publishers: f.ingestPublishers, Connections: f.ingestConns,
+				ServerArgs: strings.Fields(f.serverFlags)})
 			results = append(results, r)
 			rep.Results[s] = results
 			if err != nil {

@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -100,6 +102,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			iopt.Connections = cfg.IngestConnections
 		}
 		iopt.ShareGroup = cfg.MQTTShareGroup
+		iopt.Writer.MaxRows, iopt.Writer.FlushInterval = cfg.BatchRows, cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
 		}
@@ -116,6 +119,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	cmds, err := ingest.NewCommands(presence, rec, copt)
 	if err != nil {
 		return err
+	}
+
+	if cfg.RetentionMonths > 0 && ing != nil {
+		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
+	}
+	if cfg.PprofAddr != "" {
+		go servePprof(cfg.PprofAddr, log)
 	}
 
 	var srv *api.Server
@@ -189,6 +199,10 @@ type config struct {
 	MQTTClientID      string
 	MQTTShareGroup    string
 	IngestConnections int
+	BatchRows         int
+	FlushInterval     time.Duration
+	RetentionMonths   int
+	PprofAddr         string
 	RolesText         string
 	Roles             map[string]bool
 }
@@ -232,7 +246,11 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.MQTTURL, "mqtt-url", env("MQTT_URL", ingest.DefaultOptions().BrokerURL), "MQTT broker (DEVICEHUB_MQTT_URL)")
 	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
 	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", "devicehub"), "shared-subscription group of ingest instances; \"none\" subscribes plainly with one connection (DEVICEHUB_MQTT_SHARE_GROUP)")
-	fs.IntVar(&c.IngestConnections, "ingest-connections", 0, "subscriber connections sharing the uplink subscription (default 2)")
+	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, 2 (DEVICEHUB_INGEST_CONNECTIONS)")
+	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
+	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
+	fs.IntVar(&c.RetentionMonths, "retention-months", envInt("RETENTION_MONTHS", 0), "drop monthly partitions of messages and property values older than this many months; 0 keeps everything (DEVICEHUB_RETENTION_MONTHS)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off (DEVICEHUB_PPROF_ADDR)")
 	fs.StringVar(&c.RolesText, "roles", env("ROLES", "api,ingest"), "comma-separated roles of this instance: api, ingest (DEVICEHUB_ROLES)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -250,5 +268,27 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	if len(c.Roles) == 0 {
 		return config{}, errors.New("no role: -roles needs api, ingest or both")
 	}
+	if c.BatchRows <= 0 || c.FlushInterval <= 0 {
+		return config{}, errors.New("-ingest-batch-rows and -ingest-flush-interval must be positive")
+	}
+	if c.RetentionMonths < 0 {
+		return config{}, errors.New("-retention-months must be 0 (keep everything) or more")
+	}
 	return c, nil
+}
+
+// servePprof serves the runtime profiles of net/http/pprof, for operators
+// who opt in with -pprof-addr (keep it on loopback).
+func servePprof(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	log.Info("pprof listening", "addr", addr)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		log.Error("pprof", "err", err)
+	}
 }
