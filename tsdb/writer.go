@@ -28,7 +28,7 @@ type WriterOptions struct {
 	// RetryMax caps the wait between retries. Default 10s.
 	RetryMax time.Duration
 	// QueueRows bounds rows buffered or being written; Add blocks above it.
-	// Default 5*MaxRows.
+	// Default 2*MaxRows: one batch being written while the next fills.
 	QueueRows int
 	// OnFlush, if set, is called after every insert attempt from the
 	// writer's goroutine: rows in the attempt, its duration, its error.
@@ -60,7 +60,7 @@ func (o WriterOptions) withDefaults() WriterOptions {
 		o.RetryMax = max(d.RetryMax, o.RetryMin)
 	}
 	if o.QueueRows <= 0 {
-		o.QueueRows = 5 * o.MaxRows
+		o.QueueRows = 2 * o.MaxRows
 	}
 	return o
 }
@@ -85,6 +85,7 @@ type Writer struct {
 
 	mu      sync.Mutex
 	buf     batch
+	spare   batch         // the last written batch, emptied, reused as buf
 	pending int           // rows buffered plus rows being written
 	freed   chan struct{} // closed (and replaced) when pending drops
 	closed  bool
@@ -218,9 +219,12 @@ func (w *Writer) run() {
 		for {
 			w.mu.Lock()
 			b := w.buf
-			w.buf = batch{}
+			w.buf, w.spare = w.spare, batch{}
 			w.mu.Unlock()
 			if b.empty() {
+				w.mu.Lock()
+				w.spare = b
+				w.mu.Unlock()
 				break
 			}
 			if !w.write(&b) {
@@ -252,8 +256,17 @@ func (w *Writer) write(b *batch) bool {
 	for _, done := range b.dones {
 		done()
 	}
+	n := b.rows()
+	// Keep the slices for the next batch: buffers that grew once are not
+	// grown (and copied) again on every flush. Cleared, so that payloads
+	// and strings of stored rows can be collected.
+	clear(b.msgs)
+	clear(b.props)
+	clear(b.dones)
+	b.msgs, b.props, b.dones = b.msgs[:0], b.props[:0], b.dones[:0]
 	w.mu.Lock()
-	w.pending -= b.rows()
+	w.spare = *b
+	w.pending -= n
 	close(w.freed)
 	w.freed = make(chan struct{})
 	w.mu.Unlock()
