@@ -3,7 +3,9 @@ package tsdb
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
+	"unsafe"
 )
 
 // Message is one uplink or downlink message, a row of device_message.
@@ -112,51 +114,80 @@ func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue)
 	return nil
 }
 
+// Column buffers are reused between inserts (sendColumns copies them into
+// the driver's block), so a flush allocates nothing per row.
+type (
+	messageColumns struct {
+		tm                                       []time.Time
+		ts                                       []int64
+		product, device, dir, typ, id, topic, pl []string
+	}
+	propColumns struct {
+		tm                                 []time.Time
+		ts                                 []int64
+		product, device, prop, vt, str, id []string
+		num                                []float64
+	}
+)
+
+var (
+	messageColumnPool = sync.Pool{New: func() any { return new(messageColumns) }}
+	propColumnPool    = sync.Pool{New: func() any { return new(propColumns) }}
+)
+
+// resize returns s with length n, reusing its array when it is big enough;
+// the caller overwrites every element.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
 	n := len(msgs)
-	var (
-		tm       = make([]time.Time, n)
-		ts       = make([]int64, n)
-		product  = make([]string, n)
-		device   = make([]string, n)
-		dir      = make([]string, n)
-		typ      = make([]string, n)
-		id       = make([]string, n)
-		topic    = make([]string, n)
-		payloads = make([]string, n)
-	)
+	c := messageColumnPool.Get().(*messageColumns)
+	defer func() {
+		// Drop the references to payloads and ids before pooling.
+		for _, col := range [][]string{c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl} {
+			clear(col)
+		}
+		messageColumnPool.Put(c)
+	}()
+	c.tm, c.ts = resize(c.tm, n), resize(c.ts, n)
+	c.product, c.device, c.dir, c.typ = resize(c.product, n), resize(c.device, n), resize(c.dir, n), resize(c.typ, n)
+	c.id, c.topic, c.pl = resize(c.id, n), resize(c.topic, n), resize(c.pl, n)
 	for i := range msgs {
 		m := &msgs[i]
-		tm[i] = m.Time
-		ts[i] = m.Time.UnixMilli()
-		product[i], device[i], dir[i] = m.ProductID, m.DeviceID, m.Direction
-		typ[i], id[i], topic[i] = m.MessageType, m.MessageID, m.Topic
-		payloads[i] = string(m.Payload)
+		c.tm[i] = m.Time
+		c.ts[i] = m.Time.UnixMilli()
+		c.product[i], c.device[i], c.dir[i] = m.ProductID, m.DeviceID, m.Direction
+		c.typ[i], c.id[i], c.topic[i] = m.MessageType, m.MessageID, m.Topic
+		c.pl[i] = unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload)) // read-only: Payload must not change after Add
 	}
-	return db.sendColumns(ctx, insertMessages, tm, ts, product, device, dir, typ, id, topic, payloads)
+	return db.sendColumns(ctx, insertMessages, c.tm, c.ts, c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl)
 }
 
 func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
 	n := len(props)
-	var (
-		tm      = make([]time.Time, n)
-		ts      = make([]int64, n)
-		product = make([]string, n)
-		device  = make([]string, n)
-		prop    = make([]string, n)
-		vt      = make([]string, n)
-		num     = make([]float64, n)
-		str     = make([]string, n)
-		id      = make([]string, n)
-	)
+	c := propColumnPool.Get().(*propColumns)
+	defer func() {
+		for _, col := range [][]string{c.product, c.device, c.prop, c.vt, c.str, c.id} {
+			clear(col)
+		}
+		propColumnPool.Put(c)
+	}()
+	c.tm, c.ts, c.num = resize(c.tm, n), resize(c.ts, n), resize(c.num, n)
+	c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
+	c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
 	for i := range props {
 		p := &props[i]
-		tm[i] = p.Time
-		ts[i] = p.Time.UnixMilli()
-		product[i], device[i], prop[i], vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
-		num[i], str[i], id[i] = p.Num, p.Str, p.MessageID
+		c.tm[i] = p.Time
+		c.ts[i] = p.Time.UnixMilli()
+		c.product[i], c.device[i], c.prop[i], c.vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
+		c.num[i], c.str[i], c.id[i] = p.Num, p.Str, p.MessageID
 	}
-	return db.sendColumns(ctx, insertProps, tm, ts, product, device, prop, vt, num, str, id)
+	return db.sendColumns(ctx, insertProps, c.tm, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id)
 }
 
 func (db *DB) sendColumns(ctx context.Context, query string, cols ...any) error {
