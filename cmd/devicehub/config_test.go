@@ -26,7 +26,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	f(nil, nil, func(c config) bool {
 		return c.HTTPAddr == "127.0.0.1:8848" && c.BatchRows == 20000 && c.FlushInterval == 200*time.Millisecond &&
-			c.RetentionMonths == 0 && c.PprofAddr == "" && c.Roles["api"] && c.Roles["ingest"]
+			c.RetentionMonths == 0 && c.PprofAddr == "" && c.MemoryLimit == 160<<20 && c.Roles["api"] && c.Roles["ingest"]
 	}, "")
 	f(map[string]string{"DEVICEHUB_INGEST_BATCH_ROWS": "50000", "DEVICEHUB_INGEST_FLUSH_INTERVAL": "1s", "DEVICEHUB_RETENTION_MONTHS": "12"}, nil,
 		func(c config) bool {
@@ -40,6 +40,12 @@ func TestLoadConfig(t *testing.T) {
 	f(nil, []string{"-ingest-batch-rows=-1"}, nil, "must be positive")
 	f(nil, []string{"-ingest-flush-interval=0s"}, nil, "must be positive")
 	f(nil, []string{"-retention-months=-2"}, nil, "retention-months")
+	f(map[string]string{"DEVICEHUB_MEMORY_LIMIT": "1GiB"}, nil, func(c config) bool { return c.MemoryLimit == 1<<30 }, "")
+	f(nil, []string{"-memory-limit=0"}, func(c config) bool { return c.MemoryLimit == 0 }, "")
+	f(nil, []string{"-memory-limit=5000"}, func(c config) bool { return c.MemoryLimit == 5000 }, "")
+	f(nil, []string{"-memory-limit=lots"}, nil, `"lots" is not a size`)
+	f(nil, []string{"-memory-limit=-1MiB"}, nil, "not a size")
+	f(nil, []string{"-memory-limit=99999999999GiB"}, nil, "not a size")
 	f(nil, []string{"-roles=web"}, nil, "unknown role")
 	f(nil, []string{"-roles=,"}, nil, "no role")
 }

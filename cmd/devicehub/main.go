@@ -9,10 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +37,11 @@ func main() {
 	}
 	log := newLogger(cfg.LogLevel)
 	slog.SetDefault(log)
+	// The soft limit makes the collector work harder as the heap nears it,
+	// instead of letting RSS grow to twice the live heap (GOGC=100).
+	if os.Getenv("GOMEMLIMIT") == "" && cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
@@ -203,6 +210,7 @@ type config struct {
 	FlushInterval     time.Duration
 	RetentionMonths   int
 	PprofAddr         string
+	MemoryLimit       int64
 	RolesText         string
 	Roles             map[string]bool
 }
@@ -250,9 +258,11 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
 	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
 	fs.IntVar(&c.RetentionMonths, "retention-months", envInt("RETENTION_MONTHS", 0), "drop monthly partitions of messages and property values older than this many months; 0 keeps everything (DEVICEHUB_RETENTION_MONTHS)")
+	memLimit := fs.String("memory-limit", env("MEMORY_LIMIT", "160MiB"), "soft memory limit of the Go runtime (KiB, MiB, GiB suffixes; 0: none); GOMEMLIMIT, when set, wins (DEVICEHUB_MEMORY_LIMIT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off (DEVICEHUB_PPROF_ADDR)")
 	fs.StringVar(&c.RolesText, "roles", env("ROLES", "api,ingest"), "comma-separated roles of this instance: api, ingest (DEVICEHUB_ROLES)")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return config{}, err
 	}
 	c.Roles = map[string]bool{}
@@ -270,6 +280,9 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if c.BatchRows <= 0 || c.FlushInterval <= 0 {
 		return config{}, errors.New("-ingest-batch-rows and -ingest-flush-interval must be positive")
+	}
+	if c.MemoryLimit, err = parseBytes(*memLimit); err != nil {
+		return config{}, fmt.Errorf("-memory-limit: %w", err)
 	}
 	if c.RetentionMonths < 0 {
 		return config{}, errors.New("-retention-months must be 0 (keep everything) or more")
@@ -291,4 +304,26 @@ func servePprof(addr string, log *slog.Logger) {
 	if err := srv.ListenAndServe(); err != nil {
 		log.Error("pprof", "err", err)
 	}
+}
+
+// parseBytes reads a size such as 192MiB, 1GiB, 512KiB or a plain byte
+// count.
+func parseBytes(s string) (int64, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = v, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a size like 192MiB", orig)
+	}
+	return n * mult, nil
 }
