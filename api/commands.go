@@ -27,7 +27,7 @@ const (
 
 // commandTarget resolves the device and its product for the downlink.
 func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, ingest.Target, error) {
-	dev, err := s.deps.Models.GetDeviceRef(c.UserContext(), c.Params("deviceId"))
+	dev, err := s.refs.get(c.UserContext(), c.Params("deviceId"), time.Now(), s.deps.Models.GetDeviceRef)
 	if err != nil {
 		return meta.DeviceRef{}, ingest.Target{}, err
 	}

@@ -165,3 +165,14 @@ func TestCommandEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// A command caches the device's reference; a write through the API
+// forgets it at once, so the next command sees the change.
+func TestCommandSeesDeviceWrites(t *testing.T) {
+	e, _, _ := cmdEnv(t)
+	e.fails("GET", "/api/device/standard/c2/property/temp", nil, 500, "client_offline") // c2 is now cached
+	e.ok("DELETE", "/api/device/instance/c2", nil, nil)
+	e.fails("GET", "/api/device/standard/c2/property/temp", nil, 404, "not_found")
+	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl",
+		`{"Location":"r","ProductID":"e","OperCode":{"Switch":"1","Temperature":22}}`, 404, "not_found")
+}

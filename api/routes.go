@@ -28,26 +28,26 @@ func (s *Server) routes() {
 	api.Get("/authorize/me", s.me)
 
 	// Products.
-	api.Post("/device-product/_query", s.queryProducts)     // 1
-	api.Post("/device-product/_count", s.countProducts)     // 6
-	api.Get("/device-product/:id", s.getProduct)            // 2
-	api.Post("/device/product", s.createProduct)            // 3
-	api.Patch("/device-product", s.patchProduct)            // 4
-	api.Delete("/device-product/:id", s.deleteProduct)      // 5
-	api.Post("/device-product/:id/deploy", s.deployProduct) // lifecycle
-	api.Post("/device-product/:id/undeploy", s.undeployProduct)
+	api.Post("/device-product/_query", s.queryProducts)              // 1
+	api.Post("/device-product/_count", s.countProducts)              // 6
+	api.Get("/device-product/:id", s.getProduct)                     // 2
+	api.Post("/device/product", s.write(s.createProduct))            // 3
+	api.Patch("/device-product", s.write(s.patchProduct))            // 4
+	api.Delete("/device-product/:id", s.write(s.deleteProduct))      // 5
+	api.Post("/device-product/:id/deploy", s.write(s.deployProduct)) // lifecycle
+	api.Post("/device-product/:id/undeploy", s.write(s.undeployProduct))
 
 	// Devices.
-	api.Post("/device-instance/_query", s.queryDevices)           // 7
-	api.Get("/device/instance/:id/detail", s.getDevice)           // 8
-	api.Put("/device/instance/:id/metadata", s.setDeviceMetadata) // 9
-	api.Delete("/device/instance/:id/metadata", s.resetDeviceMetadata)
-	api.Post("/device/instance", s.createDevice) // lifecycle
+	api.Post("/device-instance/_query", s.queryDevices)                    // 7
+	api.Get("/device/instance/:id/detail", s.getDevice)                    // 8
+	api.Put("/device/instance/:id/metadata", s.write(s.setDeviceMetadata)) // 9
+	api.Delete("/device/instance/:id/metadata", s.write(s.resetDeviceMetadata))
+	api.Post("/device/instance", s.write(s.createDevice)) // lifecycle
 	api.Get("/device/instance/:id", s.getDevice)
-	api.Put("/device/instance/:id", s.updateDevice)
-	api.Delete("/device/instance/:id", s.deleteDevice)
-	api.Post("/device/instance/:id/deploy", s.deployDevice)
-	api.Post("/device/instance/:id/undeploy", s.undeployDevice)
+	api.Put("/device/instance/:id", s.write(s.updateDevice))
+	api.Delete("/device/instance/:id", s.write(s.deleteDevice))
+	api.Post("/device/instance/:id/deploy", s.write(s.deployDevice))
+	api.Post("/device/instance/:id/undeploy", s.write(s.undeployDevice))
 
 	// Roles.
 	api.Post("/role/_query", s.queryRoles) // 13
@@ -62,6 +62,15 @@ func (s *Server) routes() {
 
 	// Anything else, under /api or not, is not_found in the envelope.
 	app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
+}
+
+// write wraps a handler that changes products or devices: cached device
+// references are forgotten after it, whatever its outcome.
+func (s *Server) write(h fiber.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		defer s.refs.clear()
+		return h(c)
+	}
 }
 
 // healthz is GET /healthz: 200 when every dependency answers, else 503.

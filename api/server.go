@@ -23,6 +23,9 @@ type Options struct {
 	// TokenCacheTTL is how long a successful token check is reused without
 	// asking PostgreSQL; 0 checks every request.
 	TokenCacheTTL time.Duration
+	// DeviceCacheTTL is how long a device looked up for a command is reused;
+	// writes through this instance forget it at once. 0 looks up every time.
+	DeviceCacheTTL time.Duration
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -34,6 +37,7 @@ func DefaultOptions() Options {
 		TokenLifetime:    30 * time.Minute,
 		MaxTokenLifetime: 30 * 24 * time.Hour,
 		TokenCacheTTL:    5 * time.Second,
+		DeviceCacheTTL:   time.Second,
 	}
 }
 
@@ -64,6 +68,7 @@ type Server struct {
 	deps   Deps
 	log    *slog.Logger
 	tokens *tokenCache
+	refs   *refCache
 }
 
 // New builds the server with every route registered.
@@ -71,7 +76,8 @@ func New(opts Options, deps Deps) *Server {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newTokenCache(opts.TokenCacheTTL, 100_000)}
+	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newTokenCache(opts.TokenCacheTTL, 100_000),
+		refs: newRefCache(opts.DeviceCacheTTL, 100_000)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "devicehub",
 		BodyLimit:             opts.BodyLimit,

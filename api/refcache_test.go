@@ -1,0 +1,56 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"devicehub/meta"
+)
+
+func TestRefCache(t *testing.T) {
+	lookups := 0
+	lookup := func(_ context.Context, id string) (meta.DeviceRef, error) {
+		lookups++
+		if id == "gone" {
+			return meta.DeviceRef{}, meta.ErrNotFound
+		}
+		return meta.DeviceRef{ID: strings.Clone(id), Name: "n" + id}, nil // as PostgreSQL: fresh strings
+	}
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	c := newRefCache(time.Second, 3)
+	f := func(id string, now time.Time, wantLookups int, wantErr error) {
+		t.Helper()
+		r, err := c.get(ctx, id, now, lookup)
+		if !errors.Is(err, wantErr) || (err == nil && r.ID != id) || lookups != wantLookups {
+			t.Fatalf("get(%q, +%v) = %+v, %v after %d lookups; want err %v after %d", id, now.Sub(t0), r, err, lookups, wantErr, wantLookups)
+		}
+	}
+	f("a", t0, 1, nil)
+	f("a", t0.Add(999*time.Millisecond), 1, nil) // within the TTL
+	f("a", t0.Add(time.Second), 2, nil)          // expired
+	f("gone", t0, 3, meta.ErrNotFound)           // not found is not kept
+	f("gone", t0, 4, meta.ErrNotFound)
+	c.clear()
+	f("a", t0.Add(time.Second), 5, nil)
+
+	// The key is copied: Fiber's route parameters point into reused buffers.
+	buf := []byte("dev1")
+	f(unsafe.String(&buf[0], len(buf)), t0, 6, nil)
+	copy(buf, "XXXX")
+	f("dev1", t0, 6, nil)
+
+	// Bounded: a full map is emptied rather than grown.
+	f("b", t0, 7, nil)
+	f("c", t0, 8, nil) // 3 entries: a, dev1, b -> cleared before c
+	f("a", t0, 9, nil)
+
+	// TTL 0 looks up every time.
+	c = newRefCache(0, 3)
+	f("a", t0, 10, nil)
+	f("a", t0, 11, nil)
+}
