@@ -79,6 +79,7 @@ type DB struct {
 	loc     *time.Location
 	tzName  string // IANA name of loc, as written into SQL
 	version Version
+	hints   historyHints // per device, where PropertyHistory starts
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

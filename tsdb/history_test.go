@@ -47,4 +47,33 @@ func TestPropertyHistoryWindows(t *testing.T) {
 	f(7, []string{"temp"}, "[temp=99 temp=22 temp=21 temp=20 temp=12 temp=11 temp=10]") // whole history
 	f(1, []string{"temp", "old"}, "[temp=10 old=7]")                                    // one property only in old data
 	f(1, nil, "[old=7 temp=10]")                                                        // none named: whole history
+
+	// The last named query needed the whole history, so the next one starts
+	// there, and still answers exactly.
+	key := "win_p\x00w1"
+	if got := db.hints.get(key, time.Now()); got != len(historyWindows)-1 {
+		t.Fatalf("hint after a whole-history answer: %d", got)
+	}
+	f(2, []string{"temp"}, "[temp=11 temp=10]")
+	if got := db.hints.get(key, time.Now()); got != len(historyWindows)-1 {
+		t.Fatalf("hint kept: %d", got)
+	}
+	if got := db.hints.get(key, time.Now().Add(historyHintTTL)); got != 0 {
+		t.Fatalf("hint after its TTL: %d", got)
+	}
+}
+
+func TestHistoryHintsBounded(t *testing.T) {
+	var h historyHints
+	now := time.Now()
+	for i := range maxHistoryHints + 10 {
+		h.put(fmt.Sprint(i), 1, now)
+	}
+	if len(h.m) > maxHistoryHints {
+		t.Fatalf("%d hints kept", len(h.m))
+	}
+	h.put("x", 0, now)
+	if h.get("x", now) != 0 {
+		t.Fatal("window 0 is not kept")
+	}
 }
