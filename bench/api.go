@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+
+	"devicehub/meta"
 )
 
 // APIParams configure RunAPI. Zero fields take the defaults noted.
@@ -17,6 +20,18 @@ type APIParams struct {
 	Warmup      int    `json:"warmup"`      // per query, default 100
 	SkipCeiling bool   `json:"skipCeiling"`
 	PostgresDSN string `json:"postgresDsn"` // server, no database; default as RunCommands
+	// The devicehub child's broker (its presence client connects even
+	// without the ingest role) and ClickHouse (a database of its own,
+	// dropped at the end); defaults $DEVICEHUB_MQTT_URL or
+	// tcp://127.0.0.1:1884, $DEVICEHUB_CLICKHOUSE_ADDR or 127.0.0.1:9000.
+	BrokerURL      string `json:"brokerUrl"`
+	ClickHouseAddr string `json:"clickhouseAddr"`
+	// ServerBinary is a built cmd/devicehub; empty: RunAPI builds one into
+	// a temporary directory (the working directory must be inside the
+	// repository). ServerArgs are extra flags of the child (they override
+	// its DEVICEHUB_* configuration, e.g. -roles=api,ingest).
+	ServerBinary string   `json:"-"`
+	ServerArgs   []string `json:"serverArgs,omitempty"`
 	// Progress, if set, receives a live status line; Logf setup steps.
 	Progress io.Writer                        `json:"-"`
 	Logf     func(format string, args ...any) `json:"-"`
@@ -39,6 +54,12 @@ func (p APIParams) withDefaults() APIParams {
 		p.Warmup = 100
 	}
 	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
+	if p.BrokerURL == "" {
+		p.BrokerURL = envDefault("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884")
+	}
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
+	}
 	if p.Logf == nil {
 		p.Logf = func(string, ...any) {}
 	}
@@ -52,9 +73,13 @@ type APIResult struct {
 	// Ceiling: the bare Fiber handler with the same load and a body of the
 	// same size.
 	Ceiling *LoadResult `json:"ceiling,omitempty"`
-	// PeakRSS is the peak VmRSS of this process during the queries: the
-	// API server (in process) and its load clients together.
-	PeakRSS int64 `json:"peakRssBytes"`
+	// The server is the devicehub binary, a child process with these
+	// roles; PeakRSS is its peak VmRSS over the queries (warm-ups
+	// included), BenchRSS this process's (the load clients) meanwhile.
+	ServerPID   int    `json:"serverPid"`
+	ServerRoles string `json:"serverRoles"`
+	PeakRSS     int64  `json:"serverPeakRssBytes"`
+	BenchRSS    int64  `json:"benchPeakRssBytes"`
 }
 
 // APIQueryResult is one kind of list query.
@@ -66,6 +91,8 @@ type APIQueryResult struct {
 	P50Ratio float64    `json:"p50Ratio,omitempty"` // to the ceiling's p50
 	P99Ratio float64    `json:"p99Ratio,omitempty"`
 	RPSRatio float64    `json:"rpsRatio,omitempty"`
+	// CPU of each process over the measured requests (not the warm-up).
+	CPU CPUBreakdown `json:"cpu"`
 }
 
 func (r APIResult) String() string {
@@ -79,7 +106,11 @@ func (r APIResult) String() string {
 	if r.Ceiling != nil {
 		s += fmt.Sprintf("\n  %-22s %s", "bare fiber ceiling", r.Ceiling)
 	}
-	s += fmt.Sprintf("\n  peak RSS %d MiB (API server and load clients, one process)", r.PeakRSS>>20)
+	s += fmt.Sprintf("\n  peak RSS: devicehub server process %d MiB (roles %s), bench process (load clients) %d MiB",
+		r.PeakRSS>>20, r.ServerRoles, r.BenchRSS>>20)
+	for _, q := range r.Queries {
+		s += "\n  " + q.CPU.String()
+	}
 	return s
 }
 
@@ -120,43 +151,53 @@ func apiQueries(p APIParams) []apiQuery {
 }
 
 // RunAPI seeds products and devices in a fresh PostgreSQL database,
-// serves the API on 127.0.0.1 and measures each list query with
-// p.Concurrency keep-alive clients, then the bare-Fiber ceiling.
+// starts the devicehub binary on it as a child process (role api, a
+// ClickHouse database of its own), logs in and measures each list query
+// with p.Concurrency keep-alive clients, with the peak RSS of the child
+// and the CPU of each process; then the bare-Fiber ceiling, in this
+// process. The databases are dropped at the end.
 func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 	p = p.withDefaults()
-	res := APIResult{Params: p}
-	srv, err := startBenchServer(ctx, p.PostgresDSN, "devicehub_bench_api", p.Concurrency, nil)
+	res := APIResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
+	tmp, err := os.MkdirTemp("", "devicehub-bench-api-")
 	if err != nil {
 		return res, err
 	}
-	defer srv.close()
+	defer os.RemoveAll(tmp)
+	if p.ServerBinary == "" {
+		p.Logf("api: building cmd/devicehub")
+	}
+	bin, err := serverBinary(ctx, p.ServerBinary, tmp)
+	if err != nil {
+		return res, err
+	}
+	db, err := createPGDatabase(ctx, p.PostgresDSN, "devicehub_bench_api")
+	if err != nil {
+		return res, err
+	}
+	defer db.drop()
 	p.Logf("api: seeding %d products and %d devices", p.Products, p.Devices)
-	for _, s := range []string{
-		fmt.Sprintf(`INSERT INTO products (id, name, device_type, state, classified_id, create_time)
-			SELECT 'product-' || i, 'Product ' || i, (ARRAY['device','gateway'])[i %% 2 + 1], i %% 2, 'class-' || (i %% 3),
-				now() - make_interval(secs => i)
-			FROM generate_series(0, %d) AS i`, p.Products-1),
-		fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
-			SELECT 'dev-' || lpad(i::text, 7, '0'),
-				(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
-				'product-' || (i %% 10),
-				(ARRAY['notActive','offline','online'])[i %% 3 + 1],
-				'dev-' || i, md5(i::text), 'admin',
-				now() - make_interval(secs => i)
-			FROM generate_series(1, %d) AS i`, p.Devices),
-		`VACUUM ANALYZE devices`,
-		`VACUUM ANALYZE products`,
-	} {
-		if _, err := srv.store.DB().ExecContext(ctx, s); err != nil {
-			return res, fmt.Errorf("bench: seed: %w", err)
-		}
+	if err := seedAPI(ctx, p, db); err != nil {
+		return res, err
 	}
 
-	// The server and the load clients share this process, so the peak is
-	// theirs together. Sampled over the queries only (the ceiling has a
-	// server of its own); stopRSS returns the same peak if called again.
-	stopRSS := rssSampler()
+	p.Logf("api: starting devicehub (roles %s)", res.ServerRoles)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency})
+	if err != nil {
+		return res, err
+	}
+	defer srv.stop()
+	res.ServerPID = srv.pid()
+	backends, closeBackends := db.backends()
+	defer closeBackends()
+	procs := childProcs("load clients", srv.pid(), backends, p.BrokerURL, p.ClickHouseAddr)
+
+	// Sampled over the queries only (the ceiling has a server of its own);
+	// the stops return the same peak if called again.
+	stopRSS, stopBenchRSS := pidRSSSampler(srv.pid()), rssSampler()
 	defer stopRSS()
+	defer stopBenchRSS()
 	var longest int
 	for _, q := range apiQueries(p) {
 		longest = max(longest, len(q.body(0)))
@@ -180,8 +221,17 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			return err
 		}
 		p.Logf("api: %s", q.name)
+		var span *cpuSpan
+		var end cpuSnapshot
 		r.Load, err = runLoad(ctx, loadSpec{Name: "api " + q.name, Concurrency: p.Concurrency, Requests: p.Requests,
-			Warmup: p.Warmup, Do: do, Progress: p.Progress})
+			Warmup: p.Warmup, Do: do, Progress: p.Progress, Measured: func() func() {
+				span = startCPUSpan("api "+q.name, procs)
+				return func() { end = span.snapshot() }
+			}})
+		if span != nil {
+			r.CPU = span.breakdown(end, r.Load.Requests)
+			r.CPU.Unit = "req"
+		}
 		res.Queries = append(res.Queries, r)
 		if err != nil {
 			return res, err
@@ -190,7 +240,8 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			return res, fmt.Errorf("bench: %s: %d errors, first: %s", q.name, r.Load.Errors, r.Load.FirstError)
 		}
 	}
-	res.PeakRSS = stopRSS()
+	res.PeakRSS, res.BenchRSS = stopRSS(), stopBenchRSS()
+	serr := srv.stop()
 	if !p.SkipCeiling {
 		p.Logf("api: bare Fiber ceiling")
 		c, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.Requests, Warmup: p.Warmup,
@@ -206,5 +257,38 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			q.RPSRatio = Ratio(q.Load.SustainedRPS, c.SustainedRPS)
 		}
 	}
-	return res, nil
+	return res, serr
+}
+
+// seedAPI migrates db (meta.Open) and fills it with p.Products products
+// and p.Devices devices over the first 10 of them, straight in SQL.
+func seedAPI(ctx context.Context, p APIParams, db *pgDatabase) error {
+	mo := meta.DefaultOptions()
+	mo.DSN, mo.MaxOpenConns = db.dsn(), 2
+	store, err := meta.Open(ctx, mo)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	for _, s := range []string{
+		fmt.Sprintf(`INSERT INTO products (id, name, device_type, state, classified_id, create_time)
+			SELECT 'product-' || i, 'Product ' || i, (ARRAY['device','gateway'])[i %% 2 + 1], i %% 2, 'class-' || (i %% 3),
+				now() - make_interval(secs => i)
+			FROM generate_series(0, %d) AS i`, p.Products-1),
+		fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
+			SELECT 'dev-' || lpad(i::text, 7, '0'),
+				(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
+				'product-' || (i %% 10),
+				(ARRAY['notActive','offline','online'])[i %% 3 + 1],
+				'dev-' || i, md5(i::text), 'admin',
+				now() - make_interval(secs => i)
+			FROM generate_series(1, %d) AS i`, p.Devices),
+		`VACUUM ANALYZE devices`,
+		`VACUUM ANALYZE products`,
+	} {
+		if _, err := store.DB().ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("bench: seed: %w", err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,43 +32,118 @@ func pgServerDSN(dsn string) string {
 	return "postgres://postgres@127.0.0.1:5432"
 }
 
-// benchServer is the real API server on 127.0.0.1:0 over a fresh, migrated
-// PostgreSQL database of its own (dropped by close), with a logged-in
-// keep-alive HTTP client sized for the load.
+// pgDatabase is a fresh PostgreSQL database of one run on a server;
+// drop removes it (and ends its connections).
+type pgDatabase struct {
+	server string // DSN without database
+	name   string
+}
+
+// createPGDatabase creates <prefix>_<random> on the server pgServer (a
+// DSN without database); the caller drops it.
+func createPGDatabase(ctx context.Context, pgServer, prefix string) (*pgDatabase, error) {
+	admin, err := sql.Open("postgres", pgServer+"/postgres?sslmode=disable")
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	d := &pgDatabase{server: pgServer, name: prefix + "_" + ingestRandHex(4)}
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+d.name); err != nil {
+		return nil, fmt.Errorf("bench: create PostgreSQL database (is it up? `make services`): %w", err)
+	}
+	return d, nil
+}
+
+// dsn is the database's DSN.
+func (d *pgDatabase) dsn() string { return d.server + "/" + d.name + "?sslmode=disable" }
+
+func (d *pgDatabase) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if admin, err := sql.Open("postgres", d.server+"/postgres?sslmode=disable"); err == nil {
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+d.name+" WITH (FORCE)")
+		admin.Close()
+	}
+}
+
+// backends returns a lister of the PostgreSQL server processes connected
+// to the database (pg_stat_activity), for a CPU span's group, and the
+// function that closes its connection (to the postgres database, so it is
+// not one of them).
+func (d *pgDatabase) backends() (list func() []int, closeFn func()) {
+	admin, err := sql.Open("postgres", d.server+"/postgres?sslmode=disable")
+	if err != nil {
+		return func() []int { return nil }, func() {}
+	}
+	admin.SetMaxOpenConns(1)
+	return func() []int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		rows, err := admin.QueryContext(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, d.name)
+		if err != nil {
+			return nil
+		}
+		defer rows.Close()
+		var pids []int
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}, func() { admin.Close() }
+}
+
+// apiClient is a keep-alive HTTP client of one API server, logged in once
+// login has run.
+type apiClient struct {
+	base  string // http://host:port
+	token string
+	http  *http.Client
+}
+
+// login logs in through POST /api/authorize/login and keeps the token.
+func (c *apiClient) login(ctx context.Context, username, password string) error {
+	var login struct {
+		Token string `json:"token"`
+	}
+	if err := c.call(ctx, "POST", "/api/authorize/login", map[string]string{"username": username, "password": password}, &login); err != nil {
+		return err
+	}
+	if login.Token == "" {
+		return errors.New("bench: login: no token")
+	}
+	c.token = login.Token
+	return nil
+}
+
+// benchServer is the real API server, in this process, on 127.0.0.1:0
+// over a fresh, migrated PostgreSQL database of its own (dropped by
+// close), with a logged-in keep-alive HTTP client sized for the load.
 type benchServer struct {
-	store    *meta.Store
-	srv      *api.Server
-	base     string
-	token    string
-	http     *http.Client
-	adminDSN string
-	dbName   string
-	closers  []func()
+	apiClient
+	store   *meta.Store
+	srv     *api.Server
+	db      *pgDatabase
+	closers []func()
 }
 
 // startBenchServer creates the database, lets with add dependencies
 // (it may register closers, run after the server stops), serves and logs
 // in as admin. conns sizes the client's keep-alive pool.
 func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, with func(store *meta.Store, deps *api.Deps, s *benchServer) error) (_ *benchServer, err error) {
-	s := &benchServer{adminDSN: pgServer + "/postgres?sslmode=disable"}
+	s := &benchServer{}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	admin, err := sql.Open("postgres", s.adminDSN)
-	if err != nil {
+	if s.db, err = createPGDatabase(ctx, pgServer, prefix); err != nil {
 		return nil, err
 	}
-	name := prefix + "_" + ingestRandHex(4)
-	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
-	admin.Close()
-	if err != nil {
-		return nil, fmt.Errorf("bench: create PostgreSQL database (is it up? `make services`): %w", err)
-	}
-	s.dbName = name
 	mo := meta.DefaultOptions()
-	mo.DSN = pgServer + "/" + name + "?sslmode=disable"
+	mo.DSN = s.db.dsn()
 	if s.store, err = meta.Open(ctx, mo); err != nil {
 		return nil, err
 	}
@@ -94,13 +170,9 @@ func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, w
 	go func() { _ = s.srv.App().Listener(ln) }()
 	s.base = "http://" + ln.Addr().String()
 	s.http = loadClient(conns)
-	var login struct {
-		Token string `json:"token"`
-	}
-	if err = s.call(ctx, "POST", "/api/authorize/login", map[string]string{"username": "admin", "password": "admin123"}, &login); err != nil {
+	if err = s.login(ctx, "admin", "admin123"); err != nil {
 		return nil, err
 	}
-	s.token = login.Token
 	return s, nil
 }
 
@@ -129,17 +201,14 @@ func (s *benchServer) close() {
 	if s.store != nil {
 		s.store.Close()
 	}
-	if s.dbName != "" {
-		if admin, err := sql.Open("postgres", s.adminDSN); err == nil {
-			_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)")
-			admin.Close()
-		}
+	if s.db != nil {
+		s.db.drop()
 	}
 }
 
 // call sends a JSON body (nil: none) and decodes the envelope's result
 // into out (if not nil); anything but 200 is an error.
-func (s *benchServer) call(ctx context.Context, method, path string, body, out any) error {
+func (s *apiClient) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		js, err := json.Marshal(body)
@@ -168,7 +237,7 @@ func (s *benchServer) call(ctx context.Context, method, path string, body, out a
 }
 
 // do sends one request and returns the body of a 200 answer.
-func (s *benchServer) do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
+func (s *apiClient) do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
 	if err != nil {
 		return nil, err

@@ -2,25 +2,67 @@ package bench
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 )
 
 // TestRunAPISmall runs the api scenario at a toy size.
 func TestRunAPISmall(t *testing.T) {
+	bin := testServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, Warmup: 2})
+	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, Warmup: 2, ServerBinary: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if len(res.Queries) != 4 || res.Ceiling == nil || res.PeakRSS <= 0 {
+	if len(res.Queries) != 4 || res.Ceiling == nil || res.PeakRSS <= 0 || res.BenchRSS <= 0 || res.ServerPID <= 0 {
 		t.Fatalf("%+v", res)
 	}
 	for _, q := range res.Queries {
 		if q.Load.Requests != 20 || q.Load.Latency.P50Ms <= 0 || q.P50Ratio <= 0 {
 			t.Fatalf("%s: %+v", q.Name, q)
 		}
+		checkChildCPU(t, q.CPU, res.ServerPID, 20)
+	}
+	checkChildGone(t, res.ServerPID)
+}
+
+// checkChildCPU checks a measured phase's CPU breakdown names this process
+// and the devicehub child (the other processes may be unreadable).
+func checkChildCPU(t *testing.T, c CPUBreakdown, server int, requests int64) {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, p := range c.Procs {
+		seen[p.PID] = p.Seconds >= 0
+	}
+	if c.Messages != requests || c.Unit != "req" || !seen[os.Getpid()] || !seen[server] {
+		t.Fatalf("CPU: %+v", c)
+	}
+}
+
+// checkChildGone checks the devicehub child has exited (and been reaped).
+func checkChildGone(t *testing.T, pid int) {
+	t.Helper()
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+		t.Fatalf("devicehub child %d still running", pid)
+	}
+}
+
+func TestChildFlag(t *testing.T) {
+	args := []string{"-pprof-addr=127.0.0.1:6060", "--roles", "api,ingest", "-ingest-connections=4", "-roles=api"}
+	if v, ok := childFlag(args, "ingest-connections"); !ok || v != "4" {
+		t.Fatalf("ingest-connections: %q %v", v, ok)
+	}
+	if got := childRoles("x", args); got != "api" { // the last one wins, as with flag
+		t.Fatalf("roles: %q", got)
+	}
+	if got := childRoles("api", args[:1]); got != "api" {
+		t.Fatalf("default roles: %q", got)
+	}
+	if got := childRoles("api", args[:3]); got != "api,ingest" {
+		t.Fatalf("roles: %q", got)
 	}
 }

@@ -7,12 +7,10 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
-	"devicehub/api"
 	"devicehub/bench/sim"
-	"devicehub/ingest"
-	"devicehub/meta"
 	"devicehub/schema"
 )
 
@@ -27,6 +25,17 @@ type CommandsParams struct {
 	SkipCeiling bool   `json:"skipCeiling"`
 	BrokerURL   string `json:"brokerUrl"`   // default $DEVICEHUB_MQTT_URL or tcp://127.0.0.1:1884
 	PostgresDSN string `json:"postgresDsn"` // server, no database; default $DEVICEHUB_TEST_POSTGRES or local
+	// ClickHouseAddr of the devicehub child (a database of its own,
+	// dropped at the end); default $DEVICEHUB_CLICKHOUSE_ADDR or
+	// 127.0.0.1:9000.
+	ClickHouseAddr string `json:"clickhouseAddr"`
+	// ServerBinary is a built cmd/devicehub; empty: RunCommands builds one
+	// into a temporary directory (the working directory must be inside the
+	// repository). ServerArgs are extra flags of the child (they override
+	// its DEVICEHUB_* configuration, e.g. -roles=api,ingest to record the
+	// downlinks too).
+	ServerBinary string   `json:"-"`
+	ServerArgs   []string `json:"serverArgs,omitempty"`
 	// Progress, if set, receives a live status line.
 	Progress io.Writer `json:"-"`
 	// Logf, if set, receives setup steps.
@@ -53,6 +62,9 @@ func (p CommandsParams) withDefaults() CommandsParams {
 		p.BrokerURL = "tcp://127.0.0.1:1884"
 	}
 	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
+	}
 	if p.Logf == nil {
 		p.Logf = func(string, ...any) {}
 	}
@@ -74,8 +86,16 @@ type CommandsResult struct {
 	RPSRatio float64 `json:"rpsRatio,omitempty"`
 	// DeviceReads is what the simulated devices received (>= requests).
 	DeviceReads int64 `json:"deviceReads"`
-	// PeakRSS of this process (server, devices and client together), bytes.
-	PeakRSS int64 `json:"peakRssBytes"`
+	// The server is the devicehub binary, a child process with these
+	// roles; PeakRSS is its peak VmRSS over the reads (warm-up included),
+	// BenchRSS this process's (HTTP clients and simulated devices)
+	// meanwhile, bytes.
+	ServerPID   int    `json:"serverPid"`
+	ServerRoles string `json:"serverRoles"`
+	PeakRSS     int64  `json:"serverPeakRssBytes"`
+	BenchRSS    int64  `json:"benchPeakRssBytes"`
+	// CPU of each process over the measured reads (not the warm-up).
+	CPU CPUBreakdown `json:"cpu"`
 }
 
 func (r CommandsResult) String() string {
@@ -84,43 +104,49 @@ func (r CommandsResult) String() string {
 		s += fmt.Sprintf("\n  bare fiber ceiling: %s\n  ratio to ceiling: p50 x%.1f, p99 x%.1f, throughput %.2f",
 			r.Ceiling, r.P50Ratio, r.P99Ratio, r.RPSRatio)
 	}
-	return s + fmt.Sprintf("\n  peak RSS %d MiB", r.PeakRSS>>20)
+	return s + fmt.Sprintf("\n  peak RSS: devicehub server process %d MiB (roles %s), bench process (clients and devices) %d MiB\n  %s",
+		r.PeakRSS>>20, r.ServerRoles, r.BenchRSS>>20, r.CPU)
 }
 
 const cmdModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":1}},{"id":"mode","name":"Mode","valueType":{"type":"string"}}]}`
 
 // RunCommands measures property reads through HTTP against simulated
-// devices: an in-process API server (fresh PostgreSQL database, presence
-// and commands on the real broker), a product and p.Devices devices
-// created through HTTP and answered by a sim fleet, then p.Concurrency
-// keep-alive clients reading. The bare-Fiber ceiling runs after, with the
-// same load.
+// devices: the devicehub binary as a child process (role api: the command
+// path rides on its presence client; fresh PostgreSQL and ClickHouse
+// databases, the real broker), a product and p.Devices devices created
+// through HTTP and answered by a sim fleet in this process, then
+// p.Concurrency keep-alive clients reading, with the peak RSS of the
+// child and the CPU of each process. The bare-Fiber ceiling runs after,
+// in this process, with the same load.
 func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) {
 	p = p.withDefaults()
-	res := CommandsResult{Params: p}
+	res := CommandsResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
 	product := "benchcmd" + ingestRandHex(4) // unique: other runs' devices stay apart
-
-	p.Logf("commands: starting server and presence on %s", p.BrokerURL)
-	srv, err := startBenchServer(ctx, p.PostgresDSN, "devicehub_bench_cmd", p.Concurrency, func(store *meta.Store, deps *api.Deps, s *benchServer) error {
-		popt := ingest.DefaultPresenceOptions()
-		popt.BrokerURL, popt.ProductIDs = p.BrokerURL, []string{product}
-		popt.Logger = deps.Logger
-		presence, err := ingest.NewPresence(ctx, popt, store)
-		if err != nil {
-			return err
-		}
-		s.closers = append(s.closers, presence.Close)
-		cmds, err := ingest.NewCommands(presence, nil, ingest.DefaultCommandOptions())
-		if err != nil {
-			return err
-		}
-		deps.Commands = cmds
-		return nil
-	})
+	tmp, err := os.MkdirTemp("", "devicehub-bench-cmd-")
 	if err != nil {
 		return res, err
 	}
-	defer srv.close()
+	defer os.RemoveAll(tmp)
+	if p.ServerBinary == "" {
+		p.Logf("commands: building cmd/devicehub")
+	}
+	bin, err := serverBinary(ctx, p.ServerBinary, tmp)
+	if err != nil {
+		return res, err
+	}
+	db, err := createPGDatabase(ctx, p.PostgresDSN, "devicehub_bench_cmd")
+	if err != nil {
+		return res, err
+	}
+	defer db.drop()
+	p.Logf("commands: starting devicehub (roles %s) on %s", res.ServerRoles, p.BrokerURL)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency})
+	if err != nil {
+		return res, err
+	}
+	defer srv.stop()
+	res.ServerPID = srv.pid()
 
 	var prod map[string]any
 	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench commands",
@@ -148,9 +174,11 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	if err != nil {
 		return res, err
 	}
-	defer fleet.Close()
-	// Every device must answer (be online in the server's view) before
-	// the load starts.
+	closeFleet := sync.OnceFunc(fleet.Close)
+	defer closeFleet()
+	// Every device must answer (be online in the server's view: until it
+	// has their birth messages reads fail with client_offline) before the
+	// load starts.
 	paths := make([]string, len(ids))
 	for i, id := range ids {
 		paths[i] = "/api/device/standard/" + id + "/property/temp"
@@ -180,10 +208,22 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 		return nil
 	}
 	p.Logf("commands: %d warm-up and %d measured reads, %d concurrent", p.Warmup, p.Requests, p.Concurrency)
-	stopRSS := rssSampler()
+	backends, closeBackends := db.backends()
+	defer closeBackends()
+	procs := childProcs("HTTP clients and devices", srv.pid(), backends, p.BrokerURL, p.ClickHouseAddr)
+	stopRSS, stopBenchRSS := pidRSSSampler(srv.pid()), rssSampler()
+	var span *cpuSpan
+	var end cpuSnapshot
 	res.Reads, err = runLoad(ctx, loadSpec{Name: "commands", Concurrency: p.Concurrency, Requests: p.Requests,
-		Warmup: p.Warmup, Rate: p.Rate, Do: read, Progress: p.Progress})
-	res.PeakRSS = stopRSS()
+		Warmup: p.Warmup, Rate: p.Rate, Do: read, Progress: p.Progress, Measured: func() func() {
+			span = startCPUSpan("commands read property", procs)
+			return func() { end = span.snapshot() }
+		}})
+	res.PeakRSS, res.BenchRSS = stopRSS(), stopBenchRSS()
+	if span != nil {
+		res.CPU = span.breakdown(end, res.Reads.Requests)
+		res.CPU.Unit = "req"
+	}
 	res.DeviceReads = fleet.Reads.Load()
 	if err != nil {
 		return res, err
@@ -191,6 +231,9 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	if res.Reads.Errors > 0 {
 		return res, fmt.Errorf("bench: %d of %d reads failed, first: %s", res.Reads.Errors, p.Requests, res.Reads.FirstError)
 	}
+	// The ceiling gets the machine to itself: no server, no devices.
+	serr := srv.stop()
+	closeFleet()
 
 	if !p.SkipCeiling {
 		p.Logf("commands: bare Fiber ceiling")
@@ -204,5 +247,5 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 		res.P99Ratio = Ratio(res.Reads.Latency.P99Ms, c.Latency.P99Ms)
 		res.RPSRatio = Ratio(res.Reads.SustainedRPS, c.SustainedRPS)
 	}
-	return res, nil
+	return res, serr
 }

@@ -11,9 +11,10 @@ import (
 // TestRunCommandsSmall runs the commands scenario at a toy size: the whole
 // path works and every figure is filled in.
 func TestRunCommandsSmall(t *testing.T) {
+	bin := testServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8})
+	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ServerBinary: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +28,11 @@ func TestRunCommandsSmall(t *testing.T) {
 	if res.DeviceReads < 60 {
 		t.Fatalf("devices saw %d reads", res.DeviceReads)
 	}
+	if res.PeakRSS <= 0 || res.BenchRSS <= 0 || res.ServerPID <= 0 {
+		t.Fatalf("RSS: %+v", res)
+	}
+	checkChildCPU(t, res.CPU, res.ServerPID, 60)
+	checkChildGone(t, res.ServerPID)
 }
 
 // BenchmarkCommandsRead runs RunCommands once (b.N is 1: one run is a

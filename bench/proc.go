@@ -151,28 +151,47 @@ func pidRSSSampler(pid int) (stop func() int64) {
 	})
 }
 
-// namedProc is a process whose CPU time a phase accounts for.
+// namedProc is a process whose CPU time a phase accounts for, or a group
+// of processes listed anew at each snapshot (Members set; PID unused).
 type namedProc struct {
 	Name string
 	PID  int // 0: this process
+	// Members, if set, lists the group's processes at a snapshot. A member
+	// that appears during the span counts from its start; one that is gone
+	// at the end is left out with its CPU time.
+	Members func() []int
 }
 
 // ProcCPU is the CPU one process used during a phase.
 type ProcCPU struct {
-	Name         string  `json:"name"`
-	PID          int     `json:"pid"`
-	Seconds      float64 `json:"cpuSeconds"`
-	Cores        float64 `json:"cores"`           // Seconds over the phase's wall time
-	MicrosPerMsg float64 `json:"cpuMicrosPerMsg"` // Seconds per message of the phase, in µs
+	Name    string  `json:"name"`
+	PID     int     `json:"pid"`               // 0: the sum, the machine or a group
+	Members int     `json:"members,omitempty"` // processes of a group counted
+	Seconds float64 `json:"cpuSeconds"`
+	Cores   float64 `json:"cores"` // Seconds over the phase's wall time
+	// MicrosPerMsg is Seconds per message (or request: CPUBreakdown.Unit)
+	// of the phase, in µs.
+	MicrosPerMsg float64 `json:"cpuMicrosPerMsg"`
+}
+
+// Label is the name, with the number of processes of a group.
+func (p ProcCPU) Label() string {
+	if p.Members > 0 {
+		return fmt.Sprintf("%s [%d]", p.Name, p.Members)
+	}
+	return p.Name
 }
 
 // CPUBreakdown is where the CPU went during one phase: each process that
 // could be read at its start and end, their sum, and the whole machine's
 // busy time (the difference is everything else running meanwhile).
 type CPUBreakdown struct {
-	Phase        string    `json:"phase"`
-	WallSeconds  float64   `json:"wallSeconds"`
-	Messages     int64     `json:"messages"`
+	Phase       string  `json:"phase"`
+	WallSeconds float64 `json:"wallSeconds"`
+	Messages    int64   `json:"messages"`
+	// Unit is what Messages count: "" or "msg" (MQTT messages), "req"
+	// (HTTP requests).
+	Unit         string    `json:"unit,omitempty"`
 	Procs        []ProcCPU `json:"procs"`
 	Total        ProcCPU   `json:"total"`             // sum of Procs
 	Machine      *ProcCPU  `json:"machine,omitempty"` // every process on every core
@@ -183,10 +202,18 @@ func (c CPUBreakdown) String() string {
 	if c.WallSeconds == 0 {
 		return c.Phase + ": no CPU figures"
 	}
+	unit := c.Unit
+	if unit == "" {
+		unit = "msg"
+	}
+	w := 28
+	for _, p := range c.Procs {
+		w = max(w, len(p.Label()))
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "CPU, %s (%.1f s wall, %d msgs):", c.Phase, c.WallSeconds, c.Messages)
+	fmt.Fprintf(&b, "CPU, %s (%.1f s wall, %d %ss):", c.Phase, c.WallSeconds, c.Messages, unit)
 	row := func(p ProcCPU) {
-		fmt.Fprintf(&b, "\n    %-28s %6.2f CPU-s %5.2f cores %7.2f µs/msg", p.Name, p.Seconds, p.Cores, p.MicrosPerMsg)
+		fmt.Fprintf(&b, "\n    %-*s %6.2f CPU-s %5.2f cores %7.2f µs/%s", w, p.Label(), p.Seconds, p.Cores, p.MicrosPerMsg, unit)
 	}
 	for _, p := range c.Procs {
 		row(p)
@@ -202,13 +229,27 @@ func (c CPUBreakdown) String() string {
 type cpuSnapshot struct {
 	at      time.Time
 	used    map[int]time.Duration
+	groups  map[int]map[int]time.Duration // index in procs -> member pid -> CPU time
 	machine time.Duration
 	hasMach bool
 }
 
 func takeCPUSnapshot(procs []namedProc) cpuSnapshot {
 	s := cpuSnapshot{at: time.Now(), used: make(map[int]time.Duration, len(procs))}
-	for _, p := range procs {
+	for i, p := range procs {
+		if p.Members != nil {
+			m := map[int]time.Duration{}
+			for _, pid := range p.Members() {
+				if d, ok := procCPUTime(pid); ok && pid > 0 {
+					m[pid] = d
+				}
+			}
+			if s.groups == nil {
+				s.groups = map[int]map[int]time.Duration{}
+			}
+			s.groups[i] = m
+			continue
+		}
 		if d, ok := procCPUTime(p.PID); ok {
 			s.used[p.PID] = d
 		}
@@ -246,7 +287,23 @@ func (s *cpuSpan) breakdown(end cpuSnapshot, msgs int64) CPUBreakdown {
 		return p
 	}
 	var sum time.Duration
-	for _, p := range s.procs {
+	for i, p := range s.procs {
+		if p.Members != nil {
+			// Members at the end; one not there at the start began meanwhile.
+			var d time.Duration
+			n := 0
+			for pid, b := range end.groups[i] {
+				d += b - s.start.groups[i][pid]
+				n++
+			}
+			if n > 0 {
+				pc := mk(p.Name, 0, d)
+				pc.Members = n
+				c.Procs = append(c.Procs, pc)
+				sum += d
+			}
+			continue
+		}
 		a, ok1 := s.start.used[p.PID]
 		b, ok2 := end.used[p.PID]
 		if !ok1 || !ok2 {

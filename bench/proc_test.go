@@ -120,7 +120,26 @@ func TestCPUSpan(t *testing.T) {
 	if c.Total.Seconds != c.Procs[0].Seconds || c.Messages != 1000 || c.MachineCores < 1 {
 		t.Fatalf("%+v", c)
 	}
-	if !strings.Contains(c.String(), "self") {
+	if !strings.Contains(c.String(), "self") || !strings.Contains(c.String(), "µs/msg") {
+		t.Fatal(c.String())
+	}
+
+	// A group counts the members listed at the end: one there from the
+	// start by difference, one that appeared meanwhile from its start; a
+	// group with no member readable is left out.
+	members := []int{1 << 30}
+	span = startCPUSpan("group", []namedProc{
+		{Name: "group", Members: func() []int { return members }},
+		{Name: "empty", Members: func() []int { return nil }},
+	})
+	members = []int{1 << 30, os.Getpid()}
+	c = span.breakdown(span.snapshot(), 10)
+	c.Unit = "req"
+	if len(c.Procs) != 1 || c.Procs[0].Name != "group" || c.Procs[0].Members != 1 || c.Procs[0].PID != 0 ||
+		c.Procs[0].Seconds < 0 || c.Total.Seconds != c.Procs[0].Seconds {
+		t.Fatalf("%+v", c)
+	}
+	if !strings.Contains(c.String(), "µs/req") {
 		t.Fatal(c.String())
 	}
 }

@@ -190,6 +190,10 @@ type loadSpec struct {
 	Do func(ctx context.Context, i int) error
 	// Progress, if set, gets a status line (with \r) every 500 ms.
 	Progress io.Writer
+	// Measured, if set, runs right before the measured phase (after the
+	// warm-up) and the function it returns right after it, e.g. to take
+	// the CPU time of the processes involved over the measured requests.
+	Measured func() (end func())
 }
 
 // runLoad runs the warm-up and the measured phase.
@@ -199,6 +203,10 @@ func runLoad(ctx context.Context, s loadSpec) (LoadResult, error) {
 		if err := runPhase(ctx, s, s.Warmup, 0, nil, nil, nil); err != nil {
 			return LoadResult{}, fmt.Errorf("bench: %s warm-up: %w", s.Name, err)
 		}
+	}
+	end := func() {}
+	if s.Measured != nil {
+		end = s.Measured()
 	}
 	var hist Histogram
 	tl := &timeline{start: time.Now()}
@@ -237,6 +245,7 @@ func runLoad(ctx context.Context, s loadSpec) (LoadResult, error) {
 			first.CompareAndSwap(nil, err.Error())
 		}
 	})
+	end()
 	close(stop)
 	pw.Wait()
 	elapsed := time.Since(tl.start)

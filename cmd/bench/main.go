@@ -5,9 +5,11 @@
 //	go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
-// the same run: broker pass-through and raw ClickHouse inserts (ingest, which
-// runs the real devicehub binary as a child process), a bare Fiber handler
-// (api, commands), the PostgreSQL raw table (dashboard aggregates).
+// the same run: broker pass-through and raw ClickHouse inserts (ingest), a
+// bare Fiber handler in this process (api, commands), the PostgreSQL raw
+// table (dashboard aggregates). The ingest, api and commands scenarios run
+// the real devicehub binary as a child process (built once per run) and
+// report its peak RSS and the CPU of each process.
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -87,7 +90,7 @@ func newFlags() *flags {
 	fs.StringVar(&f.broker, "broker", envOr("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884"), "MQTT broker URL")
 	fs.StringVar(&f.clickhouse, "clickhouse", envOr("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000"), "ClickHouse native address")
 	fs.StringVar(&f.postgres, "postgres", envOr("DEVICEHUB_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432"), "PostgreSQL server DSN (no database)")
-	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (server, devices and client) to this file")
+	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (load clients, devices, in-process ceilings; not the devicehub child: see -server-flags=-pprof-addr=...) to this file")
 	fs.IntVar(&f.cmdDevices, "cmd-devices", 100, "commands: simulated devices")
 	fs.IntVar(&f.cmdConc, "cmd-concurrency", 1000, "commands: concurrent reads (keep-alive clients)")
 	fs.IntVar(&f.cmdRequests, "cmd-requests", 20000, "commands: measured reads")
@@ -103,8 +106,8 @@ func newFlags() *flags {
 	fs.DurationVar(&f.brokerDuration, "broker-duration", 5*time.Second, "ingest: broker ceiling publishing time")
 	fs.DurationVar(&f.chDuration, "clickhouse-duration", 0, "ingest: raw ClickHouse insert ceiling time (0: as -broker-duration)")
 	fs.IntVar(&f.ingestConns, "ingest-connections", 0, "ingest: the server's subscriber connections (0: its default)")
-	fs.StringVar(&f.serverBin, "server-bin", "", "ingest: a built cmd/devicehub to run (default: go build it once per run)")
-	fs.StringVar(&f.serverFlags, "server-flags", "", "ingest: extra flags of the devicehub child, space-separated (e.g. \"-ingest-batch-rows=100000 -pprof-addr=127.0.0.1:6060\")")
+	fs.StringVar(&f.serverBin, "server-bin", "", "ingest, api, commands: a built cmd/devicehub to run (default: go build it once per run)")
+	fs.StringVar(&f.serverFlags, "server-flags", "", "ingest, api, commands: extra flags of the devicehub child, space-separated (e.g. \"-ingest-batch-rows=100000 -pprof-addr=127.0.0.1:6060\"; api and commands run it with -roles api unless this says otherwise)")
 	fs.StringVar(&f.ingestQoS, "ingest-qos", "0,1", "ingest: QoS levels, comma-separated")
 	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
 	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
@@ -164,13 +167,39 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	}
 	logf("machine: %d CPUs, %.1f GiB; ClickHouse %s, PostgreSQL %s, %s", rep.Machine.CPUs,
 		float64(rep.Machine.MemTotalB)/(1<<30), rep.Versions.ClickHouse, rep.Versions.PostgreSQL, rep.Versions.Mosquitto)
+	// The devicehub binary the scenarios run as a child: -server-bin, else
+	// built once, when a scenario first needs it.
+	var (
+		binOnce sync.Once
+		bin     = f.serverBin
+		binErr  error
+		binDir  string
+	)
+	defer func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	}()
+	serverBin := func() (string, error) {
+		binOnce.Do(func() {
+			if bin != "" {
+				return
+			}
+			if binDir, binErr = os.MkdirTemp("", "devicehub-bench-bin-"); binErr != nil {
+				return
+			}
+			logf("building cmd/devicehub")
+			bin, binErr = bench.BuildServer(ctx, binDir)
+		})
+		return bin, binErr
+	}
 	var failed []string
 	for _, s := range scenarios {
 		if ctx.Err() != nil {
 			break
 		}
 		logf("scenario %s", s)
-		if err := runScenario(ctx, s, f, rep, progress, logf); err != nil {
+		if err := runScenario(ctx, s, f, serverBin, rep, progress, logf); err != nil {
 			rep.Errors = append(rep.Errors, s+": "+err.Error())
 			failed = append(failed, s)
 			logf("scenario %s failed: %v", s, err)
@@ -190,12 +219,39 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	return ctx.Err()
 }
 
-func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, progress io.Writer, logf func(string, ...any)) error {
+// cpuFigures adds one figure per process of each CPU breakdown: its CPU
+// time per message or request, the CPU-seconds and cores in the name.
+func cpuFigures(add func(bench.Figure), prefix string, cpu ...bench.CPUBreakdown) {
+	for _, c := range cpu {
+		if c.WallSeconds == 0 {
+			continue
+		}
+		unit := c.Unit
+		if unit == "" {
+			unit = "msg"
+		}
+		procs := append(append([]bench.ProcCPU(nil), c.Procs...), c.Total)
+		if c.Machine != nil {
+			procs = append(procs, *c.Machine)
+		}
+		for _, pc := range procs {
+			add(bench.Figure{Name: fmt.Sprintf("%sCPU, %s: %s (%.2f CPU-s, %.2f of %d cores)", prefix, c.Phase, pc.Label(), pc.Seconds, pc.Cores, c.MachineCores),
+				Value: pc.MicrosPerMsg, Unit: "µs/" + unit})
+		}
+	}
+}
+
+func runScenario(ctx context.Context, s string, f *flags, serverBin func() (string, error), rep *bench.Report, progress io.Writer, logf func(string, ...any)) error {
 	add := func(fig bench.Figure) { fig.Scenario = s; rep.Figures = append(rep.Figures, fig) }
 	switch s {
 	case "commands":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
 		r, err := bench.RunCommands(ctx, bench.CommandsParams{Devices: f.cmdDevices, Concurrency: f.cmdConc,
 			Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: f.cmdRate, BrokerURL: f.broker, PostgresDSN: f.postgres,
+			ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags),
 			Progress: progress, Logf: logf})
 		rep.Results[s] = r
 		rep.Timelines["commands: read property"] = r.Reads.Timeline
@@ -221,10 +277,17 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 		fig("read p99", r.Reads.Latency.P99Ms, "ms", c.Latency.P99Ms, "<= 10 ms")
 		fig("read max", r.Reads.Latency.MaxMs, "ms", c.Latency.MaxMs, "")
 		fig("reads/s (sustained median)", r.Reads.SustainedRPS, "req/s", c.SustainedRPS, "")
-		add(bench.Figure{Name: "peak RSS (server, devices and client in one process)", Value: float64(r.PeakRSS >> 20), Unit: "MiB"})
+		add(bench.Figure{Name: fmt.Sprintf("peak RSS (devicehub server process, roles %s)", r.ServerRoles), Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
+		add(bench.Figure{Name: "peak RSS (bench process: HTTP clients and simulated devices)", Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
+		cpuFigures(add, "", r.CPU)
 	case "api":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
 		r, err := bench.RunAPI(ctx, bench.APIParams{Devices: f.apiDevices, Products: f.apiProducts, Concurrency: f.apiConc,
-			Requests: f.apiReqs, PostgresDSN: f.postgres, Progress: progress, Logf: logf})
+			Requests: f.apiReqs, PostgresDSN: f.postgres, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
+			ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Progress: progress, Logf: logf})
 		rep.Results[s] = r
 		for _, q := range r.Queries {
 			rep.Timelines["api: "+q.Name] = q.Load.Timeline
@@ -244,23 +307,19 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 			add(bench.Figure{Name: q.Name + " p99", Value: q.Load.Latency.P99Ms, Unit: "ms", Against: against, Baseline: c.Latency.P99Ms, Ratio: q.P99Ratio})
 			add(bench.Figure{Name: q.Name + " req/s", Value: q.Load.SustainedRPS, Unit: "req/s", Against: against, Baseline: c.SustainedRPS, Ratio: q.RPSRatio})
 		}
-		add(bench.Figure{Name: "peak RSS (API server in process, with its load clients)", Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
+		add(bench.Figure{Name: fmt.Sprintf("peak RSS (devicehub server process, roles %s)", r.ServerRoles), Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
+		add(bench.Figure{Name: "peak RSS (bench process: load clients)", Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
+		for _, q := range r.Queries {
+			cpuFigures(add, "", q.CPU)
+		}
 	case "ingest":
 		qs, err := ints(f.ingestQoS)
 		if err != nil {
 			return fmt.Errorf("-ingest-qos: %w", err)
 		}
-		bin := f.serverBin
-		if bin == "" {
-			dir, err := os.MkdirTemp("", "devicehub-bench-bin-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			logf("ingest: building cmd/devicehub")
-			if bin, err = bench.BuildServer(ctx, dir); err != nil {
-				return err
-			}
+		bin, err := serverBin()
+		if err != nil {
+			return err
 		}
 		var results []bench.IngestResult
 		for _, q := range qs {
@@ -284,16 +343,7 @@ func runScenario(ctx context.Context, s string, f *flags, rep *bench.Report, pro
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest server peak RSS (devicehub process)", q), Value: float64(r.PeakRSS) / (1 << 20),
 				Unit: "MiB", Target: "<= 200 MB (190.7 MiB)"})
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d generator peak RSS (bench process)", q), Value: float64(r.GeneratorRSS) / (1 << 20), Unit: "MiB"})
-			for _, c := range r.CPU {
-				procs := append(append([]bench.ProcCPU(nil), c.Procs...), c.Total)
-				if c.Machine != nil {
-					procs = append(procs, *c.Machine)
-				}
-				for _, pc := range procs {
-					add(bench.Figure{Name: fmt.Sprintf("QoS %d CPU, %s: %s (%.2f CPU-s, %.2f of %d cores)", q, c.Phase, pc.Name, pc.Seconds, pc.Cores, c.MachineCores),
-						Value: pc.MicrosPerMsg, Unit: "µs/msg"})
-				}
-			}
+			cpuFigures(add, fmt.Sprintf("QoS %d ", q), r.CPU...)
 		}
 	case "dashboard":
 		sizes, err := ints(f.dashSizes)

@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"devicehub/ingest"
+)
+
+// serverBinary returns bin, or builds cmd/devicehub into dir when bin is
+// empty (the working directory must be inside the repository).
+func serverBinary(ctx context.Context, bin, dir string) (string, error) {
+	if bin != "" {
+		return bin, nil
+	}
+	return BuildServer(ctx, dir)
+}
+
+// envDefault is $name, else def.
+func envDefault(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// childAPIConfig configures startChildAPI.
+type childAPIConfig struct {
+	Binary         string      // a built cmd/devicehub
+	LogDir         string      // the child's devicehub.log goes here
+	DB             *pgDatabase // the child's PostgreSQL database (it migrates it at start)
+	ClickHouseAddr string      // the child gets a ClickHouse database of its own there, named as DB
+	BrokerURL      string
+	Roles          string   // DEVICEHUB_ROLES: api, or api,ingest
+	Args           []string // extra flags of the child; they override the variables
+	Conns          int      // keep-alive connections of the load client
+}
+
+// childAPI is the devicehub binary as a child process serving a
+// scenario's databases, and a keep-alive client logged in as its admin
+// (with a password chosen for this run).
+type childAPI struct {
+	apiClient
+	proc     *serverProc
+	cfg      childAPIConfig
+	clientID string // MQTT client id prefix of its ingest connections
+	stopOnce func() error
+}
+
+// startChildAPI starts the child configured through DEVICEHUB_* variables,
+// as an operator would, waits until /healthz answers and logs in. Its
+// stop ends it (SIGTERM), removes the broker sessions of its ingest
+// connections and drops its ClickHouse database; the caller drops cfg.DB.
+func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err error) {
+	c := &childAPI{cfg: cfg, clientID: "bench-" + cfg.DB.name}
+	c.stopOnce = sync.OnceValue(c.shutdown)
+	defer func() {
+		if err != nil {
+			_ = c.stop()
+		}
+	}()
+	password := "bench-" + ingestRandHex(8)
+	c.proc, err = startServer(ctx, cfg.Binary, cfg.LogDir, serverConfig{Args: cfg.Args, Env: map[string]string{
+		"POSTGRES_DSN":     cfg.DB.dsn(),
+		"CLICKHOUSE_ADDR":  cfg.ClickHouseAddr,
+		"CLICKHOUSE_DB":    cfg.DB.name,
+		"TIMEZONE":         "UTC",
+		"MQTT_URL":         cfg.BrokerURL,
+		"MQTT_CLIENT_ID":   c.clientID,
+		"MQTT_SHARE_GROUP": "bench" + ingestRandHex(4), // its own group: no other instance takes a share
+		"ROLES":            cfg.Roles,
+		"ADMIN_PASSWORD":   password,
+		"LOG_LEVEL":        "warn",
+	}})
+	if err != nil {
+		return nil, err
+	}
+	c.base, c.http = c.proc.base, loadClient(max(cfg.Conns, 1))
+	if err = c.login(ctx, "admin", password); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, c.proc.logTail())
+	}
+	return c, nil
+}
+
+func (c *childAPI) pid() int { return c.proc.pid() }
+
+// stop ends the child with SIGTERM (killing it if it does not exit within
+// 20 s) and cleans up after it; it returns an error if the child did not
+// exit 0. Later calls return the first one's result.
+func (c *childAPI) stop() error { return c.stopOnce() }
+
+func (c *childAPI) shutdown() error {
+	var err error
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	if c.proc != nil {
+		err = c.proc.stop(20 * time.Second)
+	}
+	if strings.Contains(childRoles(c.cfg.Roles, c.cfg.Args), "ingest") { // its persistent sessions
+		n := ingest.DefaultOptions().Connections
+		if v, ok := childFlag(c.cfg.Args, "ingest-connections"); ok {
+			if k, e := strconv.Atoi(v); e == nil && k > 0 {
+				n = k
+			}
+		}
+		purgeSessions(c.cfg.BrokerURL, c.clientID, n)
+	}
+	dropClickHouseDatabase(c.cfg.ClickHouseAddr, c.cfg.DB.name)
+	return err
+}
+
+// childRoles are the child's roles: roles, unless args set -roles.
+func childRoles(roles string, args []string) string {
+	if v, ok := childFlag(args, "roles"); ok {
+		return v
+	}
+	return roles
+}
+
+// childFlag is the value of the last -name=v, --name=v or -name v in args.
+func childFlag(args []string, name string) (string, bool) {
+	var v string
+	found := false
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		if k, val, ok := strings.Cut(a, "="); ok && k == name {
+			v, found = val, true
+		} else if a == name && i+1 < len(args) {
+			v, found = args[i+1], true
+			i++
+		}
+	}
+	return v, found
+}
+
+// dropClickHouseDatabase drops a database the child created.
+func dropClickHouseDatabase(addr, name string) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = conn.Exec(ctx, "DROP DATABASE IF EXISTS `"+name+"`")
+}
+
+// childProcs are the processes whose CPU a phase with the child accounts
+// for: this process (what it runs named by self), the child, the
+// PostgreSQL backends of the child's database (pgBackends, if not nil),
+// the broker and ClickHouse.
+func childProcs(self string, child int, pgBackends func() []int, brokerURL, clickhouseAddr string) []namedProc {
+	ps := []namedProc{{Name: "bench (" + self + ")", PID: 0}, {Name: "devicehub (server)", PID: child}}
+	if pgBackends != nil {
+		ps = append(ps, namedProc{Name: "postgres (backends of the run's db)", Members: pgBackends})
+	}
+	if pid := brokerPID(brokerURL); pid > 0 {
+		ps = append(ps, namedProc{Name: "mosquitto", PID: pid})
+	}
+	if pid := clickhousePID(clickhouseAddr); pid > 0 {
+		ps = append(ps, namedProc{Name: "clickhouse-server", PID: pid})
+	}
+	return ps
+}
