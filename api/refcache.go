@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +19,16 @@ type refCache struct {
 	ttl time.Duration
 	max int
 
-	mu sync.Mutex
-	m  map[string]cachedRef
+	mu      sync.Mutex
+	m       map[string]cachedRef
+	loading map[string]*refCall // lookups in flight: concurrent misses share one
+	gen     uint64              // bumped by clear: a lookup older than that is not kept
+}
+
+type refCall struct {
+	done chan struct{}
+	ref  meta.DeviceRef
+	err  error
 }
 
 type cachedRef struct {
@@ -28,36 +37,58 @@ type cachedRef struct {
 }
 
 func newRefCache(ttl time.Duration, max int) *refCache {
-	return &refCache{ttl: ttl, max: max, m: make(map[string]cachedRef)}
+	return &refCache{ttl: ttl, max: max, m: make(map[string]cachedRef), loading: make(map[string]*refCall)}
 }
 
-// get returns the device through the cache, asking lookup on a miss.
+// get returns the device through the cache, asking lookup on a miss; the
+// requests that miss the same device meanwhile wait for that one lookup.
 func (c *refCache) get(ctx context.Context, id string, now time.Time, lookup func(context.Context, string) (meta.DeviceRef, error)) (meta.DeviceRef, error) {
-	if c.ttl > 0 {
-		c.mu.Lock()
-		e, ok := c.m[id]
-		c.mu.Unlock()
-		if ok && now.Sub(e.checked) < c.ttl {
-			return e.ref, nil
-		}
-	}
-	ref, err := lookup(ctx, id)
-	if err != nil || c.ttl <= 0 {
-		return ref, err
+	if c.ttl <= 0 {
+		return lookup(ctx, id)
 	}
 	c.mu.Lock()
-	if len(c.m) >= c.max {
-		clear(c.m) // bounded memory; the next requests look up again
+	if e, ok := c.m[id]; ok && now.Sub(e.checked) < c.ttl {
+		c.mu.Unlock()
+		return e.ref, nil
+	}
+	if call, ok := c.loading[id]; ok {
+		c.mu.Unlock()
+		select {
+		case <-call.done:
+			if call.err != nil && ctx.Err() == nil &&
+				(errors.Is(call.err, context.Canceled) || errors.Is(call.err, context.DeadlineExceeded)) {
+				return lookup(ctx, id) // the other request gave up, not the database
+			}
+			return call.ref, call.err
+		case <-ctx.Done():
+			return meta.DeviceRef{}, ctx.Err()
+		}
 	}
 	// Route parameters live in fasthttp's reused buffers: keep a copy.
-	c.m[strings.Clone(id)] = cachedRef{ref: ref, checked: now}
+	id = strings.Clone(id)
+	call := &refCall{done: make(chan struct{})}
+	c.loading[id] = call
+	gen := c.gen
 	c.mu.Unlock()
-	return ref, nil
+
+	call.ref, call.err = lookup(ctx, id)
+	c.mu.Lock()
+	delete(c.loading, id)
+	if call.err == nil && gen == c.gen {
+		if len(c.m) >= c.max {
+			clear(c.m) // bounded memory; the next requests look up again
+		}
+		c.m[id] = cachedRef{ref: call.ref, checked: now}
+	}
+	c.mu.Unlock()
+	close(call.done)
+	return call.ref, call.err
 }
 
 // clear forgets every device, after a write that may change any of them.
 func (c *refCache) clear() {
 	c.mu.Lock()
 	clear(c.m)
+	c.gen++
 	c.mu.Unlock()
 }

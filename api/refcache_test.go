@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -53,4 +55,63 @@ func TestRefCache(t *testing.T) {
 	c = newRefCache(0, 3)
 	f("a", t0, 10, nil)
 	f("a", t0, 11, nil)
+}
+
+// Concurrent misses of one device share one lookup; a lookup that a write
+// overtook is answered but not kept.
+func TestRefCacheSharedMiss(t *testing.T) {
+	c := newRefCache(time.Minute, 100)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	lookup := func(_ context.Context, id string) (meta.DeviceRef, error) {
+		calls.Add(1)
+		<-release
+		return meta.DeviceRef{ID: strings.Clone(id)}, nil
+	}
+	now := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, err := c.get(context.Background(), "d", now, lookup); err != nil || r.ID != "d" {
+				t.Errorf("get: %+v, %v", r, err)
+			}
+		}()
+	}
+	for {
+		c.mu.Lock()
+		_, inFlight := c.loading["d"]
+		c.mu.Unlock()
+		if inFlight {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the others queue behind it
+	c.clear()                         // a write lands while the lookup runs
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n < 1 || n > 20 {
+		t.Fatalf("%d lookups", n)
+	}
+	c.mu.Lock()
+	_, kept := c.m["d"]
+	c.mu.Unlock()
+	if kept {
+		t.Fatal("a lookup started before a write was kept")
+	}
+	// Without a write in between, 20 concurrent misses make one lookup.
+	calls.Store(0)
+	release = make(chan struct{})
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = c.get(context.Background(), "e", now, lookup) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("20 concurrent misses made %d lookups", n)
+	}
 }
