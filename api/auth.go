@@ -89,15 +89,9 @@ func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
 func (s *Server) requireToken(c *fiber.Ctx) error {
 	// fasthttp reuses header buffers: the cache keeps its own copy.
 	token := string(c.Request().Header.Peek(tokenHeader))
-	now := time.Now()
-	user, ok := s.tokens.get(token, now)
-	if !ok {
-		u, expires, err := s.deps.Auth.Authenticate(c.UserContext(), token)
-		if err != nil {
-			return err
-		}
-		s.tokens.put(token, u, expires, now)
-		user = u
+	user, err := s.tokens.check(c.UserContext(), token, time.Now(), s.deps.Auth.Authenticate)
+	if err != nil {
+		return err
 	}
 	c.Locals(userKey, user)
 	return c.Next()
