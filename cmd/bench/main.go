@@ -73,7 +73,7 @@ type flags struct {
 	fs                                            *flag.FlagSet
 	out, broker, clickhouse, postgres, cpuprofile string
 	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
-	cmdRate                                       float64
+	cmdRates                                      string
 	apiDevices, apiProducts, apiConc, apiReqs     int
 	ingestDevices, ingestPublishers, ingestConns  int
 	ingestDuration, brokerDuration, chDuration    time.Duration
@@ -95,7 +95,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.cmdConc, "cmd-concurrency", 1000, "commands: concurrent reads (keep-alive clients)")
 	fs.IntVar(&f.cmdRequests, "cmd-requests", 20000, "commands: measured reads")
 	fs.IntVar(&f.cmdWarmup, "cmd-warmup", 0, "commands: warm-up reads (0: 2 x concurrency)")
-	fs.Float64Var(&f.cmdRate, "cmd-rate", 0, "commands: paced reads/s, open loop (0: closed loop)")
+	fs.StringVar(&f.cmdRates, "cmd-rate", "0,1000", "commands: comma-separated runs, each paced reads/s (open loop) or 0 for closed loop (every connection always has a read in flight)")
 	fs.IntVar(&f.apiDevices, "api-devices", 100000, "api: seeded devices")
 	fs.IntVar(&f.apiProducts, "api-products", 1000, "api: seeded products")
 	fs.IntVar(&f.apiConc, "api-concurrency", 16, "api: concurrent clients")
@@ -135,6 +135,24 @@ func ints(s string) ([]int, error) {
 			return nil, fmt.Errorf("%q is not a number", p)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.ParseFloat(p, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a rate", p)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no rate")
 	}
 	return out, nil
 }
@@ -249,37 +267,49 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		if err != nil {
 			return err
 		}
-		r, err := bench.RunCommands(ctx, bench.CommandsParams{Devices: f.cmdDevices, Concurrency: f.cmdConc,
-			Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: f.cmdRate, BrokerURL: f.broker, PostgresDSN: f.postgres,
-			ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags),
-			Progress: progress, Logf: logf})
-		rep.Results[s] = r
-		rep.Timelines["commands: read property"] = r.Reads.Timeline
+		rates, err := floats(f.cmdRates)
 		if err != nil {
-			return err
+			return fmt.Errorf("-cmd-rate: %w", err)
 		}
-		logf("%s", r)
-		fig := func(name string, v float64, unit string, base float64, target string) {
-			x := bench.Figure{Name: name, Value: v, Unit: unit, Target: target}
-			if r.Ceiling != nil {
-				x.Against, x.Baseline, x.Ratio = "bare Fiber handler", base, bench.Ratio(v, base)
+		var results []bench.CommandsResult
+		for _, rate := range rates {
+			mode := "closed loop"
+			if rate > 0 {
+				mode = fmt.Sprintf("%.0f reads/s", rate)
 			}
-			add(x)
+			r, err := bench.RunCommands(ctx, bench.CommandsParams{Devices: f.cmdDevices, Concurrency: f.cmdConc,
+				Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: rate, BrokerURL: f.broker, PostgresDSN: f.postgres,
+				ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags),
+				Progress: progress, Logf: logf})
+			results = append(results, r)
+			rep.Results[s] = results
+			rep.Timelines["commands: read property, "+mode] = r.Reads.Timeline
+			if err != nil {
+				return err
+			}
+			logf("%s", r)
+			fig := func(name string, v float64, unit string, base float64, target string) {
+				x := bench.Figure{Name: name, Value: v, Unit: unit, Target: target}
+				if r.Ceiling != nil {
+					x.Against, x.Baseline, x.Ratio = "bare Fiber handler, same load", base, bench.Ratio(v, base)
+				}
+				add(x)
+			}
+			var c bench.LoadResult
+			if r.Ceiling != nil {
+				c = *r.Ceiling
+				rep.Timelines["commands: bare Fiber ceiling, "+mode] = c.Timeline
+			}
+			m := fmt.Sprintf(" (%s, %d connections, %d devices)", mode, r.Params.Concurrency, r.Params.Devices)
+			fig("read p50"+m, r.Reads.Latency.P50Ms, "ms", c.Latency.P50Ms, "<= 2 ms")
+			fig("read p90"+m, r.Reads.Latency.P90Ms, "ms", c.Latency.P90Ms, "")
+			fig("read p99"+m, r.Reads.Latency.P99Ms, "ms", c.Latency.P99Ms, "<= 10 ms")
+			fig("read max"+m, r.Reads.Latency.MaxMs, "ms", c.Latency.MaxMs, "")
+			fig("reads/s (sustained median)"+m, r.Reads.SustainedRPS, "req/s", c.SustainedRPS, "")
+			add(bench.Figure{Name: fmt.Sprintf("peak RSS (devicehub server process, roles %s)%s", r.ServerRoles, m), Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
+			add(bench.Figure{Name: "peak RSS (bench process: HTTP clients and simulated devices)" + m, Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
+			cpuFigures(add, mode+" ", r.CPU)
 		}
-		var c bench.LoadResult
-		if r.Ceiling != nil {
-			c = *r.Ceiling
-			rep.Timelines["commands: bare Fiber ceiling"] = c.Timeline
-		}
-		conc := fmt.Sprintf(" (%d concurrent, %d devices)", r.Params.Concurrency, r.Params.Devices)
-		fig("read p50"+conc, r.Reads.Latency.P50Ms, "ms", c.Latency.P50Ms, "<= 2 ms")
-		fig("read p90", r.Reads.Latency.P90Ms, "ms", c.Latency.P90Ms, "")
-		fig("read p99", r.Reads.Latency.P99Ms, "ms", c.Latency.P99Ms, "<= 10 ms")
-		fig("read max", r.Reads.Latency.MaxMs, "ms", c.Latency.MaxMs, "")
-		fig("reads/s (sustained median)", r.Reads.SustainedRPS, "req/s", c.SustainedRPS, "")
-		add(bench.Figure{Name: fmt.Sprintf("peak RSS (devicehub server process, roles %s)", r.ServerRoles), Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
-		add(bench.Figure{Name: "peak RSS (bench process: HTTP clients and simulated devices)", Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
-		cpuFigures(add, "", r.CPU)
 	case "api":
 		bin, err := serverBin()
 		if err != nil {
