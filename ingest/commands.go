@@ -356,6 +356,22 @@ func (c *Commands) Expire(now time.Time) int {
 	return n
 }
 
+// RunExpiry calls Expire every interval until ctx ends. Each request
+// forgets its waiter when it returns, so this only catches waiters whose
+// callers went away without it; it bounds the table either way.
+func (c *Commands) RunExpiry(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.Expire(now)
+		}
+	}
+}
+
 // Pending is the number of replies waited for.
 func (c *Commands) Pending() int {
 	c.mu.Lock()

@@ -286,3 +286,21 @@ func TestExpire(t *testing.T) {
 		t.Fatalf("expired read: %v", err)
 	}
 }
+
+// RunExpiry sweeps waiters left behind by callers that went away.
+func TestRunExpiry(t *testing.T) {
+	e := newCmdEnv(t)
+	w := &waiter{deviceID: "gone", deadline: time.Now().Add(-time.Second), done: make(chan result, 1)}
+	e.cmds.mu.Lock()
+	e.cmds.pending["orphan"] = w
+	e.cmds.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); e.cmds.RunExpiry(ctx, 10*time.Millisecond) }()
+	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 0 }, "the orphan to be swept")
+	if r := <-w.done; !errors.Is(r.err, ErrTimeout) {
+		t.Fatalf("swept waiter got %v", r.err)
+	}
+	cancel()
+	<-stopped
+}
