@@ -87,9 +87,10 @@ func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
 // requireToken lets a request through only with a live token, and slides
 // the token's expiry.
 func (s *Server) requireToken(c *fiber.Ctx) error {
-	// fasthttp reuses header buffers: the cache keeps its own copy.
-	token := string(c.Request().Header.Peek(tokenHeader))
-	user, err := s.tokens.check(c.UserContext(), token, time.Now(), s.deps.Auth.Authenticate)
+	// The header's bytes are fasthttp's, reused after the request; the
+	// cache keeps a copy of its keys.
+	token := c.Get(tokenHeader)
+	user, err := s.tokens.get(c.UserContext(), token, time.Now(), s.deps.Auth.Authenticate)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,11 @@ const (
 
 // commandTarget resolves the device and its product for the downlink.
 func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, ingest.Target, error) {
-	dev, err := s.refs.get(c.UserContext(), c.Params("deviceId"), time.Now(), s.deps.Models.GetDeviceRef)
+	dev, err := s.refs.get(c.UserContext(), c.Params("deviceId"), time.Now(),
+		func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
+			ref, err := s.deps.Models.GetDeviceRef(ctx, id)
+			return ref, time.Time{}, err
+		})
 	if err != nil {
 		return meta.DeviceRef{}, ingest.Target{}, err
 	}

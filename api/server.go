@@ -8,6 +8,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/meta"
 )
 
 // Options configures the HTTP server.
@@ -67,8 +69,8 @@ type Server struct {
 	opts   Options
 	deps   Deps
 	log    *slog.Logger
-	tokens *tokenCache
-	refs   *refCache
+	tokens *lookupCache[meta.User]      // token checks
+	refs   *lookupCache[meta.DeviceRef] // devices behind commands
 }
 
 // New builds the server with every route registered.
@@ -76,8 +78,8 @@ func New(opts Options, deps Deps) *Server {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newTokenCache(opts.TokenCacheTTL, 100_000),
-		refs: newRefCache(opts.DeviceCacheTTL, 100_000)}
+	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newLookupCache[meta.User](opts.TokenCacheTTL, 100_000),
+		refs: newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "devicehub",
 		BodyLimit:             opts.BodyLimit,
