@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"devicehub/meta"
 )
@@ -159,23 +158,11 @@ func apiQueries(p APIParams) []apiQuery {
 func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 	p = p.withDefaults()
 	res := APIResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
-	tmp, err := os.MkdirTemp("", "devicehub-bench-api-")
+	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "api", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(tmp)
-	if p.ServerBinary == "" {
-		p.Logf("api: building cmd/devicehub")
-	}
-	bin, err := serverBinary(ctx, p.ServerBinary, tmp)
-	if err != nil {
-		return res, err
-	}
-	db, err := createPGDatabase(ctx, p.PostgresDSN, "devicehub_bench_api")
-	if err != nil {
-		return res, err
-	}
-	defer db.drop()
+	defer cleanup()
 	p.Logf("api: seeding %d products and %d devices", p.Products, p.Devices)
 	if err := seedAPI(ctx, p, db); err != nil {
 		return res, err
@@ -275,14 +262,7 @@ func seedAPI(ctx context.Context, p APIParams, db *pgDatabase) error {
 			SELECT 'product-' || i, 'Product ' || i, (ARRAY['device','gateway'])[i %% 2 + 1], i %% 2, 'class-' || (i %% 3),
 				now() - make_interval(secs => i)
 			FROM generate_series(0, %d) AS i`, p.Products-1),
-		fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
-			SELECT 'dev-' || lpad(i::text, 7, '0'),
-				(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
-				'product-' || (i %% 10),
-				(ARRAY['notActive','offline','online'])[i %% 3 + 1],
-				'dev-' || i, md5(i::text), 'admin',
-				now() - make_interval(secs => i)
-			FROM generate_series(1, %d) AS i`, p.Devices),
+		seedDevicesSQL(p.Devices),
 		`VACUUM ANALYZE devices`,
 		`VACUUM ANALYZE products`,
 	} {
@@ -291,4 +271,18 @@ func seedAPI(ctx context.Context, p APIParams, db *pgDatabase) error {
 		}
 	}
 	return nil
+}
+
+// seedDevicesSQL inserts n devices dev-0000001.. spread over product-0..9,
+// a third in each state, with names a `like` term can pick out ("Kitchen",
+// "meter 12").
+func seedDevicesSQL(n int) string {
+	return fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
+		SELECT 'dev-' || lpad(i::text, 7, '0'),
+			(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
+			'product-' || (i %% 10),
+			(ARRAY['notActive','offline','online'])[i %% 3 + 1],
+			'dev-' || i, md5(i::text), 'admin',
+			now() - make_interval(secs => i)
+		FROM generate_series(1, %d) AS i`, n)
 }

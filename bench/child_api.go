@@ -170,3 +170,25 @@ func childProcs(self string, child int, pgBackends func() []int, brokerURL, clic
 	}
 	return ps
 }
+
+// prepareChildRun makes what a scenario with a devicehub child needs first:
+// a temporary folder (the child's log, and the binary when none is given),
+// the binary, and a PostgreSQL database devicehub_bench_<name>_<random>.
+// cleanup drops the database and removes the folder.
+func prepareChildRun(ctx context.Context, name, binary, pgServer string, logf func(string, ...any)) (tmp, bin string, db *pgDatabase, cleanup func(), err error) {
+	if tmp, err = os.MkdirTemp("", "devicehub-bench-"+name+"-"); err != nil {
+		return "", "", nil, nil, err
+	}
+	if binary == "" {
+		logf("%s: building cmd/devicehub", name)
+	}
+	if bin, err = serverBinary(ctx, binary, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", nil, nil, err
+	}
+	if db, err = createPGDatabase(ctx, pgServer, "devicehub_bench_"+name); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", nil, nil, err
+	}
+	return tmp, bin, db, func() { db.drop(); os.RemoveAll(tmp) }, nil
+}

@@ -122,23 +122,11 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	p = p.withDefaults()
 	res := CommandsResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
 	product := "benchcmd" + ingestRandHex(4) // unique: other runs' devices stay apart
-	tmp, err := os.MkdirTemp("", "devicehub-bench-cmd-")
+	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "cmd", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(tmp)
-	if p.ServerBinary == "" {
-		p.Logf("commands: building cmd/devicehub")
-	}
-	bin, err := serverBinary(ctx, p.ServerBinary, tmp)
-	if err != nil {
-		return res, err
-	}
-	db, err := createPGDatabase(ctx, p.PostgresDSN, "devicehub_bench_cmd")
-	if err != nil {
-		return res, err
-	}
-	defer db.drop()
+	defer cleanup()
 	p.Logf("commands: starting devicehub (roles %s) on %s", res.ServerRoles, p.BrokerURL)
 	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
 		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency})

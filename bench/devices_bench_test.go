@@ -32,14 +32,7 @@ func seedDevices(b *testing.B, store *meta.Store, n int) {
 		`INSERT INTO products (id, name, device_type, state, classified_id)
 			SELECT 'product-' || i, 'Product ' || i, (ARRAY['device','gateway'])[i % 2 + 1], 1, 'class-' || (i % 3)
 			FROM generate_series(0, 9) AS i`,
-		fmt.Sprintf(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key, creator_id, create_time)
-			SELECT 'dev-' || lpad(i::text, 7, '0'),
-				(ARRAY['Kitchen','Garage','Attic','Office','Lab','Basement','Roof','Hall'])[i %% 8 + 1] || ' meter ' || i,
-				'product-' || (i %% 10),
-				(ARRAY['notActive','offline','online'])[i %% 3 + 1],
-				'dev-' || i, md5(i::text), 'admin',
-				now() - make_interval(secs => i)
-			FROM generate_series(1, %d) AS i`, n),
+		seedDevicesSQL(n),
 		`VACUUM ANALYZE devices`,
 		`VACUUM ANALYZE products`,
 	}
