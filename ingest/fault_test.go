@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"devicehub/ingest/mqtttest"
 	"errors"
 	"fmt"
 	"os"
@@ -15,7 +14,9 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
+	"devicehub/tsdb/tsdbtest"
 )
 
 // Fault tests: the broker goes away under the ingester and under pending
@@ -31,21 +32,7 @@ type sentMsg struct {
 
 // storedCounts returns, per message id, how many rows device_message holds.
 func (e *env) storedCounts() (map[string]uint64, error) {
-	rows, err := e.ch.Conn().Query(context.Background(), "SELECT message_id, count() FROM device_message GROUP BY message_id")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	got := map[string]uint64{}
-	for rows.Next() {
-		var id string
-		var n uint64
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		got[id] = n
-	}
-	return got, rows.Err()
+	return tsdbtest.StoredCounts(context.Background(), e.ch, "")
 }
 
 // TestFaultBrokerRestartDuringIngest stops Mosquitto (SIGTERM: it saves its

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"devicehub/ingest/mqtttest"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -22,8 +21,10 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
+	"devicehub/tsdb/tsdbtest"
 )
 
 // TestSigtermDrains runs the real binary, SIGTERMs it while a device
@@ -83,22 +84,7 @@ func TestSigtermDrains(t *testing.T) {
 		db.Close()
 	})
 	stored := func() (map[string]uint64, error) {
-		rows, err := db.Conn().Query(context.Background(),
-			"SELECT message_id, count() FROM device_message WHERE direction = 'up' GROUP BY message_id")
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		got := map[string]uint64{}
-		for rows.Next() {
-			var id string
-			var n uint64
-			if err := rows.Scan(&id, &n); err != nil {
-				return nil, err
-			}
-			got[id] = n
-		}
-		return got, rows.Err()
+		return tsdbtest.StoredCounts(context.Background(), db, "up")
 	}
 
 	// The device publishes QoS 1 reports without waiting for each PUBACK.
