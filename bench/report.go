@@ -27,7 +27,9 @@ type Report struct {
 	Seconds  float64   `json:"seconds"`
 	Machine  Machine   `json:"machine"`
 	Versions Versions  `json:"versions"`
-	Figures  []Figure  `json:"figures"`
+	// Broker is what the MQTT broker held when the run started.
+	Broker  *BrokerState `json:"brokerAtStart,omitempty"`
+	Figures []Figure     `json:"figures"`
 	// Results holds each scenario's full result (params included), by name.
 	Results map[string]any `json:"results"`
 	// Timelines are per-second samples of load phases, by name, for the plot.
@@ -160,7 +162,11 @@ func Markdown(r *Report) string {
 	fmt.Fprintf(&b, "- command: `%s`\n- started: %s, took %.0f s\n", r.Command, r.Started.Format(time.RFC3339), r.Seconds)
 	m := r.Machine
 	fmt.Fprintf(&b, "- machine: %d CPUs (%s), %.1f GiB RAM, Linux %s, %s\n", m.CPUs, m.CPUModel, float64(m.MemTotalB)/(1<<30), m.Kernel, m.GoVersion)
-	fmt.Fprintf(&b, "- servers: ClickHouse %s, PostgreSQL %s, %s\n\n", r.Versions.ClickHouse, r.Versions.PostgreSQL, r.Versions.Mosquitto)
+	fmt.Fprintf(&b, "- servers: ClickHouse %s, PostgreSQL %s, %s\n", r.Versions.ClickHouse, r.Versions.PostgreSQL, r.Versions.Mosquitto)
+	if r.Broker != nil {
+		fmt.Fprintf(&b, "- broker at start: %s\n", r.Broker)
+	}
+	b.WriteString("\n")
 	b.WriteString("| scenario | figure | value | against (same run) | baseline | ratio | target |\n|---|---|---:|---|---:|---:|---|\n")
 	for _, f := range r.Figures {
 		ratio := ""

@@ -185,6 +185,16 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	}
 	logf("machine: %d CPUs, %.1f GiB; ClickHouse %s, PostgreSQL %s, %s", rep.Machine.CPUs,
 		float64(rep.Machine.MemTotalB)/(1<<30), rep.Versions.ClickHouse, rep.Versions.PostgreSQL, rep.Versions.Mosquitto)
+	if bs, ok, err := bench.ReadBrokerState(f.broker, 11*time.Second); err != nil {
+		logf("broker: %v", err)
+	} else if ok {
+		rep.Broker = &bs
+		logf("broker at start: %s", bs)
+		if bs.Disconnected > 0 || bs.StoredMessages > 1000 {
+			logf("WARNING: the broker keeps sessions of clients that are gone and queues messages for them; " +
+				"broker-bound figures will be low. Stop `make run` and clear its sessions, or use a fresh broker.")
+		}
+	}
 	// The devicehub binary the scenarios run as a child: -server-bin, else
 	// built once, when a scenario first needs it.
 	var (
