@@ -9,11 +9,13 @@ import (
 )
 
 // lookupCache keeps the answers of a slow lookup (PostgreSQL) for a short
-// TTL, bounded in size. Concurrent misses of one key share one lookup, so
-// an entry expiring under load costs one database call, not one per
-// request in flight. Only successful answers are kept, and an answer whose
-// lookup started before an evict or clear is returned but not kept, so a
-// write through this instance is seen at once.
+// TTL, bounded in size. Past the TTL an answer is still served for one more
+// TTL while a single lookup refreshes it in the background, so a busy key
+// never makes its requests wait for the database; past that, or for a key
+// not cached, concurrent misses share one lookup. Only successful answers
+// are kept, never past the time the lookup gives (a token's expiry), and an
+// answer whose lookup started before an evict or clear is returned but not
+// kept, so a write through this instance is seen at once.
 type lookupCache[V any] struct {
 	ttl time.Duration
 	max int
@@ -26,7 +28,8 @@ type lookupCache[V any] struct {
 
 type cached[V any] struct {
 	v     V
-	until time.Time
+	fresh time.Time // refreshed after this
+	hard  time.Time // never served after this
 }
 
 type lookupCall[V any] struct {
@@ -43,19 +46,20 @@ func newLookupCache[V any](ttl time.Duration, max int) *lookupCache[V] {
 	return &lookupCache[V]{ttl: ttl, max: max, m: make(map[string]cached[V]), loading: make(map[string]*lookupCall[V])}
 }
 
-// peek returns a live entry.
+// peek returns a fresh entry.
 func (c *lookupCache[V]) peek(key string, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
-	if !ok || !now.Before(e.until) {
+	if !ok || !now.Before(e.fresh) {
 		var zero V
 		return zero, false
 	}
 	return e.v, true
 }
 
-// put keeps v until now+ttl, or until, if that is sooner.
+// put keeps v fresh until now+ttl and servable until now+2*ttl, neither
+// past until when it is set.
 func (c *lookupCache[V]) put(key string, v V, until, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -66,13 +70,16 @@ func (c *lookupCache[V]) putLocked(key string, v V, until, now time.Time) {
 	if c.ttl <= 0 {
 		return
 	}
-	if u := now.Add(c.ttl); until.IsZero() || u.Before(until) {
-		until = u
+	bound := func(t time.Time) time.Time {
+		if !until.IsZero() && until.Before(t) {
+			return until
+		}
+		return t
 	}
 	if len(c.m) >= c.max {
 		clear(c.m) // bounded memory; the next requests look up again
 	}
-	c.m[key] = cached[V]{v: v, until: until}
+	c.m[key] = cached[V]{v: v, fresh: bound(now.Add(c.ttl)), hard: bound(now.Add(2 * c.ttl))}
 }
 
 // get answers from the cache or from lookup. key may alias a reused buffer
@@ -82,11 +89,29 @@ func (c *lookupCache[V]) get(ctx context.Context, key string, now time.Time, loo
 		v, _, err := lookup(ctx, key)
 		return v, err
 	}
-	if v, ok := c.peek(key, now); ok {
-		return v, nil
-	}
 	c.mu.Lock()
-	if call, ok := c.loading[key]; ok {
+	e, cachedOK := c.m[key]
+	if cachedOK && now.Before(e.fresh) {
+		c.mu.Unlock()
+		return e.v, nil
+	}
+	call, inFlight := c.loading[key]
+	if cachedOK && now.Before(e.hard) {
+		// Stale but servable: answer now, refresh once in the background.
+		if !inFlight {
+			key = strings.Clone(key)
+			call = c.startLocked(key)
+			gen := c.gen
+			go func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+				defer cancel()
+				c.finish(ctx, key, call, gen, now, lookup)
+			}()
+		}
+		c.mu.Unlock()
+		return e.v, nil
+	}
+	if inFlight {
 		c.mu.Unlock()
 		select {
 		case <-call.done:
@@ -102,21 +127,40 @@ func (c *lookupCache[V]) get(ctx context.Context, key string, now time.Time, loo
 		}
 	}
 	key = strings.Clone(key)
-	call := &lookupCall[V]{done: make(chan struct{})}
-	c.loading[key] = call
+	call = c.startLocked(key)
 	gen := c.gen
 	c.mu.Unlock()
+	c.finish(ctx, key, call, gen, now, lookup)
+	return call.v, call.err
+}
 
+// refreshTimeout bounds a background refresh, which no request waits for.
+const refreshTimeout = 10 * time.Second
+
+// startLocked registers a lookup of key in flight; called with mu held.
+func (c *lookupCache[V]) startLocked(key string) *lookupCall[V] {
+	call := &lookupCall[V]{done: make(chan struct{})}
+	c.loading[key] = call
+	return call
+}
+
+// finish runs the lookup of call, keeps its answer unless an evict or clear
+// came after gen, and wakes the requests waiting for it. A failed lookup
+// drops what was cached (a device deleted, a token revoked through another
+// instance): the next request asks again and sees the failure itself.
+func (c *lookupCache[V]) finish(ctx context.Context, key string, call *lookupCall[V], gen uint64, now time.Time, lookup lookupFunc[V]) {
 	v, until, err := lookup(ctx, key)
 	call.v, call.err = v, err
 	c.mu.Lock()
 	delete(c.loading, key)
-	if err == nil && gen == c.gen {
+	switch {
+	case err != nil:
+		delete(c.m, key)
+	case gen == c.gen:
 		c.putLocked(key, v, until, now)
 	}
 	c.mu.Unlock()
 	close(call.done)
-	return v, err
 }
 
 // evict forgets key; a lookup of it in flight is not kept.

@@ -14,60 +14,98 @@ import (
 )
 
 func TestLookupCache(t *testing.T) {
-	lookups := 0
-	var until time.Time // what the lookup says about its answer's life
+	var lookups atomic.Int32
+	var until atomic.Int64 // unix ns the lookup gives its answer; 0: none
+	gone := map[string]bool{"gone": true}
+	var goneMu sync.Mutex
 	lookup := func(_ context.Context, key string) (string, time.Time, error) {
-		lookups++
-		if key == "gone" {
+		lookups.Add(1)
+		goneMu.Lock()
+		g := gone[key]
+		goneMu.Unlock()
+		if g {
 			return "", time.Time{}, meta.ErrNotFound
 		}
-		return "v-" + strings.Clone(key), until, nil // as PostgreSQL: fresh strings
+		var u time.Time
+		if n := until.Load(); n != 0 {
+			u = time.Unix(0, n)
+		}
+		return "v-" + strings.Clone(key), u, nil // as PostgreSQL: fresh strings
 	}
 	ctx := context.Background()
 	t0 := time.Unix(1000, 0)
 	c := newLookupCache[string](time.Second, 3)
-	f := func(key string, now time.Time, wantLookups int, wantErr error) {
+	// settle waits for background refreshes.
+	settle := func() {
+		for {
+			c.mu.Lock()
+			n := len(c.loading)
+			c.mu.Unlock()
+			if n == 0 {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	f := func(key string, now time.Time, wantLookups int32, wantErr error) {
 		t.Helper()
 		v, err := c.get(ctx, key, now, lookup)
-		if !errors.Is(err, wantErr) || (err == nil && v != "v-"+key) || lookups != wantLookups {
-			t.Fatalf("get(%q, +%v) = %q, %v after %d lookups; want err %v after %d", key, now.Sub(t0), v, err, lookups, wantErr, wantLookups)
+		settle()
+		if !errors.Is(err, wantErr) || (err == nil && v != "v-"+key) || lookups.Load() != wantLookups {
+			t.Fatalf("get(%q, +%v) = %q, %v after %d lookups; want err %v after %d", key, now.Sub(t0), v, err, lookups.Load(), wantErr, wantLookups)
 		}
 	}
 	f("a", t0, 1, nil)
-	f("a", t0.Add(999*time.Millisecond), 1, nil) // within the TTL
-	f("a", t0.Add(time.Second), 2, nil)          // expired
-	f("gone", t0, 3, meta.ErrNotFound)           // failures are not kept
-	f("gone", t0, 4, meta.ErrNotFound)
+	f("a", t0.Add(999*time.Millisecond), 1, nil)  // fresh
+	f("a", t0.Add(time.Second), 2, nil)           // stale: served, refreshed in the background
+	f("a", t0.Add(1999*time.Millisecond), 2, nil) // fresh again from the refresh at +1s
+	f("a", t0.Add(5*time.Second), 3, nil)         // past twice the TTL: looked up while the request waits
+	f("gone", t0, 4, meta.ErrNotFound)            // failures are not kept
+	f("gone", t0, 5, meta.ErrNotFound)
 	c.clear()
-	f("a", t0.Add(time.Second), 5, nil)
+	f("a", t0.Add(5*time.Second), 6, nil)
 	c.evict("a")
-	f("a", t0.Add(time.Second), 6, nil)
+	f("a", t0.Add(5*time.Second), 7, nil)
+
+	// A background refresh that fails drops the entry: a device deleted
+	// through another instance is not found on the next request.
+	goneMu.Lock()
+	gone["a"] = true
+	goneMu.Unlock()
+	if v, err := c.get(ctx, "a", t0.Add(6*time.Second), lookup); err != nil || v != "v-a" {
+		t.Fatalf("stale answer: %q, %v", v, err) // served stale once, refresh fails
+	}
+	settle()
+	f("a", t0.Add(6*time.Second), 9, meta.ErrNotFound)
+	goneMu.Lock()
+	delete(gone, "a")
+	goneMu.Unlock()
 
 	// An answer valid for less than the TTL (a token about to expire) is
-	// kept only that long.
-	until = t0.Add(100 * time.Millisecond)
-	f("short", t0, 7, nil)
-	f("short", t0.Add(99*time.Millisecond), 7, nil)
-	f("short", t0.Add(100*time.Millisecond), 8, nil)
-	until = time.Time{}
+	// kept only that long, stale included.
+	until.Store(t0.Add(100 * time.Millisecond).UnixNano())
+	f("short", t0, 10, nil)
+	f("short", t0.Add(99*time.Millisecond), 10, nil)
+	f("short", t0.Add(100*time.Millisecond), 11, nil)
+	until.Store(0)
 
 	// Keys are copied: Fiber's parameters and headers point into reused buffers.
 	c.clear()
 	buf := []byte("dev1")
-	f(unsafe.String(&buf[0], len(buf)), t0, 9, nil)
+	f(unsafe.String(&buf[0], len(buf)), t0, 12, nil)
 	copy(buf, "XXXX")
-	f("dev1", t0, 9, nil)
+	f("dev1", t0, 12, nil)
 
 	// Bounded: a full map is emptied rather than grown.
-	f("b", t0, 10, nil)
-	f("c", t0, 11, nil)
-	f("d", t0, 12, nil) // 3 entries: dev1, b, c -> cleared before d
 	f("b", t0, 13, nil)
+	f("c", t0, 14, nil)
+	f("d", t0, 15, nil) // 3 entries: dev1, b, c -> cleared before d
+	f("b", t0, 16, nil)
 
 	// TTL 0 looks up every time.
 	c = newLookupCache[string](0, 3)
-	f("a", t0, 14, nil)
-	f("a", t0, 15, nil)
+	f("a", t0, 17, nil)
+	f("a", t0, 18, nil)
 }
 
 // Concurrent misses of one key share one lookup; a lookup that an evict
