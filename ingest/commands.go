@@ -99,6 +99,19 @@ type waiter struct {
 	deviceID string
 	deadline time.Time
 	done     chan result // buffered 1
+	// stop interrupts the request's publish: a QoS 1 publish caught by a
+	// broker loss waits for the reconnection, and its waiter's outcome
+	// (client_offline) must not wait with it.
+	stop context.CancelFunc
+}
+
+// fail hands the waiter its error and interrupts its publish; the caller
+// has removed it from pending, so it happens once. A reply is only handed
+// over (w.done): its publish completes on its own, and then records the
+// downlink.
+func (w *waiter) fail(err error) {
+	w.done <- result{err: err}
+	w.stop()
 }
 
 type result struct {
@@ -228,7 +241,12 @@ func (c *Commands) request(ctx context.Context, t Target, suffix string, msg *do
 		timeout = c.opt.Timeout
 	}
 	msg.MessageID = newMessageID()
-	w := &waiter{deviceID: t.DeviceID, deadline: time.Now().Add(timeout), done: make(chan result, 1)}
+	deadline := time.Now().Add(timeout)
+	// The timeout bounds the publish too: while the broker is unreachable
+	// a QoS 1 publish waits for the reconnection, which could be forever.
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	w := &waiter{deviceID: t.DeviceID, deadline: deadline, done: make(chan result, 1), stop: cancel}
 	c.mu.Lock()
 	if len(c.pending) >= c.opt.MaxPending {
 		c.mu.Unlock()
@@ -238,11 +256,12 @@ func (c *Commands) request(ctx context.Context, t Target, suffix string, msg *do
 	c.mu.Unlock()
 	defer c.forget(msg.MessageID)
 
-	// The timeout bounds the publish too: while the broker is unreachable
-	// a QoS 1 publish waits for the reconnection, which could be forever.
-	ctx, cancel := context.WithDeadline(ctx, w.deadline)
-	defer cancel()
 	if err := c.publish(ctx, t, suffix, msg); err != nil {
+		select {
+		case r := <-w.done: // failed while publishing
+			return r.outcome()
+		default:
+		}
 		if ctx.Err() != nil {
 			return reply{}, ErrTimeout
 		}
@@ -257,22 +276,32 @@ func (c *Commands) request(ctx context.Context, t Target, suffix string, msg *do
 	defer timer.Stop()
 	select {
 	case r := <-w.done:
-		if r.err != nil {
-			return reply{}, r.err
-		}
-		if r.reply.Success != nil && !*r.reply.Success {
-			code := r.reply.Code
-			if code == "" {
-				code = "device_error"
-			}
-			return reply{}, &DeviceError{Code: code, Message: r.reply.Message}
-		}
-		return r.reply, nil
+		return r.outcome()
 	case <-timer.C:
-		return reply{}, ErrTimeout
 	case <-ctx.Done():
+	}
+	select {
+	case r := <-w.done: // finished as the deadline passed: its outcome wins
+		return r.outcome()
+	default:
 		return reply{}, ErrTimeout
 	}
+}
+
+// outcome is what request returns for r: the reply, or the waiter's error,
+// or the device's own failure.
+func (r result) outcome() (reply, error) {
+	if r.err != nil {
+		return reply{}, r.err
+	}
+	if r.reply.Success != nil && !*r.reply.Success {
+		code := r.reply.Code
+		if code == "" {
+			code = "device_error"
+		}
+		return reply{}, &DeviceError{Code: code, Message: r.reply.Message}
+	}
+	return r.reply, nil
 }
 
 func (c *Commands) publish(ctx context.Context, t Target, suffix string, msg *downlink) error {
@@ -325,7 +354,7 @@ func (c *Commands) failDevice(deviceID string, err error) {
 	for id, w := range c.pending {
 		if w.deviceID == deviceID {
 			delete(c.pending, id)
-			w.done <- result{err: err}
+			w.fail(err)
 		}
 	}
 }
@@ -335,7 +364,7 @@ func (c *Commands) failAll(err error) {
 	defer c.mu.Unlock()
 	for id, w := range c.pending {
 		delete(c.pending, id)
-		w.done <- result{err: err}
+		w.fail(err)
 	}
 }
 
@@ -349,7 +378,7 @@ func (c *Commands) Expire(now time.Time) int {
 	for id, w := range c.pending {
 		if w.deadline.Before(now) {
 			delete(c.pending, id)
-			w.done <- result{err: ErrTimeout}
+			w.fail(ErrTimeout)
 			n++
 		}
 	}

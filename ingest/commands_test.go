@@ -290,7 +290,7 @@ func TestExpire(t *testing.T) {
 // RunExpiry sweeps waiters left behind by callers that went away.
 func TestRunExpiry(t *testing.T) {
 	e := newCmdEnv(t)
-	w := &waiter{deviceID: "gone", deadline: time.Now().Add(-time.Second), done: make(chan result, 1)}
+	w := &waiter{deviceID: "gone", deadline: time.Now().Add(-time.Second), done: make(chan result, 1), stop: func() {}}
 	e.cmds.mu.Lock()
 	e.cmds.pending["orphan"] = w
 	e.cmds.mu.Unlock()
@@ -303,4 +303,50 @@ func TestRunExpiry(t *testing.T) {
 	}
 	cancel()
 	<-stopped
+}
+
+// stuckLink is a Link whose publish never completes, as a QoS 1 publish
+// caught by a broker loss waits for a reconnection: the table's own logic,
+// without a broker, so the interleaving is certain.
+type stuckLink struct {
+	lost       func()
+	publishing chan struct{}
+}
+
+func (l *stuckLink) IsOnline(string) bool                                { return true }
+func (l *stuckLink) Subscribe(string, byte, Handler) error               { return nil }
+func (l *stuckLink) OnPresenceChange(func(deviceID string, online bool)) {}
+func (l *stuckLink) OnConnectionLost(f func())                           { l.lost = f }
+func (l *stuckLink) Publish(ctx context.Context, _ string, _ byte, _ []byte) error {
+	l.publishing <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A connection loss while the request is still publishing ends it with
+// client_offline at once, not at its timeout.
+func TestConnectionLostDuringPublish(t *testing.T) {
+	link := &stuckLink{publishing: make(chan struct{}, 1)}
+	cmds, err := NewCommands(link, nil, DefaultCommandOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := cmds.ReadProperties(context.Background(), Target{DeviceID: "d", ProductID: "p"}, nil, time.Hour)
+		done <- err
+	}()
+	<-link.publishing
+	link.lost()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrOffline) {
+			t.Fatalf("read ended with %v, want ErrOffline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read still waits for its publish after the connection was lost")
+	}
+	if n := cmds.Pending(); n != 0 {
+		t.Fatalf("%d waiters left", n)
+	}
 }
