@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,12 +21,6 @@ import (
 // commands. They run a private Mosquitto (the settings of
 // .ci/mosquitto.conf, on a free port and a temporary data directory) so
 // that it can be stopped without touching the shared one.
-
-// sentMsg is one QoS 1 publish and its token.
-type sentMsg struct {
-	id  string
-	tok mqtt.Token
-}
 
 // storedCounts returns, per message id, how many rows device_message holds.
 func (e *env) storedCounts() (map[string]uint64, error) {
@@ -76,54 +68,27 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 	}
 	t.Cleanup(func() { pub.Disconnect(0) })
 
-	var (
-		mu        sync.Mutex
-		sent      []sentMsg
-		published atomic.Int64
-	)
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopPublishing := func() { stopOnce.Do(func() { close(stop) }) }
-	pubDone := make(chan struct{})
-	go func() {
-		defer close(pubDone)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			id := fmt.Sprintf("m%d", i)
-			tok := pub.Publish(fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i%devices), 1, false,
-				fmt.Sprintf(`{"messageId":%q,"properties":{"i":%d}}`, id, i))
-			mu.Lock()
-			sent = append(sent, sentMsg{id, tok})
-			mu.Unlock()
-			published.Add(1)
-			time.Sleep(2 * time.Millisecond) // pacing
-		}
-	}()
-	t.Cleanup(func() { stopPublishing(); <-pubDone })
+	dev := mqtttest.StartPublisher(t, pub, func(i int) string {
+		return fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i%devices)
+	})
 
 	eventually(t, 20*time.Second, "some traffic stored", func() bool { return in.Stats().Stored > 300 })
 	// What the broker acknowledged before it stopped is in the ingester's
 	// sessions, which SIGTERM saves.
 	ackedBeforeStop := map[string]bool{}
-	mu.Lock()
-	for _, m := range sent {
+	for _, m := range dev.Sent() {
 		select {
-		case <-m.tok.Done():
-			if m.tok.Error() == nil {
-				ackedBeforeStop[m.id] = true
+		case <-m.Tok.Done():
+			if m.Tok.Error() == nil {
+				ackedBeforeStop[m.ID] = true
 			}
 		default:
 		}
 	}
-	mu.Unlock()
-	atStop := published.Load()
+	atStop := dev.Published()
 	broker.Stop(syscall.SIGTERM)
 	time.Sleep(1500 * time.Millisecond) // the outage itself; the device keeps publishing
-	atRestart := published.Load()
+	atRestart := dev.Published()
 	broker.Start()
 	restartedAt := time.Now()
 
@@ -145,31 +110,21 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		return in.Stats().Dropped[DropUnknownDevice] > 0
 	})
 	resubscribedIn := time.Since(restartedAt)
-	windowEnd := published.Load()
-	eventually(t, 30*time.Second, "500 more messages published", func() bool { return published.Load() >= windowEnd+500 })
-	stopPublishing()
-	<-pubDone
+	windowEnd := dev.Published()
+	eventually(t, 30*time.Second, "500 more messages published", func() bool { return dev.Published() >= windowEnd+500 })
+	dev.Stop()
 
 	// Which publishes did the broker acknowledge?
-	mu.Lock()
-	all := append([]sentMsg(nil), sent...)
-	mu.Unlock()
+	all := dev.Sent()
+	ackedAt, failed, pending := mqtttest.WaitAcks(all, 20*time.Second)
 	var acked []string
-	var failed, pending, ackedAfter int
+	var ackedAfter int
 	strict := map[string]bool{} // acknowledged before the stop or published after the resubscription
-	deadline := time.Now().Add(20 * time.Second)
-	for i, m := range all {
-		if !m.tok.WaitTimeout(time.Until(deadline)) {
-			pending++
-			continue
-		}
-		if m.tok.Error() != nil {
-			failed++
-			continue
-		}
-		acked = append(acked, m.id)
-		if ackedBeforeStop[m.id] || int64(i) >= windowEnd {
-			strict[m.id] = true
+	for _, i := range ackedAt {
+		id := all[i].ID
+		acked = append(acked, id)
+		if ackedBeforeStop[id] || int64(i) >= windowEnd {
+			strict[id] = true
 		}
 		if int64(i) >= windowEnd {
 			ackedAfter++

@@ -6,15 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -94,49 +91,19 @@ func TestSigtermDrains(t *testing.T) {
 		t.Fatalf("device connect: %v", tok.Error())
 	}
 	t.Cleanup(func() { pub.Disconnect(0) })
-	type sentMsg struct {
-		id  string
-		tok mqtt.Token
-	}
-	var (
-		mu        sync.Mutex
-		sent      []sentMsg
-		published atomic.Int64
-	)
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	stopPublishing := func() { stopOnce.Do(func() { close(stop) }) }
-	pubDone := make(chan struct{})
 	topic := "/" + product + "/" + device + "/properties/report"
-	go func() {
-		defer close(pubDone)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			id := fmt.Sprintf("m%d", i)
-			tok := pub.Publish(topic, 1, false, fmt.Sprintf(`{"messageId":%q,"properties":{"i":%d}}`, id, i))
-			mu.Lock()
-			sent = append(sent, sentMsg{id, tok})
-			mu.Unlock()
-			published.Add(1)
-			time.Sleep(time.Millisecond) // pacing
-		}
-	}()
-	t.Cleanup(func() { stopPublishing(); <-pubDone })
+	dev := mqtttest.StartPublisher(t, pub, func(int) string { return topic })
 
 	waitUntil(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
 		got, err := stored()
 		return err == nil && len(got) > 300
 	})
-	atSignal := published.Load()
+	atSignal := dev.Published()
 	signalled := time.Now()
 	first.signal(syscall.SIGTERM)
 	code, ok := first.wait(shutdownTimeout + 5*time.Second)
 	exitedIn := time.Since(signalled)
-	atExit := published.Load()
+	atExit := dev.Published()
 	if !ok {
 		t.Fatalf("the first instance did not exit within %s of SIGTERM\n%s", shutdownTimeout+5*time.Second, first.logTail())
 	}
@@ -144,25 +111,13 @@ func TestSigtermDrains(t *testing.T) {
 		t.Fatalf("the first instance exited %d after SIGTERM\n%s", code, first.logTail())
 	}
 	time.Sleep(300 * time.Millisecond) // pacing: publish into the offline sessions too
-	stopPublishing()
-	<-pubDone
+	dev.Stop()
 
-	mu.Lock()
-	all := append([]sentMsg(nil), sent...)
-	mu.Unlock()
-	var acked []string
-	var failed, pending int
-	deadline := time.Now().Add(20 * time.Second)
-	for _, m := range all {
-		if !m.tok.WaitTimeout(time.Until(deadline)) {
-			pending++
-			continue
-		}
-		if m.tok.Error() != nil {
-			failed++
-			continue
-		}
-		acked = append(acked, m.id)
+	all := dev.Sent()
+	ackedAt, failed, pending := mqtttest.WaitAcks(all, 20*time.Second)
+	acked := make([]string, len(ackedAt))
+	for k, i := range ackedAt {
+		acked[k] = all[i].ID
 	}
 	before, err := stored()
 	if err != nil {
