@@ -231,6 +231,8 @@ type item struct {
 	msg   mqtt.Message
 	topic Topic
 	at    time.Time
+	order *ackOrder // the connection's ack order; nil at QoS 0
+	seq   uint64    // the message's place in it
 }
 
 // Ingester stores every uplink message and property value from the broker
@@ -339,6 +341,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 }
 
 func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error) {
+	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	o := mqtt.NewClientOptions().
 		AddBroker(in.opt.BrokerURL).
 		SetClientID(id).
@@ -350,7 +353,7 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 		SetMaxReconnectInterval(5 * time.Second).
 		SetKeepAlive(in.opt.KeepAlive).
 		SetConnectTimeout(in.opt.ConnectTimeout).
-		SetDefaultPublishHandler(in.receive).
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			// Resubscribe on every (re)connect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
@@ -385,7 +388,7 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 
 // receive is the MQTT callback: it never touches storage, only hands the
 // message to its worker's bounded queue, waiting while that is full.
-func (in *Ingester) receive(_ mqtt.Client, m mqtt.Message) {
+func (in *Ingester) receive(order *ackOrder, m mqtt.Message) {
 	in.gate.Lock()
 	if in.closed {
 		in.gate.Unlock()
@@ -404,25 +407,43 @@ func (in *Ingester) receive(_ mqtt.Client, m mqtt.Message) {
 
 	in.received.Add(1)
 	in.m.received.Inc()
+	it := item{msg: m, at: time.Now()}
+	if m.Qos() > 0 {
+		it.order, it.seq = order, order.add(m)
+	}
 	t, ok := ParseTopic(m.Topic())
 	if !ok {
-		in.drop(m, DropUnknownTopic)
+		in.drop(it, DropUnknownTopic)
 		return
 	}
+	it.topic = t
 	q := in.queues[maphash.String(in.seed, t.DeviceID)%uint64(len(in.queues))]
 	in.depth.Add(1)
 	select {
-	case q <- item{msg: m, topic: t, at: time.Now()}:
+	case q <- it:
 	case <-in.stopping:
 		in.depth.Add(-1)
+		in.settle(it, false) // not taken: the broker delivers it again
 	}
 }
 
-func (in *Ingester) drop(m mqtt.Message, reason string) {
+func (in *Ingester) drop(it item, reason string) {
 	in.m.dropped.WithLabelValues(reason).Inc()
 	v, _ := in.dropped.LoadOrStore(reason, new(atomic.Uint64))
 	v.(*atomic.Uint64).Add(1)
-	in.ack(m)
+	in.settle(it, true)
+}
+
+// settle is the end of a message: acknowledged (stored, or deliberately
+// dropped) or, with ack false, left for the broker to deliver again. At
+// QoS 1 the ack waits for every older message of its connection.
+func (in *Ingester) settle(it item, ack bool) {
+	switch {
+	case it.order != nil:
+		it.order.settle(it.seq, ack)
+	case ack:
+		in.ack(it.msg)
+	}
 }
 
 func (in *Ingester) ack(m mqtt.Message) {
@@ -460,22 +481,23 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 	m, t := it.msg, it.topic
 	payload := m.Payload()
 	if len(payload) > MaxPayload {
-		in.drop(m, DropOversize)
+		in.drop(it, DropOversize)
 		return
 	}
 	ref, found, err := in.lookup(t.DeviceID)
 	if err != nil {
-		return // Close's deadline passed while PostgreSQL was down: not acked
+		in.settle(it, false) // Close's deadline passed while PostgreSQL was down
+		return
 	}
 	switch {
 	case !found:
-		in.drop(m, DropUnknownDevice)
+		in.drop(it, DropUnknownDevice)
 		return
 	case ref.ProductID != t.ProductID:
-		in.drop(m, DropProductMismatch)
+		in.drop(it, DropProductMismatch)
 		return
 	case ref.State == "notActive":
-		in.drop(m, DropNotActive)
+		in.drop(it, DropNotActive)
 		return
 	}
 	rows.Reset()
@@ -487,9 +509,9 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 	}
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			in.drop(m, DropOversize)
+			in.drop(it, DropOversize)
 		} else {
-			in.drop(m, DropMalformed)
+			in.drop(it, DropMalformed)
 		}
 		in.log.Debug("ingest dropped message", "topic", t.Name, "err", err)
 		return
@@ -504,7 +526,7 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		if left.Add(-1) == 0 {
 			in.stored.Add(1)
 			in.m.stored.Inc()
-			in.ack(m)
+			in.settle(it, true)
 		}
 	}
 	if !at.IsZero() {
@@ -514,6 +536,7 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		// Only after Close's deadline (or a row tsdb refuses, which the
 		// decoder prevents): leave it unacked for redelivery.
 		in.log.Warn("ingest could not queue rows", "topic", t.Name, "err", err)
+		in.settle(it, false)
 	}
 }
 

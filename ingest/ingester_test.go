@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb"
 )
 
@@ -288,4 +290,64 @@ func TestTopicMatch(t *testing.T) {
 	f("/p/#", "/p", true)
 	f("/+/+/properties/read/reply", "/p/d/properties/read/reply", true)
 	f("a/b", "a", false)
+}
+
+// TestAcksInBrokerOrder reads a private broker's packet log: the ingester
+// acknowledges QoS 1 messages in the order the broker sent them (MQTT
+// 3.1.1, 4.6), although two writers store devices interleaved and each
+// acknowledges a whole batch at once.
+func TestAcksInBrokerOrder(t *testing.T) {
+	broker := mqtttest.StartBroker(t, "log_type all")
+	e := newEnv(t)
+	p := randID("p")
+	e.product(p)
+	const devices, n = 16, 1500
+	for i := range devices {
+		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
+	}
+	opt := testOptions(p)
+	opt.BrokerURL = broker.URL()
+	opt.Connections, opt.Workers, opt.Writers = 1, 4, 2
+	in := e.startIngester(opt)
+
+	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-")))
+	if err := waitToken(pub.Connect(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Disconnect(0)
+	toks := make([]mqtt.Token, 0, n)
+	for i := range n {
+		topic := fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i%devices)
+		toks = append(toks, pub.Publish(topic, 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, i, i)))
+	}
+	for _, tok := range toks {
+		if err := waitToken(tok, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := opt.ClientID + "-0"
+	sent := regexp.MustCompile(`Sending PUBLISH to ` + regexp.QuoteMeta(client) + ` \(d0, q1, r0, m(\d+),`)
+	acked := regexp.MustCompile(`Received PUBACK from ` + regexp.QuoteMeta(client) + ` \(Mid: (\d+),`)
+	mids := func(re *regexp.Regexp, log string) []string {
+		var out []string
+		for _, m := range re.FindAllStringSubmatch(log, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	var log string
+	eventually(t, 30*time.Second, "every message stored and its PUBACK logged", func() bool {
+		log = broker.Log()
+		return in.Stats().Stored == n && len(mids(acked, log)) == n
+	})
+	want, got := mids(sent, log), mids(acked, log)
+	if len(want) != n {
+		t.Fatalf("broker sent %d publishes to %s, want %d", len(want), client, n)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("PUBACK %d is for message id %s; the broker sent id %s there (ids sent %v..., acked %v...)",
+				i, got[i], want[i], want[max(0, i-3):min(n, i+5)], got[max(0, i-3):min(n, i+5)])
+		}
+	}
 }

@@ -29,8 +29,9 @@ type Broker struct {
 }
 
 // StartBroker starts a private broker, killed when the test ends; the test
-// is skipped where mosquitto is not installed.
-func StartBroker(t testing.TB) *Broker {
+// is skipped where mosquitto is not installed. Extra lines are appended to
+// the configuration (e.g. "log_type all" to read the packets in Log).
+func StartBroker(t testing.TB, extra ...string) *Broker {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
@@ -56,6 +57,7 @@ func StartBroker(t testing.TB) *Broker {
 		// the test's temporary directory: stay root.
 		cfg += "\nuser root\n"
 	}
+	cfg += "\n" + strings.Join(extra, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +71,15 @@ func StartBroker(t testing.TB) *Broker {
 		}
 	})
 	return b
+}
+
+// Log returns the broker's log so far.
+func (b *Broker) Log() string {
+	log, err := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return string(log)
 }
 
 // URL is the broker's address for paho.

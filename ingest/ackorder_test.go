@@ -1,0 +1,171 @@
+package ingest
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// seqMsg is an MQTT message that only knows its id.
+type seqMsg struct{ id uint16 }
+
+func (m seqMsg) Duplicate() bool   { return false }
+func (m seqMsg) Qos() byte         { return 1 }
+func (m seqMsg) Retained() bool    { return false }
+func (m seqMsg) Topic() string     { return "" }
+func (m seqMsg) MessageID() uint16 { return m.id }
+func (m seqMsg) Payload() []byte   { return nil }
+func (m seqMsg) Ack()              {}
+
+// ackRecorder is an ackOrder whose acks are recorded as ids.
+func ackRecorder() (*ackOrder, func() []int) {
+	var mu sync.Mutex
+	var acked []int
+	o := newAckOrder(func(m mqtt.Message) {
+		mu.Lock()
+		acked = append(acked, int(m.MessageID()))
+		mu.Unlock()
+	})
+	return o, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(acked)
+	}
+}
+
+func TestAckOrder(t *testing.T) {
+	type step struct {
+		seq  int
+		ack  bool
+		want []int // every ack so far
+	}
+	f := func(name string, n int, steps []step) {
+		t.Helper()
+		o, acked := ackRecorder()
+		for i := range n {
+			if got := o.add(seqMsg{uint16(i)}); got != uint64(i) {
+				t.Fatalf("%s: add %d returned %d", name, i, got)
+			}
+		}
+		for _, s := range steps {
+			o.settle(uint64(s.seq), s.ack)
+			if got := acked(); !slices.Equal(got, s.want) {
+				t.Fatalf("%s: after settle(%d, %v) acked %v, want %v", name, s.seq, s.ack, got, s.want)
+			}
+		}
+		if o.pending() != 0 {
+			t.Fatalf("%s: %d left pending", name, o.pending())
+		}
+	}
+	f("in order", 3, []step{{0, true, []int{0}}, {1, true, []int{0, 1}}, {2, true, []int{0, 1, 2}}})
+	f("newer first waits", 3, []step{{2, true, nil}, {1, true, nil}, {0, true, []int{0, 1, 2}}})
+	f("gap", 5, []step{
+		{1, true, nil}, {3, true, nil}, {0, true, []int{0, 1}}, {4, true, []int{0, 1}}, {2, true, []int{0, 1, 2, 3, 4}},
+	})
+	f("skipped are not acked but release", 4, []step{
+		{1, true, nil}, {0, false, []int{1}}, {3, true, []int{1}}, {2, false, []int{1, 3}},
+	})
+}
+
+// TestAckOrderGrowsAndWraps settles newest first across ring growth, then
+// wraps the ring with a window smaller than it.
+func TestAckOrderGrowsAndWraps(t *testing.T) {
+	o, acked := ackRecorder()
+	const n = 5000 // several growths of the initial 1024 slots
+	for i := range n {
+		o.add(seqMsg{uint16(i)})
+	}
+	for i := n - 1; i >= 0; i-- {
+		o.settle(uint64(i), true)
+	}
+	want := make([]int, 0, 3*n)
+	for i := range n {
+		want = append(want, i)
+	}
+	// A sliding window of 300 over 10000 more: head and tail wrap.
+	next := uint64(n)
+	for i := range 300 {
+		o.add(seqMsg{uint16(n + i)})
+	}
+	for k := range 2 * n {
+		o.settle(next, true)
+		want = append(want, n+k)
+		next++
+		o.add(seqMsg{uint16(n + 300 + k)})
+	}
+	got := acked()
+	for i := range want {
+		want[i] = int(uint16(want[i]))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("acked %d ids, want %d in order; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	if o.pending() != 300 {
+		t.Fatalf("pending %d, want 300", o.pending())
+	}
+}
+
+// TestAckOrderConcurrent settles from many goroutines in random order, as
+// writers and workers do, while the callback keeps adding: every stored
+// message is acked exactly once, in arrival order.
+func TestAckOrderConcurrent(t *testing.T) {
+	o, acked := ackRecorder()
+	const n, settlers = 20000, 8
+	ch := make([]chan uint64, settlers)
+	for i := range ch {
+		ch[i] = make(chan uint64, 64)
+	}
+	var wg sync.WaitGroup
+	for i := range settlers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []uint64
+			for seq := range ch[i] {
+				held = append(held, seq)
+				if len(held) >= 1+rand.IntN(50) { // a batch, settled in shuffled order
+					rand.Shuffle(len(held), func(a, b int) { held[a], held[b] = held[b], held[a] })
+					for _, s := range held {
+						o.settle(s, s%97 != 0) // every 97th given up
+					}
+					held = held[:0]
+				}
+			}
+			for _, s := range held {
+				o.settle(s, s%97 != 0)
+			}
+		}()
+	}
+	for i := range n {
+		seq := o.add(seqMsg{uint16(i)})
+		ch[rand.IntN(settlers)] <- seq
+	}
+	for i := range ch {
+		close(ch[i])
+	}
+	wg.Wait()
+	var want []int
+	for i := range n {
+		if i%97 != 0 {
+			want = append(want, int(uint16(i)))
+		}
+	}
+	if got := acked(); !slices.Equal(got, want) {
+		t.Fatalf("acked %d, want %d in order; first difference at %d", len(got), len(want), firstDiff(got, want))
+	}
+	if o.pending() != 0 {
+		t.Fatalf("%d left pending", o.pending())
+	}
+}
+
+func firstDiff(a, b []int) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
