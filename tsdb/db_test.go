@@ -416,3 +416,44 @@ func TestRunRetention(t *testing.T) {
 		t.Fatalf("after retention of 2 months: %d messages, %d property values; want 2 and 0", msgs, props)
 	}
 }
+
+// TestInsertInBlocks stores a batch larger than one INSERT block: every
+// row arrives, in order across block boundaries, and each table gets one
+// part, so the batch was one INSERT, stored all or nothing.
+func TestInsertInBlocks(t *testing.T) {
+	db := openDB(t, "blocks", time.UTC)
+	ctx := ctxT(t)
+	base := sh(t, "2024-05-01 00:00:00")
+	const nm, np = 2*insertBlockRows + 1, 3*insertBlockRows + 5
+	msgs := make([]Message, nm)
+	for i := range msgs {
+		msgs[i] = Message{Time: base.Add(time.Duration(i) * time.Millisecond), ProductID: "p", DeviceID: "d",
+			Direction: "up", MessageID: fmt.Sprint(i), Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+	}
+	props := make([]PropertyValue, np)
+	for i := range props {
+		props[i] = PropertyValue{Time: base.Add(time.Duration(i) * time.Millisecond), ProductID: "p", DeviceID: "d",
+			MessageID: fmt.Sprint(i), Property: "n", ValueType: "number", Num: float64(i), Str: fmt.Sprint(i)}
+	}
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, q string, want uint64) {
+		t.Helper()
+		var got uint64
+		if err := db.Conn().QueryRow(ctx, q).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s: %d, want %d", what, got, want)
+		}
+	}
+	check("messages", "SELECT count() FROM device_message", nm)
+	check("messages whose payload and ts match their id",
+		"SELECT countIf(payload = concat('{\"i\":', message_id, '}') AND ts - toInt64(message_id) = "+fmt.Sprint(base.UnixMilli())+") FROM device_message", nm)
+	check("property rows", "SELECT count() FROM device_property", np)
+	check("property rows whose value matches their id",
+		"SELECT countIf(toString(toUInt64(num_value)) = message_id AND str_value = message_id) FROM device_property", np)
+	check("device_message parts", "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'device_message' AND active", 1)
+	check("device_property parts", "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'device_property' AND active", 1)
+}

@@ -144,8 +144,14 @@ func resize[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// insertBlockRows is the most rows one block of an INSERT carries. The
+// client holds a copy of one block at a time, not of the whole batch;
+// the server squashes an INSERT's blocks into one part (up to its
+// min_insert_block_size_rows, about a million), so a batch is still stored
+// all or nothing.
+const insertBlockRows = 8192
+
 func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
-	n := len(msgs)
 	c := messageColumnPool.Get().(*messageColumns)
 	defer func() {
 		// Drop the references to payloads and ids before pooling.
@@ -154,22 +160,24 @@ func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
 		}
 		messageColumnPool.Put(c)
 	}()
-	c.tm, c.ts = resize(c.tm, n), resize(c.ts, n)
-	c.product, c.device, c.dir, c.typ = resize(c.product, n), resize(c.device, n), resize(c.dir, n), resize(c.typ, n)
-	c.id, c.topic, c.pl = resize(c.id, n), resize(c.topic, n), resize(c.pl, n)
-	for i := range msgs {
-		m := &msgs[i]
-		c.tm[i] = m.Time
-		c.ts[i] = m.Time.UnixMilli()
-		c.product[i], c.device[i], c.dir[i] = m.ProductID, m.DeviceID, m.Direction
-		c.typ[i], c.id[i], c.topic[i] = m.MessageType, m.MessageID, m.Topic
-		c.pl[i] = unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload)) // read-only: Payload must not change after Add
-	}
-	return db.sendColumns(ctx, insertMessages, c.tm, c.ts, c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl)
+	return db.sendBlocks(ctx, insertMessages, len(msgs), func(lo, hi int) []any {
+		n := hi - lo
+		c.tm, c.ts = resize(c.tm, n), resize(c.ts, n)
+		c.product, c.device, c.dir, c.typ = resize(c.product, n), resize(c.device, n), resize(c.dir, n), resize(c.typ, n)
+		c.id, c.topic, c.pl = resize(c.id, n), resize(c.topic, n), resize(c.pl, n)
+		for i := range n {
+			m := &msgs[lo+i]
+			c.tm[i] = m.Time
+			c.ts[i] = m.Time.UnixMilli()
+			c.product[i], c.device[i], c.dir[i] = m.ProductID, m.DeviceID, m.Direction
+			c.typ[i], c.id[i], c.topic[i] = m.MessageType, m.MessageID, m.Topic
+			c.pl[i] = unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload)) // read-only: Payload must not change after Add
+		}
+		return []any{c.tm, c.ts, c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl}
+	})
 }
 
 func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
-	n := len(props)
 	c := propColumnPool.Get().(*propColumns)
 	defer func() {
 		for _, col := range [][]string{c.product, c.device, c.prop, c.vt, c.str, c.id} {
@@ -177,28 +185,41 @@ func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
 		}
 		propColumnPool.Put(c)
 	}()
-	c.tm, c.ts, c.num = resize(c.tm, n), resize(c.ts, n), resize(c.num, n)
-	c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
-	c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
-	for i := range props {
-		p := &props[i]
-		c.tm[i] = p.Time
-		c.ts[i] = p.Time.UnixMilli()
-		c.product[i], c.device[i], c.prop[i], c.vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
-		c.num[i], c.str[i], c.id[i] = p.Num, p.Str, p.MessageID
-	}
-	return db.sendColumns(ctx, insertProps, c.tm, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id)
+	return db.sendBlocks(ctx, insertProps, len(props), func(lo, hi int) []any {
+		n := hi - lo
+		c.tm, c.ts, c.num = resize(c.tm, n), resize(c.ts, n), resize(c.num, n)
+		c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
+		c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
+		for i := range n {
+			p := &props[lo+i]
+			c.tm[i] = p.Time
+			c.ts[i] = p.Time.UnixMilli()
+			c.product[i], c.device[i], c.prop[i], c.vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
+			c.num[i], c.str[i], c.id[i] = p.Num, p.Str, p.MessageID
+		}
+		return []any{c.tm, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id}
+	})
 }
 
-func (db *DB) sendColumns(ctx context.Context, query string, cols ...any) error {
+// sendBlocks runs one INSERT of n rows, sent in blocks of insertBlockRows;
+// block(lo, hi) returns the columns of rows lo..hi-1, in the query's order.
+func (db *DB) sendBlocks(ctx context.Context, query string, n int, block func(lo, hi int) []any) error {
 	batch, err := db.conn.PrepareBatch(ctx, query)
 	if err != nil {
 		return err
 	}
 	defer batch.Close()
-	for i, c := range cols {
-		if err := batch.Column(i).Append(c); err != nil {
-			return fmt.Errorf("column %d: %w", i, err)
+	for lo := 0; lo < n; lo += insertBlockRows {
+		hi := min(n, lo+insertBlockRows)
+		for i, c := range block(lo, hi) {
+			if err := batch.Column(i).Append(c); err != nil {
+				return fmt.Errorf("column %d: %w", i, err)
+			}
+		}
+		if hi < n {
+			if err := batch.Flush(); err != nil {
+				return err
+			}
 		}
 	}
 	return batch.Send()
