@@ -15,12 +15,23 @@ type Inserter interface {
 	Insert(ctx context.Context, msgs []Message, props []PropertyValue) error
 }
 
+// MaxBatchRows caps WriterOptions.MaxRows: ClickHouse squashes the blocks
+// of one INSERT into one part up to min_insert_block_size_rows (1048576 by
+// default, on 18.16 as on current releases); past it an INSERT could be
+// stored in part, and a retry would duplicate the part already written.
+const MaxBatchRows = 1000000
+
 // WriterOptions configure NewWriter.
 type WriterOptions struct {
-	// MaxRows flushes as soon as this many rows are buffered. Default 20000.
+	// MaxRows flushes as soon as this many rows are buffered. Default
+	// 100000: ClickHouse spends most of its insert CPU merging parts, and
+	// fewer, larger parts halve that (see BENCHMARKS.md). Inserts are sent
+	// in blocks, so the client holds one block's copy, not the batch's.
+	// At most MaxBatchRows.
 	MaxRows int
 	// FlushInterval flushes what is buffered at least this often (jittered
-	// by up to 10% so instances do not write in lockstep). Default 200ms.
+	// by up to 10% so instances do not write in lockstep). Default 1s,
+	// ClickHouse's advice of about one insert per second per table.
 	FlushInterval time.Duration
 	// RetryMin is the first wait after a failed insert; it doubles on every
 	// failure. Default 100ms.
@@ -30,16 +41,17 @@ type WriterOptions struct {
 	// QueueRows bounds rows buffered or being written; Add blocks above it.
 	// Default 2*MaxRows: one batch being written while the next fills.
 	QueueRows int
-	// OnFlush, if set, is called after every insert attempt from the
-	// writer's goroutine: rows in the attempt, its duration, its error.
+	// OnFlush, if set, is called after every insert attempt: rows in the
+	// attempt, its duration, its error. The message and property inserts
+	// of a flush run at once, so it may be called concurrently.
 	OnFlush func(n int, dur time.Duration, err error)
 }
 
 // DefaultWriterOptions are the defaults a zero WriterOptions field takes.
 func DefaultWriterOptions() WriterOptions {
 	return WriterOptions{
-		MaxRows:       20000,
-		FlushInterval: 200 * time.Millisecond,
+		MaxRows:       100000,
+		FlushInterval: time.Second,
 		RetryMin:      100 * time.Millisecond,
 		RetryMax:      10 * time.Second,
 	}
@@ -50,6 +62,7 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.MaxRows <= 0 {
 		o.MaxRows = d.MaxRows
 	}
+	o.MaxRows = min(o.MaxRows, MaxBatchRows)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = d.FlushInterval
 	}
@@ -240,17 +253,25 @@ func (w *Writer) run() {
 	}
 }
 
-// write stores b, messages then properties, each retried until it succeeds
-// so a stored part is never written twice; false if aborted.
+// write stores b: messages and properties are two inserts, run at once
+// (a flush takes as long as the larger, not the sum) and each retried
+// until it succeeds, so a stored part is never written twice; false if
+// aborted.
 func (w *Writer) write(b *batch) bool {
-	if len(b.msgs) > 0 && !w.retry(len(b.msgs), func(ctx context.Context) error {
-		return w.db.Insert(ctx, b.msgs, nil)
-	}) {
-		return false
+	msgsOK := make(chan bool, 1)
+	if len(b.msgs) > 0 {
+		go func() {
+			msgsOK <- w.retry(len(b.msgs), func(ctx context.Context) error {
+				return w.db.Insert(ctx, b.msgs, nil)
+			})
+		}()
+	} else {
+		msgsOK <- true
 	}
-	if len(b.props) > 0 && !w.retry(len(b.props), func(ctx context.Context) error {
+	propsOK := len(b.props) == 0 || w.retry(len(b.props), func(ctx context.Context) error {
 		return w.db.Insert(ctx, nil, b.props)
-	}) {
+	})
+	if !<-msgsOK || !propsOK {
 		return false
 	}
 	for _, done := range b.dones {
