@@ -63,11 +63,13 @@ type Options struct {
 	// the same worker, so they stay in order. Default 4.
 	Workers int
 	// Writer configures each ClickHouse batcher (rows per batch, interval,
-	// retries). Default tsdb's: 20000 rows or 200ms.
+	// retries). Default tsdb's: 100000 rows or 1s.
 	Writer tsdb.WriterOptions
-	// Writers is the number of batchers inserting concurrently; one
-	// insert stream is the bottleneck on a small machine. Workers are
-	// spread over them. Default 2.
+	// Writers is the number of batchers inserting concurrently. Each holds
+	// up to two batches, so for a given memory one writer makes the
+	// largest parts, which is what ClickHouse's merges cost depends on;
+	// add writers where inserts, not merges, are the limit. Workers are
+	// spread over them. Default 1.
 	Writers int
 	// DeviceCacheTTL is how long a device lookup (found or not) is reused.
 	// Default 2s.
@@ -79,6 +81,14 @@ type Options struct {
 	StateBatch         int
 	// KeepAlive of the MQTT connections. Default 30s.
 	KeepAlive time.Duration
+	// PingTimeout is how long a keep-alive ping may wait for its answer
+	// before the connection is dropped. The broker queues that answer
+	// behind every message it has for us, so under backpressure it comes
+	// only once the backlog ahead of it is stored: the timeout must cover
+	// draining a backlog, not a network round trip (paho's 10s dropped the
+	// connection, and with it the broker's QoS 0 backlog, when a burst
+	// outran storage). Default 60s.
+	PingTimeout time.Duration
 	// ConnectTimeout bounds connecting and subscribing. Default 10s.
 	ConnectTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
@@ -101,11 +111,12 @@ func DefaultOptions() Options {
 		QoS:                1,                          // at-least-once with manual acks
 		Queue:              20000,                      // about one writer batch
 		Workers:            4,                          // decoding is cheap; lookups may wait
-		Writers:            2,                          // two insert streams
+		Writers:            1,                          // the largest parts for the memory
 		DeviceCacheTTL:     2 * time.Second,            // undeploy takes effect within 2s
 		StateFlushInterval: 200 * time.Millisecond,     // state visible within 200ms
 		StateBatch:         500,                        // one UPDATE per 500 changes
 		KeepAlive:          30 * time.Second,           // paho's default
+		PingTimeout:        60 * time.Second,           // a backlog's drain, see above
 		ConnectTimeout:     10 * time.Second,           // a local broker answers in ms
 		Logger:             slog.Default(),
 	}
@@ -158,6 +169,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = d.KeepAlive
+	}
+	if o.PingTimeout <= 0 {
+		o.PingTimeout = d.PingTimeout
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = d.ConnectTimeout
@@ -352,6 +366,7 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 		SetConnectRetry(false).
 		SetMaxReconnectInterval(5 * time.Second).
 		SetKeepAlive(in.opt.KeepAlive).
+		SetPingTimeout(in.opt.PingTimeout).
 		SetConnectTimeout(in.opt.ConnectTimeout).
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
