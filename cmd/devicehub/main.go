@@ -108,6 +108,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		if cfg.IngestConnections > 0 {
 			iopt.Connections = cfg.IngestConnections
 		}
+		if cfg.IngestWriters > 0 {
+			iopt.Writers = cfg.IngestWriters
+		}
 		iopt.ShareGroup = cfg.MQTTShareGroup
 		iopt.Writer.MaxRows, iopt.Writer.FlushInterval = cfg.BatchRows, cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
@@ -207,6 +210,7 @@ type config struct {
 	MQTTClientID      string
 	MQTTShareGroup    string
 	IngestConnections int
+	IngestWriters     int
 	BatchRows         int
 	FlushInterval     time.Duration
 	RetentionMonths   int
@@ -256,6 +260,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
 	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", "devicehub"), "shared-subscription group of ingest instances; \"none\" subscribes plainly with one connection (DEVICEHUB_MQTT_SHARE_GROUP)")
 	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, 2 (DEVICEHUB_INGEST_CONNECTIONS)")
+	fs.IntVar(&c.IngestWriters, "ingest-writers", envInt("INGEST_WRITERS", 0), "concurrent ClickHouse insert streams; 0 is ingest's default, 2 (DEVICEHUB_INGEST_WRITERS)")
 	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
 	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
 	fs.IntVar(&c.RetentionMonths, "retention-months", envInt("RETENTION_MONTHS", 0), "drop monthly partitions of messages and property values older than this many months; 0 keeps everything (DEVICEHUB_RETENTION_MONTHS)")
@@ -279,8 +284,14 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	if len(c.Roles) == 0 {
 		return config{}, errors.New("no role: -roles needs api, ingest or both")
 	}
+	if c.IngestConnections < 0 || c.IngestWriters < 0 {
+		return config{}, errors.New("-ingest-connections and -ingest-writers must be 0 (the default) or more")
+	}
 	if c.BatchRows <= 0 || c.FlushInterval <= 0 {
 		return config{}, errors.New("-ingest-batch-rows and -ingest-flush-interval must be positive")
+	}
+	if c.BatchRows > tsdb.MaxBatchRows {
+		return config{}, fmt.Errorf("-ingest-batch-rows must be at most %d (one ClickHouse INSERT stays one part)", tsdb.MaxBatchRows)
 	}
 	if c.MemoryLimit, err = parseBytes(*memLimit); err != nil {
 		return config{}, fmt.Errorf("-memory-limit: %w", err)
