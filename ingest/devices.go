@@ -2,17 +2,17 @@ package ingest
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"devicehub/meta"
 )
 
-// Devices looks devices up; *meta.Store is one. A missing device is an
-// error wrapping meta.ErrNotFound.
+// Devices looks devices up; *meta.Store is one.
 type Devices interface {
-	GetDeviceRef(ctx context.Context, id string) (meta.DeviceRef, error)
+	// DeviceStatuses returns the status of each of ids that exists.
+	DeviceStatuses(ctx context.Context, ids []string) (map[string]meta.DeviceStatus, error)
 }
 
 // StateApplier writes connection state; *meta.Store is one.
@@ -20,92 +20,147 @@ type StateApplier interface {
 	ApplyStateChanges(ctx context.Context, changes []meta.StateChange) (int, error)
 }
 
-// deviceCache is a TTL cache over Devices, negative answers included, so
-// that ingest asks PostgreSQL about each device at most once per TTL.
-// Concurrent misses of one id share one lookup.
+// refreshChunk bounds the ids of one refresh query.
+const refreshChunk = 10000
+
+// deviceCache keeps the status of the devices ingest hears from, so that a
+// message costs no PostgreSQL query. A device's first message looks it up
+// (concurrent misses of one id share the lookup); then refresh, every TTL,
+// re-reads in one query every device used since the last refresh and
+// forgets the others. A deploy, undeploy or delete thus takes effect
+// within about one TTL, and PostgreSQL answers one query per TTL instead
+// of one per device per TTL (500 queries/s at 1000 devices and 2s, about a
+// tenth of the ingester's CPU). While PostgreSQL is down the statuses
+// known stay in use; only devices not seen before wait for it.
 type deviceCache struct {
 	src Devices
 	ttl time.Duration
-	now func() time.Time
+	log *slog.Logger
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
-	sweepAt time.Time
+	failing bool // the last refresh failed (logged once)
 }
 
 type cacheEntry struct {
-	ref     meta.DeviceRef
-	found   bool
-	expires time.Time
-	ready   chan struct{} // closed when the lookup finished
-	err     error         // lookup failed (not cached)
+	status meta.DeviceStatus
+	found  bool
+	used   bool          // since the last refresh
+	ready  chan struct{} // closed when the first lookup finished
+	err    error         // the first lookup failed (the entry is dropped)
 }
 
-func newDeviceCache(src Devices, ttl time.Duration) *deviceCache {
-	return &deviceCache{src: src, ttl: ttl, now: time.Now, entries: make(map[string]*cacheEntry)}
+func newDeviceCache(src Devices, ttl time.Duration, log *slog.Logger) *deviceCache {
+	return &deviceCache{src: src, ttl: ttl, log: log, entries: make(map[string]*cacheEntry)}
 }
 
-// get returns the device and whether it exists; err is a lookup failure
-// (database down), which is not cached.
-func (c *deviceCache) get(ctx context.Context, id string) (meta.DeviceRef, bool, error) {
-	now := c.now()
-	c.mu.Lock()
-	if now.After(c.sweepAt) {
-		c.sweep(now)
-	}
-	e := c.entries[id]
-	if e != nil {
-		select {
-		case <-e.ready:
-			if e.err == nil && now.Before(e.expires) {
-				c.mu.Unlock()
-				return e.ref, e.found, nil
-			}
-			e = nil // expired or failed: look up again
-		default:
-		}
-	}
-	if e == nil {
-		e = &cacheEntry{ready: make(chan struct{})}
-		c.entries[id] = e
-		c.mu.Unlock()
-		ref, err := c.src.GetDeviceRef(ctx, id)
-		switch {
-		case err == nil:
-			e.ref, e.found = ref, true
-		case errors.Is(err, meta.ErrNotFound):
-		default:
-			e.err = err
-		}
-		e.expires = c.now().Add(c.ttl)
-		c.mu.Lock()
-		close(e.ready)
-		if e.err != nil && c.entries[id] == e {
-			delete(c.entries, id)
-		}
-		c.mu.Unlock()
-		return e.ref, e.found, e.err
-	}
-	c.mu.Unlock()
+func isReady(e *cacheEntry) bool {
 	select {
 	case <-e.ready:
-		return e.ref, e.found, e.err
-	case <-ctx.Done():
-		return meta.DeviceRef{}, false, ctx.Err()
+		return true
+	default:
+		return false
 	}
 }
 
-// sweep drops expired entries so the map does not keep every id ever
-// seen; called with mu held, at most once per TTL.
-func (c *deviceCache) sweep(now time.Time) {
-	for id, e := range c.entries {
+// get returns the device's status and whether it exists; err is a lookup
+// failure (database down), which is not cached.
+func (c *deviceCache) get(ctx context.Context, id string) (meta.DeviceStatus, bool, error) {
+	c.mu.Lock()
+	if e := c.entries[id]; e != nil {
+		e.used = true
+		if isReady(e) {
+			st, found := e.status, e.found
+			c.mu.Unlock()
+			return st, found, nil
+		}
+		c.mu.Unlock()
 		select {
 		case <-e.ready:
-			if now.After(e.expires) {
-				delete(c.entries, id)
-			}
+		case <-ctx.Done():
+			return meta.DeviceStatus{}, false, ctx.Err()
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return e.status, e.found, e.err
+	}
+	e := &cacheEntry{ready: make(chan struct{}), used: true}
+	c.entries[id] = e
+	c.mu.Unlock()
+	m, err := c.src.DeviceStatuses(ctx, []string{id})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		e.err = err
+		if c.entries[id] == e {
+			delete(c.entries, id)
+		}
+	} else {
+		e.status, e.found = m[id]
+	}
+	close(e.ready)
+	return e.status, e.found, e.err
+}
+
+// refresh re-reads every device used since the last refresh, in chunks of
+// refreshChunk ids, and forgets the devices not used since.
+func (c *deviceCache) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	ids := make([]string, 0, len(c.entries))
+	for id, e := range c.entries {
+		switch {
+		case !isReady(e): // its first lookup is running
+		case !e.used:
+			delete(c.entries, id)
 		default:
+			e.used = false
+			ids = append(ids, id)
 		}
 	}
-	c.sweepAt = now.Add(c.ttl)
+	c.mu.Unlock()
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), refreshChunk)]
+		ids = ids[len(chunk):]
+		m, err := c.src.DeviceStatuses(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		for _, id := range chunk {
+			if e := c.entries[id]; e != nil && isReady(e) {
+				e.status, e.found = m[id]
+			}
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// run refreshes every TTL until ctx ends.
+func (c *deviceCache) run(ctx context.Context) {
+	t := time.NewTicker(c.ttl)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := c.refresh(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !c.failing:
+			c.failing = true
+			c.log.Warn("device status refresh failed; using the statuses known", "err", err)
+		case err == nil && c.failing:
+			c.failing = false
+			c.log.Info("device status refresh recovered")
+		}
+	}
+}
+
+// len returns the devices cached.
+func (c *deviceCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
 }

@@ -71,8 +71,9 @@ type Options struct {
 	// add writers where inserts, not merges, are the limit. Workers are
 	// spread over them. Default 1.
 	Writers int
-	// DeviceCacheTTL is how long a device lookup (found or not) is reused.
-	// Default 2s.
+	// DeviceCacheTTL is how often the statuses of the devices in use are
+	// re-read, in one query: a deploy, undeploy or delete takes effect
+	// within about this long. Default 2s.
 	DeviceCacheTTL time.Duration
 	// StateFlushInterval and StateBatch: state changes are written to
 	// PostgreSQL every interval or at this many, whichever first.
@@ -277,6 +278,8 @@ type Ingester struct {
 	runCtx  context.Context // cancelled when Close's deadline passes
 	abort   context.CancelFunc
 	workers sync.WaitGroup
+	// refresher runs the device cache's refresh until runCtx ends.
+	refresher sync.WaitGroup
 
 	received, stored, acked, stateN atomic.Uint64
 	dropped                         sync.Map // reason -> *atomic.Uint64
@@ -293,7 +296,6 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	in := &Ingester{
 		opt:      opt,
 		log:      opt.Logger.With("component", "ingest"),
-		devices:  newDeviceCache(devices, opt.DeviceCacheTTL),
 		seed:     maphash.MakeSeed(),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
@@ -302,6 +304,12 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		filters:  make(map[string]byte),
 	}
 	in.idle = sync.NewCond(&in.gate)
+	in.devices = newDeviceCache(devices, opt.DeviceCacheTTL, in.log)
+	in.refresher.Add(1)
+	go func() {
+		defer in.refresher.Done()
+		in.devices.run(runCtx)
+	}()
 	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) })
 	if opt.Registerer != nil {
 		if err := in.m.register(opt.Registerer); err != nil {
@@ -557,7 +565,7 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 
 // lookup asks the device cache, retrying with backoff while PostgreSQL
 // fails; err only when Close's deadline passed.
-func (in *Ingester) lookup(id string) (meta.DeviceRef, bool, error) {
+func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
 	wait := 100 * time.Millisecond
 	for {
 		ref, found, err := in.devices.get(in.runCtx, id)
@@ -650,6 +658,7 @@ func (in *Ingester) close(ctx context.Context) error {
 		c.Disconnect(250)
 	}
 	in.abort()
+	in.refresher.Wait()
 	s := in.Stats()
 	in.log.Info("ingest stopped", "received", s.Received, "stored", s.Stored, "acked", s.Acked)
 	return errors.Join(errs...)

@@ -869,6 +869,36 @@ func (s *Store) setDeviceMetadata(ctx context.Context, id string, metadata *stri
 	return nil
 }
 
+// DeviceStatus is what ingest checks on every message of a device.
+type DeviceStatus struct {
+	ProductID, State string
+}
+
+// DeviceStatuses returns, in one query, the status of each of ids that
+// exists; ids that do not are absent from the map.
+func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]DeviceStatus, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, product_id, state FROM devices WHERE id = ANY($1)`, pq.StringArray(ids))
+	if err != nil {
+		return nil, fmt.Errorf("meta: device statuses: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]DeviceStatus, len(ids))
+	for rows.Next() {
+		var id string
+		var st DeviceStatus
+		if err := rows.Scan(&id, &st.ProductID, &st.State); err != nil {
+			return nil, fmt.Errorf("meta: device statuses: %w", err)
+		}
+		out[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("meta: device statuses: %w", err)
+	}
+	return out, nil
+}
+
 // DeviceRef is what ingest and commands need to know about a device.
 type DeviceRef struct {
 	ID, ProductID, State string

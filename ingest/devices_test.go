@@ -1,0 +1,123 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"devicehub/meta"
+)
+
+// countedDevices passes lookups to the real store, counting queries, and
+// fails them while fail is set (PostgreSQL down).
+type countedDevices struct {
+	Devices
+	queries atomic.Int32
+	fail    atomic.Bool
+}
+
+func (c *countedDevices) DeviceStatuses(ctx context.Context, ids []string) (map[string]meta.DeviceStatus, error) {
+	c.queries.Add(1)
+	if c.fail.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return c.Devices.DeviceStatuses(ctx, ids)
+}
+
+// TestDeviceCache runs the cache over PostgreSQL: one query per device
+// first seen, then one query per refresh for every device in use; changes
+// in PostgreSQL show after a refresh; unused devices are forgotten; known
+// statuses survive a failed refresh.
+func TestDeviceCache(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	p := randID("p")
+	e.product(p)
+	for i := range 10 {
+		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
+	}
+	src := &countedDevices{Devices: e.store}
+	c := newDeviceCache(src, 0, slog.Default()) // refreshed by hand below
+	dev := func(i int) string { return fmt.Sprintf("%s-d%d", p, i) }
+	want := func(id string, wantFound bool, wantState string) {
+		t.Helper()
+		st, found, err := c.get(ctx, id)
+		if err != nil || found != wantFound || (found && (st.State != wantState || st.ProductID != p)) {
+			t.Fatalf("get %s: %+v found=%v err=%v; want found=%v state %q", id, st, found, err, wantFound, wantState)
+		}
+	}
+	queries := func(want int32) {
+		t.Helper()
+		if n := src.queries.Swap(0); n != want {
+			t.Fatalf("%d PostgreSQL queries, want %d", n, want)
+		}
+	}
+
+	for range 3 {
+		for i := range 10 {
+			want(dev(i), true, "offline")
+		}
+		want("nope-"+p, false, "")
+	}
+	queries(11) // one per id, misses included
+
+	// Concurrent first lookups of one id share one query.
+	e.device(dev(10), p, "online")
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() { defer wg.Done(); want(dev(10), true, "online") }()
+	}
+	wg.Wait()
+	queries(1)
+
+	// Changes in PostgreSQL show after the next refresh, in one query.
+	e.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, dev(1))
+	e.exec(`DELETE FROM devices WHERE id = $1`, dev(2))
+	e.device("nope-"+p, p, "online")
+	want(dev(1), true, "offline") // cached until then
+	if err := c.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	queries(1)
+	want(dev(1), true, "notActive")
+	want(dev(2), false, "")
+	want("nope-"+p, true, "online")
+	queries(0)
+
+	// A refresh forgets what was not used since the one before.
+	if err := c.refresh(ctx); err != nil { // re-reads the three used above
+		t.Fatal(err)
+	}
+	queries(1)
+	if n := c.len(); n != 3 {
+		t.Fatalf("%d devices cached, want the 3 used", n)
+	}
+	want(dev(1), true, "notActive")
+	if err := c.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.len(); n != 1 {
+		t.Fatalf("%d devices cached, want 1", n)
+	}
+	queries(1)
+
+	// PostgreSQL down: the refresh fails, known statuses stay, a device
+	// not seen before is an error, not an answer (and is not cached).
+	src.fail.Store(true)
+	want(dev(1), true, "notActive")
+	if err := c.refresh(ctx); err == nil {
+		t.Fatal("refresh succeeded with PostgreSQL down")
+	}
+	want(dev(1), true, "notActive")
+	if _, _, err := c.get(ctx, dev(3)); err == nil {
+		t.Fatal("a device not seen before was answered with PostgreSQL down")
+	}
+	src.fail.Store(false)
+	want(dev(3), true, "offline")
+}
