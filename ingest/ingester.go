@@ -110,7 +110,7 @@ func DefaultOptions() Options {
 		ShareGroup:         "devicehub",                // every instance shares one group
 		Connections:        2,                          // two pass one connection's ceiling
 		QoS:                1,                          // at-least-once with manual acks
-		Queue:              20000,                      // about one writer batch
+		Queue:              20000,                      // about two writer batches of messages
 		Workers:            4,                          // decoding is cheap; lookups may wait
 		Writers:            1,                          // the largest parts for the memory
 		DeviceCacheTTL:     2 * time.Second,            // undeploy takes effect within 2s
