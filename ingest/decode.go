@@ -617,19 +617,13 @@ func (s *scanner) number() ([]byte, error) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = digits(b, i)
 	default:
 		return nil, malformed(s, "bad value")
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = digits(b, d); i == d {
 			s.i = i
 			return nil, malformed(s, "bad number")
 		}
@@ -640,16 +634,21 @@ func (s *scanner) number() ([]byte, error) {
 			i++
 		}
 		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(b, d); i == d {
 			s.i = i
 			return nil, malformed(s, "bad number")
 		}
 	}
 	s.i = i
 	return b[start:i], nil
+}
+
+// digits returns the index of the first non-digit of b at or after i.
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // strSpan consumes a string; it returns the span between the quotes and
