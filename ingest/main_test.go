@@ -19,6 +19,7 @@ import (
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
+	"devicehub/tsdb/tsdbtest"
 )
 
 // Integration tests use the project's services (start them with
@@ -46,13 +47,6 @@ func brokerURL() string {
 	return "tcp://127.0.0.1:1884"
 }
 
-func clickhouseAddr() string {
-	if v := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); v != "" {
-		return v
-	}
-	return "127.0.0.1:9000"
-}
-
 func randID(prefix string) string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
@@ -74,28 +68,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	return &env{t: t, store: metatest.NewStore(t), ch: openCH(t, clickhouseAddr())}
-}
-
-// openCH opens a fresh ClickHouse database on addr, dropped at the end.
-func openCH(t testing.TB, addr string) *tsdb.DB {
-	t.Helper()
-	opt := tsdb.DefaultOptions()
-	opt.Addr = addr
-	opt.Database = randID("devicehub_ingest_test_")
-	opt.TimeZone = time.UTC
-	opt.QueryTimeout = 10 * time.Second
-	db, err := tsdb.Open(ctxT(t, 60*time.Second), opt)
-	if err != nil {
-		t.Fatalf("open ClickHouse (run .ci/services if it is down): %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = db.DropDatabase(ctx)
-		db.Close()
-	})
-	return db
+	return &env{t: t, store: metatest.NewStore(t), ch: tsdbtest.NewDB(t, time.UTC)}
 }
 
 func (e *env) exec(q string, args ...any) {
