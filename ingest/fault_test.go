@@ -164,15 +164,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var rows, dups uint64
-	var dupIDs []string
-	for id, c := range got {
-		rows += c
-		if c > 1 {
-			dups += c - 1
-			dupIDs = append(dupIDs, id)
-		}
-	}
+	rows, dups, dupIDs := tsdbtest.Duplicates(got)
 	s := in.Stats()
 	t.Logf("broker stopped (SIGTERM) after m%d, restarted after m%d, ingester subscribed again %s after the restart, at m%d",
 		atStop, atRestart, resubscribedIn.Round(time.Millisecond), windowEnd)

@@ -143,15 +143,7 @@ func TestSigtermDrains(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var rows, dups uint64
-	var dupIDs []string
-	for id, n := range got {
-		rows += n
-		if n > 1 {
-			dups += n - 1
-			dupIDs = append(dupIDs, id)
-		}
-	}
+	rows, dups, dupIDs := tsdbtest.Duplicates(got)
 	t.Logf("SIGTERM after %d published; exited 0 in %s, after %d published; published %d, acknowledged by the broker %d (failed %d, no answer %d)",
 		atSignal, exitedIn.Round(time.Millisecond), atExit, len(all), len(acked), failed, pending)
 	t.Logf("stored by the first instance %d distinct; after the second start %d distinct in %d rows: %d duplicates (%s)",

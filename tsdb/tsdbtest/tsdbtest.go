@@ -64,3 +64,16 @@ func StoredCounts(ctx context.Context, db *tsdb.DB, dir string) (map[string]uint
 	}
 	return got, rows.Err()
 }
+
+// Duplicates sums counts (as StoredCounts returns them): rows stored, rows
+// beyond the first of each id, and the ids stored more than once.
+func Duplicates(counts map[string]uint64) (rows, dups uint64, ids []string) {
+	for id, n := range counts {
+		rows += n
+		if n > 1 {
+			dups += n - 1
+			ids = append(ids, id)
+		}
+	}
+	return rows, dups, ids
+}
