@@ -73,7 +73,12 @@ func TestBadInput(t *testing.T) {
 	var baseBefore map[string]any
 	e.ok("GET", "/api/device-product/base", nil, &baseBefore)
 	for i, c := range cases {
-		r := e.do(c.method, c.path, c.body, e.token)
+		var r response
+		if len(c.body) > 1<<20 {
+			r = e.doOversized(c.method, c.path, len(c.body))
+		} else {
+			r = e.do(c.method, c.path, c.body, e.token)
+		}
 		if r.HTTPStatus != c.status || r.Code != c.code {
 			t.Errorf("case %d %s %s %.80s: want %d %s, got %d %s", i, c.method, c.path, c.body, c.status, c.code, r.HTTPStatus, r.raw)
 			continue

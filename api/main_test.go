@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +110,33 @@ func (e *env) do(method, path string, body any, token string) response {
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
+	return e.envelope(method, path, res)
+}
+
+// doOversized sends method path with the admin token, declaring a body of
+// n bytes but sending none of it: the server must refuse it from the
+// header alone. (Sending the body races the server's early answer and
+// close: the client may get a connection reset while still writing.)
+func (e *env) doOversized(method, path string, n int) response {
+	e.t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 5*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nX-Access-Token: %s\r\nContent-Length: %d\r\n\r\n",
+		method, path, e.token, n)
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		e.t.Fatalf("%s %s with a %d-byte body: %v", method, path, n, err)
+	}
+	return e.envelope(method, path, res)
+}
+
+// envelope reads res and checks that it is the envelope.
+func (e *env) envelope(method, path string, res *http.Response) response {
+	e.t.Helper()
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	r := response{HTTPStatus: res.StatusCode, raw: raw}
