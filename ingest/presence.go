@@ -145,6 +145,12 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 				h()
 			}
 		})
+	// Every command is a publish out and a reply in on this connection:
+	// buffered, a read costs one system call per batch of packets instead
+	// of several per packet, and acks and publishes leave together.
+	if fn := bufferedDialer(opt.BrokerURL, opt.ConnectTimeout); fn != nil {
+		o.SetCustomOpenConnectionFn(fn)
+	}
 	p.client = mqtt.NewClient(o)
 	t := p.client.Connect()
 	select {
