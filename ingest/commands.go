@@ -58,13 +58,20 @@ type CommandOptions struct {
 	Timeout time.Duration
 	// MaxPending bounds the replies waited for at once (memory stays bounded).
 	MaxPending int
-	// QoS of downlink messages.
-	QoS byte
+	// ReadQoS is the QoS of property reads. A read is confirmed by its
+	// reply, so the broker's PUBACK adds packets and nothing a caller can
+	// see: a read lost on the way ends in time_out either way. Default 0.
+	ReadQoS byte
+	// InvokeQoS is the QoS of function invokes, which are answered before
+	// the device replies: the broker's PUBACK is the only confirmation
+	// that the command was taken. Default 1.
+	InvokeQoS byte
 }
 
-// DefaultCommandOptions: 10 s replies, 100k pending, QoS 1.
+// DefaultCommandOptions: 10 s replies, 100k pending, reads at QoS 0,
+// invokes at QoS 1.
 func DefaultCommandOptions() CommandOptions {
-	return CommandOptions{Timeout: 10 * time.Second, MaxPending: 100_000, QoS: 1}
+	return CommandOptions{Timeout: 10 * time.Second, MaxPending: 100_000, ReadQoS: 0, InvokeQoS: 1}
 }
 
 // Link is the instance's own (non-shared) MQTT client: Presence.
@@ -140,8 +147,11 @@ func NewCommands(link Link, rec DownlinkRecorder, opt CommandOptions) (*Commands
 		opt.MaxPending = d.MaxPending
 	}
 	c := &Commands{opt: opt, link: link, rec: rec, pending: map[string]*waiter{}}
+	// QoS 0: this subscription only correlates replies. The ingester stores
+	// them through its own QoS 1 subscription, and a reply this one misses
+	// (its connection lost) fails the waiter anyway.
 	for _, f := range []string{"/+/+/properties/read/reply", "/+/+/function/invoke/reply"} {
-		if err := link.Subscribe(f, 1, c.onReply); err != nil {
+		if err := link.Subscribe(f, 0, c.onReply); err != nil {
 			return nil, err
 		}
 	}
@@ -167,7 +177,7 @@ func (c *Commands) ReadProperties(ctx context.Context, t Target, properties []st
 		Properties:  properties,
 		MessageType: "READ_PROPERTY",
 	}
-	r, err := c.request(ctx, t, "properties/read", &msg, timeout)
+	r, err := c.request(ctx, t, "properties/read", c.opt.ReadQoS, &msg, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +209,7 @@ func (c *Commands) InvokeFunction(ctx context.Context, t Target, functionID stri
 	// waits for the reconnection, which could be forever.
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
-	if err := c.publish(ctx, t, "function/invoke", &msg); err != nil {
+	if err := c.publish(ctx, t, "function/invoke", c.opt.InvokeQoS, &msg); err != nil {
 		if ctx.Err() != nil {
 			return "", ErrTimeout
 		}
@@ -233,7 +243,7 @@ func (c *Commands) headers(t Target) map[string]string {
 
 // request registers a waiter, publishes, and waits for the reply, the
 // deadline, the device going offline or ctx, whichever comes first.
-func (c *Commands) request(ctx context.Context, t Target, suffix string, msg *downlink, timeout time.Duration) (reply, error) {
+func (c *Commands) request(ctx context.Context, t Target, suffix string, qos byte, msg *downlink, timeout time.Duration) (reply, error) {
 	if !c.link.IsOnline(t.DeviceID) {
 		return reply{}, ErrOffline
 	}
@@ -256,7 +266,7 @@ func (c *Commands) request(ctx context.Context, t Target, suffix string, msg *do
 	c.mu.Unlock()
 	defer c.forget(msg.MessageID)
 
-	if err := c.publish(ctx, t, suffix, msg); err != nil {
+	if err := c.publish(ctx, t, suffix, qos, msg); err != nil {
 		select {
 		case r := <-w.done: // failed while publishing
 			return r.outcome()
@@ -304,13 +314,13 @@ func (r result) outcome() (reply, error) {
 	return r.reply, nil
 }
 
-func (c *Commands) publish(ctx context.Context, t Target, suffix string, msg *downlink) error {
+func (c *Commands) publish(ctx context.Context, t Target, suffix string, qos byte, msg *downlink) error {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("ingest: encode downlink: %w", err)
 	}
 	topic := "/" + t.ProductID + "/" + t.DeviceID + "/" + suffix
-	if err := c.link.Publish(ctx, topic, c.opt.QoS, body); err != nil {
+	if err := c.link.Publish(ctx, topic, qos, body); err != nil {
 		return err
 	}
 	if c.rec != nil {

@@ -44,7 +44,9 @@ func newCmdEnv(t *testing.T) *cmdEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	c, err := NewCommands(p, nil, CommandOptions{Timeout: 3 * time.Second})
+	copt := DefaultCommandOptions() // the QoS the server uses
+	copt.Timeout = 3 * time.Second
+	c, err := NewCommands(p, nil, copt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +138,11 @@ func TestReadProperties(t *testing.T) {
 		h["creatorId"] != "admin" || h["traceparent"] == "" || h["_uid"] == "" || m.Topic() != "/"+e.product+"/d1/properties/read" {
 		t.Fatalf("downlink %s: %s", m.Topic(), m.Payload())
 	}
+	// The spy subscribes at QoS 1, so it sees the QoS the read was sent at:
+	// 0, as its reply confirms it.
+	if m.Qos() != 0 {
+		t.Fatalf("read sent at QoS %d, want 0", m.Qos())
+	}
 	if e.cmds.Pending() != 0 {
 		t.Fatalf("%d waiters left", e.cmds.Pending())
 	}
@@ -196,6 +203,10 @@ func TestInvokeFunction(t *testing.T) {
 		dl.MessageType != "INVOKE_FUNCTION" || dl.Timestamp == 0 || len(dl.Inputs) != 2 || dl.Inputs[0]["name"] != "Location" ||
 		dl.Inputs[0]["value"] != "room-1" || fmt.Sprint(dl.Inputs[1]["value"]) != "map[Switch:1 Temperature:22]" || dl.Headers["productId"] != e.product {
 		t.Fatalf("invoke downlink %s: %s", m.Topic(), m.Payload())
+	}
+	// Answered before any reply: the broker's PUBACK confirms it.
+	if m.Qos() != 1 {
+		t.Fatalf("invoke sent at QoS %d, want 1", m.Qos())
 	}
 	if _, err := e.cmds.InvokeFunction(context.Background(), e.target("ghost"), "DeviceCtrl", nil); !errors.Is(err, ErrOffline) {
 		t.Fatalf("invoke offline: %v", err)

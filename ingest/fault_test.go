@@ -233,7 +233,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 	}
 	t.Cleanup(presence.Close)
 	const cmdTimeout = 3 * time.Second // default: the invoke's bound
-	copt := DefaultCommandOptions()    // QoS 1 downlinks, as the server sends them
+	copt := DefaultCommandOptions()    // the downlink QoS the server uses
 	copt.Timeout = cmdTimeout
 	cmds, err := NewCommands(presence, nil, copt)
 	if err != nil {
