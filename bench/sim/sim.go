@@ -8,6 +8,7 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,7 @@ func (d *Device) connect(ctx context.Context) error {
 			d.mu.Lock()
 			d.conn = c
 			d.mu.Unlock()
-			return c, nil
+			return readBuffered(c), nil
 		})
 	d.client = mqtt.NewClient(opts)
 	if err := wait(ctx, d.client.Connect()); err != nil {
@@ -307,3 +308,17 @@ func Value(vt *schema.ValueType) (any, bool) {
 	}
 	return nil, false
 }
+
+// bufferedConn reads through a buffer: paho reads each packet's header a
+// byte at a time, a system call each, which would make a fleet of
+// simulated devices cost more CPU than the platform it loads.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func readBuffered(c net.Conn) net.Conn {
+	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 4<<10)}
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
