@@ -201,7 +201,7 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			return res, fmt.Errorf("bench: %s: total %d, %d items for %s", q.name, pg.Total, len(pg.Data), r.Example)
 		}
 		do := func(ctx context.Context, i int) error {
-			raw, err := srv.do(ctx, "POST", q.path, bytes.NewBufferString(q.body(i)))
+			raw, err := srv.do(ctx, "POST", q.path, []byte(q.body(i)))
 			if err == nil && !bytes.Contains(raw, []byte(`"total":`)) {
 				err = fmt.Errorf("bench: %s: no page: %.200s", q.name, raw)
 			}

@@ -1,13 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -100,7 +98,7 @@ func (d *pgDatabase) backends() (list func() []int, closeFn func()) {
 type apiClient struct {
 	base  string // http://host:port
 	token string
-	http  *http.Client
+	http  *loadClient
 }
 
 // login logs in through POST /api/authorize/login and keeps the token.
@@ -169,21 +167,11 @@ func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, w
 	}
 	go func() { _ = s.srv.App().Listener(ln) }()
 	s.base = "http://" + ln.Addr().String()
-	s.http = loadClient(conns)
+	s.http = newLoadClient(s.base, conns)
 	if err = s.login(ctx, "admin", "admin123"); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// loadClient is a keep-alive client that holds conns idle connections to
-// one host, so a closed loop of conns workers never redials.
-func loadClient(conns int) *http.Client {
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute,
-		DisableCompression: true,
-		DialContext:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	}}
 }
 
 func (s *benchServer) close() {
@@ -193,7 +181,7 @@ func (s *benchServer) close() {
 		_ = s.srv.Shutdown(ctx)
 	}
 	if s.http != nil {
-		s.http.CloseIdleConnections()
+		s.http.close()
 	}
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
@@ -209,15 +197,14 @@ func (s *benchServer) close() {
 // call sends a JSON body (nil: none) and decodes the envelope's result
 // into out (if not nil); anything but 200 is an error.
 func (s *apiClient) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var js []byte
 	if body != nil {
-		js, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if js, err = json.Marshal(body); err != nil {
 			return err
 		}
-		rd = bytes.NewReader(js)
 	}
-	raw, err := s.do(ctx, method, path, rd)
+	raw, err := s.do(ctx, method, path, js)
 	if err != nil {
 		return err
 	}
@@ -236,29 +223,22 @@ func (s *apiClient) call(ctx context.Context, method, path string, body, out any
 	return json.Unmarshal(env.Result, out)
 }
 
-// do sends one request and returns the body of a 200 answer.
-func (s *apiClient) do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, s.base+path, body)
-	if err != nil {
-		return nil, err
-	}
+// do sends one request (body nil: none) and returns the body of a 200
+// answer.
+func (s *apiClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	headers := make([]string, 0, 4)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		headers = append(headers, "Content-Type", "application/json")
 	}
 	if s.token != "" {
-		req.Header.Set("X-Access-Token", s.token)
+		headers = append(headers, "X-Access-Token", s.token)
 	}
-	res, err := s.http.Do(req)
+	status, raw, err := s.http.do(ctx, method, s.base+path, headers, body)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode != http.StatusOK {
-		return raw, fmt.Errorf("bench: %s %s: HTTP %d: %.200s", method, path, res.StatusCode, raw)
+	if status != http.StatusOK {
+		return raw, fmt.Errorf("bench: %s %s: HTTP %d: %.200s", method, path, status, raw)
 	}
 	return raw, nil
 }

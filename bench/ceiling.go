@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -28,7 +27,7 @@ type ceilingEnvelope struct {
 type fiberCeiling struct {
 	app  *fiber.App
 	base string
-	http *http.Client
+	http *loadClient
 }
 
 func startFiberCeiling(conns int) (*fiberCeiling, error) {
@@ -44,11 +43,12 @@ func startFiberCeiling(conns int) (*fiberCeiling, error) {
 		return nil, err
 	}
 	go func() { _ = app.Listener(ln) }()
-	return &fiberCeiling{app: app, base: "http://" + ln.Addr().String(), http: loadClient(conns)}, nil
+	base := "http://" + ln.Addr().String()
+	return &fiberCeiling{app: app, base: base, http: newLoadClient(base, conns)}, nil
 }
 
 func (f *fiberCeiling) close() {
-	f.http.CloseIdleConnections()
+	f.http.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = f.app.ShutdownWithContext(ctx)
@@ -57,23 +57,16 @@ func (f *fiberCeiling) close() {
 // do sends one request like the scenario's (same method, a body of the
 // same size, a token header) and drains the answer.
 func (f *fiberCeiling) do(ctx context.Context, method string, i int, body []byte) error {
-	var rd io.Reader
+	headers := []string{"X-Access-Token", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
 	if body != nil {
-		rd = bytes.NewReader(body)
+		headers = append(headers, "Content-Type", "application/json")
 	}
-	req, err := http.NewRequestWithContext(ctx, method, f.base+"/c/d"+strconv.Itoa(i%1000)+"/property/temp", rd)
+	status, _, err := f.http.do(ctx, method, f.base+"/c/d"+strconv.Itoa(i%1000)+"/property/temp", headers, body)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-Access-Token", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
-	res, err := f.http.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: ceiling: HTTP %d", res.StatusCode)
+	if status != http.StatusOK {
+		return fmt.Errorf("bench: ceiling: HTTP %d", status)
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 	if err != nil {
 		return nil, err
 	}
-	c.base, c.http = c.proc.base, loadClient(max(cfg.Conns, 1))
+	c.base, c.http = c.proc.base, newLoadClient(c.proc.base, cfg.Conns)
 	if err = c.login(ctx, "admin", password); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, c.proc.logTail())
 	}
@@ -99,7 +99,7 @@ func (c *childAPI) stop() error { return c.stopOnce() }
 func (c *childAPI) shutdown() error {
 	var err error
 	if c.http != nil {
-		c.http.CloseIdleConnections()
+		c.http.close()
 	}
 	if c.proc != nil {
 		err = c.proc.stop(20 * time.Second)

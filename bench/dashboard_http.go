@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,7 +123,7 @@ func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latenc
 			ds := make([]time.Duration, 0, per)
 			for range per {
 				t0 := time.Now()
-				if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", bytes.NewReader(body)); err != nil {
+				if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
 					errs[c] = err
 					return
 				}

@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// loadClient is the load generators' keep-alive HTTP/1.1 client of one
+// host, holding up to conns connections so a closed loop of conns workers
+// never redials. It is fasthttp's: a request is written and its answer
+// read in the calling goroutine. net/http's client hands every request to
+// two more goroutines (a writer and a reader per connection); on two
+// cores shared with the server, a generator that costs more CPU than the
+// server it loads ends up measuring itself. The bare-Fiber ceilings use
+// the same client, so ratios compare like with like.
+type loadClient struct {
+	hc *fasthttp.HostClient
+}
+
+// requestTimeout bounds one request when its context has no deadline.
+const requestTimeout = 60 * time.Second
+
+func newLoadClient(base string, conns int) *loadClient {
+	return &loadClient{hc: &fasthttp.HostClient{
+		Addr:                     strings.TrimPrefix(base, "http://"),
+		MaxConns:                 max(conns, 1),
+		MaxConnWaitTimeout:       requestTimeout, // more workers than connections wait, not fail
+		MaxIdleConnDuration:      time.Minute,
+		NoDefaultUserAgentHeader: true,
+		ReadBufferSize:           16 << 10,
+	}}
+}
+
+// do sends one request with the given headers (name, value pairs) and
+// body (nil: none) and returns the status and a copy of the answer's
+// body. ctx bounds it by its deadline; fasthttp cannot abandon a request
+// in flight on cancellation, so a cancelled ctx only stops new ones.
+func (c *loadClient) do(ctx context.Context, method, uri string, headers []string, body []byte) (int, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(requestTimeout)
+	}
+	req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(res)
+	req.SetRequestURI(uri)
+	req.Header.SetMethod(method)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if body != nil {
+		req.SetBodyRaw(body)
+	}
+	if err := c.hc.DoDeadline(req, res, deadline); err != nil {
+		return 0, nil, fmt.Errorf("bench: %s %s: %w", method, uri, err)
+	}
+	return res.StatusCode(), append([]byte(nil), res.Body()...), nil
+}
+
+// close closes the idle connections.
+func (c *loadClient) close() { c.hc.CloseIdleConnections() }
