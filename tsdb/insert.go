@@ -118,11 +118,13 @@ func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue)
 // the driver's block), so a flush allocates nothing per row.
 type (
 	messageColumns struct {
+		order                                    orderer
 		tm                                       []time.Time
 		ts                                       []int64
 		product, device, dir, typ, id, topic, pl []string
 	}
 	propColumns struct {
+		order                              orderer
 		tm                                 []time.Time
 		ts                                 []int64
 		product, device, prop, vt, str, id []string
@@ -160,13 +162,14 @@ func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
 		}
 		messageColumnPool.Put(c)
 	}()
+	perm := c.order.messageOrder(msgs)
 	return db.sendBlocks(ctx, insertMessages, len(msgs), func(lo, hi int) []any {
 		n := hi - lo
 		c.tm, c.ts = resize(c.tm, n), resize(c.ts, n)
 		c.product, c.device, c.dir, c.typ = resize(c.product, n), resize(c.device, n), resize(c.dir, n), resize(c.typ, n)
 		c.id, c.topic, c.pl = resize(c.id, n), resize(c.topic, n), resize(c.pl, n)
 		for i := range n {
-			m := &msgs[lo+i]
+			m := &msgs[perm[lo+i]]
 			c.tm[i] = m.Time
 			c.ts[i] = m.Time.UnixMilli()
 			c.product[i], c.device[i], c.dir[i] = m.ProductID, m.DeviceID, m.Direction
@@ -185,13 +188,14 @@ func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
 		}
 		propColumnPool.Put(c)
 	}()
+	perm := c.order.propertyOrder(props)
 	return db.sendBlocks(ctx, insertProps, len(props), func(lo, hi int) []any {
 		n := hi - lo
 		c.tm, c.ts, c.num = resize(c.tm, n), resize(c.ts, n), resize(c.num, n)
 		c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
 		c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
 		for i := range n {
-			p := &props[lo+i]
+			p := &props[perm[lo+i]]
 			c.tm[i] = p.Time
 			c.ts[i] = p.Time.UnixMilli()
 			c.product[i], c.device[i], c.prop[i], c.vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
