@@ -60,11 +60,13 @@ type CommandOptions struct {
 	MaxPending int
 	// ReadQoS is the QoS of property reads. A read is confirmed by its
 	// reply, so the broker's PUBACK adds packets and nothing a caller can
-	// see: a read lost on the way ends in time_out either way. Default 0.
+	// see: a read lost on the way ends in time_out either way.
+	// DefaultCommandOptions: 0.
 	ReadQoS byte
 	// InvokeQoS is the QoS of function invokes, which are answered before
 	// the device replies: the broker's PUBACK is the only confirmation
-	// that the command was taken. Default 1.
+	// that the command was taken. DefaultCommandOptions: 1; unlike the
+	// fields above, a zero here is taken as is (QoS 0), not as the default.
 	InvokeQoS byte
 }
 
