@@ -39,7 +39,7 @@ type orderer struct {
 	prop    []int32 // row -> property index, then rank
 	t       []int64 // row -> time, ns
 	start   []int32 // rank -> next position in the pass's output
-	by      []int32 // rows in property order, the device pass's input
+	by      []int32 // rows in property order, the device pass's input (properties)
 	perm    []int32
 }
 
@@ -49,16 +49,11 @@ func (o *orderer) messageOrder(msgs []Message) []int32 {
 	n := len(msgs)
 	o.dev, o.t = resize(o.dev, n), resize(o.t, n)
 	for i := range msgs {
-		m := &msgs[i]
-		if i > 0 && m.DeviceID == msgs[i-1].DeviceID && m.ProductID == msgs[i-1].ProductID {
-			o.dev[i] = o.dev[i-1]
-		} else {
-			o.dev[i] = o.device(m.ProductID, m.DeviceID)
-		}
+		m, prev := &msgs[i], &msgs[max(i-1, 0)]
+		o.dev[i] = o.rowDevice(i, m.ProductID, m.DeviceID, prev.ProductID, prev.DeviceID)
 		o.t[i] = m.Time.UnixNano()
 	}
-	o.by = identity(o.by, n)
-	o.byDevice(o.by)
+	o.byDevice(nil)
 	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] })
 	o.reset()
 	return o.perm
@@ -73,12 +68,8 @@ func (o *orderer) propertyOrder(props []PropertyValue) []int32 {
 		o.names = make(map[string]int32)
 	}
 	for i := range props {
-		p := &props[i]
-		if i > 0 && p.DeviceID == props[i-1].DeviceID && p.ProductID == props[i-1].ProductID {
-			o.dev[i] = o.dev[i-1]
-		} else {
-			o.dev[i] = o.device(p.ProductID, p.DeviceID)
-		}
+		p, prev := &props[i], &props[max(i-1, 0)]
+		o.dev[i] = o.rowDevice(i, p.ProductID, p.DeviceID, prev.ProductID, prev.DeviceID)
 		k, ok := o.names[p.Property]
 		if !ok {
 			k = int32(len(o.ids))
@@ -98,6 +89,16 @@ func (o *orderer) propertyOrder(props []PropertyValue) []int32 {
 	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] && o.prop[a] == o.prop[b] })
 	o.reset()
 	return o.perm
+}
+
+// rowDevice returns the device index of row i, of product and device;
+// prevProduct and prevDevice are row i-1's. Rows of one message share
+// their strings, so most rows compare equal to the previous one at once.
+func (o *orderer) rowDevice(i int, product, device, prevProduct, prevDevice string) int32 {
+	if i > 0 && device == prevDevice && product == prevProduct {
+		return o.dev[i-1]
+	}
+	return o.device(product, device)
 }
 
 // device returns the index of (product, device) in o.keys, adding it.
@@ -126,8 +127,9 @@ func (o *orderer) rankInto(n int, compare func(a, b int32) int) {
 	o.start = order
 }
 
-// byDevice ranks the devices and fills o.perm with the rows of in,
-// stably ordered by device rank; o.dev holds ranks afterwards.
+// byDevice ranks the devices and fills o.perm with the rows of in (nil:
+// every row, in row order), stably ordered by device rank; o.dev holds
+// ranks afterwards.
 func (o *orderer) byDevice(in []int32) {
 	o.rankInto(len(o.keys), func(a, b int32) int {
 		ka, kb := &o.keys[a], &o.keys[b]
@@ -139,7 +141,7 @@ func (o *orderer) byDevice(in []int32) {
 	for i, d := range o.dev {
 		o.dev[i] = o.rank[d]
 	}
-	o.perm = resize(o.perm, len(in))
+	o.perm = resize(o.perm, len(o.dev))
 	countingPass(o.dev, len(o.keys), in, o.perm, &o.start)
 }
 
