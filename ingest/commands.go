@@ -149,9 +149,10 @@ func NewCommands(link Link, rec DownlinkRecorder, opt CommandOptions) (*Commands
 		opt.MaxPending = d.MaxPending
 	}
 	c := &Commands{opt: opt, link: link, rec: rec, pending: map[string]*waiter{}}
-	// QoS 0: this subscription only correlates replies. The ingester stores
-	// them through its own QoS 1 subscription, and a reply this one misses
-	// (its connection lost) fails the waiter anyway.
+	// QoS 0: this subscription only correlates replies; the ingester stores
+	// them through its own QoS 1 subscription. If this connection is lost,
+	// its waiters fail at once (client_offline); a reply the broker drops
+	// under load ends its request in time_out, as a lost read does.
 	for _, f := range []string{"/+/+/properties/read/reply", "/+/+/function/invoke/reply"} {
 		if err := link.Subscribe(f, 0, c.onReply); err != nil {
 			return nil, err
