@@ -38,9 +38,7 @@ func TestDeviceCache(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	p := randID("p")
 	e.product(p)
-	for i := range 10 {
-		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
-	}
+	e.devices(p, 10)
 	src := &countedDevices{Devices: e.store}
 	c := newDeviceCache(src, 0, slog.Default()) // refreshed by hand below
 	dev := func(i int) string { return fmt.Sprintf("%s-d%d", p, i) }

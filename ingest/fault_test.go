@@ -47,9 +47,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 	p := randID("p")
 	e.product(p)
 	const devices = 4
-	for i := range devices {
-		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
-	}
+	e.devices(p, devices)
 	iopt := testOptions(p)
 	iopt.BrokerURL = broker.URL()
 	iopt.ConnectTimeout = 3 * time.Second

@@ -26,9 +26,7 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 	p := randID("p")
 	e.product(p)
 	const devices, perDevice = 5, 20
-	for i := range devices {
-		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
-	}
+	e.devices(p, devices)
 	in := e.startIngester(testOptions(p))
 
 	// Each device reports 2..14 properties of mixed types.
@@ -302,9 +300,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 	p := randID("p")
 	e.product(p)
 	const devices, n = 16, 1500
-	for i := range devices {
-		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
-	}
+	e.devices(p, devices)
 	opt := testOptions(p)
 	opt.BrokerURL = broker.URL()
 	opt.Connections, opt.Workers, opt.Writers = 1, 4, 2

@@ -87,6 +87,14 @@ func (e *env) device(id, product, state string) {
 	e.exec(`INSERT INTO devices (id, name, product_id, state) VALUES ($1, $1, $2, $3)`, id, product, state)
 }
 
+// devices adds n deployed devices of product, "<product>-d0" to
+// "<product>-d<n-1>".
+func (e *env) devices(product string, n int) {
+	for i := range n {
+		e.device(fmt.Sprintf("%s-d%d", product, i), product, "offline")
+	}
+}
+
 func (e *env) count(q string, args ...any) uint64 {
 	e.t.Helper()
 	var n uint64

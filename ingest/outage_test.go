@@ -122,9 +122,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	p := randID("p")
 	e.product(p)
 	const devices = 4
-	for i := range devices {
-		e.device(fmt.Sprintf("%s-d%d", p, i), p, "offline")
-	}
+	e.devices(p, devices)
 	iopt := testOptions(p)
 	iopt.Writer.RetryMin = 50 * time.Millisecond
 	iopt.Writer.RetryMax = 500 * time.Millisecond
