@@ -113,7 +113,7 @@ func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue)
 	return nil
 }
 
-// Column buffers are reused between inserts (sendColumns copies them into
+// Column buffers are reused between inserts (sendBlocks copies them into
 // the driver's block), so a flush allocates nothing per row.
 type (
 	messageColumns struct {
