@@ -41,8 +41,8 @@ func BenchmarkDecodeReport(b *testing.B) {
 
 type countInserter struct{ rows atomic.Int64 }
 
-func (c *countInserter) Insert(_ context.Context, msgs []tsdb.Message, props []tsdb.PropertyValue) error {
-	c.rows.Add(int64(len(msgs) + len(props)))
+func (c *countInserter) InsertBatch(_ context.Context, b *tsdb.Batch) error {
+	c.rows.Add(int64(b.Len()))
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 )
 
 // Message is one uplink or downlink message, a row of device_message.
@@ -39,7 +38,7 @@ var (
 )
 
 func checkTime(t time.Time) error {
-	if t.Before(minTime) || t.After(maxTime) {
+	if s := t.Unix(); s < minTime.Unix() || s > maxTime.Unix() {
 		return fmt.Errorf("time %s outside 1970..2106: %w", t.Format(time.RFC3339), ErrInvalidArgument)
 	}
 	return nil
@@ -88,57 +87,68 @@ const (
 	insertProps    = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)"
 )
 
-// Insert stores msgs and props, one INSERT per table, columns appended
-// whole. It neither keeps nor modifies its arguments, so after an error the
-// caller may retry with the same slices. Messages are written first; when
-// the property insert fails after that, a retry writes the messages again
-// (MergeTree does not deduplicate), so a caller that cares retries the two
-// parts separately, as Writer does.
+// Insert stores msgs and props, one INSERT per table. It neither keeps
+// nor modifies its arguments, so after an error the caller may retry with
+// the same slices. Messages are written first; when the property insert
+// fails after that, a retry writes the messages again (MergeTree does not
+// deduplicate), so a caller that cares retries the two parts separately,
+// as Writer does.
 func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue) error {
-	if err := validate(msgs, props); err != nil {
+	b := take(batchFree)
+	defer func() {
+		b.Reset()
+		give(batchFree, b)
+	}()
+	if err := b.Append(msgs, props); err != nil {
 		return err
 	}
+	return db.InsertBatch(ctx, b)
+}
+
+// InsertBatch stores the rows of b, one INSERT per table, in the same way
+// as Insert; b is not modified.
+func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
-	if len(msgs) > 0 {
-		if err := db.insertMessages(ctx, msgs); err != nil {
-			return fmt.Errorf("tsdb: insert %d messages: %w", len(msgs), err)
+	if len(b.msgs) > 0 {
+		if err := db.insertMessages(ctx, b); err != nil {
+			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}
 	}
-	if len(props) > 0 {
-		if err := db.insertProps(ctx, props); err != nil {
-			return fmt.Errorf("tsdb: insert %d property values: %w", len(props), err)
+	if len(b.props) > 0 {
+		if err := db.insertProps(ctx, b); err != nil {
+			return fmt.Errorf("tsdb: insert %d property values: %w", len(b.props), err)
 		}
 	}
 	return nil
 }
 
 // Column buffers are reused between inserts (sendBlocks copies them into
-// the driver's block), so a flush allocates nothing per row.
+// the driver's block), so a flush allocates nothing per row. The strings
+// point into the Batch's arena and are cleared after use.
 type (
 	messageColumns struct {
 		order                                    orderer
-		tm                                       []time.Time
-		ts                                       []int64
+		sec, ts                                  []int64
 		product, device, dir, typ, id, topic, pl []string
 	}
 	propColumns struct {
 		order                              orderer
-		tm                                 []time.Time
-		ts                                 []int64
+		sec, ts                            []int64
 		product, device, prop, vt, str, id []string
 		num                                []float64
 	}
 )
 
 // Free lists, not sync.Pools: a pool drops what was not taken again
-// within two GC cycles, and at full ingest load the GC runs about as often
-// as a table is inserted into, so the buffers (and the orderer's space)
+// within two GC cycles, and at full ingest load the GC ran about as often
+// as a table was inserted into, so the buffers (and the orderer's space)
 // were often allocated again, a sixth of what a flush allocated. A handful
 // of inserts run at once (one per table per writer); more just allocate.
 var (
 	messageColumnFree = make(chan *messageColumns, 8)
 	propColumnFree    = make(chan *propColumns, 8)
+	batchFree         = make(chan *Batch, 8) // Insert's
 )
 
 // take returns a free T or a new one; give keeps t for the next take
@@ -175,34 +185,34 @@ func resize[T any](s []T, n int) []T {
 // all or nothing.
 const insertBlockRows = 8192
 
-func (db *DB) insertMessages(ctx context.Context, msgs []Message) error {
+// seconds is the DateTime of epoch ms (validated: not negative).
+func seconds(ms int64) int64 { return ms / 1000 }
+
+func (db *DB) insertMessages(ctx context.Context, b *Batch) error {
 	c := take(messageColumnFree)
 	defer func() {
-		// Drop the references to payloads and ids before pooling.
 		for _, col := range [][]string{c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl} {
 			clear(col)
 		}
 		give(messageColumnFree, c)
 	}()
-	perm := c.order.messageOrder(msgs)
-	return db.sendBlocks(ctx, insertMessages, len(msgs), func(lo, hi int) []any {
+	perm := c.order.messageOrder(b)
+	return db.sendBlocks(ctx, insertMessages, len(b.msgs), func(lo, hi int) []any {
 		n := hi - lo
-		c.tm, c.ts = resize(c.tm, n), resize(c.ts, n)
+		c.sec, c.ts = resize(c.sec, n), resize(c.ts, n)
 		c.product, c.device, c.dir, c.typ = resize(c.product, n), resize(c.device, n), resize(c.dir, n), resize(c.typ, n)
 		c.id, c.topic, c.pl = resize(c.id, n), resize(c.topic, n), resize(c.pl, n)
 		for i := range n {
-			m := &msgs[perm[lo+i]]
-			c.tm[i] = m.Time
-			c.ts[i] = m.Time.UnixMilli()
-			c.product[i], c.device[i], c.dir[i] = m.ProductID, m.DeviceID, m.Direction
-			c.typ[i], c.id[i], c.topic[i] = m.MessageType, m.MessageID, m.Topic
-			c.pl[i] = unsafe.String(unsafe.SliceData(m.Payload), len(m.Payload)) // read-only: Payload must not change after Add
+			m := &b.msgs[perm[lo+i]]
+			c.sec[i], c.ts[i] = seconds(m.ms), m.ms
+			c.product[i], c.device[i], c.dir[i] = b.str(m.product), b.str(m.device), b.str(m.dir)
+			c.typ[i], c.id[i], c.topic[i], c.pl[i] = b.str(m.typ), b.str(m.id), b.str(m.topic), b.str(m.payload)
 		}
-		return []any{c.tm, c.ts, c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl}
+		return []any{c.sec, c.ts, c.product, c.device, c.dir, c.typ, c.id, c.topic, c.pl}
 	})
 }
 
-func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
+func (db *DB) insertProps(ctx context.Context, b *Batch) error {
 	c := take(propColumnFree)
 	defer func() {
 		for _, col := range [][]string{c.product, c.device, c.prop, c.vt, c.str, c.id} {
@@ -210,20 +220,19 @@ func (db *DB) insertProps(ctx context.Context, props []PropertyValue) error {
 		}
 		give(propColumnFree, c)
 	}()
-	perm := c.order.propertyOrder(props)
-	return db.sendBlocks(ctx, insertProps, len(props), func(lo, hi int) []any {
+	perm := c.order.propertyOrder(b)
+	return db.sendBlocks(ctx, insertProps, len(b.props), func(lo, hi int) []any {
 		n := hi - lo
-		c.tm, c.ts, c.num = resize(c.tm, n), resize(c.ts, n), resize(c.num, n)
+		c.sec, c.ts, c.num = resize(c.sec, n), resize(c.ts, n), resize(c.num, n)
 		c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
 		c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
 		for i := range n {
-			p := &props[perm[lo+i]]
-			c.tm[i] = p.Time
-			c.ts[i] = p.Time.UnixMilli()
-			c.product[i], c.device[i], c.prop[i], c.vt[i] = p.ProductID, p.DeviceID, p.Property, p.ValueType
-			c.num[i], c.str[i], c.id[i] = p.Num, p.Str, p.MessageID
+			p := &b.props[perm[lo+i]]
+			c.sec[i], c.ts[i] = seconds(p.ms), p.ms
+			c.product[i], c.device[i], c.prop[i], c.vt[i] = b.str(p.product), b.str(p.device), b.str(p.prop), b.str(p.vt)
+			c.num[i], c.str[i], c.id[i] = p.num, b.str(p.str), b.str(p.id)
 		}
-		return []any{c.tm, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id}
+		return []any{c.sec, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id}
 	})
 }
 

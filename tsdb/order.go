@@ -22,9 +22,9 @@ import (
 // two stable counting passes (a radix sort on the ranks), and only a run
 // of one device and property whose times are out of order is sorted.
 //
-// Both keys end in time, a DateTime of seconds; ordering by the full time
-// is finer, so it is sorted for ClickHouse too. Strings compare as bytes,
-// as ClickHouse compares String.
+// Both keys end in time, a DateTime of seconds; ordering by the
+// millisecond time (ts) is finer, so it is sorted for ClickHouse too.
+// Strings compare as bytes, as ClickHouse compares String.
 
 type deviceKey struct{ product, device string }
 
@@ -37,21 +37,21 @@ type orderer struct {
 	rank    []int32 // index in keys or ids -> rank in sorted order
 	dev     []int32 // row -> device index, then rank
 	prop    []int32 // row -> property index, then rank
-	t       []int64 // row -> time, ns
+	t       []int64 // row -> time, ms
 	start   []int32 // rank -> next position in the pass's output
 	by      []int32 // rows in property order, the device pass's input (properties)
 	perm    []int32
 }
 
-// messageOrder returns the indexes of msgs in (product_id, device_id,
-// time) order.
-func (o *orderer) messageOrder(msgs []Message) []int32 {
-	n := len(msgs)
+// messageOrder returns the indexes of b's messages in (product_id,
+// device_id, time) order.
+func (o *orderer) messageOrder(b *Batch) []int32 {
+	n := len(b.msgs)
 	o.dev, o.t = resize(o.dev, n), resize(o.t, n)
-	for i := range msgs {
-		m, prev := &msgs[i], &msgs[max(i-1, 0)]
-		o.dev[i] = o.rowDevice(i, m.ProductID, m.DeviceID, prev.ProductID, prev.DeviceID)
-		o.t[i] = m.Time.UnixNano()
+	for i := range b.msgs {
+		r, prev := &b.msgs[i], &b.msgs[max(i-1, 0)]
+		o.dev[i] = o.rowDevice(b, i, r.product, r.device, prev.product, prev.device)
+		o.t[i] = r.ms
 	}
 	o.byDevice(nil)
 	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] })
@@ -59,25 +59,26 @@ func (o *orderer) messageOrder(msgs []Message) []int32 {
 	return o.perm
 }
 
-// propertyOrder returns the indexes of props in (product_id, device_id,
-// property, time) order.
-func (o *orderer) propertyOrder(props []PropertyValue) []int32 {
-	n := len(props)
+// propertyOrder returns the indexes of b's property values in
+// (product_id, device_id, property, time) order.
+func (o *orderer) propertyOrder(b *Batch) []int32 {
+	n := len(b.props)
 	o.dev, o.prop, o.t = resize(o.dev, n), resize(o.prop, n), resize(o.t, n)
 	if o.names == nil {
 		o.names = make(map[string]int32)
 	}
-	for i := range props {
-		p, prev := &props[i], &props[max(i-1, 0)]
-		o.dev[i] = o.rowDevice(i, p.ProductID, p.DeviceID, prev.ProductID, prev.DeviceID)
-		k, ok := o.names[p.Property]
+	for i := range b.props {
+		r, prev := &b.props[i], &b.props[max(i-1, 0)]
+		o.dev[i] = o.rowDevice(b, i, r.product, r.device, prev.product, prev.device)
+		name := b.str(r.prop)
+		k, ok := o.names[name]
 		if !ok {
 			k = int32(len(o.ids))
-			o.names[p.Property] = k
-			o.ids = append(o.ids, p.Property)
+			o.names[name] = k
+			o.ids = append(o.ids, name)
 		}
 		o.prop[i] = k
-		o.t[i] = p.Time.UnixNano()
+		o.t[i] = r.ms
 	}
 	o.rankInto(len(o.ids), func(a, b int32) int { return strings.Compare(o.ids[a], o.ids[b]) })
 	for i, k := range o.prop {
@@ -93,12 +94,14 @@ func (o *orderer) propertyOrder(props []PropertyValue) []int32 {
 
 // rowDevice returns the device index of row i, of product and device;
 // prevProduct and prevDevice are row i-1's. Rows of one message share
-// their strings, so most rows compare equal to the previous one at once.
-func (o *orderer) rowDevice(i int, product, device, prevProduct, prevDevice string) int32 {
-	if i > 0 && device == prevDevice && product == prevProduct {
+// their spans (Batch stores a string repeated from the previous row once),
+// so most rows compare equal to the previous one at once.
+func (o *orderer) rowDevice(b *Batch, i int, product, device, prevProduct, prevDevice span) int32 {
+	if i > 0 && (device == prevDevice || b.str(device) == b.str(prevDevice)) &&
+		(product == prevProduct || b.str(product) == b.str(prevProduct)) {
 		return o.dev[i-1]
 	}
-	return o.device(product, device)
+	return o.device(b.str(product), b.str(device))
 }
 
 // device returns the index of (product, device) in o.keys, adding it.

@@ -35,19 +35,23 @@ func ingestShaped(msgs int) ([]Message, []PropertyValue) {
 // same rows, for comparison.
 func BenchmarkOrder(b *testing.B) {
 	ms, ps := ingestShaped(11000)
+	var batch Batch
+	if err := batch.Append(ms, ps); err != nil {
+		b.Fatal(err)
+	}
 	perMessage := func(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ms)), "ns/msg")
 	}
 	var o orderer
 	b.Run("orderer/messages", func(b *testing.B) {
 		for b.Loop() {
-			o.messageOrder(ms)
+			o.messageOrder(&batch)
 		}
 		perMessage(b)
 	})
 	b.Run("orderer/properties", func(b *testing.B) {
 		for b.Loop() {
-			o.propertyOrder(ps)
+			o.propertyOrder(&batch)
 		}
 		perMessage(b)
 	})

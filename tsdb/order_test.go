@@ -85,10 +85,10 @@ func TestOrder(t *testing.T) {
 				if s.sameSecond {
 					tm = base.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
 				}
-				msgs = append(msgs, Message{Time: tm, ProductID: product, DeviceID: device, MessageID: strconv.Itoa(k)})
+				msgs = append(msgs, Message{Time: tm, ProductID: product, DeviceID: device, MessageID: strconv.Itoa(k), Direction: "up"})
 				for _, j := range rng.Perm(s.props)[:1+rng.IntN(s.props)] {
 					props = append(props, PropertyValue{Time: tm, ProductID: product, DeviceID: device,
-						MessageID: strconv.Itoa(k), Property: "prop" + strconv.Itoa(j)})
+						MessageID: strconv.Itoa(k), Property: "prop" + strconv.Itoa(j), ValueType: "number"})
 				}
 			}
 			if s.shuffle {
@@ -96,13 +96,18 @@ func TestOrder(t *testing.T) {
 				rng.Shuffle(len(props), func(i, j int) { props[i], props[j] = props[j], props[i] })
 			}
 			var o orderer
+			var b Batch
 			for round := range 2 { // the second reuses the first's space
-				perm := o.messageOrder(msgs)
+				b.Reset()
+				if err := b.Append(msgs, props); err != nil {
+					t.Fatal(err)
+				}
+				perm := o.messageOrder(&b)
 				checkPerm(t, perm, len(msgs))
 				if !slices.IsSortedFunc(perm, func(a, b int32) int { return cmpMessage(&msgs[a], &msgs[b]) }) {
 					t.Fatalf("round %d: messages not in key order", round)
 				}
-				perm = o.propertyOrder(props)
+				perm = o.propertyOrder(&b)
 				checkPerm(t, perm, len(props))
 				if !slices.IsSortedFunc(perm, func(a, b int32) int { return cmpProperty(&props[a], &props[b]) }) {
 					t.Fatalf("round %d: properties not in key order", round)

@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// Inserter stores rows; *DB is one. Insert must not keep or modify its
-// arguments, so that a failed call can be retried with the same slices.
+// Inserter stores rows; *DB is one. InsertBatch must not keep or modify
+// the batch, so that a failed call can be retried with it.
 type Inserter interface {
-	Insert(ctx context.Context, msgs []Message, props []PropertyValue) error
+	InsertBatch(ctx context.Context, b *Batch) error
 }
 
 // MaxBatchRows caps WriterOptions.MaxRows: ClickHouse squashes the blocks
@@ -21,14 +21,27 @@ type Inserter interface {
 // stored in part, and a retry would duplicate the part already written.
 const MaxBatchRows = 1000000
 
+// MaxBatchBytes caps WriterOptions.MaxBytes, well within what a Batch
+// addresses.
+const MaxBatchBytes = 1 << 30
+
 // WriterOptions configure NewWriter.
 type WriterOptions struct {
 	// MaxRows flushes as soon as this many rows are buffered. Default
-	// 100000: ClickHouse spends most of its insert CPU merging parts, and
-	// fewer, larger parts halve that (see BENCHMARKS.md). Inserts are sent
-	// in blocks, so the client holds one block's copy, not the batch's.
-	// At most MaxBatchRows.
+	// 300000: ClickHouse spends most of its insert CPU merging parts, and
+	// fewer, larger parts cut that (see BENCHMARKS.md); two batches of
+	// this size, in a Batch's compact form, fit devicehub's 160 MiB
+	// memory limit, where 500000 made its GC run too often. Inserts are
+	// sent in blocks, so the client holds one block's copy, not the
+	// batch's. At most MaxBatchRows.
 	MaxRows int
+	// MaxBytes flushes as soon as the buffered rows take this many bytes
+	// (their Batch records and strings, payloads included, plus what
+	// callers of AddHolding hold for them), so that large payloads cannot
+	// make a batch of MaxRows rows too big. Default 32 MiB, a little
+	// more than the ingest bench's batch of 300,000 rows takes at QoS 0;
+	// raise it with MaxRows. At most MaxBatchBytes.
+	MaxBytes int
 	// FlushInterval flushes what is buffered at least this often (jittered
 	// by up to 10% so instances do not write in lockstep). Default 1s,
 	// ClickHouse's advice of about one insert per second per table.
@@ -38,9 +51,11 @@ type WriterOptions struct {
 	RetryMin time.Duration
 	// RetryMax caps the wait between retries. Default 10s.
 	RetryMax time.Duration
-	// QueueRows bounds rows buffered or being written; Add blocks above it.
-	// Default 2*MaxRows: one batch being written while the next fills.
-	QueueRows int
+	// QueueRows and QueueBytes bound rows (and their bytes) buffered or
+	// being written; Add blocks above either. Defaults 2*MaxRows and
+	// 2*MaxBytes: one batch being written while the next fills.
+	QueueRows  int
+	QueueBytes int
 	// OnFlush, if set, is called after every insert attempt: rows in the
 	// attempt, its duration, its error. The message and property inserts
 	// of a flush run at once, so it may be called concurrently.
@@ -50,7 +65,8 @@ type WriterOptions struct {
 // DefaultWriterOptions are the defaults a zero WriterOptions field takes.
 func DefaultWriterOptions() WriterOptions {
 	return WriterOptions{
-		MaxRows:       100000,
+		MaxRows:       300000,
+		MaxBytes:      32 << 20,
 		FlushInterval: time.Second,
 		RetryMin:      100 * time.Millisecond,
 		RetryMax:      10 * time.Second,
@@ -63,6 +79,10 @@ func (o WriterOptions) withDefaults() WriterOptions {
 		o.MaxRows = d.MaxRows
 	}
 	o.MaxRows = min(o.MaxRows, MaxBatchRows)
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = d.MaxBytes
+	}
+	o.MaxBytes = min(o.MaxBytes, MaxBatchBytes)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = d.FlushInterval
 	}
@@ -75,36 +95,43 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.QueueRows <= 0 {
 		o.QueueRows = 2 * o.MaxRows
 	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = 2 * o.MaxBytes
+	}
+	o.QueueBytes = min(o.QueueBytes, maxArena/2)
 	return o
 }
 
-// batch is what one flush writes.
+// batch is what one flush writes: messages and property values apart,
+// as they are inserted (and retried) apart.
 type batch struct {
-	msgs  []Message
-	props []PropertyValue
-	dones []func()
+	msgs, props Batch
+	bytes       int // rows' and held bytes, as counted by AddHolding
+	dones       []func()
 }
 
-func (b *batch) rows() int   { return len(b.msgs) + len(b.props) }
+func (b *batch) rows() int   { return b.msgs.Len() + b.props.Len() }
 func (b *batch) empty() bool { return b.rows() == 0 && len(b.dones) == 0 }
 
-// Writer batches rows for an Inserter: it flushes at MaxRows or every
-// FlushInterval, whichever comes first, from one goroutine, retries failed
+// Writer batches rows for an Inserter: it flushes at MaxRows, MaxBytes or
+// every FlushInterval, whichever comes first, from one goroutine, retries failed
 // inserts with exponential backoff (never dropping rows) and calls each
-// Add's done once its rows are stored. Memory is bounded by QueueRows.
+// Add's done once its rows are stored. Memory is bounded by QueueRows and
+// QueueBytes.
 type Writer struct {
 	db  Inserter
 	opt WriterOptions
 
-	mu      sync.Mutex
-	buf     batch
-	spare   batch         // the last written batch, emptied, reused as buf
-	pending int           // rows buffered plus rows being written
-	freed   chan struct{} // closed (and replaced) when pending drops
-	closed  bool
-	lastErr error
+	mu           sync.Mutex
+	buf          batch
+	spare        batch         // the last written batch, emptied, reused as buf
+	pending      int           // rows buffered plus rows being written
+	pendingBytes int           // their bytes, held bytes included
+	freed        chan struct{} // closed (and replaced) when pending drops
+	closed       bool
+	lastErr      error
 
-	kick    chan struct{} // buffer reached MaxRows
+	kick    chan struct{} // buffer reached MaxRows or MaxBytes
 	closing chan struct{} // Close called: flush everything and exit
 	abort   context.CancelFunc
 	runCtx  context.Context // cancelled when Close's deadline passes
@@ -131,14 +158,24 @@ func NewWriter(db Inserter, opt WriterOptions) *Writer {
 // Add queues rows; done (may be nil) is called from the writer's goroutine
 // once every row of this call is stored, never if they are not. Rows are
 // validated first: an invalid row fails the whole call and nothing is
-// queued. Add blocks while more than QueueRows rows are pending and returns
-// ctx.Err() if ctx ends first, or ErrClosed once Close has been called.
-// The slices are copied, the payload bytes are not.
+// queued. Add blocks while more than QueueRows rows (or QueueBytes) are
+// pending and returns ctx.Err() if ctx ends first, or ErrClosed once Close
+// has been called. The rows are copied, payloads included: the caller may
+// reuse them, and their memory, as soon as Add returns.
 func (w *Writer) Add(ctx context.Context, msgs []Message, props []PropertyValue, done func()) error {
+	return w.AddHolding(ctx, msgs, props, 0, done)
+}
+
+// AddHolding is Add for a caller that holds held bytes of its own until
+// done is called, such as an MQTT message it may acknowledge only once its
+// rows are stored: they count against MaxBytes and QueueBytes as the rows'
+// own bytes do, so that memory stays bounded however long storage takes.
+func (w *Writer) AddHolding(ctx context.Context, msgs []Message, props []PropertyValue, held int, done func()) error {
 	if err := validate(msgs, props); err != nil {
 		return err
 	}
-	n := len(msgs) + len(props)
+	n, rb := len(msgs)+len(props), rowBytes(msgs, props)
+	nb := rb + max(held, 0)
 	w.mu.Lock()
 	for {
 		if w.closed {
@@ -146,7 +183,7 @@ func (w *Writer) Add(ctx context.Context, msgs []Message, props []PropertyValue,
 			return ErrClosed
 		}
 		// A call larger than the queue still goes through when it is empty.
-		if w.pending == 0 || w.pending+n <= w.opt.QueueRows {
+		if w.pending == 0 || (w.pending+n <= w.opt.QueueRows && w.pendingBytes+nb <= w.opt.QueueBytes) {
 			break
 		}
 		freed := w.freed
@@ -159,13 +196,29 @@ func (w *Writer) Add(ctx context.Context, msgs []Message, props []PropertyValue,
 		}
 		w.mu.Lock()
 	}
-	w.buf.msgs = append(w.buf.msgs, msgs...)
-	w.buf.props = append(w.buf.props, props...)
+	// Only a call too large for any batch fails here, before adding
+	// anything: bytes pending stay below maxArena/2 otherwise.
+	if err := w.buf.msgs.fits(rb); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	if err := w.buf.props.fits(rb); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	// Counted as taken, not as estimated: strings a row repeats from the
+	// previous one take nothing.
+	before := w.buf.msgs.Bytes() + w.buf.props.Bytes()
+	w.buf.msgs.appendRows(msgs, nil)
+	w.buf.props.appendRows(nil, props)
+	nb = w.buf.msgs.Bytes() + w.buf.props.Bytes() - before + max(held, 0)
 	if done != nil {
 		w.buf.dones = append(w.buf.dones, done)
 	}
 	w.pending += n
-	full := w.buf.rows() >= w.opt.MaxRows
+	w.pendingBytes += nb
+	w.buf.bytes += nb
+	full := w.buf.rows() >= w.opt.MaxRows || w.buf.bytes >= w.opt.MaxBytes
 	w.mu.Unlock()
 	if full {
 		select {
@@ -259,17 +312,17 @@ func (w *Writer) run() {
 // aborted.
 func (w *Writer) write(b *batch) bool {
 	msgsOK := make(chan bool, 1)
-	if len(b.msgs) > 0 {
+	if b.msgs.Len() > 0 {
 		go func() {
-			msgsOK <- w.retry(len(b.msgs), func(ctx context.Context) error {
-				return w.db.Insert(ctx, b.msgs, nil)
+			msgsOK <- w.retry(b.msgs.Len(), func(ctx context.Context) error {
+				return w.db.InsertBatch(ctx, &b.msgs)
 			})
 		}()
 	} else {
 		msgsOK <- true
 	}
-	propsOK := len(b.props) == 0 || w.retry(len(b.props), func(ctx context.Context) error {
-		return w.db.Insert(ctx, nil, b.props)
+	propsOK := b.props.Len() == 0 || w.retry(b.props.Len(), func(ctx context.Context) error {
+		return w.db.InsertBatch(ctx, &b.props)
 	})
 	if !<-msgsOK || !propsOK {
 		return false
@@ -277,17 +330,17 @@ func (w *Writer) write(b *batch) bool {
 	for _, done := range b.dones {
 		done()
 	}
-	n := b.rows()
-	// Keep the slices for the next batch: buffers that grew once are not
-	// grown (and copied) again on every flush. Cleared, so that payloads
-	// and strings of stored rows can be collected.
-	clear(b.msgs)
-	clear(b.props)
+	n, nb := b.rows(), b.bytes
+	// Keep the memory for the next batch: buffers that grew once are not
+	// grown (and copied) again on every flush.
 	clear(b.dones)
-	b.msgs, b.props, b.dones = b.msgs[:0], b.props[:0], b.dones[:0]
+	b.msgs.Reset()
+	b.props.Reset()
+	b.dones, b.bytes = b.dones[:0], 0
 	w.mu.Lock()
 	w.spare = *b
 	w.pending -= n
+	w.pendingBytes -= nb
 	close(w.freed)
 	w.freed = make(chan struct{})
 	w.mu.Unlock()

@@ -23,7 +23,7 @@ type fakeInserter struct {
 	props   []PropertyValue
 }
 
-func (f *fakeInserter) Insert(ctx context.Context, msgs []Message, props []PropertyValue) error {
+func (f *fakeInserter) InsertBatch(ctx context.Context, b *Batch) error {
 	f.mu.Lock()
 	gate := f.gate
 	f.mu.Unlock()
@@ -41,8 +41,8 @@ func (f *fakeInserter) Insert(ctx context.Context, msgs []Message, props []Prope
 		f.fails--
 		return errors.New("clickhouse down")
 	}
-	f.msgs = append(f.msgs, msgs...)
-	f.props = append(f.props, props...)
+	f.msgs = append(f.msgs, b.Messages()...)
+	f.props = append(f.props, b.Properties()...)
 	return nil
 }
 
@@ -253,15 +253,15 @@ type failProps struct {
 	failed      bool
 }
 
-func (f *failProps) Insert(_ context.Context, m []Message, p []PropertyValue) error {
+func (f *failProps) InsertBatch(_ context.Context, b *Batch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(p) > 0 && !f.failed {
+	if len(b.props) > 0 && !f.failed {
 		f.failed = true
 		return errors.New("props failed")
 	}
-	f.msgs += len(m)
-	f.props += len(p)
+	f.msgs += len(b.msgs)
+	f.props += len(b.props)
 	return nil
 }
 
@@ -328,4 +328,78 @@ func TestWriterRejectsInvalidRows(t *testing.T) {
 	if n := w.Pending(); n != 0 {
 		t.Fatalf("pending %d after rejected rows", n)
 	}
+}
+
+func bigMsgs(n, payload int) []Message {
+	ms := msgs(n)
+	for i := range ms {
+		ms[i].Payload = make([]byte, payload)
+	}
+	return ms
+}
+
+// Large payloads flush a batch before MaxRows, and bound the queue.
+func TestWriterBoundsBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeInserter{}
+		w := NewWriter(f, WriterOptions{MaxRows: 1000, MaxBytes: 100 << 10, FlushInterval: time.Hour})
+		if err := w.Add(t.Context(), bigMsgs(1, 60<<10), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if m, _ := f.stored(); m != 0 {
+			t.Fatalf("flushed %d messages below MaxBytes", m)
+		}
+		if err := w.Add(t.Context(), bigMsgs(1, 60<<10), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if m, _ := f.stored(); m != 2 {
+			t.Fatalf("stored %d messages past MaxBytes, want 2", m)
+		}
+		// What a caller holds until done counts as well.
+		if err := w.AddHolding(t.Context(), msgs(1), nil, 60<<10, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if m, _ := f.stored(); m != 2 {
+			t.Fatalf("flushed below MaxBytes, held bytes included: %d stored", m)
+		}
+		if err := w.AddHolding(t.Context(), msgs(1), nil, 60<<10, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if m, _ := f.stored(); m != 4 {
+			t.Fatalf("stored %d messages past MaxBytes, held bytes included; want 4", m)
+		}
+
+		// Queue of 200 KiB: a blocked insert of 120 KiB leaves room for
+		// one more 60 KiB message, not two.
+		f.block()
+		w2 := NewWriter(f, WriterOptions{MaxRows: 1000, MaxBytes: 100 << 10, QueueBytes: 200 << 10, FlushInterval: time.Hour})
+		for range 3 {
+			if err := w2.Add(t.Context(), bigMsgs(1, 60<<10), nil, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := w2.Add(ctx, bigMsgs(1, 60<<10), nil, nil)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Add past QueueBytes: %v, want it to block until its deadline", err)
+		}
+		// Small rows are held too: the bound is on bytes, not only rows.
+		ctx, cancel = context.WithTimeout(t.Context(), time.Second)
+		err = w2.Add(ctx, bigMsgs(1, 30<<10), nil, nil)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Add of 30 KiB past QueueBytes: %v, want it to block", err)
+		}
+		f.release()
+		closeW(t, w2)
+		closeW(t, w)
+		if m, _ := f.stored(); m != 7 {
+			t.Fatalf("stored %d messages, want 7", m)
+		}
+	})
 }
