@@ -63,7 +63,7 @@ type Options struct {
 	// the same worker, so they stay in order. Default 4.
 	Workers int
 	// Writer configures each ClickHouse batcher (rows per batch, interval,
-	// retries). Default tsdb's: 100000 rows or 1s.
+	// retries). Default tsdb's: 300000 rows or 1s.
 	Writer tsdb.WriterOptions
 	// Writers is the number of batchers inserting concurrently. Each holds
 	// up to two batches, so for a given memory one writer makes the
@@ -282,6 +282,7 @@ type Ingester struct {
 	refresher sync.WaitGroup
 
 	received, stored, acked, stateN atomic.Uint64
+	storedQoS0                      func()   // the done of a QoS 0 message's rows (process)
 	dropped                         sync.Map // reason -> *atomic.Uint64
 	closeOnce                       sync.Once
 	closeErr                        error
@@ -304,6 +305,11 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		filters:  make(map[string]byte),
 	}
 	in.idle = sync.NewCond(&in.gate)
+	in.storedQoS0 = func() {
+		in.stored.Add(1)
+		in.m.stored.Inc()
+		in.ack(nil)
+	}
 	in.devices = newDeviceCache(devices, opt.DeviceCacheTTL, in.log)
 	in.refresher.Add(1)
 	go func() {
@@ -470,7 +476,9 @@ func (in *Ingester) settle(it item, ack bool) {
 }
 
 func (in *Ingester) ack(m mqtt.Message) {
-	m.Ack()
+	if m != nil { // nil: a QoS 0 message, let go once queued (process)
+		m.Ack()
+	}
 	in.acked.Add(1)
 	in.m.acked.Inc()
 }
@@ -539,29 +547,50 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		in.log.Debug("ingest dropped message", "topic", t.Name, "err", err)
 		return
 	}
-	parts := int32(1)
-	if !at.IsZero() {
-		parts = 2
-	}
-	var left atomic.Int32
-	left.Store(parts)
-	done := func() {
-		if left.Add(-1) == 0 {
-			in.stored.Add(1)
-			in.m.stored.Inc()
-			in.settle(it, true)
+	var done func()
+	held := 0 // bytes of the paho message kept until done
+	if it.order == nil && at.IsZero() {
+		// QoS 0 and no state change: nothing goes back to the broker and
+		// nothing waits for a second part, so such messages share one
+		// callback. Neither it nor the writer, which copies the rows, keeps
+		// paho's packet, payload included, until the batch is stored.
+		done = in.storedQoS0
+	} else {
+		if it.order == nil {
+			it.msg = nil // QoS 0: nothing to acknowledge
+		} else {
+			held = len(payload) + len(t.Name) + pahoMessageBytes
+		}
+		var left atomic.Int32
+		left.Store(1)
+		if !at.IsZero() {
+			left.Store(2)
+		}
+		done = func() {
+			if left.Add(-1) == 0 {
+				in.stored.Add(1)
+				in.m.stored.Inc()
+				in.settle(it, true)
+			}
 		}
 	}
 	if !at.IsZero() {
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == KindOnline, At: at}, done)
 	}
-	if err := w.Add(in.runCtx, rows.Msgs, rows.Props, done); err != nil {
+	if err := w.AddHolding(in.runCtx, rows.Msgs, rows.Props, held, done); err != nil {
 		// Only after Close's deadline (or a row tsdb refuses, which the
 		// decoder prevents): leave it unacked for redelivery.
 		in.log.Warn("ingest could not queue rows", "topic", t.Name, "err", err)
 		in.settle(it, false)
 	}
 }
+
+// pahoMessageBytes is about what a received message takes beyond its
+// payload and topic while it waits for its acknowledgement: paho's message,
+// packet and ack closure, and this package's item and done closure. At
+// QoS 1 the writer counts it against its byte bounds (AddHolding), or
+// batches of held messages would take the process past its memory limit.
+const pahoMessageBytes = 384
 
 // lookup asks the device cache, retrying with backoff while PostgreSQL
 // fails; err only when Close's deadline passed.
