@@ -25,7 +25,7 @@ func TestLoadConfig(t *testing.T) {
 		}
 	}
 	f(nil, nil, func(c config) bool {
-		return c.HTTPAddr == "127.0.0.1:8848" && c.BatchRows == 100000 && c.FlushInterval == time.Second && c.IngestWriters == 0 &&
+		return c.HTTPAddr == "127.0.0.1:8848" && c.BatchRows == 300000 && c.BatchBytes == 32<<20 && c.FlushInterval == time.Second && c.IngestWriters == 0 &&
 			c.RetentionMonths == 0 && c.PprofAddr == "" && c.MemoryLimit == 160<<20 && c.Roles["api"] && c.Roles["ingest"]
 	}, "")
 	f(map[string]string{"DEVICEHUB_INGEST_BATCH_ROWS": "50000", "DEVICEHUB_INGEST_FLUSH_INTERVAL": "1s", "DEVICEHUB_RETENTION_MONTHS": "12"}, nil,
@@ -40,6 +40,10 @@ func TestLoadConfig(t *testing.T) {
 	f(nil, []string{"-ingest-batch-rows=-1"}, nil, "must be positive")
 	f(nil, []string{"-ingest-flush-interval=0s"}, nil, "must be positive")
 	f(nil, []string{"-ingest-batch-rows=1000001"}, nil, "at most 1000000")
+	f(map[string]string{"DEVICEHUB_INGEST_BATCH_BYTES": "128MiB"}, nil, func(c config) bool { return c.BatchBytes == 128<<20 }, "")
+	f(nil, []string{"-ingest-batch-bytes=0"}, nil, "must be 1 to")
+	f(nil, []string{"-ingest-batch-bytes=2GiB"}, nil, "must be 1 to")
+	f(nil, []string{"-ingest-batch-bytes=big"}, nil, `"big" is not a size`)
 	f(map[string]string{"DEVICEHUB_INGEST_WRITERS": "3"}, nil, func(c config) bool { return c.IngestWriters == 3 }, "")
 	f(nil, []string{"-ingest-writers=-1"}, nil, "must be 0 (the default) or more")
 	f(nil, []string{"-retention-months=-2"}, nil, "retention-months")

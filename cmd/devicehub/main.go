@@ -112,7 +112,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			iopt.Writers = cfg.IngestWriters
 		}
 		iopt.ShareGroup = cfg.MQTTShareGroup
-		iopt.Writer.MaxRows, iopt.Writer.FlushInterval = cfg.BatchRows, cfg.FlushInterval
+		iopt.Writer.MaxRows, iopt.Writer.MaxBytes, iopt.Writer.FlushInterval = cfg.BatchRows, int(cfg.BatchBytes), cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
 		}
@@ -212,6 +212,7 @@ type config struct {
 	IngestConnections int
 	IngestWriters     int
 	BatchRows         int
+	BatchBytes        int64
 	FlushInterval     time.Duration
 	RetentionMonths   int
 	PprofAddr         string
@@ -264,6 +265,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
 	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
 	fs.IntVar(&c.RetentionMonths, "retention-months", envInt("RETENTION_MONTHS", 0), "drop monthly partitions of messages and property values older than this many months; 0 keeps everything (DEVICEHUB_RETENTION_MONTHS)")
+	batchBytes := fs.String("ingest-batch-bytes", env("INGEST_BATCH_BYTES", "32MiB"), "ClickHouse insert as soon as the buffered rows take this much memory, payloads and unacknowledged QoS 1 messages included (KiB, MiB, GiB suffixes); raise it with -ingest-batch-rows (DEVICEHUB_INGEST_BATCH_BYTES)")
 	memLimit := fs.String("memory-limit", env("MEMORY_LIMIT", "160MiB"), "soft memory limit of the Go runtime (KiB, MiB, GiB suffixes; 0: none); GOMEMLIMIT, when set, wins (DEVICEHUB_MEMORY_LIMIT)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off (DEVICEHUB_PPROF_ADDR)")
 	fs.StringVar(&c.RolesText, "roles", env("ROLES", "api,ingest"), "comma-separated roles of this instance: api, ingest (DEVICEHUB_ROLES)")
@@ -292,6 +294,12 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if c.BatchRows > tsdb.MaxBatchRows {
 		return config{}, fmt.Errorf("-ingest-batch-rows must be at most %d (one ClickHouse INSERT stays one part)", tsdb.MaxBatchRows)
+	}
+	if c.BatchBytes, err = parseBytes(*batchBytes); err != nil {
+		return config{}, fmt.Errorf("-ingest-batch-bytes: %w", err)
+	}
+	if c.BatchBytes <= 0 || c.BatchBytes > tsdb.MaxBatchBytes {
+		return config{}, fmt.Errorf("-ingest-batch-bytes must be 1 to %d bytes (1GiB)", tsdb.MaxBatchBytes)
 	}
 	if c.MemoryLimit, err = parseBytes(*memLimit); err != nil {
 		return config{}, fmt.Errorf("-memory-limit: %w", err)
