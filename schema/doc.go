@@ -14,8 +14,10 @@ import "embed"
 var Postgres embed.FS
 
 // ClickHouse holds the DDL of the time-series database, one file per
-// version, every statement idempotent (IF NOT EXISTS) and valid on
-// ClickHouse 18.16 as on current releases.
+// version, valid on ClickHouse 18.16 as on current releases. Every file
+// runs at each start: a statement is idempotent (IF NOT EXISTS) or, where
+// 18.16 has no such form (DROP COLUMN), preceded by a "--@if <query>" line
+// whose count says whether it still has work to do.
 //
 //go:embed clickhouse/*.sql
 var ClickHouse embed.FS

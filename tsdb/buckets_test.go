@@ -2,6 +2,7 @@ package tsdb
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -101,10 +102,16 @@ func TestBuckets(t *testing.T) {
 }
 
 func TestSplitDDL(t *testing.T) {
-	src := "-- c; not a split;\nCREATE TABLE a (x Int8) ENGINE = Memory;\n\n-- x\nCREATE VIEW v AS SELECT toDate(now(), '{{TZ}}');\n"
+	src := "-- c; not a split;\nCREATE TABLE a (x Int8) ENGINE = Memory;\n\n-- x\nCREATE VIEW v AS SELECT toDate(now(), '{{TZ}}');\n" +
+		"--@if SELECT count() FROM system.columns WHERE name = 'y'\n-- why\nALTER TABLE a\n    DROP COLUMN y;\nSELECT 1"
 	got := splitDDL(src, "Asia/Shanghai")
-	want := []string{"CREATE TABLE a (x Int8) ENGINE = Memory", "CREATE VIEW v AS SELECT toDate(now(), 'Asia/Shanghai')"}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	want := []ddl{
+		{sql: "CREATE TABLE a (x Int8) ENGINE = Memory"},
+		{sql: "CREATE VIEW v AS SELECT toDate(now(), 'Asia/Shanghai')"},
+		{sql: "ALTER TABLE a\n    DROP COLUMN y", cond: "SELECT count() FROM system.columns WHERE name = 'y'"},
+		{sql: "SELECT 1"},
+	}
+	if !slices.Equal(got, want) {
 		t.Fatalf("splitDDL: %q, want %q", got, want)
 	}
 }

@@ -231,12 +231,42 @@ func (db *DB) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var sqls []string
 	for _, s := range stmts {
-		if err := db.conn.Exec(ctx, s); err != nil {
-			return fmt.Errorf("tsdb: apply DDL %q: %w", firstLine(s), err)
+		if err := db.apply(ctx, s); err != nil {
+			return err
 		}
+		sqls = append(sqls, s.sql)
 	}
-	return db.checkDailyZone(ctx, stmts)
+	return db.checkDailyZone(ctx, sqls)
+}
+
+// apply runs s unless its condition says it is done. When s fails and its
+// condition then says it is done, another instance applied it meanwhile.
+func (db *DB) apply(ctx context.Context, s ddl) error {
+	due, err := db.due(ctx, s)
+	if err != nil || !due {
+		return err
+	}
+	if err := db.conn.Exec(ctx, s.sql); err != nil {
+		if due, cerr := db.due(ctx, s); cerr == nil && !due {
+			return nil
+		}
+		return fmt.Errorf("tsdb: apply DDL %q: %w", firstLine(s.sql), err)
+	}
+	return nil
+}
+
+// due reports whether s is to run: always, unless its condition counts 0.
+func (db *DB) due(ctx context.Context, s ddl) (bool, error) {
+	if s.cond == "" {
+		return true, nil
+	}
+	var n uint64
+	if err := db.conn.QueryRow(ctx, s.cond).Scan(&n); err != nil {
+		return false, fmt.Errorf("tsdb: DDL condition %q: %w", s.cond, err)
+	}
+	return n > 0, nil
 }
 
 // Close releases the connections.
@@ -266,15 +296,23 @@ func (db *DB) DropDatabase(ctx context.Context) error {
 
 var stmtEndRE = regexp.MustCompile(`(?m);[ \t]*$`)
 
+// ddl is one statement of the embedded DDL. Most are idempotent and run at
+// every start; one that is not (ClickHouse 18.16 has no DROP COLUMN IF
+// EXISTS) carries a condition, a query counting what it has still to do,
+// written as a "--@if <query>" line before it.
+type ddl struct{ sql, cond string }
+
+const condPrefix = "--@if "
+
 // statements returns the embedded DDL in file order, comments removed and
 // {{TZ}} replaced by the platform zone.
-func (db *DB) statements() ([]string, error) {
+func (db *DB) statements() ([]ddl, error) {
 	files, err := fs.Glob(schema.ClickHouse, "clickhouse/*.sql")
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(files)
-	var out []string
+	var out []ddl
 	for _, f := range files {
 		b, err := fs.ReadFile(schema.ClickHouse, f)
 		if err != nil {
@@ -285,20 +323,31 @@ func (db *DB) statements() ([]string, error) {
 	return out, nil
 }
 
-func splitDDL(src, tz string) []string {
-	var lines []string
-	for _, l := range strings.Split(src, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "--") {
+func splitDDL(src, tz string) []ddl {
+	var (
+		out   []ddl
+		cond  string
+		lines []string
+	)
+	for _, l := range strings.Split(strings.ReplaceAll(src, "{{TZ}}", tz), "\n") {
+		t := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(t, condPrefix):
+			cond = strings.TrimSpace(strings.TrimPrefix(t, condPrefix))
+		case strings.HasPrefix(t, "--"):
+		default:
+			lines = append(lines, l)
+		}
+		if !stmtEndRE.MatchString(l) || strings.HasPrefix(t, "--") {
 			continue
 		}
-		lines = append(lines, l)
-	}
-	src = strings.ReplaceAll(strings.Join(lines, "\n"), "{{TZ}}", tz)
-	var out []string
-	for _, s := range stmtEndRE.Split(src, -1) {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
+		if s := strings.TrimSpace(stmtEndRE.ReplaceAllString(strings.Join(lines, "\n"), "")); s != "" {
+			out = append(out, ddl{sql: s, cond: cond})
 		}
+		cond, lines = "", nil
+	}
+	if s := strings.TrimSpace(strings.Join(lines, "\n")); s != "" {
+		out = append(out, ddl{sql: s, cond: cond})
 	}
 	return out
 }
