@@ -2,9 +2,12 @@ package api
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -282,6 +285,15 @@ func (s *Server) planHistory(at string, q *dashboardQuery) (func(context.Context
 	}, nil
 }
 
+// historyID identifies a stored value by what identifies its row: the md5
+// hex of "device-property-ms". The same value has the same id in every
+// response, and the id needs no column of its own (device_property stored
+// each value's message id for it until schema version 2).
+func historyID(v tsdb.PropertyValue) string {
+	sum := md5.Sum([]byte(v.DeviceID + "-" + v.Property + "-" + strconv.FormatInt(v.Time.UnixMilli(), 10)))
+	return hex.EncodeToString(sum[:])
+}
+
 // historyEntry shapes one stored value with its thing-model definition.
 func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Location) historyData {
 	var value any
@@ -296,7 +308,7 @@ func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Loca
 		value = v.Str
 	}
 	hv := historyValue{
-		ID: v.MessageID + ":" + v.Property, Property: v.Property, PropertyName: v.Property,
+		ID: historyID(v), Property: v.Property, PropertyName: v.Property,
 		Type: v.ValueType, Value: value, CreateTime: v.Time.UnixMilli(), Timestamp: v.Time.UnixMilli(),
 	}
 	if def, ok := model.Property(v.Property); ok {

@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -169,14 +171,14 @@ func TestDashboardHistory(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		tm := t0.Add(time.Duration(i) * time.Minute)
 		props = append(props,
-			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", MessageID: fmt.Sprint("m", i), Property: "temp", ValueType: "number", Num: 20.5 + float64(i)},
-			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", MessageID: fmt.Sprint("m", i), Property: "mode", ValueType: "string", Str: fmt.Sprint(1 + i%2)},
+			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", Property: "temp", ValueType: "number", Num: 20.5 + float64(i)},
+			tsdb.PropertyValue{Time: tm, ProductID: "dp", DeviceID: "dd", Property: "mode", ValueType: "string", Str: fmt.Sprint(1 + i%2)},
 		)
 	}
 	props = append(props,
-		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", MessageID: "x", Property: "count", ValueType: "number", Num: 42},
-		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", MessageID: "x", Property: "on", ValueType: "bool", Num: 1, Str: "true"},
-		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "other", MessageID: "y", Property: "temp", ValueType: "number", Num: 99})
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "count", ValueType: "number", Num: 42},
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "on", ValueType: "bool", Num: 1, Str: "true"},
+		tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "other", Property: "temp", ValueType: "number", Num: 99})
 	if err := db.Insert(context.Background(), nil, props); err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +222,19 @@ func TestDashboardHistory(t *testing.T) {
 	// Oldest first within a property.
 	if res[0].Data.Timestamp >= res[1].Data.Timestamp {
 		t.Fatalf("not oldest first")
+	}
+	// Ids: md5 hex of device, property and millisecond, one per value,
+	// the same in every response.
+	ids := map[string]bool{}
+	for _, r := range res {
+		sum := md5.Sum(fmt.Appendf(nil, "dd-%s-%d", r.Data.Value.Property, r.Data.Value.Timestamp))
+		if id := r.Data.Value.ID; id != hex.EncodeToString(sum[:]) || ids[id] {
+			t.Fatalf("id %q of %+v", id, r.Data.Value)
+		}
+		ids[r.Data.Value.ID] = true
+	}
+	if again := history(3, "temp"); again[2].Data.Value.ID != res[2].Data.Value.ID {
+		t.Fatalf("id of the same value changed: %q, then %q", res[2].Data.Value.ID, again[2].Data.Value.ID)
 	}
 	// N larger than stored: all five.
 	if n := len(history(50, "temp")); n != 5 {

@@ -216,14 +216,13 @@ func propertiesSQL(g genInfo, off, count int) string {
 	for i, n := range dashPropNames {
 		names[i] = "'" + n + "'"
 	}
-	return fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)
+	return fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
 SELECT toDateTime(intDiv(ts, 1000)), ts,
   concat('p', toString(modulo(dev, %[4]d))), concat('d', toString(dev)),
   [%[8]s][k + 1],
   if(k < 12, 'number', if(k = 12, 'string', 'bool')),
   if(k < 12, toFloat64(modulo(i * 7 + k, 1000)) / 10, if(k = 13, toFloat64(modulo(i, 2)), toFloat64(0))),
-  if(k = 12, toString(1 + modulo(i, 2)), if(k = 13, if(modulo(i, 2) = 1, 'true', 'false'), '')),
-  toString(i)
+  if(k = 12, toString(1 + modulo(i, 2)), if(k = 13, if(modulo(i, 2) = 1, 'true', 'false'), ''))
 FROM (SELECT k, dev, i, toInt64(%[1]d + intDiv(i * %[2]d, %[3]d)) AS ts
   FROM (SELECT modulo(seq, %[9]d) AS k, modulo(intDiv(seq, %[9]d), %[10]d) AS dev, dev + %[5]d * intDiv(seq, %[11]d) AS i
     FROM (SELECT number + %[6]d AS seq FROM numbers(%[7]d)))

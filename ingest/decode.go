@@ -372,7 +372,7 @@ func decodeWithProps(dst *Rows, t Topic, payload []byte, now time.Time, report b
 	m := h.message(t, payload, now)
 	for i := nprops; i < len(dst.Props); i++ {
 		p := &dst.Props[i]
-		p.Time, p.ProductID, p.DeviceID, p.MessageID = m.Time, m.ProductID, m.DeviceID, m.MessageID
+		p.Time, p.ProductID, p.DeviceID = m.Time, m.ProductID, m.DeviceID
 	}
 	if rep != nil {
 		rep.MessageID = h.messageID

@@ -29,7 +29,9 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 	e.devices(p, devices)
 	in := e.startIngester(testOptions(p))
 
-	// Each device reports 2..14 properties of mixed types.
+	// Each device reports 2..14 properties of mixed types; message k of a
+	// device carries the timestamp t0+k.
+	t0 := time.Now().UnixMilli()
 	wantProps := 0
 	var wg sync.WaitGroup
 	for i := range devices {
@@ -41,7 +43,7 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 			defer wg.Done()
 			for k := range perDevice {
 				var b strings.Builder
-				fmt.Fprintf(&b, `{"messageId":"%s-d%d-m%d","timestamp":%d,"properties":{`, p, i, k, time.Now().UnixMilli())
+				fmt.Fprintf(&b, `{"messageId":"%s-d%d-m%d","timestamp":%d,"properties":{`, p, i, k, t0+int64(k))
 				for j := range nprops {
 					if j > 0 {
 						b.WriteByte(',')
@@ -76,8 +78,8 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 	}
 	// One message in detail: device 1 (5 properties), message 3.
 	rows, err := e.ch.Conn().Query(context.Background(),
-		"SELECT property, toString(value_type), num_value, str_value FROM device_property WHERE device_id = ? AND message_id = ? ORDER BY property",
-		p+"-d1", p+"-d1-m3")
+		"SELECT property, toString(value_type), num_value, str_value FROM device_property WHERE device_id = ? AND ts = ? ORDER BY property",
+		p+"-d1", t0+3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	go func() {
 		for i := range n {
 			tok := dev.Publish(fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i%devices), 1, false,
-				fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d,"s":"x"}}`, i, i))
+				fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d,"s":"m%d"}}`, i, i, i))
 			if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 				pubDone <- fmt.Errorf("publish %d: %v", i, tok.Error())
 				return
@@ -162,7 +162,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 		return err == nil && got == n
 	})
 	total := e.count("SELECT count() FROM device_message")
-	props := e.count("SELECT uniqExact(message_id, property) FROM device_property")
+	props := e.count("SELECT uniqExact(property, num_value, str_value) FROM device_property") // each value is its message's
 	s := in.Stats()
 	t.Logf("published %d (QoS 1), acked %d (by the outage's end: %d), stored %d rows: %d duplicates; distinct property values %d",
 		n, s.Acked, acksDuringOutage, total, total-n, props)

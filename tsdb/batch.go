@@ -11,7 +11,7 @@ import (
 )
 
 // Batch holds rows waiting for an INSERT in a compact form: a fixed-size
-// record per row (64 bytes) whose strings, payloads included, are copied
+// record per row (64 bytes a message, 56 a property value) whose strings, payloads included, are copied
 // into one byte arena. Nothing in it is a pointer, so however many rows a
 // Writer buffers, the GC neither scans them nor tracks their strings one
 // by one, and a buffered row costs its record and its bytes, not the
@@ -44,9 +44,9 @@ type (
 		product, device, dir, typ, id, topic, payload span
 	}
 	propRec struct {
-		ms                                 int64 // epoch ms
-		num                                float64
-		product, device, id, prop, vt, str span
+		ms                             int64 // epoch ms
+		num                            float64
+		product, device, prop, vt, str span
 	}
 )
 
@@ -94,7 +94,7 @@ func rowBytes(msgs []Message, props []PropertyValue) int {
 	}
 	for i := range props {
 		p := &props[i]
-		need += len(p.ProductID) + len(p.DeviceID) + len(p.MessageID) + len(p.Property) + len(p.ValueType) + len(p.Str)
+		need += len(p.ProductID) + len(p.DeviceID) + len(p.Property) + len(p.ValueType) + len(p.Str)
 	}
 	return need
 }
@@ -139,7 +139,6 @@ func (b *Batch) appendRows(msgs []Message, props []PropertyValue) {
 		r.ms, r.num = p.Time.UnixMilli(), p.Num
 		r.product = b.intern(p.ProductID, prev.product)
 		r.device = b.intern(p.DeviceID, prev.device)
-		r.id = b.intern(p.MessageID, prev.id)
 		r.prop = b.add(p.Property)
 		r.vt = b.intern(p.ValueType, prev.vt)
 		r.str = b.add(p.Str)
@@ -209,7 +208,6 @@ func (b *Batch) Properties() []PropertyValue {
 			Time:      time.UnixMilli(r.ms),
 			ProductID: b.text(r.product),
 			DeviceID:  b.text(r.device),
-			MessageID: b.text(r.id),
 			Property:  b.text(r.prop),
 			ValueType: b.text(r.vt),
 			Num:       r.num,

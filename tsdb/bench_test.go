@@ -16,7 +16,7 @@ func benchRows(n int) ([]Message, []PropertyValue) {
 		dev := fmt.Sprintf("dev-%04d", i%1000)
 		ms[i] = Message{Time: tm, ProductID: "bench", DeviceID: dev, Direction: "up", MessageType: "REPORT_PROPERTY",
 			MessageID: fmt.Sprint(i), Topic: "/bench/" + dev + "/properties/report", Payload: []byte(`{"temperature":21.5,"humidity":40}`)}
-		ps[i] = PropertyValue{Time: tm, ProductID: "bench", DeviceID: dev, MessageID: ms[i].MessageID, Property: "temperature", ValueType: "number", Num: 21.5}
+		ps[i] = PropertyValue{Time: tm, ProductID: "bench", DeviceID: dev, Property: "temperature", ValueType: "number", Num: 21.5}
 	}
 	return ms, ps
 }
@@ -66,7 +66,7 @@ func insertRowByRow(ctx context.Context, db *DB, ms []Message, ps []PropertyValu
 	}
 	for i := range ps {
 		p := &ps[i]
-		if err := batch.Append(p.Time, p.Time.UnixMilli(), p.ProductID, p.DeviceID, p.Property, p.ValueType, p.Num, p.Str, p.MessageID); err != nil {
+		if err := batch.Append(p.Time, p.Time.UnixMilli(), p.ProductID, p.DeviceID, p.Property, p.ValueType, p.Num, p.Str); err != nil {
 			batch.Close()
 			return err
 		}

@@ -178,7 +178,7 @@ func TestPropertyHistory(t *testing.T) {
 	for i := range 5 {
 		// Two values share each second: ts (ms) orders them.
 		tm := base.Add(time.Duration(i) * 400 * time.Millisecond)
-		ps = append(ps, PropertyValue{Time: tm, ProductID: "hist_p", DeviceID: "d1", MessageID: fmt.Sprint("m", i), Property: "temp", ValueType: "number", Num: float64(i)})
+		ps = append(ps, PropertyValue{Time: tm, ProductID: "hist_p", DeviceID: "d1", Property: "temp", ValueType: "number", Num: float64(i)})
 	}
 	ps = append(ps,
 		PropertyValue{Time: base, ProductID: "hist_p", DeviceID: "d1", Property: "mode", ValueType: "string", Str: "eco"},
@@ -217,8 +217,8 @@ func TestPropertyHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ps[4]
-	if len(got) != 1 || !got[0].Time.Equal(want.Time) || got[0].MessageID != "m4" || got[0].DeviceID != "d1" || got[0].ValueType != "number" {
-		t.Fatalf("latest temp %+v, want time %v (ms kept) and m4", got, want.Time)
+	if len(got) != 1 || !got[0].Time.Equal(want.Time) || got[0].Num != 4 || got[0].DeviceID != "d1" || got[0].ValueType != "number" {
+		t.Fatalf("latest temp %+v, want time %v (ms kept) and 4", got, want.Time)
 	}
 	if got[0].Time.Location() != shanghai {
 		t.Fatalf("time in %v, want the platform zone", got[0].Time.Location())
@@ -433,7 +433,7 @@ func TestInsertInBlocks(t *testing.T) {
 	props := make([]PropertyValue, np)
 	for i := range props {
 		props[i] = PropertyValue{Time: base.Add(time.Duration(i) * time.Millisecond), ProductID: "p", DeviceID: "d",
-			MessageID: fmt.Sprint(i), Property: "n", ValueType: "number", Num: float64(i), Str: fmt.Sprint(i)}
+			Property: "n", ValueType: "number", Num: float64(i), Str: fmt.Sprint(i)}
 	}
 	if err := db.Insert(ctx, msgs, props); err != nil {
 		t.Fatal(err)
@@ -452,8 +452,8 @@ func TestInsertInBlocks(t *testing.T) {
 	check("messages whose payload and ts match their id",
 		"SELECT countIf(payload = concat('{\"i\":', message_id, '}') AND ts - toInt64(message_id) = "+fmt.Sprint(base.UnixMilli())+") FROM device_message", nm)
 	check("property rows", "SELECT count() FROM device_property", np)
-	check("property rows whose value matches their id",
-		"SELECT countIf(toString(toUInt64(num_value)) = message_id AND str_value = message_id) FROM device_property", np)
+	check("property rows whose values and ts match",
+		"SELECT countIf(toString(toUInt64(num_value)) = str_value AND ts - toInt64(str_value) = "+fmt.Sprint(base.UnixMilli())+") FROM device_property", np)
 	check("device_message parts", "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'device_message' AND active", 1)
 	check("device_property parts", "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = 'device_property' AND active", 1)
 }
@@ -475,7 +475,7 @@ func TestInsertInKeyOrder(t *testing.T) {
 		id := fmt.Sprint(k)
 		msgs = append(msgs, Message{Time: tm, ProductID: "p", DeviceID: dev, Direction: "up", MessageID: id, Payload: []byte("{}")})
 		for _, j := range rng.Perm(6)[:1+rng.IntN(6)] {
-			props = append(props, PropertyValue{Time: tm, ProductID: "p", DeviceID: dev, MessageID: id,
+			props = append(props, PropertyValue{Time: tm, ProductID: "p", DeviceID: dev,
 				Property: fmt.Sprintf("prop%d", j), ValueType: "number", Num: float64(k)})
 		}
 	}
@@ -523,4 +523,69 @@ func TestInsertInKeyOrder(t *testing.T) {
 			t.Skipf("other inserts wrote blocks during every attempt (last: %d blocks, %d sorted)", blocks, sorted)
 		}
 	}
+}
+
+// A database created before version 2 loses device_property.message_id
+// when opened, keeps its rows, and opens again as it is; instances opening
+// it at once all succeed, whichever drops the column.
+func TestSchemaUpgradeDropsPropertyMessageID(t *testing.T) {
+	ctx := ctxT(t)
+	name := fmt.Sprint("upgrade", rand.IntN(1e6)) // its own, under -count too
+	db := openDB(t, name, time.UTC)
+	hasColumn := func() bool {
+		t.Helper()
+		var n uint64
+		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = currentDatabase()"+
+			" AND table = 'device_property' AND name = 'message_id'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if hasColumn() {
+		t.Fatal("a new database has device_property.message_id")
+	}
+	// The table as version 1 left it, with a row.
+	tm := time.Date(2024, 5, 1, 8, 0, 0, 250e6, time.UTC)
+	for _, q := range []string{
+		"ALTER TABLE device_property ADD COLUMN message_id String",
+		"INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)" +
+			" SELECT toDateTime(1714550400), toInt64(1714550400250), 'p', 'd', 'temp', 'number', 21.5, '', 'm1'",
+	} {
+		if err := db.Conn().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			again, err := Open(ctx, testOptions(name, time.UTC))
+			if err == nil {
+				again.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatalf("open a version 1 database: %v", err)
+		}
+	}
+	if hasColumn() {
+		t.Fatal("device_property.message_id still there after Open")
+	}
+	got, err := db.PropertyHistory(ctx, "p", "d", []string{"temp"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Num != 21.5 || !got[0].Time.Equal(tm) {
+		t.Fatalf("history after the upgrade: %+v", got)
+	}
+	if err := db.Insert(ctx, nil, []PropertyValue{{Time: tm.Add(time.Second), ProductID: "p", DeviceID: "d", Property: "temp", ValueType: "number", Num: 22}}); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := Open(ctx, testOptions(name, time.UTC))
+	if err != nil {
+		t.Fatalf("open an upgraded database: %v", err)
+	}
+	reopened.Close()
 }

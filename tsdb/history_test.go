@@ -15,7 +15,7 @@ func TestPropertyHistoryWindows(t *testing.T) {
 	now := time.Now()
 	var ps []PropertyValue
 	add := func(prop string, age time.Duration, v float64) {
-		ps = append(ps, PropertyValue{Time: now.Add(-age), ProductID: "win_p", DeviceID: "w1", MessageID: fmt.Sprint(prop, v), Property: prop, ValueType: "number", Num: v})
+		ps = append(ps, PropertyValue{Time: now.Add(-age), ProductID: "win_p", DeviceID: "w1", Property: prop, ValueType: "number", Num: v})
 	}
 	for i := range 3 {
 		add("temp", time.Duration(i+1)*time.Hour, float64(10+i)) // recent: 10, 11, 12

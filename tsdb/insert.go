@@ -23,7 +23,6 @@ type PropertyValue struct {
 	Time      time.Time
 	ProductID string
 	DeviceID  string
-	MessageID string
 	Property  string
 	ValueType string  // "number", "string", "bool" or "json"
 	Num       float64 // the value when ValueType is "number" (bool: 0/1 if the caller wants)
@@ -84,7 +83,7 @@ func validate(msgs []Message, props []PropertyValue) error {
 
 const (
 	insertMessages = "INSERT INTO device_message (time, ts, product_id, device_id, direction, message_type, message_id, topic, payload)"
-	insertProps    = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)"
+	insertProps    = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)"
 )
 
 // Insert stores msgs and props, one INSERT per table. It neither keeps
@@ -133,10 +132,10 @@ type (
 		product, device, dir, typ, id, topic, pl []string
 	}
 	propColumns struct {
-		order                              orderer
-		sec, ts                            []int64
-		product, device, prop, vt, str, id []string
-		num                                []float64
+		order                          orderer
+		sec, ts                        []int64
+		product, device, prop, vt, str []string
+		num                            []float64
 	}
 )
 
@@ -215,7 +214,7 @@ func (db *DB) insertMessages(ctx context.Context, b *Batch) error {
 func (db *DB) insertProps(ctx context.Context, b *Batch) error {
 	c := take(propColumnFree)
 	defer func() {
-		for _, col := range [][]string{c.product, c.device, c.prop, c.vt, c.str, c.id} {
+		for _, col := range [][]string{c.product, c.device, c.prop, c.vt, c.str} {
 			clear(col)
 		}
 		give(propColumnFree, c)
@@ -225,14 +224,14 @@ func (db *DB) insertProps(ctx context.Context, b *Batch) error {
 		n := hi - lo
 		c.sec, c.ts, c.num = resize(c.sec, n), resize(c.ts, n), resize(c.num, n)
 		c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
-		c.vt, c.str, c.id = resize(c.vt, n), resize(c.str, n), resize(c.id, n)
+		c.vt, c.str = resize(c.vt, n), resize(c.str, n)
 		for i := range n {
 			p := &b.props[perm[lo+i]]
 			c.sec[i], c.ts[i] = seconds(p.ms), p.ms
 			c.product[i], c.device[i], c.prop[i], c.vt[i] = b.str(p.product), b.str(p.device), b.str(p.prop), b.str(p.vt)
-			c.num[i], c.str[i], c.id[i] = p.num, b.str(p.str), b.str(p.id)
+			c.num[i], c.str[i] = p.num, b.str(p.str)
 		}
-		return []any{c.sec, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str, c.id}
+		return []any{c.sec, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str}
 	})
 }
 

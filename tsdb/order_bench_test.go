@@ -23,7 +23,7 @@ func ingestShaped(msgs int) ([]Message, []PropertyValue) {
 		id := dev + "-" + strconv.Itoa(k)
 		ms = append(ms, Message{Time: tm, ProductID: prod, DeviceID: dev, MessageID: id, Direction: "up", Topic: topic})
 		for j := range 2 + i%13 {
-			ps = append(ps, PropertyValue{Time: tm, ProductID: prod, DeviceID: dev, MessageID: id, Property: "p" + strconv.Itoa(j), ValueType: "number"})
+			ps = append(ps, PropertyValue{Time: tm, ProductID: prod, DeviceID: dev, Property: "p" + strconv.Itoa(j), ValueType: "number"})
 		}
 	}
 	return ms, ps

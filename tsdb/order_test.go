@@ -88,7 +88,7 @@ func TestOrder(t *testing.T) {
 				msgs = append(msgs, Message{Time: tm, ProductID: product, DeviceID: device, MessageID: strconv.Itoa(k), Direction: "up"})
 				for _, j := range rng.Perm(s.props)[:1+rng.IntN(s.props)] {
 					props = append(props, PropertyValue{Time: tm, ProductID: product, DeviceID: device,
-						MessageID: strconv.Itoa(k), Property: "prop" + strconv.Itoa(j), ValueType: "number"})
+						Property: "prop" + strconv.Itoa(j), ValueType: "number"})
 				}
 			}
 			if s.shuffle {

@@ -201,7 +201,7 @@ func complete(byProp map[string][]PropertyValue, properties []string, n int) boo
 // history reads the latest n values of each property since since (zero:
 // all), newest first per property.
 func (db *DB) history(ctx context.Context, productID, deviceID string, properties []string, n int, since time.Time) (map[string][]PropertyValue, error) {
-	sql := "SELECT time, ts, product_id, device_id, message_id, property, toString(value_type), num_value, str_value" +
+	sql := "SELECT time, ts, product_id, device_id, property, toString(value_type), num_value, str_value" +
 		" FROM device_property WHERE product_id = ? AND device_id = ?"
 	args := []any{productID, deviceID}
 	if !since.IsZero() {
@@ -227,7 +227,7 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 			tm time.Time
 			ts int64
 		)
-		if err := rows.Scan(&tm, &ts, &v.ProductID, &v.DeviceID, &v.MessageID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
+		if err := rows.Scan(&tm, &ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
 			return nil, fmt.Errorf("tsdb: property history: %w", err)
 		}
 		v.Time = time.UnixMilli(ts).In(db.loc) // ts keeps the milliseconds
