@@ -46,6 +46,7 @@ FUZZ_TARGETS := \
 	./schema/:FuzzParseThingModel \
 	./ingest/:FuzzParseTopic \
 	./ingest/:FuzzDecodeReport \
+	./ingest/:FuzzParseNumber \
 	./ingest/:FuzzDecodeEvent \
 	./ingest/:FuzzDecodePresence \
 	./ingest/:FuzzDecodeReply \

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -358,4 +361,92 @@ func BenchmarkDecodeReport(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// parseNumber gives exactly strconv.ParseFloat's value, sign of zero
+// included, on its fast path and off it.
+func TestParseNumber(t *testing.T) {
+	check := func(txt string) {
+		t.Helper()
+		got, err := parseNumber([]byte(txt))
+		want, werr := strconv.ParseFloat(txt, 64)
+		if (err != nil) != (werr != nil) || math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("parseNumber(%q) = %v, %v; strconv: %v, %v", txt, got, err, want, werr)
+		}
+	}
+	for _, txt := range []string{
+		"0", "-0", "0.0", "-0.0", "1", "-1", "21.5", "-3.25", "0.1", "0.3", "1013.25", "0.000001",
+		"123456789012345", "999999999999999", "0.99999999999999", "1234567890.12345", // 15 digits
+		"1234567890123456", "9007199254740993", "0.1234567890123456", // 16+: strconv
+		"1e5", "1E-7", "-2.5e+3", "1e400", "-1e400", "4.9e-325", // exponents: strconv
+		"3.14159265358979", "2.718281828459045", "100", "0.5",
+	} {
+		check(txt)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var b []byte
+		if rng.IntN(2) == 0 {
+			b = append(b, '-')
+		}
+		intDigits, fracDigits := 1+rng.IntN(12), rng.IntN(10)
+		b = strconv.AppendUint(b, rng.Uint64N(uint64(math.Pow10(intDigits))), 10)
+		if fracDigits > 0 {
+			b = append(b, '.')
+			for range fracDigits {
+				b = append(b, byte('0'+rng.IntN(10)))
+			}
+		}
+		check(string(b))
+	}
+}
+
+func FuzzParseNumber(f *testing.F) {
+	for _, s := range []string{"0", "-0.5", "21.5", "123456789012345", "1e5", "0.000001"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, txt string) {
+		s := scanner{b: []byte(txt)}
+		num, err := s.number()
+		if err != nil || s.i != len(txt) {
+			return // not a JSON number: never reaches parseNumber
+		}
+		got, err := parseNumber(num)
+		want, werr := strconv.ParseFloat(txt, 64)
+		if (err != nil) != (werr != nil) || math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("parseNumber(%q) = %v, %v; strconv: %v, %v", txt, got, err, want, werr)
+		}
+	})
+}
+
+// Duplicate ids keep their last value in first-seen order; nulls remove
+// the id, whichever way the two combine.
+func TestDecodeDuplicatesAndNulls(t *testing.T) {
+	tp, _ := ParseTopic("/p/d/properties/report")
+	many := `"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15`
+	for _, c := range []struct{ props, want string }{
+		{`"a":1,"b":2`, "a=1 b=2"},
+		{`"a":1,"a":2`, "a=2"},
+		{`"ab":1,"cb":2,"ab":3`, "ab=3 cb=2"},
+		{`"a1b":1,"a2b":2`, "a1b=1 a2b=2"}, // same length, first and last byte
+		{`"a":1,"b":null,"c":3`, "a=1 c=3"},
+		{`"a":null,"b":1,"a":2`, "a=2 b=1"},
+		{`"a":1,"b":2,"a":null`, "b=2"},
+		{`"a":null,"b":null`, ""},
+		{many + `,"k3":33`, "k0=0 k1=1 k2=2 k3=33 k4=4 k5=5 k6=6 k7=7 k8=8 k9=9 k10=10 k11=11 k12=12 k13=13 k14=14 k15=15"},
+		{many + `,"k3":null,"k16":16`, "k0=0 k1=1 k2=2 k4=4 k5=5 k6=6 k7=7 k8=8 k9=9 k10=10 k11=11 k12=12 k13=13 k14=14 k15=15 k16=16"},
+	} {
+		var r Rows
+		r.Props = append(r.Props, tsdb.PropertyValue{Property: "earlier"}) // rows of a previous message stay
+		if err := DecodeReport(&r, tp, []byte(`{"properties":{`+c.props+`}}`), testNow); err != nil {
+			t.Fatalf("%s: %v", c.props, err)
+		}
+		var got []string
+		for _, p := range r.Props[1:] {
+			got = append(got, fmt.Sprintf("%s=%g", p.Property, p.Num))
+		}
+		if strings.Join(got, " ") != c.want || r.Props[0].Property != "earlier" {
+			t.Errorf("%s: got %v, want %s", c.props, got, c.want)
+		}
+	}
 }
