@@ -62,8 +62,15 @@ type IngestResult struct {
 	Elapsed     time.Duration // first publish to last message stored
 	PublishRate float64       // msgs/s offered by the generator
 	IngestRate  float64       // msgs/s published -> count() in ClickHouse
-	BrokerRate  float64       // msgs/s one paho publisher -> one paho subscriber
-	Ratio       float64       // IngestRate / BrokerRate
+	// BrokerRate is the broker's pass-through, one paho publisher to one
+	// paho subscriber: the mean of BrokerBefore, measured first, and
+	// BrokerAfter, once the ingest phase is over and its databases are
+	// dropped. The machine's speed drifts by tens of percent over minutes
+	// (BENCHMARKS.md), so a ceiling on one side of the ingest phase alone
+	// decided a run's ratio more than ingest did.
+	BrokerRate                float64
+	BrokerBefore, BrokerAfter float64
+	Ratio                     float64 // IngestRate / BrokerRate
 	// ClickHouse is the raw insert ceiling: the same rows through
 	// tsdb.Writer, no MQTT.
 	ClickHouse      ClickHouseCeilingResult
@@ -85,10 +92,10 @@ type IngestResult struct {
 
 func (r IngestResult) String() string {
 	s := fmt.Sprintf("qos=%d devices=%d published=%d stored=%d props=%d elapsed=%s publish=%.0f/s ingest=%.0f msg/s"+
-		" broker=%.0f msg/s (ratio %.2f) clickhouse=%.0f msg/s, %.0f rows/s (ratio %.2f)"+
+		" broker=%.0f msg/s (ratio %.2f; before %.0f, after %.0f) clickhouse=%.0f msg/s, %.0f rows/s (ratio %.2f)"+
 		" server peakRSS=%dMiB generator peakRSS=%dMiB inserts=%d avg=%s rows/insert=%.0f",
 		r.QoS, r.Devices, r.Published, r.Stored, r.Properties, r.Elapsed.Round(time.Millisecond), r.PublishRate,
-		r.IngestRate, r.BrokerRate, r.Ratio, r.ClickHouse.Rate, r.ClickHouse.RowRate, r.ClickHouseRatio,
+		r.IngestRate, r.BrokerRate, r.Ratio, r.BrokerBefore, r.BrokerAfter, r.ClickHouse.Rate, r.ClickHouse.RowRate, r.ClickHouseRatio,
 		r.PeakRSS>>20, r.GeneratorRSS>>20, r.Flushes, (r.FlushTime / time.Duration(max(r.Flushes, 1))).Round(time.Millisecond), r.AvgBatchRows)
 	if r.FlushErrors > 0 {
 		s += fmt.Sprintf(" insert-errors=%d", r.FlushErrors)
@@ -182,11 +189,11 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	}
 
 	// Ceilings first, with nothing else of this run running.
-	bc, err := brokerCeiling(ctx, p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
+	bc, err := brokerCeiling(ctx, "broker pass-through", p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
 	if err != nil {
 		return res, err
 	}
-	res.BrokerRate = bc.rate
+	res.BrokerBefore = bc.rate
 	res.CPU = append(res.CPU, bc.cpu)
 	if res.ClickHouse, err = clickHouseCeiling(ctx, p, product, ids, procs("tsdb writers", 0)); err != nil {
 		return res, err
@@ -309,7 +316,6 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	_ = ch.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&props)
 	res.Properties = int64(props)
 	res.IngestRate = float64(res.Stored) / res.Elapsed.Seconds()
-	res.Ratio = Ratio(res.IngestRate, res.BrokerRate)
 	res.ClickHouseRatio = Ratio(res.IngestRate, res.ClickHouse.Rate)
 
 	// The server's own counters.
@@ -327,6 +333,24 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	if res.Stored < res.Published {
 		return res, fmt.Errorf("bench: %d of %d messages stored", res.Stored, res.Published)
 	}
+
+	// The ceiling again, on the far side of the ingest phase: this run's
+	// ClickHouse database goes first, so no merge of its parts runs
+	// meanwhile.
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	derr := ch.DropDatabase(dctx)
+	cancel()
+	if derr != nil {
+		return res, derr
+	}
+	bc, err = brokerCeiling(ctx, "broker pass-through, after ingest", p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
+	if err != nil {
+		return res, err
+	}
+	res.BrokerAfter = bc.rate
+	res.CPU = append(res.CPU, bc.cpu)
+	res.BrokerRate = (res.BrokerBefore + res.BrokerAfter) / 2
+	res.Ratio = Ratio(res.IngestRate, res.BrokerRate)
 	return res, errors.Join(merr, serr)
 }
 
@@ -434,7 +458,7 @@ func purgeSessions(broker, prefix string, n int) {
 // like RunIngest's, publishing for d. It returns received msgs/s, from
 // the first publish to the last message received.
 func BrokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration) (float64, error) {
-	r, err := brokerCeiling(ctx, broker, qos, d, nil)
+	r, err := brokerCeiling(ctx, "broker pass-through", broker, qos, d, nil)
 	return r.rate, err
 }
 
@@ -443,7 +467,7 @@ type brokerCeilingResult struct {
 	cpu  CPUBreakdown // of procs, first publish to last message received
 }
 
-func brokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
+func brokerCeiling(ctx context.Context, label, broker string, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
 	var res brokerCeilingResult
 	topic := "bench/" + ingestRandHex(4) + "/ceiling"
 	var got atomic.Int64
@@ -464,7 +488,7 @@ func brokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration
 		return res, err
 	}
 	defer pub.Disconnect(100)
-	span := startCPUSpan("broker pass-through", procs)
+	span := startCPUSpan(label, procs)
 	start := time.Now()
 	n, err := publishLoop(ctx, pub, qos, start.Add(d), func(buf []byte, k int64) (string, []byte) {
 		return topic, reportPayload(buf, "ceiling", int(k%13), k)
