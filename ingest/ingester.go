@@ -374,6 +374,7 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 		AddBroker(in.opt.BrokerURL).
 		SetClientID(id).
 		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
+		SetStore(newIngestStore()).
 		SetAutoAckDisabled(true).
 		SetOrderMatters(true). // callback inline: blocking it is the backpressure
 		SetAutoReconnect(true).
