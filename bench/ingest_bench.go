@@ -86,7 +86,7 @@ type IngestResult struct {
 	FlushErrors  int64             // failed inserts (retried)
 	Dropped      map[string]uint64 // by reason, zeros left out
 	// CPU per process in each phase: broker ceiling, raw ClickHouse
-	// insert, ingest.
+	// insert, ingest, broker ceiling again.
 	CPU []CPUBreakdown
 }
 
@@ -150,8 +150,8 @@ func ingestRandHex(n int) string {
 
 // RunIngest measures, at p.QoS, the broker ceiling, the raw ClickHouse
 // insert ceiling, then ingest end to end through the devicehub binary
-// running as a child process, with the CPU each process spent in each
-// phase. It creates (and drops) its own PostgreSQL and ClickHouse
+// running as a child process, then the broker ceiling again, with the CPU
+// each process spent in each phase. It creates (and drops) its own PostgreSQL and ClickHouse
 // databases.
 func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	p = p.withDefaults()
