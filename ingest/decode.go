@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -365,18 +366,8 @@ func decodeWithProps(dst *Rows, t Topic, payload []byte, now time.Time, report b
 			dst.Props = append(dst.Props[:nprops], d...)
 		}
 	}
-	for i := nprops; i < len(dst.Props); i++ {
-		if dst.Props[i].ValueType == "" { // a null tombstone: drop them all
-			kept := dst.Props[:i]
-			for _, p := range dst.Props[i+1:] {
-				if p.ValueType != "" {
-					kept = append(kept, p)
-				}
-			}
-			dst.Props = kept
-			break
-		}
-	}
+	kept := slices.DeleteFunc(dst.Props[nprops:], func(p tsdb.PropertyValue) bool { return p.ValueType == "" }) // null tombstones
+	dst.Props = dst.Props[:nprops+len(kept)]
 	m := h.message(t, payload, now)
 	for i := nprops; i < len(dst.Props); i++ {
 		p := &dst.Props[i]
