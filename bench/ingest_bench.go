@@ -75,9 +75,18 @@ type IngestResult struct {
 	// tsdb.Writer, no MQTT.
 	ClickHouse      ClickHouseCeilingResult
 	ClickHouseRatio float64 // IngestRate / ClickHouse.Rate
-	ServerPID       int
-	PeakRSS         int64 // bytes, peak VmRSS of the devicehub server process during the ingest phase
-	GeneratorRSS    int64 // bytes, peak VmRSS of this process (the generator) meanwhile
+	// CPUBound estimates the most msgs/s any ingest could store on this
+	// machine from the same run's CPU figures (cpuBound): the machine's cores over
+	// the CPU per message of the broker pass-through (publisher, broker,
+	// subscriber) plus that of the raw ClickHouse insert (client encoding,
+	// server). BoundRatio is CPUBound / BrokerRate: the best ratio this
+	// machine allows, what a receiver that costs no more than a bare paho
+	// subscriber and a decoder that costs nothing would reach.
+	CPUBound     float64
+	BoundRatio   float64
+	ServerPID    int
+	PeakRSS      int64 // bytes, peak VmRSS of the devicehub server process during the ingest phase
+	GeneratorRSS int64 // bytes, peak VmRSS of this process (the generator) meanwhile
 	// From the server's /metrics at the end of the ingest phase.
 	Received     int64             // MQTT messages the server received (any product on the broker)
 	Flushes      int64             // successful ClickHouse inserts (messages and properties count apart)
@@ -93,10 +102,10 @@ type IngestResult struct {
 func (r IngestResult) String() string {
 	s := fmt.Sprintf("qos=%d devices=%d published=%d stored=%d props=%d elapsed=%s publish=%.0f/s ingest=%.0f msg/s"+
 		" broker=%.0f msg/s (ratio %.2f; before %.0f, after %.0f) clickhouse=%.0f msg/s, %.0f rows/s (ratio %.2f)"+
-		" server peakRSS=%dMiB generator peakRSS=%dMiB inserts=%d avg=%s rows/insert=%.0f",
+		" CPU bound=%.0f msg/s (ratio %.2f) server peakRSS=%dMiB generator peakRSS=%dMiB inserts=%d avg=%s rows/insert=%.0f",
 		r.QoS, r.Devices, r.Published, r.Stored, r.Properties, r.Elapsed.Round(time.Millisecond), r.PublishRate,
 		r.IngestRate, r.BrokerRate, r.Ratio, r.BrokerBefore, r.BrokerAfter, r.ClickHouse.Rate, r.ClickHouse.RowRate, r.ClickHouseRatio,
-		r.PeakRSS>>20, r.GeneratorRSS>>20, r.Flushes, (r.FlushTime / time.Duration(max(r.Flushes, 1))).Round(time.Millisecond), r.AvgBatchRows)
+		r.CPUBound, r.BoundRatio, r.PeakRSS>>20, r.GeneratorRSS>>20, r.Flushes, (r.FlushTime / time.Duration(max(r.Flushes, 1))).Round(time.Millisecond), r.AvgBatchRows)
 	if r.FlushErrors > 0 {
 		s += fmt.Sprintf(" insert-errors=%d", r.FlushErrors)
 	}
@@ -351,7 +360,36 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	res.CPU = append(res.CPU, bc.cpu)
 	res.BrokerRate = (res.BrokerBefore + res.BrokerAfter) / 2
 	res.Ratio = Ratio(res.IngestRate, res.BrokerRate)
+	res.CPUBound = cpuBound(res.ClickHouse.CPU, res.CPU[0], bc.cpu)
+	res.BoundRatio = Ratio(res.CPUBound, res.BrokerRate)
 	return res, errors.Join(merr, serr)
+}
+
+// cpuBound is the msgs/s a CPU-bound machine could sustain if every
+// message cost the broker pass-through's CPU (the mean of the phases in
+// passThrough: one publisher, Mosquitto, one subscriber) plus the raw
+// insert's (insert: the tsdb client and ClickHouse), the least an ingest
+// spends on a message end to end. Each phase counts the whole machine's
+// busy time where it was read, else its processes'. 0 when a phase has no
+// figures.
+func cpuBound(insert CPUBreakdown, passThrough ...CPUBreakdown) float64 {
+	perMsg := func(c CPUBreakdown) float64 {
+		if c.Machine != nil {
+			return c.Machine.MicrosPerMsg
+		}
+		return c.Total.MicrosPerMsg
+	}
+	var pt float64
+	for _, c := range passThrough {
+		if perMsg(c) <= 0 {
+			return 0
+		}
+		pt += perMsg(c) / float64(len(passThrough))
+	}
+	if len(passThrough) == 0 || perMsg(insert) <= 0 || insert.MachineCores <= 0 {
+		return 0
+	}
+	return float64(insert.MachineCores) * 1e6 / (pt + perMsg(insert))
 }
 
 // reportPayload builds a report of device i at sequence n.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os"
 	"strconv"
 	"testing"
@@ -47,9 +48,40 @@ func BenchmarkIngest(b *testing.B) {
 			b.ReportMetric(res.IngestRate, "msgs/s")
 			b.ReportMetric(res.BrokerRate, "broker_msgs/s")
 			b.ReportMetric(res.Ratio, "ratio")
+			b.ReportMetric(res.BoundRatio, "cpu_bound_ratio")
 			b.ReportMetric(res.ClickHouse.Rate, "clickhouse_msgs/s")
 			b.ReportMetric(res.ClickHouseRatio, "clickhouse_ratio")
 			b.ReportMetric(float64(res.PeakRSS>>20), "server_peakRSS_MiB")
+		})
+	}
+}
+
+func TestCPUBound(t *testing.T) {
+	phase := func(machine, total float64) CPUBreakdown {
+		c := CPUBreakdown{MachineCores: 2, Total: ProcCPU{MicrosPerMsg: total}}
+		if machine > 0 {
+			c.Machine = &ProcCPU{MicrosPerMsg: machine}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		insert      CPUBreakdown
+		passThrough []CPUBreakdown
+		want        float64
+	}{
+		// 2 cores / (mean(9, 11) + 10 µs) = 100,000 msg/s.
+		{"machine figures", phase(10, 7), []CPUBreakdown{phase(9, 8), phase(11, 10)}, 100000},
+		// Without the machine's busy time, the processes' sum.
+		{"process sums", phase(0, 15), []CPUBreakdown{phase(0, 5)}, 100000},
+		{"no pass-through", phase(10, 7), nil, 0},
+		{"empty pass-through phase", phase(10, 7), []CPUBreakdown{phase(9, 8), {}}, 0},
+		{"empty insert phase", CPUBreakdown{}, []CPUBreakdown{phase(9, 8)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cpuBound(tc.insert, tc.passThrough...); math.Abs(got-tc.want) > 1e-6 {
+				t.Fatalf("cpuBound = %v, want %v", got, tc.want)
+			}
 		})
 	}
 }

@@ -395,6 +395,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				Against: fmt.Sprintf("broker pass-through (mean of %.0f before and %.0f after)", r.BrokerBefore, r.BrokerAfter), Baseline: r.BrokerRate, Ratio: r.Ratio, Target: ">= 0.8"})
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest msgs/s", q), Value: r.IngestRate, Unit: "msg/s",
 				Against: "raw ClickHouse insert (same rows, no MQTT)", Baseline: r.ClickHouse.Rate, Ratio: r.ClickHouseRatio})
+			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest CPU bound msgs/s (cores / CPU per msg of pass-through + raw insert)", q), Value: r.CPUBound,
+				Unit: "msg/s", Against: "broker pass-through", Baseline: r.BrokerRate, Ratio: r.BoundRatio})
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d raw ClickHouse insert msgs/s (%.0f rows/s)", q, r.ClickHouse.RowRate), Value: r.ClickHouse.Rate,
 				Unit: "msg/s", Against: "broker pass-through", Baseline: r.BrokerRate, Ratio: bench.Ratio(r.ClickHouse.Rate, r.BrokerRate)})
 			add(bench.Figure{Name: fmt.Sprintf("QoS %d ingest server peak RSS (devicehub process)", q), Value: float64(r.PeakRSS) / (1 << 20),
