@@ -357,18 +357,74 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		go in.work(q, in.writers[n%len(in.writers)])
 	}
 	for n := range opt.Connections {
-		c, err := in.connect(ctx, opt.ClientID+"-"+strconv.Itoa(n))
+		c, _, err := in.connect(ctx, in.sessionID(n), false)
 		if err != nil {
 			_ = in.Close(context.Background())
 			return nil, err
 		}
 		in.clients = append(in.clients, c)
 	}
+	if err := in.retireSessions(ctx); err != nil {
+		_ = in.Close(context.Background())
+		return nil, err
+	}
 	in.log.Info("ingest subscribed", "broker", opt.BrokerURL, "connections", opt.Connections, "qos", opt.QoS)
 	return in, nil
 }
 
-func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error) {
+// sessionID is the client id of subscriber connection n.
+func (in *Ingester) sessionID(n int) string { return in.opt.ClientID + "-" + strconv.Itoa(n) }
+
+// maxRetired bounds how many session ids past Connections New looks at.
+const maxRetired = 64
+
+// retireSessions takes over the persistent sessions that a run with more
+// connections left behind: ids ClientID-n for n = Connections,
+// Connections+1, ... up to the first one the broker does not have. Such a
+// session stays in the share group while nobody is connected to it, and
+// Mosquitto keeps queueing its share of every device's messages for it,
+// so lowering Connections would have parked part of the traffic on the
+// broker until a connection with that id came back. Each one found is
+// connected like a subscriber, so its backlog is stored and acknowledged
+// as usual, and unsubscribed, so it gets no new share; it stays connected
+// until Close. Its session, now without subscriptions, is left on the
+// broker (removing it could drop a message not yet acknowledged), so each
+// start takes it over again, for one idle connection.
+func (in *Ingester) retireSessions(ctx context.Context) error {
+	for n := in.opt.Connections; n < in.opt.Connections+maxRetired; n++ {
+		c, present, err := in.connect(ctx, in.sessionID(n), true)
+		if err != nil {
+			return err
+		}
+		if !present {
+			return nil
+		}
+		in.clients = append(in.clients, c)
+		in.log.Info("ingest retired a subscriber session left by a run with more connections", "client", in.sessionID(n))
+	}
+	return nil
+}
+
+// retiredFilters are the filters a retired session may still hold: the
+// uplink filters, plain and shared, so that a session of a run with
+// another share-group setting leaves too.
+func (in *Ingester) retiredFilters() []string {
+	var fs []string
+	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
+		fs = append(fs, f)
+		if in.opt.ShareGroup != NoShareGroup {
+			fs = append(fs, "$share/"+in.opt.ShareGroup+"/"+f)
+		}
+	}
+	return fs
+}
+
+// connect connects subscriber id and subscribes it to the uplink filters.
+// With retire, it subscribes to nothing: when the broker had a session
+// for id, it unsubscribes that session from the uplink filters and returns
+// the client, present true; else it removes the session its own connect
+// made and returns a nil client.
+func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.Client, bool, error) {
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	o := mqtt.NewClientOptions().
 		AddBroker(in.opt.BrokerURL).
@@ -385,6 +441,9 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 		SetConnectTimeout(in.opt.ConnectTimeout).
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
+			if retire {
+				return // a retired session subscribes to nothing
+			}
 			// Resubscribe on every (re)connect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
 			if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
@@ -403,17 +462,43 @@ func (in *Ingester) connect(ctx context.Context, id string) (mqtt.Client, error)
 	case <-t.Done():
 	case <-ctx.Done():
 		c.Disconnect(0)
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	if err := t.Error(); err != nil {
-		return nil, fmt.Errorf("ingest: connect %s as %s: %w", in.opt.BrokerURL, id, err)
+		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", in.opt.BrokerURL, id, err)
+	}
+	if retire {
+		if !t.(*mqtt.ConnectToken).SessionPresent() {
+			c.Disconnect(0)
+			in.removeSession(id)
+			return nil, false, nil
+		}
+		if err := waitToken(c.Unsubscribe(in.retiredFilters()...), in.opt.ConnectTimeout); err != nil {
+			c.Disconnect(0)
+			return nil, false, fmt.Errorf("ingest: unsubscribe retired session %s: %w", id, err)
+		}
+		return c, true, nil
 	}
 	// Subscribe once synchronously so New returns subscribed.
 	if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
-		return nil, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
+		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
-	return c, nil
+	return c, true, nil
+}
+
+// removeSession ends the broker's session for id with a clean-session
+// connect; failing that, an empty session without subscriptions stays,
+// which costs the broker nothing but its entry.
+func (in *Ingester) removeSession(id string) {
+	o := mqtt.NewClientOptions().AddBroker(in.opt.BrokerURL).SetClientID(id).
+		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
+	c := mqtt.NewClient(o)
+	if err := waitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
+		in.log.Debug("ingest: removing an empty session failed", "client", id, "err", err)
+		return
+	}
+	c.Disconnect(0)
 }
 
 // receive is the MQTT callback: it never touches storage, only hands the

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,4 +349,68 @@ func TestAcksInBrokerOrder(t *testing.T) {
 				i, got[i], want[i], want[max(0, i-3):min(n, i+5)], got[max(0, i-3):min(n, i+5)])
 		}
 	}
+}
+
+// A run with fewer connections than the one before takes over the
+// sessions that run left in the share group: the share the broker queued
+// for them is stored, and they get no new one.
+func TestFewerConnectionsRetireSessions(t *testing.T) {
+	e := newEnv(t)
+	p := randID("p")
+	e.product(p)
+	d := p + "-d"
+	e.device(d, p, "offline")
+	opt := testOptions(p)
+	opt.Connections = 3
+	t.Cleanup(func() { purgeSessions(t, opt) }) // all three, after the ingesters
+	in, err := New(ctxT(t, 30*time.Second), opt, e.ch, e.store, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	dev := newPublisher(t, nil)
+	sent := 0
+	publish := func(n int) {
+		for range n {
+			dev.publish(t, "/"+p+"/"+d+"/properties/report", 1, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, sent, sent))
+			sent++
+		}
+	}
+	stored := func() uint64 {
+		return e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d)
+	}
+	// With no ingester running, the broker queues each session's share.
+	publish(300)
+	one := opt
+	one.Connections = 1
+	in2 := e.startIngester(one)
+	eventually(t, 30*time.Second, "the retired sessions' queued share stored", func() bool { return stored() == 300 })
+	publish(100)
+	eventually(t, 30*time.Second, "new messages stored", func() bool { return stored() == 400 })
+	if err := in2.Close(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Down again: now only session 0 is in the share group, so it holds
+	// everything and the retired ones nothing.
+	publish(100)
+	for n := 1; n < opt.Connections; n++ {
+		var got atomic.Int64
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(opt.BrokerURL).SetClientID(fmt.Sprintf("%s-%d", opt.ClientID, n)).
+			SetCleanSession(false).SetAutoAckDisabled(true). // whatever arrives stays queued
+			SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { got.Add(1) }))
+		if err := waitToken(c.Connect(), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		c.Disconnect(0)
+		if g := got.Load(); g != 0 {
+			t.Errorf("retired session %d still got %d messages", n, g)
+		}
+	}
+	e.startIngester(one)
+	eventually(t, 30*time.Second, "session 0's queue stored", func() bool { return stored() == 500 })
 }
