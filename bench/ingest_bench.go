@@ -49,7 +49,7 @@ type IngestParams struct {
 	// so messages reach it at this QoS.
 	QoS         byte
 	Publishers  int // publishing connections, default 4
-	Connections int // the server's subscriber connections (-ingest-connections), default the server's (2)
+	Connections int // the server's subscriber connections (-ingest-connections), default the server's (one per two cores)
 }
 
 // IngestResult is what RunIngest measured.

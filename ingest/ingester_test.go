@@ -28,7 +28,9 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 	e.product(p)
 	const devices, perDevice = 5, 20
 	e.devices(p, devices)
-	in := e.startIngester(testOptions(p))
+	opt := testOptions(p)
+	opt.Connections = 2 // the share group split over connections, whatever the cores
+	in := e.startIngester(opt)
 
 	// Each device reports 2..14 properties of mixed types; message k of a
 	// device carries the timestamp t0+k.

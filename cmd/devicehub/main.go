@@ -260,7 +260,7 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.MQTTURL, "mqtt-url", env("MQTT_URL", ingest.DefaultOptions().BrokerURL), "MQTT broker (DEVICEHUB_MQTT_URL)")
 	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
 	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", "devicehub"), "shared-subscription group of ingest instances; \"none\" subscribes plainly with one connection (DEVICEHUB_MQTT_SHARE_GROUP)")
-	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, 2 (DEVICEHUB_INGEST_CONNECTIONS)")
+	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, one per two cores (DEVICEHUB_INGEST_CONNECTIONS)")
 	fs.IntVar(&c.IngestWriters, "ingest-writers", envInt("INGEST_WRITERS", 0), "concurrent ClickHouse insert streams; 0 is ingest's default, 1 (DEVICEHUB_INGEST_WRITERS)")
 	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
 	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
