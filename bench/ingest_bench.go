@@ -482,14 +482,22 @@ func mqttConnect(broker, id string, clean bool) (mqtt.Client, error) {
 	return c, nil
 }
 
-// purgeSessions removes the persistent sessions of an ingester's clients.
+// purgeSessions removes the persistent sessions of an ingester's n
+// clients, and of at least minPurge: n comes from this build's default,
+// and a server built from other code (-server-bin) may have used more
+// connections. A session left behind keeps its share-group subscription
+// to every product's topics, so the broker would queue a copy of every
+// later run's messages for it (1.2M messages, 190 MB, seen here), and
+// its autosaves stall the broker for seconds.
 func purgeSessions(broker, prefix string, n int) {
-	for i := range n {
+	for i := range max(n, minPurge) {
 		if c, err := mqttConnect(broker, prefix+"-"+strconv.Itoa(i), true); err == nil {
 			c.Disconnect(0)
 		}
 	}
 }
+
+const minPurge = 4
 
 // BrokerCeiling measures the broker's pass-through at qos: one paho
 // publisher to one paho subscriber (default options, auto-ack), payloads
