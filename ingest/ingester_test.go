@@ -180,11 +180,8 @@ func TestDropsCountedNeverStored(t *testing.T) {
 }
 
 func TestPresenceBirthAndLastWill(t *testing.T) {
-	e := newEnv(t)
-	p := randID("p")
-	e.product(p)
-	d, seeded := p+"-d", p+"-seeded"
-	e.device(d, p, "offline")
+	e, p, d := newEnvOneDevice(t)
+	seeded := p + "-seeded"
 	e.device(seeded, p, "online")
 	in := e.startIngester(testOptions(p))
 	pres, err := NewPresence(ctxT(t, 20*time.Second), PresenceOptions{BrokerURL: brokerURL(), ProductIDs: []string{p}}, e.store)
@@ -226,11 +223,7 @@ func TestPresenceBirthAndLastWill(t *testing.T) {
 }
 
 func TestCloseDrainsAndRedelivers(t *testing.T) {
-	e := newEnv(t)
-	p := randID("p")
-	e.product(p)
-	d := p + "-d"
-	e.device(d, p, "offline")
+	e, p, d := newEnvOneDevice(t)
 	opt := testOptions(p)
 	opt.Writer.FlushInterval = 300 * time.Millisecond // rows are pending when Close comes
 	in := e.startIngester(opt)
@@ -357,11 +350,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 // sessions that run left in the share group: the share the broker queued
 // for them is stored, and they get no new one.
 func TestFewerConnectionsRetireSessions(t *testing.T) {
-	e := newEnv(t)
-	p := randID("p")
-	e.product(p)
-	d := p + "-d"
-	e.device(d, p, "offline")
+	e, p, d := newEnvOneDevice(t)
 	opt := testOptions(p)
 	opt.Connections = 3
 	t.Cleanup(func() { purgeSessions(t, opt) }) // all three, after the ingesters

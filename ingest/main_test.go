@@ -71,6 +71,18 @@ func newEnv(t testing.TB) *env {
 	return &env{t: t, store: metatest.NewStore(t), ch: tsdbtest.NewDB(t, time.UTC)}
 }
 
+// newEnvOneDevice is a new env with one product and one deployed device
+// of it, "<product>-d", offline.
+func newEnvOneDevice(t testing.TB) (e *env, product, device string) {
+	t.Helper()
+	e = newEnv(t)
+	product = randID("p")
+	e.product(product)
+	device = product + "-d"
+	e.device(device, product, "offline")
+	return e, product, device
+}
+
 func (e *env) exec(q string, args ...any) {
 	e.t.Helper()
 	if _, err := e.store.DB().Exec(q, args...); err != nil {
