@@ -76,12 +76,13 @@ type IngestResult struct {
 	ClickHouse      ClickHouseCeilingResult
 	ClickHouseRatio float64 // IngestRate / ClickHouse.Rate
 	// CPUBound estimates the most msgs/s any ingest could store on this
-	// machine from the same run's CPU figures (cpuBound): the machine's cores over
-	// the CPU per message of the broker pass-through (publisher, broker,
-	// subscriber) plus that of the raw ClickHouse insert (client encoding,
-	// server). BoundRatio is CPUBound / BrokerRate: the best ratio this
-	// machine allows, what a receiver that costs no more than a bare paho
-	// subscriber and a decoder that costs nothing would reach.
+	// machine from the same run's CPU figures (cpuBound): the machine's
+	// cores over the CPU per message of the broker pass-through
+	// (publisher, broker, subscriber) plus that of the raw ClickHouse
+	// insert (client encoding, server). BoundRatio is CPUBound /
+	// BrokerRate: the best ratio this machine allows, what a receiver that
+	// costs no more than a bare paho subscriber and a decoder that costs
+	// nothing would reach.
 	CPUBound     float64
 	BoundRatio   float64
 	ServerPID    int

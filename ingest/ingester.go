@@ -411,8 +411,9 @@ func (in *Ingester) retireSessions(ctx context.Context) error {
 }
 
 // retiredFilters are the filters a retired session may still hold: the
-// uplink filters, plain and shared, so that a session of a run with
-// another share-group setting leaves too.
+// uplink filters, plain and in this share group, so that a session of a
+// run without a share group leaves too. (A session subscribed in another
+// share group keeps that subscription.)
 func (in *Ingester) retiredFilters() []string {
 	var fs []string
 	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
