@@ -54,32 +54,9 @@ func TestSigtermDrains(t *testing.T) {
 	first := startServer(t, bin, env, "first")
 	product, device := "sp"+suffix, "sd"+suffix
 	token := login(t, first.base)
-	first.call(t, token, "POST", "/api/device/product", map[string]any{
-		"id": product, "name": "Sigterm product", "classifiedId": "test", "modelFrom": "custom",
-		"accessId": "mqtt", "deviceType": "device"})
-	first.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
-	first.call(t, token, "POST", "/api/device/instance", map[string]any{"id": device, "name": "Sigterm device", "productId": product})
-	first.call(t, token, "POST", "/api/device/instance/"+device+"/deploy", nil)
+	first.deployDevice(t, token, product, device)
 
-	// The server created the database; the test only reads and drops it.
-	topt := tsdb.DefaultOptions()
-	if v := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); v != "" {
-		topt.Addr = v
-	}
-	topt.Database = chDB
-	topt.QueryTimeout = 10 * time.Second
-	octx, ocancel := context.WithTimeout(context.Background(), 30*time.Second)
-	db, err := tsdb.Open(octx, topt)
-	ocancel()
-	if err != nil {
-		t.Fatalf("open ClickHouse: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = db.DropDatabase(ctx)
-		db.Close()
-	})
+	db := serverClickHouse(t, chDB)
 	stored := func() (map[string]uint64, error) {
 		return tsdbtest.StoredCounts(context.Background(), db, "up")
 	}
@@ -156,6 +133,31 @@ func TestSigtermDrains(t *testing.T) {
 	if code, ok := second.wait(shutdownTimeout + 5*time.Second); !ok || code != 0 {
 		t.Fatalf("the second instance: exited %v, code %d\n%s", ok, code, second.logTail())
 	}
+}
+
+// serverClickHouse opens the ClickHouse database a server under test
+// created (the test only reads it) and drops it when the test ends.
+func serverClickHouse(t *testing.T, name string) *tsdb.DB {
+	t.Helper()
+	opt := tsdb.DefaultOptions()
+	if v := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); v != "" {
+		opt.Addr = v
+	}
+	opt.Database = name
+	opt.QueryTimeout = 10 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	db, err := tsdb.Open(ctx, opt)
+	cancel()
+	if err != nil {
+		t.Fatalf("open ClickHouse: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.DropDatabase(ctx)
+		db.Close()
+	})
+	return db
 }
 
 func randHex() string {
@@ -279,6 +281,18 @@ func login(t *testing.T, base string) string {
 		t.Fatal("login: no token")
 	}
 	return res.Token
+}
+
+// deployDevice creates and deploys a product and one device of it
+// through the API.
+func (s *server) deployDevice(t *testing.T, token, product, device string) {
+	t.Helper()
+	s.call(t, token, "POST", "/api/device/product", map[string]any{
+		"id": product, "name": "Product " + product, "classifiedId": "test", "modelFrom": "custom",
+		"accessId": "mqtt", "deviceType": "device"})
+	s.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
+	s.call(t, token, "POST", "/api/device/instance", map[string]any{"id": device, "name": "Device " + device, "productId": product})
+	s.call(t, token, "POST", "/api/device/instance/"+device+"/deploy", nil)
 }
 
 func (s *server) call(t *testing.T, token, method, path string, body any) {
