@@ -1,0 +1,108 @@
+package main
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/mqtttest"
+	"devicehub/meta/metatest"
+)
+
+// TestPresenceThroughHTTP runs the real binary and a device with a last
+// will on its own Mosquitto: the device's birth message makes endpoint 8
+// answer online with an onlineTime, and cutting its connection without a
+// DISCONNECT (the broker publishes the will) makes it answer offline with
+// an offlineTime, the onlineTime kept.
+func TestPresenceThroughHTTP(t *testing.T) {
+	broker := mqtttest.StartBroker(t)
+	bin := buildBinary(t)
+	suffix := randHex()
+	chDB := "devicehub_presence_test_" + suffix
+	env := append(os.Environ(),
+		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
+		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
+		"DEVICEHUB_MQTT_URL="+broker.URL(),
+		"DEVICEHUB_MQTT_CLIENT_ID=presence-test-"+suffix,
+		"DEVICEHUB_ADMIN_PASSWORD=admin123",
+	)
+	srv := startServer(t, bin, env, "presence")
+	serverClickHouse(t, chDB) // dropped at the end, after the server stopped:
+	t.Cleanup(func() {
+		srv.signal(syscall.SIGTERM)
+		srv.wait(15 * time.Second)
+	})
+	token := login(t, srv.base)
+	product, device := "pp"+suffix, "pd"+suffix
+	srv.deployDevice(t, token, product, device)
+
+	type view struct {
+		State                   string
+		OnlineTime, OfflineTime int64
+	}
+	detail := func() view {
+		var d struct {
+			State struct {
+				Value string `json:"value"`
+			} `json:"state"`
+			OnlineTime  int64 `json:"onlineTime"`
+			OfflineTime int64 `json:"offlineTime"`
+		}
+		srv.do(t, token, "GET", "/api/device/instance/"+device+"/detail", nil, &d)
+		return view{d.State.Value, d.OnlineTime, d.OfflineTime}
+	}
+	if v := detail(); v != (view{State: "offline"}) {
+		t.Fatalf("deployed device before any message: %+v", v)
+	}
+
+	// The device keeps its socket so that the test can cut it.
+	var mu sync.Mutex
+	var conn net.Conn
+	opts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(device).
+		SetCleanSession(true).SetAutoReconnect(false).
+		SetWill("/"+product+"/"+device+"/offline", `{"reason":"connection lost"}`, 1, false).
+		SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+			mu.Lock()
+			conn = c
+			mu.Unlock()
+			return c, err
+		})
+	dev := mqtt.NewClient(opts)
+	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("device connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { dev.Disconnect(0) })
+
+	before := time.Now().UnixMilli()
+	if tok := dev.Publish("/"+product+"/"+device+"/online", 1, false, ""); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("birth: %v", tok.Error())
+	}
+	var online view
+	waitUntil(t, 15*time.Second, "endpoint 8 to answer online", func() bool {
+		online = detail()
+		return online.State == "online"
+	})
+	if online.OnlineTime < before || online.OnlineTime > time.Now().UnixMilli() || online.OfflineTime != 0 {
+		t.Fatalf("online: %+v, birth published at %d", online, before)
+	}
+
+	cut := time.Now().UnixMilli()
+	mu.Lock()
+	conn.Close() // no DISCONNECT: the broker publishes the will
+	mu.Unlock()
+	var offline view
+	waitUntil(t, 15*time.Second, "endpoint 8 to answer offline after the last will", func() bool {
+		offline = detail()
+		return offline.State == "offline"
+	})
+	if offline.OnlineTime != online.OnlineTime || offline.OfflineTime < cut || offline.OfflineTime > time.Now().UnixMilli() {
+		t.Fatalf("offline: %+v, online was %+v, connection cut at %d", offline, online, cut)
+	}
+}
