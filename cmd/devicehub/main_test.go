@@ -20,7 +20,6 @@ import (
 
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
-	"devicehub/tsdb"
 	"devicehub/tsdb/tsdbtest"
 )
 
@@ -56,7 +55,7 @@ func TestSigtermDrains(t *testing.T) {
 	token := login(t, first.base)
 	first.deployDevice(t, token, product, device)
 
-	db := serverClickHouse(t, chDB)
+	db := tsdbtest.OpenDB(t, chDB, nil) // the server created it
 	stored := func() (map[string]uint64, error) {
 		return tsdbtest.StoredCounts(context.Background(), db, "up")
 	}
@@ -133,31 +132,6 @@ func TestSigtermDrains(t *testing.T) {
 	if code, ok := second.wait(shutdownTimeout + 5*time.Second); !ok || code != 0 {
 		t.Fatalf("the second instance: exited %v, code %d\n%s", ok, code, second.logTail())
 	}
-}
-
-// serverClickHouse opens the ClickHouse database a server under test
-// created (the test only reads it) and drops it when the test ends.
-func serverClickHouse(t *testing.T, name string) *tsdb.DB {
-	t.Helper()
-	opt := tsdb.DefaultOptions()
-	if v := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); v != "" {
-		opt.Addr = v
-	}
-	opt.Database = name
-	opt.QueryTimeout = 10 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	db, err := tsdb.Open(ctx, opt)
-	cancel()
-	if err != nil {
-		t.Fatalf("open ClickHouse: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = db.DropDatabase(ctx)
-		db.Close()
-	})
-	return db
 }
 
 func randHex() string {

@@ -13,6 +13,7 @@ import (
 
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
+	"devicehub/tsdb/tsdbtest"
 )
 
 // TestPresenceThroughHTTP runs the real binary and a device with a last
@@ -33,7 +34,7 @@ func TestPresenceThroughHTTP(t *testing.T) {
 		"DEVICEHUB_ADMIN_PASSWORD=admin123",
 	)
 	srv := startServer(t, bin, env, "presence")
-	serverClickHouse(t, chDB) // dropped at the end, after the server stopped:
+	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stopped:
 	t.Cleanup(func() {
 		srv.signal(syscall.SIGTERM)
 		srv.wait(15 * time.Second)

@@ -19,12 +19,22 @@ func NewDB(t testing.TB, loc *time.Location) *tsdb.DB {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
+	return OpenDB(t, "devicehub_test_"+hex.EncodeToString(b[:]), loc)
+}
+
+// OpenDB opens database name, creating it and its tables if need be, in
+// the platform zone loc (nil: tsdb's default), and drops it when the test
+// ends: also for a database a server under test created.
+func OpenDB(t testing.TB, name string, loc *time.Location) *tsdb.DB {
+	t.Helper()
 	opt := tsdb.DefaultOptions()
 	if a := os.Getenv("DEVICEHUB_CLICKHOUSE_ADDR"); a != "" {
 		opt.Addr = a
 	}
-	opt.Database = "devicehub_test_" + hex.EncodeToString(b[:])
-	opt.TimeZone = loc
+	opt.Database = name
+	if loc != nil {
+		opt.TimeZone = loc
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db, err := tsdb.Open(ctx, opt)
