@@ -37,18 +37,9 @@ import (
 func TestSigtermDrains(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	bin := buildBinary(t)
-	suffix := randHex()
-	chDB := "devicehub_sigterm_test_" + suffix
 	const shutdownTimeout = 10 * time.Second
-	env := append(os.Environ(),
-		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
-		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
-		"DEVICEHUB_MQTT_URL="+broker.URL(),
-		"DEVICEHUB_MQTT_CLIENT_ID=sigterm-test-"+suffix,
-		"DEVICEHUB_ADMIN_PASSWORD=admin123",
-		"DEVICEHUB_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
-		"DEVICEHUB_LOG_LEVEL=info",
-	)
+	env, chDB, suffix := testEnv(t, broker.URL(), "sigterm")
+	env = append(env, "DEVICEHUB_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "DEVICEHUB_LOG_LEVEL=info")
 
 	first := startServer(t, bin, env, "first")
 	product, device := "sp"+suffix, "sd"+suffix
@@ -132,6 +123,24 @@ func TestSigtermDrains(t *testing.T) {
 	if code, ok := second.wait(shutdownTimeout + 5*time.Second); !ok || code != 0 {
 		t.Fatalf("the second instance: exited %v, code %d\n%s", ok, code, second.logTail())
 	}
+}
+
+// testEnv is the environment of a binary under test: a PostgreSQL
+// database of its own, ClickHouse database chDB (the server creates it;
+// tsdbtest.OpenDB drops it), the broker at brokerURL and admin password
+// admin123. Names end in suffix, random.
+func testEnv(t *testing.T, brokerURL, name string) (env []string, chDB, suffix string) {
+	t.Helper()
+	suffix = randHex()
+	chDB = "devicehub_" + name + "_test_" + suffix
+	env = append(os.Environ(),
+		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
+		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
+		"DEVICEHUB_MQTT_URL="+brokerURL,
+		"DEVICEHUB_MQTT_CLIENT_ID="+name+"-test-"+suffix,
+		"DEVICEHUB_ADMIN_PASSWORD=admin123",
+	)
+	return env, chDB, suffix
 }
 
 func randHex() string {

@@ -3,7 +3,6 @@ package main
 import (
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest/mqtttest"
-	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
 )
 
@@ -24,15 +22,7 @@ import (
 func TestPresenceThroughHTTP(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	bin := buildBinary(t)
-	suffix := randHex()
-	chDB := "devicehub_presence_test_" + suffix
-	env := append(os.Environ(),
-		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
-		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
-		"DEVICEHUB_MQTT_URL="+broker.URL(),
-		"DEVICEHUB_MQTT_CLIENT_ID=presence-test-"+suffix,
-		"DEVICEHUB_ADMIN_PASSWORD=admin123",
-	)
+	env, chDB, suffix := testEnv(t, broker.URL(), "presence")
 	srv := startServer(t, bin, env, "presence")
 	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stopped:
 	t.Cleanup(func() {
