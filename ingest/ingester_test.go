@@ -141,12 +141,12 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	dev := newPublisher(t, nil)
 
 	report := `{"properties":{"t":1}}`
-	dev.publish(t, "/"+p+"/"+p+"-nobody/properties/report", 1, report)         // unknown device
-	dev.publish(t, "/"+p+"/"+foreign+"/properties/report", 1, report)          // product mismatch
-	dev.publish(t, "/"+p+"/"+idle+"/properties/report", 1, report)             // notActive
-	dev.publish(t, "/"+p+"/"+good+"/properties/report", 1, `{"properties":[}`) // malformed
-	dev.publish(t, "/"+p+"/"+good+"/event/e", 1, `{"data":`+strings.Repeat(" ", MaxPayload)+`1}`)
-	dev.publish(t, "/"+p+"/"+good+"/properties/report", 1, report) // the one stored
+	dev.MustPublish(t, "/"+p+"/"+p+"-nobody/properties/report", 1, report)         // unknown device
+	dev.MustPublish(t, "/"+p+"/"+foreign+"/properties/report", 1, report)          // product mismatch
+	dev.MustPublish(t, "/"+p+"/"+idle+"/properties/report", 1, report)             // notActive
+	dev.MustPublish(t, "/"+p+"/"+good+"/properties/report", 1, `{"properties":[}`) // malformed
+	dev.MustPublish(t, "/"+p+"/"+good+"/event/e", 1, `{"data":`+strings.Repeat(" ", MaxPayload)+`1}`)
+	dev.MustPublish(t, "/"+p+"/"+good+"/properties/report", 1, report) // the one stored
 
 	want := map[string]uint64{DropUnknownDevice: 1, DropProductMismatch: 1, DropNotActive: 1, DropMalformed: 1, DropOversize: 1}
 	eventually(t, 20*time.Second, "drops counted and the good message stored", func() bool {
@@ -166,7 +166,7 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	// The device cache is negative too, but expires: a device created after
 	// a dropped message is accepted within the TTL.
 	late := p + "-late"
-	dev.publish(t, "/"+p+"/"+late+"/properties/report", 1, report)
+	dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
 	eventually(t, 10*time.Second, "late device dropped once", func() bool { return in.Stats().Dropped[DropUnknownDevice] == 2 })
 	e.device(late, p, "offline")
 	deadline := time.Now().Add(10 * time.Second)
@@ -174,7 +174,7 @@ func TestDropsCountedNeverStored(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("message of a newly created device not stored within the cache TTL")
 		}
-		dev.publish(t, "/"+p+"/"+late+"/properties/report", 1, report)
+		dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -203,13 +203,13 @@ func TestPresenceBirthAndLastWill(t *testing.T) {
 	dev := newPublisher(t, func(o *mqtt.ClientOptions) {
 		o.SetWill("/"+p+"/"+d+"/offline", `{"reason":"will"}`, 1, false)
 	})
-	dev.publish(t, "/"+p+"/"+d+"/online", 1, "")
+	dev.MustPublish(t, "/"+p+"/"+d+"/online", 1, "")
 	eventually(t, 10*time.Second, "online in PostgreSQL and in Presence", func() bool {
 		s, on, _ := state()
 		return s == "online" && on && pres.IsOnline(d)
 	})
 
-	dev.cut() // no DISCONNECT: the broker publishes the will
+	dev.Cut() // no DISCONNECT: the broker publishes the will
 	eventually(t, 15*time.Second, "offline through the last will", func() bool {
 		s, _, off := state()
 		return s == "offline" && off && !pres.IsOnline(d)
@@ -366,7 +366,7 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 	sent := 0
 	publish := func(n int) {
 		for range n {
-			dev.publish(t, "/"+p+"/"+d+"/properties/report", 1, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, sent, sent))
+			dev.MustPublish(t, "/"+p+"/"+d+"/properties/report", 1, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, sent, sent))
 			sent++
 		}
 	}

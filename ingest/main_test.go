@@ -6,16 +6,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"go.uber.org/goleak"
 
+	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
@@ -170,47 +168,9 @@ func purgeSessions(t testing.TB, opt Options) {
 	}
 }
 
-// device is a simulated device: a paho client whose TCP connection can be
-// cut without an MQTT DISCONNECT, so that the broker sends its last will.
-type simDevice struct {
-	mqtt.Client
-	mu   sync.Mutex
-	conn net.Conn
-}
-
-func newPublisher(t testing.TB, configure func(*mqtt.ClientOptions)) *simDevice {
+// newPublisher connects a simulated device (mqtttest.Device) with a
+// random client id to the test broker.
+func newPublisher(t testing.TB, configure func(*mqtt.ClientOptions)) *mqtttest.Device {
 	t.Helper()
-	d := &simDevice{}
-	o := mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID(randID("dev-")).
-		SetCleanSession(true).SetAutoReconnect(false).
-		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-			c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
-			d.mu.Lock()
-			d.conn = c
-			d.mu.Unlock()
-			return c, err
-		})
-	if configure != nil {
-		configure(o)
-	}
-	d.Client = mqtt.NewClient(o)
-	if err := waitToken(d.Connect(), 10*time.Second); err != nil {
-		t.Fatalf("device connect: %v", err)
-	}
-	t.Cleanup(func() { d.Disconnect(0) })
-	return d
-}
-
-// cut closes the TCP connection under the client: no DISCONNECT is sent.
-func (d *simDevice) cut() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.conn.Close()
-}
-
-func (d *simDevice) publish(t testing.TB, topic string, qos byte, payload string) {
-	t.Helper()
-	if err := waitToken(d.Publish(topic, qos, false, payload), 10*time.Second); err != nil {
-		t.Fatalf("publish %s: %v", topic, err)
-	}
+	return mqtttest.ConnectDevice(t, brokerURL(), randID("dev-"), configure)
 }

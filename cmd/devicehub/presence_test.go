@@ -1,9 +1,6 @@
 package main
 
 import (
-	"net"
-	"net/url"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,8 +21,8 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	bin := buildBinary(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "presence")
 	srv := startServer(t, bin, env, "presence")
-	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stopped:
-	t.Cleanup(func() {
+	tsdbtest.OpenDB(t, chDB, nil)
+	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
 		srv.signal(syscall.SIGTERM)
 		srv.wait(15 * time.Second)
 	})
@@ -52,29 +49,11 @@ func TestPresenceThroughHTTP(t *testing.T) {
 		t.Fatalf("deployed device before any message: %+v", v)
 	}
 
-	// The device keeps its socket so that the test can cut it.
-	var mu sync.Mutex
-	var conn net.Conn
-	opts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(device).
-		SetCleanSession(true).SetAutoReconnect(false).
-		SetWill("/"+product+"/"+device+"/offline", `{"reason":"connection lost"}`, 1, false).
-		SetCustomOpenConnectionFn(func(u *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-			c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-			mu.Lock()
-			conn = c
-			mu.Unlock()
-			return c, err
-		})
-	dev := mqtt.NewClient(opts)
-	if tok := dev.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("device connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { dev.Disconnect(0) })
-
+	dev := mqtttest.ConnectDevice(t, broker.URL(), device, func(o *mqtt.ClientOptions) {
+		o.SetWill("/"+product+"/"+device+"/offline", `{"reason":"connection lost"}`, 1, false)
+	})
 	before := time.Now().UnixMilli()
-	if tok := dev.Publish("/"+product+"/"+device+"/online", 1, false, ""); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("birth: %v", tok.Error())
-	}
+	dev.MustPublish(t, "/"+product+"/"+device+"/online", 1, "")
 	var online view
 	waitUntil(t, 15*time.Second, "endpoint 8 to answer online", func() bool {
 		online = detail()
@@ -85,9 +64,7 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	}
 
 	cut := time.Now().UnixMilli()
-	mu.Lock()
-	conn.Close() // no DISCONNECT: the broker publishes the will
-	mu.Unlock()
+	dev.Cut() // no DISCONNECT: the broker publishes the will
 	var offline view
 	waitUntil(t, 15*time.Second, "endpoint 8 to answer offline after the last will", func() bool {
 		offline = detail()
