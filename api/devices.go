@@ -19,6 +19,7 @@ type DeviceStore interface {
 	DeleteDevice(ctx context.Context, id string) (meta.DeviceDetail, error)
 	DeployDevice(ctx context.Context, id string, modifier meta.User) (meta.DeviceDetail, error)
 	UndeployDevice(ctx context.Context, id string, modifier meta.User) (meta.DeviceDetail, error)
+	RotateDeviceSecret(ctx context.Context, id string, modifier meta.User) (meta.DeviceDetail, error)
 	SetDeviceMetadata(ctx context.Context, id, metadata string, modifier meta.User) error
 	ResetDeviceMetadata(ctx context.Context, id string, modifier meta.User) error
 }
@@ -124,6 +125,17 @@ func (s *Server) deployDevice(c *fiber.Ctx) error {
 // undeployDevice is POST /api/device/instance/{id}/undeploy.
 func (s *Server) undeployDevice(c *fiber.Ctx) error {
 	d, err := s.deps.Devices.UndeployDevice(c.UserContext(), c.Params("id"), currentUser(c))
+	if err != nil {
+		return err
+	}
+	return ok(c, d)
+}
+
+// rotateDeviceSecret is POST /api/device/instance/{id}/secret: a new
+// random secureKey, shown in this response only (like the one given at
+// creation). The broker drops the device's sessions that used the old key.
+func (s *Server) rotateDeviceSecret(c *fiber.Ctx) error {
+	d, err := s.deps.Devices.RotateDeviceSecret(c.UserContext(), c.Params("id"), currentUser(c))
 	if err != nil {
 		return err
 	}

@@ -93,13 +93,14 @@ func TestDeviceCreate(t *testing.T) {
 			t.Errorf("created %s = %v, want %v", k, got, v)
 		}
 	}
+	// The create response is where its creator learns the generated key.
 	conf, _ := d["configuration"].(map[string]any)
-	if conf["secureKey"] != "******" || conf["secureId"] != id || conf["channelId"] != "" {
-		t.Errorf("configuration: %v", conf)
-	}
 	var key string
 	if err := e.store.DB().Get(&key, `SELECT secure_key FROM devices WHERE id = $1`, id); err != nil || len(key) != 32 {
 		t.Errorf("stored secure key %q %v", key, err)
+	}
+	if conf["secureKey"] != key || conf["secureId"] != id || conf["channelId"] != "" {
+		t.Errorf("configuration: %v (stored key %s)", conf, key)
 	}
 	if ct, _ := d["createTime"].(float64); ct < 1.7e12 {
 		t.Errorf("createTime %v is not epoch ms", d["createTime"])
@@ -114,15 +115,22 @@ func TestDeviceCreate(t *testing.T) {
 	if d["id"] != "m-2" || d["edge"] != true || d["aloneConfiguration"] != true {
 		t.Fatalf("created: %v", d)
 	}
-	if conf := d["configuration"].(map[string]any); conf["secureId"] != "sid" || conf["channelId"] != "ch-7" || conf["secureKey"] != "******" {
+	if conf := d["configuration"].(map[string]any); conf["secureId"] != "sid" || conf["channelId"] != "ch-7" || conf["secureKey"] != "k1" {
 		t.Fatalf("configuration: %v", conf)
 	}
 	if dc := d["deviceConfiguration"].(map[string]any); dc["host"] != "10.0.0.2" || dc["port"] != 502.0 {
 		t.Fatalf("deviceConfiguration: %v", dc)
 	}
 
+	// A secureId is one device's broker username.
+	r := e.fails("POST", "/api/device/instance", map[string]any{"id": "m-3", "name": "x", "productId": "meter",
+		"configuration": map[string]any{"secureId": "sid"}}, 400, "duplicate_key")
+	if !strings.Contains(r.Message, "configuration.secureId") {
+		t.Fatalf("duplicate secureId: %s", r.raw)
+	}
+
 	// Errors.
-	r := e.fails("POST", "/api/device/instance", map[string]any{"name": "x", "productId": "nope"}, 404, "not_found")
+	r = e.fails("POST", "/api/device/instance", map[string]any{"name": "x", "productId": "nope"}, 404, "not_found")
 	if !strings.Contains(r.Message, `"nope"`) {
 		t.Errorf("unknown product message: %s", r.Message)
 	}

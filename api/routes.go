@@ -48,6 +48,7 @@ func (s *Server) routes() {
 	api.Delete("/device/instance/:id", s.write(s.deleteDevice))
 	api.Post("/device/instance/:id/deploy", s.write(s.deployDevice))
 	api.Post("/device/instance/:id/undeploy", s.write(s.undeployDevice))
+	api.Post("/device/instance/:id/secret", s.write(s.rotateDeviceSecret))
 
 	// Roles.
 	api.Post("/role/_query", s.queryRoles) // 13

@@ -6,10 +6,18 @@ import (
 )
 
 // TestSecureKeyMasked: no response of any product or device endpoint holds
-// a stored secureKey.
+// a stored secureKey, but the one that creates the device and the one that
+// rotates its key.
 func TestSecureKeyMasked(t *testing.T) {
 	e := newEnv(t)
-	var bodies []string
+	var bodies, shown []string
+	show := func(r response) {
+		t.Helper()
+		if r.HTTPStatus != 200 {
+			t.Fatalf("%d %s", r.HTTPStatus, r.raw)
+		}
+		shown = append(shown, string(r.raw))
+	}
 	keep := func(r response) {
 		t.Helper()
 		if r.HTTPStatus != 200 {
@@ -19,7 +27,7 @@ func TestSecureKeyMasked(t *testing.T) {
 	}
 	keep(e.call("POST", "/api/device/product", map[string]any{"id": "sk", "name": "N", "classifiedId": "c", "modelFrom": "custom", "accessId": "a", "deviceType": "device"}))
 	keep(e.call("POST", "/api/device-product/sk/deploy", nil))
-	keep(e.call("POST", "/api/device/instance", map[string]any{"id": "sk-1", "name": "D", "productId": "sk"}))
+	show(e.call("POST", "/api/device/instance", map[string]any{"id": "sk-1", "name": "D", "productId": "sk"}))
 	keep(e.call("POST", "/api/device/instance/sk-1/deploy", nil))
 	keep(e.call("GET", "/api/device-product/sk", nil))
 	keep(e.call("POST", "/api/device-product/_query/", `{}`))
@@ -31,7 +39,8 @@ func TestSecureKeyMasked(t *testing.T) {
 	keep(e.call("DELETE", "/api/device-product/sk", nil))
 	// The first pair is deleted; a second pair stays to compare with.
 	keep(e.call("POST", "/api/device/product", map[string]any{"id": "sk2", "name": "N", "classifiedId": "c", "modelFrom": "custom", "accessId": "a", "deviceType": "device"}))
-	keep(e.call("POST", "/api/device/instance", map[string]any{"id": "sk2-1", "name": "D", "productId": "sk2"}))
+	show(e.call("POST", "/api/device/instance", map[string]any{"id": "sk2-1", "name": "D", "productId": "sk2"}))
+	show(e.call("POST", "/api/device/instance/sk2-1/secret", nil))
 	keep(e.call("GET", "/api/device-product/sk2", nil))
 	keep(e.call("GET", "/api/device/instance/sk2-1/detail", nil))
 	keep(e.call("POST", "/api/device-instance/_query/", `{}`))
@@ -51,6 +60,11 @@ func TestSecureKeyMasked(t *testing.T) {
 				t.Fatalf("a response holds secureKey %s: %s", k, b)
 			}
 		}
+	}
+	// The device key (the second) is in its last create response and
+	// rotation's only: the rotated key is the stored one.
+	if strings.Contains(shown[1], keys[1]) || !strings.Contains(shown[2], keys[1]) {
+		t.Fatalf("create or rotate response: key %s not where expected:\n%s\n%s", keys[1], shown[1], shown[2])
 	}
 	if !strings.Contains(bodies[len(bodies)-1], `"secureKey":"******"`) {
 		t.Fatalf("device list does not show the masked key: %s", bodies[len(bodies)-1])

@@ -608,6 +608,8 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		secureID, secureKey, channelID, n.OrgID, n.StorePolicy, n.Edge, n.MediaDevice, StateNotActive,
 		creator.ID, userName(creator), n.ProductID)
 	switch {
+	case isSecureIDTaken(err):
+		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(secureID, 80), ErrDuplicateKey)
 	case isUniqueViolation(err):
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", n.ID, ErrDuplicateKey)
 	case isForeignKeyViolation(err): // the product was deleted meanwhile
@@ -618,7 +620,19 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 	if k, _ := res.RowsAffected(); k == 0 {
 		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(n.ProductID, 80), ErrNotFound)
 	}
-	return s.getDeviceDetail(ctx, s.db, n.ID, false)
+	d, err := s.getDeviceDetail(ctx, s.db, n.ID, false)
+	if err != nil {
+		return DeviceDetail{}, err
+	}
+	d.Configuration.SecureKey = secureKey // shown once, to its creator
+	return d, nil
+}
+
+// isSecureIDTaken reports a second device with the same secureId (its
+// broker username).
+func isSecureIDTaken(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.Constraint == "devices_secure_id"
 }
 
 // isForeignKeyViolation reports a PostgreSQL foreign_key_violation (23503).
@@ -746,6 +760,9 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 		return DeviceDetail{}, Invalid("productId", "cannot be changed (device %q belongs to product %q)", truncate(id, 80), cur.ProductID)
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE devices SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...); err != nil {
+		if isSecureIDTaken(err) {
+			return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(*p.Configuration.SecureID, 80), ErrDuplicateKey)
+		}
 		return DeviceDetail{}, fmt.Errorf("meta: update device: %w", err)
 	}
 	d, err := s.getDeviceDetail(ctx, tx, id, false)
