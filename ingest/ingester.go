@@ -37,6 +37,8 @@ type Options struct {
 	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884" (the
 	// project's Mosquitto, see .ci/mosquitto.conf).
 	BrokerURL string
+	// Login is devicehub's login at the broker.
+	Login Login
 	// ClientID prefixes the ids of the subscriber connections,
 	// "<ClientID>-<n>". They must be stable across restarts (the broker
 	// keeps their sessions and queued messages) and differ between
@@ -110,7 +112,8 @@ func DefaultOptions() Options {
 		host = "local"
 	}
 	return Options{
-		BrokerURL:          "tcp://127.0.0.1:1884",          // .ci/services Mosquitto
+		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
+		Login:              DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
 		ShareGroup:         "devicehub",                     // every instance shares one group
 		Connections:        max(1, runtime.GOMAXPROCS(0)/2), // one per two cores, see Options
@@ -139,6 +142,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ClientID == "" {
 		o.ClientID = d.ClientID
+	}
+	if o.Login == (Login{}) {
+		o.Login = d.Login
 	}
 	if o.ShareGroup == "" {
 		o.ShareGroup = d.ShareGroup
@@ -432,9 +438,7 @@ func (in *Ingester) retiredFilters() []string {
 // made and returns a nil client.
 func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.Client, bool, error) {
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
-	o := mqtt.NewClientOptions().
-		AddBroker(in.opt.BrokerURL).
-		SetClientID(id).
+	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
 		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
 		SetStore(newIngestStore()).
 		SetAutoAckDisabled(true).
@@ -497,7 +501,7 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 // connect; failing that, an empty session without subscriptions stays,
 // which costs the broker nothing but its entry.
 func (in *Ingester) removeSession(id string) {
-	o := mqtt.NewClientOptions().AddBroker(in.opt.BrokerURL).SetClientID(id).
+	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
 		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
 	c := mqtt.NewClient(o)
 	if err := waitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {

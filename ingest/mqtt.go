@@ -167,3 +167,30 @@ type timeoutError struct{}
 func (timeoutError) Error() string { return "ingest: MQTT operation timed out" }
 
 var errTimeout error = timeoutError{}
+
+// Login is devicehub's own login at the broker: with Mosquitto, a client
+// of the dynamic-security plugin whose rights the dynsec package keeps
+// (every uplink, downlinks, the plugin's control topic). An empty Username
+// connects anonymously, which the project's broker refuses.
+type Login struct {
+	Username, Password string
+}
+
+// DefaultLogin is the service login `make run` and the tests' brokers are
+// set up with (.ci/mosquitto-setup).
+var DefaultLogin = Login{Username: "devicehub", Password: "devicehub-dev"}
+
+// apply sets the login on o.
+func (l Login) apply(o *mqtt.ClientOptions) *mqtt.ClientOptions {
+	if l.Username != "" {
+		o.SetUsername(l.Username)
+		o.SetPassword(l.Password)
+	}
+	return o
+}
+
+// NewClientOptions are paho options for broker with l's login: the start
+// of every devicehub client.
+func (l Login) NewClientOptions(broker, clientID string) *mqtt.ClientOptions {
+	return l.apply(mqtt.NewClientOptions().AddBroker(broker).SetClientID(clientID))
+}

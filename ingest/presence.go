@@ -27,6 +27,8 @@ type Handler func(topic string, payload []byte)
 type PresenceOptions struct {
 	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884".
 	BrokerURL string
+	// Login is devicehub's login at the broker.
+	Login Login
 	// ClientID of this instance's client; it must be unique per instance.
 	// Default "devicehub-presence-<hostname>-<random>".
 	ClientID string
@@ -47,7 +49,8 @@ func DefaultPresenceOptions() PresenceOptions {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return PresenceOptions{
-		BrokerURL:      "tcp://127.0.0.1:1884",                                        // .ci/services Mosquitto
+		BrokerURL:      "tcp://127.0.0.1:1884", // .ci/services Mosquitto
+		Login:          DefaultLogin,
 		ClientID:       "devicehub-presence-" + host + "-" + hex.EncodeToString(b[:]), // unique: plain subscription per instance
 		KeepAlive:      30 * time.Second,                                              // paho's default
 		ConnectTimeout: 10 * time.Second,                                              // a local broker answers in ms
@@ -98,6 +101,9 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	if opt.ClientID == "" {
 		opt.ClientID = d.ClientID
 	}
+	if opt.Login == (Login{}) {
+		opt.Login = d.Login
+	}
 	if opt.KeepAlive <= 0 {
 		opt.KeepAlive = d.KeepAlive
 	}
@@ -126,9 +132,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	p.mu.Lock()
 	p.touched = make(map[string]struct{}) // track from the first subscription on
 	p.mu.Unlock()
-	o := mqtt.NewClientOptions().
-		AddBroker(opt.BrokerURL).
-		SetClientID(opt.ClientID).
+	o := opt.Login.NewClientOptions(opt.BrokerURL, opt.ClientID).
 		SetCleanSession(true).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).

@@ -41,6 +41,10 @@ type Options struct {
 	ReplyLatency time.Duration
 	Silent       bool
 	FailureRate  float64
+	// Login sets a device's broker login on its client options: its own
+	// (OwnLogins) or, in tests of the traffic itself, a gateway's. nil
+	// connects anonymously, with a random client id.
+	Login func(deviceID string, o *mqtt.ClientOptions)
 	// ConnectTimeout bounds each device's connection.
 	ConnectTimeout time.Duration
 	// ValueFunc, if set, chooses the values of reads and reports instead of
@@ -136,6 +140,9 @@ func (d *Device) connect(ctx context.Context) error {
 			d.mu.Unlock()
 			return readBuffered(c), nil
 		})
+	if o.Login != nil {
+		o.Login(d.ID, opts)
+	}
 	d.client = mqtt.NewClient(opts)
 	if err := wait(ctx, d.client.Connect()); err != nil {
 		return fmt.Errorf("sim: connect %s: %w", d.ID, err)
@@ -322,3 +329,15 @@ func readBuffered(c net.Conn) net.Conn {
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// Credential is a device's login: its configuration.secureId and secureKey.
+type Credential struct{ SecureID, SecureKey string }
+
+// OwnLogins logs each device in as itself: client id = device id,
+// username = secureId, password = secureKey (README "Devices over MQTT").
+func OwnLogins(creds map[string]Credential) func(string, *mqtt.ClientOptions) {
+	return func(id string, o *mqtt.ClientOptions) {
+		c := creds[id]
+		o.SetClientID(id).SetUsername(c.SecureID).SetPassword(c.SecureKey)
+	}
+}

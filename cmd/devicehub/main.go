@@ -25,6 +25,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
+	"devicehub/ingest/dynsec"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -92,7 +93,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// Every instance keeps the presence view (commands read it); only the
 	// ingest role stores uplink traffic.
 	popt := ingest.DefaultPresenceOptions()
-	popt.BrokerURL, popt.Logger = cfg.MQTTURL, log
+	popt.BrokerURL, popt.Login, popt.Logger = cfg.MQTTURL, cfg.MQTTLogin, log
 	presence, err := ingest.NewPresence(ctx, popt, store)
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
-		iopt.BrokerURL, iopt.Logger, iopt.Registerer = cfg.MQTTURL, log, reg
+		iopt.BrokerURL, iopt.Login, iopt.Logger, iopt.Registerer = cfg.MQTTURL, cfg.MQTTLogin, log, reg
 		if cfg.MQTTClientID != "" {
 			iopt.ClientID = cfg.MQTTClientID
 		}
@@ -131,6 +132,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	go cmds.RunExpiry(ctx, time.Second)
+
+	// The broker's device logins follow PostgreSQL; one instance writes
+	// them at a time (the others wait to take over).
+	if cfg.DeviceAuth == "dynsec" {
+		syncer := dynsec.New(store, dynsec.Options{BrokerURL: cfg.MQTTURL, Username: cfg.MQTTLogin.Username,
+			Password: cfg.MQTTLogin.Password, Logger: log, Registerer: reg})
+		syncDone := make(chan struct{})
+		sctx, stopSync := context.WithCancel(ctx)
+		go func() { defer close(syncDone); syncer.Run(sctx) }()
+		defer func() { stopSync(); <-syncDone }()
+	}
 
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
@@ -208,6 +220,8 @@ type config struct {
 	TimeZone          string
 	MQTTURL           string
 	MQTTClientID      string
+	MQTTLogin         ingest.Login
+	DeviceAuth        string
 	MQTTShareGroup    string
 	IngestConnections int
 	IngestWriters     int
@@ -258,6 +272,9 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.ClickHouseDB, "clickhouse-db", env("CLICKHOUSE_DB", tsdb.DefaultOptions().Database), "ClickHouse database (DEVICEHUB_CLICKHOUSE_DB)")
 	fs.StringVar(&c.TimeZone, "timezone", env("TIMEZONE", "Local"), "platform time zone, an IANA name (DEVICEHUB_TIMEZONE)")
 	fs.StringVar(&c.MQTTURL, "mqtt-url", env("MQTT_URL", ingest.DefaultOptions().BrokerURL), "MQTT broker (DEVICEHUB_MQTT_URL)")
+	fs.StringVar(&c.MQTTLogin.Username, "mqtt-username", env("MQTT_USERNAME", ingest.DefaultLogin.Username), "devicehub's login at the broker, with the dynamic-security plugin's admin rights (DEVICEHUB_MQTT_USERNAME)")
+	fs.StringVar(&c.MQTTLogin.Password, "mqtt-password", env("MQTT_PASSWORD", ingest.DefaultLogin.Password), "password of -mqtt-username (DEVICEHUB_MQTT_PASSWORD)")
+	fs.StringVar(&c.DeviceAuth, "device-auth", env("DEVICE_AUTH", "dynsec"), "how the broker learns device logins: dynsec (devicehub keeps Mosquitto's dynamic-security plugin in sync) or none (the broker reads them itself, e.g. EMQX from PostgreSQL) (DEVICEHUB_DEVICE_AUTH)")
 	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
 	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", "devicehub"), "shared-subscription group of ingest instances; \"none\" subscribes plainly with one connection (DEVICEHUB_MQTT_SHARE_GROUP)")
 	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, one per two cores (DEVICEHUB_INGEST_CONNECTIONS)")
@@ -282,6 +299,9 @@ func loadConfig(args []string, getenv func(string) string) (config, error) {
 		default:
 			return config{}, fmt.Errorf("unknown role %q (want api, ingest)", r)
 		}
+	}
+	if c.DeviceAuth != "dynsec" && c.DeviceAuth != "none" {
+		return config{}, fmt.Errorf("-device-auth must be dynsec or none, not %q", c.DeviceAuth)
 	}
 	if len(c.Roles) == 0 {
 		return config{}, errors.New("no role: -roles needs api, ingest or both")

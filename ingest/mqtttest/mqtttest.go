@@ -1,10 +1,12 @@
 // Package mqtttest runs a private Mosquitto for one test: the project's
-// settings (.ci/mosquitto.conf) on a free port and a temporary data
-// directory, so that fault tests can stop and restart it without touching
-// the shared broker other tests use.
+// settings (.ci/mosquitto-setup, with its dynamic-security plugin and
+// service login) on a free port and a temporary data directory, so that
+// fault tests can stop and restart it without touching the shared broker
+// other tests use; and it gives tests broker logins (login.go).
 package mqtttest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"devicehub/ingest/dynsec"
 )
 
 // Broker is a mosquitto process of one test.
@@ -24,6 +28,7 @@ type Broker struct {
 	bin    string
 	dir    string
 	port   int
+	tls    int // TLS listener's port; 0: none
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -32,6 +37,18 @@ type Broker struct {
 // is skipped where mosquitto is not installed. Extra lines are appended to
 // the configuration (e.g. "log_type all" to read the packets in Log).
 func StartBroker(t testing.TB, extra ...string) *Broker {
+	t.Helper()
+	return startBroker(t, false, extra)
+}
+
+// StartBrokerTLS is StartBroker with a TLS listener too (TLSURL, CAFile),
+// its certificate self-signed as `make run` makes it.
+func StartBrokerTLS(t testing.TB) *Broker {
+	t.Helper()
+	return startBroker(t, true, nil)
+}
+
+func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
@@ -44,14 +61,23 @@ func StartBroker(t testing.TB, extra ...string) *Broker {
 	if bin == "" {
 		t.Skip("mosquitto is not installed")
 	}
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), ".ci", "mosquitto.conf"))
+	dir := t.TempDir()
+	port := FreePort(t)
+	args := []string{filepath.Join(repoRoot(t), ".ci", "mosquitto-setup"), dir, strconv.Itoa(port)}
+	tlsPort := 0
+	if withTLS {
+		tlsPort = FreePort(t)
+		args = append(args, strconv.Itoa(tlsPort))
+	}
+	setup := exec.Command("bash", args...)
+	if out, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto-setup: %v\n%s", err, out)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, "mosquitto.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	port := FreePort(t)
-	cfg := strings.ReplaceAll(string(src), "@DATA@", dir)
-	cfg = strings.ReplaceAll(cfg, "@PORT@", strconv.Itoa(port))
+	cfg := string(src)
 	if os.Geteuid() == 0 {
 		// As root mosquitto drops to user mosquitto, which cannot enter
 		// the test's temporary directory: stay root.
@@ -61,8 +87,17 @@ func StartBroker(t testing.TB, extra ...string) *Broker {
 	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b := &Broker{t: t, bin: bin, dir: dir, port: port}
+	b := &Broker{t: t, bin: bin, dir: dir, port: port, tls: tlsPort}
 	b.Start()
+	// The service login's rights, before anything connects with it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin := dialAdmin(ctx, t, b.URL())
+	defer admin.Close()
+	svc, _ := Service()
+	if err := dynsec.EnsureService(ctx, admin, svc); err != nil {
+		t.Fatalf("service login rights: %v", err)
+	}
 	t.Cleanup(func() {
 		b.Stop(syscall.SIGKILL)
 		if t.Failed() {
@@ -84,6 +119,13 @@ func (b *Broker) Log() string {
 
 // URL is the broker's address for paho.
 func (b *Broker) URL() string { return "tcp://127.0.0.1:" + strconv.Itoa(b.port) }
+
+// TLSURL is the TLS listener's address (StartBrokerTLS), by the name its
+// certificate holds.
+func (b *Broker) TLSURL() string { return "ssl://localhost:" + strconv.Itoa(b.tls) }
+
+// CAFile is the certificate that signed the TLS listener's.
+func (b *Broker) CAFile() string { return filepath.Join(b.dir, "tls", "ca.crt") }
 
 // Start (re)starts the broker on its port and waits until it accepts.
 func (b *Broker) Start() {

@@ -1,0 +1,204 @@
+// Package dynsec keeps Mosquitto's dynamic-security plugin in step with the
+// devices of meta: which login may connect as which device, and on which
+// topics it may publish and subscribe. The broker enforces the rules at
+// CONNECT, PUBLISH and SUBSCRIBE; devicehub only writes them.
+//
+// A deployed device is one plugin client (username = its secureId, client id
+// bound to its device id, password = its secureKey) with a role of its own
+// whose ACLs name its topics; devicehub's service login gets the rights its
+// own clients need. client.go speaks the plugin's control API over MQTT,
+// rules.go says what the broker should hold, and sync.go makes it so: in full
+// on start and whenever a connection was lost, then device by device as
+// PostgreSQL reports changes.
+//
+// It imports meta's types only; it must not import api or ingest.
+package dynsec
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// The plugin's control topics (Mosquitto 2.0).
+const (
+	controlTopic  = "$CONTROL/dynamic-security/v1"
+	responseTopic = "$CONTROL/dynamic-security/v1/response"
+)
+
+// Command is one command of the control API, e.g.
+// {"command":"createClient","username":...}.
+type Command map[string]any
+
+// Response is the plugin's answer to one command.
+type Response struct {
+	Command         string          `json:"command"`
+	Error           string          `json:"error"`
+	CorrelationData string          `json:"correlationData"`
+	Data            json.RawMessage `json:"data"`
+}
+
+// Err is the command's failure, or nil.
+func (r Response) Err() error {
+	if r.Error == "" {
+		return nil
+	}
+	return fmt.Errorf("dynsec %s: %s", r.Command, r.Error)
+}
+
+// Client sends commands to the plugin on an MQTT connection whose login has
+// the plugin's admin rights. It reconnects by itself.
+type Client struct {
+	c      mqtt.Client
+	prefix string // makes correlation data unique among the plugin's admins
+	seq    atomic.Uint64
+
+	mu      sync.Mutex
+	waiting map[string]chan []Response
+}
+
+// Dial connects with opts (broker, client id, login) and returns once the
+// plugin's responses are subscribed. onConnect, when not nil, runs after
+// every (re)connection once they are: what the plugin held may have
+// changed while the connection was down.
+func Dial(ctx context.Context, opts *mqtt.ClientOptions, onConnect func()) (*Client, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	cl := &Client{prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response)}
+	ready := make(chan error, 1)
+	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(2 * time.Second).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			tok := c.Subscribe(responseTopic, 0, cl.onResponse)
+			err := errors.New("dynsec: subscribing to the plugin's responses timed out")
+			if tok.WaitTimeout(10 * time.Second) {
+				err = tok.Error()
+			}
+			select {
+			case ready <- err:
+			default:
+			}
+			if err == nil && onConnect != nil {
+				onConnect()
+			}
+		}).
+		SetConnectionLostHandler(func(mqtt.Client, error) { cl.failAll() })
+	cl.c = mqtt.NewClient(opts)
+	tok := cl.c.Connect()
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return nil, fmt.Errorf("dynsec: connect: %w", err)
+		}
+	case <-ctx.Done():
+		cl.c.Disconnect(0)
+		return nil, fmt.Errorf("dynsec: connect: %w", ctx.Err())
+	}
+	select {
+	case err := <-ready:
+		if err != nil {
+			cl.c.Disconnect(0)
+			return nil, fmt.Errorf("dynsec: %w", err)
+		}
+	case <-ctx.Done():
+		cl.c.Disconnect(0)
+		return nil, fmt.Errorf("dynsec: connect: %w", ctx.Err())
+	}
+	return cl, nil
+}
+
+// Close disconnects.
+func (cl *Client) Close() {
+	cl.c.Disconnect(250)
+	cl.failAll()
+}
+
+// ErrConnectionLost fails the commands in flight when the connection drops;
+// whether the plugin carried them out is unknown.
+var ErrConnectionLost = errors.New("dynsec: connection to the broker lost")
+
+func (cl *Client) failAll() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for id, ch := range cl.waiting {
+		close(ch)
+		delete(cl.waiting, id)
+	}
+}
+
+// Do sends cmds in one control message and returns the plugin's response to
+// each, in order. The error is about the exchange; each command's own
+// failure is in its Response.
+func (cl *Client) Do(ctx context.Context, cmds ...Command) ([]Response, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	id := cl.prefix + "-" + strconv.FormatUint(cl.seq.Add(1), 10)
+	for i, c := range cmds {
+		c["correlationData"] = id + "." + strconv.Itoa(i)
+	}
+	payload, err := json.Marshal(map[string]any{"commands": cmds})
+	if err != nil {
+		return nil, fmt.Errorf("dynsec: %w", err)
+	}
+	ch := make(chan []Response, 1)
+	cl.mu.Lock()
+	cl.waiting[id] = ch
+	cl.mu.Unlock()
+	defer func() {
+		cl.mu.Lock()
+		delete(cl.waiting, id)
+		cl.mu.Unlock()
+	}()
+	tok := cl.c.Publish(controlTopic, 1, false, payload)
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return nil, fmt.Errorf("dynsec: publish: %w", err)
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dynsec: publish: %w", ctx.Err())
+	}
+	select {
+	case rs, ok := <-ch:
+		if !ok {
+			return nil, ErrConnectionLost
+		}
+		if len(rs) != len(cmds) {
+			return nil, fmt.Errorf("dynsec: %d responses to %d commands", len(rs), len(cmds))
+		}
+		return rs, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dynsec: waiting for the plugin: %w", ctx.Err())
+	}
+}
+
+// onResponse hands a response message to the Do call whose correlation
+// data it carries; other admins' responses are ignored.
+func (cl *Client) onResponse(_ mqtt.Client, m mqtt.Message) {
+	var body struct {
+		Responses []Response `json:"responses"`
+	}
+	if json.Unmarshal(m.Payload(), &body) != nil || len(body.Responses) == 0 {
+		return
+	}
+	id, _, ok := strings.Cut(body.Responses[0].CorrelationData, ".")
+	if !ok {
+		return
+	}
+	cl.mu.Lock()
+	ch := cl.waiting[id]
+	delete(cl.waiting, id)
+	cl.mu.Unlock()
+	if ch != nil {
+		ch <- body.Responses
+	}
+}
