@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"devicehub/api"
 	"devicehub/bench/sim"
 	"devicehub/ingest"
+	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/schema"
 )
@@ -68,6 +71,8 @@ func startSim(t *testing.T, presence *ingest.Presence, product string, ids []str
 	t.Helper()
 	m, _ := schema.ParseThingModelString(`{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`)
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), product, ids, m
+	gw := mqtttest.Gateway(t, brokerURL())
+	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if prop == "temp" {
 			return 21.5, true

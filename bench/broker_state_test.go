@@ -15,7 +15,7 @@ func TestReadBrokerStateCountsGoneSessions(t *testing.T) {
 	}
 	prefix := "bench-test-gone-" + ingestRandHex(4)
 	id := prefix + "-0" // as purgeSessions names them
-	c, err := mqttConnect(broker, id, false)
+	c, err := mqttConnect(broker, id, false, serviceLogin())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,12 +145,27 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
 		return res, err
 	}
+	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+		return res, err
+	}
+	// Each device connects with its own login, shown by its create call.
 	ids := make([]string, p.Devices)
+	logins := make(map[string]sim.Credential, len(ids))
 	for i := range ids {
 		ids[i] = product + "-" + strconv.Itoa(i)
-		if err := srv.call(ctx, "POST", "/api/device/instance", map[string]any{"id": ids[i], "name": "Bench device " + strconv.Itoa(i), "productId": product}, nil); err != nil {
+		var d struct {
+			Configuration struct {
+				SecureID  string `json:"secureId"`
+				SecureKey string `json:"secureKey"`
+			} `json:"configuration"`
+		}
+		if err := srv.call(ctx, "POST", "/api/device/instance", map[string]any{"id": ids[i], "name": "Bench device " + strconv.Itoa(i), "productId": product}, &d); err != nil {
 			return res, err
 		}
+		if err := srv.call(ctx, "POST", "/api/device/instance/"+ids[i]+"/deploy", nil, nil); err != nil {
+			return res, err
+		}
+		logins[ids[i]] = sim.Credential{SecureID: d.Configuration.SecureID, SecureKey: d.Configuration.SecureKey}
 	}
 
 	p.Logf("commands: connecting %d simulated devices", p.Devices)
@@ -158,7 +173,8 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	if err != nil {
 		return res, err
 	}
-	fleet, err := sim.Start(ctx, sim.Options{BrokerURL: p.BrokerURL, ProductID: product, DeviceIDs: ids, Model: model, QoS: 1})
+	fleet, err := startFleet(ctx, sim.Options{BrokerURL: p.BrokerURL, ProductID: product, DeviceIDs: ids, Model: model,
+		QoS: 1, Login: sim.OwnLogins(logins)})
 	if err != nil {
 		return res, err
 	}
@@ -236,4 +252,18 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 		res.RPSRatio = Ratio(res.Reads.SustainedRPS, c.SustainedRPS)
 	}
 	return res, serr
+}
+
+// startFleet connects the devices; a device refused because the server has
+// not yet given the broker its login (the server does within moments of
+// the deploy) is tried again, for up to 10 s.
+func startFleet(ctx context.Context, o sim.Options) (*sim.Fleet, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, err := sim.Start(ctx, o)
+		if err == nil || time.Now().After(deadline) {
+			return f, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

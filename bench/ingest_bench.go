@@ -32,9 +32,10 @@ import (
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
 type IngestParams struct {
-	BrokerURL      string // default tcp://127.0.0.1:1884
-	ClickHouseAddr string // default 127.0.0.1:9000
-	PostgresServer string // DSN without database, default postgres://postgres@127.0.0.1:5432
+	gateway        ingest.Login // the publishers' broker login
+	BrokerURL      string       // default tcp://127.0.0.1:1884
+	ClickHouseAddr string       // default 127.0.0.1:9000
+	PostgresServer string       // DSN without database, default postgres://postgres@127.0.0.1:5432
 	// ServerBinary is a built cmd/devicehub; empty: RunIngest builds one
 	// into a temporary directory (BuildServer; the working directory must be
 	// inside the repository).
@@ -166,6 +167,12 @@ func ingestRandHex(n int) string {
 func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	p = p.withDefaults()
 	res := IngestResult{QoS: p.QoS, Devices: p.Devices}
+	gateway, removeGateway, err := newGateway(ctx, p.BrokerURL)
+	if err != nil {
+		return res, err
+	}
+	defer removeGateway()
+	p.gateway = gateway
 	tmp, err := os.MkdirTemp("", "devicehub-bench-")
 	if err != nil {
 		return res, err
@@ -199,7 +206,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	}
 
 	// Ceilings first, with nothing else of this run running.
-	bc, err := brokerCeiling(ctx, "broker pass-through", p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
+	bc, err := brokerCeiling(ctx, "broker pass-through", p.BrokerURL, p.gateway, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
 	if err != nil {
 		return res, err
 	}
@@ -353,7 +360,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	if derr != nil {
 		return res, derr
 	}
-	bc, err = brokerCeiling(ctx, "broker pass-through, after ingest", p.BrokerURL, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
+	bc, err = brokerCeiling(ctx, "broker pass-through, after ingest", p.BrokerURL, p.gateway, p.QoS, p.BrokerDuration, procs("paho publisher and subscriber", 0))
 	if err != nil {
 		return res, err
 	}
@@ -426,7 +433,7 @@ func publishDevices(ctx context.Context, p IngestParams, product string, ids []s
 	errc := make(chan error, p.Publishers)
 	deadline := time.Now().Add(p.Duration)
 	for w := range p.Publishers {
-		c, err := mqttConnect(p.BrokerURL, "bench-pub-"+ingestRandHex(4), true)
+		c, err := mqttConnect(p.BrokerURL, "bench-pub-"+ingestRandHex(4), true, p.gateway)
 		if err != nil {
 			return 0, err
 		}
@@ -473,8 +480,8 @@ func publishLoop(ctx context.Context, c mqtt.Client, qos byte, deadline time.Tim
 	return n, nil
 }
 
-func mqttConnect(broker, id string, clean bool) (mqtt.Client, error) {
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID(id).SetCleanSession(clean).
+func mqttConnect(broker, id string, clean bool, login ingest.Login) (mqtt.Client, error) {
+	c := mqtt.NewClient(login.NewClientOptions(broker, id).SetCleanSession(clean).
 		SetAutoReconnect(false).SetWriteTimeout(30 * time.Second))
 	t := c.Connect()
 	if !t.WaitTimeout(10*time.Second) || t.Error() != nil {
@@ -492,7 +499,7 @@ func mqttConnect(broker, id string, clean bool) (mqtt.Client, error) {
 // its autosaves stall the broker for seconds.
 func purgeSessions(broker, prefix string, n int) {
 	for i := range max(n, minPurge) {
-		if c, err := mqttConnect(broker, prefix+"-"+strconv.Itoa(i), true); err == nil {
+		if c, err := mqttConnect(broker, prefix+"-"+strconv.Itoa(i), true, serviceLogin()); err == nil {
 			c.Disconnect(0)
 		}
 	}
@@ -500,26 +507,22 @@ func purgeSessions(broker, prefix string, n int) {
 
 const minPurge = 4
 
-// BrokerCeiling measures the broker's pass-through at qos: one paho
-// publisher to one paho subscriber (default options, auto-ack), payloads
-// like RunIngest's, publishing for d. It returns received msgs/s, from
-// the first publish to the last message received.
-func BrokerCeiling(ctx context.Context, broker string, qos byte, d time.Duration) (float64, error) {
-	r, err := brokerCeiling(ctx, "broker pass-through", broker, qos, d, nil)
-	return r.rate, err
-}
-
 type brokerCeilingResult struct {
 	rate float64
 	cpu  CPUBreakdown // of procs, first publish to last message received
 }
 
-func brokerCeiling(ctx context.Context, label, broker string, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
+// brokerCeiling measures the broker's pass-through at qos: one paho
+// publisher (with login pub) to one paho subscriber (default options,
+// auto-ack), payloads like RunIngest's, publishing for d; rate is
+// received msgs/s, from the first publish to the last message received.
+// The topic is no device's: ingest does not subscribe to it.
+func brokerCeiling(ctx context.Context, label, broker string, pub ingest.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
 	var res brokerCeilingResult
-	topic := "bench/" + ingestRandHex(4) + "/ceiling"
+	topic := "/bench-" + ingestRandHex(4) + "/ceiling"
 	var got atomic.Int64
 	var lastAt atomic.Int64
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker).SetClientID("bench-sub-" + ingestRandHex(4)).SetCleanSession(true))
+	sub := mqtt.NewClient(serviceLogin().NewClientOptions(broker, "bench-sub-"+ingestRandHex(4)).SetCleanSession(true))
 	if t := sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return res, fmt.Errorf("bench: connect: %v", t.Error())
 	}
@@ -530,14 +533,14 @@ func brokerCeiling(ctx context.Context, label, broker string, qos byte, d time.D
 	}); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return res, fmt.Errorf("bench: subscribe: %v", t.Error())
 	}
-	pub, err := mqttConnect(broker, "bench-cpub-"+ingestRandHex(4), true)
+	pc, err := mqttConnect(broker, "bench-cpub-"+ingestRandHex(4), true, pub)
 	if err != nil {
 		return res, err
 	}
-	defer pub.Disconnect(100)
+	defer pc.Disconnect(100)
 	span := startCPUSpan(label, procs)
 	start := time.Now()
-	n, err := publishLoop(ctx, pub, qos, start.Add(d), func(buf []byte, k int64) (string, []byte) {
+	n, err := publishLoop(ctx, pc, qos, start.Add(d), func(buf []byte, k int64) (string, []byte) {
 		return topic, reportPayload(buf, "ceiling", int(k%13), k)
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 )
 
@@ -60,6 +61,8 @@ func (e *cmdEnv) fleet(t *testing.T, ids []string, opts sim.Options) *sim.Fleet 
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), e.product, ids, m
+	gw := mqtttest.Gateway(t, brokerURL())
+	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	if opts.ValueFunc == nil {
 		opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 			switch vt.Type {
@@ -103,7 +106,9 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 func downlinkSpy(t *testing.T, product string) chan mqtt.Message {
 	t.Helper()
 	ch := make(chan mqtt.Message, 100)
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID(randID("spy")))
+	o := mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID(randID("spy"))
+	mqtttest.Gateway(t, brokerURL())(o)
+	c := mqtt.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("spy connect: %v", tok.Error())
 	}

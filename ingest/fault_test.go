@@ -58,7 +58,9 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 
 	// The publisher keeps its session (and paho its unacknowledged
 	// publishes) across the restart.
-	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-")).
+	pubOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-"))
+	mqtttest.Gateway(t, broker.URL())(pubOpts)
+	pub := mqtt.NewClient(pubOpts.
 		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(time.Second).
 		SetConnectTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second))
 	if err := waitToken(pub.Connect(), 10*time.Second); err != nil {
@@ -94,7 +96,9 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 	// device, dropped (and so counted) by the ingester, shows when its
 	// shared subscription is back: everything published after that must
 	// arrive.
-	probe := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-")))
+	probeOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-"))
+	mqtttest.Gateway(t, broker.URL())(probeOpts)
+	probe := mqtt.NewClient(probeOpts)
 	if err := waitToken(probe.Connect(), 5*time.Second); err != nil {
 		t.Fatalf("probe connect: %v", err)
 	}
@@ -194,6 +198,8 @@ func startFleet(t *testing.T, url, product string, ids []string, opts sim.Option
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = url, product, ids, m
+	gw := mqtttest.Gateway(t, url)
+	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if vt.Type == "float" {
 			return 21.5, true
@@ -334,7 +340,9 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 
 	// The presence subscriptions are renewed asynchronously after the
 	// reconnect: a probe's birth message shows when they are active.
-	probe := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-")))
+	probeOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-"))
+	mqtttest.Gateway(t, broker.URL())(probeOpts)
+	probe := mqtt.NewClient(probeOpts)
 	if err := waitToken(probe.Connect(), 5*time.Second); err != nil {
 		t.Fatalf("probe connect: %v", err)
 	}

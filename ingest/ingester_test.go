@@ -304,7 +304,9 @@ func TestAcksInBrokerOrder(t *testing.T) {
 	opt.Connections, opt.Workers, opt.Writers = 1, 4, 2
 	in := e.startIngester(opt)
 
-	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-")))
+	pubOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-"))
+	mqtttest.Gateway(t, broker.URL())(pubOpts)
+	pub := mqtt.NewClient(pubOpts)
 	if err := waitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +392,7 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 	publish(100)
 	for n := 1; n < opt.Connections; n++ {
 		var got atomic.Int64
-		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(opt.BrokerURL).SetClientID(fmt.Sprintf("%s-%d", opt.ClientID, n)).
+		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
 			SetCleanSession(false).SetAutoAckDisabled(true). // whatever arrives stays queued
 			SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { got.Add(1) }))
 		if err := waitToken(c.Connect(), 10*time.Second); err != nil {

@@ -160,8 +160,8 @@ func (e *env) startIngester(opt Options) *Ingester {
 // broker (a clean-session connect with the same ids).
 func purgeSessions(t testing.TB, opt Options) {
 	for n := range opt.Connections {
-		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(opt.BrokerURL).
-			SetClientID(fmt.Sprintf("%s-%d", opt.ClientID, n)).SetCleanSession(true))
+		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
+			SetCleanSession(true))
 		if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 			c.Disconnect(0)
 		}
@@ -169,8 +169,14 @@ func purgeSessions(t testing.TB, opt Options) {
 }
 
 // newPublisher connects a simulated device (mqtttest.Device) with a
-// random client id to the test broker.
+// random client id to the test broker, logged in as a gateway.
 func newPublisher(t testing.TB, configure func(*mqtt.ClientOptions)) *mqtttest.Device {
 	t.Helper()
-	return mqtttest.ConnectDevice(t, brokerURL(), randID("dev-"), configure)
+	gw := mqtttest.Gateway(t, brokerURL())
+	return mqtttest.ConnectDevice(t, brokerURL(), randID("dev-"), func(o *mqtt.ClientOptions) {
+		gw(o)
+		if configure != nil {
+			configure(o)
+		}
+	})
 }

@@ -52,7 +52,9 @@ func TestSigtermDrains(t *testing.T) {
 	}
 
 	// The device publishes QoS 1 reports without waiting for each PUBACK.
-	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("dev-" + suffix).
+	pubOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("dev-" + suffix)
+	mqtttest.Gateway(t, broker.URL())(pubOpts)
+	pub := mqtt.NewClient(pubOpts.
 		SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(5 * time.Second))
 	if tok := pub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("device connect: %v", tok.Error())

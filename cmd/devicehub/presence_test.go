@@ -49,7 +49,9 @@ func TestPresenceThroughHTTP(t *testing.T) {
 		t.Fatalf("deployed device before any message: %+v", v)
 	}
 
+	gw := mqtttest.Gateway(t, broker.URL())
 	dev := mqtttest.ConnectDevice(t, broker.URL(), device, func(o *mqtt.ClientOptions) {
+		gw(o)
 		o.SetWill("/"+product+"/"+device+"/offline", `{"reason":"connection lost"}`, 1, false)
 	})
 	before := time.Now().UnixMilli()

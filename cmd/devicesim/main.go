@@ -1,7 +1,10 @@
 // Command devicesim connects simulated devices of one product to the broker:
 // each announces itself (birth), leaves a last will, reports properties from
 // a thing model at an interval, and answers property reads and function
-// invokes. See README "Try it with simulated devices".
+// invokes. Each device logs in as itself; devicesim learns the logins from
+// devicehub's API, creating and deploying what is missing and rotating the
+// keys of devices that exist (only a new key is ever shown). See README
+// "Try it with simulated devices".
 package main
 
 import (
@@ -39,6 +42,9 @@ func main() {
 		silent   = flag.Bool("silent", false, "never reply to reads and invokes (for time_out)")
 		failure  = flag.Float64("failure-rate", 0, "share of replies with success=false")
 		duration = flag.Duration("duration", 0, "stop after this long (0: until interrupted)")
+		apiURL   = flag.String("api", "http://127.0.0.1:8848", "devicehub's API, for the devices' logins")
+		user     = flag.String("user", "admin", "devicehub user")
+		password = flag.String("password", "admin123", "devicehub user's password")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -65,11 +71,26 @@ func main() {
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	fleet, err := sim.Start(ctx, sim.Options{
-		BrokerURL: *broker, ProductID: *product, DeviceIDs: ids, Model: tm,
-		ReportInterval: *interval, QoS: byte(*qos),
-		ReplyLatency: *latency, Silent: *silent, FailureRate: *failure,
-	})
+	api, err := login(ctx, *apiURL, *user, *password)
+	if err != nil {
+		fail(err)
+	}
+	creds, err := api.deviceLogins(ctx, *product, tm.String(), ids)
+	if err != nil {
+		fail(err)
+	}
+	var fleet *sim.Fleet
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// The broker learns a deployed device's login within moments.
+		fleet, err = sim.Start(ctx, sim.Options{
+			BrokerURL: *broker, ProductID: *product, DeviceIDs: ids, Model: tm,
+			ReportInterval: *interval, QoS: byte(*qos), Login: sim.OwnLogins(creds),
+			ReplyLatency: *latency, Silent: *silent, FailureRate: *failure,
+		})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		fail(err)
 	}
