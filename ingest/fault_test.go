@@ -29,16 +29,17 @@ func (e *env) storedCounts() (map[string]uint64, error) {
 
 // TestFaultBrokerRestartDuringIngest stops Mosquitto (SIGTERM: it saves its
 // sessions) while a device publishes at QoS 1 and starts it again on the
-// same port: the ingester reconnects and resubscribes on its own, and every
-// message the broker acknowledged is stored at least once.
+// same port: the ingester reconnects and resubscribes on its own within a
+// second, and every message the broker acknowledged is stored at least
+// once.
 func TestFaultBrokerRestartDuringIngest(t *testing.T) {
-	// Shared subscription (the default, for scale-out): Mosquitto 2.0 does
-	// not restore it after a restart, so loss inside the restart window is
-	// logged as the broker's limitation.
-	t.Run("shared", func(t *testing.T) { brokerRestartDuringIngest(t, "", false) })
-	// Plain persistent subscription (one ingest instance): the broker keeps
-	// it and queues for it, so nothing acknowledged may be lost at all.
-	t.Run("plain", func(t *testing.T) { brokerRestartDuringIngest(t, NoShareGroup, true) })
+	// The default: one plain persistent subscription, which the broker
+	// keeps and queues for, so nothing acknowledged may be lost at all.
+	t.Run("default", func(t *testing.T) { brokerRestartDuringIngest(t, "", true) })
+	// A share group (several instances): Mosquitto 2.0 does not restore
+	// it after a restart, so loss inside the restart window is logged as
+	// the broker's limitation (README "Broker settings").
+	t.Run("shared", func(t *testing.T) { brokerRestartDuringIngest(t, "devicehub", false) })
 }
 
 func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool) {
@@ -112,6 +113,9 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		return in.Stats().Dropped[DropUnknownDevice] > 0
 	})
 	resubscribedIn := time.Since(restartedAt)
+	if resubscribedIn > time.Second {
+		t.Errorf("the ingester took %s to subscribe again after the broker was back", resubscribedIn.Round(time.Millisecond))
+	}
 	windowEnd := dev.Published()
 	eventually(t, 30*time.Second, "500 more messages published", func() bool { return dev.Published() >= windowEnd+500 })
 	dev.Stop()

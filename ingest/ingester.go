@@ -28,9 +28,13 @@ const (
 	DropNotActive       = "not_active"
 	DropMalformed       = "malformed"
 	DropOversize        = "oversize"
+	// DropRetained: the broker replays a retained uplink to every new
+	// subscription, so each (re)subscription would store it again; live
+	// messages reach a subscriber without the retain flag.
+	DropRetained = "retained"
 )
 
-var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMismatch, DropNotActive, DropMalformed, DropOversize}
+var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMismatch, DropNotActive, DropMalformed, DropOversize, DropRetained}
 
 // Options configure an Ingester. Zero fields take DefaultOptions' values.
 type Options struct {
@@ -44,11 +48,12 @@ type Options struct {
 	// keeps their sessions and queued messages) and differ between
 	// instances. Default "devicehub-ingest-<hostname>".
 	ClientID string
-	// ShareGroup is the shared-subscription group all ingest instances
-	// join ($share/<group>/<filter>). Default "devicehub". NoShareGroup
-	// subscribes plainly, with one connection: for a single ingest
-	// instance on a broker that does not keep shared subscriptions across
-	// its restarts (Mosquitto 2.0 keeps only plain ones).
+	// ShareGroup is the shared-subscription group that several ingest
+	// instances join ($share/<group>/<filter>) to split the traffic.
+	// Default NoShareGroup: one plain, persistent subscription on one
+	// connection, which Mosquitto 2.0 keeps across its restarts (it keeps
+	// no shared one: what devices publish between its restart and the
+	// resubscription is lost to a share group, README "Broker settings").
 	ShareGroup string
 	// ProductIDs narrows the subscription to these products; empty means
 	// every product ("+"). Meant for tests and product-sharded setups.
@@ -97,7 +102,10 @@ type Options struct {
 	// connection, and with it the broker's QoS 0 backlog, when a burst
 	// outran storage). Default 60s.
 	PingTimeout time.Duration
-	// ConnectTimeout bounds connecting and subscribing. Default 10s.
+	// ConnectTimeout bounds connecting, and subscribing a new session.
+	// A kept session may hold any backlog, which the broker sends ahead of
+	// its answers: its (re)subscription and a retired session's
+	// unsubscription are not waited for. Default 10s.
 	ConnectTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -115,7 +123,7 @@ func DefaultOptions() Options {
 		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
 		Login:              DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
-		ShareGroup:         "devicehub",                     // every instance shares one group
+		ShareGroup:         NoShareGroup,                    // one instance; a kept subscription
 		Connections:        max(1, runtime.GOMAXPROCS(0)/2), // one per two cores, see Options
 		QoS:                1,                               // at-least-once with manual acks
 		Queue:              20000,                           // about two writer batches of messages
@@ -203,6 +211,7 @@ type metrics struct {
 	flushErrors             prometheus.Counter
 	stateChanges            prometheus.Counter
 	stateErrors             prometheus.Counter
+	badTimes                prometheus.Counter
 	queueDepth              prometheus.GaugeFunc
 }
 
@@ -226,6 +235,8 @@ func newMetrics(depth func() float64) *metrics {
 			Help: "Online/offline changes written to PostgreSQL."}),
 		stateErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_errors_total",
 			Help: "Failed state-change writes (retried)."}),
+		badTimes: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_bad_timestamps_total",
+			Help: "Uplink messages whose timestamp was not a number, before 2000 or more than 10 minutes ahead; stored at their arrival time."}),
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_queue_depth",
 			Help: "Messages received and waiting for a worker."}, depth),
 	}
@@ -237,7 +248,7 @@ func newMetrics(depth func() float64) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
-		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.queueDepth} {
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.badTimes, m.queueDepth} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
@@ -250,6 +261,7 @@ type Stats struct {
 	Received, Stored, Acked uint64
 	Dropped                 map[string]uint64 // by reason
 	StateChanges            uint64
+	BadTimestamps           uint64 // stored at their arrival time instead
 }
 
 // item is one received message on its way to a worker.
@@ -293,8 +305,9 @@ type Ingester struct {
 	refresher sync.WaitGroup
 
 	received, stored, acked, stateN atomic.Uint64
-	storedQoS0                      func()   // the done of a QoS 0 message's rows (process)
-	dropped                         sync.Map // reason -> *atomic.Uint64
+	badTimes                        atomic.Uint64 // messages stored at arrival time: a bad timestamp
+	storedQoS0                      func()        // the done of a QoS 0 message's rows (process)
+	dropped                         sync.Map      // reason -> *atomic.Uint64
 	closeOnce                       sync.Once
 	closeErr                        error
 }
@@ -438,6 +451,7 @@ func (in *Ingester) retiredFilters() []string {
 // made and returns a nil client.
 func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.Client, bool, error) {
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
+	var reconnect atomic.Bool
 	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
 		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
 		SetStore(newIngestStore()).
@@ -445,20 +459,18 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 		SetOrderMatters(true). // callback inline: blocking it is the backpressure
 		SetAutoReconnect(true).
 		SetConnectRetry(false).
-		SetMaxReconnectInterval(5 * time.Second).
+		SetMaxReconnectInterval(reconnectEvery). // back within moments of the broker
 		SetKeepAlive(in.opt.KeepAlive).
 		SetPingTimeout(in.opt.PingTimeout).
 		SetConnectTimeout(in.opt.ConnectTimeout).
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
-			if retire {
-				return // a retired session subscribes to nothing
+			if retire || !reconnect.Swap(true) {
+				return // a retired session subscribes to nothing; the first connect is connect's
 			}
-			// Resubscribe on every (re)connect; with a kept session this is
+			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
-			if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
-				in.log.Error("ingest subscribe failed", "client", id, "err", err)
-			}
+			in.subscribe(c, id)
 		}).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			in.log.Warn("ingest connection lost; reconnecting", "client", id, "err", err)
@@ -483,18 +495,60 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 			in.removeSession(id)
 			return nil, false, nil
 		}
-		if err := waitToken(c.Unsubscribe(in.retiredFilters()...), in.opt.ConnectTimeout); err != nil {
-			c.Disconnect(0)
-			return nil, false, fmt.Errorf("ingest: unsubscribe retired session %s: %w", id, err)
-		}
+		// The broker answers behind the backlog the session holds, which
+		// the callback stores meanwhile: no deadline to wait for.
+		go logFailure(in.log, "ingest: unsubscribing a retired session failed", id, c.Unsubscribe(in.retiredFilters()...))
 		return c, true, nil
 	}
-	// Subscribe once synchronously so New returns subscribed.
+	// A kept session is subscribed already: it is renewed without waiting,
+	// since the broker answers behind the backlog it holds for the
+	// session. A new one has no backlog, so its SUBACK is waited for and
+	// New returns subscribed.
+	if t.(*mqtt.ConnectToken).SessionPresent() {
+		in.subscribe(c, id)
+		// A run with the other ShareGroup form left its subscriptions.
+		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
+		return c, true, nil
+	}
 	if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
 	return c, true, nil
+}
+
+// reconnectEvery is how often a lost connection is tried again: the
+// broker's return is noticed within this long.
+const reconnectEvery = 250 * time.Millisecond
+
+// subscribe (re)subscribes c to the uplink filters without waiting: the
+// broker answers behind the backlog it holds for the session.
+func (in *Ingester) subscribe(c mqtt.Client, id string) {
+	go logFailure(in.log, "ingest subscribe failed", id, c.SubscribeMultiple(in.filters, nil))
+}
+
+// logFailure waits for t however long the broker takes, and logs its error.
+func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
+	<-t.Done()
+	if err := t.Error(); err != nil {
+		log.Error(msg, "client", client, "err", err)
+	}
+}
+
+// otherFilters are the uplink filters in the subscription form this
+// instance does not use: plain ones for a share group, and those of the
+// former default group "devicehub" without one. A session kept from a run
+// with the other form would otherwise get every message twice.
+func (in *Ingester) otherFilters() []string {
+	var fs []string
+	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
+		if in.opt.ShareGroup == NoShareGroup {
+			fs = append(fs, "$share/devicehub/"+f)
+		} else {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 // removeSession ends the broker's session for id with a clean-session
@@ -535,6 +589,10 @@ func (in *Ingester) receive(order *ackOrder, m mqtt.Message) {
 	it := item{msg: m, at: time.Now()}
 	if m.Qos() > 0 {
 		it.order, it.seq = order, order.add(m)
+	}
+	if m.Retained() {
+		in.drop(it, DropRetained)
+		return
 	}
 	t, ok := ParseTopic(m.Topic())
 	if !ok {
@@ -643,6 +701,10 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		in.log.Debug("ingest dropped message", "topic", t.Name, "err", err)
 		return
 	}
+	if rows.BadTimes > 0 {
+		in.badTimes.Add(uint64(rows.BadTimes))
+		in.m.badTimes.Add(float64(rows.BadTimes))
+	}
 	var done func()
 	held := 0 // bytes of the paho message kept until done
 	if it.order == nil && at.IsZero() {
@@ -723,11 +785,12 @@ func (in *Ingester) RecordDownlink(ctx context.Context, m tsdb.Message) error {
 // Stats returns the counters so far.
 func (in *Ingester) Stats() Stats {
 	s := Stats{
-		Received:     in.received.Load(),
-		Stored:       in.stored.Load(),
-		Acked:        in.acked.Load(),
-		StateChanges: in.stateN.Load(),
-		Dropped:      make(map[string]uint64),
+		Received:      in.received.Load(),
+		Stored:        in.stored.Load(),
+		Acked:         in.acked.Load(),
+		StateChanges:  in.stateN.Load(),
+		BadTimestamps: in.badTimes.Load(),
+		Dropped:       make(map[string]uint64),
 	}
 	in.dropped.Range(func(k, v any) bool {
 		s.Dropped[k.(string)] = v.(*atomic.Uint64).Load()

@@ -136,7 +136,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		SetCleanSession(true).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).
-		SetMaxReconnectInterval(5 * time.Second).
+		SetMaxReconnectInterval(reconnectEvery).
 		SetKeepAlive(opt.KeepAlive).
 		SetConnectTimeout(opt.ConnectTimeout).
 		SetOnConnectHandler(p.onConnect).
@@ -250,7 +250,13 @@ func (p *Presence) seed(ctx context.Context) error {
 }
 
 // route dispatches a message to the handler of the filter it matches.
+//
+// A retained message is one the broker replays to each new subscription:
+// an old birth, will or reply, not news; it is ignored.
 func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
+	if m.Retained() {
+		return
+	}
 	p.mu.RLock()
 	var h Handler
 	for f, s := range p.subs {

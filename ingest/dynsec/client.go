@@ -75,7 +75,7 @@ func Dial(ctx context.Context, opts *mqtt.ClientOptions, onConnect func()) (*Cli
 	_, _ = rand.Read(b[:])
 	cl := &Client{prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response)}
 	ready := make(chan error, 1)
-	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(2 * time.Second).
+	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			tok := c.Subscribe(responseTopic, 0, cl.onResponse)
 			err := errors.New("dynsec: subscribing to the plugin's responses timed out")
