@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,10 +138,14 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 type Rows struct {
 	Msgs  []tsdb.Message
 	Props []tsdb.PropertyValue
+	// BadTimes counts messages whose timestamp was there but not used
+	// (not a number, before 2000, more than 10 minutes ahead): they are
+	// stored at their arrival time.
+	BadTimes int
 }
 
 // Reset empties r, keeping its memory.
-func (r *Rows) Reset() { r.Msgs, r.Props = r.Msgs[:0], r.Props[:0] }
+func (r *Rows) Reset() { r.Msgs, r.Props, r.BadTimes = r.Msgs[:0], r.Props[:0], 0 }
 
 // Reply is the correlation part of a read or invoke reply, for the
 // command router.
@@ -198,21 +203,29 @@ func (h *header) field(s *scanner, key string) (bool, error) {
 		if len(raw) > 0 && raw[0] == '"' {
 			raw = raw[1 : len(raw)-1]
 		}
+		if string(raw) == "null" {
+			return true, nil
+		}
+		h.ts, h.hasTS = math.NaN(), true // not a number: replaced, and counted
 		if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
-			h.ts, h.hasTS = f, true
+			h.ts = f
 		}
 		return true, nil
 	}
 	return false, nil
 }
 
-func (h *header) message(t Topic, payload []byte, now time.Time) tsdb.Message {
+func (h *header) message(dst *Rows, t Topic, payload []byte, now time.Time) tsdb.Message {
 	id := h.messageID
 	if id == "" {
 		id = NewMessageID()
 	}
+	at, ok := messageTime(h.ts, h.hasTS, now)
+	if !ok {
+		dst.BadTimes++
+	}
 	return tsdb.Message{
-		Time:        MessageTime(h.ts, h.hasTS, now),
+		Time:        at,
 		ProductID:   t.ProductID,
 		DeviceID:    t.DeviceID,
 		Direction:   "up",
@@ -232,18 +245,28 @@ var (
 // ms, or seconds when below 1e11) when it is after 2000-01-01 and at most
 // 10 minutes ahead of now, else now.
 func MessageTime(ts float64, has bool, now time.Time) time.Time {
-	if !has || ts != ts || ts <= 0 || ts > 1e15 {
-		return now
+	t, _ := messageTime(ts, has, now)
+	return t
+}
+
+// messageTime is MessageTime; ok is false when a timestamp was there but
+// not used.
+func messageTime(ts float64, has bool, now time.Time) (t time.Time, ok bool) {
+	if !has {
+		return now, true
+	}
+	if ts != ts || ts <= 0 || ts > 1e15 {
+		return now, false
 	}
 	ms := int64(ts)
 	if ts < 1e11 {
 		ms = int64(ts * 1000)
 	}
-	t := time.UnixMilli(ms)
+	t = time.UnixMilli(ms)
 	if t.Before(minSaneTime) || t.After(now.Add(maxClockSkew)) {
-		return now
+		return now, false
 	}
-	return t
+	return t, true
 }
 
 var (
@@ -368,7 +391,7 @@ func decodeWithProps(dst *Rows, t Topic, payload []byte, now time.Time, report b
 	}
 	kept := slices.DeleteFunc(dst.Props[nprops:], func(p tsdb.PropertyValue) bool { return p.ValueType == "" }) // null tombstones
 	dst.Props = dst.Props[:nprops+len(kept)]
-	m := h.message(t, payload, now)
+	m := h.message(dst, t, payload, now)
 	for i := nprops; i < len(dst.Props); i++ {
 		p := &dst.Props[i]
 		p.Time, p.ProductID, p.DeviceID = m.Time, m.ProductID, m.DeviceID
@@ -436,7 +459,7 @@ func DecodeEvent(dst *Rows, t Topic, payload []byte, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("event %q from %q: %w", t.EventID, t.DeviceID, err)
 	}
-	dst.Msgs = append(dst.Msgs, h.message(t, payload, now))
+	dst.Msgs = append(dst.Msgs, h.message(dst, t, payload, now))
 	return nil
 }
 
@@ -463,7 +486,7 @@ func DecodePresence(dst *Rows, t Topic, payload []byte, now time.Time) (time.Tim
 			h = hh
 		}
 	}
-	m := h.message(t, payload, now)
+	m := h.message(dst, t, payload, now)
 	dst.Msgs = append(dst.Msgs, m)
 	return m.Time, nil
 }

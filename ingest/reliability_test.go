@@ -1,0 +1,113 @@
+package ingest
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+)
+
+// TestRetainedUplinkStoredOnce: a report a device publishes with the
+// retain flag is stored once; the broker's replays of it to every later
+// subscription (a restart of devicehub) are dropped and counted.
+func TestRetainedUplinkStoredOnce(t *testing.T) {
+	e, p, d := newEnvOneDevice(t)
+	topic := "/" + p + "/" + d + "/properties/report"
+	dev := newPublisher(t, nil)
+	t.Cleanup(func() { // an empty retained message clears it on the shared broker
+		if tok := dev.Publish(topic, 1, true, ""); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Errorf("clearing the retained report: %v", tok.Error())
+		}
+	})
+
+	// A plain subscription, the default: Mosquitto sends no retained
+	// message to a shared one.
+	opt := func() Options {
+		o := testOptions(p)
+		o.ShareGroup = NoShareGroup
+		return o
+	}
+	first := e.startIngester(opt())
+	if tok := dev.Publish(topic, 1, true, `{"messageId":"kept","properties":{"v":1}}`); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	eventually(t, 10*time.Second, "the live report stored", func() bool {
+		return e.count("SELECT count() FROM device_message WHERE device_id = ?", d) == 1
+	})
+	ctx := ctxT(t, 10*time.Second)
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two more starts, each a new subscription that the broker replays
+	// the retained report to.
+	for range 2 {
+		in := e.startIngester(opt())
+		eventually(t, 10*time.Second, "the replay dropped", func() bool { return in.Stats().Dropped[DropRetained] == 1 })
+		if err := in.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.count("SELECT count() FROM device_message WHERE device_id = ?", d); n != 1 {
+		t.Fatalf("the retained report is stored %d times", n)
+	}
+}
+
+// TestBadTimestampsCounted: a report whose timestamp is 0, negative, in
+// year 3000 or not a number is stored at its arrival time and counted in
+// devicehub_ingest_bad_timestamps_total; a null one is no timestamp, and a
+// good one is kept; neither is counted.
+func TestBadTimestampsCounted(t *testing.T) {
+	e, p, d := newEnvOneDevice(t)
+	in := e.startIngester(testOptions(p))
+	dev := newPublisher(t, nil)
+	topic := "/" + p + "/" + d + "/properties/report"
+	good := time.Now().Add(-time.Hour).UnixMilli()
+	before := time.Now().Add(-time.Second)
+	for _, ts := range []string{"0", "-1000", "32503680000000", `"abc"`, "null", strconv.FormatInt(good, 10)} {
+		dev.MustPublish(t, topic, 1, `{"timestamp":`+ts+`,"properties":{"v":1}}`)
+	}
+	eventually(t, 10*time.Second, "six reports stored", func() bool {
+		return e.count("SELECT count() FROM device_message WHERE device_id = ?", d) == 6
+	})
+	if n := in.Stats().BadTimestamps; n != 4 {
+		t.Fatalf("bad timestamps counted: %v, want 4", n)
+	}
+	if n := e.count("SELECT count() FROM device_message WHERE device_id = ? AND time >= ?", d, before); n != 5 {
+		t.Fatalf("%d reports stored at their arrival time, want 5", n)
+	}
+	if n := e.count("SELECT count() FROM device_message WHERE device_id = ? AND ts = ?", d, good); n != 1 {
+		t.Fatalf("the good timestamp was not kept (%d rows)", n)
+	}
+}
+
+// TestStartWithBacklog: an ingester starts while the broker holds 100,000
+// messages for its session (after an outage), with a connect timeout far
+// shorter than the backlog takes: it starts, and stores all of them.
+func TestStartWithBacklog(t *testing.T) {
+	const n = 100_000
+	e, p, d := newEnvOneDevice(t)
+	opt := testOptions(p)
+	opt.ShareGroup = NoShareGroup
+	opt.ConnectTimeout = 250 * time.Millisecond
+	first := e.startIngester(opt)
+	if err := first.Close(ctxT(t, 10*time.Second)); err != nil { // the session stays
+		t.Fatal(err)
+	}
+	dev := newPublisher(t, nil)
+	topic := "/" + p + "/" + d + "/properties/report"
+	var last mqtt.Token
+	for i := range n {
+		last = dev.Publish(topic, 1, false, `{"messageId":"b`+strconv.Itoa(i)+`","properties":{"v":1}}`)
+	}
+	if !last.WaitTimeout(60*time.Second) || last.Error() != nil {
+		t.Fatalf("publish: %v", last.Error())
+	}
+	start := time.Now()
+	in := e.startIngester(opt)
+	t.Logf("started in %s with the backlog", time.Since(start).Round(time.Millisecond))
+	eventually(t, 120*time.Second, "the backlog stored", func() bool { return in.Stats().Stored >= n })
+	if got := e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d); got != n {
+		t.Fatalf("%d distinct messages stored, want %d", got, n)
+	}
+}
