@@ -3,7 +3,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -18,87 +17,6 @@ import (
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
-
-// proxy forwards TCP connections to target until Down, which also cuts the
-// connections open through it; Up listens again on the same address.
-type proxy struct {
-	t      *testing.T
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() { p.Down(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(u, c); u.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, u); c.Close() }()
-		}
-	}()
-}
-
-// Down stops listening and cuts every connection.
-func (p *proxy) Down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-// Up listens again on the same address.
-func (p *proxy) Up() {
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		p.t.Fatalf("proxy up: %v", err)
-	}
-	p.serve(ln)
-}
 
 // syncBuffer is a log sink safe for concurrent handlers.
 type syncBuffer struct {
@@ -127,8 +45,8 @@ func TestPostgresDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newProxy(t, u.Host)
-	u.Host = px.addr
+	px := metatest.NewProxy(t, u.Host)
+	u.Host = px.Addr()
 	opts := meta.DefaultOptions()
 	opts.DSN = u.String()
 	opts.QueryTimeout = 2 * time.Second
