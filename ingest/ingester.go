@@ -212,10 +212,11 @@ type metrics struct {
 	stateChanges            prometheus.Counter
 	stateErrors             prometheus.Counter
 	badTimes                prometheus.Counter
+	parked                  prometheus.GaugeFunc
 	queueDepth              prometheus.GaugeFunc
 }
 
-func newMetrics(depth func() float64) *metrics {
+func newMetrics(depth, parked func() float64) *metrics {
 	m := &metrics{
 		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_received_total",
 			Help: "Uplink MQTT messages received."}),
@@ -237,6 +238,8 @@ func newMetrics(depth func() float64) *metrics {
 			Help: "Failed state-change writes (retried)."}),
 		badTimes: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_bad_timestamps_total",
 			Help: "Uplink messages whose timestamp was not a number, before 2000 or more than 10 minutes ahead; stored at their arrival time."}),
+		parked: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_parked",
+			Help: "Messages waiting for PostgreSQL to answer their device's lookup (the others go on)."}, parked),
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_queue_depth",
 			Help: "Messages received and waiting for a worker."}, depth),
 	}
@@ -248,7 +251,7 @@ func newMetrics(depth func() float64) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
-		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.badTimes, m.queueDepth} {
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.badTimes, m.parked, m.queueDepth} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
@@ -287,8 +290,9 @@ type Ingester struct {
 	m       *metrics
 	seed    maphash.Seed
 
-	queues []chan item
-	depth  atomic.Int64
+	queues  []chan item
+	depth   atomic.Int64
+	parking parking // messages waiting for PostgreSQL (park.go)
 
 	// Intake gate: callbacks register in active; Close waits for them.
 	gate     sync.Mutex
@@ -340,7 +344,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		defer in.refresher.Done()
 		in.devices.run(runCtx)
 	}()
-	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) })
+	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) }, func() float64 { return float64(in.parked()) })
 	if opt.Registerer != nil {
 		if err := in.m.register(opt.Registerer); err != nil {
 			abort()
@@ -380,6 +384,8 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		in.workers.Add(1)
 		go in.work(q, in.writers[n%len(in.writers)])
 	}
+	in.workers.Add(1)
+	go in.runParking()
 	for n := range opt.Connections {
 		c, _, err := in.connect(ctx, in.sessionID(n), false)
 		if err != nil {
@@ -669,7 +675,13 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		in.drop(it, DropOversize)
 		return
 	}
-	ref, found, err := in.lookup(t.DeviceID)
+	ref, found, err := in.devices.get(in.runCtx, t.DeviceID)
+	if err != nil && in.runCtx.Err() == nil {
+		if in.park(it) {
+			return // PostgreSQL is away: other devices' messages go on
+		}
+		ref, found, err = in.lookup(t.DeviceID) // the parking is full: wait here
+	}
 	if err != nil {
 		in.settle(it, false) // Close's deadline passed while PostgreSQL was down
 		return
@@ -733,6 +745,9 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		}
 	}
 	if !at.IsZero() {
+		// Its ack waits for PostgreSQL too: detached, so that later
+		// messages' acks do not (park.go).
+		detach(&it)
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == KindOnline, At: at}, done)
 	}
 	if err := w.AddHolding(in.runCtx, rows.Msgs, rows.Props, held, done); err != nil {

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/meta/metatest"
+	"devicehub/tsdb/tsdbtest"
 )
 
 // TestRetainedUplinkStoredOnce: a report a device publishes with the
@@ -110,4 +113,58 @@ func TestStartWithBacklog(t *testing.T) {
 	if got := e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d); got != n {
 		t.Fatalf("%d distinct messages stored, want %d", got, n)
 	}
+}
+
+// TestPostgresAwayDelaysOnlyItsDevice: while PostgreSQL is unreachable, a
+// report of a device not looked up yet and the birth messages (whose state
+// write waits) are delayed, not the other devices' reports: those are
+// stored and acknowledged meanwhile. When PostgreSQL is back everything is
+// stored and acknowledged.
+func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
+	store, pg := metatest.NewStoreBehindProxy(t)
+	e := &env{t: t, store: store, ch: tsdbtest.NewDB(t, time.UTC)}
+	p := randID("p")
+	e.product(p)
+	known, unknown := p+"-known", p+"-unknown"
+	e.device(known, p, "offline")
+	e.device(unknown, p, "offline")
+	opt := testOptions(p)
+	opt.ShareGroup = NoShareGroup
+	in := e.startIngester(opt)
+	dev := newPublisher(t, nil)
+	report := func(d, id string) {
+		dev.MustPublish(t, "/"+p+"/"+d+"/properties/report", 1, `{"messageId":"`+id+`","properties":{"v":1}}`)
+	}
+	report(known, "k0") // looked up and cached
+	eventually(t, 10*time.Second, "the first report acknowledged", func() bool { return in.Stats().Acked == 1 })
+
+	pg.Down()
+	report(unknown, "u0")
+	dev.MustPublish(t, "/"+p+"/"+known+"/online", 1, "{}")
+	const n = 50
+	for i := range n {
+		report(known, "k"+strconv.Itoa(i+1))
+	}
+	eventually(t, 10*time.Second, "the known device's reports acknowledged while PostgreSQL is away", func() bool {
+		return in.Stats().Acked >= 1+n
+	})
+	if got := e.count("SELECT count() FROM device_message WHERE device_id = ? AND message_type = 'REPORT_PROPERTY'", known); got != 1+n {
+		t.Fatalf("%d of the known device's reports stored", got)
+	}
+	if in.Stats().Acked != 1+n {
+		t.Fatalf("acknowledged %d, want %d: the unknown device's report or the birth was acknowledged without PostgreSQL", in.Stats().Acked, 1+n)
+	}
+
+	pg.Up()
+	eventually(t, 20*time.Second, "everything acknowledged once PostgreSQL is back", func() bool {
+		return in.Stats().Acked == 3+n
+	})
+	if got := e.count("SELECT count() FROM device_message WHERE device_id = ?", unknown); got != 1 {
+		t.Fatalf("the unknown device's report stored %d times", got)
+	}
+	eventually(t, 10*time.Second, "the birth written", func() bool {
+		var state string
+		_ = e.store.DB().Get(&state, `SELECT state FROM devices WHERE id = $1`, known)
+		return state == "online"
+	})
 }
