@@ -381,7 +381,9 @@ func TestDeviceMetadataInheritance(t *testing.T) {
 	}
 
 	// A product change afterwards leaves the independent device alone, but
-	// reaches the inheriting one.
+	// reaches the inheriting one. (Read again: the copy read above is
+	// stale since its PATCH, and would get 409 conflict.)
+	e.ok("GET", "/api/device-product/p", nil, &prod)
 	prod["metadata"] = strings.Replace(prodModel, "Temperature", "Temp (C)", 1)
 	e.ok("PATCH", "/api/device-product", prod, nil)
 	if got := e.deviceDetail("d")["metadata"]; got != m {

@@ -21,6 +21,7 @@ const (
 	codeIllegalPassword = "illegal_password"
 	codeNotFound        = "not_found"
 	codeDuplicateKey    = "duplicate_key"
+	codeConflict        = "conflict"
 	codeServerError     = "server_error"
 	codeClientOffline   = "client_offline"
 	codeTimeOut         = "time_out"
@@ -50,6 +51,8 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusBadRequest, codeIllegalPassword, "wrong username or password", nil)
 		case errors.Is(err, meta.ErrNotFound):
 			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
+		case errors.Is(err, meta.ErrConflict):
+			return reply(c, fiber.StatusConflict, codeConflict, safeText(err.Error()), nil)
 		case errors.Is(err, meta.ErrDuplicateKey):
 			return reply(c, fiber.StatusBadRequest, codeDuplicateKey, safeText(err.Error())+" already exists", nil)
 		case errors.As(err, &argErr):

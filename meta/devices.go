@@ -661,6 +661,9 @@ type DevicePatch struct {
 	StorePolicy         *string            `json:"storePolicy"`
 	Edge                *bool              `json:"edge"`
 	MediaDevice         *bool              `json:"mediaDevice"`
+	// ModifyTime, when given (the detail's, sent back), makes the update
+	// conditional: ErrConflict if the device changed since.
+	ModifyTime *int64 `json:"modifyTime"`
 }
 
 // UpdateDevice applies a DevicePatch and returns the updated device.
@@ -668,7 +671,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 	if p.ID != nil && *p.ID != "" && *p.ID != id {
 		return DeviceDetail{}, Invalid("id", "does not match the path (%q)", truncate(id, 80))
 	}
-	sets := []string{"modify_time = now()", "modifier_id = $2", "modifier_name = $3"}
+	sets := []string{"modify_time = " + nextModifyTime, "modifier_id = $2", "modifier_name = $3"}
 	args := []any{id, modifier.ID, userName(modifier)}
 	add := func(col string, v any) {
 		args = append(args, v)
@@ -755,6 +758,10 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 	cur, err := s.getDeviceDetail(ctx, tx, id, true)
 	if err != nil {
 		return DeviceDetail{}, err
+	}
+	if have := time.Time(cur.ModifyTime).UnixMilli(); p.ModifyTime != nil && *p.ModifyTime > 0 && *p.ModifyTime != have {
+		return DeviceDetail{}, fmt.Errorf("device %q was changed by another request (modifyTime is now %d); read it again and apply the change to that: %w",
+			truncate(id, 80), have, ErrConflict)
 	}
 	if p.ProductID != nil && *p.ProductID != "" && *p.ProductID != cur.ProductID {
 		return DeviceDetail{}, Invalid("productId", "cannot be changed (device %q belongs to product %q)", truncate(id, 80), cur.ProductID)

@@ -12,6 +12,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrDuplicateKey is returned when an id is already taken.
 	ErrDuplicateKey = errors.New("duplicate key")
+	// ErrConflict is returned when a write names the version it was based
+	// on (modifyTime) and the stored row has changed since: another write
+	// came first, and applying this one would lose it.
+	ErrConflict = errors.New("changed since modifyTime")
 	// ErrIllegalArgument is the root of every input error; see ArgError.
 	ErrIllegalArgument = errors.New("illegal argument")
 )

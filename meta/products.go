@@ -371,6 +371,10 @@ type ProductPatch struct {
 	Model               *string `json:"model"`
 	StorePolicy         *string `json:"storePolicy"`
 	OrgID               *string `json:"orgId"`
+	// ModifyTime, when given (the detail's, as the spec's usage rule sends
+	// it back), makes the write conditional: ErrConflict if the product
+	// changed since.
+	ModifyTime *int64 `json:"modifyTime"`
 }
 
 // MetadataValidator checks and normalises a serialised thing model; the
@@ -406,7 +410,7 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 			return err
 		}
 	}
-	sets := []string{"modify_time = now()", "modifier_id = $2"}
+	sets := []string{"modify_time = " + nextModifyTime, "modifier_id = $2"}
 	args := []any{p.ID, modifierID}
 	add := func(col string, v any) {
 		args = append(args, v)
@@ -479,16 +483,43 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	if p.Regulator != nil {
 		add("regulator", *p.Regulator)
 	}
+	where := "id = $1"
+	if p.ModifyTime != nil && *p.ModifyTime > 0 {
+		args = append(args, *p.ModifyTime)
+		where += fmt.Sprintf(" AND %s = $%d", modifyTimeMillis, len(args))
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, "UPDATE products SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...)
+	res, err := s.db.ExecContext(ctx, "UPDATE products SET "+strings.Join(sets, ", ")+" WHERE "+where, args...)
 	if err != nil {
 		return fmt.Errorf("meta: patch product: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("product %q: %w", p.ID, ErrNotFound)
+		return s.missingOrChanged(ctx, "products", "product", p.ID)
 	}
 	return nil
+}
+
+// Versions of rows, for conditional writes: a row's modifyTime in epoch ms,
+// and what a write sets it to, at least 1 ms later than it was, so that
+// each write gives a new version even within one millisecond.
+const (
+	modifyTimeMillis = "(extract(epoch FROM date_trunc('milliseconds', modify_time)) * 1000)::bigint"
+	nextModifyTime   = "greatest(now(), modify_time + interval '1 millisecond')"
+)
+
+// missingOrChanged tells why a conditional write to table changed no row.
+func (s *Store) missingOrChanged(ctx context.Context, table, what, id string) error {
+	var ms int64
+	err := s.db.GetContext(ctx, &ms, "SELECT "+modifyTimeMillis+" FROM "+table+" WHERE id = $1", id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%s %q: %w", what, truncate(id, 80), ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("meta: %s %q: %w", what, truncate(id, 80), err)
+	}
+	return fmt.Errorf("%s %q was changed by another request (modifyTime is now %d); read it again and apply the change to that: %w",
+		what, truncate(id, 80), ms, ErrConflict)
 }
 
 // SetProductState deploys (1) or undeploys (0) a product.
