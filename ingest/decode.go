@@ -814,7 +814,9 @@ func (s *scanner) properties(dst *Rows, t Topic) error {
 			if err := s.skip(1); err != nil {
 				return err
 			}
-			p.ValueType, p.Str = "json", string(s.b[start:s.i])
+			// Raw text: str's decoding, which replaces bytes that are not
+			// UTF-8, does not run on it.
+			p.ValueType, p.Str = "json", validUTF8(string(s.b[start:s.i]))
 		default:
 			txt, err := s.number()
 			if err != nil {
@@ -833,6 +835,17 @@ func (s *scanner) properties(dst *Rows, t Topic) error {
 		dst.Props = append(dst.Props, p)
 		return nil
 	})
+}
+
+// validUTF8 is s with each invalid UTF-8 sequence replaced by U+FFFD, as
+// str does for strings: a device's bytes reach the API's JSON as text,
+// never as invalid UTF-8. Valid text, nearly all of it, is returned as it
+// is.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // parseNumber parses a JSON number that scanner.number has checked. Most

@@ -94,6 +94,24 @@ func TestDecodeReport(t *testing.T) {
 	}
 }
 
+// TestDecodeInvalidUTF8: bytes that are not UTF-8 inside a property id, a
+// string or a JSON value become U+FFFD, so the API never writes them into
+// its JSON.
+func TestDecodeInvalidUTF8(t *testing.T) {
+	tp := topic(t, "/p/d/properties/report")
+	var r Rows
+	if err := DecodeReport(&r, tp, []byte("{\"properties\":{\"s\":\"a\xffb\",\"j\":{\"k\":\"\xfe\"}}}"), testNow); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Props) != 2 || r.Props[0].Str != "a\uFFFDb" || r.Props[1].Str != "{\"k\":\"\uFFFD\"}" {
+		t.Fatalf("props %+v", r.Props)
+	}
+	r.Reset()
+	if err := DecodeReport(&r, tp, []byte("{\"properties\":{\"\xff\":1}}"), testNow); err != nil || r.Props[0].Property != "\uFFFD" {
+		t.Fatalf("a non-UTF-8 property id: %v %+v", err, r.Props)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	f := func(topicName, payload string, want error) {
 		t.Helper()
