@@ -96,6 +96,8 @@ type flags struct {
 	dashSizes, dashPGSizes                        string
 	dashIter, dashConc                            int
 	dashKeep                                      bool
+	soakDuration                                  time.Duration
+	soakRate, soakDevices                         int
 }
 
 func newFlags() *flags {
@@ -129,6 +131,9 @@ func newFlags() *flags {
 	fs.IntVar(&f.dashIter, "dash-iterations", 200, "dashboard: timed requests per query")
 	fs.IntVar(&f.dashConc, "dash-concurrency", 4, "dashboard: clients of the concurrent run")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
+	fs.DurationVar(&f.soakDuration, "soak-duration", 10*time.Minute, "soak: publishing time (faults at 20%, 45% and 70% of it)")
+	fs.IntVar(&f.soakRate, "soak-rate", 2000, "soak: QoS 1 reports per second")
+	fs.IntVar(&f.soakDevices, "soak-devices", 100, "soak: devices")
 	return f
 }
 
@@ -178,10 +183,10 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "api", "commands":
-		scenarios = []string{scenario}
+	case "ingest", "dashboard", "api", "commands", "soak":
+		scenarios = []string{scenario} // soak is not part of all: it stops the services
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, soak or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -368,6 +373,27 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		add(bench.Figure{Name: "peak RSS (bench process: load clients)", Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
 		for _, q := range r.Queries {
 			cpuFigures(add, "", q.CPU)
+		}
+	case "soak":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		logf("soak: %s at %d QoS 1 reports/s from %d devices; the broker restarted, ClickHouse killed and PostgreSQL stopped on the way",
+			f.soakDuration, f.soakRate, f.soakDevices)
+		r, err := bench.RunSoak(ctx, bench.SoakParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
+			ServerBinary: bin, Duration: f.soakDuration, Rate: f.soakRate, Devices: f.soakDevices, Logf: logf})
+		rep.Results[s] = r
+		if err != nil {
+			return err
+		}
+		logf("soak: %s", r)
+		add(bench.Figure{Name: "acknowledged reports", Value: float64(r.Acknowledged), Unit: "msgs"})
+		add(bench.Figure{Name: "acknowledged and not stored", Value: float64(r.Lost), Unit: "msgs", Target: "0"})
+		add(bench.Figure{Name: "duplicates stored", Value: float64(r.Duplicates), Unit: "rows"})
+		add(bench.Figure{Name: "devicehub peak RSS", Value: float64(r.ServerPeakRSS) / (1 << 20), Unit: "MiB"})
+		if r.Lost > 0 || r.ServerRestarted {
+			return fmt.Errorf("soak: %d acknowledged reports lost, devicehub exited: %v", r.Lost, r.ServerRestarted)
 		}
 	case "ingest":
 		qs, err := ints(f.ingestQoS)
