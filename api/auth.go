@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -11,7 +12,8 @@ import (
 
 // AuthStore issues and checks tokens.
 type AuthStore interface {
-	Login(ctx context.Context, username, password string, lifetime time.Duration) (meta.Session, error)
+	// Login limits failed attempts per client address (see clientAddress).
+	Login(ctx context.Context, address, username, password string, lifetime time.Duration) (meta.Session, error)
 	Authenticate(ctx context.Context, token string) (meta.User, time.Time, error)
 	Logout(ctx context.Context, token string) error
 }
@@ -58,7 +60,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 			return meta.Invalid("expires", "must be a lifetime in ms from 60000 to %d", s.opts.MaxTokenLifetime.Milliseconds())
 		}
 	}
-	sess, err := s.deps.Auth.Login(c.UserContext(), req.Username, req.Password, lifetime)
+	sess, err := s.deps.Auth.Login(c.UserContext(), clientAddress(c), req.Username, req.Password, lifetime)
 	if err != nil {
 		return err
 	}
@@ -69,6 +71,23 @@ func (s *Server) login(c *fiber.Ctx) error {
 		Expires:   lifetime.Milliseconds(),
 		ExpiresAt: sess.Expires.UnixMilli(),
 	})
+}
+
+// clientAddress is the address failed logins are counted by: the peer's
+// IP (c.IP(); no forwarding header is trusted, as the server sets no
+// ProxyHeader), an IPv6 one as its /64, the block a single host usually
+// has to pick addresses from.
+func clientAddress(c *fiber.Ctx) string {
+	ip, err := netip.ParseAddr(c.IP())
+	if err != nil {
+		return c.IP()
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.WithZone("").Prefix(64)
+	return p.String()
 }
 
 // logout is POST /api/authorize/logout.

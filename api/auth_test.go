@@ -1,10 +1,16 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestLogin(t *testing.T) {
@@ -157,7 +163,9 @@ func TestLoginLockout(t *testing.T) {
 		t.Fatalf("login before the limit: %s", r.raw)
 	}
 	for i := 0; i < 5; i++ {
-		login("wrong-password")
+		if r := login("wrong-password"); r.Code != "illegal_password" {
+			t.Fatalf("failure %d after the reset: %s", i+1, r.raw)
+		}
 	}
 	// Locked now, even with the right password.
 	if r := login("admin123"); r.HTTPStatus != 429 || r.Code != "too_many_requests" {
@@ -166,18 +174,184 @@ func TestLoginLockout(t *testing.T) {
 	// Tokens issued before keep working; only logins are refused.
 	e.ok("GET", "/api/authorize/me", nil, nil)
 	// When the lock expires, the right password works again.
-	if _, err := e.store.DB().Exec(`UPDATE users SET locked_until = now() - interval '1 second'`); err != nil {
+	if _, err := e.store.DB().Exec(`UPDATE login_attempts SET locked_until = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
 	if r := login("admin123"); r.HTTPStatus != 200 {
 		t.Fatalf("after the lock expired: %s", r.raw)
 	}
 	// And a single failure after an expired lock does not lock again.
-	if _, err := e.store.DB().Exec(`UPDATE users SET failed_logins = 5, locked_until = now() - interval '1 second'`); err != nil {
+	for i := 0; i < 5; i++ {
+		login("wrong-password")
+	}
+	if _, err := e.store.DB().Exec(`UPDATE login_attempts SET locked_until = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
 	login("wrong-password")
 	if r := login("admin123"); r.HTTPStatus != 200 {
 		t.Fatalf("one failure after an expired lock locked the account: %s", r.raw)
 	}
+}
+
+// clientFrom returns an HTTP client whose connections leave from the
+// loopback address ip: on Linux all of 127.0.0.0/8 is local, so the server
+// sees a client address of its own for each ip.
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: time.Minute}
+}
+
+// loginReply is what a login answered, comparable between accounts.
+type loginReply struct {
+	Status        int
+	Code, Message string
+}
+
+// postLogin logs in through client; it is safe in any goroutine.
+func postLogin(client *http.Client, base, user, pass string) (loginReply, error) {
+	body, _ := json.Marshal(map[string]string{"username": user, "password": pass})
+	req, err := http.NewRequest("POST", base+"/api/authorize/login", bytes.NewReader(body))
+	if err != nil {
+		return loginReply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		return loginReply{}, err
+	}
+	defer res.Body.Close()
+	var env struct {
+		Status  int    `json:"status"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	raw, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(raw, &env); err != nil || env.Status != res.StatusCode {
+		return loginReply{}, fmt.Errorf("not an envelope (%v): %d %s", err, res.StatusCode, raw)
+	}
+	return loginReply{res.StatusCode, env.Code, env.Message}, nil
+}
+
+func (e *env) loginFrom(client *http.Client, user, pass string) loginReply {
+	e.t.Helper()
+	r, err := postLogin(client, e.base, user, pass)
+	if err != nil {
+		e.t.Fatalf("login %s: %v", user, err)
+	}
+	return r
+}
+
+// TestLoginLockoutPerAddress: failures from one client address lock that
+// address out of the account, not everyone else.
+func TestLoginLockoutPerAddress(t *testing.T) {
+	e := newEnv(t)
+	a, b := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.3")
+	for i := 0; i < 5; i++ {
+		if r := e.loginFrom(a, "admin", "wrong-password"); r.Status != 400 || r.Code != "illegal_password" {
+			t.Fatalf("failure %d from A: %+v", i+1, r)
+		}
+	}
+	if r := e.loginFrom(a, "admin", "admin123"); r.Status != 429 || r.Code != "too_many_requests" {
+		t.Fatalf("A after 5 failures, right password: want 429 too_many_requests, got %+v", r)
+	}
+	if r := e.loginFrom(b, "admin", "admin123"); r.Status != 200 {
+		t.Fatalf("B with the right password while A is locked out: want 200, got %+v", r)
+	}
+	if r := e.loginFrom(http.DefaultClient, "admin", "admin123"); r.Status != 200 {
+		t.Fatalf("127.0.0.1 with the right password while A is locked out: want 200, got %+v", r)
+	}
+	// B's success does not unlock A.
+	if r := e.loginFrom(a, "admin", "admin123"); r.Status != 429 {
+		t.Fatalf("A after B's success: want 429, got %+v", r)
+	}
+	// B's failures are counted apart from A's: four of them lock nothing.
+	for i := 0; i < 4; i++ {
+		if r := e.loginFrom(b, "admin", "wrong-password"); r.Status != 400 {
+			t.Fatalf("failure %d from B: %+v", i+1, r)
+		}
+	}
+	if r := e.loginFrom(b, "admin", "admin123"); r.Status != 200 {
+		t.Fatalf("B after 4 failures of its own: want 200, got %+v", r)
+	}
+}
+
+// TestLoginParallelGuessing: wrong passwords sent all at once get no more
+// checks than sent one after another.
+func TestLoginParallelGuessing(t *testing.T) {
+	e := newEnv(t)
+	const n, maxFailures = 40, 5
+	client := clientFrom(t, "127.0.0.4")
+	replies := make([]loginReply, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			replies[i], errs[i] = postLogin(client, e.base, "admin", fmt.Sprintf("guess-%d", i))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	checked, refused, other := 0, 0, []string{}
+	for i, r := range replies {
+		switch {
+		case errs[i] != nil:
+			other = append(other, errs[i].Error())
+		case r.Status == 400 && r.Code == "illegal_password":
+			checked++
+		case r.Status == 429 && r.Code == "too_many_requests":
+			refused++
+		default:
+			other = append(other, fmt.Sprintf("%d %s", r.Status, r.Code))
+		}
+	}
+	if checked > maxFailures || checked == 0 || len(other) > 0 {
+		t.Fatalf("%d concurrent wrong logins: %d checked (at most %d allowed), %d refused, %d other answers %q",
+			n, checked, maxFailures, refused, len(other), other)
+	}
+	if r := e.loginFrom(client, "admin", "admin123"); r.Status != 429 {
+		t.Fatalf("right password after the parallel guesses: want 429, got %+v", r)
+	}
+	t.Logf("%d concurrent wrong logins: %d checked, %d refused", n, checked, refused)
+}
+
+// TestLoginUnknownAccountAlike: an unknown account answers like a real one
+// with a wrong password, limit included, and takes as long.
+func TestLoginUnknownAccountAlike(t *testing.T) {
+	e := newEnv(t)
+	known, unknown := clientFrom(t, "127.0.0.5"), clientFrom(t, "127.0.0.6")
+	var knownTime, unknownTime time.Duration
+	for i := 0; i < 7; i++ {
+		t0 := time.Now()
+		k := e.loginFrom(known, "admin", "wrong-password")
+		dk := time.Since(t0)
+		t0 = time.Now()
+		u := e.loginFrom(unknown, "nobody", "wrong-password")
+		du := time.Since(t0)
+		if k != u {
+			t.Fatalf("attempt %d: the real account answered %+v, the unknown one %+v", i+1, k, u)
+		}
+		if k.Status == 400 { // checked: bcrypt ran (or should have)
+			if knownTime == 0 || dk < knownTime {
+				knownTime = dk
+			}
+			if unknownTime == 0 || du < unknownTime {
+				unknownTime = du
+			}
+		}
+	}
+	if r := e.loginFrom(unknown, "nobody", "admin123"); r.Status != 429 {
+		t.Fatalf("unknown account after 7 failures: want 429, got %+v", r)
+	}
+	// The fastest of each: scheduling noise only ever adds time.
+	if unknownTime < knownTime/2 {
+		t.Fatalf("a wrong login takes %v for the real account but %v for an unknown one", knownTime, unknownTime)
+	}
+	t.Logf("fastest wrong login: real account %v, unknown %v", knownTime, unknownTime)
 }

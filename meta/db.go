@@ -23,8 +23,9 @@ type Options struct {
 	// QueryTimeout bounds every statement: fasthttp does not cancel a
 	// request's context when its client goes away.
 	QueryTimeout time.Duration
-	// LoginMaxFailures failed logins in a row lock an account for
-	// LoginLockout; 0 disables the lockout.
+	// LoginMaxFailures failed logins in a row, for one username from one
+	// client address, lock that address out of it for LoginLockout; 0
+	// disables the lockout.
 	LoginMaxFailures int
 	LoginLockout     time.Duration
 }
@@ -35,7 +36,7 @@ func DefaultOptions() Options {
 		DSN:          "postgres://postgres@127.0.0.1:5432/devicehub?sslmode=disable",
 		MaxOpenConns: 32,
 		QueryTimeout: 5 * time.Second,
-		// Five failures lock an account for ten minutes.
+		// Five failures from one address lock it out of the username for ten minutes.
 		LoginMaxFailures: 5,
 		LoginLockout:     10 * time.Minute,
 	}

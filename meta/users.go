@@ -20,8 +20,9 @@ var (
 	ErrBadCredentials = errors.New("bad username or password")
 	// ErrUnauthorized is a missing, unknown or expired token.
 	ErrUnauthorized = errors.New("token missing or expired")
-	// ErrLoginLocked refuses logins to an account locked after repeated
-	// failures, until the lock expires.
+	// ErrLoginLocked refuses logins from a client address to a username
+	// (an account's or not) after repeated failures from that address,
+	// until the lock expires.
 	ErrLoginLocked = errors.New("too many failed logins; try again later")
 )
 
@@ -111,45 +112,47 @@ func (s *Store) CreateUser(ctx context.Context, username, password string, roles
 	return u, tx.Commit()
 }
 
-// Login checks a password and issues a token living lifetime, renewed on
-// every use (sliding expiry).
-func (s *Store) Login(ctx context.Context, username, password string, lifetime time.Duration) (Session, error) {
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
+// Login checks a password sent from the client at address and issues a
+// token living lifetime, renewed on every use (sliding expiry).
+//
+// Attempts are limited per address and username (Options.LoginMaxFailures,
+// LoginLockout): each one is counted before its password is checked, so
+// that attempts sent in parallel get no more checks than attempts sent one
+// after another, and the attempt that reaches the limit locks that address
+// out of that username. A success clears the count. Unknown usernames are
+// counted, and checked against a dummy hash, like real ones: the answers
+// and their timing do not tell which accounts exist.
+func (s *Store) Login(ctx context.Context, address, username, password string, lifetime time.Duration) (Session, error) {
+	if err := s.reserveLoginAttempt(ctx, address, username); err != nil {
+		return Session{}, err
+	}
 	var row struct {
 		User
-		Hash   string `db:"password_hash"`
-		Locked bool   `db:"locked"`
+		Hash string `db:"password_hash"`
 	}
-	err := s.db.GetContext(ctx, &row, `SELECT id, username, name, password_hash, coalesce(locked_until > now(), false) AS locked
+	lctx, cancel := s.timeout(ctx)
+	err := s.db.GetContext(lctx, &row, `SELECT id, username, name, password_hash
 		FROM users WHERE username = $1 AND state = 'enabled'`, username)
-	if errors.Is(err, sql.ErrNoRows) {
-		// Spend the same time as a real check, so timing tells nothing.
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
-		return Session{}, ErrBadCredentials
-	}
-	if err != nil {
+	cancel()
+	known := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Session{}, fmt.Errorf("meta: login: %w", err)
 	}
-	if row.Locked {
-		return Session{}, ErrLoginLocked
+	hash := dummyHash
+	if known {
+		hash = []byte(row.Hash)
 	}
-	if bcrypt.CompareHashAndPassword([]byte(row.Hash), []byte(password)) != nil {
-		if s.opts.LoginMaxFailures > 0 {
-			// The failure that reaches the limit locks the account; after an
-			// expired lock the count starts again.
-			_, err := s.db.ExecContext(ctx, `UPDATE users SET
-				failed_logins = CASE WHEN locked_until <= now() THEN 1 ELSE failed_logins + 1 END,
-				locked_until = CASE WHEN (CASE WHEN locked_until <= now() THEN 1 ELSE failed_logins + 1 END) >= $2
-					THEN now() + $3::bigint * interval '1 millisecond' END
-				WHERE id = $1`, row.ID, s.opts.LoginMaxFailures, s.opts.LoginLockout.Milliseconds())
-			if err != nil {
-				return Session{}, fmt.Errorf("meta: login: %w", err)
-			}
+	// The check runs outside any statement timeout: under load it may
+	// wait for a CPU longer than a query may take.
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !known {
+		if err := s.sweepLoginAttempts(ctx); err != nil {
+			return Session{}, err
 		}
 		return Session{}, ErrBadCredentials
 	}
-	if _, err := s.db.ExecContext(ctx, `UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = $1 AND failed_logins > 0`, row.ID); err != nil {
+	ctx, cancel = s.timeout(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM login_attempts WHERE address = $1 AND username = $2`, address, username); err != nil {
 		return Session{}, fmt.Errorf("meta: login: %w", err)
 	}
 	var raw [32]byte
@@ -172,6 +175,54 @@ func (s *Store) Login(ctx context.Context, username, password string, lifetime t
 		return Session{}, fmt.Errorf("meta: sweep tokens: %w", err)
 	}
 	return sess, nil
+}
+
+// reserveLoginAttempt counts one attempt of address at username, in one
+// statement (the row lock of the upsert orders concurrent attempts), or
+// returns ErrLoginLocked if that pair is locked. The attempt that reaches
+// LoginMaxFailures sets the lock: if its password is right, its success
+// clears it again. After an expired lock the count starts again.
+func (s *Store) reserveLoginAttempt(ctx context.Context, address, username string) error {
+	if s.opts.LoginMaxFailures <= 0 {
+		return nil
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var n int
+	err := s.db.GetContext(ctx, &n, `INSERT INTO login_attempts AS a (address, username, failures, locked_until)
+		VALUES ($1, $2, 1, CASE WHEN $3 <= 1 THEN now() + $4::bigint * interval '1 millisecond' END)
+		ON CONFLICT (address, username) DO UPDATE SET
+			failures = CASE WHEN a.locked_until <= now() THEN 1 ELSE a.failures + 1 END,
+			locked_until = CASE WHEN (CASE WHEN a.locked_until <= now() THEN 1 ELSE a.failures + 1 END) >= $3
+				THEN now() + $4::bigint * interval '1 millisecond' END,
+			last_attempt = now()
+		WHERE a.locked_until IS NULL OR a.locked_until <= now()
+		RETURNING failures`, address, username, s.opts.LoginMaxFailures, s.opts.LoginLockout.Milliseconds())
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrLoginLocked
+	}
+	if err != nil {
+		return fmt.Errorf("meta: login: %w", err)
+	}
+	return nil
+}
+
+// sweepLoginAttempts forgets the counts of pairs with no attempt for
+// longer than the lockout (their lock, if any, has expired): failures in
+// a row are those less than a lockout apart. It runs after each failed
+// check, so that guesses at ever new usernames or from ever new
+// addresses cannot grow the table without bound.
+func (s *Store) sweepLoginAttempts(ctx context.Context) error {
+	if s.opts.LoginMaxFailures <= 0 {
+		return nil
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM login_attempts WHERE last_attempt < now() - $1::bigint * interval '1 millisecond'`,
+		s.opts.LoginLockout.Milliseconds()); err != nil {
+		return fmt.Errorf("meta: sweep login attempts: %w", err)
+	}
+	return nil
 }
 
 // tokenSlideSlack is how far a token's expiry may lag its full lifetime
