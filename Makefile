@@ -50,7 +50,8 @@ FUZZ_TARGETS := \
 	./ingest/:FuzzDecodeEvent \
 	./ingest/:FuzzDecodePresence \
 	./ingest/:FuzzDecodeReply \
-	./api/:FuzzDashboardQuery
+	./api/:FuzzDashboardQuery \
+	./api/:FuzzCheckJSONText
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -31,10 +31,35 @@ type DeviceModels interface {
 }
 
 const (
-	maxDashboardQueries = 32
-	maxHistory          = 1000
-	dashboardTimeout    = 10 * time.Second
+	defaultBuckets   = 30 // of a message-count query with neither from nor limit
+	dashboardTimeout = 10 * time.Second
 )
+
+// dashboardRun runs one planned query and returns its items, each encoded
+// as it is made and counted against the response's size.
+type dashboardRun func(context.Context, *resultBytes) ([]json.RawMessage, error)
+
+// dashboardPlan is one checked query. A message-count query is ready to
+// run and knows its buckets; a history query first resolves its device,
+// which tells how many properties "all" is.
+type dashboardPlan struct {
+	run     dashboardRun
+	buckets int
+	history int                                              // values per property
+	resolve func(context.Context) (int, dashboardRun, error) // properties read, and the run
+}
+
+// encodeItem encodes one item and counts it into size.
+func encodeItem(items []json.RawMessage, size *resultBytes, item any) ([]json.RawMessage, error) {
+	b, err := json.Marshal(item)
+	if err != nil {
+		return items, err
+	}
+	if err := size.add(len(b) + 1); err != nil {
+		return items, err
+	}
+	return append(items, b), nil
+}
 
 // dashboardQuery is one item of the _multi body.
 type dashboardQuery struct {
@@ -97,6 +122,9 @@ type historyValue struct {
 
 // dashboardMulti is endpoint 14: POST /api/dashboard/_multi. The queries
 // run concurrently; the result lists every query's items in request order.
+// Every query is checked against the limits (dashboard_limits.go) before
+// any runs; then the request takes a slot of the dashboard gate, or is
+// refused with 503 when none comes free in time.
 func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	var qs []dashboardQuery
 	if err := decodeJSON(c, &qs); err != nil {
@@ -108,22 +136,46 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	if len(qs) > maxDashboardQueries {
 		return meta.Invalid("body", "at most %d queries", maxDashboardQueries)
 	}
-	now := time.Now()
-	runs := make([]func(context.Context) ([]any, error), len(qs))
+	if s.deps.Dashboard == nil {
+		return errors.New("api: dashboard: no time-series store")
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
+	defer cancel()
+	now, loc := time.Now(), s.deps.Dashboard.Location()
+	runs := make([]dashboardRun, len(qs))
+	var budget dashboardBudget
 	for i := range qs {
-		run, err := s.planDashboard(fmt.Sprintf("[%d]", i), &qs[i], now)
+		at := fmt.Sprintf("[%d]", i)
+		plan, err := s.planDashboard(at, &qs[i], now, loc)
 		if err != nil {
+			return err
+		}
+		if plan.resolve == nil {
+			if err := budget.addBuckets(at, plan.buckets); err != nil {
+				return err
+			}
+			runs[i] = plan.run
+			continue
+		}
+		props, run, err := plan.resolve(ctx)
+		if err != nil {
+			return err
+		}
+		if err := budget.addHistory(at, props, plan.history); err != nil {
 			return err
 		}
 		runs[i] = run
 	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
-	defer cancel()
-	results := make([][]any, len(qs))
+	if !s.dash.acquire(ctx) {
+		return tooBusy(c)
+	}
+	defer s.dash.release()
+	var size resultBytes
+	results := make([][]json.RawMessage, len(qs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, run := range runs {
 		g.Go(func() error {
-			items, err := run(gctx)
+			items, err := run(gctx, &size)
 			results[i] = items
 			return err
 		})
@@ -131,15 +183,20 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	out := []any{}
+	n := 0
+	for _, items := range results {
+		n += len(items)
+	}
+	out := make([]json.RawMessage, 0, n)
 	for _, items := range results {
 		out = append(out, items...)
 	}
 	return ok(c, out)
 }
 
-// planDashboard validates one query and returns the function that runs it.
-func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time) (func(context.Context) ([]any, error), error) {
+// planDashboard validates one query and returns its plan. Date math is
+// relative to now, in the platform zone loc.
+func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	for _, f := range []struct{ name, v string }{
 		{"dashboard", q.Dashboard}, {"object", q.Object}, {"measurement", q.Measurement}, {"dimension", q.Dimension},
 	} {
@@ -152,7 +209,7 @@ func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time) (fun
 	}
 	switch {
 	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
-		return s.planMessageCounts(at, q, now)
+		return s.planMessageCounts(at, q, now, loc)
 	case q.Measurement == "properties" && q.Dimension == "history":
 		return s.planHistory(at, q)
 	}
@@ -174,17 +231,16 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time) (func(context.Context) ([]any, error), error) {
+func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p aggParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
 	}
 	if p.Time == "" {
-		p.Time = "1d"
+		p.Time = tsdb.Day
 	}
-	step, ok := bucketSteps[p.Time]
-	if !ok {
-		return nil, meta.Invalid(at+".params.time", "must be one of 1h, 1d, 1w, 1M, 1y (got %q)", p.Time)
+	if err := tsdb.CheckInterval(p.Time); err != nil {
+		return nil, fmt.Errorf("%s.params.time: %w", at, err)
 	}
 	if p.Format == "" {
 		p.Format = "yyyy-MM-dd"
@@ -195,53 +251,61 @@ func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time) 
 	}
 	limit := 0
 	if p.Limit != nil {
-		if *p.Limit < 1 || *p.Limit > tsdb.MaxBuckets {
-			return nil, meta.Invalid(at+".params.limit", "must be from 1 to %d", tsdb.MaxBuckets)
+		if *p.Limit < 1 || *p.Limit > maxQueryBuckets {
+			return nil, meta.Invalid(at+".params.limit", "must be from 1 to %d", maxQueryBuckets)
 		}
 		limit = *p.Limit
 	}
-	to, err := parseTimeParam(at+".params.to", p.To, now, now)
+	to, err := parseTimeParam(at+".params.to", p.To, now, loc, now)
 	if err != nil {
 		return nil, err
 	}
-	// Without from, the range is the limit's worth of buckets (30 by default).
+	// Without from, the range is the limit's worth of buckets ending with
+	// the one holding to.
 	n := limit
 	if n == 0 {
-		n = 30
+		n = defaultBuckets
 	}
-	from, err := parseTimeParam(at+".params.from", p.From, now, step(to, -(n-1)))
+	from, err := tsdb.RangeStart(p.Time, to, n, loc)
 	if err != nil {
+		return nil, fmt.Errorf("%s.params: %w", at, err)
+	}
+	if from, err = parseTimeParam(at+".params.from", p.From, now, loc, from); err != nil {
 		return nil, err
 	}
+	// The buckets this query returns: those of the range, at most limit
+	// (maxQueryBuckets without one). A range tsdb refuses counts as the
+	// most it could hold; the query itself then answers the error.
+	count := limit
+	if count == 0 {
+		count = maxQueryBuckets
+	}
+	if bs, err := tsdb.Buckets(p.Time, from, to, loc, limit); err == nil {
+		count = len(bs)
+	}
 	group := q.Group
-	return func(ctx context.Context) ([]any, error) {
+	return &dashboardPlan{buckets: count, run: func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
 		buckets, err := s.deps.Dashboard.MessageCounts(ctx, tsdb.CountQuery{
 			Interval: p.Time, From: from, To: to, ProductID: p.ProductID, Limit: limit,
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", at, err)
 		}
-		loc := s.deps.Dashboard.Location()
-		items := make([]any, len(buckets))
+		items := make([]json.RawMessage, 0, len(buckets))
 		for i, b := range buckets {
-			items[i] = aggItem{Group: group, Data: aggData{
+			if items, err = encodeItem(items, size, aggItem{Group: group, Data: aggData{
 				Value: b.Count, TimeString: layout.format(b.Start.In(loc)), Timestamp: i,
-			}}
+			}}); err != nil {
+				return nil, err
+			}
 		}
 		return items, nil
-	}, nil
+	}}, nil
 }
 
-// bucketSteps moves a time by n buckets (for the default range).
-var bucketSteps = map[string]func(time.Time, int) time.Time{
-	"1h": func(t time.Time, n int) time.Time { return t.Add(time.Duration(n) * time.Hour) },
-	"1d": func(t time.Time, n int) time.Time { return t.AddDate(0, 0, n) },
-	"1w": func(t time.Time, n int) time.Time { return t.AddDate(0, 0, 7*n) },
-	"1M": func(t time.Time, n int) time.Time { return t.AddDate(0, n, 0) },
-	"1y": func(t time.Time, n int) time.Time { return t.AddDate(n, 0, 0) },
-}
-
-func (s *Server) planHistory(at string, q *dashboardQuery) (func(context.Context) ([]any, error), error) {
+// planHistory checks a history query. Its plan's resolve looks the device
+// up, so that "all properties" counts as the thing model's properties.
+func (s *Server) planHistory(at string, q *dashboardQuery) (*dashboardPlan, error) {
 	var p historyParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
@@ -256,30 +320,49 @@ func (s *Server) planHistory(at string, q *dashboardQuery) (func(context.Context
 		}
 		n = *p.History
 	}
-	if len(p.Properties) > 256 {
-		return nil, meta.Invalid(at+".params.properties", "at most 256 properties")
+	if len(p.Properties) > maxHistoryProperties {
+		return nil, meta.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
+			len(p.Properties), maxHistoryProperties)
 	}
 	productID, group := q.Object, q.Group
-	return func(ctx context.Context) ([]any, error) {
-		dev, err := s.deps.Models.GetDeviceRef(ctx, p.DeviceID)
-		if err != nil {
-			return nil, err
+	return &dashboardPlan{history: n, resolve: func(ctx context.Context) (int, dashboardRun, error) {
+		return s.resolveHistory(ctx, at, p, n, productID, group)
+	}}, nil
+}
+
+// resolveHistory looks up the device of a history query and returns the
+// number of properties it reads and the function that runs it.
+func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams, n int, productID, group string) (int, dashboardRun, error) {
+	dev, err := s.deps.Models.GetDeviceRef(ctx, p.DeviceID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if dev.ProductID != productID {
+		return 0, nil, meta.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
+	}
+	model, err := schema.ParseThingModelString(dev.Metadata)
+	if err != nil {
+		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
+	}
+	props := len(p.Properties)
+	if props == 0 {
+		props = len(model.Properties)
+		if props > maxHistoryProperties {
+			return 0, nil, meta.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
+				props, maxHistoryProperties)
 		}
-		if dev.ProductID != productID {
-			return nil, meta.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
-		}
-		model, err := schema.ParseThingModelString(dev.Metadata)
-		if err != nil {
-			model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
-		}
+	}
+	return props, func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
 		values, err := s.deps.Dashboard.PropertyHistory(ctx, productID, p.DeviceID, p.Properties, n)
 		if err != nil {
 			return nil, err
 		}
 		loc := s.deps.Dashboard.Location()
-		items := make([]any, 0, len(values))
+		items := make([]json.RawMessage, 0, len(values))
 		for _, v := range values {
-			items = append(items, historyItem{Group: group, Data: historyEntry(v, model, loc)})
+			if items, err = encodeItem(items, size, historyItem{Group: group, Data: historyEntry(v, model, loc)}); err != nil {
+				return nil, err
+			}
 		}
 		return items, nil
 	}, nil

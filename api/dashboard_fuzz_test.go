@@ -4,36 +4,50 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"devicehub/meta"
+	"devicehub/tsdb"
 )
 
 // FuzzDashboardQuery: planning any decoded _multi body never panics, and
-// every refusal is an input error naming where.
+// every refusal is an input error (meta's or tsdb's) naming where.
 func FuzzDashboardQuery(f *testing.F) {
 	for _, seed := range []string{
 		`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":{"time":"1d","format":"yyyy-MM-dd","limit":30,"from":"now-30d","to":"now"}}]`,
 		`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":{"time":"1M","format":"MM月dd日","limit":12,"from":1700000000000,"to":1710000000000}}]`,
 		`[{"dashboard":"device","object":"p","measurement":"properties","dimension":"history","params":{"deviceId":"d","history":10,"properties":["a","b"]}}]`,
 		`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":{"format":"'x''y' yy-M-d h:m:s.SSS a EEEE"}}]`,
+		`[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":{"time":"1h","limit":10000,"from":"now-1M/M+2h","to":"now/w"}}]`,
 		`[{"dashboard":"","object":"message"}]`, `[]`, `[{}]`, `[{"params":null}]`,
 	} {
 		f.Add([]byte(seed))
 	}
 	s := &Server{}
 	now := time.Date(2024, 2, 29, 12, 0, 0, 0, time.UTC)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var qs []dashboardQuery
 		if json.Unmarshal(body, &qs) != nil {
 			return
 		}
 		for i := range qs {
-			_, err := s.planDashboard(fmt.Sprintf("[%d]", i), &qs[i], now)
+			at := fmt.Sprintf("[%d]", i)
+			_, err := s.planDashboard(at, &qs[i], now, berlin)
+			if err == nil {
+				continue
+			}
 			var ae *meta.ArgError
-			if err != nil && !errors.As(err, &ae) {
+			if !errors.As(err, &ae) && !errors.Is(err, tsdb.ErrInvalidArgument) {
 				t.Fatalf("query %d: not an input error: %v", i, err)
+			}
+			if !strings.HasPrefix(err.Error(), at) {
+				t.Fatalf("query %d: %q does not say where", i, err)
 			}
 		}
 	})

@@ -285,3 +285,139 @@ func TestDashboardBadInput(t *testing.T) {
 	f(`[{"dashboard":"device","object":"wrong","measurement":"properties","dimension":"history","params":{"deviceId":"dd"}}]`, "[0].object")
 	e.fails("POST", "/api/dashboard/_multi", `[{"dashboard":"device","object":"dp","measurement":"properties","dimension":"history","params":{"deviceId":"nope"}}]`, 404, "not_found")
 }
+
+// aggEnv is a server with an empty ClickHouse database in the platform
+// zone loc; only message-count queries need nothing else.
+func aggEnv(t *testing.T, loc *time.Location) *env {
+	t.Helper()
+	db := tsdbtest.NewDB(t, loc)
+	return newEnvWith(t, func(_ *meta.Store, deps *api.Deps) { deps.Dashboard = db })
+}
+
+// aggQuery posts one message-count query and returns its items.
+func (e *env) aggQuery(params map[string]any) []aggResult {
+	e.t.Helper()
+	body := []map[string]any{{"dashboard": "device", "object": "message", "measurement": "quantity", "dimension": "agg", "params": params}}
+	var res []aggResult
+	e.ok("POST", "/api/dashboard/_multi", body, &res)
+	return res
+}
+
+// Without from, the range is exactly limit buckets (30 without a limit)
+// ending with the bucket that holds to, whatever the unit and the day of
+// month, leap day or DST day to falls on.
+func TestDashboardDefaultRange(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []*time.Location{shanghai, berlin} {
+		e := aggEnv(t, loc)
+		f := func(interval, to string, limit int, newest, oldest string) {
+			t.Helper()
+			tm, err := time.ParseInLocation("2006-01-02 15:04:05.000 MST", to, loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params := map[string]any{"time": interval, "format": "yyyy-MM-dd HH:mm", "to": tm.UnixMilli()}
+			n := 30
+			if limit > 0 {
+				params["limit"], n = limit, limit
+			}
+			res := e.aggQuery(params)
+			var got []string
+			for _, r := range res {
+				got = append(got, r.Data.TimeString)
+			}
+			if len(got) != n || got[0] != newest || got[n-1] != oldest {
+				t.Errorf("%s, %s, to %s, limit %d: %d buckets, want %d buckets %s .. %s\n%q",
+					loc, interval, to, limit, len(got), n, newest, oldest, got)
+			}
+		}
+		if loc == shanghai {
+			f("1M", "2026-07-31 12:00:00.000 CST", 30, "2026-07-01 00:00", "2024-02-01 00:00")
+			f("1M", "2026-07-31 00:00:00.000 CST", 0, "2026-07-01 00:00", "2024-02-01 00:00")
+			f("1M", "2026-12-31 23:59:59.999 CST", 11, "2026-12-01 00:00", "2026-02-01 00:00")
+			f("1M", "2024-02-29 12:00:00.000 CST", 0, "2024-02-01 00:00", "2021-09-01 00:00")
+			f("1M", "2026-04-30 12:00:00.000 CST", 3, "2026-04-01 00:00", "2026-02-01 00:00")
+			f("1y", "2024-02-29 12:00:00.000 CST", 0, "2024-01-01 00:00", "1995-01-01 00:00")
+			f("1y", "2026-01-01 00:30:00.000 CST", 5, "2026-01-01 00:00", "2022-01-01 00:00")
+			f("1w", "2026-07-31 12:00:00.000 CST", 0, "2026-07-27 00:00", "2026-01-05 00:00")
+			f("1d", "2024-03-01 00:30:00.000 CST", 0, "2024-03-01 00:00", "2024-02-01 00:00")
+			f("1d", "2026-07-31 23:59:59.999 CST", 31, "2026-07-31 00:00", "2026-07-01 00:00")
+			f("1h", "2026-07-31 23:59:59.999 CST", 0, "2026-07-31 23:00", "2026-07-30 18:00")
+			continue
+		}
+		f("1M", "2026-07-31 12:00:00.000 CEST", 30, "2026-07-01 00:00", "2024-02-01 00:00")
+		// The first hour after the spring DST day and the last hour of the
+		// 25-hour autumn one.
+		f("1d", "2026-03-30 00:30:00.000 CEST", 0, "2026-03-30 00:00", "2026-03-01 00:00")
+		f("1d", "2026-03-29 23:30:00.000 CEST", 30, "2026-03-29 00:00", "2026-02-28 00:00")
+		f("1d", "2026-10-25 23:30:00.000 CET", 0, "2026-10-25 00:00", "2026-09-26 00:00")
+		f("1w", "2026-03-29 23:30:00.000 CEST", 4, "2026-03-23 00:00", "2026-03-02 00:00")
+		f("1h", "2026-03-29 04:30:00.000 CEST", 30, "2026-03-29 04:00", "2026-03-27 22:00")
+		f("1h", "2026-10-25 02:30:00.000 CET", 0, "2026-10-25 02:00", "2026-10-23 22:00")
+	}
+}
+
+// Date math rounds in the platform zone (Asia/Shanghai here), not in the
+// process's (UTC on the test machines): now/d is 00:00 in Shanghai. Hour
+// buckets show the rounded edge whatever the time of day the test runs.
+func TestDashboardDateMathZone(t *testing.T) {
+	e := aggEnv(t, shanghai)
+	f := func(from, to string, want func(now time.Time) (newest, oldest string)) {
+		t.Helper()
+		before := time.Now()
+		res := e.aggQuery(map[string]any{"time": "1h", "format": "yyyy-MM-dd HH:mm", "from": from, "to": to})
+		after := time.Now()
+		if len(res) == 0 {
+			t.Fatalf("from %s to %s: no buckets", from, to)
+		}
+		got := [2]string{res[0].Data.TimeString, res[len(res)-1].Data.TimeString}
+		// The day may change in Shanghai while the request runs.
+		var wants [][2]string
+		for _, now := range []time.Time{before.In(shanghai), after.In(shanghai)} {
+			newest, oldest := want(now)
+			wants = append(wants, [2]string{newest, oldest})
+			if got == wants[len(wants)-1] {
+				return
+			}
+		}
+		t.Errorf("from %s to %s: buckets %s .. %s, want %v", from, to, got[0], got[1], wants)
+	}
+	hour := func(t time.Time) string { return t.Format("2006-01-02 15") + ":00" }
+	day := func(t time.Time) string { return t.Format("2006-01-02") + " 00:00" }
+	f("now-7d/d", "now", func(now time.Time) (string, string) { return hour(now), day(now.AddDate(0, 0, -7)) })
+	f("now-1d/d", "now/d", func(now time.Time) (string, string) { return day(now), day(now.AddDate(0, 0, -1)) })
+	f("now/M", "now", func(now time.Time) (string, string) { return hour(now), now.Format("2006-01") + "-01 00:00" })
+	f("now/w", "now", func(now time.Time) (string, string) {
+		return hour(now), day(now.AddDate(0, 0, -(int(now.Weekday())+6)%7))
+	})
+	f("now-1y/y", "now/y", func(now time.Time) (string, string) {
+		return now.Format("2006") + "-01-01 00:00", now.AddDate(-1, 0, 0).Format("2006") + "-01-01 00:00"
+	})
+}
+
+// An argument only tsdb can judge is refused with 400 illegal_argument,
+// naming the parameter: here a default range reaching before 1970, which
+// ClickHouse's DateTime cannot hold.
+func TestDashboardInvalidArgumentFromTSDB(t *testing.T) {
+	e := aggEnv(t, shanghai)
+	agg := func(params string) string {
+		return `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":` + params + `}]`
+	}
+	f := func(body, mention string) {
+		t.Helper()
+		r := e.fails("POST", "/api/dashboard/_multi", body, 400, "illegal_argument")
+		if !strings.Contains(r.Message, mention) {
+			t.Fatalf("%s: message %q does not mention %q", body, r.Message, mention)
+		}
+	}
+	to1971 := time.Date(1971, 6, 15, 12, 0, 0, 0, shanghai).UnixMilli()
+	f(agg(fmt.Sprintf(`{"time":"1M","to":%d,"limit":30}`, to1971)), "1970")
+	f(agg(fmt.Sprintf(`{"time":"1d","to":%d,"limit":10000}`, to1971)), "1970")
+	f(agg(`{"time":"1y","limit":100}`), "1970")
+	f(agg(`{"from":"now-7q"}`), "[0].params.from")
+	f(agg(`{"to":"now/q"}`), "[0].params.to")
+	f(agg(`{"time":"1q"}`), "[0].params.time")
+}

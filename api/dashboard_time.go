@@ -3,12 +3,12 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"devicehub/meta"
+	"devicehub/tsdb"
 )
 
 // javaLayout is a parsed Java-style date pattern (yyyy-MM-dd, MM月dd日,
@@ -133,88 +133,29 @@ func (l javaLayout) format(t time.Time) string {
 	return b.String()
 }
 
-// dateMath matches now, now-7d, now+1h, now-1M/d (rounded down to the unit).
-var dateMath = regexp.MustCompile(`^now((?:[+-]\d{1,6}[smhdwMy])*)(?:/([smhdwMy]))?$`)
-var dateMathTerm = regexp.MustCompile(`([+-])(\d{1,6})([smhdwMy])`)
-
-// parseTimeParam reads epoch ms (number or numeric string) or date math
-// relative to now; absent gives def.
-func parseTimeParam(field string, raw json.RawMessage, now, def time.Time) (time.Time, error) {
+// parseTimeParam reads a time parameter: epoch milliseconds (a JSON number
+// or numeric string) or date math relative to now such as now-7d/d, which
+// tsdb.ParseTime evaluates in the platform zone loc; absent gives def.
+// Errors name field.
+func parseTimeParam(field string, raw json.RawMessage, now time.Time, loc *time.Location, def time.Time) (time.Time, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return def, nil
 	}
+	var t time.Time
+	var err error
 	var ms int64
-	if err := json.Unmarshal(raw, &ms); err == nil {
-		return checkTime(field, time.UnixMilli(ms))
-	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	switch {
+	case json.Unmarshal(raw, &ms) == nil:
+		t = time.UnixMilli(ms).In(loc)
+		err = tsdb.CheckTime(t)
+	case json.Unmarshal(raw, &s) == nil:
+		t, err = tsdb.ParseTime(strings.TrimSpace(s), now, loc)
+	default:
 		return time.Time{}, meta.Invalid(field, "must be epoch milliseconds or date math like now-7d")
 	}
-	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return checkTime(field, time.UnixMilli(n))
-	}
-	m := dateMath.FindStringSubmatch(s)
-	if m == nil {
-		return time.Time{}, meta.Invalid(field, "must be epoch milliseconds or date math like now-7d (got %q)", s)
-	}
-	t := now
-	for _, term := range dateMathTerm.FindAllStringSubmatch(m[1], -1) {
-		n, _ := strconv.Atoi(term[2])
-		if term[1] == "-" {
-			n = -n
-		}
-		t = addUnit(t, term[3], n)
-	}
-	if m[2] != "" {
-		t = roundDown(t, m[2])
-	}
-	return checkTime(field, t)
-}
-
-func addUnit(t time.Time, unit string, n int) time.Time {
-	switch unit {
-	case "s":
-		return t.Add(time.Duration(n) * time.Second)
-	case "m":
-		return t.Add(time.Duration(n) * time.Minute)
-	case "h":
-		return t.Add(time.Duration(n) * time.Hour)
-	case "d":
-		return t.AddDate(0, 0, n)
-	case "w":
-		return t.AddDate(0, 0, 7*n)
-	case "M":
-		return t.AddDate(0, n, 0)
-	}
-	return t.AddDate(n, 0, 0)
-}
-
-func roundDown(t time.Time, unit string) time.Time {
-	y, mo, d := t.Date()
-	switch unit {
-	case "s":
-		return t.Truncate(time.Second)
-	case "m":
-		return t.Truncate(time.Minute)
-	case "h":
-		return time.Date(y, mo, d, t.Hour(), 0, 0, 0, t.Location())
-	case "d":
-		return time.Date(y, mo, d, 0, 0, 0, 0, t.Location())
-	case "w":
-		d0 := time.Date(y, mo, d, 0, 0, 0, 0, t.Location())
-		return d0.AddDate(0, 0, -((int(d0.Weekday()) + 6) % 7))
-	case "M":
-		return time.Date(y, mo, 1, 0, 0, 0, 0, t.Location())
-	}
-	return time.Date(y, 1, 1, 0, 0, 0, 0, t.Location())
-}
-
-// checkTime keeps times within what ClickHouse's DateTime holds.
-func checkTime(field string, t time.Time) (time.Time, error) {
-	if t.Year() < 1971 || t.Year() > 2105 {
-		return time.Time{}, meta.Invalid(field, "must be between 1971 and 2105")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", field, err)
 	}
 	return t, nil
 }

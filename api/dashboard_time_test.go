@@ -2,8 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"devicehub/meta"
+	"devicehub/tsdb"
 )
 
 func TestJavaPattern(t *testing.T) {
@@ -39,31 +44,55 @@ func TestJavaPattern(t *testing.T) {
 }
 
 func TestTimeParam(t *testing.T) {
-	now := time.Date(2024, 3, 15, 10, 30, 0, 0, time.UTC)
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2024, 3, 15, 10, 30, 0, 0, time.UTC) // 18:30 in Shanghai
 	def := time.Unix(0, 0)
 	f := func(raw string, want time.Time) {
 		t.Helper()
-		got, err := parseTimeParam("from", json.RawMessage(raw), now, def)
+		got, err := parseTimeParam("from", json.RawMessage(raw), now, shanghai, def)
 		if err != nil {
 			t.Fatalf("%s: %v", raw, err)
 		}
 		if !got.Equal(want) {
 			t.Fatalf("%s: got %v, want %v", raw, got, want)
 		}
-	}
-	f(``, def)
-	f(`1700000000000`, time.UnixMilli(1700000000000))
-	f(`"1700000000000"`, time.UnixMilli(1700000000000))
-	f(`"now"`, now)
-	f(`"now-7d"`, now.AddDate(0, 0, -7))
-	f(`"now-1M"`, time.Date(2024, 2, 15, 10, 30, 0, 0, time.UTC))
-	f(`"now-1y+2h"`, time.Date(2023, 3, 15, 12, 30, 0, 0, time.UTC))
-	f(`"now/d"`, time.Date(2024, 3, 15, 0, 0, 0, 0, time.UTC))
-	f(`"now-1M/M"`, time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC))
-	f(`"now/w"`, time.Date(2024, 3, 11, 0, 0, 0, 0, time.UTC))
-	for _, raw := range []string{`"yesterday"`, `"now-7q"`, `true`, `{}`, `"now-"`, `-99999999999999`, `99999999999999`} {
-		if _, err := parseTimeParam("from", json.RawMessage(raw), now, def); err == nil {
-			t.Fatalf("%s: want an error", raw)
+		if raw != `` && raw != `null` && got.Location() != shanghai {
+			t.Fatalf("%s: %v is not in the platform zone", raw, got)
 		}
 	}
+	f(``, def)
+	f(`null`, def)
+	f(`1700000000000`, time.UnixMilli(1700000000000))
+	f(`"1700000000000"`, time.UnixMilli(1700000000000))
+	f(`" now "`, now)
+	f(`"now-7d"`, now.AddDate(0, 0, -7))
+	// Rounding is in the platform zone, not in now's (UTC here).
+	f(`"now/d"`, time.Date(2024, 3, 15, 0, 0, 0, 0, shanghai))
+	f(`"now-1M/M"`, time.Date(2024, 2, 1, 0, 0, 0, 0, shanghai))
+	bad := func(raw, mention string) {
+		t.Helper()
+		_, err := parseTimeParam("[0].params.from", json.RawMessage(raw), now, shanghai, def)
+		if err == nil {
+			t.Fatalf("%s: want an error", raw)
+		}
+		var ae *meta.ArgError
+		if !errors.As(err, &ae) && !errors.Is(err, tsdb.ErrInvalidArgument) {
+			t.Fatalf("%s: %v is not an input error", raw, err)
+		}
+		if !strings.HasPrefix(err.Error(), "[0].params.from: ") || !strings.Contains(err.Error(), mention) {
+			t.Fatalf("%s: %q does not name the field and mention %q", raw, err, mention)
+		}
+	}
+	bad(`"yesterday"`, "date math")
+	bad(`"now-7q"`, "date math")
+	bad(`"now-"`, "date math")
+	bad(`true`, "date math")
+	bad(`{}`, "date math")
+	bad(`1.5`, "date math")
+	bad(`-99999999999999`, "1971")
+	bad(`99999999999999`, "2105")
+	bad(`"now+999999y"`, "2105")
 }

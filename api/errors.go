@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
@@ -11,6 +12,7 @@ import (
 	"devicehub/ingest"
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/tsdb"
 )
 
 // Envelope codes.
@@ -59,6 +61,10 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
 		case errors.As(err, &tmErr):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "invalid thing model: "+safeText(tmErr.Error()), nil)
+		case errors.Is(err, tsdb.ErrInvalidArgument):
+			// The caller names the field; the sentinel's own text adds nothing.
+			msg := strings.TrimSuffix(err.Error(), ": "+tsdb.ErrInvalidArgument.Error())
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(msg), nil)
 		case errors.Is(err, ingest.ErrOffline):
 			return reply(c, fiber.StatusInternalServerError, codeClientOffline, "device is offline", nil)
 		case errors.Is(err, ingest.ErrTimeout):
@@ -107,12 +113,16 @@ func safeText(s string) string {
 	return s
 }
 
-// decodeJSON reads the request body into v; malformed JSON and wrong types
-// are input errors naming the field.
+// decodeJSON reads the request body into v; malformed JSON, wrong types
+// and strings PostgreSQL cannot store (see checkJSONText) are input errors
+// naming the field.
 func decodeJSON(c *fiber.Ctx, v any) error {
 	body := c.Body()
 	if len(body) == 0 {
 		return meta.Invalid("body", "a JSON body is required")
+	}
+	if err := checkJSONText(body); err != nil {
+		return err
 	}
 	if !utf8.Valid(body) {
 		return meta.Invalid("body", "must be UTF-8")

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -28,6 +29,11 @@ type Options struct {
 	// DeviceCacheTTL is how long a device looked up for a command is reused;
 	// writes through this instance forget it at once. 0 looks up every time.
 	DeviceCacheTTL time.Duration
+	// DashboardConcurrency is how many dashboard requests run at once
+	// (0: 2 x GOMAXPROCS); DashboardWait is how long one more waits for a
+	// slot before it is refused with 503 too_many_requests (0: 2 s).
+	DashboardConcurrency int
+	DashboardWait        time.Duration
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -71,6 +77,7 @@ type Server struct {
 	log    *slog.Logger
 	tokens *lookupCache[meta.User]      // token checks
 	refs   *lookupCache[meta.DeviceRef] // devices behind commands
+	dash   *dashboardGate               // dashboard requests in flight
 }
 
 // New builds the server with every route registered.
@@ -79,7 +86,8 @@ func New(opts Options, deps Deps) *Server {
 		deps.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newLookupCache[meta.User](opts.TokenCacheTTL, 100_000),
-		refs: newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000)}
+		refs: newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
+		dash: newDashboardGate(opts.DashboardConcurrency, opts.DashboardWait)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "devicehub",
 		BodyLimit:             opts.BodyLimit,
@@ -92,8 +100,32 @@ func New(opts Options, deps Deps) *Server {
 		s.log.Error("panic in handler", "method", c.Method(), "path", c.Path(), "panic", e)
 	}}))
 	s.app.Use(newMetrics(deps.Registry).middleware)
+	s.app.Use(jsonBodies)
 	s.routes()
 	return s
+}
+
+// jsonBodies checks every request body before any handler reads it, so
+// that every endpoint, whichever way it decodes its body, refuses alike: a
+// body is JSON (checkContentType; 415 otherwise), sent uncompressed (415
+// otherwise: a compressed body would be inflated past BodyLimit), and none
+// of its strings holds NUL or bytes that are not UTF-8 (checkJSONText;
+// 400 naming the field). Requests without a body pass as they are.
+func jsonBodies(c *fiber.Ctx) error {
+	body := c.Request().Body()
+	if len(body) == 0 {
+		return c.Next()
+	}
+	if err := checkContentType(c.Get(fiber.HeaderContentType)); err != nil {
+		return err
+	}
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Encoding is not supported: send the body uncompressed")
+	}
+	if err := checkJSONText(body); err != nil {
+		return err
+	}
+	return c.Next()
 }
 
 // App exposes the Fiber app, for tests (app.Test) and embedding.

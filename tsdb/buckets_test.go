@@ -3,6 +3,7 @@ package tsdb
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,6 +99,149 @@ func TestBuckets(t *testing.T) {
 	many, _ := Buckets(Hour, time.Time{}, time.Now(), time.UTC, 0)
 	if len(many) != MaxBuckets {
 		t.Errorf("unlimited hours over centuries: %d buckets, want MaxBuckets", len(many))
+	}
+}
+
+// A range without from is RangeStart(to, n) .. to: exactly n buckets,
+// the newest holding to, for every interval, zone and kind of to.
+func TestRangeStart(t *testing.T) {
+	santiago := mustLoad("America/Santiago")
+	f := func(interval string, loc *time.Location, to string, n int, want string) {
+		t.Helper()
+		tm := parseIn(t, loc, to)
+		from, err := RangeStart(interval, tm, n, loc)
+		if err != nil {
+			t.Fatalf("RangeStart(%s, %s, %d): %v", interval, to, n, err)
+		}
+		if got := from.Format(layoutZ); got != want {
+			t.Fatalf("RangeStart(%s, %s, %d) = %s, want %s", interval, to, n, got, want)
+		}
+	}
+	f(Month, shanghai, "2026-07-31 12:00:00 CST", 30, "2024-02-01 00:00:00 CST")
+	f(Month, shanghai, "2026-07-31 00:00:00 CST", 30, "2024-02-01 00:00:00 CST")
+	f(Month, shanghai, "2026-12-31 23:59:59 CST", 11, "2026-02-01 00:00:00 CST")
+	f(Month, shanghai, "2026-04-30 12:00:00 CST", 3, "2026-02-01 00:00:00 CST")
+	f(Month, shanghai, "2026-04-30 12:00:00 CST", 1, "2026-04-01 00:00:00 CST")
+	f(Year, shanghai, "2024-02-29 12:00:00 CST", 30, "1995-01-01 00:00:00 CST")
+	f(Week, shanghai, "2026-07-31 12:00:00 CST", 30, "2026-01-05 00:00:00 CST")
+	f(Day, shanghai, "2024-03-01 00:30:00 CST", 30, "2024-02-01 00:00:00 CST")
+	f(Hour, shanghai, "2026-07-31 23:59:59 CST", 30, "2026-07-30 18:00:00 CST")
+	f(Day, berlin, "2026-03-30 00:30:00 CEST", 30, "2026-03-01 00:00:00 CET")
+	f(Day, berlin, "2026-10-25 23:30:00 CET", 30, "2026-09-26 00:00:00 CEST")
+	f(Hour, berlin, "2026-03-29 04:30:00 CEST", 30, "2026-03-27 22:00:00 CET")
+	f(Hour, berlin, "2026-10-25 02:30:00 CET", 30, "2026-10-23 22:00:00 CEST")
+	f(Hour, berlin, "2026-10-25 02:30:00 CET", 2, "2026-10-25 02:00:00 CEST")
+	f(Day, santiago, "2026-09-07 12:00:00 -03", 2, "2026-09-06 01:00:00 -03")
+
+	tos := map[*time.Location][]string{
+		shanghai: {
+			"2026-07-31 12:00:00 CST", "2026-07-31 00:00:00 CST", "2026-12-31 23:59:59 CST", "2026-01-01 00:00:00 CST",
+			"2024-02-29 23:59:59 CST", "2024-02-29 00:00:00 CST", "2026-04-30 07:59:59 CST", "2026-03-31 08:00:00 CST",
+		},
+		berlin: {
+			"2026-07-31 12:00:00 CEST", "2026-03-29 23:30:00 CEST", "2026-03-30 00:30:00 CEST", "2026-03-29 03:00:00 CEST",
+			"2026-03-29 01:59:59 CET", "2026-10-25 23:30:00 CET", "2026-10-25 02:30:00 CEST", "2026-10-25 02:30:00 CET",
+			"2026-10-26 00:00:00 CET", "2024-02-29 12:00:00 CET", "2026-12-31 23:59:59 CET",
+		},
+		santiago: {"2026-09-06 01:00:00 -03", "2026-09-07 00:30:00 -03", "2026-04-04 23:30:00 -03", "2026-04-04 23:30:00 -04"},
+	}
+	for loc, list := range tos {
+		for _, to := range list {
+			tm := parseIn(t, loc, to)
+			for _, interval := range []string{Hour, Day, Week, Month, Year} {
+				for _, n := range []int{1, 2, 12, 30, 31, 100} {
+					if interval == Year && n > 50 {
+						continue // before 1970
+					}
+					from, err := RangeStart(interval, tm, n, loc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := Buckets(interval, from, tm, loc, 0)
+					if err != nil {
+						t.Fatalf("%s %s n=%d: %v", interval, to, n, err)
+					}
+					if len(got) != n || !got[0].Equal(truncate(interval, tm, loc)) || !got[n-1].Equal(from) {
+						t.Fatalf("%s, %s, to %s, n %d: from %s gives %d buckets %s .. %s", loc, interval, to, n,
+							from.Format(layoutZ), len(got), got[0].Format(layoutZ), got[len(got)-1].Format(layoutZ))
+					}
+				}
+			}
+		}
+	}
+
+	if _, err := RangeStart("2d", time.Now(), 30, shanghai); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("unknown interval: err %v, want ErrInvalidArgument", err)
+	}
+	if _, err := RangeStart(Day, time.Now(), 0, shanghai); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("0 buckets: err %v, want ErrInvalidArgument", err)
+	}
+}
+
+// Bucket edges are local midnights even where midnight does not exist, and
+// every bucket returned is one ClickHouse's DateTime holds.
+func TestBucketsEdges(t *testing.T) {
+	santiago := mustLoad("America/Santiago") // 2026-09-06 starts at 01:00
+	beirut := mustLoad("Asia/Beirut")        // 2024-03-31 starts at 01:00
+	f := func(interval string, loc *time.Location, from, to string, want ...string) {
+		t.Helper()
+		got, err := Buckets(interval, parseIn(t, loc, from), parseIn(t, loc, to), loc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs []string
+		for _, b := range got {
+			gs = append(gs, b.Format(layoutZ))
+		}
+		if !slices.Equal(gs, want) {
+			t.Fatalf("Buckets(%s, %s, %s)\n got %q\nwant %q", interval, from, to, gs, want)
+		}
+	}
+	f(Day, santiago, "2026-09-05 12:00:00 -04", "2026-09-07 12:00:00 -03",
+		"2026-09-07 00:00:00 -03", "2026-09-06 01:00:00 -03", "2026-09-05 00:00:00 -04")
+	f(Day, beirut, "2024-03-30 12:00:00 EET", "2024-04-01 12:00:00 EEST",
+		"2024-04-01 00:00:00 EEST", "2024-03-31 01:00:00 EEST", "2024-03-30 00:00:00 EET")
+	// Berlin's DST days last 23 and 25 hours.
+	for to, want := range map[string]int{"2026-03-29 23:59:59 CEST": 23, "2026-10-25 23:59:59 CET": 25, "2026-10-26 23:59:59 CET": 24} {
+		tm := parseIn(t, berlin, to)
+		if hours, err := Buckets(Hour, floor('d', tm, berlin), tm, berlin, 0); err != nil || len(hours) != want {
+			t.Errorf("the day of %s: %d hours, err %v, want %d", to, len(hours), err, want)
+		}
+	}
+	days, _ := Buckets(Day, parseIn(t, berlin, "2026-03-28 12:00:00 CET"), parseIn(t, berlin, "2026-10-26 12:00:00 CET"), berlin, 0)
+	lengths := map[time.Duration]int{}
+	for i := 1; i < len(days); i++ {
+		lengths[days[i-1].Sub(days[i])]++
+	}
+	if len(days) != 213 || lengths[23*time.Hour] != 1 || lengths[25*time.Hour] != 1 || lengths[24*time.Hour] != 210 {
+		t.Errorf("Berlin 2026-03-28 .. 2026-10-26: %d days, lengths %v", len(days), lengths)
+	}
+
+	refused := func(interval string, from, to time.Time, limit int) {
+		t.Helper()
+		if _, err := Buckets(interval, from, to, shanghai, limit); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "1970") {
+			t.Errorf("Buckets(%s, %v, %v, %d): err %v, want ErrInvalidArgument", interval, from, to, limit, err)
+		}
+	}
+	utc := func(s string) time.Time {
+		tm, err := time.Parse(time.DateTime, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	refused(Month, utc("1969-06-01 00:00:00"), utc("1971-06-01 00:00:00"), 0)
+	refused(Day, utc("1970-01-01 00:00:00"), utc("1970-01-01 00:00:00"), 0) // 1970-01-01 in Shanghai starts at 16:00 UTC the day before
+	refused(Hour, utc("2106-02-07 06:30:00"), utc("2106-02-07 06:30:00"), 0)
+	refused(Year, utc("2105-06-01 00:00:00"), utc("2106-01-01 00:00:00"), 0)
+	if got, err := Buckets(Day, utc("1970-01-01 16:00:00"), utc("2106-02-06 15:59:59"), shanghai, 0); err != nil || len(got) != MaxBuckets {
+		t.Errorf("first to last whole day of DateTime: %d buckets, err %v", len(got), err)
+	}
+	if got, err := Buckets(Hour, utc("1970-01-01 00:00:00"), utc("1970-01-01 01:59:59"), shanghai, 0); err != nil || len(got) != 2 {
+		t.Errorf("first hours of DateTime: %d buckets, err %v", len(got), err)
+	}
+	if got, err := Buckets(Hour, utc("2106-02-07 05:00:00"), utc("2106-02-07 05:59:59"), shanghai, 0); err != nil || len(got) != 1 {
+		t.Errorf("last whole hour of DateTime: %d buckets, err %v", len(got), err)
 	}
 }
 

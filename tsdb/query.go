@@ -337,9 +337,9 @@ func (db *DB) dayCounts(ctx context.Context, sql string, args []any, counts map[
 	}
 	for i, d := range days {
 		y, m, dd := time.Unix(int64(d)*86400, 0).UTC().Date()
-		// Same construction as Buckets (time.Date in loc), so the keys match
-		// even where midnight does not exist.
-		counts[truncate(Day, time.Date(y, m, dd, 0, 0, 0, 0, db.loc), db.loc).Unix()] += ns[i]
+		// The day's first instant, as Buckets makes it (localTime), so the
+		// keys match even where midnight does not exist.
+		counts[localTime(y, m, dd, 0, 0, 0, 0, db.loc).Unix()] += ns[i]
 	}
 	return nil
 }

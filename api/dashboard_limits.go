@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/meta"
+	"devicehub/tsdb"
+)
+
+// Limits of one dashboard request (endpoint 14). Each is far above what a
+// dashboard draws, and together they bound the work, memory and response
+// size of a request; README's Dashboard section lists them.
+const (
+	maxDashboardQueries  = 32              // queries in one request
+	maxHistory           = 1000            // params.history: values per property
+	maxHistoryProperties = 100             // properties of one history query, named or all of the model
+	maxHistoryValues     = 100_000         // sum over history queries of properties x history
+	maxQueryBuckets      = tsdb.MaxBuckets // buckets of one message-count query (10,000)
+	maxRequestBuckets    = 50_000          // buckets of all message-count queries together
+	maxDashboardResult   = 32 << 20        // bytes of the encoded items of one response
+	defaultDashboardWait = 2 * time.Second
+	dashboardRetryAfterS = 1 // Retry-After, seconds, of a refused request
+)
+
+// dashboardBudget counts what the queries of one request will return, in
+// request order, and refuses the query that passes a per-request limit.
+type dashboardBudget struct {
+	historyValues int
+	buckets       int
+}
+
+func (b *dashboardBudget) addHistory(at string, properties, n int) error {
+	b.historyValues += properties * n
+	if b.historyValues > maxHistoryValues {
+		return meta.Invalid(at+".params", "%d properties x %d values brings the request to %d history values; at most %d history values per request",
+			properties, n, b.historyValues, maxHistoryValues)
+	}
+	return nil
+}
+
+func (b *dashboardBudget) addBuckets(at string, n int) error {
+	b.buckets += n
+	if b.buckets > maxRequestBuckets {
+		return meta.Invalid(at+".params", "%d buckets bring the request to %d; at most %d buckets per request",
+			n, b.buckets, maxRequestBuckets)
+	}
+	return nil
+}
+
+// resultBytes counts the encoded size of a response's items across the
+// queries that build them concurrently.
+type resultBytes struct{ n atomic.Int64 }
+
+func (r *resultBytes) add(n int) error {
+	if r.n.Add(int64(n)) > maxDashboardResult {
+		return meta.Invalid("result", "at most %d MiB of items per response: ask for fewer values or buckets",
+			maxDashboardResult>>20)
+	}
+	return nil
+}
+
+// dashboardGate bounds the dashboard requests running at once, so that
+// heavy ones leave CPU, memory and ClickHouse to the other endpoints.
+type dashboardGate struct {
+	slots chan struct{}
+	wait  time.Duration
+}
+
+func newDashboardGate(n int, wait time.Duration) *dashboardGate {
+	if n <= 0 {
+		n = 2 * runtime.GOMAXPROCS(0)
+	}
+	if wait <= 0 {
+		wait = defaultDashboardWait
+	}
+	return &dashboardGate{slots: make(chan struct{}, n), wait: wait}
+}
+
+// acquire takes a slot, waiting at most the gate's wait; false when none
+// came free (or ctx ended) in that time.
+func (g *dashboardGate) acquire(ctx context.Context) bool {
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (g *dashboardGate) release() { <-g.slots }
+
+// tooBusy refuses a dashboard request that found no slot.
+func tooBusy(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
+	return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests,
+		"too many dashboard requests in progress; retry later", nil)
+}
