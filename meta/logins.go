@@ -157,3 +157,15 @@ func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User
 	d.Configuration.SecureKey = key
 	return d, nil
 }
+
+// InstallationID is this database's id (schema/postgres/00006): it marks
+// what devicehub writes into a broker that other deployments may share.
+func (s *Store) InstallationID(ctx context.Context) (string, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var id string
+	if err := s.db.GetContext(ctx, &id, `SELECT id FROM installation`); err != nil {
+		return "", fmt.Errorf("meta: installation id: %w", err)
+	}
+	return id, nil
+}

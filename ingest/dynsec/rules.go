@@ -10,15 +10,32 @@ import (
 	"devicehub/meta"
 )
 
-// Names of what this package manages in the plugin. Clients and roles
-// without them (the admin login, test gateways, an operator's own) are
-// never changed.
+// ServiceRole holds the rights of devicehub's own clients.
 const (
-	deviceText         = "devicehub device" // textname of every device client
-	deviceRolePrefix   = "devicehub-device:"
 	ServiceRole        = "devicehub-service"
 	deviceRolePriority = 0
 )
+
+// scope names what one deployment (one PostgreSQL database, its
+// installation id) writes into the plugin: its device clients' textname
+// and its device roles' prefix carry the id. Clients and roles outside it
+// (the admin login, gateways, an operator's own, another deployment's
+// devices on a shared broker) are never changed.
+type scope struct{ text, rolePrefix string }
+
+func newScope(installation string) scope {
+	return scope{text: DeviceText(installation), rolePrefix: "devicehub-device:" + installation + ":"}
+}
+
+// DeviceText is the textname of the device clients of an installation.
+func DeviceText(installation string) string { return "devicehub device " + installation }
+
+// RoleName is the plugin role holding a device's topic rights.
+func RoleName(installation, deviceID string) string {
+	return newScope(installation).role(deviceID)
+}
+
+func (sc scope) role(deviceID string) string { return sc.rolePrefix + deviceID }
 
 // ACL is one rule of a role, as the plugin writes it.
 type ACL struct {
@@ -32,9 +49,6 @@ type ACL struct {
 // on (DESIGN.md "Device state and messages").
 var uplinks = []string{"properties/report", "event/#", "online", "offline",
 	"properties/read/reply", "function/invoke/reply"}
-
-// RoleName is the plugin role holding a device's topic rights.
-func RoleName(deviceID string) string { return deviceRolePrefix + deviceID }
 
 // DeviceACLs are a device's rights: publish its own uplinks, subscribe
 // below its own prefix (where only its downlinks are published). Device
@@ -94,40 +108,40 @@ func want(d meta.DeviceLogin) brokerDevice {
 }
 
 // createDevice are the commands that give a device its login and rights.
-func createDevice(d meta.DeviceLogin) []Command {
+func (sc scope) createDevice(d meta.DeviceLogin) []Command {
 	return []Command{
-		{"command": "createRole", "rolename": RoleName(d.ID), "textname": deviceText,
+		{"command": "createRole", "rolename": sc.role(d.ID), "textname": sc.text,
 			"acls": DeviceACLs(d.ProductID, d.ID)},
 		{"command": "createClient", "username": d.SecureID, "password": d.SecureKey, "clientid": d.ID,
-			"textname": deviceText, "textdescription": Fingerprint(d),
-			"roles": []map[string]any{{"rolename": RoleName(d.ID), "priority": deviceRolePriority}}},
+			"textname": sc.text, "textdescription": Fingerprint(d),
+			"roles": []map[string]any{{"rolename": sc.role(d.ID), "priority": deviceRolePriority}}},
 	}
 }
 
 // deleteDevice are the commands that remove a device's login (the plugin
 // disconnects its sessions) and rights.
-func deleteDevice(id, username string) []Command {
+func (sc scope) deleteDevice(id, username string) []Command {
 	return []Command{
 		{"command": "deleteClient", "username": username},
-		{"command": "deleteRole", "rolename": RoleName(id)},
+		{"command": "deleteRole", "rolename": sc.role(id)},
 	}
 }
 
 // updateDevice are the commands that move a device from what the plugin
 // has to what it should have; nil when nothing differs.
-func updateDevice(have brokerDevice, d meta.DeviceLogin) []Command {
+func (sc scope) updateDevice(have brokerDevice, d meta.DeviceLogin) []Command {
 	w := want(d)
 	if have == w {
 		return nil
 	}
 	var cmds []Command
 	if have.productID != w.productID {
-		cmds = append(cmds, Command{"command": "modifyRole", "rolename": RoleName(d.ID),
+		cmds = append(cmds, Command{"command": "modifyRole", "rolename": sc.role(d.ID),
 			"acls": DeviceACLs(d.ProductID, d.ID)})
 	}
 	switch {
 	case have.username != w.username: // a new secureId: another plugin client
-		cmds = append(cmds, Command{"command": "deleteClient", "username": have.username}, createDevice(d)[1])
+		cmds = append(cmds, Command{"command": "deleteClient", "username": have.username}, sc.createDevice(d)[1])
 	case have.fingerprint != w.fingerprint: // a new key; the plugin disconnects the old sessions
 		cmds = append(cmds, Command{"command": "modifyClient", "username": d.SecureID, "password": d.SecureKey,
 			"clientid": d.ID, "textdescription": w.fingerprint})

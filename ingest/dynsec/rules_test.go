@@ -12,7 +12,7 @@ func TestUpdateDevice(t *testing.T) {
 	f := func(name string, have brokerDevice, want []string) {
 		t.Helper()
 		var got []string
-		for _, c := range updateDevice(have, d) {
+		for _, c := range newScope("inst").updateDevice(have, d) {
 			got = append(got, c["command"].(string))
 		}
 		if len(got) != len(want) {

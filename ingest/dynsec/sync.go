@@ -21,6 +21,8 @@ import (
 type Source interface {
 	// DeviceLogins returns the logins of the devices of ids that exist.
 	DeviceLogins(ctx context.Context, ids []string) ([]meta.DeviceLogin, error)
+	// InstallationID names the database's deployment (see scope).
+	InstallationID(ctx context.Context) (string, error)
 	// DeployedDeviceLogins returns the login of every deployed device.
 	DeployedDeviceLogins(ctx context.Context) ([]meta.DeviceLogin, error)
 	// WatchDevices calls changed with the ids of devices whose login may
@@ -75,6 +77,7 @@ type Syncer struct {
 	started chan struct{} // closed after the first full sync as leader
 
 	have map[string]brokerDevice // what the plugin holds, as leader
+	sc   scope                   // this deployment's part of the plugin
 
 	commands *prometheus.CounterVec
 	fulls    prometheus.Counter
@@ -161,8 +164,20 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
+	var inst string
+	for {
+		var err error
+		if inst, err = s.src.InstallationID(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("dynsec: reading the installation id failed; retrying", "err", err)
+		sleep(ctx, s.opt.Retry)
+	}
 	s.mu.Lock()
-	s.have, s.full = nil, true
+	s.have, s.full, s.sc = nil, true, newScope(inst)
 	s.mu.Unlock()
 	watchDone := make(chan struct{})
 	go func() {
@@ -253,12 +268,12 @@ func (s *Syncer) syncAll(ctx context.Context, cl *Client) error {
 		if c.Username == s.opt.Username {
 			self = &clients[i]
 		}
-		if c.TextName != deviceText {
+		if c.TextName != s.sc.text {
 			taken[c.Username] = true
 			continue
 		}
 		d, ok := wantByID[c.ClientID]
-		if !ok || d.SecureID != c.Username || len(c.Roles) != 1 || c.Roles[0].Name != RoleName(d.ID) {
+		if !ok || d.SecureID != c.Username || len(c.Roles) != 1 || c.Roles[0].Name != s.sc.role(d.ID) {
 			cmds = append(cmds, Command{"command": "deleteClient", "username": c.Username})
 			continue
 		}
@@ -272,7 +287,7 @@ func (s *Syncer) syncAll(ctx context.Context, cl *Client) error {
 	// Roles after the clients that used them are gone; then what is
 	// missing or different.
 	for _, r := range roles {
-		if id, ok := strings.CutPrefix(r.Name, deviceRolePrefix); ok {
+		if id, ok := strings.CutPrefix(r.Name, s.sc.rolePrefix); ok {
 			if _, wanted := wantByID[id]; !wanted {
 				cmds = append(cmds, Command{"command": "deleteRole", "rolename": r.Name})
 			}
@@ -281,22 +296,22 @@ func (s *Syncer) syncAll(ctx context.Context, cl *Client) error {
 	acls, ok := roleACLs[ServiceRole]
 	cmds = append(cmds, serviceCommands(s.opt.Username, ok, acls, self != nil && self.hasRole(ServiceRole))...)
 	for _, d := range devices {
-		acls, roleOK := roleACLs[RoleName(d.ID)]
+		acls, roleOK := roleACLs[s.sc.role(d.ID)]
 		switch {
 		case !roleOK:
-			cmds = append(cmds, createDevice(d)[0])
+			cmds = append(cmds, s.sc.createDevice(d)[0])
 		case !sameACLs(acls, DeviceACLs(d.ProductID, d.ID)):
-			cmds = append(cmds, Command{"command": "modifyRole", "rolename": RoleName(d.ID), "acls": DeviceACLs(d.ProductID, d.ID)})
+			cmds = append(cmds, Command{"command": "modifyRole", "rolename": s.sc.role(d.ID), "acls": DeviceACLs(d.ProductID, d.ID)})
 		}
 		h, ok := have[d.ID]
 		switch {
 		case ok:
-			cmds = append(cmds, updateDevice(h, d)...)
+			cmds = append(cmds, s.sc.updateDevice(h, d)...)
 		case taken[d.SecureID]:
 			s.log.Error("dynsec: a device's secureId is the username of another broker login; the device cannot connect",
 				"device", d.ID, "secureId", d.SecureID)
 		default:
-			cmds = append(cmds, createDevice(d)[1])
+			cmds = append(cmds, s.sc.createDevice(d)[1])
 		}
 	}
 	failed, err := s.send(ctx, cl, cmds)
@@ -346,11 +361,11 @@ func (s *Syncer) apply(ctx context.Context, cl *Client, ids map[string]struct{})
 		d, deployed := now[id]
 		switch {
 		case had && !deployed:
-			cmds = append(cmds, deleteDevice(id, h.username)...)
+			cmds = append(cmds, s.sc.deleteDevice(id, h.username)...)
 		case !had && deployed:
-			cmds = append(cmds, createDevice(d)...)
+			cmds = append(cmds, s.sc.createDevice(d)...)
 		case had && deployed:
-			cmds = append(cmds, updateDevice(h, d)...)
+			cmds = append(cmds, s.sc.updateDevice(h, d)...)
 		}
 	}
 	s.mu.Unlock()

@@ -132,10 +132,17 @@ func TestSyncAllMendsTheBroker(t *testing.T) {
 	stale := d3
 	stale.Deployed = true
 	gone := meta.DeviceLogin{ID: "gone", ProductID: "p", SecureID: "gone", SecureKey: "gone-key-012345678", Deployed: true}
+	inst, err := w.store.InstallationID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []meta.DeviceLogin{old, stale, gone} {
-		w.do(createCommands(d)...)
+		w.do(createCommands(inst, d)...)
 	}
 	w.do(dynsec.Command{"command": "createClient", "username": "operator", "password": "operator-pw"})
+	// Another deployment's device on the same broker stays as it is.
+	other := meta.DeviceLogin{ID: "other", ProductID: "p", SecureID: "other", SecureKey: "other-key-0123456", Deployed: true}
+	w.do(createCommands("another", other)...)
 
 	waitStarted(t, w.syncer())
 	for _, c := range []struct {
@@ -149,16 +156,19 @@ func TestSyncAllMendsTheBroker(t *testing.T) {
 	if !w.connects(meta.DeviceLogin{ID: randID("op-"), SecureID: "operator", SecureKey: "operator-pw"}) {
 		t.Error("the operator's own login was changed")
 	}
+	if !w.connects(other) {
+		t.Error("another deployment's device login was removed")
+	}
 }
 
-// createCommands are what the syncer sends for a new device (white box:
-// the same names and fingerprint).
-func createCommands(d meta.DeviceLogin) []dynsec.Command {
+// createCommands are what the syncer of installation inst sends for a new
+// device (white box: the same names and fingerprint).
+func createCommands(inst string, d meta.DeviceLogin) []dynsec.Command {
 	return []dynsec.Command{
-		{"command": "createRole", "rolename": dynsec.RoleName(d.ID), "acls": dynsec.DeviceACLs(d.ProductID, d.ID)},
+		{"command": "createRole", "rolename": dynsec.RoleName(inst, d.ID), "acls": dynsec.DeviceACLs(d.ProductID, d.ID)},
 		{"command": "createClient", "username": d.SecureID, "password": d.SecureKey, "clientid": d.ID,
-			"textname": "devicehub device", "textdescription": dynsec.Fingerprint(d),
-			"roles": []map[string]any{{"rolename": dynsec.RoleName(d.ID)}}},
+			"textname": dynsec.DeviceText(inst), "textdescription": dynsec.Fingerprint(d),
+			"roles": []map[string]any{{"rolename": dynsec.RoleName(inst, d.ID)}}},
 	}
 }
 
