@@ -41,6 +41,11 @@ type childAPIConfig struct {
 	Roles          string   // DEVICEHUB_ROLES: api, or api,ingest
 	Args           []string // extra flags of the child; they override the variables
 	Conns          int      // keep-alive connections of the load client
+	// DeviceLogins makes the child keep the broker's device logins
+	// (-device-auth dynsec), for scenarios whose devices connect as
+	// themselves; off, seeded fleets (the api scenario's 66,000 deployed
+	// devices) would cost the broker a plugin file rewrite each.
+	DeviceLogins bool
 }
 
 // childAPI is the devicehub binary as a child process serving a
@@ -67,6 +72,10 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 		}
 	}()
 	password := "bench-" + ingestRandHex(8)
+	deviceAuth := "none"
+	if cfg.DeviceLogins {
+		deviceAuth = "dynsec"
+	}
 	c.proc, err = startServer(ctx, cfg.Binary, cfg.LogDir, serverConfig{Args: cfg.Args, Env: map[string]string{
 		"POSTGRES_DSN":     cfg.DB.dsn(),
 		"CLICKHOUSE_ADDR":  cfg.ClickHouseAddr,
@@ -78,6 +87,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 		"ROLES":            cfg.Roles,
 		"ADMIN_PASSWORD":   password,
 		"LOG_LEVEL":        "warn",
+		"DEVICE_AUTH":      deviceAuth,
 	}})
 	if err != nil {
 		return nil, err

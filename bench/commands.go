@@ -129,7 +129,7 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	defer cleanup()
 	p.Logf("commands: starting devicehub (roles %s) on %s", res.ServerRoles, p.BrokerURL)
 	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency})
+		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency, DeviceLogins: true})
 	if err != nil {
 		return res, err
 	}

@@ -263,9 +263,13 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	clientID := "bench-ingest-" + ingestRandHex(4)
 	conns := ingest.DefaultOptions().Connections
 	args := append([]string(nil), p.ServerArgs...)
+	// Its default subscription (one plain one), unless more connections
+	// are asked for: they share a group of their own.
+	shareGroup := ingest.NoShareGroup
 	if p.Connections > 0 {
 		conns = p.Connections
 		args = append(args, "-ingest-connections="+strconv.Itoa(p.Connections))
+		shareGroup = "bench" + ingestRandHex(4)
 	}
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: args, Env: map[string]string{
 		"POSTGRES_DSN":     mopt.DSN,
@@ -274,10 +278,11 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		"TIMEZONE":         "UTC", // as this process opened the database
 		"MQTT_URL":         p.BrokerURL,
 		"MQTT_CLIENT_ID":   clientID,
-		"MQTT_SHARE_GROUP": "bench" + ingestRandHex(4), // its own group: no other instance takes a share
+		"MQTT_SHARE_GROUP": shareGroup,
 		"ROLES":            "api,ingest",
 		"ADMIN_PASSWORD":   ingestRandHex(8),
 		"LOG_LEVEL":        "warn",
+		"DEVICE_AUTH":      "none", // the generator logs in as a gateway
 		"SHUTDOWN_TIMEOUT": "30s",
 	}})
 	if err != nil {

@@ -173,6 +173,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 		"MQTT_CLIENT_ID":   clientID,
 		"ADMIN_PASSWORD":   ingestRandHex(8),
 		"LOG_LEVEL":        "warn",
+		"DEVICE_AUTH":      "none", // the publisher logs in as a gateway
 		"SHUTDOWN_TIMEOUT": "60s",
 	}})
 	if err != nil {
