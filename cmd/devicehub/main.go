@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -31,10 +32,9 @@ import (
 )
 
 func main() {
-	cfg, err := loadConfig(os.Args[1:], os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "devicehub:", err)
-		os.Exit(2)
+	cfg, code := parseCommandLine(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if code >= 0 {
+		os.Exit(code)
 	}
 	log := newLogger(cfg.LogLevel)
 	slog.SetDefault(log)
@@ -49,6 +49,25 @@ func main() {
 		log.Error("devicehub stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// parseCommandLine loads the configuration. It returns the exit code when
+// the process ends here: 0 after -h, -help or -version, 2 after a malformed
+// setting; -1 when the server should start.
+func parseCommandLine(args []string, getenv func(string) string, stdout, stderr io.Writer) (config, int) {
+	cfg, err := loadConfig(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeUsage(stdout)
+		return config{}, 0
+	case errors.Is(err, errVersion):
+		fmt.Fprintln(stdout, versionText())
+		return config{}, 0
+	case err != nil:
+		fmt.Fprintf(stderr, "devicehub: %v\nRun devicehub -h for the settings.\n", err)
+		return config{}, 2
+	}
+	return cfg, -1
 }
 
 func newLogger(level string) *slog.Logger {
@@ -81,6 +100,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	topt := tsdb.DefaultOptions()
 	topt.Addr, topt.Database, topt.TimeZone = cfg.ClickHouseAddr, cfg.ClickHouseDB, loc
+	topt.Username, topt.Password = cfg.ClickHouseUser, cfg.ClickHousePassword
 	ts, err := tsdb.Open(ctx, topt)
 	if err != nil {
 		return err
@@ -201,7 +221,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	return runErr
 }
 
-// config is every setting, each with a default that works with `make run`.
+// config is every setting, each with a default that works with `make run`;
+// the table in settings.go binds each field to its flag and variable.
 type config struct {
 	HTTPAddr         string
 	PostgresDSN      string
@@ -215,119 +236,26 @@ type config struct {
 	LoginMaxFailures int
 	LoginLockout     time.Duration
 
-	ClickHouseAddr    string
-	ClickHouseDB      string
-	TimeZone          string
-	MQTTURL           string
-	MQTTClientID      string
-	MQTTLogin         ingest.Login
-	DeviceAuth        string
-	MQTTShareGroup    string
-	IngestConnections int
-	IngestWriters     int
-	BatchRows         int
-	BatchBytes        int64
-	FlushInterval     time.Duration
-	RetentionMonths   int
-	PprofAddr         string
-	MemoryLimit       int64
-	RolesText         string
-	Roles             map[string]bool
-}
-
-// loadConfig reads DEVICEHUB_* variables through getenv, then flags.
-func loadConfig(args []string, getenv func(string) string) (config, error) {
-	fs := flag.NewFlagSet("devicehub", flag.ContinueOnError)
-	env := func(name, def string) string {
-		if v := getenv("DEVICEHUB_" + name); v != "" {
-			return v
-		}
-		return def
-	}
-	envDur := func(name string, def time.Duration) time.Duration {
-		if d, err := time.ParseDuration(getenv("DEVICEHUB_" + name)); err == nil {
-			return d
-		}
-		return def
-	}
-	envInt := func(name string, def int) int {
-		if n, err := strconv.Atoi(getenv("DEVICEHUB_" + name)); err == nil {
-			return n
-		}
-		return def
-	}
-	var c config
-	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", "127.0.0.1:8848"), "HTTP listen address (DEVICEHUB_HTTP_ADDR)")
-	fs.StringVar(&c.PostgresDSN, "postgres-dsn", env("POSTGRES_DSN", meta.DefaultOptions().DSN), "PostgreSQL DSN (DEVICEHUB_POSTGRES_DSN)")
-	fs.IntVar(&c.PostgresMaxConns, "postgres-max-conns", 32, "PostgreSQL connection pool size")
-	fs.DurationVar(&c.QueryTimeout, "query-timeout", envDur("QUERY_TIMEOUT", 5*time.Second), "timeout of each database call (DEVICEHUB_QUERY_TIMEOUT)")
-	fs.StringVar(&c.AdminPassword, "admin-password", env("ADMIN_PASSWORD", "admin123"), "password of the admin user created on first start (DEVICEHUB_ADMIN_PASSWORD)")
-	fs.DurationVar(&c.TokenLifetime, "token-lifetime", envDur("TOKEN_LIFETIME", 30*time.Minute), "sliding lifetime of a login token (DEVICEHUB_TOKEN_LIFETIME)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("SHUTDOWN_TIMEOUT", 15*time.Second), "how long shutdown may drain (DEVICEHUB_SHUTDOWN_TIMEOUT)")
-	fs.IntVar(&c.LoginMaxFailures, "login-max-failures", envInt("LOGIN_MAX_FAILURES", 5), "failed logins in a row, for one username from one client address, that lock that address out of it; 0 disables (DEVICEHUB_LOGIN_MAX_FAILURES)")
-	fs.DurationVar(&c.LoginLockout, "login-lockout", envDur("LOGIN_LOCKOUT", 10*time.Minute), "how long a login lock lasts (DEVICEHUB_LOGIN_LOCKOUT)")
-	fs.DurationVar(&c.CommandTimeout, "command-timeout", envDur("COMMAND_TIMEOUT", 10*time.Second), "default wait for a device's reply (DEVICEHUB_COMMAND_TIMEOUT)")
-	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (DEVICEHUB_LOG_LEVEL)")
-	fs.StringVar(&c.ClickHouseAddr, "clickhouse-addr", env("CLICKHOUSE_ADDR", tsdb.DefaultOptions().Addr), "ClickHouse native address (DEVICEHUB_CLICKHOUSE_ADDR)")
-	fs.StringVar(&c.ClickHouseDB, "clickhouse-db", env("CLICKHOUSE_DB", tsdb.DefaultOptions().Database), "ClickHouse database (DEVICEHUB_CLICKHOUSE_DB)")
-	fs.StringVar(&c.TimeZone, "timezone", env("TIMEZONE", "Local"), "platform time zone, an IANA name (DEVICEHUB_TIMEZONE)")
-	fs.StringVar(&c.MQTTURL, "mqtt-url", env("MQTT_URL", ingest.DefaultOptions().BrokerURL), "MQTT broker (DEVICEHUB_MQTT_URL)")
-	fs.StringVar(&c.MQTTLogin.Username, "mqtt-username", env("MQTT_USERNAME", ingest.DefaultLogin.Username), "devicehub's login at the broker, with the dynamic-security plugin's admin rights (DEVICEHUB_MQTT_USERNAME)")
-	fs.StringVar(&c.MQTTLogin.Password, "mqtt-password", env("MQTT_PASSWORD", ingest.DefaultLogin.Password), "password of -mqtt-username (DEVICEHUB_MQTT_PASSWORD)")
-	fs.StringVar(&c.DeviceAuth, "device-auth", env("DEVICE_AUTH", "dynsec"), "how the broker learns device logins: dynsec (devicehub keeps Mosquitto's dynamic-security plugin in sync) or none (the broker reads them itself, e.g. EMQX from PostgreSQL) (DEVICEHUB_DEVICE_AUTH)")
-	fs.StringVar(&c.MQTTClientID, "mqtt-client-id", env("MQTT_CLIENT_ID", ""), "ingest client id prefix, stable per instance (DEVICEHUB_MQTT_CLIENT_ID; default devicehub-ingest-<hostname>)")
-	fs.StringVar(&c.MQTTShareGroup, "mqtt-share-group", env("MQTT_SHARE_GROUP", ingest.NoShareGroup), "shared-subscription group that several ingest instances join to split the traffic; \"none\" (one instance) subscribes plainly with one connection, which Mosquitto keeps across its restarts (DEVICEHUB_MQTT_SHARE_GROUP)")
-	fs.IntVar(&c.IngestConnections, "ingest-connections", envInt("INGEST_CONNECTIONS", 0), "subscriber connections sharing the uplink subscription; 0 is ingest's default, one per two cores (DEVICEHUB_INGEST_CONNECTIONS)")
-	fs.IntVar(&c.IngestWriters, "ingest-writers", envInt("INGEST_WRITERS", 0), "concurrent ClickHouse insert streams; 0 is ingest's default, 1 (DEVICEHUB_INGEST_WRITERS)")
-	fs.IntVar(&c.BatchRows, "ingest-batch-rows", envInt("INGEST_BATCH_ROWS", tsdb.DefaultWriterOptions().MaxRows), "ClickHouse insert at this many buffered rows (DEVICEHUB_INGEST_BATCH_ROWS)")
-	fs.DurationVar(&c.FlushInterval, "ingest-flush-interval", envDur("INGEST_FLUSH_INTERVAL", tsdb.DefaultWriterOptions().FlushInterval), "ClickHouse insert at least this often (DEVICEHUB_INGEST_FLUSH_INTERVAL)")
-	fs.IntVar(&c.RetentionMonths, "retention-months", envInt("RETENTION_MONTHS", 0), "drop monthly partitions of messages and property values older than this many months; 0 keeps everything (DEVICEHUB_RETENTION_MONTHS)")
-	batchBytes := fs.String("ingest-batch-bytes", env("INGEST_BATCH_BYTES", "32MiB"), "ClickHouse insert as soon as the buffered rows take this much memory, payloads and unacknowledged QoS 1 messages included (KiB, MiB, GiB suffixes); raise it with -ingest-batch-rows (DEVICEHUB_INGEST_BATCH_BYTES)")
-	memLimit := fs.String("memory-limit", env("MEMORY_LIMIT", "160MiB"), "soft memory limit of the Go runtime (KiB, MiB, GiB suffixes; 0: none); GOMEMLIMIT, when set, wins (DEVICEHUB_MEMORY_LIMIT)")
-	fs.StringVar(&c.PprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off (DEVICEHUB_PPROF_ADDR)")
-	fs.StringVar(&c.RolesText, "roles", env("ROLES", "api,ingest"), "comma-separated roles of this instance: api, ingest (DEVICEHUB_ROLES)")
-	err := fs.Parse(args)
-	if err != nil {
-		return config{}, err
-	}
-	c.Roles = map[string]bool{}
-	for _, r := range strings.Split(c.RolesText, ",") {
-		switch r = strings.TrimSpace(r); r {
-		case "api", "ingest":
-			c.Roles[r] = true
-		case "":
-		default:
-			return config{}, fmt.Errorf("unknown role %q (want api, ingest)", r)
-		}
-	}
-	if c.DeviceAuth != "dynsec" && c.DeviceAuth != "none" {
-		return config{}, fmt.Errorf("-device-auth must be dynsec or none, not %q", c.DeviceAuth)
-	}
-	if len(c.Roles) == 0 {
-		return config{}, errors.New("no role: -roles needs api, ingest or both")
-	}
-	if c.IngestConnections < 0 || c.IngestWriters < 0 {
-		return config{}, errors.New("-ingest-connections and -ingest-writers must be 0 (the default) or more")
-	}
-	if c.BatchRows <= 0 || c.FlushInterval <= 0 {
-		return config{}, errors.New("-ingest-batch-rows and -ingest-flush-interval must be positive")
-	}
-	if c.BatchRows > tsdb.MaxBatchRows {
-		return config{}, fmt.Errorf("-ingest-batch-rows must be at most %d (one ClickHouse INSERT stays one part)", tsdb.MaxBatchRows)
-	}
-	if c.BatchBytes, err = parseBytes(*batchBytes); err != nil {
-		return config{}, fmt.Errorf("-ingest-batch-bytes: %w", err)
-	}
-	if c.BatchBytes <= 0 || c.BatchBytes > tsdb.MaxBatchBytes {
-		return config{}, fmt.Errorf("-ingest-batch-bytes must be 1 to %d bytes (1GiB)", tsdb.MaxBatchBytes)
-	}
-	if c.MemoryLimit, err = parseBytes(*memLimit); err != nil {
-		return config{}, fmt.Errorf("-memory-limit: %w", err)
-	}
-	if c.RetentionMonths < 0 {
-		return config{}, errors.New("-retention-months must be 0 (keep everything) or more")
-	}
-	return c, nil
+	ClickHouseAddr     string
+	ClickHouseDB       string
+	ClickHouseUser     string
+	ClickHousePassword string
+	TimeZone           string
+	MQTTURL            string
+	MQTTClientID       string
+	MQTTLogin          ingest.Login
+	DeviceAuth         string
+	MQTTShareGroup     string
+	IngestConnections  int
+	IngestWriters      int
+	BatchRows          int
+	BatchBytes         int64
+	FlushInterval      time.Duration
+	RetentionMonths    int
+	PprofAddr          string
+	MemoryLimit        int64
+	RolesText          string
+	Roles              map[string]bool
 }
 
 // servePprof serves the runtime profiles of net/http/pprof, for operators

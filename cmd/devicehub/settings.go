@@ -1,0 +1,308 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"devicehub/ingest"
+	"devicehub/meta"
+	"devicehub/tsdb"
+)
+
+// A setting is one configuration value: its flag, the DEVICEHUB_* variable
+// the flag overrides, its default and how its text is read into config.
+type setting struct {
+	name string // the flag, without its dash
+	env  string // the variable
+	def  string // the default, in the form parse reads
+	help string
+	parser
+}
+
+// A parser reads a setting's text into one config field.
+type parser struct {
+	kind  string             // string, duration, int, size, enum, level or roles
+	want  string             // the expected form, as in "want a duration like 5s or 1m"
+	parse func(string) error // any error means the text is not of the expected form
+	get   func() string      // the field's value as text
+}
+
+// settings is the table of every setting, bound to the fields of c.
+func settings(c *config) []setting {
+	mo, to, wo, ing := meta.DefaultOptions(), tsdb.DefaultOptions(), tsdb.DefaultWriterOptions(), ingest.DefaultOptions()
+	return []setting{
+		{"http-addr", "DEVICEHUB_HTTP_ADDR", "127.0.0.1:8848", "HTTP listen address", str(&c.HTTPAddr)},
+		{"postgres-dsn", "DEVICEHUB_POSTGRES_DSN", mo.DSN, "PostgreSQL DSN", str(&c.PostgresDSN)},
+		{"postgres-max-conns", "DEVICEHUB_POSTGRES_MAX_CONNS", strconv.Itoa(mo.MaxOpenConns), "PostgreSQL connection pool size (0 or less: unbounded)",
+			integer(&c.PostgresMaxConns, math.MinInt, math.MaxInt, "an integer")},
+		{"query-timeout", "DEVICEHUB_QUERY_TIMEOUT", "5s", "timeout of each database call", duration(&c.QueryTimeout, false)},
+		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", "admin123", "password of the admin user created on first start", str(&c.AdminPassword)},
+		{"token-lifetime", "DEVICEHUB_TOKEN_LIFETIME", "30m0s", "sliding lifetime of a login token", duration(&c.TokenLifetime, false)},
+		{"shutdown-timeout", "DEVICEHUB_SHUTDOWN_TIMEOUT", "15s", "how long shutdown may drain", duration(&c.ShutdownTimeout, false)},
+		{"login-max-failures", "DEVICEHUB_LOGIN_MAX_FAILURES", "5", "failed logins in a row, for one username from one client address, that lock that address out of it; 0 disables",
+			integer(&c.LoginMaxFailures, math.MinInt, math.MaxInt, "an integer")},
+		{"login-lockout", "DEVICEHUB_LOGIN_LOCKOUT", "10m0s", "how long a login lock lasts", duration(&c.LoginLockout, false)},
+		{"command-timeout", "DEVICEHUB_COMMAND_TIMEOUT", "10s", "default wait for a device's reply", duration(&c.CommandTimeout, false)},
+		{"log-level", "DEVICEHUB_LOG_LEVEL", "info", "debug, info, warn or error", level(&c.LogLevel)},
+		{"clickhouse-addr", "DEVICEHUB_CLICKHOUSE_ADDR", to.Addr, "ClickHouse native address", str(&c.ClickHouseAddr)},
+		{"clickhouse-db", "DEVICEHUB_CLICKHOUSE_DB", to.Database, "ClickHouse database", str(&c.ClickHouseDB)},
+		{"clickhouse-user", "DEVICEHUB_CLICKHOUSE_USER", to.Username, "ClickHouse user", str(&c.ClickHouseUser)},
+		{"clickhouse-password", "DEVICEHUB_CLICKHOUSE_PASSWORD", to.Password, "password of -clickhouse-user", str(&c.ClickHousePassword)},
+		{"timezone", "DEVICEHUB_TIMEZONE", "Local", "platform time zone, an IANA name", str(&c.TimeZone)},
+		{"mqtt-url", "DEVICEHUB_MQTT_URL", ing.BrokerURL, "MQTT broker", str(&c.MQTTURL)},
+		{"mqtt-username", "DEVICEHUB_MQTT_USERNAME", ingest.DefaultLogin.Username, "devicehub's login at the broker, with the dynamic-security plugin's admin rights",
+			str(&c.MQTTLogin.Username)},
+		{"mqtt-password", "DEVICEHUB_MQTT_PASSWORD", ingest.DefaultLogin.Password, "password of -mqtt-username", str(&c.MQTTLogin.Password)},
+		{"device-auth", "DEVICEHUB_DEVICE_AUTH", "dynsec",
+			"how the broker learns device logins: dynsec (devicehub keeps Mosquitto's dynamic-security plugin in sync) or none (the broker reads them itself, e.g. EMQX from PostgreSQL)",
+			enum(&c.DeviceAuth, "dynsec", "none")},
+		{"mqtt-client-id", "DEVICEHUB_MQTT_CLIENT_ID", "", "ingest client id prefix, stable per instance; empty: devicehub-ingest-<hostname>", str(&c.MQTTClientID)},
+		{"mqtt-share-group", "DEVICEHUB_MQTT_SHARE_GROUP", ingest.NoShareGroup,
+			"shared-subscription group that several ingest instances join to split the traffic; \"none\" (one instance) subscribes plainly with one connection, which Mosquitto keeps across its restarts",
+			str(&c.MQTTShareGroup)},
+		{"ingest-connections", "DEVICEHUB_INGEST_CONNECTIONS", "0", "subscriber connections sharing the uplink subscription; 0 is ingest's default, one per two cores",
+			integer(&c.IngestConnections, 0, math.MaxInt, "an integer, 0 (the default) or more")},
+		{"ingest-writers", "DEVICEHUB_INGEST_WRITERS", "0", "concurrent ClickHouse insert streams; 0 is ingest's default, 1",
+			integer(&c.IngestWriters, 0, math.MaxInt, "an integer, 0 (the default) or more")},
+		{"ingest-batch-rows", "DEVICEHUB_INGEST_BATCH_ROWS", strconv.Itoa(wo.MaxRows), "ClickHouse insert at this many buffered rows",
+			integer(&c.BatchRows, 1, tsdb.MaxBatchRows, fmt.Sprintf("an integer from 1 to %d (one ClickHouse INSERT stays one part)", tsdb.MaxBatchRows))},
+		{"ingest-batch-bytes", "DEVICEHUB_INGEST_BATCH_BYTES", "32MiB",
+			"ClickHouse insert as soon as the buffered rows take this much memory, payloads and unacknowledged QoS 1 messages included; raise it with -ingest-batch-rows",
+			size(&c.BatchBytes, 1, tsdb.MaxBatchBytes, "a size from 1 byte to 1GiB like 32MiB (KiB, MiB, GiB suffixes)")},
+		{"ingest-flush-interval", "DEVICEHUB_INGEST_FLUSH_INTERVAL", wo.FlushInterval.String(), "ClickHouse insert at least this often",
+			duration(&c.FlushInterval, true)},
+		{"retention-months", "DEVICEHUB_RETENTION_MONTHS", "0", "drop monthly partitions of messages and property values older than this many months; 0 keeps everything",
+			integer(&c.RetentionMonths, 0, math.MaxInt, "an integer, 0 (keep everything) or more")},
+		{"memory-limit", "DEVICEHUB_MEMORY_LIMIT", "160MiB", "soft memory limit of the Go runtime (0: none); GOMEMLIMIT, when set, wins",
+			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
+		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
+		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
+	}
+}
+
+func str(p *string) parser {
+	return parser{kind: "string", want: "text",
+		parse: func(s string) error { *p = s; return nil },
+		get:   func() string { return *p }}
+}
+
+// duration reads a time.Duration; positive rejects zero and less.
+func duration(p *time.Duration, positive bool) parser {
+	want := "a duration like 5s or 1m"
+	if positive {
+		want = "a positive duration like 5s or 1m"
+	}
+	return parser{kind: "duration", want: want,
+		parse: func(s string) error {
+			d, err := time.ParseDuration(s)
+			if err == nil && positive && d <= 0 {
+				err = errors.New("not positive")
+			}
+			if err == nil {
+				*p = d
+			}
+			return err
+		},
+		get: func() string { return p.String() }}
+}
+
+// integer reads a decimal int from lo to hi.
+func integer(p *int, lo, hi int, want string) parser {
+	return parser{kind: "int", want: want,
+		parse: func(s string) error {
+			n, err := strconv.Atoi(s)
+			if err == nil && (n < lo || n > hi) {
+				err = errors.New("out of range")
+			}
+			if err == nil {
+				*p = n
+			}
+			return err
+		},
+		get: func() string { return strconv.Itoa(*p) }}
+}
+
+// size reads a byte count (see parseBytes) from lo to hi.
+func size(p *int64, lo, hi int64, want string) parser {
+	return parser{kind: "size", want: want,
+		parse: func(s string) error {
+			n, err := parseBytes(s)
+			if err == nil && (n < lo || n > hi) {
+				err = errors.New("out of range")
+			}
+			if err == nil {
+				*p = n
+			}
+			return err
+		},
+		get: func() string { return strconv.FormatInt(*p, 10) }}
+}
+
+// enum reads one of allowed.
+func enum(p *string, allowed ...string) parser {
+	want := strings.Join(allowed[:len(allowed)-1], ", ") + " or " + allowed[len(allowed)-1]
+	return parser{kind: "enum", want: want,
+		parse: func(s string) error {
+			for _, a := range allowed {
+				if s == a {
+					*p = s
+					return nil
+				}
+			}
+			return errors.New("not allowed")
+		},
+		get: func() string { return *p }}
+}
+
+// level reads a log level as slog.Level does (debug, info, warn, error,
+// any case, with an optional offset like warn+2).
+func level(p *string) parser {
+	return parser{kind: "level", want: "debug, info, warn or error",
+		parse: func(s string) error {
+			var l slog.Level
+			if err := l.UnmarshalText([]byte(s)); err != nil {
+				return err
+			}
+			*p = s
+			return nil
+		},
+		get: func() string { return *p }}
+}
+
+// roles reads a comma-separated list of api and ingest into c.Roles, with
+// the text in c.RolesText.
+func roles(c *config) parser {
+	return parser{kind: "roles", want: "api, ingest or both, comma-separated",
+		parse: func(s string) error {
+			m := map[string]bool{}
+			for _, r := range strings.Split(s, ",") {
+				switch r = strings.TrimSpace(r); r {
+				case "api", "ingest":
+					m[r] = true
+				case "":
+				default:
+					return fmt.Errorf("unknown role %q", r)
+				}
+			}
+			if len(m) == 0 {
+				return errors.New("no role")
+			}
+			c.Roles, c.RolesText = m, s
+			return nil
+		},
+		get: func() string { return c.RolesText }}
+}
+
+// errVersion is what loadConfig returns for -version.
+var errVersion = errors.New("version requested")
+
+// settingValue is a setting as a flag.Value; a malformed flag value is kept
+// in *bad so that loadConfig reports it in its own words.
+type settingValue struct {
+	s   *setting
+	bad *error
+}
+
+func (v settingValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return v.s.get()
+}
+
+func (v settingValue) Set(text string) error {
+	if err := v.s.parse(text); err != nil {
+		*v.bad = malformed("-"+v.s.name, text, v.s.want)
+		return *v.bad
+	}
+	return nil
+}
+
+func malformed(source, text, want string) error {
+	return fmt.Errorf("%s=%q: want %s", source, text, want)
+}
+
+// loadConfig reads each setting's default, then its DEVICEHUB_* variable
+// through getenv (an empty one counts as unset), then its flag in args. A
+// malformed variable or flag is an error naming it and the expected form.
+// It returns flag.ErrHelp for -h or -help and errVersion for -version,
+// whatever the variables hold.
+func loadConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("devicehub", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var envErr, badFlag error
+	table := settings(&c)
+	for i := range table {
+		s := &table[i]
+		if err := s.parse(s.def); err != nil {
+			panic(fmt.Sprintf("devicehub: default of -%s: %v", s.name, err))
+		}
+		if v := getenv(s.env); v != "" {
+			if err := s.parse(v); err != nil && envErr == nil {
+				envErr = malformed(s.env, v, s.want)
+			}
+		}
+		fs.Var(settingValue{s, &badFlag}, s.name, s.help)
+	}
+	version := fs.Bool("version", false, "print the version and exit")
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return config{}, err
+	case err == nil && *version:
+		return config{}, errVersion
+	case envErr != nil:
+		return config{}, envErr
+	case badFlag != nil:
+		return config{}, badFlag
+	case err != nil:
+		return config{}, err
+	case fs.NArg() > 0:
+		return config{}, fmt.Errorf("unexpected argument %q (settings are flags like -http-addr=:8848)", fs.Arg(0))
+	}
+	return c, nil
+}
+
+// writeUsage lists every setting with its variable and default.
+func writeUsage(w io.Writer) {
+	fmt.Fprint(w, "Usage: devicehub [-flag=value ...]\n\n"+
+		"Each setting is read from its DEVICEHUB_* variable; the flag of the same name overrides it.\n\n")
+	for _, s := range settings(new(config)) {
+		def := s.def
+		if def == "" {
+			def = "empty"
+		}
+		fmt.Fprintf(w, "  -%s %s\n        %s (default %s)\n        %s\n", s.name, s.kind, s.env, def, s.help)
+	}
+	fmt.Fprint(w, "  -version\n        print the version and exit\n  -h, -help\n        print this help and exit\n")
+}
+
+// versionText is the module version and, when the build recorded them,
+// the VCS revision and commit time.
+func versionText() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devicehub (unknown version)"
+	}
+	v := "devicehub " + bi.Main.Version
+	if v == "devicehub " {
+		v += "(devel)"
+	}
+	for _, kv := range bi.Settings {
+		switch kv.Key {
+		case "vcs.revision", "vcs.time", "vcs.modified":
+			v += " " + kv.Key + "=" + kv.Value
+		}
+	}
+	return v + " " + bi.GoVersion
+}
