@@ -45,7 +45,7 @@ func createPGDatabase(ctx context.Context, pgServer, prefix string) (*pgDatabase
 		return nil, err
 	}
 	defer admin.Close()
-	d := &pgDatabase{server: pgServer, name: prefix + "_" + ingestRandHex(4)}
+	d := &pgDatabase{server: pgServer, name: prefix + "_" + randHex(4)}
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+d.name); err != nil {
 		return nil, fmt.Errorf("bench: create PostgreSQL database (is it up? `make services`): %w", err)
 	}

@@ -13,7 +13,7 @@ func TestReadBrokerStateCountsGoneSessions(t *testing.T) {
 	if broker == "" {
 		broker = "tcp://127.0.0.1:1884"
 	}
-	prefix := "bench-test-gone-" + ingestRandHex(4)
+	prefix := "bench-test-gone-" + randHex(4)
 	id := prefix + "-0" // as purgeSessions names them
 	c, err := mqttConnect(broker, id, false, serviceLogin())
 	if err != nil {

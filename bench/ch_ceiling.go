@@ -41,7 +41,7 @@ type ClickHouseCeilingResult struct {
 func clickHouseCeiling(ctx context.Context, p IngestParams, product string, ids []string, procs []namedProc) (ClickHouseCeilingResult, error) {
 	var res ClickHouseCeilingResult
 	topt := tsdb.DefaultOptions()
-	topt.Addr, topt.Database, topt.TimeZone = p.ClickHouseAddr, "devicehub_bench_chceil_"+ingestRandHex(4), time.UTC
+	topt.Addr, topt.Database, topt.TimeZone = p.ClickHouseAddr, "devicehub_bench_chceil_"+randHex(4), time.UTC
 	db, err := tsdb.Open(ctx, topt)
 	if err != nil {
 		return res, err

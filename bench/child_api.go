@@ -71,7 +71,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 			_ = c.stop()
 		}
 	}()
-	password := "bench-" + ingestRandHex(8)
+	password := "bench-" + randHex(8)
 	deviceAuth := "none"
 	if cfg.DeviceLogins {
 		deviceAuth = "dynsec"
@@ -83,7 +83,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 		"TIMEZONE":         "UTC",
 		"MQTT_URL":         cfg.BrokerURL,
 		"MQTT_CLIENT_ID":   c.clientID,
-		"MQTT_SHARE_GROUP": "bench" + ingestRandHex(4), // its own group: no other instance takes a share
+		"MQTT_SHARE_GROUP": "bench" + randHex(4), // its own group: no other instance takes a share
 		"ROLES":            cfg.Roles,
 		"ADMIN_PASSWORD":   password,
 		"LOG_LEVEL":        "warn",

@@ -121,7 +121,7 @@ const cmdModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{
 func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) {
 	p = p.withDefaults()
 	res := CommandsResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
-	product := "benchcmd" + ingestRandHex(4) // unique: other runs' devices stay apart
+	product := "benchcmd" + randHex(4) // unique: other runs' devices stay apart
 	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "cmd", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return res, err

@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sort"
@@ -393,10 +391,4 @@ func containsInt(xs []int, x int) bool {
 		}
 	}
 	return false
-}
-
-func dashRandHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -21,7 +21,7 @@ func TestRunDashboardSmall(t *testing.T) {
 	const n = 20000
 	res, err := RunDashboard(ctx, DashboardParams{
 		Sizes: []int{n}, PGSizes: []int{n}, Iterations: 4, Concurrency: 2, PGIterations: 1,
-		Prefix: "devicehub_benchtest_" + dashRandHex(4), Logf: t.Logf,
+		Prefix: "devicehub_benchtest_" + randHex(4), Logf: t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)

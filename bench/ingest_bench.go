@@ -153,7 +153,9 @@ func (p IngestParams) withDefaults() IngestParams {
 	return p
 }
 
-func ingestRandHex(n int) string {
+// randHex is n random bytes in hex, for the names of a run's databases,
+// products and clients.
+func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
@@ -199,7 +201,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		return ps
 	}
 
-	product := "bench-" + ingestRandHex(3)
+	product := "bench-" + randHex(3)
 	ids := make([]string, p.Devices)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%06d", product, i)
@@ -221,7 +223,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 
 	// Databases of this run, the product and its deployed devices, all
 	// before the server starts (its device cache keeps misses for a while).
-	name := "devicehub_bench_" + ingestRandHex(4)
+	name := "devicehub_bench_" + randHex(4)
 	admin, err := sql.Open("postgres", p.PostgresServer+"/postgres?sslmode=disable")
 	if err != nil {
 		return res, err
@@ -260,7 +262,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	}
 
 	// The server, configured as an operator would, on this run's databases.
-	clientID := "bench-ingest-" + ingestRandHex(4)
+	clientID := "bench-ingest-" + randHex(4)
 	conns := ingest.DefaultOptions().Connections
 	args := append([]string(nil), p.ServerArgs...)
 	// Its default subscription (one plain one), unless more connections
@@ -269,7 +271,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	if p.Connections > 0 {
 		conns = p.Connections
 		args = append(args, "-ingest-connections="+strconv.Itoa(p.Connections))
-		shareGroup = "bench" + ingestRandHex(4)
+		shareGroup = "bench" + randHex(4)
 	}
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: args, Env: map[string]string{
 		"POSTGRES_DSN":     mopt.DSN,
@@ -280,7 +282,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		"MQTT_CLIENT_ID":   clientID,
 		"MQTT_SHARE_GROUP": shareGroup,
 		"ROLES":            "api,ingest",
-		"ADMIN_PASSWORD":   ingestRandHex(8),
+		"ADMIN_PASSWORD":   randHex(8),
 		"LOG_LEVEL":        "warn",
 		"DEVICE_AUTH":      "none", // the generator logs in as a gateway
 		"SHUTDOWN_TIMEOUT": "30s",
@@ -438,7 +440,7 @@ func publishDevices(ctx context.Context, p IngestParams, product string, ids []s
 	errc := make(chan error, p.Publishers)
 	deadline := time.Now().Add(p.Duration)
 	for w := range p.Publishers {
-		c, err := mqttConnect(p.BrokerURL, "bench-pub-"+ingestRandHex(4), true, p.gateway)
+		c, err := mqttConnect(p.BrokerURL, "bench-pub-"+randHex(4), true, p.gateway)
 		if err != nil {
 			return 0, err
 		}
@@ -524,10 +526,10 @@ type brokerCeilingResult struct {
 // The topic is no device's: ingest does not subscribe to it.
 func brokerCeiling(ctx context.Context, label, broker string, pub ingest.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
 	var res brokerCeilingResult
-	topic := "/bench-" + ingestRandHex(4) + "/ceiling"
+	topic := "/bench-" + randHex(4) + "/ceiling"
 	var got atomic.Int64
 	var lastAt atomic.Int64
-	sub := mqtt.NewClient(serviceLogin().NewClientOptions(broker, "bench-sub-"+ingestRandHex(4)).SetCleanSession(true))
+	sub := mqtt.NewClient(serviceLogin().NewClientOptions(broker, "bench-sub-"+randHex(4)).SetCleanSession(true))
 	if t := sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return res, fmt.Errorf("bench: connect: %v", t.Error())
 	}
@@ -538,7 +540,7 @@ func brokerCeiling(ctx context.Context, label, broker string, pub ingest.Login, 
 	}); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return res, fmt.Errorf("bench: subscribe: %v", t.Error())
 	}
-	pc, err := mqttConnect(broker, "bench-cpub-"+ingestRandHex(4), true, pub)
+	pc, err := mqttConnect(broker, "bench-cpub-"+randHex(4), true, pub)
 	if err != nil {
 		return res, err
 	}

@@ -50,5 +50,5 @@ func newGateway(ctx context.Context, broker string) (login ingest.Login, remove 
 }
 
 func dialAdmin(ctx context.Context, broker string) (*dynsec.Client, error) {
-	return dynsec.Dial(ctx, serviceLogin().NewClientOptions(broker, "bench-admin-"+ingestRandHex(4)), nil)
+	return dynsec.Dial(ctx, serviceLogin().NewClientOptions(broker, "bench-admin-"+randHex(4)), nil)
 }

@@ -120,12 +120,12 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	}
 	defer removeGateway()
 
-	product := "soak-" + ingestRandHex(3)
+	product := "soak-" + randHex(3)
 	ids := make([]string, p.Devices)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%04d", product, i)
 	}
-	name := "devicehub_soak_" + ingestRandHex(4)
+	name := "devicehub_soak_" + randHex(4)
 	admin, err := sql.Open("postgres", p.PostgresServer+"/postgres?sslmode=disable")
 	if err != nil {
 		return res, err
@@ -163,7 +163,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 		ch.Close()
 	}()
 
-	clientID := "bench-soak-" + ingestRandHex(4)
+	clientID := "bench-soak-" + randHex(4)
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Env: map[string]string{
 		"POSTGRES_DSN":     mopt.DSN,
 		"CLICKHOUSE_ADDR":  p.ClickHouseAddr,
@@ -171,7 +171,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 		"TIMEZONE":         "UTC",
 		"MQTT_URL":         p.BrokerURL,
 		"MQTT_CLIENT_ID":   clientID,
-		"ADMIN_PASSWORD":   ingestRandHex(8),
+		"ADMIN_PASSWORD":   randHex(8),
 		"LOG_LEVEL":        "warn",
 		"DEVICE_AUTH":      "none", // the publisher logs in as a gateway
 		"SHUTDOWN_TIMEOUT": "60s",
@@ -190,7 +190,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	n := int64(p.Rate) * int64(p.Duration/time.Second)
 	acked := make([]atomic.Bool, n)
 	var published atomic.Int64
-	pub := mqtt.NewClient(gateway.NewClientOptions(p.BrokerURL, "bench-soak-pub-"+ingestRandHex(4)).
+	pub := mqtt.NewClient(gateway.NewClientOptions(p.BrokerURL, "bench-soak-pub-"+randHex(4)).
 		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
 		SetWriteTimeout(10 * time.Second))
 	if t := pub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
