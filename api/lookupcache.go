@@ -58,14 +58,8 @@ func (c *lookupCache[V]) peek(key string, now time.Time) (V, bool) {
 	return e.v, true
 }
 
-// put keeps v fresh until now+ttl and servable until now+2*ttl, neither
-// past until when it is set.
-func (c *lookupCache[V]) put(key string, v V, until, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.putLocked(key, v, until, now)
-}
-
+// putLocked keeps v fresh until now+ttl and servable until now+2*ttl,
+// neither past until when it is set; c.mu is held.
 func (c *lookupCache[V]) putLocked(key string, v V, until, now time.Time) {
 	if c.ttl <= 0 {
 		return

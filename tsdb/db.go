@@ -67,11 +67,6 @@ type Version struct{ Major, Minor, Patch uint64 }
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
 
-// AtLeast reports whether v >= major.minor.
-func (v Version) AtLeast(major, minor uint64) bool {
-	return v.Major > major || v.Major == major && v.Minor >= minor
-}
-
 // DB is a handle on the time-series database. It is safe for concurrent use.
 type DB struct {
 	conn    driver.Conn
