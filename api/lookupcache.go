@@ -97,6 +97,9 @@ func (c *lookupCache[V]) get(ctx context.Context, key string, now time.Time, loo
 			call = c.startLocked(key)
 			gen := c.gen
 			go func() {
+				// No request waits for it: a panic is the next request's
+				// to meet, through a lookup of its own.
+				defer func() { _ = recover() }()
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
 				defer cancel()
 				c.finish(ctx, key, call, gen, now, lookup)
@@ -142,20 +145,34 @@ func (c *lookupCache[V]) startLocked(key string) *lookupCall[V] {
 // came after gen, and wakes the requests waiting for it. A failed lookup
 // drops what was cached (a device deleted, a token revoked through another
 // instance): the next request asks again and sees the failure itself.
+//
+// A lookup that panics fails its waiters with errLookupPanicked, and the
+// panic goes on up the calling request (the server's recover middleware
+// answers it): the key is not left in flight for every later request.
 func (c *lookupCache[V]) finish(ctx context.Context, key string, call *lookupCall[V], gen uint64, now time.Time, lookup lookupFunc[V]) {
-	v, until, err := lookup(ctx, key)
-	call.v, call.err = v, err
-	c.mu.Lock()
-	delete(c.loading, key)
-	switch {
-	case err != nil:
-		delete(c.m, key)
-	case gen == c.gen:
-		c.putLocked(key, v, until, now)
-	}
-	c.mu.Unlock()
-	close(call.done)
+	var (
+		v     V
+		until time.Time
+		err   = errLookupPanicked
+	)
+	defer func() {
+		call.v, call.err = v, err
+		c.mu.Lock()
+		delete(c.loading, key)
+		switch {
+		case err != nil:
+			delete(c.m, key)
+		case gen == c.gen:
+			c.putLocked(key, v, until, now)
+		}
+		c.mu.Unlock()
+		close(call.done)
+	}()
+	v, until, err = lookup(ctx, key)
 }
+
+// errLookupPanicked is what the requests sharing a lookup that panicked get.
+var errLookupPanicked = errors.New("api: lookup panicked")
 
 // evict forgets key; a lookup of it in flight is not kept.
 func (c *lookupCache[V]) evict(key string) {

@@ -173,3 +173,50 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 		t.Fatal("a lookup started before an evict (logout) was kept")
 	}
 }
+
+// TestLookupCachePanic: a lookup that panics fails the requests waiting on
+// it instead of leaving its key in flight, and the next request looks up
+// again.
+func TestLookupCachePanic(t *testing.T) {
+	c := newLookupCache[int](time.Minute, 10)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	go func() {
+		defer func() { _ = recover() }()
+		_, _ = c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
+			close(started)
+			<-release
+			panic("lookup failed badly")
+		})
+	}()
+	<-started
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
+			return 0, time.Time{}, errors.New("the waiter should share the lookup in flight")
+		})
+		waiter <- err
+	}()
+	for { // the waiter joins the lookup in flight
+		c.mu.Lock()
+		n := len(c.loading)
+		c.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	select {
+	case err := <-waiter:
+		if !errors.Is(err, errLookupPanicked) && (err == nil || !strings.Contains(err.Error(), "share")) {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request waiting on a lookup that panicked never returned")
+	}
+	v, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) { return 7, time.Time{}, nil })
+	if err != nil || v != 7 {
+		t.Fatalf("after the panic: %v %v", v, err)
+	}
+}
