@@ -9,7 +9,6 @@ package bench
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,11 +22,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/lib/pq"
 
 	"devicehub/ingest"
-	"devicehub/meta"
-	"devicehub/tsdb"
 )
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
@@ -221,45 +217,13 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	// Give the ceiling's rows back, so the generator's RSS is its own.
 	debug.FreeOSMemory()
 
-	// Databases of this run, the product and its deployed devices, all
-	// before the server starts (its device cache keeps misses for a while).
-	name := "devicehub_bench_" + randHex(4)
-	admin, err := sql.Open("postgres", p.PostgresServer+"/postgres?sslmode=disable")
+	// Databases of this run, the product and its deployed devices.
+	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "devicehub_bench_", product, ids)
 	if err != nil {
 		return res, err
 	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return res, fmt.Errorf("bench: create PostgreSQL database: %w", err)
-	}
-	defer func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") }()
-	mopt := meta.DefaultOptions()
-	mopt.DSN = p.PostgresServer + "/" + name + "?sslmode=disable"
-	mopt.MaxOpenConns = 2
-	store, err := meta.Open(ctx, mopt)
-	if err != nil {
-		return res, err
-	}
-	defer store.Close()
-	topt := tsdb.DefaultOptions()
-	topt.Addr, topt.Database, topt.TimeZone = p.ClickHouseAddr, name, time.UTC
-	ch, err := tsdb.Open(ctx, topt)
-	if err != nil {
-		return res, err
-	}
-	defer ch.Close()
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = ch.DropDatabase(dctx)
-	}()
-	if _, err := store.DB().ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)`, product); err != nil {
-		return res, err
-	}
-	if _, err := store.DB().ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
-		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
-		return res, err
-	}
+	defer db.close()
+	ch, name := db.ch, db.name
 
 	// The server, configured as an operator would, on this run's databases.
 	clientID := "bench-ingest-" + randHex(4)
@@ -274,7 +238,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		shareGroup = "bench" + randHex(4)
 	}
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: args, Env: map[string]string{
-		"POSTGRES_DSN":     mopt.DSN,
+		"POSTGRES_DSN":     db.dsn,
 		"CLICKHOUSE_ADDR":  p.ClickHouseAddr,
 		"CLICKHOUSE_DB":    name,
 		"TIMEZONE":         "UTC", // as this process opened the database

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -16,10 +15,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/lib/pq"
-
-	"devicehub/meta"
-	"devicehub/tsdb"
 )
 
 // SoakParams configure RunSoak. The faults are real: the project's
@@ -125,47 +120,16 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%04d", product, i)
 	}
-	name := "devicehub_soak_" + randHex(4)
-	admin, err := sql.Open("postgres", p.PostgresServer+"/postgres?sslmode=disable")
+	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "devicehub_soak_", product, ids)
 	if err != nil {
 		return res, err
 	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return res, fmt.Errorf("bench: create PostgreSQL database: %w", err)
-	}
-	defer func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") }()
-	mopt := meta.DefaultOptions()
-	mopt.DSN = p.PostgresServer + "/" + name + "?sslmode=disable"
-	mopt.MaxOpenConns = 2
-	store, err := meta.Open(ctx, mopt)
-	if err != nil {
-		return res, err
-	}
-	defer store.Close()
-	if _, err := store.DB().ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)`, product); err != nil {
-		return res, err
-	}
-	if _, err := store.DB().ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
-		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
-		return res, err
-	}
-	topt := tsdb.DefaultOptions()
-	topt.Addr, topt.Database, topt.TimeZone = p.ClickHouseAddr, name, time.UTC
-	ch, err := tsdb.Open(ctx, topt)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = ch.DropDatabase(dctx)
-		ch.Close()
-	}()
+	defer db.close()
+	ch, name := db.ch, db.name
 
 	clientID := "bench-soak-" + randHex(4)
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Env: map[string]string{
-		"POSTGRES_DSN":     mopt.DSN,
+		"POSTGRES_DSN":     db.dsn,
 		"CLICKHOUSE_ADDR":  p.ClickHouseAddr,
 		"CLICKHOUSE_DB":    name,
 		"TIMEZONE":         "UTC",
@@ -274,7 +238,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	var counts map[string]uint64
 	last, lastGrowth := int64(-1), time.Now()
 	for time.Since(lastGrowth) < 20*time.Second {
-		if counts, err = storedCounts(ctx, ch, product); err != nil {
+		if counts, err = ch.MessageIDCounts(ctx, "up"); err != nil {
 			return res, err
 		}
 		if got := int64(len(counts)); got != last {
@@ -302,25 +266,6 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	default:
 	}
 	return res, nil
-}
-
-// storedCounts is, per message id of product, its rows in device_message.
-func storedCounts(ctx context.Context, ch *tsdb.DB, product string) (map[string]uint64, error) {
-	rows, err := ch.Conn().Query(ctx, `SELECT message_id, count() FROM device_message WHERE product_id = ? GROUP BY message_id`, product)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]uint64{}
-	for rows.Next() {
-		var id string
-		var c uint64
-		if err := rows.Scan(&id, &c); err != nil {
-			return nil, err
-		}
-		out[id] = c
-	}
-	return out, rows.Err()
 }
 
 // signalProc signals process pid, waits until it is gone and then for

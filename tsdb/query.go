@@ -349,3 +349,28 @@ func (db *DB) dayCounts(ctx context.Context, sql string, args []any, counts map[
 func quoteString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
+
+// MessageIDCounts returns, per message id, how many rows device_message
+// holds (of direction "up" or "down"; "" for both): what fault tests and
+// the soak compare with what the broker acknowledged.
+func (db *DB) MessageIDCounts(ctx context.Context, direction string) (map[string]uint64, error) {
+	q, args := "SELECT message_id, count() FROM device_message GROUP BY message_id", []any{}
+	if direction != "" {
+		q, args = "SELECT message_id, count() FROM device_message WHERE direction = ? GROUP BY message_id", []any{direction}
+	}
+	rows, err := db.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tsdb: message id counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]uint64{}
+	for rows.Next() {
+		var id string
+		var n uint64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("tsdb: message id counts: %w", err)
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}

@@ -30,9 +30,15 @@ func ServerDSN() string {
 // database in t.Cleanup.
 func NewStore(t testing.TB) *meta.Store {
 	t.Helper()
-	dsn := NewDatabase(t)
 	opts := meta.DefaultOptions()
-	opts.DSN = dsn
+	opts.DSN = NewDatabase(t)
+	return openStore(t, opts)
+}
+
+// openStore opens a migrated store with opts (8 connections) and an admin
+// user (password "admin123"), closed when the test ends.
+func openStore(t testing.TB, opts meta.Options) *meta.Store {
+	t.Helper()
 	opts.MaxOpenConns = 8
 	s, err := meta.Open(context.Background(), opts)
 	if err != nil {

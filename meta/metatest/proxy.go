@@ -1,7 +1,6 @@
 package metatest
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/url"
@@ -112,14 +111,6 @@ func NewStoreBehindProxy(t testing.TB) (*meta.Store, *Proxy) {
 	opts := meta.DefaultOptions()
 	opts.DSN = u.String()
 	opts.QueryTimeout = 2 * time.Second
-	opts.MaxOpenConns = 8
-	s, err := meta.Open(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("metatest: open store: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.EnsureAdmin(context.Background(), "admin123"); err != nil {
-		t.Fatalf("metatest: ensure admin: %v", err)
-	}
+	s := openStore(t, opts)
 	return s, px
 }

@@ -54,25 +54,7 @@ func OpenDB(t testing.TB, name string, loc *time.Location) *tsdb.DB {
 // of messages in direction dir ("up", "down"; "" for both): the fault
 // tests compare it with what was published and acknowledged.
 func StoredCounts(ctx context.Context, db *tsdb.DB, dir string) (map[string]uint64, error) {
-	q, args := "SELECT message_id, count() FROM device_message GROUP BY message_id", []any{}
-	if dir != "" {
-		q, args = "SELECT message_id, count() FROM device_message WHERE direction = ? GROUP BY message_id", []any{dir}
-	}
-	rows, err := db.Conn().Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	got := map[string]uint64{}
-	for rows.Next() {
-		var id string
-		var n uint64
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
-		got[id] = n
-	}
-	return got, rows.Err()
+	return db.MessageIDCounts(ctx, dir)
 }
 
 // Duplicates sums counts (as StoredCounts returns them): rows stored, rows
