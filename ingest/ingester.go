@@ -405,51 +405,6 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 // sessionID is the client id of subscriber connection n.
 func (in *Ingester) sessionID(n int) string { return in.opt.ClientID + "-" + strconv.Itoa(n) }
 
-// maxRetired bounds how many session ids past Connections New looks at.
-const maxRetired = 64
-
-// retireSessions takes over the persistent sessions that a run with more
-// connections left behind: ids ClientID-n for n = Connections,
-// Connections+1, ... up to the first one the broker does not have. Such a
-// session stays in the share group while nobody is connected to it, and
-// Mosquitto keeps queueing its share of every device's messages for it,
-// so lowering Connections would have parked part of the traffic on the
-// broker until a connection with that id came back. Each one found is
-// connected like a subscriber, so its backlog is stored and acknowledged
-// as usual, and unsubscribed, so it gets no new share; it stays connected
-// until Close. Its session, now without subscriptions, is left on the
-// broker (removing it could drop a message not yet acknowledged), so each
-// start takes it over again, for one idle connection.
-func (in *Ingester) retireSessions(ctx context.Context) error {
-	for n := in.opt.Connections; n < in.opt.Connections+maxRetired; n++ {
-		c, present, err := in.connect(ctx, in.sessionID(n), true)
-		if err != nil {
-			return err
-		}
-		if !present {
-			return nil
-		}
-		in.clients = append(in.clients, c)
-		in.log.Info("ingest retired a subscriber session left by a run with more connections", "client", in.sessionID(n))
-	}
-	return nil
-}
-
-// retiredFilters are the filters a retired session may still hold: the
-// uplink filters, plain and in this share group, so that a session of a
-// run without a share group leaves too. (A session subscribed in another
-// share group keeps that subscription.)
-func (in *Ingester) retiredFilters() []string {
-	var fs []string
-	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
-		fs = append(fs, f)
-		if in.opt.ShareGroup != NoShareGroup {
-			fs = append(fs, "$share/"+in.opt.ShareGroup+"/"+f)
-		}
-	}
-	return fs
-}
-
 // connect connects subscriber id and subscribes it to the uplink filters.
 // With retire, it subscribes to nothing: when the broker had a session
 // for id, it unsubscribes that session from the uplink filters and returns
@@ -539,36 +494,6 @@ func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
 	if err := t.Error(); err != nil {
 		log.Error(msg, "client", client, "err", err)
 	}
-}
-
-// otherFilters are the uplink filters in the subscription form this
-// instance does not use: plain ones for a share group, and those of the
-// former default group "devicehub" without one. A session kept from a run
-// with the other form would otherwise get every message twice.
-func (in *Ingester) otherFilters() []string {
-	var fs []string
-	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
-		if in.opt.ShareGroup == NoShareGroup {
-			fs = append(fs, "$share/devicehub/"+f)
-		} else {
-			fs = append(fs, f)
-		}
-	}
-	return fs
-}
-
-// removeSession ends the broker's session for id with a clean-session
-// connect; failing that, an empty session without subscriptions stays,
-// which costs the broker nothing but its entry.
-func (in *Ingester) removeSession(id string) {
-	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
-		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
-	c := mqtt.NewClient(o)
-	if err := waitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
-		in.log.Debug("ingest: removing an empty session failed", "client", id, "err", err)
-		return
-	}
-	c.Disconnect(0)
 }
 
 // receive is the MQTT callback: it never touches storage, only hands the
@@ -812,6 +737,17 @@ func (in *Ingester) Stats() Stats {
 		return true
 	})
 	return s
+}
+
+// Connected reports whether every subscriber connection, retired sessions
+// included, is open to the broker; paho reconnects a lost one by itself.
+func (in *Ingester) Connected() bool {
+	for _, c := range in.clients {
+		if !c.IsConnectionOpen() {
+			return false
+		}
+	}
+	return len(in.clients) > 0
 }
 
 // Close stops taking messages, stores what was taken (acknowledging it),

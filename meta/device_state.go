@@ -1,0 +1,141 @@
+package meta
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// Device state for ingest: statuses and references read on messages, and
+// the batched online/offline changes.
+
+// DeviceStatus is what ingest checks on every message of a device.
+type DeviceStatus struct {
+	ProductID, State string
+}
+
+// DeviceStatuses returns, in one query, the status of each of ids that
+// exists; ids that do not are absent from the map.
+func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]DeviceStatus, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, product_id, state FROM devices WHERE id = ANY($1)`, pq.StringArray(ids))
+	if err != nil {
+		return nil, fmt.Errorf("meta: device statuses: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]DeviceStatus, len(ids))
+	for rows.Next() {
+		var id string
+		var st DeviceStatus
+		if err := rows.Scan(&id, &st.ProductID, &st.State); err != nil {
+			return nil, fmt.Errorf("meta: device statuses: %w", err)
+		}
+		out[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("meta: device statuses: %w", err)
+	}
+	return out, nil
+}
+
+// DeviceRef is what ingest and commands need to know about a device.
+type DeviceRef struct {
+	ID, ProductID, State string
+	Regulator            bool   // the product is a controller
+	Metadata             string // the thing model in force
+	Name, ProductName    string
+	CreatorID            string
+}
+
+// GetDeviceRef returns a device's reference, or ErrNotFound.
+func (s *Store) GetDeviceRef(ctx context.Context, id string) (DeviceRef, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var r struct {
+		ID          string `db:"id"`
+		ProductID   string `db:"product_id"`
+		State       string `db:"state"`
+		Regulator   bool   `db:"regulator"`
+		Metadata    string `db:"metadata"`
+		Name        string `db:"name"`
+		ProductName string `db:"product_name"`
+		CreatorID   string `db:"creator_id"`
+	}
+	err := s.db.GetContext(ctx, &r, `SELECT d.id, d.product_id, d.state, p.regulator,
+		COALESCE(d.metadata, p.metadata) AS metadata, d.name, p.name AS product_name, d.creator_id
+		FROM devices d JOIN products p ON p.id = d.product_id WHERE d.id = $1`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeviceRef{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+	}
+	if err != nil {
+		return DeviceRef{}, fmt.Errorf("meta: device ref: %w", err)
+	}
+	return DeviceRef(r), nil
+}
+
+// StateChange is one connection event of a device, from ingest.
+type StateChange struct {
+	DeviceID string
+	Online   bool
+	At       time.Time
+	Address  string // remote address, for online changes; "" keeps the stored one
+}
+
+// ApplyStateChanges writes a batch of state changes in one transaction: online
+// sets state online and online_time (and address), offline sets state
+// offline and offline_time. Devices in state notActive are left alone, and
+// so is a change older than the device's last online or offline time
+// (out-of-order delivery). Of several changes of one device in the batch
+// the latest wins (the later in the slice on equal times). It returns the
+// number of devices changed.
+func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (int, error) {
+	if len(changes) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(changes))
+	online := make([]bool, len(changes))
+	at := make([]string, len(changes))
+	addr := make([]string, len(changes))
+	for i, c := range changes {
+		ids[i], online[i], addr[i] = c.DeviceID, c.Online, c.Address
+		at[i] = c.At.UTC().Format(time.RFC3339Nano)
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("meta: apply state changes: %w", err)
+	}
+	defer tx.Rollback()
+	// Lock the rows in id order first: the UPDATE's join visits them in no
+	// set order, and two ingest instances updating overlapping batches
+	// would otherwise deadlock.
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM devices WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`,
+		pq.StringArray(ids)); err != nil {
+		return 0, fmt.Errorf("meta: apply state changes: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE devices d SET
+			state = CASE WHEN c.online THEN 'online' ELSE 'offline' END,
+			online_time = CASE WHEN c.online THEN c.at ELSE d.online_time END,
+			offline_time = CASE WHEN c.online THEN d.offline_time ELSE c.at END,
+			address = CASE WHEN c.online AND c.address <> '' THEN c.address ELSE d.address END
+		FROM (SELECT DISTINCT ON (id) id, online, at, address
+			FROM unnest($1::text[], $2::bool[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u(id, online, at, address, n)
+			ORDER BY id, at DESC, n DESC) c
+		WHERE d.id = c.id AND d.state <> 'notActive'
+			AND c.at >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz)`,
+		pq.StringArray(ids), pq.BoolArray(online), pq.StringArray(at), pq.StringArray(addr))
+	if err != nil {
+		return 0, fmt.Errorf("meta: apply state changes: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("meta: apply state changes: %w", err)
+	}
+	return int(n), nil
+}
