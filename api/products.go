@@ -6,7 +6,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/meta"
-	"devicehub/schema"
 )
 
 // ProductStore is what the product endpoints need.
@@ -15,19 +14,9 @@ type ProductStore interface {
 	CountProducts(ctx context.Context, q *meta.Query) (int, error)
 	GetProduct(ctx context.Context, id string) (meta.Product, error)
 	CreateProduct(ctx context.Context, n meta.NewProduct, creatorID string) (meta.Product, error)
-	PatchProduct(ctx context.Context, p meta.ProductPatch, modifierID string, validate meta.MetadataValidator) error
+	PatchProduct(ctx context.Context, p meta.ProductPatch, modifierID string) error
 	SetProductState(ctx context.Context, id string, state int, modifierID string) error
 	DeleteProduct(ctx context.Context, id string) (meta.Product, error)
-}
-
-// validateThingModel parses, validates and normalises a serialised thing
-// model for storage.
-func validateThingModel(s string) (string, error) {
-	m, err := schema.ParseThingModelString(s)
-	if err != nil {
-		return "", err
-	}
-	return m.String(), nil
 }
 
 // queryBody decodes the common query body; an empty body is the empty query.
@@ -76,7 +65,7 @@ func (s *Server) patchProduct(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &p); err != nil {
 		return err
 	}
-	if err := s.deps.Products.PatchProduct(c.UserContext(), p, currentUser(c).ID, validateThingModel); err != nil {
+	if err := s.deps.Products.PatchProduct(c.UserContext(), p, currentUser(c).ID); err != nil {
 		return err
 	}
 	return ok(c, nil)

@@ -322,13 +322,17 @@ func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (D
 	return s.getDeviceDetail(ctx, s.db, id, false)
 }
 
-// SetDeviceMetadata gives a device its own thing model (independentMetadata).
-// metadata must already be validated and normalised (schema package).
+// SetDeviceMetadata gives a device its own thing model (independentMetadata),
+// validated and normalised as a product's is (normalModel).
 func (s *Store) SetDeviceMetadata(ctx context.Context, id, metadata string, modifier User) error {
 	if strings.TrimSpace(metadata) == "" {
 		return Invalid("metadata", "is required")
 	}
-	return s.setDeviceMetadata(ctx, id, &metadata, modifier)
+	norm, err := normalModel(metadata)
+	if err != nil {
+		return err
+	}
+	return s.setDeviceMetadata(ctx, id, &norm, modifier)
 }
 
 // ResetDeviceMetadata drops a device's own thing model; its product's is in

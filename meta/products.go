@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/schema"
 )
 
 // DefaultProductPhoto is the platform's built-in product icon.
@@ -377,13 +379,19 @@ type ProductPatch struct {
 	ModifyTime *int64 `json:"modifyTime"`
 }
 
-// MetadataValidator checks and normalises a serialised thing model; the
-// schema package provides it (meta does not parse thing models itself).
-type MetadataValidator func(metadata string) (normalised string, err error)
+// normalModel parses, validates and normalises a serialised thing model
+// for storage: the one path of product and device models alike.
+func normalModel(metadata string) (string, error) {
+	m, err := schema.ParseThingModelString(metadata)
+	if err != nil {
+		return "", err
+	}
+	return m.String(), nil
+}
 
-// PatchProduct answers endpoint 4: it validates the thing model with
-// validate and stores the product's new fields in one statement.
-func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string, validate MetadataValidator) error {
+// PatchProduct answers endpoint 4: it validates the thing model
+// (normalModel) and stores the product's new fields in one statement.
+func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string) error {
 	if p.ID == "" {
 		return Invalid("id", "is required")
 	}
@@ -424,7 +432,7 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 		}
 		meta = `{"properties":[],"events":[],"functions":[],"tags":[]}`
 	}
-	norm, err := validate(meta)
+	norm, err := normalModel(meta)
 	if err != nil {
 		return err
 	}
