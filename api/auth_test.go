@@ -107,7 +107,7 @@ func TestTokenSlides(t *testing.T) {
 // health and metrics answers 401 without a token.
 func TestEveryRouteNeedsToken(t *testing.T) {
 	e := newEnv(t)
-	open := map[string]bool{"/api/authorize/login": true, "/healthz": true, "/metrics": true}
+	open := map[string]bool{"/api/authorize/login": true, "/healthz": true, "/readyz": true, "/metrics": true}
 	// An expired token, never seen by this server's token cache.
 	expired := e.login("admin", "admin123")
 	if _, err := e.store.DB().Exec(`UPDATE tokens SET expires_at = now() - interval '1 second' WHERE hash = sha256($1::bytea)`, expired); err != nil {

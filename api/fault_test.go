@@ -91,8 +91,8 @@ func TestPostgresDown(t *testing.T) {
 	if r.HTTPStatus != 500 || r.Code != "server_error" {
 		t.Fatalf("login with PostgreSQL down: %d %s", r.HTTPStatus, r.raw)
 	}
-	if h := e.do("GET", "/healthz", nil, ""); h.HTTPStatus != 503 || !strings.Contains(string(h.Result), `"postgres":"down"`) {
-		t.Fatalf("healthz with PostgreSQL down: %d %s", h.HTTPStatus, h.raw)
+	if h := e.do("GET", "/readyz", nil, ""); h.HTTPStatus != 503 || !strings.Contains(string(h.Result), `"postgres":"down"`) {
+		t.Fatalf("readyz with PostgreSQL down: %d %s", h.HTTPStatus, h.raw)
 	}
 
 	px.Up()

@@ -1,9 +1,6 @@
 package api
 
 import (
-	"context"
-	"time"
-
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +11,8 @@ import (
 // each handler calls one store method, where the SQL is.
 func (s *Server) routes() {
 	app := s.app
-	app.Get("/healthz", s.healthz)
+	app.Get("/healthz", s.healthz) // liveness (health.go)
+	app.Get("/readyz", s.readyz)   // readiness
 	gatherer := s.deps.Gatherer
 	if gatherer == nil {
 		gatherer = prometheus.DefaultGatherer
@@ -72,24 +70,4 @@ func (s *Server) write(h fiber.Handler) fiber.Handler {
 		defer s.refs.clear()
 		return h(c)
 	}
-}
-
-// healthz is GET /healthz: 200 when every dependency answers, else 503.
-func (s *Server) healthz(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
-	defer cancel()
-	result := map[string]string{}
-	healthy := true
-	for name, check := range s.deps.Health {
-		if err := check(ctx); err != nil {
-			result[name] = "down"
-			healthy = false
-			continue
-		}
-		result[name] = "up"
-	}
-	if !healthy {
-		return reply(c, fiber.StatusServiceUnavailable, codeServerError, "unhealthy", result)
-	}
-	return ok(c, result)
 }

@@ -2,11 +2,16 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/cors"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,6 +39,10 @@ type Options struct {
 	// slot before it is refused with 503 too_many_requests (0: 2 s).
 	DashboardConcurrency int
 	DashboardWait        time.Duration
+	// CORSOrigins are the browser origins (scheme://host[:port], or "*"
+	// for any) allowed to call the API across origins; see
+	// ParseCORSOrigins. None (the default) sends no CORS headers.
+	CORSOrigins []string
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -62,7 +71,7 @@ type Deps struct {
 	Models    DeviceModels
 	// Commands sends property reads and function invokes (endpoints 10-12).
 	Commands Commander
-	// Health checks are run by /healthz, by name.
+	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
@@ -100,9 +109,77 @@ func New(opts Options, deps Deps) *Server {
 		s.log.Error("panic in handler", "method", c.Method(), "path", c.Path(), "panic", e)
 	}}))
 	s.app.Use(newMetrics(deps.Registry).middleware)
+	if len(opts.CORSOrigins) > 0 {
+		s.app.Use(corsMiddleware(opts.CORSOrigins))
+	}
 	s.app.Use(jsonBodies)
 	s.routes()
 	return s
+}
+
+// corsMiddleware answers preflights (OPTIONS with Origin and
+// Access-Control-Request-Method) itself, before the token check, with 204
+// and, for an allowed origin, the Access-Control-Allow-* headers; other
+// requests from an allowed origin get Access-Control-Allow-Origin. Origins
+// are compared as ParseCORSOrigins normalises them (the browser sends them
+// so); one that is not allowed gets no Access-Control-Allow-* header (its
+// preflight is still 204, which the browser fails without them).
+func corsMiddleware(origins []string) fiber.Handler {
+	cfg := cors.Config{
+		AllowMethods: strings.Join([]string{fiber.MethodGet, fiber.MethodHead, fiber.MethodPost,
+			fiber.MethodPut, fiber.MethodPatch, fiber.MethodDelete}, ","),
+		AllowHeaders: strings.Join([]string{fiber.HeaderContentType, "X-Access-Token"}, ","),
+	}
+	allowed := make(map[string]bool, len(origins))
+	for _, o := range origins {
+		if o == "*" {
+			cfg.AllowOrigins = "*"
+			return cors.New(cfg)
+		}
+		allowed[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+	}
+	// A func rather than cors' AllowOrigins text, which panics on an
+	// origin it cannot parse: here such an origin just matches nothing.
+	cfg.AllowOriginsFunc = func(origin string) bool { return allowed[origin] }
+	h := cors.New(cfg)
+	return func(c *fiber.Ctx) error {
+		err := h(c)
+		// cors sets the methods and headers on every preflight; keep them
+		// for the allowed origins only.
+		if hdr := &c.Response().Header; len(hdr.Peek(fiber.HeaderAccessControlAllowOrigin)) == 0 {
+			hdr.Del(fiber.HeaderAccessControlAllowMethods)
+			hdr.Del(fiber.HeaderAccessControlAllowHeaders)
+		}
+		return err
+	}
+}
+
+// ParseCORSOrigins reads a comma-separated list of origins for
+// Options.CORSOrigins: each scheme://host[:port] with scheme http or
+// https and nothing after the host, or "*" alone for any origin. Blank
+// entries are skipped; empty text gives none.
+func ParseCORSOrigins(text string) ([]string, error) {
+	var origins []string
+	for _, o := range strings.Split(text, ",") {
+		o = strings.TrimSpace(o)
+		if o == "" {
+			continue
+		}
+		if o == "*" {
+			origins = append(origins, o)
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(o, "?") {
+			return nil, fmt.Errorf("origin %q: want scheme://host[:port], e.g. https://console.example.com", o)
+		}
+		origins = append(origins, strings.ToLower(u.Scheme+"://"+u.Host))
+	}
+	if len(origins) > 1 && slices.Contains(origins, "*") {
+		return nil, errors.New(`"*" allows every origin: give it alone`)
+	}
+	return origins, nil
 }
 
 // jsonBodies checks every request body before any handler reads it, so

@@ -80,6 +80,10 @@ func newLogger(level string) *slog.Logger {
 
 // run starts every component and stops them in reverse order when ctx ends.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	corsOrigins, err := api.ParseCORSOrigins(cfg.CORSOrigins)
+	if err != nil {
+		return fmt.Errorf("DEVICEHUB_CORS_ORIGINS (-cors-origins): %w", err)
+	}
 	mopt := meta.DefaultOptions()
 	mopt.DSN, mopt.MaxOpenConns, mopt.QueryTimeout = cfg.PostgresDSN, cfg.PostgresMaxConns, cfg.QueryTimeout
 	mopt.LoginMaxFailures, mopt.LoginLockout = cfg.LoginMaxFailures, cfg.LoginLockout
@@ -176,6 +180,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if cfg.Roles["api"] {
 		apiOpts := api.DefaultOptions()
 		apiOpts.TokenLifetime = cfg.TokenLifetime
+		apiOpts.CORSOrigins = corsOrigins
+		// Readiness (/readyz): the stores, and the broker connections of
+		// the roles this instance runs.
+		ready := map[string]func(context.Context) error{
+			"postgres":   store.Ping,
+			"clickhouse": func(ctx context.Context) error { return ts.Conn().Ping(ctx) },
+			"mqtt":       connected(presence.Connected),
+		}
+		if ing != nil {
+			ready["mqtt_ingest"] = connected(ing.Connected)
+		}
 		srv = api.New(apiOpts, api.Deps{
 			Auth:      store,
 			Products:  store,
@@ -184,13 +199,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Dashboard: ts,
 			Models:    store,
 			Commands:  cmds,
-			Health: map[string]func(context.Context) error{
-				"postgres":   store.Ping,
-				"clickhouse": func(ctx context.Context) error { return ts.Conn().Ping(ctx) },
-			},
-			Logger:   log,
-			Registry: reg,
-			Gatherer: reg,
+			Health:    ready,
+			Logger:    log,
+			Registry:  reg,
+			Gatherer:  reg,
 		})
 		go func() { errc <- srv.Listen(cfg.HTTPAddr) }()
 		log.Info("devicehub listening", "http", cfg.HTTPAddr)
@@ -253,9 +265,20 @@ type config struct {
 	FlushInterval      time.Duration
 	RetentionMonths    int
 	PprofAddr          string
+	CORSOrigins        string
 	MemoryLimit        int64
 	RolesText          string
 	Roles              map[string]bool
+}
+
+// connected turns a client's connection state into a readiness check.
+func connected(open func() bool) func(context.Context) error {
+	return func(context.Context) error {
+		if !open() {
+			return errors.New("not connected to the broker")
+		}
+		return nil
+	}
 }
 
 // servePprof serves the runtime profiles of net/http/pprof, for operators

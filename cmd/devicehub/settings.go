@@ -83,6 +83,8 @@ func settings(c *config) []setting {
 			integer(&c.RetentionMonths, 0, math.MaxInt, "an integer, 0 (keep everything) or more")},
 		{"memory-limit", "DEVICEHUB_MEMORY_LIMIT", "160MiB", "soft memory limit of the Go runtime (0: none); GOMEMLIMIT, when set, wins",
 			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
+		{"cors-origins", "DEVICEHUB_CORS_ORIGINS", "", "comma-separated browser origins allowed to call the API (CORS), e.g. https://console.example.com; empty: none, no CORS headers",
+			str(&c.CORSOrigins)},
 		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
 		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
 	}
