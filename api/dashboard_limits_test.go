@@ -5,16 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"devicehub/api"
-	"devicehub/meta/metatest"
+	"devicehub/meta"
 	"devicehub/tsdb"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -132,28 +129,11 @@ func (b *blockingStore) PropertyHistory(ctx context.Context, productID, deviceID
 // while other endpoints still answer.
 func TestDashboardConcurrencyLimit(t *testing.T) {
 	db := tsdbtest.NewDB(t, shanghai)
-	store := metatest.NewStore(t)
-	reg := prometheus.NewRegistry()
 	bs := &blockingStore{DashboardStore: db, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	opts := api.DefaultOptions()
 	opts.DashboardConcurrency = 1
 	opts.DashboardWait = 100 * time.Millisecond
-	srv := api.New(opts, api.Deps{
-		Auth: store, Products: store, Roles: store, Devices: store, Dashboard: bs, Models: store,
-		Registry: reg, Gatherer: reg,
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
-	e.token = e.login("admin", "admin123")
+	e := newEnvOpts(t, opts, func(store *meta.Store, deps *api.Deps) { deps.Dashboard, deps.Models = bs, store })
 	e.createProduct("dp", "Dash product", nil)
 	e.ok("POST", "/api/device/instance", map[string]any{"id": "dd", "name": "Dash device", "productId": "dp"}, nil)
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -14,44 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"devicehub/api"
 	"devicehub/ingest"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
-	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
 )
-
-// newEnvOpts is newEnvWith with the server's options.
-func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, deps *api.Deps)) *env {
-	t.Helper()
-	store := metatest.NewStore(t)
-	reg := prometheus.NewRegistry()
-	deps := api.Deps{
-		Auth: store, Products: store, Roles: store, Devices: store,
-		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
-		Registry: reg, Gatherer: reg,
-	}
-	if with != nil {
-		with(store, &deps)
-	}
-	srv := api.New(opts, deps)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
-	e.token = e.login("admin", "admin123")
-	return e
-}
 
 // brokerCheck is a readiness check over a client's connection state, as
 // cmd/devicehub wires it.

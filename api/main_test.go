@@ -45,6 +45,12 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 // newEnvWith lets a test add dependencies (ClickHouse, MQTT) to the server.
 func newEnvWith(t *testing.T, with func(store *meta.Store, deps *api.Deps)) *env {
 	t.Helper()
+	return newEnvOpts(t, api.DefaultOptions(), with)
+}
+
+// newEnvOpts is newEnvWith with the server's options.
+func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, deps *api.Deps)) *env {
+	t.Helper()
 	store := metatest.NewStore(t)
 	reg := prometheus.NewRegistry()
 	deps := api.Deps{
@@ -55,7 +61,7 @@ func newEnvWith(t *testing.T, with func(store *meta.Store, deps *api.Deps)) *env
 	if with != nil {
 		with(store, &deps)
 	}
-	srv := api.New(api.DefaultOptions(), deps)
+	srv := api.New(opts, deps)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

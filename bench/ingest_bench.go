@@ -122,15 +122,7 @@ func (r IngestResult) String() string {
 }
 
 func (p IngestParams) withDefaults() IngestParams {
-	if p.BrokerURL == "" {
-		p.BrokerURL = "tcp://127.0.0.1:1884"
-	}
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = "127.0.0.1:9000"
-	}
-	if p.PostgresServer == "" {
-		p.PostgresServer = "postgres://postgres@127.0.0.1:5432"
-	}
+	defaultServices(&p.BrokerURL, &p.ClickHouseAddr, &p.PostgresServer)
 	if p.Devices <= 0 {
 		p.Devices = 1000
 	}

@@ -39,15 +39,7 @@ type SoakParams struct {
 }
 
 func (p SoakParams) withDefaults() SoakParams {
-	if p.BrokerURL == "" {
-		p.BrokerURL = "tcp://127.0.0.1:1884"
-	}
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = "127.0.0.1:9000"
-	}
-	if p.PostgresServer == "" {
-		p.PostgresServer = "postgres://postgres@127.0.0.1:5432"
-	}
+	defaultServices(&p.BrokerURL, &p.ClickHouseAddr, &p.PostgresServer)
 	if p.Duration <= 0 {
 		p.Duration = 10 * time.Minute
 	}
