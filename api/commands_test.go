@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +23,7 @@ type noOnline struct{}
 
 func (noOnline) OnlineDeviceIDs(context.Context) ([]string, error) { return nil, nil }
 
-func brokerURL() string {
-	if v := os.Getenv("DEVICEHUB_MQTT_URL"); v != "" {
-		return v
-	}
-	return "tcp://127.0.0.1:1884"
-}
+func brokerURL() string { return mqtttest.SharedURL() }
 
 // cmdEnv is a server with the command path on the real broker, a regulator
 // product and a plain one, each with a device; product ids are unique so

@@ -1,18 +1,16 @@
 package bench
 
 import (
-	"os"
 	"testing"
 	"time"
+
+	"devicehub/ingest/mqtttest"
 )
 
 // A session kept for a client that is gone is counted, from a fresh $SYS
 // update (Mosquitto sends one every 10 s).
 func TestReadBrokerStateCountsGoneSessions(t *testing.T) {
-	broker := os.Getenv("DEVICEHUB_TEST_MQTT_URL")
-	if broker == "" {
-		broker = "tcp://127.0.0.1:1884"
-	}
+	broker := mqtttest.SharedURL()
 	prefix := "bench-test-gone-" + randHex(4)
 	id := prefix + "-0" // as purgeSessions names them
 	c, err := mqttConnect(broker, id, false, serviceLogin())

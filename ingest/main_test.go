@@ -38,12 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func brokerURL() string {
-	if v := os.Getenv("DEVICEHUB_TEST_MQTT_URL"); v != "" {
-		return v
-	}
-	return "tcp://127.0.0.1:1884"
-}
+func brokerURL() string { return mqtttest.SharedURL() }
 
 func randID(prefix string) string {
 	var b [5]byte

@@ -13,6 +13,15 @@ import (
 	"devicehub/ingest/dynsec"
 )
 
+// SharedURL is the broker the tests share (the one `make test` starts):
+// $DEVICEHUB_TEST_MQTT_URL, default tcp://127.0.0.1:1884.
+func SharedURL() string {
+	if v := os.Getenv("DEVICEHUB_TEST_MQTT_URL"); v != "" {
+		return v
+	}
+	return "tcp://127.0.0.1:1884"
+}
+
 // Service returns devicehub's service login, the one the project's
 // brokers are set up with (.ci/mosquitto-setup): $DEVICEHUB_MQTT_USERNAME
 // and $DEVICEHUB_MQTT_PASSWORD, default devicehub / devicehub-dev.
