@@ -163,17 +163,11 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	}
 	defer removeGateway()
 	p.gateway = gateway
-	tmp, err := os.MkdirTemp("", "devicehub-bench-")
+	tmp, bin, err := serverWorkDir(ctx, "devicehub-bench-", p.ServerBinary)
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
-	bin := p.ServerBinary
-	if bin == "" {
-		if bin, err = BuildServer(ctx, tmp); err != nil {
-			return res, err
-		}
-	}
 	mosq, chs := brokerPID(p.BrokerURL), clickhousePID(p.ClickHouseAddr)
 	procs := func(self string, server int) []namedProc {
 		ps := []namedProc{{Name: "bench (" + self + ")", PID: 0}}

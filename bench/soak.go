@@ -90,17 +90,11 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	if err != nil {
 		return res, err
 	}
-	tmp, err := os.MkdirTemp("", "devicehub-soak-")
+	tmp, bin, err := serverWorkDir(ctx, "devicehub-soak-", p.ServerBinary)
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
-	bin := p.ServerBinary
-	if bin == "" {
-		if bin, err = BuildServer(ctx, tmp); err != nil {
-			return res, err
-		}
-	}
 	gateway, removeGateway, err := newGateway(ctx, p.BrokerURL)
 	if err != nil {
 		return res, err
