@@ -374,7 +374,12 @@ func (s *Syncer) apply(ctx context.Context, cl *Client, ids map[string]struct{})
 		return err
 	}
 	if failed > 0 {
-		// What the plugin holds is no longer known for sure: compare all.
+		// What the plugin holds is no longer known for sure: the retry
+		// compares everything (a partly applied change, retried from
+		// s.have, would repeat the commands that did succeed and fail).
+		s.mu.Lock()
+		s.full = true
+		s.mu.Unlock()
 		return fmt.Errorf("%d of %d commands failed", failed, len(cmds))
 	}
 	s.mu.Lock()
