@@ -35,22 +35,20 @@ func TestLookupCache(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Unix(1000, 0)
 	c := newLookupCache[string](time.Second, 3)
-	// settle waits for background refreshes.
-	settle := func() {
-		for {
-			c.mu.Lock()
-			n := len(c.loading)
-			c.mu.Unlock()
-			if n == 0 {
-				return
-			}
+	// settle waits for the lookups a call is expected to have caused,
+	// background refreshes included, to finish.
+	settle := func(want int32) {
+		for deadline := time.Now().Add(time.Second); lookups.Load() < want && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		for c.inflight.Load() != 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	f := func(key string, now time.Time, wantLookups int32, wantErr error) {
 		t.Helper()
 		v, err := c.get(ctx, key, now, lookup)
-		settle()
+		settle(wantLookups)
 		if !errors.Is(err, wantErr) || (err == nil && v != "v-"+key) || lookups.Load() != wantLookups {
 			t.Fatalf("get(%q, +%v) = %q, %v after %d lookups; want err %v after %d", key, now.Sub(t0), v, err, lookups.Load(), wantErr, wantLookups)
 		}
@@ -75,7 +73,7 @@ func TestLookupCache(t *testing.T) {
 	if v, err := c.get(ctx, "a", t0.Add(6*time.Second), lookup); err != nil || v != "v-a" {
 		t.Fatalf("stale answer: %q, %v", v, err) // served stale once, refresh fails
 	}
-	settle()
+	settle(8)
 	f("a", t0.Add(6*time.Second), 9, meta.ErrNotFound)
 	goneMu.Lock()
 	delete(gone, "a")
@@ -124,13 +122,7 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 	}
 	now := time.Now()
 	waitLoading := func(key string) {
-		for {
-			c.mu.Lock()
-			_, inFlight := c.loading[key]
-			c.mu.Unlock()
-			if inFlight {
-				return
-			}
+		for c.inflight.Load() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -174,20 +166,21 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 	}
 }
 
-// TestLookupCachePanic: a lookup that panics fails the requests waiting on
-// it instead of leaving its key in flight, and the next request looks up
-// again.
+// TestLookupCachePanic: a lookup that panics fails the requests sharing it
+// (with an error, not a panic that nothing could recover) instead of
+// leaving its key in flight, and the next request looks up again.
 func TestLookupCachePanic(t *testing.T) {
 	c := newLookupCache[int](time.Minute, 10)
 	release := make(chan struct{})
 	started := make(chan struct{})
+	first := make(chan error, 1)
 	go func() {
-		defer func() { _ = recover() }()
-		_, _ = c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
+		_, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
 			close(started)
 			<-release
 			panic("lookup failed badly")
 		})
+		first <- err
 	}()
 	<-started
 	waiter := make(chan error, 1)
@@ -197,15 +190,6 @@ func TestLookupCachePanic(t *testing.T) {
 		})
 		waiter <- err
 	}()
-	for { // the waiter joins the lookup in flight
-		c.mu.Lock()
-		n := len(c.loading)
-		c.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
 	close(release)
 	select {
 	case err := <-waiter:
@@ -214,6 +198,9 @@ func TestLookupCachePanic(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request waiting on a lookup that panicked never returned")
+	}
+	if err := <-first; !errors.Is(err, errLookupPanicked) {
+		t.Fatalf("the request whose lookup panicked: %v", err)
 	}
 	v, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) { return 7, time.Time{}, nil })
 	if err != nil || v != 7 {
