@@ -181,7 +181,9 @@ func (s *Store) Login(ctx context.Context, address, username, password string, l
 // statement (the row lock of the upsert orders concurrent attempts), or
 // returns ErrLoginLocked if that pair is locked. The attempt that reaches
 // LoginMaxFailures sets the lock: if its password is right, its success
-// clears it again. After an expired lock the count starts again.
+// clears it again. After an expired lock, or an attempt more than a
+// lockout after the previous one, the count starts again: failures in a
+// row are those less than a lockout apart.
 func (s *Store) reserveLoginAttempt(ctx context.Context, address, username string) error {
 	if s.opts.LoginMaxFailures <= 0 {
 		return nil
@@ -192,8 +194,10 @@ func (s *Store) reserveLoginAttempt(ctx context.Context, address, username strin
 	err := s.db.GetContext(ctx, &n, `INSERT INTO login_attempts AS a (address, username, failures, locked_until)
 		VALUES ($1, $2, 1, CASE WHEN $3 <= 1 THEN now() + $4::bigint * interval '1 millisecond' END)
 		ON CONFLICT (address, username) DO UPDATE SET
-			failures = CASE WHEN a.locked_until <= now() THEN 1 ELSE a.failures + 1 END,
-			locked_until = CASE WHEN (CASE WHEN a.locked_until <= now() THEN 1 ELSE a.failures + 1 END) >= $3
+			failures = CASE WHEN a.locked_until <= now() OR a.last_attempt < now() - $4::bigint * interval '1 millisecond'
+				THEN 1 ELSE a.failures + 1 END,
+			locked_until = CASE WHEN (CASE WHEN a.locked_until <= now() OR a.last_attempt < now() - $4::bigint * interval '1 millisecond'
+				THEN 1 ELSE a.failures + 1 END) >= $3
 				THEN now() + $4::bigint * interval '1 millisecond' END,
 			last_attempt = now()
 		WHERE a.locked_until IS NULL OR a.locked_until <= now()
