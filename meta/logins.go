@@ -60,11 +60,16 @@ const deviceChannel = "devicehub_device"
 // or key), as PostgreSQL commits it, whoever wrote it. It calls changed
 // with no id when anything may have changed: once listening, and after a
 // reconnection (announcements made meanwhile are lost). It returns when
-// ctx ends, or with the error of the first connection.
+// ctx ends, also while PostgreSQL cannot be reached (the listener waits
+// for its first connection until it is closed).
 func (s *Store) WatchDevices(ctx context.Context, changed func(ids ...string)) error {
 	l := pq.NewListener(s.opts.DSN, 100*time.Millisecond, 5*time.Second, nil)
 	defer l.Close()
+	defer context.AfterFunc(ctx, func() { _ = l.Close() })()
 	if err := l.Listen(deviceChannel); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("meta: watch devices: %w", err)
 	}
 	changed()
