@@ -9,14 +9,18 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"devicehub/ingest"
+	"devicehub/ingest/link"
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
-// Commander sends commands to connected devices (ingest.Commands).
+// Commander sends commands to connected devices (link.Commands). Each
+// call ends within its command timeout whatever ctx says, which matters
+// here: fasthttp does not cancel a request's context when the client
+// goes away.
 type Commander interface {
-	ReadProperties(ctx context.Context, t ingest.Target, properties []string, timeout time.Duration) (map[string]any, error)
-	InvokeFunction(ctx context.Context, t ingest.Target, functionID string, inputs []ingest.Input) (string, error)
+	ReadProperties(ctx context.Context, t link.Target, properties []string, timeout time.Duration) (map[string]any, error)
+	InvokeFunction(ctx context.Context, t link.Target, functionID string, inputs []link.Input) (string, error)
 }
 
 const (
@@ -26,16 +30,16 @@ const (
 )
 
 // commandTarget resolves the device and its product for the downlink.
-func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, ingest.Target, error) {
+func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, link.Target, error) {
 	dev, err := s.refs.get(c.UserContext(), c.Params("deviceId"), time.Now(),
 		func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
 			ref, err := s.deps.Models.GetDeviceRef(ctx, id)
 			return ref, time.Time{}, err
 		})
 	if err != nil {
-		return meta.DeviceRef{}, ingest.Target{}, err
+		return meta.DeviceRef{}, link.Target{}, err
 	}
-	return dev, ingest.Target{
+	return dev, link.Target{
 		DeviceID: dev.ID, DeviceName: dev.Name, ProductID: dev.ProductID,
 		ProductName: dev.ProductName, CreatorID: dev.CreatorID,
 	}, nil
@@ -50,7 +54,7 @@ func commandTimeout(c *fiber.Ctx) (time.Duration, error) {
 	ms, err := strconv.ParseInt(raw, 10, 64)
 	d := time.Duration(ms) * time.Millisecond
 	if err != nil || d < minCommandTimeout || d > maxCommandTimeout {
-		return 0, meta.Invalid("timeout", "must be milliseconds from %d to %d", minCommandTimeout.Milliseconds(), maxCommandTimeout.Milliseconds())
+		return 0, schema.Invalid("timeout", "must be milliseconds from %d to %d", minCommandTimeout.Milliseconds(), maxCommandTimeout.Milliseconds())
 	}
 	return d, nil
 }
@@ -59,7 +63,7 @@ func commandTimeout(c *fiber.Ctx) (time.Duration, error) {
 func (s *Server) readProperty(c *fiber.Ctx) error {
 	property := c.Params("property")
 	if property == "" || len(property) > 64 {
-		return meta.Invalid("property", "must be a property id of 1 to 64 characters")
+		return schema.Invalid("property", "must be a property id of 1 to 64 characters")
 	}
 	values, err := s.read(c, []string{property})
 	if err != nil {
@@ -81,11 +85,11 @@ func (s *Server) readProperties(c *fiber.Ctx) error {
 		}
 	}
 	if len(props) > maxReadProperties {
-		return meta.Invalid("body", "at most %d properties", maxReadProperties)
+		return schema.Invalid("body", "at most %d properties", maxReadProperties)
 	}
 	for i, p := range props {
 		if p == "" || len(p) > 64 {
-			return meta.Invalid(fmt.Sprintf("[%d]", i), "must be a property id of 1 to 64 characters")
+			return schema.Invalid(fmt.Sprintf("[%d]", i), "must be a property id of 1 to 64 characters")
 		}
 	}
 	values, err := s.read(c, props)
@@ -104,14 +108,7 @@ func (s *Server) read(c *fiber.Ctx, props []string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Its own deadline: fasthttp does not cancel when the client leaves.
-	wait := timeout
-	if wait == 0 {
-		wait = maxCommandTimeout
-	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), wait+time.Second)
-	defer cancel()
-	return s.deps.Commands.ReadProperties(ctx, target, props, timeout)
+	return s.deps.Commands.ReadProperties(c.UserContext(), target, props, timeout)
 }
 
 // deviceCtrl is the body of endpoint 12.
@@ -128,7 +125,7 @@ type deviceCtrl struct {
 // It answers 200 request_handling as soon as the command is sent.
 func (s *Server) invokeFunction(c *fiber.Ctx) error {
 	if fn := c.Params("functionId"); fn != "DeviceCtrl" {
-		return meta.Invalid("functionId", "must be DeviceCtrl (got %q)", safeText(fn))
+		return schema.Invalid("functionId", "must be DeviceCtrl (got %q)", safeText(fn))
 	}
 	var body deviceCtrl
 	if err := decodeJSON(c, &body); err != nil {
@@ -143,11 +140,9 @@ func (s *Server) invokeFunction(c *fiber.Ctx) error {
 		return err
 	}
 	if !dev.Regulator {
-		return meta.Invalid("deviceId", "device %q is not a controller (its product is not a regulator)", dev.ID)
+		return schema.Invalid("deviceId", "device %q is not a controller (its product is not a regulator)", dev.ID)
 	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), 10*time.Second)
-	defer cancel()
-	id, err := s.deps.Commands.InvokeFunction(ctx, target, "DeviceCtrl", []ingest.Input{
+	id, err := s.deps.Commands.InvokeFunction(c.UserContext(), target, "DeviceCtrl", []link.Input{
 		{Name: "Location", Value: *body.Location},
 		{Name: "ProductID", Value: *body.ProductID},
 		{Name: "OperCode", Value: map[string]any{"Switch": *body.OperCode.Switch, "Temperature": temp}},
@@ -160,26 +155,26 @@ func (s *Server) invokeFunction(c *fiber.Ctx) error {
 
 func (b *deviceCtrl) validate() (int64, error) {
 	if b.Location == nil || *b.Location == "" || len(*b.Location) > 256 {
-		return 0, meta.Invalid("Location", "is required (at most 256 characters)")
+		return 0, schema.Invalid("Location", "is required (at most 256 characters)")
 	}
 	if b.ProductID == nil || *b.ProductID == "" || len(*b.ProductID) > 64 {
-		return 0, meta.Invalid("ProductID", "is required (at most 64 characters)")
+		return 0, schema.Invalid("ProductID", "is required (at most 64 characters)")
 	}
 	if b.OperCode == nil {
-		return 0, meta.Invalid("OperCode", "is required")
+		return 0, schema.Invalid("OperCode", "is required")
 	}
 	if b.OperCode.Switch == nil || (*b.OperCode.Switch != "0" && *b.OperCode.Switch != "1") {
-		return 0, meta.Invalid("OperCode.Switch", `must be "0" (off) or "1" (on)`)
+		return 0, schema.Invalid("OperCode.Switch", `must be "0" (off) or "1" (on)`)
 	}
 	if b.OperCode.Temperature == nil {
-		return 0, meta.Invalid("OperCode.Temperature", "is required")
+		return 0, schema.Invalid("OperCode.Temperature", "is required")
 	}
 	var t int64
 	if err := json.Unmarshal(*b.OperCode.Temperature, &t); err != nil {
-		return 0, meta.Invalid("OperCode.Temperature", "must be an integer")
+		return 0, schema.Invalid("OperCode.Temperature", "must be an integer")
 	}
 	if t < -100 || t > 200 {
-		return 0, meta.Invalid("OperCode.Temperature", "must be from -100 to 200")
+		return 0, schema.Invalid("OperCode.Temperature", "must be from -100 to 200")
 	}
 	return t, nil
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/bench/sim"
-	"devicehub/ingest"
+	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/schema"
@@ -25,28 +27,32 @@ func (noOnline) OnlineDeviceIDs(context.Context) ([]string, error) { return nil,
 
 func brokerURL() string { return mqtttest.SharedURL() }
 
-// cmdEnv is a server with the command path on the real broker, a regulator
-// product and a plain one, each with a device; product ids are unique so
-// parallel test runs do not see each other's devices.
-func cmdEnv(t *testing.T) (*env, string, *ingest.Presence) {
+// cmdEnv is a server with the command path on the real broker (its
+// metrics in the server's registry, as cmd/devicehub wires them), a
+// regulator product and a plain one, each with a device; product ids are
+// unique so parallel test runs do not see each other's devices.
+func cmdEnv(t *testing.T) (*env, string, *link.Presence) {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	popt := ingest.DefaultPresenceOptions()
-	popt.BrokerURL, popt.ClientID = brokerURL(), "api-test-"+suffix
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	presence, err := ingest.NewPresence(ctx, popt, noOnline{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(presence.Close)
-	cmds, err := ingest.NewCommands(presence, nil, ingest.DefaultCommandOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var presence *link.Presence
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
+		popt := link.DefaultPresenceOptions()
+		popt.BrokerURL, popt.ClientID, popt.Registerer = brokerURL(), "api-test-"+suffix, deps.Registry
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if presence, err = link.NewPresence(ctx, popt, noOnline{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(presence.Close)
+		copt := link.DefaultCommandOptions()
+		copt.Registerer = deps.Registry
+		cmds, err := link.NewCommands(presence, nil, copt)
+		if err != nil {
+			t.Fatal(err)
+		}
 		deps.Models = store
 		deps.Commands = cmds
 	})
@@ -61,7 +67,7 @@ func cmdEnv(t *testing.T) (*env, string, *ingest.Presence) {
 	return e, product, presence
 }
 
-func startSim(t *testing.T, presence *ingest.Presence, product string, ids []string, opts sim.Options) {
+func startSim(t *testing.T, presence *link.Presence, product string, ids []string, opts sim.Options) {
 	t.Helper()
 	m, _ := schema.ParseThingModelString(`{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`)
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), product, ids, m
@@ -174,4 +180,50 @@ func TestCommandSeesDeviceWrites(t *testing.T) {
 	e.fails("GET", "/api/device/standard/c2/property/temp", nil, 404, "not_found")
 	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl",
 		`{"Location":"r","ProductID":"e","OperCode":{"Switch":"1","Temperature":22}}`, 404, "not_found")
+}
+
+// TestCommandMetricsEndpoint: commands through the API show in /metrics
+// by kind and outcome, with their latency, the downlinks sent, the reads
+// pending and the devices online.
+func TestCommandMetricsEndpoint(t *testing.T) {
+	e, product, presence := cmdEnv(t)
+	startSim(t, presence, product, []string{"c1"}, sim.Options{})
+	startSim(t, presence, product, []string{"mute"}, sim.Options{Silent: true})
+	e.ok("GET", "/api/device/standard/c1/property/temp", nil, nil)
+	e.ok("POST", "/api/device/instance/c1/properties/_read", `["temp","mode"]`, nil)
+	e.fails("GET", "/api/device/standard/c2/property/temp", nil, 500, "client_offline")
+	e.fails("GET", "/api/device/standard/mute/property/temp?timeout=300", nil, 500, "time_out")
+	ctl := `{"Location":"room-1","ProductID":"edge-1","OperCode":{"Switch":"1","Temperature":22}}`
+	if r := e.call("POST", "/api/device/invoked/c1/function/DeviceCtrl", ctl); r.Code != "request_handling" {
+		t.Fatalf("invoke: %s", r.raw)
+	}
+	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl", ctl, 500, "client_offline")
+
+	res, err := http.Get(e.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	text := string(body)
+	for _, series := range []string{
+		`devicehub_commands_total{kind="read",outcome="answered"} 2`,
+		`devicehub_commands_total{kind="read",outcome="offline"} 1`,
+		`devicehub_commands_total{kind="read",outcome="timeout"} 1`,
+		`devicehub_commands_total{kind="read",outcome="failed"} 0`,
+		`devicehub_commands_total{kind="read",outcome="busy"} 0`,
+		`devicehub_commands_total{kind="invoke",outcome="sent"} 1`,
+		`devicehub_commands_total{kind="invoke",outcome="offline"} 1`,
+		`devicehub_command_duration_seconds_count{kind="read",outcome="answered"} 2`,
+		`devicehub_command_duration_seconds_bucket{kind="read",outcome="timeout",le="0.25"} 0`,
+		`devicehub_command_duration_seconds_bucket{kind="read",outcome="timeout",le="0.5"} 1`,
+		`devicehub_commands_sent_total{kind="read"} 3`, // two to c1, one to mute
+		`devicehub_commands_sent_total{kind="invoke"} 1`,
+		`devicehub_commands_pending 0`,
+		`devicehub_devices_online 2`,
+	} {
+		if !strings.Contains(text, series+"\n") {
+			t.Errorf("no %s in /metrics", series)
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
+	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/tsdb/tsdbtest"
@@ -42,15 +43,15 @@ func TestHealthzAndReadyzFollowTheBroker(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ch := tsdbtest.NewDB(t, time.UTC)
-	var presence *ingest.Presence
+	var presence *link.Presence
 	var ing *ingest.Ingester
 	e := newEnvOpts(t, api.DefaultOptions(), func(store *meta.Store, deps *api.Deps) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		popt := ingest.DefaultPresenceOptions()
+		popt := link.DefaultPresenceOptions()
 		popt.BrokerURL, popt.Logger = broker.URL(), quiet
 		var err error
-		if presence, err = ingest.NewPresence(ctx, popt, store); err != nil {
+		if presence, err = link.NewPresence(ctx, popt, store); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(presence.Close)

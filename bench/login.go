@@ -7,16 +7,16 @@ import (
 	"strings"
 	"time"
 
-	"devicehub/ingest"
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/link"
 )
 
 // serviceLogin is devicehub's own broker login: the bench reads the
 // broker's $SYS counters and removes ingest sessions with it, as the
 // server under test uses it ($DEVICEHUB_MQTT_USERNAME and _PASSWORD, or
-// ingest.DefaultLogin).
-func serviceLogin() ingest.Login {
-	l := ingest.DefaultLogin
+// link.DefaultLogin).
+func serviceLogin() link.Login {
+	l := link.DefaultLogin
 	if u := os.Getenv("DEVICEHUB_MQTT_USERNAME"); u != "" {
 		l.Username = u
 	}
@@ -29,13 +29,13 @@ func serviceLogin() ingest.Login {
 // newGateway creates a broker login that may publish on every device's
 // topics (dynsec.GatewayRole): the ingest generator plays a thousand
 // devices on a few connections. remove deletes it.
-func newGateway(ctx context.Context, broker string) (login ingest.Login, remove func(), err error) {
+func newGateway(ctx context.Context, broker string) (login link.Login, remove func(), err error) {
 	admin, err := dialAdmin(ctx, broker)
 	if err != nil {
 		return login, nil, err
 	}
 	defer admin.Close()
-	login = ingest.Login{Username: "bench-gw-" + strings.ToLower(rand.Text()[:8]), Password: rand.Text()}
+	login = link.Login{Username: "bench-gw-" + strings.ToLower(rand.Text()[:8]), Password: rand.Text()}
 	if err := dynsec.AddGateway(ctx, admin, login.Username, login.Password); err != nil {
 		return login, nil, err
 	}

@@ -8,8 +8,12 @@
 // the hot path is fuzzed and benchmarked without a network. Ingester owns
 // the shared, persistent QoS 1 subscription with manual acknowledgements:
 // a message is acknowledged only once the batch holding it is stored.
-// Presence keeps every instance's in-memory view of which devices are
-// online, on a plain subscription of its own client.
+//
+// The device link (commands to devices, the in-memory presence view and
+// the MQTT helpers both sides use: devicehub's login, the buffered
+// connection) is package ingest/link, which an instance without the ingest
+// role runs alone; Ingester records the link's downlinks
+// (link.DownlinkRecorder).
 //
 // It must not import api; it consumes meta and tsdb through the small
 // interfaces declared here.

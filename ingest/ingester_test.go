@@ -12,6 +12,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb"
 )
@@ -184,7 +185,7 @@ func TestPresenceBirthAndLastWill(t *testing.T) {
 	seeded := p + "-seeded"
 	e.device(seeded, p, "online")
 	in := e.startIngester(testOptions(p))
-	pres, err := NewPresence(ctxT(t, 20*time.Second), PresenceOptions{BrokerURL: brokerURL(), ProductIDs: []string{p}}, e.store)
+	pres, err := link.NewPresence(ctxT(t, 20*time.Second), link.PresenceOptions{BrokerURL: brokerURL(), ProductIDs: []string{p}}, e.store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,22 +273,6 @@ func TestRecordDownlink(t *testing.T) {
 	})
 }
 
-func TestTopicMatch(t *testing.T) {
-	f := func(filter, topic string, want bool) {
-		t.Helper()
-		if got := topicMatch(filter, topic); got != want {
-			t.Fatalf("topicMatch(%q, %q) = %v", filter, topic, got)
-		}
-	}
-	f("/+/+/online", "/p/d/online", true)
-	f("/+/+/online", "/p/d/offline", false)
-	f("/+/+/online", "/p/d/online/x", false)
-	f("/p/#", "/p/d/x/y", true)
-	f("/p/#", "/p", true)
-	f("/+/+/properties/read/reply", "/p/d/properties/read/reply", true)
-	f("a/b", "a", false)
-}
-
 // TestAcksInBrokerOrder reads a private broker's packet log: the ingester
 // acknowledges QoS 1 messages in the order the broker sent them (MQTT
 // 3.1.1, 4.6), although two writers store devices interleaved and each
@@ -307,7 +292,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 	pubOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-"))
 	mqtttest.Gateway(t, broker.URL())(pubOpts)
 	pub := mqtt.NewClient(pubOpts)
-	if err := waitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
@@ -317,7 +302,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 		toks = append(toks, pub.Publish(topic, 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, i, i)))
 	}
 	for _, tok := range toks {
-		if err := waitToken(tok, 10*time.Second); err != nil {
+		if err := link.WaitToken(tok, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -395,7 +380,7 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
 			SetCleanSession(false).SetAutoAckDisabled(true). // whatever arrives stays queued
 			SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { got.Add(1) }))
-		if err := waitToken(c.Connect(), 10*time.Second); err != nil {
+		if err := link.WaitToken(c.Connect(), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)

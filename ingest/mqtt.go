@@ -1,124 +1,12 @@
 package ingest
 
 import (
-	"bufio"
-	"net"
-	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 )
-
-// bufConn buffers reads and coalesces writes. Reads: paho reads every
-// packet header byte by byte from the connection, one system call each,
-// which caps a subscriber at a few tens of thousands of messages per
-// second. Writes: at QoS 1 the ingester sends a 4-byte PUBACK per message,
-// one system call each (a fifth of its CPU at 15k msg/s); here a Write
-// appends to a buffer that one goroutine writes out, so acks released
-// together leave together, with no added delay. A Write returns once
-// buffered (it waits while maxPendingWrite bytes are); a failed write is
-// reported by the next Write. Close writes out what is buffered first.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-
-	mu      sync.Mutex
-	ready   *sync.Cond // pending has bytes, or closing
-	space   *sync.Cond // pending was taken by the writer
-	pending []byte
-	werr    error // the first failed write
-	closing bool
-	done    chan struct{} // writeLoop exited
-}
-
-const maxPendingWrite = 256 << 10
-
-func newBufConn(conn net.Conn) *bufConn {
-	c := &bufConn{Conn: conn, r: bufio.NewReaderSize(conn, 64<<10), done: make(chan struct{})}
-	c.ready, c.space = sync.NewCond(&c.mu), sync.NewCond(&c.mu)
-	go c.writeLoop()
-	return c
-}
-
-func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *bufConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.werr == nil && !c.closing && len(c.pending) >= maxPendingWrite {
-		c.space.Wait()
-	}
-	switch {
-	case c.werr != nil:
-		return 0, c.werr
-	case c.closing:
-		return 0, net.ErrClosed
-	}
-	c.pending = append(c.pending, p...)
-	c.ready.Signal()
-	return len(p), nil
-}
-
-func (c *bufConn) writeLoop() {
-	defer close(c.done)
-	var out []byte
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		for len(c.pending) == 0 && !c.closing {
-			c.ready.Wait()
-		}
-		if len(c.pending) == 0 {
-			return // closing, everything written
-		}
-		out, c.pending = c.pending, out[:0]
-		c.space.Broadcast()
-		c.mu.Unlock()
-		_, err := c.Conn.Write(out)
-		c.mu.Lock()
-		if err != nil {
-			c.werr, c.pending = err, nil
-			c.space.Broadcast()
-			return
-		}
-	}
-}
-
-// Close writes out what is buffered (waiting at most a second for a peer
-// that does not read) and closes the connection.
-func (c *bufConn) Close() error {
-	c.mu.Lock()
-	c.closing = true
-	c.ready.Signal()
-	c.space.Broadcast()
-	c.mu.Unlock()
-	select {
-	case <-c.done:
-	case <-time.After(time.Second):
-	}
-	return c.Conn.Close()
-}
-
-// bufferedDialer returns a paho connection opener with buffered I/O for
-// tcp:// and mqtt:// brokers, or nil (paho's own) for other schemes.
-func bufferedDialer(broker string, timeout time.Duration) mqtt.OpenConnectionFunc {
-	u, err := url.Parse(broker)
-	if err != nil || (u.Scheme != "tcp" && u.Scheme != "mqtt") {
-		return nil
-	}
-	return func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-		d := net.Dialer{Timeout: timeout}
-		conn, err := d.Dial("tcp", uri.Host)
-		if err != nil {
-			return nil, err
-		}
-		return newBufConn(conn), nil
-	}
-}
 
 // ingestStore is paho's MemoryStore without the inbound QoS 1 publishes
 // that paho stores until their PUBACK: paho never reads them back (resume
@@ -153,44 +41,3 @@ func (s *ingestStore) Del(key string) {
 
 // inboundKeyPrefix starts paho's store keys of inbound packets ("i.<id>").
 const inboundKeyPrefix = "i."
-
-// waitToken waits for t up to d and returns its error, or a timeout error.
-func waitToken(t mqtt.Token, d time.Duration) error {
-	if !t.WaitTimeout(d) {
-		return errTimeout
-	}
-	return t.Error()
-}
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string { return "ingest: MQTT operation timed out" }
-
-var errTimeout error = timeoutError{}
-
-// Login is devicehub's own login at the broker: with Mosquitto, a client
-// of the dynamic-security plugin whose rights the dynsec package keeps
-// (every uplink, downlinks, the plugin's control topic). An empty Username
-// connects anonymously, which the project's broker refuses.
-type Login struct {
-	Username, Password string
-}
-
-// DefaultLogin is the service login `make run` and the tests' brokers are
-// set up with (.ci/mosquitto-setup).
-var DefaultLogin = Login{Username: "devicehub", Password: "devicehub-dev"}
-
-// apply sets the login on o.
-func (l Login) apply(o *mqtt.ClientOptions) *mqtt.ClientOptions {
-	if l.Username != "" {
-		o.SetUsername(l.Username)
-		o.SetPassword(l.Password)
-	}
-	return o
-}
-
-// NewClientOptions are paho options for broker with l's login: the start
-// of every devicehub client.
-func (l Login) NewClientOptions(broker, clientID string) *mqtt.ClientOptions {
-	return l.apply(mqtt.NewClientOptions().AddBroker(broker).SetClientID(clientID))
-}

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/link"
 )
 
 // Subscriber sessions beyond this run's own: those a run with more
@@ -77,7 +79,7 @@ func (in *Ingester) removeSession(id string) {
 	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
 		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
 	c := mqtt.NewClient(o)
-	if err := waitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
+	if err := link.WaitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
 		in.log.Debug("ingest: removing an empty session failed", "client", id, "err", err)
 		return
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +18,8 @@ import (
 // will on its own Mosquitto: the device's birth message makes endpoint 8
 // answer online with an onlineTime, and cutting its connection without a
 // DISCONNECT (the broker publishes the will) makes it answer offline with
-// an offlineTime, the onlineTime kept.
+// an offlineTime, the onlineTime kept. /metrics follows the presence view
+// (devicehub_devices_online) and shows the command metrics.
 func TestPresenceThroughHTTP(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	bin := buildBinary(t)
@@ -64,6 +68,15 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	if online.OnlineTime < before || online.OnlineTime > time.Now().UnixMilli() || online.OfflineTime != 0 {
 		t.Fatalf("online: %+v, birth published at %d", online, before)
 	}
+	waitUntil(t, 5*time.Second, "devicehub_devices_online 1", func() bool {
+		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 1\n")
+	})
+	for _, series := range []string{`devicehub_commands_total{kind="read",outcome="answered"} 0`,
+		`devicehub_commands_total{kind="invoke",outcome="sent"} 0`, `devicehub_commands_pending 0`} {
+		if !strings.Contains(metricsText(t, srv.base), series+"\n") {
+			t.Errorf("no %s in /metrics", series)
+		}
+	}
 
 	cut := time.Now().UnixMilli()
 	dev.Cut() // no DISCONNECT: the broker publishes the will
@@ -75,4 +88,22 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	if offline.OnlineTime != online.OnlineTime || offline.OfflineTime < cut || offline.OfflineTime > time.Now().UnixMilli() {
 		t.Fatalf("offline: %+v, online was %+v, connection cut at %d", offline, online, cut)
 	}
+	waitUntil(t, 5*time.Second, "devicehub_devices_online 0 after the will", func() bool {
+		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 0\n")
+	})
+}
+
+// metricsText is the server's /metrics page.
+func metricsText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
 }

@@ -1,4 +1,4 @@
-package ingest
+package link
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // OnlineLister lists the devices stored as online; *meta.Store is one.
@@ -39,6 +41,8 @@ type PresenceOptions struct {
 	KeepAlive time.Duration
 	// ConnectTimeout bounds connecting, subscribing and seeding. Default 10s.
 	ConnectTimeout time.Duration
+	// Registerer receives devicehub_devices_online; nil registers nothing.
+	Registerer prometheus.Registerer
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -84,6 +88,8 @@ type Presence struct {
 	seedCtx    context.Context
 	seedCancel context.CancelFunc
 	seedWG     sync.WaitGroup
+
+	onlineGauge prometheus.Collector // devicehub_devices_online, when registered
 }
 
 type sub struct {
@@ -136,7 +142,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		SetCleanSession(true).
 		SetOrderMatters(true).
 		SetAutoReconnect(true).
-		SetMaxReconnectInterval(reconnectEvery).
+		SetMaxReconnectInterval(ReconnectEvery).
 		SetKeepAlive(opt.KeepAlive).
 		SetConnectTimeout(opt.ConnectTimeout).
 		SetOnConnectHandler(p.onConnect).
@@ -152,7 +158,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	// Every command is a publish out and a reply in on this connection:
 	// buffered, a read costs one system call per batch of packets instead
 	// of several per packet, and acks and publishes leave together.
-	if fn := bufferedDialer(opt.BrokerURL, opt.ConnectTimeout); fn != nil {
+	if fn := BufferedDialer(opt.BrokerURL, opt.ConnectTimeout); fn != nil {
 		o.SetCustomOpenConnectionFn(fn)
 	}
 	p.client = mqtt.NewClient(o)
@@ -165,7 +171,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	}
 	if err := t.Error(); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("ingest: presence connect %s: %w", opt.BrokerURL, err)
+		return nil, fmt.Errorf("link: presence connect %s: %w", opt.BrokerURL, err)
 	}
 	// The first seed runs here, synchronously, so the view is ready on return.
 	if err := p.resubscribe(); err != nil {
@@ -175,6 +181,16 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	if err := p.seed(ctx); err != nil {
 		p.Close()
 		return nil, err
+	}
+	if opt.Registerer != nil {
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_devices_online",
+			Help: "Devices connected to the broker, as this instance's presence view sees them."},
+			func() float64 { return float64(p.OnlineCount()) })
+		if err := opt.Registerer.Register(g); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("link: presence metrics: %w", err)
+		}
+		p.onlineGauge = g
 	}
 	return p, nil
 }
@@ -186,8 +202,8 @@ func (p *Presence) resubscribe() error {
 		filters[f] = s.qos
 	}
 	p.mu.RUnlock()
-	if err := waitToken(p.client.SubscribeMultiple(filters, p.route), p.opt.ConnectTimeout); err != nil {
-		return fmt.Errorf("ingest: presence subscribe: %w", err)
+	if err := WaitToken(p.client.SubscribeMultiple(filters, p.route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("link: presence subscribe: %w", err)
 	}
 	return nil
 }
@@ -224,7 +240,7 @@ func (p *Presence) onConnect(mqtt.Client) {
 func (p *Presence) seed(ctx context.Context) error {
 	ids, err := p.lister.OnlineDeviceIDs(ctx)
 	if err != nil {
-		return fmt.Errorf("ingest: presence seed: %w", err)
+		return fmt.Errorf("link: presence seed: %w", err)
 	}
 	listed := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
@@ -272,24 +288,50 @@ func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
 }
 
 func (p *Presence) onPresence(topic string, _ []byte) {
-	t, ok := ParseTopic(topic)
-	if !ok || (t.Kind != KindOnline && t.Kind != KindOffline) {
+	deviceID, online, ok := parsePresenceTopic(topic)
+	if !ok {
 		return
 	}
 	p.mu.Lock()
 	if p.touched != nil {
-		p.touched[t.DeviceID] = struct{}{}
+		p.touched[deviceID] = struct{}{}
 	}
-	if t.Kind == KindOnline {
-		p.online[t.DeviceID] = struct{}{}
+	if online {
+		p.online[deviceID] = struct{}{}
 	} else {
-		delete(p.online, t.DeviceID)
+		delete(p.online, deviceID)
 	}
 	hooks := p.onChange
 	p.mu.Unlock()
 	for _, h := range hooks {
-		h(t.DeviceID, t.Kind == KindOnline)
+		h(deviceID, online)
 	}
+}
+
+// parsePresenceTopic reads /{p}/{d}/online (birth) and /{p}/{d}/offline
+// (last will); ok is false for any other topic, and for a device level
+// with "$", which no device id has: the ingest sessions' backlog markers
+// (/{p}/$devicehub/online, ingest/backlog.go) are no device.
+func parsePresenceTopic(topic string) (deviceID string, online, ok bool) {
+	rest, found := strings.CutPrefix(topic, "/")
+	if !found {
+		return "", false, false
+	}
+	product, rest, found := strings.Cut(rest, "/")
+	if !found || product == "" {
+		return "", false, false
+	}
+	deviceID, state, found := strings.Cut(rest, "/")
+	if !found || deviceID == "" || strings.ContainsAny(product, "+#") || strings.ContainsAny(deviceID, "+#$") {
+		return "", false, false
+	}
+	switch state {
+	case "online":
+		return deviceID, true, true
+	case "offline":
+		return deviceID, false, true
+	}
+	return "", false, false
 }
 
 // OnPresenceChange registers h to run after a device goes online or
@@ -328,8 +370,8 @@ func (p *Presence) Subscribe(filter string, qos byte, h Handler) error {
 	p.mu.Lock()
 	p.subs[filter] = sub{qos, h}
 	p.mu.Unlock()
-	if err := waitToken(p.client.Subscribe(filter, qos, p.route), p.opt.ConnectTimeout); err != nil {
-		return fmt.Errorf("ingest: subscribe %s: %w", filter, err)
+	if err := WaitToken(p.client.Subscribe(filter, qos, p.route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("link: subscribe %s: %w", filter, err)
 	}
 	return nil
 }
@@ -341,7 +383,7 @@ func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload 
 	select {
 	case <-t.Done():
 		if err := t.Error(); err != nil {
-			return fmt.Errorf("ingest: publish %s: %w", topic, err)
+			return fmt.Errorf("link: publish %s: %w", topic, err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -352,11 +394,14 @@ func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload 
 // Connected reports whether the client is connected to the broker.
 func (p *Presence) Connected() bool { return p.client.IsConnectionOpen() }
 
-// Close disconnects.
+// Close disconnects and unregisters the metric.
 func (p *Presence) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	if p.onlineGauge != nil {
+		p.opt.Registerer.Unregister(p.onlineGauge)
+	}
 	p.seedCancel()
 	if p.client != nil {
 		p.client.Disconnect(250)

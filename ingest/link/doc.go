@@ -1,0 +1,22 @@
+// Package link is how a command reaches a device and its answer comes
+// back: every instance's own MQTT client, its view of which devices are
+// online, and the request/reply table of property reads and function
+// invokes.
+//
+// Presence (presence.go) is the instance's plain (not shared) client: it
+// keeps the in-memory online view from birth and last-will messages,
+// seeded from the stored state at start and after every reconnect, and
+// carries the commands' publishes and reply subscriptions. Commands
+// (commands.go) publishes a downlink with a fresh messageId and waits for
+// the reply with that id, the request's deadline, the device going offline
+// or the connection's loss, whichever comes first; its errors (ErrOffline,
+// ErrTimeout, ErrTooBusy, DeviceError) are mapped to the spec's codes by
+// api. The MQTT helpers (mqtt.go: Login, BufferedDialer, WaitToken) are
+// shared with the ingest pipeline.
+//
+// It must not import api or ingest (the uplink pipeline, which imports
+// it): an instance with only the API role builds the link and not the
+// pipeline. What it needs from storage comes through the small interfaces
+// declared here: OnlineLister (the stored online devices, *meta.Store) and
+// the optional DownlinkRecorder (*ingest.Ingester, with tsdb's Message).
+package link

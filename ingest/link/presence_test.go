@@ -1,0 +1,96 @@
+package link
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/ingest/mqtttest"
+)
+
+type staticLister []string
+
+func (l staticLister) OnlineDeviceIDs(context.Context) ([]string, error) { return l, nil }
+
+func TestTopicMatch(t *testing.T) {
+	f := func(filter, topic string, want bool) {
+		t.Helper()
+		if got := topicMatch(filter, topic); got != want {
+			t.Fatalf("topicMatch(%q, %q) = %v", filter, topic, got)
+		}
+	}
+	f("/+/+/online", "/p/d/online", true)
+	f("/+/+/online", "/p/d/offline", false)
+	f("/+/+/online", "/p/d/online/x", false)
+	f("/p/#", "/p/d/x/y", true)
+	f("/p/#", "/p", true)
+	f("/+/+/properties/read/reply", "/p/d/properties/read/reply", true)
+	f("a/b", "a", false)
+}
+
+func TestParsePresenceTopic(t *testing.T) {
+	f := func(topic, wantDevice string, wantOnline, wantOK bool) {
+		t.Helper()
+		d, online, ok := parsePresenceTopic(topic)
+		if d != wantDevice || online != wantOnline || ok != wantOK {
+			t.Fatalf("parsePresenceTopic(%q) = %q, %v, %v; want %q, %v, %v", topic, d, online, ok, wantDevice, wantOnline, wantOK)
+		}
+	}
+	f("/p/d/online", "d", true, true)
+	f("/p/d/offline", "d", false, true)
+	f("/p/d-1.x/online", "d-1.x", true, true)
+	f("/p/d/online/x", "", false, false)
+	f("/p/d/properties/report", "", false, false)
+	f("/p/d/properties/read/reply", "", false, false)
+	f("p/d/online", "", false, false)
+	f("//d/online", "", false, false)
+	f("/p//online", "", false, false)
+	f("/p/$devicehub/online", "", false, false) // an ingest backlog marker, no device
+	f("/p/+/online", "", false, false)
+	f("/#/d/offline", "", false, false)
+	f("/p/online", "", false, false)
+	f("", "", false, false)
+}
+
+// TestPresenceView: the view is seeded from the lister, follows birth and
+// will messages of a real device, and devicehub_devices_online follows
+// the view; Close unregisters the gauge.
+func TestPresenceView(t *testing.T) {
+	product := randID("pv")
+	reg := prometheus.NewRegistry()
+	opt := DefaultPresenceOptions()
+	opt.BrokerURL, opt.ClientID, opt.ProductIDs, opt.Registerer = brokerURL(), randID("presence-test-"), []string{product}, reg
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := NewPresence(ctx, opt, staticLister{"seeded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	online := func() float64 { return metricValue(t, reg, "devicehub_devices_online") }
+	if !p.IsOnline("seeded") || p.OnlineCount() != 1 || online() != 1 {
+		t.Fatalf("seeded view: online %v, count %d, gauge %v", p.IsOnline("seeded"), p.OnlineCount(), online())
+	}
+
+	gw := mqtttest.Gateway(t, brokerURL())
+	dev := mqtttest.ConnectDevice(t, brokerURL(), randID("pd"), func(o *mqtt.ClientOptions) {
+		gw(o)
+		o.SetWill("/"+product+"/d1/offline", "{}", 1, false)
+	})
+	dev.MustPublish(t, "/"+product+"/d1/online", 1, "{}")
+	waitFor(t, 5*time.Second, func() bool { return p.IsOnline("d1") }, "d1 online")
+	if got := online(); got != 2 {
+		t.Fatalf("gauge %v with two devices online", got)
+	}
+	dev.Cut() // the broker publishes the will
+	waitFor(t, 15*time.Second, func() bool { return !p.IsOnline("d1") }, "d1 offline through its will")
+	if got := online(); got != 1 {
+		t.Fatalf("gauge %v after the will", got)
+	}
+	p.Close()
+	if metricValue(t, reg, "devicehub_devices_online") != -1 {
+		t.Fatalf("devicehub_devices_online still registered after Close")
+	}
+}
