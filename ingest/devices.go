@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"devicehub/meta"
 )
 
@@ -25,7 +27,7 @@ const refreshChunk = 10000
 
 // deviceCache keeps the status of the devices ingest hears from, so that a
 // message costs no PostgreSQL query. A device's first message looks it up
-// (concurrent misses of one id share the lookup); then refresh, every TTL,
+// (concurrent misses of one id share the lookup: singleflight); then refresh, every TTL,
 // re-reads in one query every device used since the last refresh and
 // forgets the others. A deploy, undeploy or delete thus takes effect
 // within about one TTL, and PostgreSQL answers one query per TTL instead
@@ -33,9 +35,10 @@ const refreshChunk = 10000
 // tenth of the ingester's CPU). While PostgreSQL is down the statuses
 // known stay in use; only devices not seen before wait for it.
 type deviceCache struct {
-	src Devices
-	ttl time.Duration
-	log *slog.Logger
+	src    Devices
+	ttl    time.Duration
+	log    *slog.Logger
+	flight singleflight.Group // first lookups, one per id at a time
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
@@ -45,22 +48,11 @@ type deviceCache struct {
 type cacheEntry struct {
 	status meta.DeviceStatus
 	found  bool
-	used   bool          // since the last refresh
-	ready  chan struct{} // closed when the first lookup finished
-	err    error         // the first lookup failed (the entry is dropped)
+	used   bool // since the last refresh
 }
 
 func newDeviceCache(src Devices, ttl time.Duration, log *slog.Logger) *deviceCache {
 	return &deviceCache{src: src, ttl: ttl, log: log, entries: make(map[string]*cacheEntry)}
-}
-
-func isReady(e *cacheEntry) bool {
-	select {
-	case <-e.ready:
-		return true
-	default:
-		return false
-	}
 }
 
 // get returns the device's status and whether it exists; err is a lookup
@@ -69,37 +61,36 @@ func (c *deviceCache) get(ctx context.Context, id string) (meta.DeviceStatus, bo
 	c.mu.Lock()
 	if e := c.entries[id]; e != nil {
 		e.used = true
-		if isReady(e) {
-			st, found := e.status, e.found
-			c.mu.Unlock()
-			return st, found, nil
-		}
+		st, found := e.status, e.found
 		c.mu.Unlock()
-		select {
-		case <-e.ready:
-		case <-ctx.Done():
-			return meta.DeviceStatus{}, false, ctx.Err()
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return e.status, e.found, e.err
+		return st, found, nil
 	}
-	e := &cacheEntry{ready: make(chan struct{}), used: true}
+	c.mu.Unlock()
+	done := c.flight.DoChan(id, func() (any, error) { return c.lookup(ctx, id) })
+	select {
+	case r := <-done:
+		if r.Err != nil {
+			return meta.DeviceStatus{}, false, r.Err
+		}
+		e := r.Val.(cacheEntry)
+		return e.status, e.found, nil
+	case <-ctx.Done():
+		return meta.DeviceStatus{}, false, ctx.Err()
+	}
+}
+
+// lookup reads a device not cached yet and keeps its status.
+func (c *deviceCache) lookup(ctx context.Context, id string) (any, error) {
+	m, err := c.src.DeviceStatuses(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	e := &cacheEntry{used: true}
+	e.status, e.found = m[id]
+	c.mu.Lock()
 	c.entries[id] = e
 	c.mu.Unlock()
-	m, err := c.src.DeviceStatuses(ctx, []string{id})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		e.err = err
-		if c.entries[id] == e {
-			delete(c.entries, id)
-		}
-	} else {
-		e.status, e.found = m[id]
-	}
-	close(e.ready)
-	return e.status, e.found, e.err
+	return *e, nil
 }
 
 // refresh re-reads every device used since the last refresh, in chunks of
@@ -108,14 +99,12 @@ func (c *deviceCache) refresh(ctx context.Context) error {
 	c.mu.Lock()
 	ids := make([]string, 0, len(c.entries))
 	for id, e := range c.entries {
-		switch {
-		case !isReady(e): // its first lookup is running
-		case !e.used:
+		if !e.used {
 			delete(c.entries, id)
-		default:
-			e.used = false
-			ids = append(ids, id)
+			continue
 		}
+		e.used = false
+		ids = append(ids, id)
 	}
 	c.mu.Unlock()
 	for len(ids) > 0 {
@@ -127,7 +116,7 @@ func (c *deviceCache) refresh(ctx context.Context) error {
 		}
 		c.mu.Lock()
 		for _, id := range chunk {
-			if e := c.entries[id]; e != nil && isReady(e) {
+			if e := c.entries[id]; e != nil {
 				e.status, e.found = m[id]
 			}
 		}
