@@ -1,0 +1,35 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrIllegalArgument is the root of every input error: what a client sent
+// (a query body, a field, a date expression, a thing model) cannot be
+// used. It has this one home so that api, meta and tsdb raise the same
+// error, and api/errors.go answers every one of them 400
+// illegal_argument in one place.
+var ErrIllegalArgument = errors.New("illegal argument")
+
+// ArgError is an input error that names the offending field, so that a
+// client can tell which part of its request to fix.
+type ArgError struct {
+	Field string // e.g. "terms[0].column", "[0].params.time"
+	Msg   string // e.g. "unknown column \"foo\""
+}
+
+func (e *ArgError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Unwrap makes errors.Is(err, ErrIllegalArgument) true for every ArgError.
+func (e *ArgError) Unwrap() error { return ErrIllegalArgument }
+
+// Invalid returns an *ArgError for field with a formatted message.
+func Invalid(field, format string, args ...any) error {
+	return &ArgError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
