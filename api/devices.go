@@ -7,6 +7,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // DeviceStore is what the device endpoints need.
@@ -33,7 +34,7 @@ func (s *Server) queryDevices(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, page)
+	return okPage(c, &page, (*meta.Device).AppendJSON)
 }
 
 // getDevice is endpoint 8: GET /api/device/instance/{id}/detail (and the
@@ -52,10 +53,10 @@ func (s *Server) getDevice(c *fiber.Ctx) error {
 func (s *Server) setDeviceMetadata(c *fiber.Ctx) error {
 	body := c.Body()
 	if len(body) == 0 {
-		return meta.Invalid("body", "a JSON body (the thing model) is required")
+		return schema.Invalid("body", "a JSON body (the thing model) is required")
 	}
 	if !utf8.Valid(body) {
-		return meta.Invalid("body", "must be UTF-8")
+		return schema.Invalid("body", "must be UTF-8")
 	}
 	if err := s.deps.Devices.SetDeviceMetadata(c.UserContext(), c.Params("id"), string(body), currentUser(c)); err != nil {
 		return err

@@ -28,6 +28,13 @@ type Options struct {
 	// disables the lockout.
 	LoginMaxFailures int
 	LoginLockout     time.Duration
+	// ExactTotalLimit is how many matches a product or device page counts
+	// exactly (0: DefaultExactTotalLimit); past it, the page's total is an
+	// estimate (Page.TotalExact false).
+	ExactTotalLimit int
+	// TotalEstimateTTL is how long such an estimate is kept for the same
+	// terms, which then read only their page; 0 keeps none.
+	TotalEstimateTTL time.Duration
 }
 
 // DefaultOptions returns options that work with `make run`.
@@ -39,13 +46,16 @@ func DefaultOptions() Options {
 		// Five failures from one address lock it out of the username for ten minutes.
 		LoginMaxFailures: 5,
 		LoginLockout:     10 * time.Minute,
+		ExactTotalLimit:  DefaultExactTotalLimit,
+		TotalEstimateTTL: DefaultTotalEstimateTTL,
 	}
 }
 
 // Store is the PostgreSQL-backed metadata store.
 type Store struct {
-	db   *sqlx.DB
-	opts Options
+	db     *sqlx.DB
+	opts   Options
+	totals *totalCache // estimated list totals (query_page.go)
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -57,7 +67,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	db.SetMaxOpenConns(opts.MaxOpenConns)
 	db.SetMaxIdleConns(opts.MaxOpenConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, opts: opts}
+	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL)}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
@@ -72,13 +82,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 }
 
 // Migrate applies the embedded goose migrations, holding a PostgreSQL
-// advisory lock so that instances starting together take turns.
+// advisory lock (of this database) so that instances starting together
+// take turns: the first migrates, the others then find nothing to do.
+// A waiting instance tries the lock every second (goose's default, every
+// 5 s, held each back 5 s after the first was done), for up to 5 minutes.
+// The lock is a session's: an instance that dies while migrating frees it.
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(schema.Postgres, "postgres")
 	if err != nil {
 		return fmt.Errorf("meta: migrations: %w", err)
 	}
-	locker, err := lock.NewPostgresSessionLocker()
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("meta: migrations: %w", err)
 	}
@@ -87,7 +101,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("meta: migrations: %w", err)
 	}
 	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("meta: migrate: %w", err)
+		return fmt.Errorf("meta: migrate: %w%s", err, extensionHint(err))
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"devicehub/schema"
 )
 
 // Device request bodies (create, update) and their checks.
@@ -59,7 +61,7 @@ func checkTexts(cs []textCheck) error {
 
 func checkFeatures(fs []DeviceFeature) error {
 	if len(fs) > maxDeviceFeatures {
-		return Invalid("features", "must have at most %d items", maxDeviceFeatures)
+		return schema.Invalid("features", "must have at most %d items", maxDeviceFeatures)
 	}
 	for i, f := range fs {
 		p := "features[" + strconv.Itoa(i) + "]"
@@ -74,7 +76,7 @@ func checkFeatures(fs []DeviceFeature) error {
 
 func checkRelations(rs []DeviceRelation) error {
 	if len(rs) > maxDeviceRelations {
-		return Invalid("relations", "must have at most %d items", maxDeviceRelations)
+		return schema.Invalid("relations", "must have at most %d items", maxDeviceRelations)
 	}
 	for i, r := range rs {
 		p := "relations[" + strconv.Itoa(i) + "]"
@@ -95,11 +97,11 @@ func jsonObject(field string, raw json.RawMessage) ([]byte, error) {
 		return []byte("{}"), nil
 	}
 	if len(raw) > maxDeviceConfigLen {
-		return nil, Invalid(field, "must be at most %d bytes", maxDeviceConfigLen)
+		return nil, schema.Invalid(field, "must be at most %d bytes", maxDeviceConfigLen)
 	}
 	var m map[string]json.RawMessage
 	if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
-		return nil, Invalid(field, "must be an object")
+		return nil, schema.Invalid(field, "must be an object")
 	}
 	return raw, nil
 }
@@ -113,10 +115,10 @@ func jsonArray(field string, raw json.RawMessage, max int) ([]byte, error) {
 	}
 	var a []json.RawMessage
 	if raw[0] != '[' || json.Unmarshal(raw, &a) != nil {
-		return nil, Invalid(field, "must be an array")
+		return nil, schema.Invalid(field, "must be an array")
 	}
 	if len(a) > max {
-		return nil, Invalid(field, "must have at most %d items", max)
+		return nil, schema.Invalid(field, "must have at most %d items", max)
 	}
 	return raw, nil
 }

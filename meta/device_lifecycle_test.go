@@ -70,8 +70,8 @@ func deviceDetail(t *testing.T, s *meta.Store, id string) meta.DeviceDetail {
 // wantArgField fails unless err is an input error naming field.
 func wantArgField(t *testing.T, err error, field string) {
 	t.Helper()
-	var ae *meta.ArgError
-	if !errors.As(err, &ae) || !errors.Is(err, meta.ErrIllegalArgument) {
+	var ae *schema.ArgError
+	if !errors.As(err, &ae) || !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("error %v, want an input error on %q", err, field)
 	}
 	if ae.Field != field {
@@ -193,7 +193,7 @@ func TestCreateDeviceRefused(t *testing.T) {
 			if c.field != "" {
 				wantArgField(t, err, c.field)
 			} else {
-				if !errors.Is(err, c.is) || errors.Is(err, meta.ErrIllegalArgument) {
+				if !errors.Is(err, c.is) || errors.Is(err, schema.ErrIllegalArgument) {
 					t.Fatalf("error %v, want %v", err, c.is)
 				}
 				if !strings.Contains(err.Error(), c.msg) {
@@ -352,7 +352,7 @@ func TestDeployUndeployDeleteDevice(t *testing.T) {
 	createTestDevice(t, s, "b", "on")
 
 	// The product must be deployed first; nothing changes meanwhile.
-	if _, err := s.DeployDevice(ctx, "a", lcAdmin); !errors.Is(err, meta.ErrProductNotDeployed) || !errors.Is(err, meta.ErrIllegalArgument) {
+	if _, err := s.DeployDevice(ctx, "a", lcAdmin); !errors.Is(err, meta.ErrProductNotDeployed) || !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("deploy under an undeployed product: %v", err)
 	}
 	if d := deviceDetail(t, s, "a"); d.State != meta.StateNotActive {
@@ -386,7 +386,7 @@ func TestDeployUndeployDeleteDevice(t *testing.T) {
 	}
 
 	// A deployed device is not deleted.
-	if _, err := s.DeleteDevice(ctx, "b"); !errors.Is(err, meta.ErrDeviceDeployed) || !errors.Is(err, meta.ErrIllegalArgument) {
+	if _, err := s.DeleteDevice(ctx, "b"); !errors.Is(err, meta.ErrDeviceDeployed) || !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("delete deployed: %v", err)
 	}
 	if _, err := s.GetDeviceRef(ctx, "b"); err != nil {

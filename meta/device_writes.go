@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/schema"
 )
 
 // Device writes: create, update, delete, deploy, undeploy and the
@@ -127,7 +129,7 @@ func isForeignKeyViolation(err error) bool {
 // UpdateDevice applies a DevicePatch and returns the updated device.
 func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modifier User) (DeviceDetail, error) {
 	if p.ID != nil && *p.ID != "" && *p.ID != id {
-		return DeviceDetail{}, Invalid("id", "does not match the path (%q)", truncate(id, 80))
+		return DeviceDetail{}, schema.Invalid("id", "does not match the path (%q)", truncate(id, 80))
 	}
 	sets := []string{"modify_time = " + nextModifyTime, "modifier_id = $2", "modifier_name = $3"}
 	args := []any{id, modifier.ID, userName(modifier)}
@@ -139,7 +141,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 		p.PhotoURL = p.DevicePhotoURL // the detail's name for it
 	}
 	if p.Name != nil && *p.Name == "" {
-		return DeviceDetail{}, Invalid("name", "must not be empty")
+		return DeviceDetail{}, schema.Invalid("name", "must not be empty")
 	}
 	for _, t := range []struct {
 		col, field string
@@ -222,7 +224,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 			truncate(id, 80), have, ErrConflict)
 	}
 	if p.ProductID != nil && *p.ProductID != "" && *p.ProductID != cur.ProductID {
-		return DeviceDetail{}, Invalid("productId", "cannot be changed (device %q belongs to product %q)", truncate(id, 80), cur.ProductID)
+		return DeviceDetail{}, schema.Invalid("productId", "cannot be changed (device %q belongs to product %q)", truncate(id, 80), cur.ProductID)
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE devices SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...); err != nil {
 		if isSecureIDTaken(err) {
@@ -238,7 +240,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 }
 
 // ErrDeviceDeployed refuses deleting a device that is not notActive.
-var ErrDeviceDeployed = &ArgError{Field: "id", Msg: "device is deployed; undeploy it first"}
+var ErrDeviceDeployed = &schema.ArgError{Field: "id", Msg: "device is deployed; undeploy it first"}
 
 // DeleteDevice deletes an undeployed (notActive) device and returns what was
 // deleted; a deployed one is refused and nothing is deleted.
@@ -264,7 +266,7 @@ func (s *Store) DeleteDevice(ctx context.Context, id string) (DeviceDetail, erro
 }
 
 // ErrProductNotDeployed refuses deploying a device of a disabled product.
-var ErrProductNotDeployed = &ArgError{Field: "productId", Msg: "the device's product is not deployed; deploy the product first"}
+var ErrProductNotDeployed = &schema.ArgError{Field: "productId", Msg: "the device's product is not deployed; deploy the product first"}
 
 // DeployDevice moves a notActive device to offline, ready to connect, and
 // sets its registry time. A device already deployed is left as it is. The
@@ -294,7 +296,7 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 		return DeviceDetail{}, ErrProductNotDeployed
 	}
 	if cur.State == StateNotActive {
-		if _, err := tx.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = now(), modify_time = now(),
+		if _, err := tx.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = now(), modify_time = `+nextModifyTime+`,
 			modifier_id = $3, modifier_name = $4 WHERE id = $1`, id, StateOffline, modifier.ID, userName(modifier)); err != nil {
 			return DeviceDetail{}, fmt.Errorf("meta: deploy device: %w", err)
 		}
@@ -311,7 +313,7 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (DeviceDetail, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = NULL, modify_time = now(),
+	res, err := s.db.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
 		modifier_id = $3, modifier_name = $4 WHERE id = $1`, id, StateNotActive, modifier.ID, userName(modifier))
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: undeploy device: %w", err)
@@ -326,7 +328,7 @@ func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (D
 // validated and normalised as a product's is (normalModel).
 func (s *Store) SetDeviceMetadata(ctx context.Context, id, metadata string, modifier User) error {
 	if strings.TrimSpace(metadata) == "" {
-		return Invalid("metadata", "is required")
+		return schema.Invalid("metadata", "is required")
 	}
 	norm, err := normalModel(metadata)
 	if err != nil {
@@ -344,7 +346,7 @@ func (s *Store) ResetDeviceMetadata(ctx context.Context, id string, modifier Use
 func (s *Store) setDeviceMetadata(ctx context.Context, id string, metadata *string, modifier User) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE devices SET metadata = $2, modify_time = now(), modifier_id = $3,
+	res, err := s.db.ExecContext(ctx, `UPDATE devices SET metadata = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
 		modifier_name = $4 WHERE id = $1`, id, metadata, modifier.ID, userName(modifier))
 	if err != nil {
 		return fmt.Errorf("meta: device metadata: %w", err)

@@ -148,8 +148,8 @@ type DeviceRelation struct {
 	RelationName string `json:"relationName"`
 }
 
-// deviceRow is what the device queries select; the list selects a subset
-// (sqlx leaves the other fields zero).
+// deviceRow is what the device queries select; the list scans a subset
+// (deviceList.dests), leaving the other fields zero.
 type deviceRow struct {
 	ID               string         `db:"id"`
 	Name             string         `db:"name"`
@@ -218,10 +218,29 @@ const deviceDetailColumns = deviceListColumns + `,
 
 // The FK guarantees the product row; a LEFT JOIN lets PostgreSQL drop the
 // join from the count when no product column is filtered on.
-const deviceFrom = "devices d LEFT JOIN products p ON p.id = d.product_id"
+const (
+	deviceJoins = " LEFT JOIN products p ON p.id = d.product_id"
+	deviceFrom  = "devices d" + deviceJoins
+)
+
+// deviceList reads device pages; dests follows deviceListColumns.
+var deviceList = &listSpec[deviceRow, Device]{
+	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id",
+	dests: func(r *deviceRow) []any {
+		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
+			&r.Edge, &r.MediaDevice, &r.Features, &r.VirtualType, &r.ComeFrom, &r.DeviceCreateType, &r.PresetType,
+			&r.CategoryType, &r.OwnMetadata, &r.SecureID, &r.SecureKey, &r.ChannelID, &r.OrgID,
+			&r.StorePolicy, &r.CreatorID, &r.CreatorName, &r.ModifierID, &r.ModifierName, &r.CreatedAt,
+			&r.ModifiedAt, &r.RegistryTime, &r.ProductName, &r.DeviceType, &r.Regulator}
+	},
+	conv: (*deviceRow).device,
+}
 
 // jsonList decodes a JSONB array, giving [] rather than nil.
 func jsonList[T any](raw []byte) []T {
+	if string(raw) == "[]" {
+		return []T{}
+	}
 	var out []T
 	if len(raw) > 0 {
 		_ = json.Unmarshal(raw, &out) // the column only ever holds arrays written by this package
@@ -352,9 +371,9 @@ var DeviceResource = &Resource{
 	TieBreak:    "d.id",
 }
 
-// QueryDevices answers endpoint 7.
+// QueryDevices answers endpoint 7 (see queryList for its total).
 func (s *Store) QueryDevices(ctx context.Context, q *Query) (Page[Device], error) {
-	return queryPage(ctx, s, DeviceResource, q, deviceListColumns, deviceFrom, (*deviceRow).device)
+	return queryList(ctx, s, deviceList, q)
 }
 
 // GetDeviceDetail answers endpoint 8.

@@ -147,7 +147,7 @@ func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User
 	key := newSecret()
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE devices SET secure_key = $2, modify_time = now(), modifier_id = $3,
+	res, err := s.db.ExecContext(ctx, `UPDATE devices SET secure_key = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
 		modifier_name = $4 WHERE id = $1`, id, key, modifier.ID, userName(modifier))
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: rotate device secret: %w", err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,7 +83,21 @@ const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified
 	p.creator_id, p.modifier_id, p.create_time, p.modify_time, p.regulator, p.access_id, p.access_provider,
 	p.access_name, p.store_policy, p.org_id, p.super_product_type, p.virtual_type, p.product_create_type,
 	p.preset_type, p.three_dimensional_url, p.model_from, p.manufacturer, p.describe, p.model,
-	(SELECT count(*) FROM devices d WHERE d.product_id = p.id) AS device_num`
+	COALESCE((SELECT pc.devices FROM product_device_counts pc WHERE pc.product_id = p.id), 0) AS device_num`
+
+// productList reads product pages; dests follows productColumns.
+var productList = &listSpec[productRow, Product]{
+	res: ProductResource, columns: productColumns, base: "products p", key: "p.id",
+	dests: func(r *productRow) []any {
+		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.ClassifiedID, &r.ClassifiedName, &r.MessageProtocol,
+			&r.ProtocolName, &r.Metadata, &r.TransportProtocol, (*string)(&r.DeviceType), &r.SecureID, &r.SecureKey, &r.State,
+			&r.CreatorID, &r.ModifierID, &r.CreatedAt, &r.ModifiedAt, &r.Regulator, &r.AccessID, &r.AccessProvider,
+			&r.AccessName, &r.StorePolicy, &r.OrgID, (*string)(&r.SuperProductType), (*string)(&r.VirtualType), (*string)(&r.ProductCreateType),
+			(*string)(&r.PresetType), &r.ThreeDimensionalURL, &r.ModelFrom, &r.Manufacturer, &r.Describe, &r.Model,
+			&r.DeviceNum}
+	},
+	conv: (*productRow).product,
+}
 
 // ProductResource is the whitelist of product query columns and sorts.
 var ProductResource = &Resource{
@@ -121,71 +136,54 @@ var ProductResource = &Resource{
 	TieBreak:    "p.id",
 }
 
-// Page is one page of a list query (spec: page object).
-type Page[T any] struct {
-	PageIndex int `json:"pageIndex"`
-	PageSize  int `json:"pageSize"`
-	Total     int `json:"total"`
-	Data      []T `json:"data"`
+// AppendJSON appends p as encoding/json.Marshal writes it (see query_json.go).
+func (p *Product) AppendJSON(b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), p.ID)
+	b = appendStringField(b, "name", p.Name)
+	b = appendStringField(b, "photoUrl", p.PhotoURL)
+	b = appendStringField(b, "classifiedId", p.ClassifiedID)
+	b = appendStringField(b, "classifiedName", p.ClassifiedName)
+	b = appendStringField(b, "messageProtocol", p.MessageProtocol)
+	b = appendStringField(b, "protocolName", p.ProtocolName)
+	b = appendStringField(b, "metadata", p.Metadata)
+	b = appendStringField(b, "transportProtocol", p.TransportProtocol)
+	b = appendEnumField(b, "deviceType", p.DeviceType)
+	b = appendField(b, "configuration", false)
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "secureId", true), p.Configuration.SecureID)
+	b = appendStringField(b, "secureKey", p.Configuration.SecureKey)
+	if p.Configuration.ChannelID != "" {
+		b = appendStringField(b, "channelId", p.Configuration.ChannelID)
+	}
+	b = append(b, '}')
+	b = strconv.AppendInt(appendField(b, "state", false), int64(p.State), 10)
+	b = appendStringField(b, "creatorId", p.CreatorID)
+	b = appendStringField(b, "modifierId", p.ModifierID)
+	b = appendMillisField(b, "createTime", p.CreateTime)
+	b = appendMillisField(b, "modifyTime", p.ModifyTime)
+	b = appendBoolField(b, "regulator", p.Regulator)
+	b = appendStringField(b, "accessId", p.AccessID)
+	b = appendStringField(b, "accessProvider", p.AccessProvider)
+	b = appendStringField(b, "accessName", p.AccessName)
+	b = appendStringField(b, "storePolicy", p.StorePolicy)
+	b = appendStringField(b, "orgId", p.OrgID)
+	b = appendEnumField(b, "superProductType", p.SuperProductType)
+	b = appendEnumField(b, "virtualType", p.VirtualType)
+	b = appendEnumField(b, "productCreateType", p.ProductCreateType)
+	b = appendEnumField(b, "presetType", p.PresetType)
+	b = appendStringField(b, "threeDimensionalUrl", p.ThreeDimensionalURL)
+	b = appendStringField(b, "modelFrom", p.ModelFrom)
+	b = strconv.AppendInt(appendField(b, "deviceNum", false), int64(p.DeviceNum), 10)
+	b = appendStringField(b, "manufacturer", p.Manufacturer)
+	b = appendStringField(b, "describe", p.Describe)
+	b = appendStringField(b, "model", p.Model)
+	return append(b, '}')
 }
 
-// queryPage runs a paged list query: count, then the page (a pageIndex past
-// the end gives the last page). from is the FROM clause with joins.
-func queryPage[R any, T any](ctx context.Context, s *Store, res *Resource, q *Query, columns, from string, conv func(*R) T) (Page[T], error) {
-	c, err := res.Compile(q)
-	if err != nil {
-		return Page[T]{}, err
-	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	where, total, err := s.count(ctx, res, c, from)
-	if err != nil {
-		return Page[T]{}, err
-	}
-	idx, size, offset := q.Page(total)
-	page := Page[T]{PageIndex: idx, PageSize: size, Total: total, Data: []T{}}
-	if total == 0 {
-		return page, nil
-	}
-	n := len(c.Args)
-	sqlText := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT $%d OFFSET $%d", columns, from, where, c.OrderBy, n+1, n+2)
-	var rows []R
-	if err := s.db.SelectContext(ctx, &rows, sqlText, append(c.Args, size, offset)...); err != nil {
-		return Page[T]{}, fmt.Errorf("meta: query %s: %w", res.Name, err)
-	}
-	for i := range rows {
-		page.Data = append(page.Data, conv(&rows[i]))
-	}
-	return page, nil
-}
-
-// countWhere counts the rows of from matching q's terms.
-func (s *Store) countWhere(ctx context.Context, res *Resource, q *Query, from string) (int, error) {
-	c, err := res.Compile(q)
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	_, total, err := s.count(ctx, res, c, from)
-	return total, err
-}
-
-// count runs the compiled terms' count over from and returns the WHERE
-// clause (with its keyword, or "") for the page query to reuse.
-func (s *Store) count(ctx context.Context, res *Resource, c *Compiled, from string) (where string, total int, err error) {
-	if c.Where != "" {
-		where = " WHERE " + c.Where
-	}
-	if err := s.db.GetContext(ctx, &total, "SELECT count(*) FROM "+from+where, c.Args...); err != nil {
-		return "", 0, fmt.Errorf("meta: count %s: %w", res.Name, err)
-	}
-	return where, total, nil
-}
-
-// QueryProducts answers endpoint 1.
+// QueryProducts answers endpoint 1 (see queryList for its total).
 func (s *Store) QueryProducts(ctx context.Context, q *Query) (Page[Product], error) {
-	return queryPage(ctx, s, ProductResource, q, productColumns, "products p", (*productRow).product)
+	return queryList(ctx, s, productList, q)
 }
 
 // CountProducts answers endpoint 6.
@@ -256,7 +254,7 @@ func oneOf(field, v string, allowed []string) error {
 			return nil
 		}
 	}
-	return Invalid(field, "must be one of %s (got %q)", strings.Join(allowed, ", "), truncate(v, 40))
+	return schema.Invalid(field, "must be one of %s (got %q)", strings.Join(allowed, ", "), truncate(v, 40))
 }
 
 func (n *NewProduct) validate() error {
@@ -290,22 +288,22 @@ func (n *NewProduct) validate() error {
 		}
 	}
 	if n.ModelFrom == "" {
-		return Invalid("modelFrom", "is required (custom or standard)")
+		return schema.Invalid("modelFrom", "is required (custom or standard)")
 	}
 	if err := oneOf("modelFrom", n.ModelFrom, modelFroms); err != nil {
 		return err
 	}
 	if n.DeviceType == "" {
-		return Invalid("deviceType", "is required (gateway, childrenDevice or device)")
+		return schema.Invalid("deviceType", "is required (gateway, childrenDevice or device)")
 	}
 	if err := oneOf("deviceType", string(n.DeviceType), deviceTypes); err != nil {
 		return err
 	}
 	if n.SuperProductType != "" && n.SuperProductType != "commonProduct" {
-		return Invalid("superProductType", "must be commonProduct")
+		return schema.Invalid("superProductType", "must be commonProduct")
 	}
 	if len(n.ClassifiedIDArr) > 16 {
-		return Invalid("classifiedIdArr", "must have at most 16 items")
+		return schema.Invalid("classifiedIdArr", "must have at most 16 items")
 	}
 	return nil
 }
@@ -393,7 +391,7 @@ func normalModel(metadata string) (string, error) {
 // (normalModel) and stores the product's new fields in one statement.
 func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string) error {
 	if p.ID == "" {
-		return Invalid("id", "is required")
+		return schema.Invalid("id", "is required")
 	}
 	required := []struct {
 		field string
@@ -407,7 +405,7 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	}
 	for _, r := range required {
 		if !r.set {
-			return Invalid(r.field, "is required")
+			return schema.Invalid(r.field, "is required")
 		}
 	}
 	if err := oneOf("deviceType.value", string(*p.DeviceType), deviceTypes); err != nil {
@@ -428,7 +426,7 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	if meta == "" {
 		custom := p.ModelFrom == nil || *p.ModelFrom == "" || *p.ModelFrom == "custom"
 		if !custom {
-			return Invalid("metadata", "must not be empty for a %s thing model", *p.ModelFrom)
+			return schema.Invalid("metadata", "must not be empty for a %s thing model", *p.ModelFrom)
 		}
 		meta = `{"properties":[],"events":[],"functions":[],"tags":[]}`
 	}
@@ -534,7 +532,7 @@ func (s *Store) missingOrChanged(ctx context.Context, table, what, id string) er
 func (s *Store) SetProductState(ctx context.Context, id string, state int, modifierID string) error {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE products SET state = $2, modify_time = now(), modifier_id = $3 WHERE id = $1`, id, state, modifierID)
+	res, err := s.db.ExecContext(ctx, `UPDATE products SET state = $2, modify_time = `+nextModifyTime+`, modifier_id = $3 WHERE id = $1`, id, state, modifierID)
 	if err != nil {
 		return fmt.Errorf("meta: product state: %w", err)
 	}
@@ -545,7 +543,7 @@ func (s *Store) SetProductState(ctx context.Context, id string, state int, modif
 }
 
 // ErrProductHasDevices refuses deleting a product that still has devices.
-var ErrProductHasDevices = &ArgError{Field: "id", Msg: "product still has devices; delete them first"}
+var ErrProductHasDevices = &schema.ArgError{Field: "id", Msg: "product still has devices; delete them first"}
 
 // DeleteProduct answers endpoint 5 and returns what was deleted. A product
 // with devices is refused and nothing is deleted.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/schema"
 )
 
 // Limits of the common query body.
@@ -115,12 +117,22 @@ type Compiled struct {
 	Where   string
 	Args    []any
 	OrderBy string
+	// Order is OrderBy as keys, for statements that sort by the same keys
+	// under other names (the list query's candidate set).
+	Order []OrderKey
+}
+
+// OrderKey is one key of an ORDER BY: a trusted SQL expression and its
+// direction.
+type OrderKey struct {
+	Expr string
+	Desc bool
 }
 
 // DecodeQuery decodes a common query body. An empty body, whitespace, null
 // or {} give the zero Query. Malformed JSON, wrong types, negative
 // pageIndex/pageSize/current and a pageSize above MaxPageSize give an
-// *ArgError naming the field. Integers may also be sent as numeric strings
+// *schema.ArgError naming the field. Integers may also be sent as numeric strings
 // and paging as "true"/"false". Unknown fields are ignored; field names are
 // matched exactly.
 func DecodeQuery(body []byte) (*Query, error) {
@@ -132,9 +144,9 @@ func DecodeQuery(body []byte) (*Query, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		if json.Valid(body) {
-			return nil, Invalid("", "query body must be a JSON object")
+			return nil, schema.Invalid("", "query body must be a JSON object")
 		}
-		return nil, Invalid("", "malformed JSON: %v", err)
+		return nil, schema.Invalid("", "malformed JSON: %v", err)
 	}
 	var err error
 	if raw, ok := m["pageIndex"]; ok {
@@ -147,7 +159,7 @@ func DecodeQuery(body []byte) (*Query, error) {
 			return nil, err
 		}
 		if q.PageSize > MaxPageSize {
-			return nil, Invalid("pageSize", "must be at most %d", MaxPageSize)
+			return nil, schema.Invalid("pageSize", "must be at most %d", MaxPageSize)
 		}
 	}
 	if raw, ok := m["current"]; ok {
@@ -185,7 +197,7 @@ func decodeCount(raw json.RawMessage, field string) (int, error) {
 	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return 0, Invalid(field, "must be an integer")
+		return 0, schema.Invalid(field, "must be an integer")
 	}
 	var s string
 	switch v := v.(type) {
@@ -194,14 +206,14 @@ func decodeCount(raw json.RawMessage, field string) (int, error) {
 	case string:
 		s = strings.TrimSpace(v)
 	default:
-		return 0, Invalid(field, "must be an integer")
+		return 0, schema.Invalid(field, "must be an integer")
 	}
 	n, ok := parseInteger(s)
 	if !ok || n > math.MaxInt32 || n < math.MinInt32 {
-		return 0, Invalid(field, "must be an integer")
+		return 0, schema.Invalid(field, "must be an integer")
 	}
 	if n < 0 {
-		return 0, Invalid(field, "must not be negative")
+		return 0, schema.Invalid(field, "must not be negative")
 	}
 	return int(n), nil
 }
@@ -221,7 +233,7 @@ func decodePaging(raw json.RawMessage) (*bool, error) {
 			}
 		}
 	}
-	return nil, Invalid("paging", "must be a boolean")
+	return nil, schema.Invalid("paging", "must be a boolean")
 }
 
 func decodeString(raw json.RawMessage, field string) (string, error) {
@@ -230,7 +242,7 @@ func decodeString(raw json.RawMessage, field string) (string, error) {
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", Invalid(field, "must be a string")
+		return "", schema.Invalid(field, "must be a string")
 	}
 	return s, nil
 }
@@ -242,7 +254,7 @@ func decodeObjects(raw json.RawMessage, field, what string) ([]map[string]json.R
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, Invalid(field, "must be an array of %s", what)
+		return nil, schema.Invalid(field, "must be an array of %s", what)
 	}
 	out := make([]map[string]json.RawMessage, len(elems))
 	for i, e := range elems {
@@ -250,7 +262,7 @@ func decodeObjects(raw json.RawMessage, field, what string) ([]map[string]json.R
 			continue
 		}
 		if err := json.Unmarshal(e, &out[i]); err != nil {
-			return nil, Invalid(field+"["+strconv.Itoa(i)+"]", "must be an object")
+			return nil, schema.Invalid(field+"["+strconv.Itoa(i)+"]", "must be an object")
 		}
 	}
 	return out, nil
@@ -282,7 +294,7 @@ func decodeTerms(raw json.RawMessage, field string, depth int) ([]Term, error) {
 		return nil, err
 	}
 	if len(objs) > 0 && depth > MaxTermDepth {
-		return nil, Invalid(field, "terms nested deeper than %d levels", MaxTermDepth)
+		return nil, schema.Invalid(field, "terms nested deeper than %d levels", MaxTermDepth)
 	}
 	var terms []Term
 	for i, o := range objs {
@@ -337,7 +349,7 @@ func (q *Query) Page(total int) (pageIndex, pageSize, offset int) {
 }
 
 // Compile translates q into SQL over r's whitelisted columns and sorts. A
-// nil q is the zero Query. Every input error is an *ArgError naming the
+// nil q is the zero Query. Every input error is an *schema.ArgError naming the
 // field, e.g. "terms[1].terms[0].column" or "sorts[0].name".
 //
 // Term semantics (termType, case-insensitive, default eq; a column may be
@@ -375,17 +387,40 @@ func (r *Resource) Compile(q *Query) (*Compiled, error) {
 	if n > 1 && hasOr {
 		where = "(" + where + ")"
 	}
-	orderBy, err := r.orderBy(q.Sorts)
+	order, orderBy, err := r.orderBy(q.Sorts)
 	if err != nil {
 		return nil, err
 	}
-	return &Compiled{Where: where, Args: c.args, OrderBy: orderBy}, nil
+	return &Compiled{Where: where, Args: c.args, OrderBy: orderBy, Order: order}, nil
 }
 
-func (r *Resource) orderBy(sorts []Sort) (string, error) {
-	if len(sorts) == 0 {
-		return r.DefaultSort, nil
+// parseOrder splits a trusted ORDER BY body ("d.create_time DESC, d.id")
+// into keys.
+func parseOrder(s string) []OrderKey {
+	var keys []OrderKey
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k := OrderKey{Expr: part}
+		if e, ok := strings.CutSuffix(part, " DESC"); ok {
+			k = OrderKey{Expr: strings.TrimSpace(e), Desc: true}
+		} else if e, ok := strings.CutSuffix(part, " ASC"); ok {
+			k.Expr = strings.TrimSpace(e)
+		}
+		keys = append(keys, k)
 	}
+	return keys
+}
+
+// orderBy returns the keys of sorts, followed by r.TieBreak, and them as
+// an ORDER BY body; without sorts, r.DefaultSort.
+func (r *Resource) orderBy(sorts []Sort) ([]OrderKey, string, error) {
+	if len(sorts) == 0 {
+		return parseOrder(r.DefaultSort), r.DefaultSort, nil
+	}
+	var keys []OrderKey
 	var parts []string
 	seen := make(map[string]bool)
 	for i, s := range sorts {
@@ -393,29 +428,30 @@ func (r *Resource) orderBy(sorts []Sort) (string, error) {
 		expr, ok := r.Sorts[s.Name]
 		if !ok {
 			if s.Name == "" {
-				return "", Invalid(field+".name", "is required; allowed: %s", allowed(r.Sorts))
+				return nil, "", schema.Invalid(field+".name", "is required; allowed: %s", allowed(r.Sorts))
 			}
-			return "", Invalid(field+".name", "unknown sort %q for %s; allowed: %s", short(s.Name), r.Name, allowed(r.Sorts))
+			return nil, "", schema.Invalid(field+".name", "unknown sort %q for %s; allowed: %s", short(s.Name), r.Name, allowed(r.Sorts))
 		}
-		var dir string
+		dir := " ASC"
 		switch strings.ToLower(strings.TrimSpace(s.Order)) {
 		case "", "asc":
-			dir = " ASC"
 		case "desc":
 			dir = " DESC"
 		default:
-			return "", Invalid(field+".order", "unknown order %q; allowed: asc, desc", short(s.Order))
+			return nil, "", schema.Invalid(field+".order", "unknown order %q; allowed: asc, desc", short(s.Order))
 		}
 		if seen[expr] {
 			continue // a later repeat of a key changes nothing
 		}
 		seen[expr] = true
+		keys = append(keys, OrderKey{Expr: expr, Desc: dir == " DESC"})
 		parts = append(parts, expr+dir)
 	}
 	if r.TieBreak != "" && !seen[r.TieBreak] {
+		keys = append(keys, OrderKey{Expr: r.TieBreak})
 		parts = append(parts, r.TieBreak)
 	}
-	return strings.Join(parts, ", "), nil
+	return keys, strings.Join(parts, ", "), nil
 }
 
 type compiler struct {
@@ -428,7 +464,7 @@ type compiler struct {
 // of rendered items and whether a rendered item joins with OR.
 func (c *compiler) list(terms []Term, field string, depth int) (string, int, bool, error) {
 	if len(terms) > 0 && depth > MaxTermDepth {
-		return "", 0, false, Invalid(field, "terms nested deeper than %d levels", MaxTermDepth)
+		return "", 0, false, schema.Invalid(field, "terms nested deeper than %d levels", MaxTermDepth)
 	}
 	var sb strings.Builder
 	n, hasOr := 0, false
@@ -442,13 +478,13 @@ func (c *compiler) list(terms []Term, field string, depth int) (string, int, boo
 		case "or":
 			joiner = " OR "
 		default:
-			return "", 0, false, Invalid(f+".type", "unknown type %q; allowed: and, or", short(t.Type))
+			return "", 0, false, schema.Invalid(f+".type", "unknown type %q; allowed: and, or", short(t.Type))
 		}
 		var s string
 		switch {
 		case t.Column != "":
 			if len(t.Terms) > 0 {
-				return "", 0, false, Invalid(f, "a term has either a column or nested terms, not both")
+				return "", 0, false, schema.Invalid(f, "a term has either a column or nested terms, not both")
 			}
 			var err error
 			if s, err = c.cond(t, f); err != nil {
@@ -468,7 +504,7 @@ func (c *compiler) list(terms []Term, field string, depth int) (string, int, boo
 			}
 		default:
 			if t.TermType != "" || !isNull(t.Value) {
-				return "", 0, false, Invalid(f+".column", "is required")
+				return "", 0, false, schema.Invalid(f+".column", "is required")
 			}
 			continue // an empty group
 		}
@@ -490,23 +526,23 @@ var compareOps = map[string]string{"eq": " = ", "not": " <> ", "gt": " > ", "gte
 func (c *compiler) cond(t *Term, field string) (string, error) {
 	c.terms++
 	if c.terms > MaxTerms {
-		return "", Invalid("terms", "too many terms (max %d)", MaxTerms)
+		return "", schema.Invalid("terms", "too many terms (max %d)", MaxTerms)
 	}
 	name, tt := t.Column, t.TermType
 	ttField := field + ".termType"
 	if i := strings.IndexByte(name, '$'); i >= 0 {
 		rest := name[i+1:]
 		if strings.IndexByte(rest, '$') >= 0 {
-			return "", Invalid(field+".column", "at most one $termType suffix allowed in %q", short(t.Column))
+			return "", schema.Invalid(field+".column", "at most one $termType suffix allowed in %q", short(t.Column))
 		}
 		if rest == "" {
-			return "", Invalid(field+".column", "missing termType after $ in %q", short(t.Column))
+			return "", schema.Invalid(field+".column", "missing termType after $ in %q", short(t.Column))
 		}
 		name, tt, ttField = name[:i], rest, field+".column"
 	}
 	col, ok := c.r.Columns[name]
 	if !ok {
-		return "", Invalid(field+".column", "unknown column %q for %s; allowed: %s", short(name), c.r.Name, allowed(c.r.Columns))
+		return "", schema.Invalid(field+".column", "unknown column %q for %s; allowed: %s", short(name), c.r.Name, allowed(c.r.Columns))
 	}
 	tt = strings.ToLower(strings.TrimSpace(tt))
 	if tt == "" {
@@ -526,7 +562,7 @@ func (c *compiler) cond(t *Term, field string) (string, error) {
 		return col.Expr + compareOps[tt] + c.bind(arg, col.Kind), nil
 	case "like", "nlike":
 		if col.Kind != KindText {
-			return "", Invalid(ttField, "%s is only for text columns; %q is %s", tt, name, col.Kind)
+			return "", schema.Invalid(ttField, "%s is only for text columns; %q is %s", tt, name, col.Kind)
 		}
 		v, err := parseValue(t.Value, vField)
 		if err != nil {
@@ -607,7 +643,7 @@ func (c *compiler) cond(t *Term, field string) (string, error) {
 		}
 		return col.Expr + " IS NOT NULL", nil
 	}
-	return "", Invalid(ttField, "unknown termType %q; allowed: %s", short(tt), strings.Join(termTypes, ", "))
+	return "", schema.Invalid(ttField, "unknown termType %q; allowed: %s", short(tt), strings.Join(termTypes, ", "))
 }
 
 // bind appends a converted value and returns its placeholder.
@@ -626,13 +662,13 @@ var likeEscaper = strings.NewReplacer(`\`, `\\`, `_`, `\_`)
 // map[string]any. An absent or null value is an error: use isnull/notnull.
 func parseValue(raw json.RawMessage, field string) (any, error) {
 	if isNull(raw) {
-		return nil, Invalid(field, "is required (use termType isnull or notnull to match NULL)")
+		return nil, schema.Invalid(field, "is required (use termType isnull or notnull to match NULL)")
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil || d.More() {
-		return nil, Invalid(field, "malformed JSON")
+		return nil, schema.Invalid(field, "malformed JSON")
 	}
 	return v, nil
 }
@@ -650,31 +686,31 @@ func listItems(v any, field string, want int) ([]listItem, error) {
 	switch v := v.(type) {
 	case []any:
 		if len(v) > MaxListLen {
-			return nil, Invalid(field, "at most %d values allowed", MaxListLen)
+			return nil, schema.Invalid(field, "at most %d values allowed", MaxListLen)
 		}
 		for _, e := range v {
 			items = append(items, listItem{v: e, indexed: true})
 		}
 	case string:
 		if len(v) > MaxListLen*(MaxValueLen+1) {
-			return nil, Invalid(field, "too long")
+			return nil, schema.Invalid(field, "too long")
 		}
 		if strings.TrimSpace(v) != "" {
 			parts := strings.Split(v, ",")
 			if len(parts) > MaxListLen {
-				return nil, Invalid(field, "at most %d values allowed", MaxListLen)
+				return nil, schema.Invalid(field, "at most %d values allowed", MaxListLen)
 			}
 			for _, p := range parts {
 				items = append(items, listItem{v: strings.TrimSpace(p)})
 			}
 		}
 	case map[string]any:
-		return nil, Invalid(field, "must be an array or a comma-separated string")
+		return nil, schema.Invalid(field, "must be an array or a comma-separated string")
 	default:
 		items = append(items, listItem{v: v})
 	}
 	if want >= 0 && len(items) != want {
-		return nil, Invalid(field, "must be %d values (an array or a comma-separated string), got %d", want, len(items))
+		return nil, schema.Invalid(field, "must be %d values (an array or a comma-separated string), got %d", want, len(items))
 	}
 	return items, nil
 }
@@ -734,14 +770,14 @@ const (
 func scalar(v any, kind ColumnKind, field string) (any, error) {
 	switch v := v.(type) {
 	case nil:
-		return nil, Invalid(field, "must not be null")
+		return nil, schema.Invalid(field, "must not be null")
 	case []any:
-		return nil, Invalid(field, "must be a single value, not an array")
+		return nil, schema.Invalid(field, "must be a single value, not an array")
 	case map[string]any:
-		return nil, Invalid(field, "must be a single value, not an object")
+		return nil, schema.Invalid(field, "must be a single value, not an object")
 	case string:
 		if len(v) > MaxValueLen {
-			return nil, Invalid(field, "must be at most %d bytes", MaxValueLen)
+			return nil, schema.Invalid(field, "must be at most %d bytes", MaxValueLen)
 		}
 	}
 	switch kind {
@@ -765,7 +801,7 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 		if n, ok := parseInteger(s); ok {
 			return n, nil
 		}
-		return nil, Invalid(field, "must be an integer")
+		return nil, schema.Invalid(field, "must be an integer")
 	case KindBool:
 		switch v := v.(type) {
 		case bool:
@@ -782,7 +818,7 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 				return false, nil
 			}
 		}
-		return nil, Invalid(field, "must be a boolean (true, false, 1 or 0)")
+		return nil, schema.Invalid(field, "must be a boolean (true, false, 1 or 0)")
 	case KindTime:
 		var s string
 		switch v := v.(type) {
@@ -795,16 +831,16 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 		if !ok {
 			tm, err := time.Parse(time.RFC3339Nano, s)
 			if err != nil {
-				return nil, Invalid(field, "must be a time in epoch milliseconds")
+				return nil, schema.Invalid(field, "must be a time in epoch milliseconds")
 			}
 			n, ok = tm.UnixMilli(), true
 		}
 		if n < minMillis || n > maxMillis {
-			return nil, Invalid(field, "time out of range")
+			return nil, schema.Invalid(field, "time out of range")
 		}
 		return n, nil
 	}
-	return nil, Invalid(field, "unsupported value for a %s column", kind)
+	return nil, schema.Invalid(field, "unsupported value for a %s column", kind)
 }
 
 // parseInteger parses a decimal integer; a number with a fraction or

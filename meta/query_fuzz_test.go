@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/lib/pq"
+
+	"devicehub/schema"
 )
 
 // queryVocabulary is every piece of SQL the compiler may write for
@@ -180,8 +182,8 @@ func FuzzCompileQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		q, err := DecodeQuery(body)
 		if err != nil {
-			if !errors.Is(err, ErrIllegalArgument) {
-				t.Fatalf("DecodeQuery error %v is not ErrIllegalArgument", err)
+			if !errors.Is(err, schema.ErrIllegalArgument) {
+				t.Fatalf("DecodeQuery error %v is not schema.ErrIllegalArgument", err)
 			}
 			return
 		}
@@ -194,9 +196,9 @@ func FuzzCompileQuery(f *testing.F) {
 		}
 		c, err := testResource.Compile(q)
 		if err != nil {
-			var ae *ArgError
+			var ae *schema.ArgError
 			if !errors.As(err, &ae) {
-				t.Fatalf("Compile error %v is not *ArgError", err)
+				t.Fatalf("Compile error %v is not *schema.ArgError", err)
 			}
 			return
 		}

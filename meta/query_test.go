@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/lib/pq"
+
+	"devicehub/schema"
 )
 
 // testResource is a product-like resource with one column of every kind.
@@ -188,6 +190,35 @@ func TestCompileQueryOrderBy(t *testing.T) {
 	f(`{"sorts":[{"name":"name","order":"asc"},{"name":"name","order":"desc"}]}`, "p.name ASC, p.id")
 }
 
+// TestCompileQueryOrderKeys checks Compiled.Order, the keys of OrderBy.
+func TestCompileQueryOrderKeys(t *testing.T) {
+	cases := []struct {
+		body string
+		want []OrderKey
+	}{
+		{`{}`, []OrderKey{{"p.create_time", true}, {"p.id", false}}},
+		{`{"sorts":[{"name":"name"}]}`, []OrderKey{{"p.name", false}, {"p.id", false}}},
+		{`{"sorts":[{"name":"name","order":"desc"},{"name":"createTime","order":"Asc"}]}`,
+			[]OrderKey{{"p.name", true}, {"p.create_time", false}, {"p.id", false}}},
+		{`{"sorts":[{"name":"id","order":"desc"}]}`, []OrderKey{{"p.id", true}}},
+		{`{"sorts":[{"name":"name","order":"asc"},{"name":"name","order":"desc"}]}`, []OrderKey{{"p.name", false}, {"p.id", false}}},
+	}
+	for _, c := range cases {
+		compiled, err := compileBody(c.body)
+		if err != nil {
+			t.Fatalf("body %s: %v", c.body, err)
+		}
+		if !reflect.DeepEqual(compiled.Order, c.want) {
+			t.Errorf("body %s: order %+v, want %+v", c.body, compiled.Order, c.want)
+		}
+	}
+	for _, r := range []*Resource{testResource, DeviceResource, ProductResource, RoleResource} {
+		if got := parseOrder(r.DefaultSort); len(got) == 0 || got[len(got)-1].Expr != r.TieBreak {
+			t.Errorf("%s: default sort %q parses to %+v, not ending with the tie-break %s", r.Name, r.DefaultSort, got, r.TieBreak)
+		}
+	}
+}
+
 func TestCompileQueryErrors(t *testing.T) {
 	f := func(body string, wantField, wantMsg string) {
 		t.Helper()
@@ -195,12 +226,12 @@ func TestCompileQueryErrors(t *testing.T) {
 		if err == nil {
 			t.Fatalf("body %s: expected an error", body)
 		}
-		if !errors.Is(err, ErrIllegalArgument) {
-			t.Fatalf("body %s: error %v is not ErrIllegalArgument", body, err)
+		if !errors.Is(err, schema.ErrIllegalArgument) {
+			t.Fatalf("body %s: error %v is not schema.ErrIllegalArgument", body, err)
 		}
-		var ae *ArgError
+		var ae *schema.ArgError
 		if !errors.As(err, &ae) {
-			t.Fatalf("body %s: error %T is not *ArgError", body, err)
+			t.Fatalf("body %s: error %T is not *schema.ArgError", body, err)
 		}
 		if ae.Field != wantField {
 			t.Fatalf("body %s: field\n got %q\nwant %q (error %v)", body, ae.Field, wantField, err)
@@ -305,7 +336,7 @@ func TestCompileQueryDirect(t *testing.T) {
 		deep = []Term{{Terms: deep}}
 	}
 	_, err = testResource.Compile(&Query{Terms: deep})
-	var ae *ArgError
+	var ae *schema.ArgError
 	if !errors.As(err, &ae) || ae.Field != "terms[0].terms[0].terms[0].terms[0].terms" {
 		t.Fatalf("too deep: got %v", err)
 	}

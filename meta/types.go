@@ -7,8 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"strconv"
 	"time"
+
+	"devicehub/schema"
 )
 
 // Enum is an enumerated value, written to clients as the spec's
@@ -46,10 +47,7 @@ func (e Enum) Text() string {
 
 // MarshalJSON writes {"text": ..., "value": ...}.
 func (e Enum) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Text  string `json:"text"`
-		Value string `json:"value"`
-	}{e.Text(), string(e)})
+	return e.appendJSON(make([]byte, 0, 24+2*len(e))), nil
 }
 
 // UnmarshalJSON accepts "value" or {"text"?, "value"}.
@@ -83,11 +81,7 @@ type Millis time.Time
 
 // MarshalJSON writes epoch milliseconds.
 func (m Millis) MarshalJSON() ([]byte, error) {
-	t := time.Time(m)
-	if t.IsZero() {
-		return []byte("0"), nil
-	}
-	return strconv.AppendInt(nil, t.UnixMilli(), 10), nil
+	return m.appendJSON(make([]byte, 0, 16)), nil
 }
 
 // UnmarshalJSON reads epoch milliseconds; clients may echo them back.
@@ -145,7 +139,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_\-.:]{1,64}$`)
 // checkID validates a client-chosen id.
 func checkID(field, id string) error {
 	if !idPattern.MatchString(id) {
-		return Invalid(field, "must be 1 to 64 letters, digits or _-.: (got %q)", truncate(id, 80))
+		return schema.Invalid(field, "must be 1 to 64 letters, digits or _-.: (got %q)", truncate(id, 80))
 	}
 	return nil
 }
@@ -153,10 +147,10 @@ func checkID(field, id string) error {
 // checkText validates a free-text field's length.
 func checkText(field, s string, max int, required bool) error {
 	if required && s == "" {
-		return Invalid(field, "is required")
+		return schema.Invalid(field, "is required")
 	}
 	if len(s) > max {
-		return Invalid(field, "must be at most %d bytes", max)
+		return schema.Invalid(field, "must be at most %d bytes", max)
 	}
 	return nil
 }

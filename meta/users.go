@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"devicehub/schema"
 )
 
 // Auth errors.
@@ -83,7 +85,7 @@ func (s *Store) CreateUser(ctx context.Context, username, password string, roles
 		return User{}, err
 	}
 	if len(password) < 6 || len(password) > 72 {
-		return User{}, Invalid("password", "must be 6 to 72 bytes")
+		return User{}, schema.Invalid("password", "must be 6 to 72 bytes")
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
 	if err != nil {

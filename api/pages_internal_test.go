@@ -1,0 +1,55 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net/http/httptest"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/meta"
+)
+
+// TestOKPage checks that okPage answers the bytes and headers ok answers
+// for the same page (but for the timestamp).
+func TestOKPage(t *testing.T) {
+	devices := meta.Page[meta.Device]{PageIndex: 2, PageSize: 3, Total: 1001, Data: []meta.Device{
+		{ID: "d<1>", Name: "Kitchen \u2028 \"meter\"", State: "offline", CreateTime: meta.Millis(time.UnixMilli(1700000000123)),
+			Features: []meta.DeviceFeature{}, DeviceMetadata: `{"properties":[]}`},
+		{ID: "d2", Features: []meta.DeviceFeature{{ID: "f", Name: "F"}}},
+	}}
+	products := meta.Page[meta.Product]{TotalExact: true, Data: []meta.Product{{ID: "p&1", Name: "Meter", DeviceNum: 7,
+		Configuration: meta.Configuration{SecureID: "s", SecureKey: "******"}}}}
+	empty := meta.Page[meta.Device]{TotalExact: true, Data: []meta.Device{}}
+	app := fiber.New()
+	app.Get("/ok/devices", func(c *fiber.Ctx) error { return ok(c, devices) })
+	app.Get("/page/devices", func(c *fiber.Ctx) error { return okPage(c, &devices, (*meta.Device).AppendJSON) })
+	app.Get("/ok/products", func(c *fiber.Ctx) error { return ok(c, products) })
+	app.Get("/page/products", func(c *fiber.Ctx) error { return okPage(c, &products, (*meta.Product).AppendJSON) })
+	app.Get("/ok/empty", func(c *fiber.Ctx) error { return ok(c, empty) })
+	app.Get("/page/empty", func(c *fiber.Ctx) error { return okPage(c, &empty, (*meta.Device).AppendJSON) })
+	timestamp := regexp.MustCompile(`"timestamp":\d+`)
+	get := func(path string) (string, []byte) {
+		t.Helper()
+		res, err := app.Test(httptest.NewRequest("GET", path, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, res.StatusCode, body)
+		}
+		return res.Header.Get("Content-Type"), timestamp.ReplaceAll(body, []byte(`"timestamp":0`))
+	}
+	for _, kind := range []string{"devices", "products", "empty"} {
+		wantType, want := get("/ok/" + kind)
+		gotType, got := get("/page/" + kind)
+		if gotType != wantType || !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s %s\nwant %s %s", kind, gotType, got, wantType, want)
+		}
+	}
+}

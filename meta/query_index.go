@@ -1,0 +1,37 @@
+package meta
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/lib/pq"
+)
+
+// The terms of list queries are served by indexes of the migrations
+// (pg_trgm's for like/nlike): a GiST trigram index on device names and
+// btree (name, id) for eq and the name order (00007), GIN trigram indexes
+// on device ids and product names (00002), btree indexes for the default
+// order (createTime desc, id) and a product's devices. like is
+// case-insensitive (ILIKE), which a text_pattern_ops btree cannot serve;
+// the trigram indexes serve prefixes ('x%') as well.
+
+// extensionHint explains a migration error caused by the pg_trgm
+// extension, which the server must ship (Debian: in postgresql-15, from
+// postgresql-contrib elsewhere) and the database owner may create (it is
+// trusted since PostgreSQL 13); "" for other errors.
+func extensionHint(err error) string {
+	var pe *pq.Error
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "pg_trgm") && !strings.Contains(pe.Message, "gin_trgm_ops") &&
+		!strings.Contains(pe.Message, "extension") {
+		return ""
+	}
+	switch pe.Code {
+	case "58P01", "0A000", "42704": // control file missing, extension not available, operator class missing
+		return " (the pg_trgm extension is not installed on the PostgreSQL server: install its contrib modules, " +
+			"e.g. Debian's postgresql-contrib, or create the extension as a superuser)"
+	case "42501": // insufficient privilege
+		return " (devicehub's PostgreSQL role may not create the pg_trgm extension: create it once as a superuser, " +
+			"CREATE EXTENSION pg_trgm, in devicehub's database)"
+	}
+	return ""
+}

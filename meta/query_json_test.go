@@ -1,0 +1,137 @@
+package meta_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"devicehub/meta"
+)
+
+// trickyTexts are strings whose JSON encoding has escapes or replacements.
+var trickyTexts = []string{
+	"", "plain", `quote " and \ backslash`, "<script>&amp;</script>", "\x00\x01\x1f\x7f", "\b\f\n\r\t",
+	"\xff\xfe invalid", "cut \xe2\x82", "\u2028\u2029", "Żółw 电表 🚀", "{\"properties\":[]}", "%_like_%",
+}
+
+// randomText mixes the pieces of trickyTexts.
+func randomText(r *rand.Rand) string {
+	var b []byte
+	for range r.IntN(6) {
+		t := trickyTexts[r.IntN(len(trickyTexts))]
+		if len(t) > 0 {
+			i := r.IntN(len(t))
+			b = append(b, t[i:min(len(t), i+r.IntN(8)+1)]...)
+		}
+	}
+	return string(b)
+}
+
+func randomMillis(r *rand.Rand) meta.Millis {
+	switch r.IntN(4) {
+	case 0:
+		return meta.Millis{}
+	case 1:
+		return meta.Millis(time.UnixMilli(-r.Int64N(1e12)))
+	}
+	return meta.Millis(time.Unix(r.Int64N(4e9), r.Int64N(1e9)))
+}
+
+func randomEnum(r *rand.Rand) meta.Enum {
+	known := []meta.Enum{"offline", "online", "notActive", "device", "gateway", "none", "real", "cloud"}
+	if r.IntN(3) == 0 {
+		return meta.Enum(randomText(r))
+	}
+	return known[r.IntN(len(known))]
+}
+
+func randomDevice(r *rand.Rand) meta.Device {
+	d := meta.Device{
+		ID: randomText(r), Name: randomText(r), PhotoURL: randomText(r), Description: randomText(r),
+		DeviceType: randomEnum(r), ProductID: randomText(r), ProductName: randomText(r), State: randomEnum(r),
+		Edge: r.IntN(2) == 0, SuperDeviceType: randomEnum(r), CreatorID: randomText(r), CreatorName: randomText(r),
+		CreateTime: randomMillis(r), RegistryTime: randomMillis(r), ModifyTime: randomMillis(r),
+		ModifierID: randomText(r), ModifierName: randomText(r), VirtualType: randomEnum(r), Regulator: r.IntN(2) == 0,
+		ComeFrom: randomEnum(r), DeviceCreateType: randomEnum(r), PresetType: randomEnum(r), CategoryType: randomEnum(r),
+		MediaDevice: r.IntN(2) == 0, OrgID: randomText(r), StorePolicy: randomText(r),
+		Configuration: meta.DeviceConfig{SecureID: randomText(r), SecureKey: randomText(r), ChannelID: randomText(r)},
+	}
+	if r.IntN(2) == 0 {
+		d.DeviceMetadata = randomText(r)
+	}
+	switch r.IntN(3) {
+	case 0: // nil: null
+	case 1:
+		d.Features = []meta.DeviceFeature{}
+	default:
+		for range r.IntN(3) + 1 {
+			d.Features = append(d.Features, meta.DeviceFeature{ID: randomText(r), Name: randomText(r), Deprecated: r.IntN(2) == 0, Type: randomText(r)})
+		}
+	}
+	return d
+}
+
+func randomProduct(r *rand.Rand) meta.Product {
+	p := meta.Product{
+		ID: randomText(r), Name: randomText(r), PhotoURL: randomText(r), ClassifiedID: randomText(r),
+		ClassifiedName: randomText(r), MessageProtocol: randomText(r), ProtocolName: randomText(r), Metadata: randomText(r),
+		TransportProtocol: randomText(r), DeviceType: randomEnum(r), State: r.IntN(3) - 1, CreatorID: randomText(r),
+		ModifierID: randomText(r), CreateTime: randomMillis(r), ModifyTime: randomMillis(r), Regulator: r.IntN(2) == 0,
+		AccessID: randomText(r), AccessProvider: randomText(r), AccessName: randomText(r), StorePolicy: randomText(r),
+		OrgID: randomText(r), SuperProductType: randomEnum(r), VirtualType: randomEnum(r), ProductCreateType: randomEnum(r),
+		PresetType: randomEnum(r), ThreeDimensionalURL: randomText(r), ModelFrom: randomText(r), DeviceNum: r.IntN(1e6),
+		Manufacturer: randomText(r), Describe: randomText(r), Model: randomText(r),
+		Configuration: meta.Configuration{SecureID: randomText(r), SecureKey: randomText(r)},
+	}
+	if r.IntN(2) == 0 {
+		p.Configuration.ChannelID = randomText(r)
+	}
+	return p
+}
+
+// TestAppendJSON checks that the hand-written encoders of list pages write
+// the bytes encoding/json writes, for pages of random devices and products
+// made of texts that need escapes.
+func TestAppendJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(20, 24))
+	for i := range 300 {
+		devices := meta.Page[meta.Device]{PageIndex: r.IntN(100), PageSize: r.IntN(1000), Total: r.IntN(1e6), TotalExact: r.IntN(2) == 0}
+		products := meta.Page[meta.Product]{PageIndex: devices.PageIndex, PageSize: devices.PageSize, Total: devices.Total, TotalExact: devices.TotalExact}
+		if i%10 != 0 { // every tenth page has null data
+			devices.Data, products.Data = []meta.Device{}, []meta.Product{}
+			for range r.IntN(4) {
+				devices.Data = append(devices.Data, randomDevice(r))
+				products.Data = append(products.Data, randomProduct(r))
+			}
+		}
+		compareJSON(t, &devices, meta.AppendPageJSON([]byte("prefix"), &devices, (*meta.Device).AppendJSON))
+		compareJSON(t, &products, meta.AppendPageJSON([]byte("prefix"), &products, (*meta.Product).AppendJSON))
+	}
+	for _, s := range trickyTexts { // each text whole, in an Enum too
+		d := meta.Device{Name: s, State: meta.Enum(s), DeviceMetadata: s}
+		compareJSON(t, &d, d.AppendJSON([]byte("prefix")))
+		e, err := meta.Enum(s).MarshalJSON()
+		if want, _ := json.Marshal(struct {
+			Text  string `json:"text"`
+			Value string `json:"value"`
+		}{meta.Enum(s).Text(), s}); err != nil || !bytes.Equal(e, want) {
+			t.Fatalf("Enum(%q).MarshalJSON = %s, %v; want %s", s, e, err, want)
+		}
+	}
+}
+
+func compareJSON(t *testing.T, v any, got []byte) {
+	t.Helper()
+	want, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(got, []byte("prefix")) {
+		t.Fatalf("the encoder dropped what it appended to: %.40s", got)
+	}
+	if got = got[len("prefix"):]; !bytes.Equal(got, want) {
+		t.Fatalf("encoded\n got %s\nwant %s", got, want)
+	}
+}
