@@ -21,7 +21,9 @@ import (
 // DashboardStore answers dashboard queries from ClickHouse.
 type DashboardStore interface {
 	MessageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.Bucket, error)
+	PropertyAggregates(ctx context.Context, q tsdb.AggQuery) ([]tsdb.AggSeries, error)
 	PropertyHistory(ctx context.Context, productID, deviceID string, properties []string, n int) ([]tsdb.PropertyValue, error)
+	HistoryRange(ctx context.Context, q tsdb.HistoryQuery) ([]tsdb.PropertyValue, error)
 	Location() *time.Location
 }
 
@@ -40,11 +42,12 @@ const (
 type dashboardRun func(context.Context, *resultBytes) ([]json.RawMessage, error)
 
 // dashboardPlan is one checked query. A message-count query is ready to
-// run and knows its buckets; a history query first resolves its device,
-// which tells how many properties "all" is.
+// run and knows its buckets. A property query first resolves its device
+// or product (resolve), which checks the properties against the thing
+// model and, for history, tells how many properties "all" is.
 type dashboardPlan struct {
 	run     dashboardRun
-	buckets int
+	buckets int                                              // of all its properties
 	history int                                              // values per property
 	resolve func(context.Context) (int, dashboardRun, error) // properties read, and the run
 }
@@ -71,19 +74,28 @@ type dashboardQuery struct {
 	Params      json.RawMessage `json:"params"`
 }
 
+// bucketParams are the parameters of every bucketed query (message
+// counts, property aggregates).
+type bucketParams struct {
+	Time   string          `json:"time"`
+	Format string          `json:"format"`
+	Limit  *int            `json:"limit"`
+	From   json.RawMessage `json:"from"`
+	To     json.RawMessage `json:"to"`
+}
+
+// aggParams are a message-count query's own parameters, beside its
+// bucketParams (both decoded from the same params object).
 type aggParams struct {
-	Time      string          `json:"time"`
-	Format    string          `json:"format"`
-	Limit     *int            `json:"limit"`
-	From      json.RawMessage `json:"from"`
-	To        json.RawMessage `json:"to"`
-	ProductID string          `json:"productId"`
+	ProductID string `json:"productId"`
 }
 
 type historyParams struct {
-	DeviceID   string   `json:"deviceId"`
-	History    *int     `json:"history"`
-	Properties []string `json:"properties"`
+	DeviceID   string          `json:"deviceId"`
+	History    *int            `json:"history"`
+	Properties []string        `json:"properties"`
+	From       json.RawMessage `json:"from"` // with to: a range to page through (dashboard_agg.go)
+	To         json.RawMessage `json:"to"`
 }
 
 // aggItem and historyItem are the spec's result items.
@@ -131,10 +143,10 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 		return err
 	}
 	if len(qs) == 0 {
-		return meta.Invalid("body", "must be a non-empty array of queries")
+		return schema.Invalid("body", "must be a non-empty array of queries")
 	}
 	if len(qs) > maxDashboardQueries {
-		return meta.Invalid("body", "at most %d queries", maxDashboardQueries)
+		return schema.Invalid("body", "at most %d queries", maxDashboardQueries)
 	}
 	if s.deps.Dashboard == nil {
 		return errors.New("api: dashboard: no time-series store")
@@ -150,10 +162,10 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 		if err != nil {
 			return err
 		}
+		if err := budget.addBuckets(at, plan.buckets); err != nil {
+			return err
+		}
 		if plan.resolve == nil {
-			if err := budget.addBuckets(at, plan.buckets); err != nil {
-				return err
-			}
 			runs[i] = plan.run
 			continue
 		}
@@ -201,19 +213,21 @@ func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc 
 		{"dashboard", q.Dashboard}, {"object", q.Object}, {"measurement", q.Measurement}, {"dimension", q.Dimension},
 	} {
 		if f.v == "" {
-			return nil, meta.Invalid(at+"."+f.name, "is required")
+			return nil, schema.Invalid(at+"."+f.name, "is required")
 		}
 	}
 	if q.Dashboard != "device" {
-		return nil, meta.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
+		return nil, schema.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
 	}
 	switch {
 	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
 		return s.planMessageCounts(at, q, now, loc)
 	case q.Measurement == "properties" && q.Dimension == "history":
-		return s.planHistory(at, q)
+		return s.planHistory(at, q, now, loc)
+	case q.Measurement == "properties" && q.Dimension == "agg":
+		return s.planPropertyAggregates(at, q, now, loc)
 	}
-	return nil, meta.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history)",
+	return nil, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
 		q.Object, q.Measurement, q.Dimension)
 }
 
@@ -222,79 +236,40 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		var ae *meta.ArgError
+		var ae *schema.ArgError
 		if errors.As(jsonError(err), &ae) {
-			return meta.Invalid(at+".params."+ae.Field, "%s", ae.Msg)
+			return schema.Invalid(at+".params."+ae.Field, "%s", ae.Msg)
 		}
-		return meta.Invalid(at+".params", "malformed")
+		return schema.Invalid(at+".params", "malformed")
 	}
 	return nil
 }
 
 func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p aggParams
+	var bp bucketParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
 	}
-	if p.Time == "" {
-		p.Time = tsdb.Day
-	}
-	if err := tsdb.CheckInterval(p.Time); err != nil {
-		return nil, fmt.Errorf("%s.params.time: %w", at, err)
-	}
-	if p.Format == "" {
-		p.Format = "yyyy-MM-dd"
-	}
-	layout, err := parseJavaPattern(p.Format)
-	if err != nil {
-		return nil, meta.Invalid(at+".params.format", "%v", err)
-	}
-	limit := 0
-	if p.Limit != nil {
-		if *p.Limit < 1 || *p.Limit > maxQueryBuckets {
-			return nil, meta.Invalid(at+".params.limit", "must be from 1 to %d", maxQueryBuckets)
-		}
-		limit = *p.Limit
-	}
-	to, err := parseTimeParam(at+".params.to", p.To, now, loc, now)
-	if err != nil {
+	if err := decodeParams(at, q.Params, &bp); err != nil {
 		return nil, err
 	}
-	// Without from, the range is the limit's worth of buckets ending with
-	// the one holding to.
-	n := limit
-	if n == 0 {
-		n = defaultBuckets
-	}
-	from, err := tsdb.RangeStart(p.Time, to, n, loc)
+	b, err := planBuckets(at, bp, now, loc)
 	if err != nil {
-		return nil, fmt.Errorf("%s.params: %w", at, err)
-	}
-	if from, err = parseTimeParam(at+".params.from", p.From, now, loc, from); err != nil {
 		return nil, err
-	}
-	// The buckets this query returns: those of the range, at most limit
-	// (maxQueryBuckets without one). A range tsdb refuses counts as the
-	// most it could hold; the query itself then answers the error.
-	count := limit
-	if count == 0 {
-		count = maxQueryBuckets
-	}
-	if bs, err := tsdb.Buckets(p.Time, from, to, loc, limit); err == nil {
-		count = len(bs)
 	}
 	group := q.Group
-	return &dashboardPlan{buckets: count, run: func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
+	return &dashboardPlan{buckets: b.count, run: func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
 		buckets, err := s.deps.Dashboard.MessageCounts(ctx, tsdb.CountQuery{
-			Interval: p.Time, From: from, To: to, ProductID: p.ProductID, Limit: limit,
+			Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", at, err)
 		}
 		items := make([]json.RawMessage, 0, len(buckets))
-		for i, b := range buckets {
+		for i, bk := range buckets {
 			if items, err = encodeItem(items, size, aggItem{Group: group, Data: aggData{
-				Value: b.Count, TimeString: layout.format(b.Start.In(loc)), Timestamp: i,
+				Value: bk.Count, TimeString: b.layout.format(bk.Start.In(loc)), Timestamp: i,
 			}}); err != nil {
 				return nil, err
 			}
@@ -303,42 +278,111 @@ func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, 
 	}}, nil
 }
 
+// bucketPlan is the checked bucket parameters of a query.
+type bucketPlan struct {
+	interval string
+	layout   javaLayout
+	limit    int // 0: none given
+	from, to time.Time
+	count    int // buckets the query returns (per property)
+}
+
+// planBuckets checks the bucket parameters: time (default 1d), format
+// (default yyyy-MM-dd), limit, and from/to, epoch ms or date math relative
+// to now in the platform zone loc; without from, the range is the limit's
+// worth of buckets (30 without a limit) ending with the one holding to.
+func planBuckets(at string, p bucketParams, now time.Time, loc *time.Location) (bucketPlan, error) {
+	b := bucketPlan{interval: p.Time}
+	if b.interval == "" {
+		b.interval = tsdb.Day
+	}
+	if err := tsdb.CheckInterval(b.interval); err != nil {
+		return b, fmt.Errorf("%s.params.time: %w", at, err)
+	}
+	format := p.Format
+	if format == "" {
+		format = "yyyy-MM-dd"
+	}
+	var err error
+	if b.layout, err = parseJavaPattern(format); err != nil {
+		return b, schema.Invalid(at+".params.format", "%v", err)
+	}
+	if p.Limit != nil {
+		if *p.Limit < 1 || *p.Limit > maxQueryBuckets {
+			return b, schema.Invalid(at+".params.limit", "must be from 1 to %d", maxQueryBuckets)
+		}
+		b.limit = *p.Limit
+	}
+	if b.to, err = parseTimeParam(at+".params.to", p.To, now, loc, now); err != nil {
+		return b, err
+	}
+	n := b.limit
+	if n == 0 {
+		n = defaultBuckets
+	}
+	from, err := tsdb.RangeStart(b.interval, b.to, n, loc)
+	if err != nil {
+		return b, fmt.Errorf("%s.params: %w", at, err)
+	}
+	if b.from, err = parseTimeParam(at+".params.from", p.From, now, loc, from); err != nil {
+		return b, err
+	}
+	// The buckets this query returns: those of the range, at most limit
+	// (maxQueryBuckets without one); a range outside what ClickHouse's
+	// DateTime holds is refused here, before any query runs.
+	bs, err := tsdb.Buckets(b.interval, b.from, b.to, loc, b.limit)
+	if err != nil {
+		return b, fmt.Errorf("%s.params: %w", at, err)
+	}
+	b.count = len(bs)
+	return b, nil
+}
+
 // planHistory checks a history query. Its plan's resolve looks the device
 // up, so that "all properties" counts as the thing model's properties.
-func (s *Server) planHistory(at string, q *dashboardQuery) (*dashboardPlan, error) {
+// With from or to, it reads the values of that range (paging back through
+// them, dashboard_agg.go); without, the latest values.
+func (s *Server) planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p historyParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
 	}
 	if p.DeviceID == "" {
-		return nil, meta.Invalid(at+".params.deviceId", "is required")
+		return nil, schema.Invalid(at+".params.deviceId", "is required")
 	}
 	n := 1
 	if p.History != nil {
 		if *p.History < 1 || *p.History > maxHistory {
-			return nil, meta.Invalid(at+".params.history", "must be from 1 to %d", maxHistory)
+			return nil, schema.Invalid(at+".params.history", "must be from 1 to %d", maxHistory)
 		}
 		n = *p.History
 	}
 	if len(p.Properties) > maxHistoryProperties {
-		return nil, meta.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
+		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
 			len(p.Properties), maxHistoryProperties)
+	}
+	if err := checkPropertyNames(at, p.Properties); err != nil {
+		return nil, err
+	}
+	rng, err := planHistoryRange(at, p, now, loc)
+	if err != nil {
+		return nil, err
 	}
 	productID, group := q.Object, q.Group
 	return &dashboardPlan{history: n, resolve: func(ctx context.Context) (int, dashboardRun, error) {
-		return s.resolveHistory(ctx, at, p, n, productID, group)
+		return s.resolveHistory(ctx, at, p, n, rng, productID, group)
 	}}, nil
 }
 
 // resolveHistory looks up the device of a history query and returns the
 // number of properties it reads and the function that runs it.
-func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams, n int, productID, group string) (int, dashboardRun, error) {
-	dev, err := s.deps.Models.GetDeviceRef(ctx, p.DeviceID)
+func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams, n int, rng *historyRange, productID, group string) (int, dashboardRun, error) {
+	dev, err := s.deviceRef(ctx, p.DeviceID)
 	if err != nil {
 		return 0, nil, err
 	}
 	if dev.ProductID != productID {
-		return 0, nil, meta.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
+		return 0, nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
 	}
 	model, err := schema.ParseThingModelString(dev.Metadata)
 	if err != nil {
@@ -348,12 +392,19 @@ func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams,
 	if props == 0 {
 		props = len(model.Properties)
 		if props > maxHistoryProperties {
-			return 0, nil, meta.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
+			return 0, nil, schema.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
 				props, maxHistoryProperties)
 		}
 	}
 	return props, func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
-		values, err := s.deps.Dashboard.PropertyHistory(ctx, productID, p.DeviceID, p.Properties, n)
+		var values []tsdb.PropertyValue
+		var err error
+		if rng == nil {
+			values, err = s.deps.Dashboard.PropertyHistory(ctx, productID, p.DeviceID, p.Properties, n)
+		} else {
+			values, err = s.deps.Dashboard.HistoryRange(ctx, tsdb.HistoryQuery{ProductID: productID, DeviceID: p.DeviceID,
+				Properties: p.Properties, From: rng.from, To: rng.to, N: n})
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -366,6 +417,16 @@ func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams,
 		}
 		return items, nil
 	}, nil
+}
+
+// deviceRef looks a device up through the server's short-lived cache of
+// device references (the one commands use: cleared by every product or
+// device change through this instance, at most DeviceCacheTTL old).
+func (s *Server) deviceRef(ctx context.Context, id string) (meta.DeviceRef, error) {
+	return s.refs.get(ctx, id, time.Now(), func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
+		ref, err := s.deps.Models.GetDeviceRef(ctx, id)
+		return ref, time.Time{}, err
+	})
 }
 
 // historyID identifies a stored value by what identifies its row: the md5

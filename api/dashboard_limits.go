@@ -9,7 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"devicehub/meta"
+	"devicehub/schema"
 	"devicehub/tsdb"
 )
 
@@ -21,8 +21,9 @@ const (
 	maxHistory           = 1000            // params.history: values per property
 	maxHistoryProperties = 100             // properties of one history query, named or all of the model
 	maxHistoryValues     = 100_000         // sum over history queries of properties x history
-	maxQueryBuckets      = tsdb.MaxBuckets // buckets of one message-count query (10,000)
-	maxRequestBuckets    = 50_000          // buckets of all message-count queries together
+	maxAggProperties     = 100             // properties of one property aggregate query
+	maxQueryBuckets      = tsdb.MaxBuckets // buckets of one bucketed query (per property) (10,000)
+	maxRequestBuckets    = 50_000          // buckets of all bucketed queries together, properties x buckets
 	maxDashboardResult   = 32 << 20        // bytes of the encoded items of one response
 	defaultDashboardWait = 2 * time.Second
 	dashboardRetryAfterS = 1 // Retry-After, seconds, of a refused request
@@ -38,7 +39,7 @@ type dashboardBudget struct {
 func (b *dashboardBudget) addHistory(at string, properties, n int) error {
 	b.historyValues += properties * n
 	if b.historyValues > maxHistoryValues {
-		return meta.Invalid(at+".params", "%d properties x %d values brings the request to %d history values; at most %d history values per request",
+		return schema.Invalid(at+".params", "%d properties x %d values brings the request to %d history values; at most %d history values per request",
 			properties, n, b.historyValues, maxHistoryValues)
 	}
 	return nil
@@ -47,7 +48,7 @@ func (b *dashboardBudget) addHistory(at string, properties, n int) error {
 func (b *dashboardBudget) addBuckets(at string, n int) error {
 	b.buckets += n
 	if b.buckets > maxRequestBuckets {
-		return meta.Invalid(at+".params", "%d buckets bring the request to %d; at most %d buckets per request",
+		return schema.Invalid(at+".params", "%d buckets bring the request to %d; at most %d buckets per request",
 			n, b.buckets, maxRequestBuckets)
 	}
 	return nil
@@ -59,7 +60,7 @@ type resultBytes struct{ n atomic.Int64 }
 
 func (r *resultBytes) add(n int) error {
 	if r.n.Add(int64(n)) > maxDashboardResult {
-		return meta.Invalid("result", "at most %d MiB of items per response: ask for fewer values or buckets",
+		return schema.Invalid("result", "at most %d MiB of items per response: ask for fewer values or buckets",
 			maxDashboardResult>>20)
 	}
 	return nil

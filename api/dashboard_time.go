@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"devicehub/meta"
+	"devicehub/schema"
 	"devicehub/tsdb"
 )
 
@@ -152,7 +152,7 @@ func parseTimeParam(field string, raw json.RawMessage, now time.Time, loc *time.
 	case json.Unmarshal(raw, &s) == nil:
 		t, err = tsdb.ParseTime(strings.TrimSpace(s), now, loc)
 	default:
-		return time.Time{}, meta.Invalid(field, "must be epoch milliseconds or date math like now-7d")
+		return time.Time{}, schema.Invalid(field, "must be epoch milliseconds or date math like now-7d")
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: %w", field, err)

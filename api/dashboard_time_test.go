@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"devicehub/meta"
-	"devicehub/tsdb"
+	"devicehub/schema"
 )
 
 func TestJavaPattern(t *testing.T) {
@@ -78,8 +77,8 @@ func TestTimeParam(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: want an error", raw)
 		}
-		var ae *meta.ArgError
-		if !errors.As(err, &ae) && !errors.Is(err, tsdb.ErrInvalidArgument) {
+		var ae *schema.ArgError
+		if !errors.As(err, &ae) && !errors.Is(err, schema.ErrIllegalArgument) {
 			t.Fatalf("%s: %v is not an input error", raw, err)
 		}
 		if !strings.HasPrefix(err.Error(), "[0].params.from: ") || !strings.Contains(err.Error(), mention) {

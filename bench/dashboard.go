@@ -22,9 +22,19 @@ type DashboardParams struct {
 	// Iterations is the number of timed requests per query kind, after
 	// warm-up. Default 200.
 	Iterations int
-	// Concurrency > 1 adds a run of Iterations requests per query kind
-	// spread over that many clients.
+	// Concurrency > 1 adds closed-loop runs with that many clients (1d x30
+	// without and with the result cache, 1M x12 with it, the property
+	// aggregates likewise, each beside a bare Fiber handler under the same
+	// load), Requests requests each.
 	Concurrency int
+	// Requests is the number of measured requests of each concurrent run
+	// (a quarter of it for the runs ClickHouse answers every request of).
+	// Default 20000.
+	Requests int
+	// PropRows is the size of the property-aggregate scenario: property
+	// values generated in <Prefix>_props_<rows>, rounded down to a multiple
+	// of 10000 (1000 devices x 10 properties). Default 1M; negative skips it.
+	PropRows int
 	// PGIterations is the number of timed PostgreSQL queries per kind.
 	// Default 5.
 	PGIterations int
@@ -45,6 +55,10 @@ type DashboardParams struct {
 	PostgresDSN    string
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
+
+	// ClickHouseCluster spreads the generated tables over this cluster
+	// (tsdb.Options.Cluster). Default "": one server.
+	ClickHouseCluster string
 }
 
 // DashboardResult is the outcome of RunDashboard.
@@ -55,6 +69,8 @@ type DashboardResult struct {
 	Concurrency       int             `json:"concurrency"`
 	PGIterations      int             `json:"pgIterations"`
 	Sizes             []DashboardSize `json:"sizes"`
+	// Props is the property-aggregate scenario (absent if skipped).
+	Props *PropAggSize `json:"props,omitempty"`
 }
 
 // DashboardSize holds the figures of one data size.
@@ -74,10 +90,10 @@ type DashboardSize struct {
 	Day30   Latency `json:"day30"`
 	Month12 Latency `json:"month12"`
 	History Latency `json:"history"`
-	// Through HTTP with Concurrency clients (absent if Concurrency <= 1).
-	Day30Concurrent   *Latency `json:"day30Concurrent,omitempty"`
-	Month12Concurrent *Latency `json:"month12Concurrent,omitempty"`
-	HistoryConcurrent *Latency `json:"historyConcurrent,omitempty"`
+	// Through HTTP with Concurrency clients (absent if Concurrency <= 1),
+	// beside the bare Fiber handler under the same load.
+	Concurrent []DashLoad  `json:"concurrent,omitempty"`
+	Ceiling    *LoadResult `json:"ceiling,omitempty"`
 	// Checks: totals of the buckets answered and the generator's count of
 	// messages in the same window; items of the history answer.
 	Day30Total, Day30Want     uint64 `json:"-"`
@@ -121,6 +137,12 @@ func (p DashboardParams) withDefaults() DashboardParams {
 	}
 	if p.PGIterations <= 0 {
 		p.PGIterations = 5
+	}
+	if p.Requests <= 0 {
+		p.Requests = 20000
+	}
+	if p.PropRows == 0 {
+		p.PropRows = 1_000_000
 	}
 	if p.GenWorkers <= 0 {
 		p.GenWorkers = 2
@@ -187,13 +209,19 @@ func RunDashboard(ctx context.Context, p DashboardParams) (DashboardResult, erro
 			return res, fmt.Errorf("bench: size %d: %w", n, err)
 		}
 	}
+	if p.PropRows > 0 {
+		res.Props = &PropAggSize{}
+		if err := runPropAggregates(ctx, p, api, loc, res.Props); err != nil {
+			return res, fmt.Errorf("bench: property aggregates: %w", err)
+		}
+	}
 	return res, nil
 }
 
 func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.DB, n int, loc *time.Location, res *DashboardResult) (DashboardSize, error) {
 	s := DashboardSize{Rows: int64(n), PropertyDevices: dashPropDevices}
 	opt := tsdb.DefaultOptions()
-	opt.Addr = p.ClickHouseAddr
+	opt.Addr, opt.Cluster = p.ClickHouseAddr, p.ClickHouseCluster
 	opt.Database = fmt.Sprintf("%s_%d", p.Prefix, n)
 	opt.TimeZone = loc
 	opt.QueryTimeout = 15 * time.Minute // generation statements
@@ -216,14 +244,22 @@ func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.D
 		return s, err
 	}
 
-	// Serve from a connection pool with the default (short) timeouts.
+	// Serve from a connection pool with the default (short) timeouts,
+	// without the result cache first (what each query costs), then with it.
 	opt.QueryTimeout = 0
+	opt.ResultTTL = -1
+	uncached, err := tsdb.Open(ctx, opt)
+	if err != nil {
+		return s, err
+	}
+	defer uncached.Close()
+	opt.ResultTTL = 0 // the default
 	db, err := tsdb.Open(ctx, opt)
 	if err != nil {
 		return s, err
 	}
 	defer db.Close()
-	api.setDashboard(db)
+	api.setDashboard(uncached)
 
 	end := time.UnixMilli(info.startMs + info.spanMs).In(loc)
 	queries := dashQueries(end)
@@ -282,16 +318,16 @@ func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.D
 		p.Logf("size %d: %s p50 %.2fms p99 %.2fms max %.2fms", n, queries[i].name, l.P50, l.P99, l.Max)
 	}
 	if p.Concurrency > 1 {
-		conc := []**Latency{&s.Day30Concurrent, &s.Month12Concurrent, &s.HistoryConcurrent}
-		for i := range queries {
-			l, err := api.measure(ctx, queries[i].body, p.Iterations, p.Concurrency)
-			if err != nil {
-				return s, fmt.Errorf("%s x%d: %w", queries[i].name, p.Concurrency, err)
-			}
-			*conc[i] = &l
-			p.Logf("size %d: %s with %d clients p50 %.2fms p99 %.2fms, %.0f req/s", n, queries[i].name, p.Concurrency, l.P50, l.P99, l.RPS)
+		runs := []dashRun{
+			{query: queries[0], db: uncached, requests: p.Requests / 4},
+			{query: queries[0], db: db, cached: true, requests: p.Requests},
+			{query: queries[1], db: db, cached: true, requests: p.Requests},
+		}
+		if s.Ceiling, s.Concurrent, err = api.concurrentRuns(ctx, p, fmt.Sprintf("size %d", n), runs); err != nil {
+			return s, err
 		}
 	}
+	api.setDashboard(db)
 
 	if pg != nil && containsInt(p.PGSizes, n) {
 		b, err := runPGBaseline(ctx, p, pg, info, n, queries, loc)

@@ -26,6 +26,14 @@ func (d *dashSwitch) PropertyHistory(ctx context.Context, productID, deviceID st
 	return d.db.Load().PropertyHistory(ctx, productID, deviceID, properties, n)
 }
 
+func (d *dashSwitch) PropertyAggregates(ctx context.Context, q tsdb.AggQuery) ([]tsdb.AggSeries, error) {
+	return d.db.Load().PropertyAggregates(ctx, q)
+}
+
+func (d *dashSwitch) HistoryRange(ctx context.Context, q tsdb.HistoryQuery) ([]tsdb.PropertyValue, error) {
+	return d.db.Load().HistoryRange(ctx, q)
+}
+
 func (d *dashSwitch) Location() *time.Location { return d.db.Load().Location() }
 
 // dashAPI is the real API server (benchServer: a fresh metadata database,
@@ -58,7 +66,7 @@ func dashThingModel() string {
 
 func startDashAPI(ctx context.Context, p DashboardParams) (_ *dashAPI, err error) {
 	a := &dashAPI{}
-	a.benchServer, err = startBenchServer(ctx, p.PostgresDSN, p.Prefix+"_meta", 64, func(_ *meta.Store, deps *api.Deps, _ *benchServer) error {
+	a.benchServer, err = startBenchServer(ctx, p.PostgresDSN, p.Prefix+"_meta", max(64, p.Concurrency), func(_ *meta.Store, deps *api.Deps, _ *benchServer) error {
 		deps.Dashboard = &a.dash
 		return nil
 	})
@@ -142,4 +150,94 @@ func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latenc
 		all = append(all, lat[c]...)
 	}
 	return summarize(all, wall), nil
+}
+
+// dashRun is one concurrent run: a query served from db, the same body
+// for every request unless bodies (sent in turn) are given.
+type dashRun struct {
+	query    dashQuery
+	bodies   [][]byte
+	db       *tsdb.DB
+	cached   bool // db has the result cache
+	requests int
+}
+
+// DashLoad is the outcome of one concurrent run.
+type DashLoad struct {
+	Name   string       `json:"name"`
+	Cached bool         `json:"cached"` // answered through the result cache
+	Load   LoadResult   `json:"load"`
+	CPU    CPUBreakdown `json:"cpu"`
+}
+
+// concurrentRuns measures the bare Fiber handler, then each run, closed
+// loop with p.Concurrency clients, with the CPU of this process (the
+// clients and the API server), ClickHouse and the metadata database's
+// PostgreSQL backends over each run's measured requests.
+func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label string, runs []dashRun) (*LoadResult, []DashLoad, error) {
+	warm := 2 * p.Concurrency
+	ceiling, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.Requests, Warmup: warm,
+		Method: "POST", Body: runs[0].query.body})
+	if err != nil {
+		return nil, nil, fmt.Errorf("fiber ceiling: %w", err)
+	}
+	p.Logf("%s: bare Fiber with %d clients: %s", label, p.Concurrency, ceiling)
+	pgBackends, closePG := a.db.backends()
+	defer closePG()
+	procs := []namedProc{{Name: "bench clients + API server (this process)", PID: 0}}
+	procs = append(procs, clickhouseProcs(ctx, p.ClickHouseAddr, p.ClickHouseCluster)...)
+	procs = append(procs, namedProc{Name: "postgres (backends of the metadata db)", Members: pgBackends})
+	var out []DashLoad
+	for _, r := range runs {
+		name := r.query.name
+		if !r.cached {
+			name += " (no result cache)"
+		}
+		bodies := r.bodies
+		if len(bodies) == 0 {
+			bodies = [][]byte{r.query.body}
+		}
+		a.setDashboard(r.db)
+		var span *cpuSpan
+		var end cpuSnapshot
+		l, err := runLoad(ctx, loadSpec{Name: name, Concurrency: p.Concurrency, Requests: max(r.requests, 1), Warmup: warm,
+			Do: func(ctx context.Context, i int) error {
+				_, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)])
+				return err
+			},
+			Measured: func() func() {
+				span = startCPUSpan(name, procs)
+				return func() { end = span.snapshot() }
+			}})
+		d := DashLoad{Name: name, Cached: r.cached, Load: l}
+		if span != nil {
+			d.CPU = span.breakdown(end, l.Requests)
+			d.CPU.Unit = "req"
+		}
+		out = append(out, d)
+		if err != nil {
+			return &ceiling, out, fmt.Errorf("%s x%d: %w", name, p.Concurrency, err)
+		}
+		if l.Errors > 0 {
+			return &ceiling, out, fmt.Errorf("%s x%d: %d of %d requests failed, first: %s", name, p.Concurrency, l.Errors, l.Errors+l.Requests, l.FirstError)
+		}
+		p.Logf("%s: %s with %d clients: %s", label, name, p.Concurrency, l)
+		p.Logf("%s", d.CPU)
+	}
+	return &ceiling, out, nil
+}
+
+// measureBodies sends n requests, one client, the bodies in turn, and
+// summarises the latencies.
+func (a *dashAPI) measureBodies(ctx context.Context, bodies [][]byte, n int) (Latency, error) {
+	ds := make([]time.Duration, 0, n)
+	start := time.Now()
+	for i := range n {
+		t0 := time.Now()
+		if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)]); err != nil {
+			return Latency{}, err
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	return summarize(ds, time.Since(start)), nil
 }

@@ -20,7 +20,7 @@ func TestRunDashboardSmall(t *testing.T) {
 	defer cancel()
 	const n = 20000
 	res, err := RunDashboard(ctx, DashboardParams{
-		Sizes: []int{n}, PGSizes: []int{n}, Iterations: 4, Concurrency: 2, PGIterations: 1,
+		Sizes: []int{n}, PGSizes: []int{n}, Iterations: 4, Concurrency: 2, Requests: 40, PGIterations: 1, PropRows: 300000,
 		Prefix: "devicehub_benchtest_" + randHex(4), Logf: t.Logf,
 	})
 	if err != nil {
@@ -49,8 +49,25 @@ func TestRunDashboardSmall(t *testing.T) {
 	if s.PG == nil || s.PG.Day30Total != s.Day30Want || s.PG.Month12Total != s.Month12Want {
 		t.Errorf("postgres: %+v, want %d, %d", s.PG, s.Day30Want, s.Month12Want)
 	}
-	if s.Day30.N != 4 || s.History.N != 4 || s.Day30Concurrent == nil || s.Day30Concurrent.N != 4 {
-		t.Errorf("latency samples: %+v %+v %+v", s.Day30, s.History, s.Day30Concurrent)
+	if s.Day30.N != 4 || s.History.N != 4 {
+		t.Errorf("latency samples: %+v %+v", s.Day30, s.History)
+	}
+	// Concurrent runs: 1d x30 without and with the result cache, 1M x12,
+	// beside the bare Fiber handler.
+	if s.Ceiling == nil || s.Ceiling.Requests != 40 || len(s.Concurrent) != 3 || s.Concurrent[0].Cached || !s.Concurrent[1].Cached ||
+		s.Concurrent[1].Load.Requests != 40 || s.Concurrent[0].Load.Requests != 10 || s.Concurrent[1].Load.Errors != 0 {
+		t.Errorf("concurrent runs: ceiling %+v, runs %+v", s.Ceiling, s.Concurrent)
+	}
+	// Property aggregates: 300000 values are 30 reports, one a day, of 1000
+	// devices x 10 properties; the answers were checked against the
+	// generator.
+	pa := res.Props
+	if pa == nil || pa.Rows != 300000 || pa.DeviceValues == 0 || pa.Device.N != 4 || pa.Product.N != 4 || len(pa.Concurrent) != 3 || pa.Ceiling == nil {
+		t.Fatalf("property aggregates: %+v", pa)
+	}
+	if pa.DeviceRowsRead == 0 || pa.DeviceRowsRead > 20000 || pa.ProductValues != 100*pa.DeviceValues {
+		t.Errorf("property aggregates read %d rows for %d values of one device; %d values product-wide",
+			pa.DeviceRowsRead, pa.DeviceValues, pa.ProductValues)
 	}
 	if _, err := json.Marshal(res); err != nil {
 		t.Fatal(err)
@@ -62,9 +79,12 @@ func TestRunDashboardSmall(t *testing.T) {
 // 1000000,10000000,100000000). $DEVICEHUB_BENCH_PG_ROWS lists the sizes also
 // loaded into PostgreSQL (default: 1M when measured), $DEVICEHUB_BENCH_ITER
 // the timed requests per query (default 200), $DEVICEHUB_BENCH_CONC the
-// clients of the concurrent run (default 4). Generated data is kept for the
-// next run unless $DEVICEHUB_BENCH_DROP=1; $DEVICEHUB_BENCH_OUT names a file
-// for the result as JSON. Use -v to see every progress line.
+// clients of the concurrent runs (default 4), $DEVICEHUB_BENCH_REQUESTS the
+// requests of each (default 2000), $DEVICEHUB_BENCH_PROP_ROWS the property
+// values of the property-aggregate scenario (default 1M). Generated data
+// is kept for the next run unless $DEVICEHUB_BENCH_DROP=1;
+// $DEVICEHUB_BENCH_OUT names a file for the result as JSON. Use -v to see
+// every progress line.
 //
 //	go test -run '^$' -bench BenchmarkDashboard -benchtime 1x -v ./bench/
 func BenchmarkDashboard(b *testing.B) {
@@ -78,6 +98,8 @@ func BenchmarkDashboard(b *testing.B) {
 		PGSizes:     envInts(b, "DEVICEHUB_BENCH_PG_ROWS", pgDefault),
 		Iterations:  envInts(b, "DEVICEHUB_BENCH_ITER", []int{200})[0],
 		Concurrency: envInts(b, "DEVICEHUB_BENCH_CONC", []int{4})[0],
+		Requests:    envInts(b, "DEVICEHUB_BENCH_REQUESTS", []int{2000})[0],
+		PropRows:    envInts(b, "DEVICEHUB_BENCH_PROP_ROWS", []int{1_000_000})[0],
 		KeepData:    os.Getenv("DEVICEHUB_BENCH_DROP") != "1",
 		Logf:        b.Logf,
 	}
@@ -87,6 +109,13 @@ func BenchmarkDashboard(b *testing.B) {
 		if res, err = RunDashboard(context.Background(), p); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if pa := res.Props; pa != nil {
+		sfx := "@" + strconv.Itoa(int(pa.Rows))
+		b.ReportMetric(pa.Device.P50, "prop_device_p50_ms"+sfx)
+		b.ReportMetric(pa.Device.P99, "prop_device_p99_ms"+sfx)
+		b.ReportMetric(pa.Product.P50, "prop_product_p50_ms"+sfx)
+		b.ReportMetric(pa.Product.P99, "prop_product_p99_ms"+sfx)
 	}
 	for _, s := range res.Sizes {
 		sfx := "@" + strconv.Itoa(int(s.Rows))

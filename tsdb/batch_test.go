@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"devicehub/schema"
 )
 
 // A Batch gives back exactly the rows added, whatever their strings share.
@@ -110,11 +112,11 @@ func TestBatchRejectsInvalidRows(t *testing.T) {
 	var b Batch
 	good := Message{Time: time.Now(), Direction: "up"}
 	err := b.Append([]Message{good, {Time: time.Now(), Direction: "sideways"}}, nil)
-	if !errors.Is(err, ErrInvalidArgument) || b.Len() != 0 || len(b.arena) != 0 {
+	if !errors.Is(err, schema.ErrIllegalArgument) || b.Len() != 0 || len(b.arena) != 0 {
 		t.Fatalf("invalid row: err %v, %d rows, %d bytes added", err, b.Len(), len(b.arena))
 	}
 	err = b.Append(nil, []PropertyValue{{Time: time.Unix(-1, 0), ValueType: "number"}})
-	if !errors.Is(err, ErrInvalidArgument) || b.Len() != 0 {
+	if !errors.Is(err, schema.ErrIllegalArgument) || b.Len() != 0 {
 		t.Fatalf("time before 1970: err %v, %d rows", err, b.Len())
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/schema"
 )
 
 func TestBuckets(t *testing.T) {
@@ -93,8 +95,8 @@ func TestBuckets(t *testing.T) {
 		t.Errorf("Oct 27 2024 in Berlin lasts %v, want 25h", d)
 	}
 
-	if _, err := Buckets("5m", time.Now(), time.Now(), time.UTC, 0); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("unknown interval: err %v, want ErrInvalidArgument", err)
+	if _, err := Buckets("2m", time.Now(), time.Now(), time.UTC, 0); !errors.Is(err, schema.ErrIllegalArgument) {
+		t.Errorf("unknown interval: err %v, want schema.ErrIllegalArgument", err)
 	}
 	many, _ := Buckets(Hour, time.Time{}, time.Now(), time.UTC, 0)
 	if len(many) != MaxBuckets {
@@ -170,11 +172,11 @@ func TestRangeStart(t *testing.T) {
 		}
 	}
 
-	if _, err := RangeStart("2d", time.Now(), 30, shanghai); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("unknown interval: err %v, want ErrInvalidArgument", err)
+	if _, err := RangeStart("2d", time.Now(), 30, shanghai); !errors.Is(err, schema.ErrIllegalArgument) {
+		t.Errorf("unknown interval: err %v, want schema.ErrIllegalArgument", err)
 	}
-	if _, err := RangeStart(Day, time.Now(), 0, shanghai); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("0 buckets: err %v, want ErrInvalidArgument", err)
+	if _, err := RangeStart(Day, time.Now(), 0, shanghai); !errors.Is(err, schema.ErrIllegalArgument) {
+		t.Errorf("0 buckets: err %v, want schema.ErrIllegalArgument", err)
 	}
 }
 
@@ -219,8 +221,8 @@ func TestBucketsEdges(t *testing.T) {
 
 	refused := func(interval string, from, to time.Time, limit int) {
 		t.Helper()
-		if _, err := Buckets(interval, from, to, shanghai, limit); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "1970") {
-			t.Errorf("Buckets(%s, %v, %v, %d): err %v, want ErrInvalidArgument", interval, from, to, limit, err)
+		if _, err := Buckets(interval, from, to, shanghai, limit); !errors.Is(err, schema.ErrIllegalArgument) || !strings.Contains(err.Error(), "1970") {
+			t.Errorf("Buckets(%s, %v, %v, %d): err %v, want schema.ErrIllegalArgument", interval, from, to, limit, err)
 		}
 	}
 	utc := func(s string) time.Time {
@@ -257,5 +259,58 @@ func TestSplitDDL(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("splitDDL: %q, want %q", got, want)
+	}
+}
+
+// Minute buckets follow the local wall clock: a 15m bucket starts at :00,
+// :15, :30 or :45 local time, also where the zone is half an hour off UTC
+// and across DST changes; each lasts its minutes of real time.
+func TestBucketsMinutes(t *testing.T) {
+	kolkata := mustLoad("Asia/Kolkata")
+	f := func(interval string, loc *time.Location, from, to string, limit int, want ...string) {
+		t.Helper()
+		got, err := Buckets(interval, parseIn(t, loc, from), parseIn(t, loc, to), loc, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gs []string
+		for _, b := range got {
+			gs = append(gs, b.Format(layoutZ))
+		}
+		if !slices.Equal(gs, want) {
+			t.Fatalf("Buckets(%s, %s, %s)\n got %q\nwant %q", interval, from, to, gs, want)
+		}
+	}
+	f(Minute, shanghai, "2024-02-29 23:58:30 CST", "2024-03-01 00:00:59 CST", 0,
+		"2024-03-01 00:00:00 CST", "2024-02-29 23:59:00 CST", "2024-02-29 23:58:00 CST")
+	f(FiveMinutes, shanghai, "2024-02-29 23:54:59 CST", "2024-03-01 00:05:00 CST", 0,
+		"2024-03-01 00:05:00 CST", "2024-03-01 00:00:00 CST", "2024-02-29 23:55:00 CST", "2024-02-29 23:50:00 CST")
+	f(FifteenMinutes, kolkata, "2024-03-04 10:29:59 IST", "2024-03-04 11:00:00 IST", 0,
+		"2024-03-04 11:00:00 IST", "2024-03-04 10:45:00 IST", "2024-03-04 10:30:00 IST", "2024-03-04 10:15:00 IST")
+	f(FifteenMinutes, kolkata, "2024-03-04 10:00:00 IST", "2024-03-04 11:59:00 IST", 3,
+		"2024-03-04 11:45:00 IST", "2024-03-04 11:30:00 IST", "2024-03-04 11:15:00 IST")
+	// Berlin: 02:00-03:00 CET does not exist on 2024-03-31; 02:00-03:00
+	// happens twice on 2024-10-27.
+	f(FifteenMinutes, berlin, "2024-03-31 01:40:00 CET", "2024-03-31 03:20:00 CEST", 0,
+		"2024-03-31 03:15:00 CEST", "2024-03-31 03:00:00 CEST", "2024-03-31 01:45:00 CET", "2024-03-31 01:30:00 CET")
+	f(FifteenMinutes, berlin, "2024-10-27 02:40:00 CEST", "2024-10-27 02:20:00 CET", 0,
+		"2024-10-27 02:15:00 CET", "2024-10-27 02:00:00 CET", "2024-10-27 02:45:00 CEST", "2024-10-27 02:30:00 CEST")
+	days, err := Buckets(FiveMinutes, parseIn(t, berlin, "2024-10-27 00:00:00 CEST"), parseIn(t, berlin, "2024-10-27 23:59:59 CET"), berlin, 0)
+	if err != nil || len(days) != 25*12 {
+		t.Fatalf("5m buckets of the 25-hour day: %d, %v", len(days), err)
+	}
+	for i := 1; i < len(days); i++ {
+		if d := days[i-1].Sub(days[i]); d != 5*time.Minute {
+			t.Fatalf("bucket %v lasts %v", days[i], d)
+		}
+	}
+	for _, iv := range []string{Minute, FiveMinutes, FifteenMinutes} {
+		from, err := RangeStart(iv, parseIn(t, berlin, "2024-10-27 02:07:00 CET"), 24, berlin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := Buckets(iv, from, parseIn(t, berlin, "2024-10-27 02:07:00 CET"), berlin, 0); len(got) != 24 {
+			t.Fatalf("%s: RangeStart of 24 gives %d buckets", iv, len(got))
+		}
 	}
 }

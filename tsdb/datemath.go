@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"devicehub/schema"
 )
 
 // The calendar arithmetic of the dashboard lives here, once: date math such
@@ -29,7 +31,7 @@ var (
 // (Mar 31 -1M is the last day of February). Calendar units and rounding are
 // in loc (nil: time.Local), whatever now's location; the result is in loc
 // and passes CheckTime. Malformed text and out-of-range times are
-// ErrInvalidArgument.
+// schema.ErrIllegalArgument.
 func ParseTime(s string, now time.Time, loc *time.Location) (time.Time, error) {
 	if loc == nil {
 		loc = time.Local
@@ -40,7 +42,7 @@ func ParseTime(s string, now time.Time, loc *time.Location) (time.Time, error) {
 	}
 	m := dateMath.FindStringSubmatch(s)
 	if m == nil {
-		return time.Time{}, fmt.Errorf("%q is neither epoch milliseconds nor date math like now-7d or now-1M/M: %w", s, ErrInvalidArgument)
+		return time.Time{}, fmt.Errorf("%q is neither epoch milliseconds nor date math like now-7d or now-1M/M: %w", s, schema.ErrIllegalArgument)
 	}
 	t := now.In(loc)
 	for _, term := range dateMathTerm.FindAllStringSubmatch(m[1], -1) {
@@ -61,7 +63,7 @@ func ParseTime(s string, now time.Time, loc *time.Location) (time.Time, error) {
 // Buckets checks the exact range of the buckets it returns.
 func CheckTime(t time.Time) error {
 	if y := t.UTC().Year(); y < 1971 || y > 2105 {
-		return fmt.Errorf("must be between 1971 and 2105 (got year %d): %w", y, ErrInvalidArgument)
+		return fmt.Errorf("must be between 1971 and 2105 (got year %d): %w", y, schema.ErrIllegalArgument)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/schema"
 )
 
 func TestParseTime(t *testing.T) {
@@ -83,8 +85,8 @@ func TestParseTime(t *testing.T) {
 	bad := func(expr, mention string) {
 		t.Helper()
 		_, err := ParseTime(expr, parseIn(t, shanghai, "2026-05-11 04:00:00 CST"), shanghai)
-		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), mention) {
-			t.Fatalf("%q: err %v, want ErrInvalidArgument mentioning %q", expr, err, mention)
+		if !errors.Is(err, schema.ErrIllegalArgument) || !strings.Contains(err.Error(), mention) {
+			t.Fatalf("%q: err %v, want schema.ErrIllegalArgument mentioning %q", expr, err, mention)
 		}
 	}
 	for _, expr := range []string{"", "yesterday", "now-", "now-7q", "now/q", "now-1d/", "now-1d/d/d", "now-1234567d", "NOW", " now", "1e12", "now-1.5d"} {
@@ -107,7 +109,7 @@ func TestCheckTime(t *testing.T) {
 		}
 		// The year is the UTC one whatever zone the time carries.
 		for _, loc := range []*time.Location{time.UTC, shanghai, mustLoad("America/Los_Angeles")} {
-			if err := CheckTime(tm.In(loc)); (err == nil) != ok || err != nil && !errors.Is(err, ErrInvalidArgument) {
+			if err := CheckTime(tm.In(loc)); (err == nil) != ok || err != nil && !errors.Is(err, schema.ErrIllegalArgument) {
 				t.Fatalf("%s in %s: %v, want ok %v", utc, loc, err, ok)
 			}
 		}

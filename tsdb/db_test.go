@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"devicehub/schema"
 )
 
 func TestOpenTwiceAndVersion(t *testing.T) {
@@ -22,7 +24,7 @@ func TestOpenTwiceAndVersion(t *testing.T) {
 		t.Fatalf("second Open: %v", err)
 	}
 	db2.Close()
-	if _, err := Open(ctxT(t), Options{Database: "bad-name;"}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := Open(ctxT(t), Options{Database: "bad-name;"}); !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("bad database name: %v", err)
 	}
 }
@@ -165,7 +167,7 @@ func TestMessageCounts(t *testing.T) {
 			t.Fatalf("product %q Feb 29: %+v, want %d", c.product, got, c.want)
 		}
 	}
-	if _, err := db.MessageCounts(ctx, CountQuery{Interval: "2d", From: leap, To: leap}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := db.MessageCounts(ctx, CountQuery{Interval: "2d", From: leap, To: leap}); !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("bad interval: %v", err)
 	}
 }

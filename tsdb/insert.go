@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"devicehub/schema"
 )
 
 // Message is one uplink or downlink message, a row of device_message.
@@ -38,7 +40,7 @@ var (
 
 func checkTime(t time.Time) error {
 	if s := t.Unix(); s < minTime.Unix() || s > maxTime.Unix() {
-		return fmt.Errorf("time %s outside 1970..2106: %w", t.Format(time.RFC3339), ErrInvalidArgument)
+		return fmt.Errorf("time %s outside 1970..2106: %w", t.Format(time.RFC3339), schema.ErrIllegalArgument)
 	}
 	return nil
 }
@@ -46,7 +48,7 @@ func checkTime(t time.Time) error {
 // Validate reports why m cannot be stored, or nil.
 func (m *Message) Validate() error {
 	if m.Direction != "up" && m.Direction != "down" {
-		return fmt.Errorf("message %q: direction %q not up/down: %w", m.MessageID, m.Direction, ErrInvalidArgument)
+		return fmt.Errorf("message %q: direction %q not up/down: %w", m.MessageID, m.Direction, schema.ErrIllegalArgument)
 	}
 	if err := checkTime(m.Time); err != nil {
 		return fmt.Errorf("message %q: %w", m.MessageID, err)
@@ -59,7 +61,7 @@ func (p *PropertyValue) Validate() error {
 	switch p.ValueType {
 	case "number", "string", "bool", "json":
 	default:
-		return fmt.Errorf("property %q: value type %q: %w", p.Property, p.ValueType, ErrInvalidArgument)
+		return fmt.Errorf("property %q: value type %q: %w", p.Property, p.ValueType, schema.ErrIllegalArgument)
 	}
 	if err := checkTime(p.Time); err != nil {
 		return fmt.Errorf("property %q: %w", p.Property, err)
@@ -109,6 +111,9 @@ func (db *DB) Insert(ctx context.Context, msgs []Message, props []PropertyValue)
 func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
+	// Once the rows are stored (or may be, after an error), cached
+	// dashboard answers no longer count them all.
+	defer db.cache.invalidate()
 	if len(b.msgs) > 0 {
 		if err := db.insertMessages(ctx, b); err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)

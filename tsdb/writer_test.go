@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"devicehub/schema"
 )
 
 // fakeInserter records what it stores; fail(n) makes the next n calls fail
@@ -312,17 +314,17 @@ func TestWriterRejectsInvalidRows(t *testing.T) {
 	defer closeW(t, w)
 	bad := msgs(2)
 	bad[1].Direction = "sideways"
-	if err := w.Add(t.Context(), bad, nil, nil); !errors.Is(err, ErrInvalidArgument) {
+	if err := w.Add(t.Context(), bad, nil, nil); !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("bad direction: %v", err)
 	}
 	p := props(1)
 	p[0].ValueType = ""
-	if err := w.Add(t.Context(), nil, p, nil); !errors.Is(err, ErrInvalidArgument) {
+	if err := w.Add(t.Context(), nil, p, nil); !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("bad value type: %v", err)
 	}
 	m := msgs(1)
 	m[0].Time = time.Time{}
-	if err := w.Add(t.Context(), m, nil, nil); !errors.Is(err, ErrInvalidArgument) {
+	if err := w.Add(t.Context(), m, nil, nil); !errors.Is(err, schema.ErrIllegalArgument) {
 		t.Fatalf("zero time: %v", err)
 	}
 	if n := w.Pending(); n != 0 {

@@ -1,0 +1,204 @@
+package tsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestResultCache: an answer is served while less than the TTL has passed
+// since its query started and nothing was inserted since; identical
+// queries in flight share one load; failures are shared but not kept; the
+// cache stays bounded.
+func TestResultCache(t *testing.T) {
+	ctx := context.Background()
+	c := newResultCache(time.Second)
+	var loads atomic.Int32
+	load := func(v string) func(context.Context) (any, int, error) {
+		return func(context.Context) (any, int, error) { loads.Add(1); return v, 1, nil }
+	}
+	t0 := time.Now()
+	f := func(key string, at time.Duration, v, want string, wantLoads int32) {
+		t.Helper()
+		got, err := c.get(ctx, key, t0.Add(at), load(v))
+		if err != nil || got != want || loads.Load() != wantLoads {
+			t.Fatalf("%s at %v: %v, %v after %d loads; want %s after %d", key, at, got, err, loads.Load(), want, wantLoads)
+		}
+	}
+	f("a", 0, "a1", "a1", 1)
+	f("a", 999*time.Millisecond, "a2", "a1", 1) // within the TTL
+	f("b", 0, "b1", "b1", 2)                    // another query
+	f("a", time.Second, "a3", "a3", 3)          // the TTL has passed since a1's query started
+	c.invalidate()                              // an insert through the DB
+	f("a", time.Second, "a4", "a4", 4)
+	f("b", 10*time.Millisecond, "b2", "b2", 5)
+
+	// Concurrent identical queries share one load.
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	results := make([]any, 8)
+	slow := func(context.Context) (any, int, error) {
+		loads.Add(1)
+		close(started)
+		<-release
+		return "slow", 1, nil
+	}
+	before := loads.Load()
+	wg.Add(1)
+	go func() { defer wg.Done(); results[0], _ = c.get(ctx, "s", t0, slow) }()
+	<-started
+	for i := 1; i < len(results); i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], _ = c.get(ctx, "s", t0, load("other")) }()
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	for i, r := range results {
+		if r != "slow" {
+			t.Fatalf("caller %d got %v", i, r)
+		}
+	}
+	if n := loads.Load() - before; n != 1 {
+		t.Fatalf("%d loads for 8 identical queries", n)
+	}
+
+	// A waiter gives up at its own deadline.
+	block := make(chan struct{})
+	go func() {
+		_, _ = c.get(ctx, "w", t0, func(context.Context) (any, int, error) { <-block; return "w", 1, nil })
+	}()
+	time.Sleep(10 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	if _, err := c.get(wctx, "w", t0, load("x")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiter past its deadline: %v", err)
+	}
+	cancel()
+	close(block)
+
+	// Failures reach the callers sharing them and are not kept; a panic
+	// fails the query, and the next one loads again.
+	boom := errors.New("boom")
+	if _, err := c.get(ctx, "e", t0, func(context.Context) (any, int, error) { return nil, 0, boom }); !errors.Is(err, boom) {
+		t.Fatalf("failed load: %v", err)
+	}
+	f("e", 0, "e1", "e1", loads.Load()+1)
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = c.get(ctx, "p", t0, func(context.Context) (any, int, error) { panic("load") })
+	}()
+	f("p", 0, "p1", "p1", loads.Load()+1)
+
+	// Bounded: old entries are swept when the bounds are reached; a query
+	// finding the cache full of live entries runs uncached.
+	for i := range maxCacheEntries + 10 {
+		if _, err := c.get(ctx, fmt.Sprint("k", i), t0.Add(5*time.Second), load("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.m) > maxCacheEntries {
+		t.Fatalf("%d entries", len(c.m))
+	}
+	big := func(context.Context) (any, int, error) { return "big", maxCacheValues, nil }
+	if _, err := c.get(ctx, "big", t0.Add(10*time.Second), big); err != nil {
+		t.Fatal(err)
+	}
+	if c.values > 2*maxCacheValues || len(c.m) > maxCacheEntries {
+		t.Fatalf("values %d, entries %d", c.values, len(c.m))
+	}
+
+	// TTL <= 0: no cache.
+	off := newResultCache(-1)
+	before = loads.Load()
+	for range 3 {
+		if _, err := off.get(ctx, "a", t0, load("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loads.Load()-before != 3 {
+		t.Fatal("a disabled cache kept an answer")
+	}
+}
+
+// TestLateRowsExact is issue #20's exactness rule: a message stored late
+// for a past day changes that day's count in the next answer when it was
+// stored through the same DB, and in every answer given more than
+// ResultTTL after it was stored through another instance sharing the
+// database; property aggregates alike.
+func TestLateRowsExact(t *testing.T) {
+	ctx := ctxT(t)
+	a := openDB(t, "late", shanghai)
+	opt := testOptions("late", shanghai)
+	b, err := Open(ctx, opt) // the other instance
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	yesterday := time.Now().In(shanghai).AddDate(0, 0, -1)
+	day := func(db *DB) uint64 {
+		t.Helper()
+		got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: yesterday, To: time.Now(), ProductID: "late_p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[len(got)-1].Count // oldest bucket: yesterday
+	}
+	avg := func(db *DB) uint64 {
+		t.Helper()
+		got, err := db.PropertyAggregates(ctx, AggQuery{Interval: Hour, From: yesterday, To: time.Now(), ProductID: "late_p",
+			DeviceID: "d", Properties: []string{"t"}, Agg: AggCount})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n uint64
+		for _, bk := range got[0].Buckets {
+			n += bk.Values
+		}
+		return n
+	}
+	late := func(db *DB, i int) time.Time {
+		t.Helper()
+		msg := Message{Time: yesterday, ProductID: "late_p", DeviceID: "d", Direction: "up", MessageID: fmt.Sprint("late", i)}
+		val := PropertyValue{Time: yesterday, ProductID: "late_p", DeviceID: "d", Property: "t", ValueType: "number", Num: 1}
+		if err := db.Insert(ctx, []Message{msg}, []PropertyValue{val}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	if day(a) != 0 || avg(a) != 0 || day(b) != 0 {
+		t.Fatal("not empty")
+	}
+	// Through the same instance: at once.
+	late(a, 1)
+	if n, m := day(a), avg(a); n != 1 || m != 1 {
+		t.Fatalf("same instance, next answer: %d messages, %d values; want 1, 1", n, m)
+	}
+	// Through another: a's answers are cached (a's query just ran), and
+	// every answer more than the TTL after the insert counts the row.
+	stored := late(b, 2)
+	for {
+		n, m := day(a), avg(a)
+		if n == 2 && m == 2 {
+			break
+		}
+		if n != 1 || m != 1 {
+			t.Fatalf("other instance: %d messages, %d values; want 1 (cached) or 2", n, m)
+		}
+		if time.Since(stored) > opt.ResultTTL+100*time.Millisecond {
+			t.Fatalf("another instance's late row not counted %v after it was stored", time.Since(stored))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if day(b) != 2 {
+		t.Fatal("the storing instance does not count its own row")
+	}
+	time.Sleep(time.Until(stored.Add(time.Second)))
+	if n, m := day(a), avg(a); n != 2 || m != 2 {
+		t.Fatalf("after the TTL: %d, %d", n, m)
+	}
+}
