@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // AuthStore issues and checks tokens.
@@ -45,10 +46,10 @@ func (s *Server) login(c *fiber.Ctx) error {
 		return err
 	}
 	if req.Username == "" {
-		return meta.Invalid("username", "is required")
+		return schema.Invalid("username", "is required")
 	}
 	if req.Password == "" {
-		return meta.Invalid("password", "is required")
+		return schema.Invalid("password", "is required")
 	}
 	if len(req.Username) > 64 || len(req.Password) > 72 {
 		return meta.ErrBadCredentials
@@ -57,7 +58,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if req.Expires != nil {
 		lifetime = time.Duration(*req.Expires) * time.Millisecond
 		if lifetime < time.Minute || lifetime > s.opts.MaxTokenLifetime {
-			return meta.Invalid("expires", "must be a lifetime in ms from 60000 to %d", s.opts.MaxTokenLifetime.Milliseconds())
+			return schema.Invalid("expires", "must be a lifetime in ms from 60000 to %d", s.opts.MaxTokenLifetime.Milliseconds())
 		}
 	}
 	sess, err := s.deps.Auth.Login(c.UserContext(), clientAddress(c), req.Username, req.Password, lifetime)
@@ -108,7 +109,22 @@ func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
 func (s *Server) requireToken(c *fiber.Ctx) error {
 	// The header's bytes are fasthttp's, reused after the request; the
 	// cache keeps a copy of its keys.
+	return s.checkToken(c, c.Get(tokenHeader))
+}
+
+// requireTokenOrQuery is requireToken for GET /api/live only: browsers
+// open it with EventSource, which cannot set headers, so without the
+// header the token may come as the query parameter token (the access log
+// writes no query string).
+func (s *Server) requireTokenOrQuery(c *fiber.Ctx) error {
 	token := c.Get(tokenHeader)
+	if token == "" {
+		token = c.Query("token")
+	}
+	return s.checkToken(c, token)
+}
+
+func (s *Server) checkToken(c *fiber.Ctx, token string) error {
 	user, err := s.tokens.get(c.UserContext(), token, time.Now(), s.deps.Auth.Authenticate)
 	if err != nil {
 		return err

@@ -1,0 +1,88 @@
+package live
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"devicehub/tsdb"
+)
+
+// Event names of the text/event-stream (README "Live updates").
+const (
+	EventProperty = "property"
+	EventState    = "state"
+	EventSkipped  = "skipped"
+)
+
+// PropertyEvent is the data of a property event.
+type PropertyEvent struct {
+	DeviceID  string `json:"deviceId"`
+	ProductID string `json:"productId"`
+	Property  string `json:"property"`
+	// Value is a number, a string, a boolean, or the JSON object or array
+	// the device sent.
+	Value     any   `json:"value"`
+	Timestamp int64 `json:"timestamp"` // the value's time, epoch ms
+}
+
+// StateEvent is the data of a state event.
+type StateEvent struct {
+	DeviceID  string `json:"deviceId"`
+	State     string `json:"state"`     // "online" or "offline"
+	Timestamp int64  `json:"timestamp"` // when this instance saw the change, epoch ms
+}
+
+// SkippedEvent is the data of a skipped event.
+type SkippedEvent struct {
+	Count uint64 `json:"count"`
+}
+
+// propertyData is the JSON of a stored value's event; false for a value
+// JSON cannot carry (a NaN, which no device's JSON can hold either).
+func propertyData(v *tsdb.PropertyValue) ([]byte, bool) {
+	e := PropertyEvent{DeviceID: v.DeviceID, ProductID: v.ProductID, Property: v.Property, Timestamp: v.Time.UnixMilli()}
+	switch v.ValueType {
+	case "number":
+		e.Value = v.Num
+	case "bool":
+		e.Value = v.Str == "true" || (v.Str == "" && v.Num != 0)
+	case "json":
+		if json.Valid([]byte(v.Str)) {
+			e.Value = json.RawMessage(v.Str)
+		} else {
+			e.Value = v.Str
+		}
+	default:
+		e.Value = v.Str
+	}
+	b, err := json.Marshal(e)
+	return b, err == nil
+}
+
+// stateData is the JSON of a state event.
+func stateData(deviceID string, online bool, at time.Time) []byte {
+	e := StateEvent{DeviceID: deviceID, State: "offline", Timestamp: at.UnixMilli()}
+	if online {
+		e.State = "online"
+	}
+	b, _ := json.Marshal(e) // strings and an integer: cannot fail
+	return b
+}
+
+// frame is one server-sent event: "event: <name>\ndata: <data>\n\n".
+// data is compact JSON, so it holds no line break.
+func frame(name string, data []byte) []byte {
+	b := make([]byte, 0, len("event: \ndata: \n\n")+len(name)+len(data))
+	b = append(b, "event: "...)
+	b = append(b, name...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
+
+// SkippedFrame is the event telling a subscriber that n events were
+// dropped for it.
+func SkippedFrame(n uint64) []byte {
+	return frame(EventSkipped, append(strconv.AppendUint([]byte(`{"count":`), n, 10), '}'))
+}
