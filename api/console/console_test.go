@@ -1,0 +1,100 @@
+package console
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// app is the console registered before a catch-all, as api/routes.go
+// does it; the catch-all answers 404 "api".
+func app() *fiber.App {
+	a := fiber.New(fiber.Config{DisableStartupMessage: true})
+	Register(a)
+	a.Use(func(c *fiber.Ctx) error { return c.Status(404).SendString("api") })
+	return a
+}
+
+func get(t *testing.T, a *fiber.App, path string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := a.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func TestIndexLinksVersionedAssets(t *testing.T) {
+	a := app()
+	resp, body := get(t, a, "/")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET /: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+		t.Errorf("GET / Cache-Control %q, want no-cache", cc)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("GET / Content-Security-Policy %q", csp)
+	}
+	links := regexp.MustCompile(`"/assets/([a-z]+\.[a-z]+)\?v=([0-9a-f]{16})"`).FindAllStringSubmatch(body, -1)
+	if len(links) != 3 {
+		t.Fatalf("index.html links %d versioned assets, want 3 (style.css, chart.js, app.js): %v", len(links), links)
+	}
+	types := map[string]string{"style.css": "text/css; charset=utf-8", "chart.js": "text/javascript; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+	for _, l := range links {
+		name, v := l[1], l[2]
+		resp, body := get(t, a, "/assets/"+name+"?v="+v)
+		if resp.StatusCode != 200 || body == "" {
+			t.Fatalf("GET %s: %d, %d bytes", name, resp.StatusCode, len(body))
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != types[name] {
+			t.Errorf("%s Content-Type %q, want %q", name, ct, types[name])
+		}
+		if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=31536000, immutable" {
+			t.Errorf("%s?v=<its version> Cache-Control %q, want immutable", name, cc)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: no nosniff", name)
+		}
+		// Another version, or none: revalidated each time.
+		resp, _ = get(t, a, "/assets/"+name+"?v=0000")
+		if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+			t.Errorf("%s with another version: Cache-Control %q, want no-cache", name, cc)
+		}
+		etag := resp.Header.Get("ETag")
+		resp, body = get(t, a, "/assets/"+name, "If-None-Match", etag)
+		if resp.StatusCode != 304 || body != "" {
+			t.Errorf("%s If-None-Match %s: %d, %d bytes; want 304, none", name, etag, resp.StatusCode, len(body))
+		}
+	}
+	index := resp.Header.Get("ETag")
+	resp, _ = get(t, a, "/", "If-None-Match", `"x", W/`+index)
+	if resp.StatusCode != 304 {
+		t.Errorf("GET / If-None-Match its own ETag in a list: %d, want 304", resp.StatusCode)
+	}
+	resp, _ = get(t, a, "/", "If-None-Match", `"x"`)
+	if resp.StatusCode != 200 {
+		t.Errorf("GET / If-None-Match another ETag: %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestOtherPathsFallThrough(t *testing.T) {
+	a := app()
+	for _, path := range []string{"/api/nope", "/api/", "/assets/missing.js", "/assets/index.html", "/index.html", "/assets/"} {
+		resp, body := get(t, a, path)
+		if resp.StatusCode != 404 || body != "api" {
+			t.Errorf("GET %s: %d %q, want the catch-all's 404", path, resp.StatusCode, body)
+		}
+	}
+}

@@ -1,0 +1,780 @@
+// app.js: the devicehub console, a small single-page app over the public
+// REST API and nothing else. Views (the route is the URL hash):
+//   #/                 overview: counts and message volume per day / month
+//   #/products         products, searched by name
+//   #/devices          devices, searched by id or name, by product and state
+//   #/device/<id>      a device: state, properties with live values (SSE),
+//                      history and aggregate charts
+// The login token lives in sessionStorage (one tab, gone with it).
+'use strict';
+(() => {
+  const TOKEN = 'devicehub.token';
+  const USER = 'devicehub.user';
+  const PAGE_SIZE = 20;
+  const NUMERIC = new Set(['int', 'long', 'float', 'double']);
+  const UNITS = {
+    percent: '%', turnPerSeconds: 'r/s', nanometer: 'nm', micron: 'μm', millimeter: 'mm', centimeter: 'cm',
+    meter: 'm', kilometer: 'km', squareMillimeter: 'mm²', squareCentimeter: 'cm²', squareMeter: 'm²',
+    squareKilometer: 'km²', hectare: 'ha', days: 'd', hour: 'h', minutes: 'min', seconds: 's',
+    milliseconds: 'ms', microseconds: 'μs', nanoseconds: 'ns', cubicMillimeter: 'mm³', cubicCentimeter: 'cm³',
+    cubicMeter: 'm³', cubicKilometer: 'km³', cubicMeterPerSec: 'm³/s', cubicKilometerPerSec: 'km³/s',
+  };
+
+  // ---- DOM helpers ------------------------------------------------------
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+
+  // h builds an element: attrs are attributes, "text", "class" or on<event>
+  // handlers; children are nodes or text (never parsed as HTML).
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c !== null && c !== undefined && c !== false) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
+  const count = (n) => Number(n).toLocaleString();
+
+  function errorBox(err, what) {
+    return h('p', { class: 'error', role: 'alert' }, (what ? what + ': ' : '') + describe(err));
+  }
+
+  function empty(text, hint) {
+    return h('div', { class: 'empty' }, h('p', {}, text), hint ? h('p', { class: 'muted small' }, hint) : null);
+  }
+
+  function stateBadge(state) {
+    const value = (state && state.value) || state || 'unknown';
+    const text = (state && state.text) || { online: 'Online', offline: 'Offline', notActive: 'Not active' }[value] || value;
+    return h('span', { class: 'badge state-' + value, 'data-state': value }, text);
+  }
+
+  // ---- API --------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  function describe(err) {
+    if (err instanceof ApiError && err.code) return `${err.message} (${err.code}, HTTP ${err.status})`;
+    return err.message || String(err);
+  }
+
+  // api calls one endpoint and returns the envelope's result; an error
+  // envelope becomes an ApiError with its message and code. A 401 on a
+  // signed-in call signs out.
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    const token = sessionStorage.getItem(TOKEN);
+    if (token) headers['X-Access-Token'] = token;
+    const init = { method, headers };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (e) {
+      throw new ApiError(0, '', 'devicehub did not answer (' + e.message + ')');
+    }
+    let env = null;
+    try {
+      env = await res.json();
+    } catch (e) {
+      env = null;
+    }
+    if (!res.ok || !env) {
+      const err = new ApiError(res.status, env && env.code, (env && env.message) || `HTTP ${res.status} ${res.statusText}`);
+      if (res.status === 401 && token) signOut('Your session has expired: sign in again.');
+      throw err;
+    }
+    return env.result;
+  }
+
+  const multi = (queries) => api('POST', '/api/dashboard/_multi', queries);
+
+  // ---- login ------------------------------------------------------------
+
+  function showLogin(message) {
+    $('#top').hidden = true;
+    $('#view').hidden = true;
+    $('#login').hidden = false;
+    const err = $('#login-error');
+    err.hidden = !message;
+    err.textContent = message || '';
+    $('#login-user').focus();
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN);
+    sessionStorage.removeItem(USER);
+    leaveView();
+    $('#view').replaceChildren();
+    showLogin(message);
+  }
+
+  $('#login-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const button = $('#login-submit');
+    const err = $('#login-error');
+    button.disabled = true;
+    err.hidden = true;
+    try {
+      const username = $('#login-user').value.trim();
+      const res = await api('POST', '/api/authorize/login', { username, password: $('#login-password').value });
+      sessionStorage.setItem(TOKEN, res.token);
+      sessionStorage.setItem(USER, res.username || username);
+      $('#login-password').value = '';
+      route();
+    } catch (e) {
+      err.textContent = describe(e);
+      err.hidden = false;
+    } finally {
+      button.disabled = false;
+    }
+  });
+
+  $('#logout').addEventListener('click', async () => {
+    try {
+      await api('POST', '/api/authorize/logout');
+    } catch (e) {
+      // signed out either way
+    }
+    signOut('You are signed out.');
+  });
+
+  // ---- routing ----------------------------------------------------------
+
+  let current = null; // the view on screen: {leave()}
+
+  function leaveView() {
+    if (current && current.leave) current.leave();
+    current = null;
+  }
+
+  function parseHash() {
+    const raw = location.hash.replace(/^#/, '') || '/';
+    const q = raw.indexOf('?');
+    return { path: q < 0 ? raw : raw.slice(0, q), params: new URLSearchParams(q < 0 ? '' : raw.slice(q + 1)) };
+  }
+
+  // keepInURL records a view's search in the hash without a new history
+  // entry or a re-render.
+  function keepInURL(path, params) {
+    for (const [k, v] of [...params]) if (v === '' || v === '0') params.delete(k);
+    const qs = params.toString();
+    history.replaceState(null, '', '#' + path + (qs ? '?' + qs : ''));
+  }
+
+  function route() {
+    leaveView();
+    document.title = 'devicehub console';
+    if (!sessionStorage.getItem(TOKEN)) {
+      showLogin();
+      return;
+    }
+    $('#login').hidden = true;
+    $('#top').hidden = false;
+    $('#whoami').textContent = sessionStorage.getItem(USER) || '';
+    const view = $('#view');
+    view.hidden = false;
+    view.replaceChildren();
+    const { path, params } = parseHash();
+    let nav = '';
+    let m;
+    if (path === '/') {
+      nav = 'overview';
+      current = overviewView(view);
+    } else if (path === '/products') {
+      nav = 'products';
+      current = productsView(view, params);
+    } else if (path === '/devices') {
+      nav = 'devices';
+      current = devicesView(view, params);
+    } else if ((m = path.match(/^\/device\/(.+)$/))) {
+      nav = 'devices';
+      current = deviceView(view, decodeURIComponent(m[1]));
+    } else {
+      view.append(empty('There is no page here.', 'Use the menu above.'));
+    }
+    document.querySelectorAll('[data-nav]').forEach((a) => a.classList.toggle('active', a.dataset.nav === nav));
+  }
+
+  window.addEventListener('hashchange', route);
+
+  // onResize redraws charts after the window settles; it returns the
+  // function that stops listening.
+  function onResize(fn) {
+    let timer = 0;
+    const handler = () => {
+      clearTimeout(timer);
+      timer = setTimeout(fn, 150);
+    };
+    window.addEventListener('resize', handler);
+    return () => {
+      clearTimeout(timer);
+      window.removeEventListener('resize', handler);
+    };
+  }
+
+  // ---- lists (products, devices) ----------------------------------------
+
+  // listView draws a searchable, paged table. opts: title, placeholder,
+  // filters (extra controls), query(params) -> request body, columns
+  // [{head, cell(item)}], emptyText(params), path.
+  function listView(view, params, opts) {
+    const search = h('input', {
+      type: 'search', id: opts.searchId, placeholder: opts.placeholder, value: params.get('q') || '',
+      'aria-label': opts.placeholder,
+    });
+    const table = h('div', { class: 'table-wrap' });
+    const pager = h('div', { class: 'pager' });
+    view.append(
+      h('div', { class: 'page-head' }, h('h1', {}, opts.title),
+        h('form', { class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); reload(0); } },
+          search, opts.filters || [])),
+      h('section', { class: 'card' }, table, pager),
+    );
+    let seq = 0;
+    let timer = 0;
+    async function reload(pageIndex) {
+      params.set('q', search.value.trim());
+      params.set('page', String(pageIndex));
+      keepInURL(opts.path, params);
+      const mine = ++seq;
+      table.classList.add('loading');
+      try {
+        const body = opts.query(params);
+        body.pageIndex = pageIndex;
+        body.pageSize = PAGE_SIZE;
+        const page = await api('POST', opts.endpoint, body);
+        if (mine !== seq) return;
+        draw(page);
+      } catch (e) {
+        if (mine !== seq) return;
+        table.replaceChildren(errorBox(e, 'Could not load the list'));
+        pager.replaceChildren();
+      } finally {
+        if (mine === seq) table.classList.remove('loading');
+      }
+    }
+    function draw(page) {
+      const data = page.data || [];
+      if (data.length === 0) {
+        table.replaceChildren(opts.emptyText(params));
+        pager.replaceChildren();
+        return;
+      }
+      table.replaceChildren(h('table', { class: 'list' },
+        h('thead', {}, h('tr', {}, opts.columns.map((c) => h('th', {}, c.head)))),
+        h('tbody', {}, data.map((item) => h('tr', {}, opts.columns.map((c) => h('td', {}, c.cell(item))))))));
+      const from = page.pageIndex * page.pageSize + 1;
+      const to = from + data.length - 1;
+      const total = page.totalExact === false ? `about ${count(page.total)}` : count(page.total);
+      const last = to >= page.total && page.totalExact !== false;
+      pager.replaceChildren(
+        h('span', { class: 'muted' }, `${count(from)}–${count(to)} of ${total}`),
+        h('button', { type: 'button', class: 'secondary', disabled: page.pageIndex === 0, onclick: () => reload(page.pageIndex - 1) }, '‹ Previous'),
+        h('button', { type: 'button', class: 'secondary', disabled: last || data.length < page.pageSize, onclick: () => reload(page.pageIndex + 1) }, 'Next ›'),
+      );
+    }
+    search.addEventListener('input', () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => reload(0), 250);
+    });
+    reload(Number(params.get('page')) || 0);
+    return { reload, leave: () => { clearTimeout(timer); seq++; } };
+  }
+
+  const like = (text) => '%' + text + '%';
+
+  function productsView(view, params) {
+    return listView(view, params, {
+      title: 'Products', path: '/products', endpoint: '/api/device-product/_query', searchId: 'product-search',
+      placeholder: 'Search products by name',
+      query: (p) => ({
+        sorts: [{ name: 'name', order: 'asc' }],
+        terms: p.get('q') ? [{ column: 'name$like', value: like(p.get('q')) }] : [],
+      }),
+      columns: [
+        { head: 'Product', cell: (p) => [h('a', { href: '#/devices?product=' + encodeURIComponent(p.id), class: 'strong' }, p.name || p.id), h('div', { class: 'muted small mono' }, p.id)] },
+        { head: 'State', cell: (p) => h('span', { class: p.state === 1 ? 'badge state-online' : 'badge state-notActive' }, p.state === 1 ? 'Deployed' : 'Not deployed') },
+        { head: 'Devices', cell: (p) => h('a', { href: '#/devices?product=' + encodeURIComponent(p.id) }, count(p.deviceNum || 0)) },
+        { head: 'Type', cell: (p) => (p.deviceType && (p.deviceType.text || p.deviceType.value)) || '' },
+        { head: 'Classification', cell: (p) => p.classifiedName || p.classifiedId || '' },
+        { head: 'Created', cell: (p) => when(p.createTime) },
+      ],
+      emptyText: (p) => p.get('q')
+        ? empty(`No product name contains “${p.get('q')}”.`, 'Search looks for the text anywhere in the name.')
+        : empty('No products yet.', 'Create one with POST /api/device/product (see README, First calls), or run cmd/devicesim.'),
+    });
+  }
+
+  function devicesView(view, params) {
+    const stateSel = h('select', { id: 'device-state-filter', 'aria-label': 'State' },
+      [['', 'Any state'], ['online', 'Online'], ['offline', 'Offline'], ['notActive', 'Not active']]
+        .map(([v, t]) => h('option', { value: v, selected: params.get('state') === v }, t)));
+    const product = params.get('product') || '';
+    const chip = product
+      ? h('span', { class: 'chip' }, 'Product ', h('b', {}, product), ' ',
+        h('a', { href: '#/devices', title: 'Show the devices of every product', 'aria-label': 'Clear the product filter' }, '✕'))
+      : null;
+    const v = listView(view, params, {
+      title: 'Devices', path: '/devices', endpoint: '/api/device-instance/_query', searchId: 'device-search',
+      placeholder: 'Search devices by id or name', filters: [stateSel, chip],
+      query: (p) => {
+        const terms = [];
+        const q = p.get('q');
+        if (q) terms.push({ terms: [{ column: 'name$like', value: like(q) }, { column: 'id$like', value: like(q), type: 'or' }] });
+        if (p.get('product')) terms.push({ column: 'productId', value: p.get('product') });
+        if (p.get('state')) terms.push({ column: 'state', value: p.get('state') });
+        return { sorts: [{ name: 'id', order: 'asc' }], terms };
+      },
+      columns: [
+        { head: 'Device', cell: (d) => [h('a', { href: '#/device/' + encodeURIComponent(d.id), class: 'strong device-link', 'data-id': d.id }, d.name || d.id), h('div', { class: 'muted small mono' }, d.id)] },
+        { head: 'Product', cell: (d) => h('a', { href: '#/devices?product=' + encodeURIComponent(d.productId) }, d.productName || d.productId) },
+        { head: 'State', cell: (d) => stateBadge(d.state) },
+        { head: 'Created', cell: (d) => when(d.createTime) },
+        { head: 'Registered', cell: (d) => when(d.registryTime) },
+      ],
+      emptyText: (p) => (p.get('q') || p.get('state') || p.get('product'))
+        ? empty('No device matches these filters.', 'Search looks for the text anywhere in the id or the name.')
+        : empty('No devices yet.', 'Create one with POST /api/device/instance, or run cmd/devicesim (README).'),
+    });
+    stateSel.addEventListener('change', () => {
+      params.set('state', stateSel.value);
+      v.reload(0);
+    });
+    return v;
+  }
+
+  // ---- overview ---------------------------------------------------------
+
+  const PERIODS = {
+    day: { text: 'Per day', caption: 'last 30 days', params: { time: '1d', format: 'yyyy-MM-dd', limit: 30, from: 'now-29d/d', to: 'now' }, label: (s) => s.slice(5) },
+    month: { text: 'Per month', caption: 'last 12 months', params: { time: '1M', format: 'yyyy-MM', limit: 12, from: 'now-11M/M', to: 'now' }, label: (s) => s },
+  };
+
+  function overviewView(view) {
+    const tiles = h('div', { class: 'tiles' });
+    const chart = h('div', { class: 'chart', id: 'volume-chart' });
+    const caption = h('p', { class: 'muted small', id: 'volume-caption' });
+    const productSel = h('select', { id: 'volume-product', 'aria-label': 'Product' }, h('option', { value: '' }, 'All products'));
+    let period = 'day';
+    let items = null;
+    const buttons = Object.entries(PERIODS).map(([key, p]) =>
+      h('button', { type: 'button', class: 'seg', 'data-period': key, 'aria-pressed': String(key === period), onclick: () => { period = key; load(); } }, p.text));
+    view.append(
+      h('div', { class: 'page-head' }, h('h1', {}, 'Overview')),
+      tiles,
+      h('section', { class: 'card' },
+        h('div', { class: 'card-head' }, h('h2', {}, 'Message volume'),
+          h('div', { class: 'controls' }, h('div', { class: 'segs', role: 'group', 'aria-label': 'Period' }, buttons), productSel)),
+        caption, chart),
+    );
+
+    let seq = 0;
+    async function load() {
+      buttons.forEach((b) => b.setAttribute('aria-pressed', String(b.dataset.period === period)));
+      const p = PERIODS[period];
+      const params = Object.assign({}, p.params);
+      if (productSel.value) params.productId = productSel.value;
+      const mine = ++seq;
+      chart.classList.add('loading');
+      try {
+        const res = await multi([{ dashboard: 'device', object: 'message', measurement: 'quantity', dimension: 'agg', group: 'volume', params }]);
+        if (mine !== seq) return;
+        items = res.slice().reverse(); // newest first from the API; oldest left on screen
+        draw();
+      } catch (e) {
+        if (mine !== seq) return;
+        items = null;
+        caption.textContent = '';
+        chart.replaceChildren(errorBox(e, 'Could not load message counts'));
+      } finally {
+        if (mine === seq) chart.classList.remove('loading');
+      }
+    }
+    function draw() {
+      if (!items) return;
+      const p = PERIODS[period];
+      const total = items.reduce((s, i) => s + i.data.value, 0);
+      const busiest = items.reduce((b, i) => (i.data.value > (b ? b.data.value : 0) ? i : b), null);
+      caption.textContent = `Messages received from and sent to devices ${productSel.value ? 'of ' + productSel.value + ' ' : ''}` +
+        `${period === 'day' ? 'per day' : 'per month'}, ${p.caption}: ${count(total)} in all` +
+        (busiest ? `, most on ${busiest.data.timeString} (${count(busiest.data.value)}).` : '.');
+      chart.replaceChildren(Chart.bars(items.map((i) => ({
+        label: p.label(i.data.timeString), value: i.data.value,
+        title: `${i.data.timeString}: ${count(i.data.value)} messages`,
+      })), { width: chart.clientWidth, integer: true, label: 'Messages ' + (period === 'day' ? 'per day' : 'per month') }));
+      if (total === 0) chart.append(h('p', { class: 'muted small center' }, 'No messages in this period.'));
+    }
+    productSel.addEventListener('change', load);
+
+    // Counts: products, devices, devices online.
+    const tile = (label, href) => {
+      const n = h('div', { class: 'tile-n' }, '…');
+      tiles.append(h('a', { class: 'tile', href }, n, h('div', { class: 'muted' }, label)));
+      return n;
+    };
+    const nProducts = tile('products', '#/products');
+    const nDevices = tile('devices', '#/devices');
+    const nOnline = tile('devices online', '#/devices?state=online');
+    const show = (el, promise) => promise.then((v) => { el.textContent = count(v); }, (e) => { el.textContent = '?'; el.title = describe(e); });
+    show(nProducts, api('POST', '/api/device-product/_count', {}));
+    show(nDevices, api('POST', '/api/device-instance/_query', { pageSize: 1 }).then((p) => p.total));
+    show(nOnline, api('POST', '/api/device-instance/_query', { pageSize: 1, terms: [{ column: 'state', value: 'online' }] }).then((p) => p.total));
+    api('POST', '/api/device-product/_query', { pageSize: 200, sorts: [{ name: 'name', order: 'asc' }] }).then((page) => {
+      for (const p of page.data || []) productSel.append(h('option', { value: p.id }, p.name ? `${p.name} (${p.id})` : p.id));
+    }, () => {});
+
+    load();
+    const stop = onResize(draw);
+    return { leave: () => { seq++; stop(); } };
+  }
+
+  // ---- device -----------------------------------------------------------
+
+  // formatValue renders a value with the property's thing model, as the
+  // API's formatValue does: unit, scale, enum and boolean texts.
+  function formatValue(prop, v) {
+    if (v === null || v === undefined) return '';
+    const vt = (prop && prop.valueType) || {};
+    const text = typeof v === 'object' ? JSON.stringify(v) : String(v);
+    switch (vt.type) {
+      case 'int': case 'long': case 'float': case 'double': {
+        const n = Number(v);
+        if (!isFinite(n)) return text;
+        let s = text;
+        if ((vt.type === 'float' || vt.type === 'double') && Number.isInteger(vt.scale) && vt.scale >= 0 && vt.scale <= 10) s = n.toFixed(vt.scale);
+        const unit = UNITS[vt.unit] || '';
+        return unit === '' ? s : unit === '%' ? s + '%' : s + ' ' + unit;
+      }
+      case 'enum': {
+        const e = (vt.elements || []).find((x) => String(x.value) === text);
+        return e ? e.text : text;
+      }
+      case 'boolean': {
+        const t = vt.trueText || 'true';
+        const f = vt.falseText || 'false';
+        if (vt.trueValue !== undefined && text === String(vt.trueValue)) return t;
+        if (vt.falseValue !== undefined && text === String(vt.falseValue)) return f;
+        return text === 'true' || text === '1' ? t : text === 'false' || text === '0' ? f : text;
+      }
+      case 'date': {
+        const n = Number(v);
+        return isFinite(n) ? new Date(n).toLocaleString() : text;
+      }
+    }
+    return text;
+  }
+
+  function typeText(prop) {
+    const vt = prop.valueType || {};
+    const unit = UNITS[vt.unit];
+    return (vt.type || '?') + (unit ? ` (${unit})` : '');
+  }
+
+  const CHART_MODES = {
+    history: { text: 'Latest 100 values' },
+    '5m': { text: 'Every 5 minutes, last 2 hours', params: { time: '5m', limit: 24, from: 'now-115m/m', to: 'now' }, label: (s) => s.slice(11) },
+    '1h': { text: 'Hourly, last 24 hours', params: { time: '1h', limit: 24, from: 'now-23h/h', to: 'now' }, label: (s) => s.slice(11) },
+    '1d': { text: 'Daily, last 30 days', params: { time: '1d', limit: 30, from: 'now-29d/d', to: 'now' }, label: (s) => s.slice(5, 10) },
+    '1M': { text: 'Monthly, last 12 months', params: { time: '1M', limit: 12, from: 'now-11M/M', to: 'now' }, label: (s) => s.slice(0, 7) },
+  };
+  const AGGS = { avg: 'Average', min: 'Minimum', max: 'Maximum', sum: 'Sum', count: 'Count', last: 'Last value' };
+
+  function deviceView(view, id) {
+    let closed = false;
+    let es = null;
+    let device = null;
+    let props = [];
+    const rows = new Map(); // property id -> {value, time} cells
+    const head = h('section', { class: 'card', id: 'device-head' }, h('p', { class: 'muted' }, 'Loading the device…'));
+    const propsBody = h('div', { class: 'table-wrap', id: 'device-properties' });
+    const chartCard = h('section', { class: 'card', id: 'device-chart-card' });
+    const live = h('span', { class: 'live', id: 'live-status' }, 'Live updates: connecting…');
+    const notes = h('p', { class: 'muted small', id: 'live-notes' });
+    view.append(
+      h('p', { class: 'crumbs' }, h('a', { href: '#/devices' }, 'Devices'), ' › ', h('span', { id: 'crumb' }, id)),
+      head,
+      h('section', { class: 'card' },
+        h('div', { class: 'card-head' }, h('h2', {}, 'Properties'), live),
+        h('p', { class: 'muted small' }, 'The latest value of each property of the thing model; new values appear as the device reports them.'),
+        propsBody, notes),
+      chartCard,
+    );
+
+    const chart = deviceChart(chartCard, () => device, () => props);
+
+    api('GET', `/api/device/instance/${encodeURIComponent(id)}/detail`).then((d) => {
+      if (closed) return;
+      device = d;
+      let model = {};
+      try {
+        model = d.metadata ? JSON.parse(d.metadata) : {};
+      } catch (e) {
+        model = {};
+      }
+      props = Array.isArray(model.properties) ? model.properties.filter((p) => p && p.id) : [];
+      drawHead();
+      drawProperties();
+      chart.setup();
+      loadLatest();
+      connect();
+    }, (e) => {
+      if (closed) return;
+      head.replaceChildren(errorBox(e, `Could not load device ${id}`));
+      propsBody.replaceChildren();
+      live.textContent = '';
+    });
+
+    function drawHead() {
+      const d = device;
+      const dl = h('dl', { class: 'facts' });
+      const fact = (k, v) => dl.append(h('dt', {}, k), h('dd', {}, v));
+      fact('ID', h('span', { class: 'mono' }, d.id));
+      fact('Product', h('a', { href: '#/devices?product=' + encodeURIComponent(d.productId) }, d.productName ? `${d.productName} (${d.productId})` : d.productId));
+      fact('State', h('span', { id: 'device-state' }, stateBadge(d.state)));
+      fact('Online since', h('span', { id: 'device-online-time' }, d.state && d.state.value === 'online' ? when(d.onlineTime) : '–'));
+      fact('Last offline', h('span', { id: 'device-offline-time' }, when(d.offlineTime)));
+      fact('Created', when(d.createTime));
+      if (d.transport || d.protocolName) fact('Connection', [d.transport, d.protocolName].filter(Boolean).join(' · '));
+      head.replaceChildren(h('h1', { id: 'device-name' }, d.name || d.id), dl);
+      $('#crumb').textContent = d.name || d.id;
+      document.title = (d.name || d.id) + ' · devicehub';
+    }
+
+    function drawProperties() {
+      if (props.length === 0) {
+        propsBody.replaceChildren(empty('This device has no properties in its thing model.',
+          'Give its product a thing model (PATCH /api/device-product) to see values here.'));
+        return;
+      }
+      const tbody = h('tbody');
+      for (const p of props) {
+        const value = h('td', { class: 'value', 'data-property': p.id }, h('span', { class: 'muted' }, 'no value yet'));
+        const time = h('td', { class: 'muted small' }, '');
+        rows.set(p.id, { value, time });
+        tbody.append(h('tr', {}, h('td', {}, h('div', { class: 'strong' }, p.name || p.id), h('div', { class: 'muted small mono' }, p.id)),
+          h('td', { class: 'muted' }, typeText(p)), value, time));
+      }
+      propsBody.replaceChildren(h('table', { class: 'list' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Property'), h('th', {}, 'Type'), h('th', {}, 'Value'), h('th', {}, 'Updated'))), tbody));
+    }
+
+    function setValue(property, text, ts, flash) {
+      const r = rows.get(property);
+      if (!r) return;
+      if (ts && r.ts && ts < r.ts) return; // an older value than the one shown
+      r.ts = ts;
+      r.value.textContent = text;
+      r.time.textContent = when(ts);
+      if (flash) {
+        r.value.classList.remove('flash');
+        void r.value.offsetWidth; // restart the animation
+        r.value.classList.add('flash');
+      }
+    }
+
+    // loadLatest shows the stored latest value of each property (endpoint 14).
+    async function loadLatest() {
+      const ids = props.map((p) => p.id).slice(0, 100);
+      if (ids.length === 0) {
+        propsBody.dataset.latest = 'loaded';
+        return;
+      }
+      try {
+        const res = await multi([{ dashboard: 'device', object: device.productId, measurement: 'properties', dimension: 'history', group: 'latest', params: { deviceId: device.id, history: 1, properties: ids } }]);
+        if (closed) return;
+        for (const item of res) {
+          const v = item.data && item.data.value;
+          if (v) setValue(v.property, v.formatValue || formatValue(props.find((p) => p.id === v.property), v.value), v.timestamp || item.data.timestamp, false);
+        }
+      } catch (e) {
+        if (!closed) notes.replaceChildren(errorBox(e, 'Could not load the latest values'));
+      } finally {
+        propsBody.dataset.latest = 'loaded';
+      }
+    }
+
+    // connect subscribes to the device's values and state changes.
+    function connect() {
+      const token = sessionStorage.getItem(TOKEN) || '';
+      const q = new URLSearchParams({ deviceId: device.id, token });
+      es = new EventSource('/api/live?' + q.toString());
+      es.onopen = () => {
+        live.textContent = 'Live updates: on';
+        live.className = 'live on';
+      };
+      es.onerror = () => {
+        if (closed) return;
+        const gone = es.readyState === EventSource.CLOSED;
+        live.textContent = gone ? 'Live updates: unavailable (reload the page to retry)' : 'Live updates: reconnecting…';
+        live.className = 'live off';
+      };
+      es.addEventListener('property', (ev) => {
+        const m = parse(ev.data);
+        if (!m || m.deviceId !== device.id) return;
+        const prop = props.find((p) => p.id === m.property);
+        setValue(m.property, formatValue(prop, m.value), m.timestamp, true);
+        chart.live(m);
+      });
+      es.addEventListener('state', (ev) => {
+        const m = parse(ev.data);
+        if (!m || m.deviceId !== device.id) return;
+        $('#device-state').replaceChildren(stateBadge(m.state));
+        if (m.state === 'online') $('#device-online-time').textContent = when(m.timestamp);
+        else {
+          $('#device-online-time').textContent = '–';
+          $('#device-offline-time').textContent = when(m.timestamp);
+        }
+      });
+      es.addEventListener('skipped', (ev) => {
+        const m = parse(ev.data);
+        if (m) notes.textContent = `${count(m.count)} live updates were skipped because this page could not keep up; the values shown are the latest received.`;
+      });
+    }
+
+    function parse(data) {
+      try {
+        return JSON.parse(data);
+      } catch (e) {
+        return null;
+      }
+    }
+
+    return {
+      leave: () => {
+        closed = true;
+        if (es) es.close();
+        chart.leave();
+      },
+    };
+  }
+
+  // deviceChart is the device page's chart of one numeric property: its
+  // latest values (a line, extended live) or an aggregate per bucket (bars).
+  function deviceChart(card, getDevice, getProps) {
+    const propSel = h('select', { id: 'chart-property', 'aria-label': 'Property' });
+    const modeSel = h('select', { id: 'chart-mode', 'aria-label': 'Period' },
+      Object.entries(CHART_MODES).map(([k, m]) => h('option', { value: k }, m.text)));
+    const aggSel = h('select', { id: 'chart-agg', 'aria-label': 'Aggregate' },
+      Object.entries(AGGS).map(([k, t]) => h('option', { value: k }, t)));
+    const area = h('div', { class: 'chart', id: 'property-chart' });
+    const caption = h('p', { class: 'muted small', id: 'property-chart-caption' });
+    card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, aggSel)), caption, area);
+    let numeric = [];
+    let points = null; // history mode: the line's points
+    let buckets = null; // aggregate mode: the bars
+    let seq = 0;
+    let stopResize = () => {};
+
+    function setup() {
+      numeric = getProps().filter((p) => p.valueType && NUMERIC.has(p.valueType.type));
+      if (numeric.length === 0) {
+        card.querySelector('.controls').hidden = true;
+        area.replaceChildren(empty('No numeric property to chart.', 'Charts show int, long, float and double properties of the thing model.'));
+        return;
+      }
+      propSel.replaceChildren(...numeric.map((p) => h('option', { value: p.id }, p.name || p.id)));
+      for (const s of [propSel, modeSel, aggSel]) s.addEventListener('change', load);
+      stopResize = onResize(draw);
+      load();
+    }
+
+    const prop = () => numeric.find((p) => p.id === propSel.value);
+
+    async function load() {
+      const device = getDevice();
+      const p = prop();
+      if (!device || !p) return;
+      const mode = modeSel.value;
+      aggSel.hidden = mode === 'history';
+      const mine = ++seq;
+      points = buckets = null;
+      area.classList.add('loading');
+      const q = { dashboard: 'device', object: device.productId, measurement: 'properties', group: 'chart' };
+      if (mode === 'history') {
+        q.dimension = 'history';
+        q.params = { deviceId: device.id, history: 100, properties: [p.id] };
+      } else {
+        q.dimension = 'agg';
+        q.params = Object.assign({ deviceId: device.id, properties: [p.id], agg: aggSel.value, format: 'yyyy-MM-dd HH:mm' }, CHART_MODES[mode].params);
+      }
+      try {
+        const res = await multi([q]);
+        if (mine !== seq) return;
+        if (mode === 'history') {
+          points = res.map((i) => ({ t: i.data.value.timestamp || i.data.timestamp, v: Number(i.data.value.value), title: `${i.data.timeString}: ${i.data.value.formatValue}` }));
+        } else {
+          buckets = res.slice().reverse();
+        }
+        draw();
+      } catch (e) {
+        if (mine !== seq) return;
+        caption.textContent = '';
+        area.replaceChildren(errorBox(e, 'Could not load the chart'));
+      } finally {
+        if (mine === seq) area.classList.remove('loading');
+      }
+    }
+
+    function draw() {
+      const p = prop();
+      if (!p) return;
+      const name = p.name || p.id;
+      if (points) {
+        if (points.length === 0) {
+          caption.textContent = '';
+          area.replaceChildren(empty(`No values of ${name} stored yet.`, 'Values appear here as the device reports them.'));
+          return;
+        }
+        const last = points[points.length - 1];
+        caption.textContent = `${name}: the latest ${points.length} values, from ${when(points[0].t)} to ${when(last.t)}; new values are added live.`;
+        const span = last.t - points[0].t;
+        const timeText = (t) => (span > 86400000 ? new Date(t).toLocaleDateString() : new Date(t).toLocaleTimeString());
+        area.replaceChildren(Chart.line(points, { width: area.clientWidth, label: name, timeText }));
+      } else if (buckets) {
+        const mode = CHART_MODES[modeSel.value];
+        const agg = AGGS[aggSel.value];
+        const withData = buckets.filter((b) => b.data.value !== null && b.data.value !== undefined);
+        caption.textContent = `${agg} of ${name}, ${mode.text.toLowerCase()}; ${withData.length} of ${buckets.length} periods have values.`;
+        area.replaceChildren(Chart.bars(buckets.map((b) => ({
+          label: mode.label(b.data.timeString),
+          value: b.data.value === null || b.data.value === undefined ? null : Number(b.data.value),
+          title: `${b.data.timeString}: ${b.data.value === null || b.data.value === undefined ? 'no values' : formatValue(p, +Number(b.data.value).toPrecision(6))}`,
+        })), { width: area.clientWidth, integer: aggSel.value === 'count', label: `${agg} of ${name}` }));
+      }
+    }
+
+    // live adds a value that arrived over SSE to the line of latest values.
+    function live(m) {
+      const p = prop();
+      if (!points || !p || m.property !== p.id) return;
+      const v = Number(m.value);
+      if (!isFinite(v)) return;
+      points.push({ t: m.timestamp, v, title: `${when(m.timestamp)}: ${formatValue(p, m.value)}` });
+      if (points.length > 100) points.shift();
+      draw();
+    }
+
+    return { setup, live, leave: () => { seq++; stopResize(); } };
+  }
+
+  route();
+})();
