@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// metrics are the HTTP request metrics of /metrics.
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -18,13 +19,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "devicehub_http_requests_total",
-			Help: "HTTP requests by route, method and status.",
-		}, []string{"route", "method", "status"}),
+			Help: "HTTP requests by route pattern, method and response status code.",
+		}, []string{"route", "method", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "devicehub_http_request_duration_seconds",
-			Help:    "HTTP request latency by route and method.",
+			Help:    "HTTP request latency by route pattern, method and response status code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
-		}, []string{"route", "method"}),
+		}, []string{"route", "method", "code"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.latency)
@@ -33,7 +34,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // middleware records every request under its route pattern (not its path,
-// which would grow the label set with every id).
+// which would grow the label set with every id) and its status as label
+// "code", the name Prometheus' own HTTP instrumentation (promhttp) uses.
 func (m *metrics) middleware(c *fiber.Ctx) error {
 	start := time.Now()
 	if err := c.Next(); err != nil {
@@ -49,7 +51,8 @@ func (m *metrics) middleware(c *fiber.Ctx) error {
 	if r := c.Route(); r != nil && r.Path != "/" && r.Path != "" {
 		route = r.Path
 	}
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+	code := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, code).Inc()
+	m.latency.WithLabelValues(route, method, code).Observe(time.Since(start).Seconds())
 	return nil
 }

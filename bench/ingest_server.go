@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,12 +17,13 @@ import (
 )
 
 // BuildServer builds cmd/devicehub into dir and returns the binary's path.
-// It runs `go build` in the current directory, which must be inside the
-// devicehub module (the repository or any folder of it).
+// It runs `go build`, the go command found in PATH, in the current
+// directory, which must be inside the devicehub module (the repository or
+// any folder of it).
 func BuildServer(ctx context.Context, dir string) (string, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("bench: building the server needs the go command in PATH: %w", err)
 	}
 	bin := filepath.Join(dir, "devicehub")
 	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, "devicehub/cmd/devicehub").CombinedOutput()

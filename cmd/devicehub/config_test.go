@@ -42,7 +42,7 @@ func TestLoadConfig(t *testing.T) {
 		return c.PostgresDSN == meta.DefaultOptions().DSN && c.QueryTimeout == 5*time.Second && c.AdminPassword == "admin123" &&
 			c.TokenLifetime == 30*time.Minute && c.ShutdownTimeout == 15*time.Second && c.LoginMaxFailures == 5 && c.LoginLockout == 10*time.Minute &&
 			c.CommandTimeout == 10*time.Second && c.LogLevel == "info" && c.ClickHouseAddr == "127.0.0.1:9000" && c.TimeZone == "Local" &&
-			c.MQTTURL == ingest.DefaultOptions().BrokerURL && c.MQTTLogin == ingest.DefaultLogin && c.DeviceAuth == "dynsec" &&
+			c.MQTTURL == ingest.DefaultOptions().BrokerURL && c.MQTTLogin == ingest.DefaultOptions().Login && c.DeviceAuth == "dynsec" &&
 			c.MQTTClientID == "" && c.MQTTShareGroup == ingest.NoShareGroup && c.IngestConnections == 0 && c.RolesText == "api,ingest"
 	}, "")
 	f(map[string]string{"DEVICEHUB_INGEST_BATCH_ROWS": "50000", "DEVICEHUB_INGEST_FLUSH_INTERVAL": "1s", "DEVICEHUB_RETENTION_MONTHS": "12"}, nil,
@@ -76,6 +76,20 @@ func TestLoadConfig(t *testing.T) {
 	f(nil, []string{"-roles= ingest , api"}, func(c config) bool { return c.Roles["api"] && c.Roles["ingest"] && len(c.Roles) == 2 }, "")
 	f(nil, []string{"-device-auth=ldap"}, nil, `-device-auth="ldap": want dynsec or none`)
 	f(nil, []string{"-log-level=WARN"}, func(c config) bool { return c.LogLevel == "WARN" }, "")
+	f(nil, nil, func(c config) bool { return c.LogFormat == "text" && !c.AccessLog && c.CORSOrigins == nil }, "")
+	f(map[string]string{"DEVICEHUB_LOG_FORMAT": "json", "DEVICEHUB_ACCESS_LOG": "true"}, nil,
+		func(c config) bool { return c.LogFormat == "json" && c.AccessLog }, "")
+	// A bool setting may be given as a flag alone, and turned off by one.
+	f(nil, []string{"-access-log"}, func(c config) bool { return c.AccessLog }, "")
+	f(map[string]string{"DEVICEHUB_ACCESS_LOG": "1"}, []string{"-access-log=false"}, func(c config) bool { return !c.AccessLog }, "")
+	f(map[string]string{"DEVICEHUB_LOG_FORMAT": "xml"}, nil, nil, `DEVICEHUB_LOG_FORMAT="xml": want text or json`)
+	f(map[string]string{"DEVICEHUB_ACCESS_LOG": "yes"}, nil, nil, `DEVICEHUB_ACCESS_LOG="yes": want true or false`)
+	// CORS origins are checked and normalised with the other settings.
+	f(map[string]string{"DEVICEHUB_CORS_ORIGINS": " https://Console.example.com/ ,http://localhost:3000"}, nil, func(c config) bool {
+		return len(c.CORSOrigins) == 2 && c.CORSOrigins[0] == "https://console.example.com" && c.CORSOrigins[1] == "http://localhost:3000"
+	}, "")
+	f(map[string]string{"DEVICEHUB_CORS_ORIGINS": "console.example.com"}, nil, nil, `DEVICEHUB_CORS_ORIGINS="console.example.com": want comma-separated origins`)
+	f(nil, []string{"-cors-origins=*,https://a.example"}, nil, `-cors-origins="*,https://a.example": want comma-separated origins`)
 
 	// Malformed variables stop the start instead of falling back to defaults.
 	f(map[string]string{"DEVICEHUB_QUERY_TIMEOUT": "7"}, nil, nil, `DEVICEHUB_QUERY_TIMEOUT="7": want a duration like 5s or 1m`)
@@ -101,9 +115,13 @@ func TestLoadConfig(t *testing.T) {
 	f(map[string]string{"DEVICEHUB_POSTGRES_MAX_CONNS": "8"}, []string{"-postgres-max-conns=4"}, func(c config) bool { return c.PostgresMaxConns == 4 }, "")
 }
 
-// kindSamples are, per kind of setting, two valid values that differ from
-// every default, and how get shows each.
-var kindSamples = map[string]struct{ a, getA, b, getB string }{
+// sample is two valid values of a setting, a differing from its default,
+// and how get shows each.
+type sample struct{ a, getA, b, getB string }
+
+// kindSamples are, per kind of setting, samples valid for every setting of
+// that kind; settingSamples replace them for one setting.
+var kindSamples = map[string]sample{
 	"string":   {"x-test", "x-test", "y-test", "y-test"},
 	"duration": {"7m", "7m0s", "9s", "9s"},
 	"int":      {"3", "3", "4", "4"},
@@ -111,6 +129,21 @@ var kindSamples = map[string]struct{ a, getA, b, getB string }{
 	"enum":     {"none", "none", "dynsec", "dynsec"},
 	"level":    {"debug", "debug", "error", "error"},
 	"roles":    {"ingest", "ingest", "api", "api"},
+	"bool":     {"true", "true", "0", "false"},
+	"origins":  {"https://A.example/", "https://a.example", "http://localhost:3000,https://b.example", "http://localhost:3000,https://b.example"},
+}
+
+// settingSamples are the samples of the settings whose kind's do not fit.
+var settingSamples = map[string]sample{
+	"log-format": {"json", "json", "text", "text"},
+}
+
+// samplesOf returns s's samples.
+func samplesOf(s setting) sample {
+	if k, ok := settingSamples[s.name]; ok {
+		return k
+	}
+	return kindSamples[s.kind]
 }
 
 // kindMalformed are, per kind, values that are not of the kind's form.
@@ -121,6 +154,8 @@ var kindMalformed = map[string][]string{
 	"enum":     {"ldap", "DYNSEC"},
 	"level":    {"loud", "info-"},
 	"roles":    {"web", ",", "api;ingest"},
+	"bool":     {"yes", "on", "2", "truth"},
+	"origins":  {"console.example.com", "ftp://a.example", "https://a.example/app", "https://a.example?x=1", "https://user@a.example", "*,https://a.example"},
 }
 
 // settingOf returns c's setting of flag name.
@@ -145,7 +180,7 @@ func TestSettingsTable(t *testing.T) {
 			t.Errorf("-%s twice", s.name)
 		}
 		seen[s.name] = true
-		if _, ok := kindSamples[s.kind]; !ok {
+		if _, ok := kindSamples[s.kind]; !ok && settingSamples[s.name] == (sample{}) {
 			t.Errorf("-%s: kind %q has no test samples", s.name, s.kind)
 		}
 		if _, ok := kindMalformed[s.kind]; !ok && s.kind != "string" {
@@ -159,7 +194,7 @@ func TestSettingsTable(t *testing.T) {
 
 func TestSettingsVariablesRead(t *testing.T) {
 	for _, s := range settings(new(config)) {
-		k := kindSamples[s.kind]
+		k := samplesOf(s)
 		c, err := loadConfig(nil, func(v string) string {
 			if v == s.env {
 				return k.a
@@ -178,7 +213,7 @@ func TestSettingsVariablesRead(t *testing.T) {
 
 func TestSettingsFlagsOverrideVariables(t *testing.T) {
 	for _, s := range settings(new(config)) {
-		k := kindSamples[s.kind]
+		k := samplesOf(s)
 		env := map[string]string{s.env: k.a}
 		c, err := loadConfig([]string{"-" + s.name + "=" + k.b}, func(v string) string { return env[v] })
 		if err != nil {
@@ -272,7 +307,7 @@ func TestVersionAndExitCodes(t *testing.T) {
 }
 
 // TestHelpVersionBinary runs the built command: -h and -version exit 0,
-// a malformed variable exits 2 naming it.
+// a malformed variable, of any kind, exits 2 naming it.
 func TestHelpVersionBinary(t *testing.T) {
 	bin := buildBinary(t)
 	run := func(env []string, args ...string) (string, string, int) {
@@ -300,8 +335,16 @@ func TestHelpVersionBinary(t *testing.T) {
 		t.Errorf("-version: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	t.Logf("-version: %s", out)
-	_, errOut, code = run([]string{"DEVICEHUB_INGEST_CONNECTIONS=four"})
-	if code != 2 || !strings.Contains(errOut, `DEVICEHUB_INGEST_CONNECTIONS="four": want an integer`) {
-		t.Errorf("malformed variable: exit %d, stderr %q", code, errOut)
+	for _, c := range []struct{ env, want string }{
+		{"DEVICEHUB_INGEST_CONNECTIONS=four", `DEVICEHUB_INGEST_CONNECTIONS="four": want an integer`},
+		{"DEVICEHUB_CORS_ORIGINS=console.example.com", `DEVICEHUB_CORS_ORIGINS="console.example.com": want comma-separated origins`},
+		{"DEVICEHUB_LOG_FORMAT=xml", `DEVICEHUB_LOG_FORMAT="xml": want text or json`},
+		{"DEVICEHUB_LOG_LEVEL=loud", `DEVICEHUB_LOG_LEVEL="loud": want debug, info, warn or error`},
+		{"DEVICEHUB_ACCESS_LOG=yes", `DEVICEHUB_ACCESS_LOG="yes": want true or false`},
+	} {
+		_, errOut, code = run([]string{c.env})
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stderr %q, want exit 2 and %q", c.env, code, errOut, c.want)
+		}
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
+	"devicehub/api"
 	"devicehub/ingest"
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -29,7 +29,7 @@ type setting struct {
 
 // A parser reads a setting's text into one config field.
 type parser struct {
-	kind  string             // string, duration, int, size, enum, level or roles
+	kind  string             // string, duration, int, size, enum, bool, level, origins or roles
 	want  string             // the expected form, as in "want a duration like 5s or 1m"
 	parse func(string) error // any error means the text is not of the expected form
 	get   func() string      // the field's value as text
@@ -52,15 +52,22 @@ func settings(c *config) []setting {
 		{"login-lockout", "DEVICEHUB_LOGIN_LOCKOUT", "10m0s", "how long a login lock lasts", duration(&c.LoginLockout, false)},
 		{"command-timeout", "DEVICEHUB_COMMAND_TIMEOUT", "10s", "default wait for a device's reply", duration(&c.CommandTimeout, false)},
 		{"log-level", "DEVICEHUB_LOG_LEVEL", "info", "debug, info, warn or error", level(&c.LogLevel)},
-		{"clickhouse-addr", "DEVICEHUB_CLICKHOUSE_ADDR", to.Addr, "ClickHouse native address", str(&c.ClickHouseAddr)},
+		{"log-format", "DEVICEHUB_LOG_FORMAT", "text", "log lines as text (key=value) or json (one object a line)", enum(&c.LogFormat, "text", "json")},
+		{"access-log", "DEVICEHUB_ACCESS_LOG", "false",
+			"log every HTTP request at level info: method, path without its query, status, duration, bytes, remote address",
+			boolean(&c.AccessLog)},
+		{"clickhouse-addr", "DEVICEHUB_CLICKHOUSE_ADDR", to.Addr, "ClickHouse native address; a comma-separated list names fallbacks, tried in order", str(&c.ClickHouseAddr)},
 		{"clickhouse-db", "DEVICEHUB_CLICKHOUSE_DB", to.Database, "ClickHouse database", str(&c.ClickHouseDB)},
 		{"clickhouse-user", "DEVICEHUB_CLICKHOUSE_USER", to.Username, "ClickHouse user", str(&c.ClickHouseUser)},
 		{"clickhouse-password", "DEVICEHUB_CLICKHOUSE_PASSWORD", to.Password, "password of -clickhouse-user", str(&c.ClickHousePassword)},
+		{"clickhouse-cluster", "DEVICEHUB_CLICKHOUSE_CLUSTER", to.Cluster,
+			"ClickHouse cluster (of the servers' remote_servers) to spread the tables over: replicated, sharded by device, behind Distributed tables; empty: one server",
+			str(&c.ClickHouseCluster)},
 		{"timezone", "DEVICEHUB_TIMEZONE", "Local", "platform time zone, an IANA name", str(&c.TimeZone)},
 		{"mqtt-url", "DEVICEHUB_MQTT_URL", ing.BrokerURL, "MQTT broker", str(&c.MQTTURL)},
-		{"mqtt-username", "DEVICEHUB_MQTT_USERNAME", ingest.DefaultLogin.Username, "devicehub's login at the broker, with the dynamic-security plugin's admin rights",
+		{"mqtt-username", "DEVICEHUB_MQTT_USERNAME", ing.Login.Username, "devicehub's login at the broker, with the dynamic-security plugin's admin rights",
 			str(&c.MQTTLogin.Username)},
-		{"mqtt-password", "DEVICEHUB_MQTT_PASSWORD", ingest.DefaultLogin.Password, "password of -mqtt-username", str(&c.MQTTLogin.Password)},
+		{"mqtt-password", "DEVICEHUB_MQTT_PASSWORD", ing.Login.Password, "password of -mqtt-username", str(&c.MQTTLogin.Password)},
 		{"device-auth", "DEVICEHUB_DEVICE_AUTH", "dynsec",
 			"how the broker learns device logins: dynsec (devicehub keeps Mosquitto's dynamic-security plugin in sync) or none (the broker reads them itself, e.g. EMQX from PostgreSQL)",
 			enum(&c.DeviceAuth, "dynsec", "none")},
@@ -84,7 +91,7 @@ func settings(c *config) []setting {
 		{"memory-limit", "DEVICEHUB_MEMORY_LIMIT", "160MiB", "soft memory limit of the Go runtime (0: none); GOMEMLIMIT, when set, wins",
 			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
 		{"cors-origins", "DEVICEHUB_CORS_ORIGINS", "", "comma-separated browser origins allowed to call the API (CORS), e.g. https://console.example.com; empty: none, no CORS headers",
-			str(&c.CORSOrigins)},
+			origins(&c.CORSOrigins)},
 		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
 		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
 	}
@@ -164,6 +171,34 @@ func enum(p *string, allowed ...string) parser {
 		get: func() string { return *p }}
 }
 
+// boolean reads true or false (and the other forms of strconv.ParseBool:
+// 1, 0, t, f, TRUE, False...); as a flag it may be given alone (-access-log).
+func boolean(p *bool) parser {
+	return parser{kind: "bool", want: "true or false",
+		parse: func(s string) error {
+			b, err := strconv.ParseBool(s)
+			if err == nil {
+				*p = b
+			}
+			return err
+		},
+		get: func() string { return strconv.FormatBool(*p) }}
+}
+
+// origins reads a comma-separated list of CORS origins as
+// api.ParseCORSOrigins does, normalised.
+func origins(p *[]string) parser {
+	return parser{kind: "origins", want: "comma-separated origins scheme://host[:port] like https://console.example.com, or * alone",
+		parse: func(s string) error {
+			o, err := api.ParseCORSOrigins(s)
+			if err == nil {
+				*p = o
+			}
+			return err
+		},
+		get: func() string { return strings.Join(*p, ",") }}
+}
+
 // level reads a log level as slog.Level does (debug, info, warn, error,
 // any case, with an optional offset like warn+2).
 func level(p *string) parser {
@@ -219,6 +254,9 @@ func (v settingValue) String() string {
 	}
 	return v.s.get()
 }
+
+// IsBoolFlag lets a bool setting be given as a flag alone (-access-log).
+func (v settingValue) IsBoolFlag() bool { return v.s != nil && v.s.kind == "bool" }
 
 func (v settingValue) Set(text string) error {
 	if err := v.s.parse(text); err != nil {
@@ -287,24 +325,4 @@ func writeUsage(w io.Writer) {
 		fmt.Fprintf(w, "  -%s %s\n        %s (default %s)\n        %s\n", s.name, s.kind, s.env, def, s.help)
 	}
 	fmt.Fprint(w, "  -version\n        print the version and exit\n  -h, -help\n        print this help and exit\n")
-}
-
-// versionText is the module version and, when the build recorded them,
-// the VCS revision and commit time.
-func versionText() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devicehub (unknown version)"
-	}
-	v := "devicehub " + bi.Main.Version
-	if v == "devicehub " {
-		v += "(devel)"
-	}
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision", "vcs.time", "vcs.modified":
-			v += " " + kv.Key + "=" + kv.Value
-		}
-	}
-	return v + " " + bi.GoVersion
 }
