@@ -42,6 +42,7 @@ func clickHouseCeiling(ctx context.Context, p IngestParams, product string, ids 
 	var res ClickHouseCeilingResult
 	topt := tsdb.DefaultOptions()
 	topt.Addr, topt.Database, topt.TimeZone = p.ClickHouseAddr, "devicehub_bench_chceil_"+randHex(4), time.UTC
+	topt.Cluster = p.ClickHouseCluster
 	db, err := tsdb.Open(ctx, topt)
 	if err != nil {
 		return res, err

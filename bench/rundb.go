@@ -39,9 +39,9 @@ type runDB struct {
 }
 
 // openRunDB creates the databases, migrated, on pgServer (a DSN without a
-// database) and at chAddr, and adds product with devices ids, offline.
-// close drops both.
-func openRunDB(ctx context.Context, pgServer, chAddr, prefix, product string, ids []string) (_ *runDB, err error) {
+// database) and at chAddr (on cluster chCluster, if not empty), and adds
+// product with devices ids, offline. close drops both.
+func openRunDB(ctx context.Context, pgServer, chAddr, chCluster, prefix, product string, ids []string) (_ *runDB, err error) {
 	db := &runDB{name: prefix + randHex(4)}
 	defer func() {
 		if err != nil {
@@ -62,7 +62,7 @@ func openRunDB(ctx context.Context, pgServer, chAddr, prefix, product string, id
 		return nil, err
 	}
 	topt := tsdb.DefaultOptions()
-	topt.Addr, topt.Database, topt.TimeZone = chAddr, db.name, time.UTC
+	topt.Addr, topt.Database, topt.TimeZone, topt.Cluster = chAddr, db.name, time.UTC, chCluster
 	if db.ch, err = tsdb.Open(ctx, topt); err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%04d", product, i)
 	}
-	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "devicehub_soak_", product, ids)
+	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "", "devicehub_soak_", product, ids)
 	if err != nil {
 		return res, err
 	}

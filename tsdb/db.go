@@ -18,18 +18,16 @@ import (
 	"devicehub/schema"
 )
 
-// Sentinel errors of the time-series store.
-var (
-	// ErrInvalidArgument is the root of every input error (bad interval,
-	// bad option, row that cannot be stored).
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrClosed is returned by Writer.Add after Close.
-	ErrClosed = errors.New("tsdb: writer closed")
-)
+// ErrClosed is returned by Writer.Add after Close. Input errors (bad
+// interval, bad option, a row that cannot be stored) wrap
+// schema.ErrIllegalArgument, shared with api and meta.
+var ErrClosed = errors.New("tsdb: writer closed")
 
 // Options configure Open.
 type Options struct {
 	// Addr is host:port of the native protocol. Default "127.0.0.1:9000".
+	// A comma-separated list names fallbacks: new connections go to the
+	// first that answers (a cluster's nodes, say: see Cluster).
 	Addr string
 	// Database is created if missing. Default "devicehub".
 	Database string
@@ -46,6 +44,19 @@ type Options struct {
 	QueryTimeout time.Duration
 	// MaxOpenConns bounds the connection pool. Default 8.
 	MaxOpenConns int
+	// ResultTTL is how long a dashboard answer (message counts, property
+	// aggregates) is served again to identical queries, counted from the
+	// start of its ClickHouse query (cache.go): a row another instance
+	// stores shows in answers at most this much later; rows stored
+	// through this DB show at once. Default 1s; negative: no cache.
+	ResultTTL time.Duration
+	// Cluster names a cluster of the servers' remote_servers to spread the
+	// tables over (cluster.go): replicated tables created ON CLUSTER
+	// behind Distributed ones that every insert and query goes through,
+	// one device's rows on one shard. The servers need ZooKeeper and the
+	// {shard} and {replica} macros. Default "": one server, plain
+	// MergeTree tables.
+	Cluster string
 }
 
 // DefaultOptions returns the options that work with `make run`.
@@ -59,6 +70,8 @@ func DefaultOptions() Options {
 		DialTimeout:  5 * time.Second,  // a local server answers in ms
 		QueryTimeout: 30 * time.Second, // dashboard queries read pre-aggregated days
 		MaxOpenConns: 8,                // ingest writer + a few dashboard queries
+		ResultTTL:    time.Second,      // a late row shows within 1 s everywhere
+		Cluster:      "",               // one server
 	}
 }
 
@@ -75,7 +88,11 @@ type DB struct {
 	tzName  string // IANA name of loc, as written into SQL
 	version Version
 	hints   historyHints // per device, where PropertyHistory starts
+	cache   *resultCache // dashboard answers (cache.go)
 }
+
+// codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
+const codeUnknownDatabase = 81
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -85,7 +102,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func Open(ctx context.Context, opt Options) (*DB, error) {
 	opt = withDefaults(opt)
 	if !identRE.MatchString(opt.Database) {
-		return nil, fmt.Errorf("tsdb: database name %q: %w", opt.Database, ErrInvalidArgument)
+		return nil, fmt.Errorf("tsdb: database name %q: %w", opt.Database, schema.ErrIllegalArgument)
+	}
+	if opt.Cluster != "" && !clusterNameRE.MatchString(opt.Cluster) {
+		return nil, fmt.Errorf("tsdb: cluster name %q: %w", opt.Cluster, schema.ErrIllegalArgument)
 	}
 	tzName, loc, err := zoneName(opt.TimeZone)
 	if err != nil {
@@ -99,7 +119,20 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 		defer admin.Close()
 		cctx, cancel := withTimeout(ctx, opt.QueryTimeout)
 		defer cancel()
-		if err := admin.Exec(cctx, "CREATE DATABASE IF NOT EXISTS `"+opt.Database+"`"); err != nil {
+		create := "CREATE DATABASE IF NOT EXISTS `" + opt.Database + "`"
+		if opt.Cluster != "" {
+			// Only where the node lacks it: ON CLUSTER waits for every
+			// node, and a start must not wait for one that is down.
+			var n uint64
+			if err := admin.QueryRow(cctx, "SELECT count() FROM system.databases WHERE name = ?", opt.Database).Scan(&n); err != nil {
+				return fmt.Errorf("tsdb: look up database %s: %w", opt.Database, err)
+			}
+			if n > 0 {
+				return nil
+			}
+			create += " ON CLUSTER `" + opt.Cluster + "`"
+		}
+		if err := admin.Exec(cctx, create); err != nil {
 			return fmt.Errorf("tsdb: create database %s: %w", opt.Database, err)
 		}
 		return nil
@@ -111,7 +144,7 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -142,13 +175,26 @@ func withDefaults(opt Options) Options {
 	if opt.MaxOpenConns <= 0 {
 		opt.MaxOpenConns = d.MaxOpenConns
 	}
+	if opt.ResultTTL == 0 {
+		opt.ResultTTL = d.ResultTTL
+	}
 	return opt
 }
 
 func connect(opt Options, database string) (driver.Conn, error) {
+	var settings clickhouse.Settings
+	if opt.Cluster != "" {
+		// An INSERT into a Distributed table returns once each shard has
+		// stored its rows (one replica each), not once they are queued on
+		// the node it was sent to: an acknowledged message is in a
+		// replicated table. A retried insert is not stored twice: each
+		// shard drops a block identical to one it already has.
+		settings = clickhouse.Settings{"insert_distributed_sync": 1}
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Protocol: clickhouse.Native,
-		Addr:     []string{opt.Addr},
+		Addr:     splitAddrs(opt.Addr),
+		Settings: settings,
 		Auth: clickhouse.Auth{
 			Database: database,
 			Username: opt.Username,
@@ -164,6 +210,17 @@ func connect(opt Options, database string) (driver.Conn, error) {
 		return nil, fmt.Errorf("tsdb: open %s: %w", opt.Addr, err)
 	}
 	return conn, nil
+}
+
+// splitAddrs splits a comma-separated address list.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 var zoneNameRE = regexp.MustCompile(`^[A-Za-z0-9_+\-/]+$`)
@@ -191,7 +248,7 @@ func zoneName(loc *time.Location) (string, *time.Location, error) {
 		}
 	}
 	if !zoneNameRE.MatchString(name) {
-		return "", nil, fmt.Errorf("tsdb: time zone %q is not an IANA name; set Options.TimeZone: %w", name, ErrInvalidArgument)
+		return "", nil, fmt.Errorf("tsdb: time zone %q is not an IANA name; set Options.TimeZone: %w", name, schema.ErrIllegalArgument)
 	}
 	l, err := time.LoadLocation(name)
 	if err != nil {
@@ -214,8 +271,8 @@ func (db *DB) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return withTimeout(ctx, db.opt.QueryTimeout)
 }
 
-func (db *DB) init(ctx context.Context) error {
-	ctx, cancel := db.ctx(ctx)
+func (db *DB) init(parent context.Context) error {
+	ctx, cancel := db.ctx(parent)
 	defer cancel()
 	v, err := db.conn.ServerVersion()
 	if err != nil {
@@ -226,12 +283,30 @@ func (db *DB) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if db.clustered() {
+		if stmts, err = clusterStatements(stmts, db.opt.Cluster, db.opt.Database); err != nil {
+			return err
+		}
+	}
 	var sqls []string
 	for _, s := range stmts {
-		if err := db.apply(ctx, s); err != nil {
+		sctx := ctx
+		if db.clustered() {
+			// Each ON CLUSTER statement waits for every node: give each
+			// its own timeout rather than one for them all.
+			var scancel context.CancelFunc
+			sctx, scancel = db.ctx(parent)
+			defer scancel()
+		}
+		if err := db.apply(sctx, s); err != nil {
 			return err
 		}
 		sqls = append(sqls, s.sql)
+	}
+	if db.clustered() {
+		ctx, cancel := db.ctx(parent)
+		defer cancel()
+		return db.checkDailyZone(ctx, sqls)
 	}
 	return db.checkDailyZone(ctx, sqls)
 }
@@ -279,11 +354,21 @@ func (db *DB) Location() *time.Location { return db.loc }
 // Database is the database name in use.
 func (db *DB) Database() string { return db.opt.Database }
 
+// Cluster is the cluster the tables are spread over; "" on one server.
+func (db *DB) Cluster() string { return db.opt.Cluster }
+
 // DropDatabase drops the whole database; meant for tests.
 func (db *DB) DropDatabase(ctx context.Context) error {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
-	if err := db.conn.Exec(ctx, "DROP DATABASE IF EXISTS `"+db.opt.Database+"`"); err != nil {
+	err := db.conn.Exec(ctx, "DROP DATABASE IF EXISTS `"+db.opt.Database+"`"+db.onCluster())
+	// ON CLUSTER, 18.16 reports a node that had no such database
+	// (IF EXISTS notwithstanding): dropped is dropped.
+	var ex *clickhouse.Exception
+	if db.clustered() && errors.As(err, &ex) && ex.Code == codeUnknownDatabase {
+		err = nil
+	}
+	if err != nil {
 		return fmt.Errorf("tsdb: drop database %s: %w", db.opt.Database, err)
 	}
 	return nil
@@ -388,6 +473,13 @@ func (db *DB) checkDailyZone(ctx context.Context, stmts []string) error {
 		"INSERT INTO device_message_daily (day, product_id, messages) " +
 			"SELECT toDate(time, '" + db.tzName + "') AS day, product_id, count() AS messages " +
 			"FROM device_message GROUP BY day, product_id",
+	}
+	if db.clustered() {
+		// The same on every node; the recount goes through the
+		// Distributed tables (its rows land on any shard: every query
+		// sums the days over all of them).
+		steps[0] = "DROP TABLE IF EXISTS " + db.alterTarget(dailyMV)
+		steps[1] = "TRUNCATE TABLE " + db.alterTarget(db.storageTable("device_message_daily"))
 	}
 	for _, s := range steps {
 		if err := db.conn.Exec(ctx, s); err != nil {
