@@ -16,6 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/link"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -42,7 +43,7 @@ type Options struct {
 	// project's Mosquitto, see .ci/mosquitto.conf).
 	BrokerURL string
 	// Login is devicehub's login at the broker.
-	Login Login
+	Login link.Login
 	// ClientID prefixes the ids of the subscriber connections,
 	// "<ClientID>-<n>". They must be stable across restarts (the broker
 	// keeps their sessions and queued messages) and differ between
@@ -109,6 +110,9 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Live, if set, is handed the property values of the devices it
+	// watches once they are stored (livefeed.go).
+	Live LiveFeed
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -121,7 +125,7 @@ func DefaultOptions() Options {
 	}
 	return Options{
 		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
-		Login:              DefaultLogin,
+		Login:              link.DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
 		ShareGroup:         NoShareGroup,                    // one instance; a kept subscription
 		Connections:        max(1, runtime.GOMAXPROCS(0)/2), // one per two cores, see Options
@@ -151,7 +155,7 @@ func (o Options) withDefaults() Options {
 	if o.ClientID == "" {
 		o.ClientID = d.ClientID
 	}
-	if o.Login == (Login{}) {
+	if o.Login == (link.Login{}) {
 		o.Login = d.Login
 	}
 	if o.ShareGroup == "" {
@@ -291,6 +295,7 @@ type Ingester struct {
 	seed    maphash.Seed
 
 	queues  []chan item
+	backlog *backlog // when each kept session's backlog is drained (backlog.go)
 	depth   atomic.Int64
 	parking parking // messages waiting for PostgreSQL (park.go)
 
@@ -339,6 +344,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		in.ack(nil)
 	}
 	in.devices = newDeviceCache(devices, opt.DeviceCacheTTL, in.log)
+	in.backlog = newBacklog(opt, in.log)
 	in.refresher.Add(1)
 	go func() {
 		defer in.refresher.Done()
@@ -420,11 +426,11 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 		SetOrderMatters(true). // callback inline: blocking it is the backpressure
 		SetAutoReconnect(true).
 		SetConnectRetry(false).
-		SetMaxReconnectInterval(reconnectEvery). // back within moments of the broker
+		SetMaxReconnectInterval(link.ReconnectEvery). // back within moments of the broker
 		SetKeepAlive(in.opt.KeepAlive).
 		SetPingTimeout(in.opt.PingTimeout).
 		SetConnectTimeout(in.opt.ConnectTimeout).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, m) }).
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, id, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			if retire || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
@@ -432,11 +438,13 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
 			in.subscribe(c, id)
+			in.backlog.mark(c, id)
 		}).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			in.backlog.connectionLost(id)
 			in.log.Warn("ingest connection lost; reconnecting", "client", id, "err", err)
 		})
-	if fn := bufferedDialer(in.opt.BrokerURL, in.opt.ConnectTimeout); fn != nil {
+	if fn := link.BufferedDialer(in.opt.BrokerURL, in.opt.ConnectTimeout); fn != nil {
 		o.SetCustomOpenConnectionFn(fn)
 	}
 	c := mqtt.NewClient(o)
@@ -467,20 +475,18 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 	// New returns subscribed.
 	if t.(*mqtt.ConnectToken).SessionPresent() {
 		in.subscribe(c, id)
+		in.backlog.mark(c, id)
 		// A run with the other ShareGroup form left its subscriptions.
 		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
 	}
-	if err := waitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+	if err := link.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
+	in.backlog.mark(c, id)
 	return c, true, nil
 }
-
-// reconnectEvery is how often a lost connection is tried again: the
-// broker's return is noticed within this long.
-const reconnectEvery = 250 * time.Millisecond
 
 // subscribe (re)subscribes c to the uplink filters without waiting: the
 // broker answers behind the backlog it holds for the session.
@@ -498,7 +504,7 @@ func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
 
 // receive is the MQTT callback: it never touches storage, only hands the
 // message to its worker's bounded queue, waiting while that is full.
-func (in *Ingester) receive(order *ackOrder, m mqtt.Message) {
+func (in *Ingester) receive(order *ackOrder, session string, m mqtt.Message) {
 	in.gate.Lock()
 	if in.closed {
 		in.gate.Unlock()
@@ -515,6 +521,10 @@ func (in *Ingester) receive(order *ackOrder, m mqtt.Message) {
 		in.gate.Unlock()
 	}()
 
+	if in.backlog.isMarker(m.Topic()) {
+		in.backlog.arrived(order, session, m)
+		return
+	}
 	in.received.Add(1)
 	in.m.received.Inc()
 	it := item{msg: m, at: time.Now()}
@@ -561,6 +571,10 @@ func (in *Ingester) settle(it item, ack bool) {
 }
 
 func (in *Ingester) ack(m mqtt.Message) {
+	if mm, ok := m.(markerMessage); ok {
+		mm.Ack() // not a device message
+		return
+	}
 	if m != nil { // nil: a QoS 0 message, let go once queued (process)
 		m.Ack()
 	}
@@ -675,6 +689,9 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		detach(&it)
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == KindOnline, At: at}, done)
 	}
+	if in.opt.Live != nil && len(rows.Props) > 0 && in.opt.Live.Watching(t.DeviceID) {
+		done = in.liveDone(rows.Props, done)
+	}
 	if err := w.AddHolding(in.runCtx, rows.Msgs, rows.Props, held, done); err != nil {
 		// Only after Close's deadline (or a row tsdb refuses, which the
 		// decoder prevents): leave it unacked for redelivery.
@@ -712,6 +729,9 @@ func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
 	}
 }
 
+// The command path records its downlinks through the ingester.
+var _ link.DownlinkRecorder = (*Ingester)(nil)
+
 // RecordDownlink stores a message the platform sent to a device (a
 // command), with the uplink messages.
 func (in *Ingester) RecordDownlink(ctx context.Context, m tsdb.Message) error {
@@ -738,6 +758,10 @@ func (in *Ingester) Stats() Stats {
 	})
 	return s
 }
+
+// BacklogDrained reports whether every subscriber session has stored (or
+// dropped) what the broker held for it when it last connected (backlog.go).
+func (in *Ingester) BacklogDrained() bool { return in.backlog.Drained() }
 
 // Connected reports whether every subscriber connection, retired sessions
 // included, is open to the broker; paho reconnects a lost one by itself.

@@ -109,9 +109,43 @@ func TestStartWithBacklog(t *testing.T) {
 	start := time.Now()
 	in := e.startIngester(opt)
 	t.Logf("started in %s with the backlog", time.Since(start).Round(time.Millisecond))
-	eventually(t, 120*time.Second, "the backlog stored", func() bool { return in.Stats().Stored >= n })
+	// Readiness waits for the backlog: not drained while it is being
+	// stored, drained once all of it is.
+	if in.BacklogDrained() {
+		t.Fatalf("backlog drained at start, with %d of %d stored", in.Stats().Stored, n)
+	}
+	eventually(t, 120*time.Second, "the backlog drained", in.BacklogDrained)
+	if s := in.Stats(); s.Stored < n {
+		t.Fatalf("backlog said drained with %d of %d stored", s.Stored, n)
+	}
+	t.Logf("backlog drained %s after the start", time.Since(start).Round(time.Millisecond))
 	if got := e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d); got != n {
 		t.Fatalf("%d distinct messages stored, want %d", got, n)
+	}
+	if s := in.Stats(); s.Received != n || s.Acked != n {
+		t.Fatalf("received %d, acked %d: the marker is counted as a device message", s.Received, s.Acked)
+	}
+}
+
+// TestBacklogDrainedWithoutBacklog: a new session, a shared subscription
+// and a QoS 0 one are drained as soon as they are subscribed.
+func TestBacklogDrainedWithoutBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		share string
+		qos   byte
+	}{
+		{"new kept session", NoShareGroup, 1},
+		{"shared subscription", "g-" + randID("s"), 1},
+		{"QoS 0", NoShareGroup, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, p, _ := newEnvOneDevice(t)
+			opt := testOptions(p)
+			opt.ShareGroup, opt.QoS = tc.share, tc.qos
+			in := e.startIngester(opt)
+			eventually(t, 5*time.Second, "drained", in.BacklogDrained)
+		})
 	}
 }
 

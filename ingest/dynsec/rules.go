@@ -64,11 +64,14 @@ func DeviceACLs(productID, deviceID string) []ACL {
 
 // ServiceACLs are what devicehub's own clients need beyond the plugin
 // admin role that `mosquitto_ctrl dynsec init` gives its login (subscribe
-// and receive everything, $SYS, the control topic): publish downlinks.
+// and receive everything, $SYS, the control topic): publish downlinks, and
+// the ingest sessions' backlog markers (ingest/backlog.go), on a device
+// level no device id can have.
 func ServiceACLs() []ACL {
 	return []ACL{
 		{Type: "publishClientSend", Topic: "/+/+/properties/read", Allow: true},
 		{Type: "publishClientSend", Topic: "/+/+/function/invoke", Allow: true},
+		{Type: "publishClientSend", Topic: "/+/$devicehub/online", Allow: true},
 		{Type: "subscribePattern", Topic: "#", Allow: true},
 	}
 }
