@@ -4,7 +4,7 @@ PKGS      := ./...
 HTTP_ADDR ?= 127.0.0.1:8848
 export DEVICEHUB_MQTT_PORT ?= 1884
 
-.PHONY: run test services build fmt vet lint fuzz bench bench-go clean
+.PHONY: run test services build fmt vet lint fuzz bench bench-go clean cluster cluster-stop test-cluster
 
 ## services: install (if missing) and start PostgreSQL, ClickHouse and Mosquitto; idempotent.
 services:
@@ -31,7 +31,12 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet $(PKGS)
 
+## lint: vet and the gofmt check, go.mod and go.sum tidy, staticcheck (a
+## pinned version, built by `go run` from the module proxy; .ci/run runs it).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet
+	@$(GO) mod tidy -diff || (echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1)
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s); `make test` runs
 ## them for FUZZ_SHORT executions. A crash is saved under testdata/fuzz: commit it.
@@ -59,6 +64,21 @@ fuzz:
 		if ! out=$$($(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); then \
 			echo "$$out" | tail -40; exit 1; fi; \
 	done
+
+## cluster: a local scale-out setup (README "Scaling out"): ZooKeeper, ClickHouse
+## 2 shards x 2 replicas and two devicehub instances (:8851, :8852); cluster-stop
+## stops it. It keeps a small machine busy: stop it when done.
+cluster: services
+	@bash .ci/cluster start
+
+cluster-stop:
+	@bash .ci/cluster stop
+
+## test-cluster: the cluster tests (tsdb, cmd/devicehub TestCluster) against
+## the local ClickHouse cluster, started for them and stopped after
+## (unless it was running).
+test-cluster: services
+	@bash .ci/cluster test
 
 ## bench: every scenario of cmd/bench with its ceilings; report in bench/results/.
 bench: services

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // checkContentType accepts the Content-Type of a JSON body: none at all,
@@ -106,7 +106,7 @@ func (s *textScanner) value(depth int) error {
 			}
 			key := string(s.b[start+1 : s.i-1])
 			if problem != "" {
-				return meta.Invalid(s.field(), "key %s %s", strconv.QuoteToASCII(key), problem)
+				return schema.Invalid(s.field(), "key %s %s", strconv.QuoteToASCII(key), problem)
 			}
 			if !s.next(':') {
 				return errTextSyntax
@@ -155,7 +155,7 @@ func (s *textScanner) value(depth int) error {
 			return err
 		}
 		if problem != "" {
-			return meta.Invalid(s.field(), "%s", problem)
+			return schema.Invalid(s.field(), "%s", problem)
 		}
 		return nil
 	}

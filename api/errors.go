@@ -9,10 +9,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"devicehub/ingest"
+	"devicehub/ingest/link"
 	"devicehub/meta"
 	"devicehub/schema"
-	"devicehub/tsdb"
 )
 
 // Envelope codes.
@@ -38,10 +37,10 @@ const (
 func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 	return func(c *fiber.Ctx, err error) error {
 		var (
-			argErr *meta.ArgError
+			argErr *schema.ArgError
 			tmErr  *schema.ValidationError
 			fe     *fiber.Error
-			devErr *ingest.DeviceError
+			devErr *link.DeviceError
 		)
 		switch {
 		case errors.Is(err, meta.ErrUnauthorized):
@@ -61,15 +60,15 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
 		case errors.As(err, &tmErr):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "invalid thing model: "+safeText(tmErr.Error()), nil)
-		case errors.Is(err, tsdb.ErrInvalidArgument):
+		case errors.Is(err, schema.ErrIllegalArgument):
 			// The caller names the field; the sentinel's own text adds nothing.
-			msg := strings.TrimSuffix(err.Error(), ": "+tsdb.ErrInvalidArgument.Error())
+			msg := strings.TrimSuffix(err.Error(), ": "+schema.ErrIllegalArgument.Error())
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(msg), nil)
-		case errors.Is(err, ingest.ErrOffline):
+		case errors.Is(err, link.ErrOffline):
 			return reply(c, fiber.StatusInternalServerError, codeClientOffline, "device is offline", nil)
-		case errors.Is(err, ingest.ErrTimeout):
+		case errors.Is(err, link.ErrTimeout):
 			return reply(c, fiber.StatusInternalServerError, codeTimeOut, "device did not reply in time", nil)
-		case errors.Is(err, ingest.ErrTooBusy):
+		case errors.Is(err, link.ErrTooBusy):
 			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many pending commands; retry later", nil)
 		case errors.As(err, &devErr):
 			return reply(c, fiber.StatusInternalServerError, safeText(devErr.Code), safeText(devErr.Error()), nil)
@@ -119,13 +118,13 @@ func safeText(s string) string {
 func decodeJSON(c *fiber.Ctx, v any) error {
 	body := c.Body()
 	if len(body) == 0 {
-		return meta.Invalid("body", "a JSON body is required")
+		return schema.Invalid("body", "a JSON body is required")
 	}
 	if err := checkJSONText(body); err != nil {
 		return err
 	}
 	if !utf8.Valid(body) {
-		return meta.Invalid("body", "must be UTF-8")
+		return schema.Invalid("body", "must be UTF-8")
 	}
 	return jsonError(json.Unmarshal(body, v))
 }
@@ -144,11 +143,11 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return meta.Invalid(field, "must be %s, not %s", jsonTypeName(te.Type.Kind().String()), te.Value)
+		return schema.Invalid(field, "must be %s, not %s", jsonTypeName(te.Type.Kind().String()), te.Value)
 	case errors.As(err, &se):
-		return meta.Invalid("body", "malformed JSON at offset %d", se.Offset)
+		return schema.Invalid("body", "malformed JSON at offset %d", se.Offset)
 	}
-	return meta.Invalid("body", "malformed JSON: %s", err.Error())
+	return schema.Invalid("body", "malformed JSON: %s", err.Error())
 }
 
 func jsonTypeName(kind string) string {

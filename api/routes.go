@@ -5,6 +5,9 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"devicehub/api/console"
+	"devicehub/api/openapi"
 )
 
 // routes registers every endpoint. Spec endpoint numbers are in comments;
@@ -18,8 +21,13 @@ func (s *Server) routes() {
 		gatherer = prometheus.DefaultGatherer
 	}
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
+	// /openapi.json describes every route of this function (api/openapi's
+	// tests hold it to them); /docs renders it.
+	openapi.Register(app)
 
 	app.Post("/api/authorize/login", s.login)
+	// Live updates (live.go): before the /api group, as the token may be a query parameter.
+	app.Get("/api/live", s.requireTokenOrQuery, s.live)
 
 	api := app.Group("/api", s.requireToken)
 	api.Post("/authorize/logout", s.logout)
@@ -59,15 +67,20 @@ func (s *Server) routes() {
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.dashboardMulti) // 14
 
+	// The web console: / and /assets/* (api/console); nothing under /api.
+	console.Register(app)
+
 	// Anything else, under /api or not, is not_found in the envelope.
 	app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
 }
 
 // write wraps a handler that changes products or devices: cached device
-// references are forgotten after it, whatever its outcome.
+// references and product thing models are forgotten after it, whatever
+// its outcome.
 func (s *Server) write(h fiber.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		defer s.refs.clear()
+		defer s.models.clear()
 		return h(c)
 	}
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// for any) allowed to call the API across origins; see
 	// ParseCORSOrigins. None (the default) sends no CORS headers.
 	CORSOrigins []string
+	// AccessLog logs every request at level info through Deps.Logger
+	// (accesslog.go).
+	AccessLog bool
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -71,6 +74,10 @@ type Deps struct {
 	Models    DeviceModels
 	// Commands sends property reads and function invokes (endpoints 10-12).
 	Commands Commander
+	// Live serves GET /api/live (live.go); LiveDevices checks the devices
+	// asked for.
+	Live        LiveHub
+	LiveDevices LiveDevices
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger
@@ -85,7 +92,8 @@ type Server struct {
 	deps   Deps
 	log    *slog.Logger
 	tokens *lookupCache[meta.User]      // token checks
-	refs   *lookupCache[meta.DeviceRef] // devices behind commands
+	refs   *lookupCache[meta.DeviceRef] // devices behind commands and dashboard queries
+	models *lookupCache[string]         // thing models of products behind product-wide dashboard queries
 	dash   *dashboardGate               // dashboard requests in flight
 }
 
@@ -95,16 +103,21 @@ func New(opts Options, deps Deps) *Server {
 		deps.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newLookupCache[meta.User](opts.TokenCacheTTL, 100_000),
-		refs: newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
-		dash: newDashboardGate(opts.DashboardConcurrency, opts.DashboardWait)}
+		refs:   newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
+		models: newLookupCache[string](opts.DeviceCacheTTL, 10_000),
+		dash:   newDashboardGate(opts.DashboardConcurrency, opts.DashboardWait)}
 	s.app = fiber.New(fiber.Config{
 		AppName:               "devicehub",
 		BodyLimit:             opts.BodyLimit,
 		ReadTimeout:           opts.ReadTimeout,
 		WriteTimeout:          opts.WriteTimeout,
+		ReadBufferSize:        16 << 10, // request line and headers: GET /api/live of 100 ids of 64 characters (live.go)
 		DisableStartupMessage: true,
 		ErrorHandler:          errorHandler(deps.Logger),
 	})
+	if opts.AccessLog {
+		s.app.Use(accessLog(s.log))
+	}
 	s.app.Use(recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: func(c *fiber.Ctx, e any) {
 		s.log.Error("panic in handler", "method", c.Method(), "path", c.Path(), "panic", e)
 	}}))

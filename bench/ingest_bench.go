@@ -24,14 +24,15 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest"
+	"devicehub/ingest/link"
 )
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
 type IngestParams struct {
-	gateway        ingest.Login // the publishers' broker login
-	BrokerURL      string       // default tcp://127.0.0.1:1884
-	ClickHouseAddr string       // default 127.0.0.1:9000
-	PostgresServer string       // DSN without database, default postgres://postgres@127.0.0.1:5432
+	gateway        link.Login // the publishers' broker login
+	BrokerURL      string     // default tcp://127.0.0.1:1884
+	ClickHouseAddr string     // default 127.0.0.1:9000
+	PostgresServer string     // DSN without database, default postgres://postgres@127.0.0.1:5432
 	// ServerBinary is a built cmd/devicehub; empty: RunIngest builds one
 	// into a temporary directory (BuildServer; the working directory must be
 	// inside the repository).
@@ -47,6 +48,11 @@ type IngestParams struct {
 	QoS         byte
 	Publishers  int // publishing connections, default 4
 	Connections int // the server's subscriber connections (-ingest-connections), default the server's (one per two cores)
+
+	// ClickHouseCluster spreads the tables over this cluster
+	// (tsdb.Options.Cluster; ClickHouseAddr: a node, or nodes, of it).
+	// Default "": one server.
+	ClickHouseCluster string
 }
 
 // IngestResult is what RunIngest measured.
@@ -168,7 +174,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
-	mosq, chs := brokerPID(p.BrokerURL), clickhousePID(p.ClickHouseAddr)
+	mosq, chs := brokerPID(p.BrokerURL), clickhouseProcs(ctx, p.ClickHouseAddr, p.ClickHouseCluster)
 	procs := func(self string, server int) []namedProc {
 		ps := []namedProc{{Name: "bench (" + self + ")", PID: 0}}
 		if server > 0 {
@@ -177,10 +183,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		if mosq > 0 {
 			ps = append(ps, namedProc{Name: "mosquitto", PID: mosq})
 		}
-		if chs > 0 {
-			ps = append(ps, namedProc{Name: "clickhouse-server", PID: chs})
-		}
-		return ps
+		return append(ps, chs...)
 	}
 
 	product := "bench-" + randHex(3)
@@ -204,7 +207,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	debug.FreeOSMemory()
 
 	// Databases of this run, the product and its deployed devices.
-	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "devicehub_bench_", product, ids)
+	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, p.ClickHouseCluster, "devicehub_bench_", product, ids)
 	if err != nil {
 		return res, err
 	}
@@ -222,6 +225,9 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 		conns = p.Connections
 		args = append(args, "-ingest-connections="+strconv.Itoa(p.Connections))
 		shareGroup = "bench" + randHex(4)
+	}
+	if p.ClickHouseCluster != "" {
+		args = append(args, "-clickhouse-cluster="+p.ClickHouseCluster)
 	}
 	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: args, Env: map[string]string{
 		"POSTGRES_DSN":     db.dsn,
@@ -437,7 +443,7 @@ func publishLoop(ctx context.Context, c mqtt.Client, qos byte, deadline time.Tim
 	return n, nil
 }
 
-func mqttConnect(broker, id string, clean bool, login ingest.Login) (mqtt.Client, error) {
+func mqttConnect(broker, id string, clean bool, login link.Login) (mqtt.Client, error) {
 	c := mqtt.NewClient(login.NewClientOptions(broker, id).SetCleanSession(clean).
 		SetAutoReconnect(false).SetWriteTimeout(30 * time.Second))
 	t := c.Connect()
@@ -474,7 +480,7 @@ type brokerCeilingResult struct {
 // auto-ack), payloads like RunIngest's, publishing for d; rate is
 // received msgs/s, from the first publish to the last message received.
 // The topic is no device's: ingest does not subscribe to it.
-func brokerCeiling(ctx context.Context, label, broker string, pub ingest.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
+func brokerCeiling(ctx context.Context, label, broker string, pub link.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
 	var res brokerCeilingResult
 	topic := "/bench-" + randHex(4) + "/ceiling"
 	var got atomic.Int64

@@ -19,5 +19,12 @@ var Postgres embed.FS
 // 18.16 has no such form (DROP COLUMN), preceded by a "--@if <query>" line
 // whose count says whether it still has work to do.
 //
+// The files are written for one server; in cluster mode tsdb rewrites each
+// statement for the cluster (tsdb/cluster.go), so a statement must be one
+// of the forms it knows: CREATE TABLE IF NOT EXISTS with a *MergeTree
+// engine (sharded by device_id when the table has that column), CREATE
+// MATERIALIZED VIEW IF NOT EXISTS ... TO a table of these files, ALTER
+// TABLE with a "--@if" condition, or DROP TABLE IF EXISTS.
+//
 //go:embed clickhouse/*.sql
 var ClickHouse embed.FS

@@ -1,12 +1,17 @@
 // Package tsdb is the time-series store of devicehub: device messages and
 // property values in ClickHouse, the batching Writer that ingest feeds, and
-// the columnar queries behind the dashboard (message counts per bucket,
-// property history) plus partition-based retention.
+// the columnar queries behind the dashboard (message counts and property
+// aggregates per bucket, property history, latest or over a range, with
+// the result cache of cache.go) plus partition-based retention. Bucket
+// edges and date math, in the platform time zone, live here only
+// (buckets.go, datemath.go).
 //
 // It speaks the native protocol only and keeps to SQL that runs on
 // ClickHouse 18.16 as on current releases (no CODEC, TTL, DateTime64,
 // LowCardinality, toStartOfInterval or JSON functions; explicit column lists
-// in every INSERT). The DDL lives in schema.ClickHouse.
+// in every INSERT). The DDL lives in schema.ClickHouse. Options.Cluster
+// spreads the tables over a ClickHouse cluster, replicated and sharded by
+// device behind Distributed tables (cluster.go).
 //
 // It must not import api, ingest or meta; callers declare the small
 // interfaces they need (the Writer itself only needs an Inserter).

@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|api|commands|live|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -32,7 +32,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|live|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -87,6 +87,7 @@ func main() {
 type flags struct {
 	fs                                            *flag.FlagSet
 	out, broker, clickhouse, postgres, cpuprofile string
+	clickhouseCluster                             string
 	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
 	cmdRates                                      string
 	apiDevices, apiProducts, apiConc, apiReqs     int
@@ -95,9 +96,12 @@ type flags struct {
 	ingestQoS, serverBin, serverFlags             string
 	dashSizes, dashPGSizes                        string
 	dashIter, dashConc                            int
+	dashReqs, dashPropRows                        int
 	dashKeep                                      bool
 	soakDuration                                  time.Duration
 	soakRate, soakDevices                         int
+	liveRate, liveDevices, liveWatched, liveSubs  int
+	liveDuration                                  time.Duration
 }
 
 func newFlags() *flags {
@@ -105,7 +109,9 @@ func newFlags() *flags {
 	fs := f.fs
 	fs.StringVar(&f.out, "out", "bench/results", "results directory; each run writes a <timestamp> folder in it")
 	fs.StringVar(&f.broker, "broker", envOr("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884"), "MQTT broker URL")
-	fs.StringVar(&f.clickhouse, "clickhouse", envOr("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000"), "ClickHouse native address")
+	fs.StringVar(&f.clickhouse, "clickhouse", envOr("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000"), "ClickHouse native address (with -clickhouse-cluster: a node of it, or a comma-separated list tried in order)")
+	fs.StringVar(&f.clickhouseCluster, "clickhouse-cluster", os.Getenv("DEVICEHUB_CLICKHOUSE_CLUSTER"),
+		"ingest, dashboard: spread the tables over this ClickHouse cluster, e.g. devicehub for `make cluster` with -clickhouse=127.0.0.1:9111,127.0.0.1:9121 (empty: one server)")
 	fs.StringVar(&f.postgres, "postgres", envOr("DEVICEHUB_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432"), "PostgreSQL server DSN (no database)")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (load clients, devices, in-process ceilings; not the devicehub child: see -server-flags=-pprof-addr=...) to this file")
 	fs.IntVar(&f.cmdDevices, "cmd-devices", 100, "commands: simulated devices")
@@ -129,11 +135,18 @@ func newFlags() *flags {
 	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
 	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
 	fs.IntVar(&f.dashIter, "dash-iterations", 200, "dashboard: timed requests per query")
-	fs.IntVar(&f.dashConc, "dash-concurrency", 4, "dashboard: clients of the concurrent run")
+	fs.IntVar(&f.dashConc, "dash-concurrency", 64, "dashboard: clients of the concurrent runs, each beside a bare Fiber handler under the same load (1: none)")
+	fs.IntVar(&f.dashReqs, "dash-requests", 20000, "dashboard: measured requests of each concurrent run (a quarter of it for the runs ClickHouse answers every request of)")
+	fs.IntVar(&f.dashPropRows, "dash-prop-rows", 1000000, "dashboard: property values of the property-aggregate scenario (0: skip it)")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
 	fs.DurationVar(&f.soakDuration, "soak-duration", 10*time.Minute, "soak: publishing time (faults at 20%, 45% and 70% of it)")
 	fs.IntVar(&f.soakRate, "soak-rate", 2000, "soak: QoS 1 reports per second")
 	fs.IntVar(&f.soakDevices, "soak-devices", 100, "soak: devices")
+	fs.IntVar(&f.liveRate, "live-rate", 2000, "live: QoS 1 reports per second (the soak's load)")
+	fs.IntVar(&f.liveDevices, "live-devices", 100, "live: devices publishing")
+	fs.IntVar(&f.liveWatched, "live-watched", 10, "live: devices each subscriber watches")
+	fs.IntVar(&f.liveSubs, "live-subscribers", 4, "live: GET /api/live streams")
+	fs.DurationVar(&f.liveDuration, "live-duration", 20*time.Second, "live: publishing time of each phase")
 	return f
 }
 
@@ -178,15 +191,15 @@ func floats(s string) ([]float64, error) {
 }
 
 func run(ctx context.Context, scenario string, f *flags) error {
-	all := []string{"ingest", "dashboard", "api", "commands"}
+	all := []string{"ingest", "dashboard", "api", "commands", "live"}
 	var scenarios []string
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "api", "commands", "soak":
+	case "ingest", "dashboard", "api", "commands", "live", "soak":
 		scenarios = []string{scenario} // soak is not part of all: it stops the services
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, soak or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, live, soak or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -200,7 +213,7 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	started := time.Now()
 	rep := &bench.Report{
 		Scenario: scenario, Command: "go run ./cmd/bench " + strings.Join(os.Args[1:], " "), Started: started,
-		Machine: bench.CollectMachine(), Versions: bench.CollectVersions(ctx, f.clickhouse, f.postgres),
+		Machine: bench.CollectMachine(), Versions: bench.CollectVersions(ctx, strings.Split(f.clickhouse, ",")[0], f.postgres),
 		Results: map[string]any{}, Timelines: map[string][]bench.Second{},
 	}
 	gcPercent := debug.SetGCPercent(-1) // read it: set it back at once
@@ -374,6 +387,30 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		for _, q := range r.Queries {
 			cpuFigures(add, "", q.CPU)
 		}
+	case "live":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunLive(ctx, bench.LiveParams{Rate: f.liveRate, Devices: f.liveDevices, QoS: 1, Watched: f.liveWatched,
+			Subscribers: f.liveSubs, Duration: f.liveDuration, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
+			PostgresServer: f.postgres, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		if err != nil {
+			return err
+		}
+		logf("%s", r)
+		m := fmt.Sprintf(" (%d reports/s, %d devices watched by %d streams)", r.Params.Rate, r.Params.Watched, r.Params.Subscribers)
+		for _, x := range []struct {
+			name, target string
+			l            bench.LiveLatency
+		}{{"published -> received", "", r.EndToEnd}, {"stored -> received", "<= 200 ms", r.AfterStorage}} {
+			add(bench.Figure{Name: x.name + " p50" + m, Value: x.l.Latency.P50Ms, Unit: "ms"})
+			add(bench.Figure{Name: x.name + " p99" + m, Value: x.l.Latency.P99Ms, Unit: "ms", Target: x.target})
+			add(bench.Figure{Name: x.name + " max" + m, Value: x.l.Latency.MaxMs, Unit: "ms"})
+			add(bench.Figure{Name: x.name + " skipped" + m, Value: float64(x.l.Skipped), Unit: "events", Target: "0"})
+		}
+		add(bench.Figure{Name: "peak RSS (devicehub server process)" + m, Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
 	case "soak":
 		bin, err := serverBin()
 		if err != nil {
@@ -407,7 +444,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		var results []bench.IngestResult
 		for _, q := range qs {
 			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s and raw ClickHouse ceiling first, the broker ceiling again after)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
-			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
+			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresServer: f.postgres,
 				ServerBinary: bin, Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration,
 				ClickHouseDuration: f.chDuration, QoS: byte(q), Publishers: f.ingestPublishers, Connections: f.ingestConns,
 				ServerArgs: strings.Fields(f.serverFlags)})
@@ -439,8 +476,12 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		if err != nil {
 			return fmt.Errorf("-dash-pg-sizes: %w", err)
 		}
+		propRows := f.dashPropRows
+		if propRows == 0 {
+			propRows = -1 // skip
+		}
 		r, err := bench.RunDashboard(ctx, bench.DashboardParams{Sizes: sizes, PGSizes: pgSizes, Iterations: f.dashIter,
-			Concurrency: f.dashConc, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, PostgresDSN: f.postgres, Logf: logf})
+			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -457,9 +498,51 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			add(d30)
 			add(m12)
 			add(bench.Figure{Name: "property history p50" + n, Value: z.History.P50, Unit: "ms"})
+			dashLoadFigures(add, n, z.Concurrent, z.Ceiling)
+			for _, d := range z.Concurrent {
+				rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
+			}
+		}
+		if pa := r.Props; pa != nil {
+			n := fmt.Sprintf(" (%d property values)", pa.Rows)
+			add(bench.Figure{Name: fmt.Sprintf("property avg 1h x24, one device p50 (%d rows read)", pa.DeviceRowsRead) + n, Value: pa.Device.P50, Unit: "ms"})
+			add(bench.Figure{Name: "property avg 1h x24, one device p99" + n, Value: pa.Device.P99, Unit: "ms", Target: "<= 20 ms"})
+			add(bench.Figure{Name: fmt.Sprintf("property avg 1h x24, product-wide p50 (%d rows read)", pa.ProductRowsRead) + n, Value: pa.Product.P50, Unit: "ms"})
+			add(bench.Figure{Name: "property avg 1h x24, product-wide p99" + n, Value: pa.Product.P99, Unit: "ms"})
+			dashLoadFigures(add, n, pa.Concurrent, pa.Ceiling)
+			for _, d := range pa.Concurrent {
+				rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
+			}
 		}
 	default:
 		return errors.New("dashboard scenario: not built")
 	}
 	return nil
+}
+
+// dashLoadFigures adds req/s, p50 and p99 of each concurrent dashboard run
+// beside the bare Fiber handler under the same load, and their CPU.
+func dashLoadFigures(add func(bench.Figure), size string, runs []bench.DashLoad, ceiling *bench.LoadResult) {
+	for _, d := range runs {
+		m := fmt.Sprintf(" (%d clients)%s", d.Load.Concurrency, size)
+		fig := func(name string, v float64, unit string, base float64, target string) {
+			x := bench.Figure{Name: d.Name + " " + name + m, Value: v, Unit: unit, Target: target}
+			if ceiling != nil {
+				x.Against, x.Baseline, x.Ratio = "bare Fiber handler, same load", base, bench.Ratio(v, base)
+			}
+			add(x)
+		}
+		var c bench.LoadResult
+		if ceiling != nil {
+			c = *ceiling
+		}
+		rpsTarget, p99Target := "", ""
+		if d.Cached && strings.HasPrefix(d.Name, "1d x30") {
+			rpsTarget, p99Target = ">= 5000", "<= 20 ms"
+		}
+		fig("req/s (sustained median)", d.Load.SustainedRPS, "req/s", c.SustainedRPS, rpsTarget)
+		fig("p50", d.Load.Latency.P50Ms, "ms", c.Latency.P50Ms, "")
+		fig("p99", d.Load.Latency.P99Ms, "ms", c.Latency.P99Ms, p99Target)
+		cpuFigures(add, "", d.CPU)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"devicehub/api"
 	"devicehub/ingest"
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/link"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -36,7 +37,7 @@ func main() {
 	if code >= 0 {
 		os.Exit(code)
 	}
-	log := newLogger(cfg.LogLevel)
+	log := newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
 	slog.SetDefault(log)
 	// The soft limit makes the collector work harder as the heap nears it,
 	// instead of letting RSS grow to twice the live heap (GOGC=100).
@@ -70,20 +71,8 @@ func parseCommandLine(args []string, getenv func(string) string, stdout, stderr 
 	return cfg, -1
 }
 
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
-
 // run starts every component and stops them in reverse order when ctx ends.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	corsOrigins, err := api.ParseCORSOrigins(cfg.CORSOrigins)
-	if err != nil {
-		return fmt.Errorf("DEVICEHUB_CORS_ORIGINS (-cors-origins): %w", err)
-	}
 	mopt := meta.DefaultOptions()
 	mopt.DSN, mopt.MaxOpenConns, mopt.QueryTimeout = cfg.PostgresDSN, cfg.PostgresMaxConns, cfg.QueryTimeout
 	mopt.LoginMaxFailures, mopt.LoginLockout = cfg.LoginMaxFailures, cfg.LoginLockout
@@ -105,6 +94,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	topt := tsdb.DefaultOptions()
 	topt.Addr, topt.Database, topt.TimeZone = cfg.ClickHouseAddr, cfg.ClickHouseDB, loc
 	topt.Username, topt.Password = cfg.ClickHouseUser, cfg.ClickHousePassword
+	topt.Cluster = cfg.ClickHouseCluster
 	ts, err := tsdb.Open(ctx, topt)
 	if err != nil {
 		return err
@@ -112,17 +102,25 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer ts.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 
-	// Every instance keeps the presence view (commands read it); only the
-	// ingest role stores uplink traffic.
-	popt := ingest.DefaultPresenceOptions()
-	popt.BrokerURL, popt.Login, popt.Logger = cfg.MQTTURL, cfg.MQTTLogin, log
-	presence, err := ingest.NewPresence(ctx, popt, store)
+	// Every instance keeps the device link (presence view and commands);
+	// only the ingest role builds the uplink pipeline and stores traffic.
+	popt := link.DefaultPresenceOptions()
+	popt.BrokerURL, popt.Login, popt.Logger, popt.Registerer = cfg.MQTTURL, cfg.MQTTLogin, log, reg
+	presence, err := link.NewPresence(ctx, popt, store)
 	if err != nil {
 		return err
 	}
 	defer presence.Close()
+	// Live updates: this instance's stored values and presence changes,
+	// and through PostgreSQL the values other instances store (live.go).
+	hub, stopLive, err := startLive(ctx, cfg.PostgresDSN, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopLive()
+	presence.OnPresenceChange(hub.PresenceChanged)
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
@@ -137,6 +135,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			iopt.Writers = cfg.IngestWriters
 		}
 		iopt.ShareGroup = cfg.MQTTShareGroup
+		iopt.Live = hub
 		iopt.Writer.MaxRows, iopt.Writer.MaxBytes, iopt.Writer.FlushInterval = cfg.BatchRows, int(cfg.BatchBytes), cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
@@ -145,13 +144,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 	// Commands ride on this instance's presence client; downlinks are
 	// recorded through the ingest batcher when this instance ingests.
-	var rec ingest.DownlinkRecorder
+	var rec link.DownlinkRecorder
 	if ing != nil {
 		rec = ing
 	}
-	copt := ingest.DefaultCommandOptions()
-	copt.Timeout = cfg.CommandTimeout
-	cmds, err := ingest.NewCommands(presence, rec, copt)
+	copt := link.DefaultCommandOptions()
+	copt.Timeout, copt.Registerer = cfg.CommandTimeout, reg
+	cmds, err := link.NewCommands(presence, rec, copt)
 	if err != nil {
 		return err
 	}
@@ -180,7 +179,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if cfg.Roles["api"] {
 		apiOpts := api.DefaultOptions()
 		apiOpts.TokenLifetime = cfg.TokenLifetime
-		apiOpts.CORSOrigins = corsOrigins
+		apiOpts.CORSOrigins = cfg.CORSOrigins
+		apiOpts.AccessLog = cfg.AccessLog
 		// Readiness (/readyz): the stores, and the broker connections of
 		// the roles this instance runs.
 		ready := map[string]func(context.Context) error{
@@ -190,6 +190,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 		if ing != nil {
 			ready["mqtt_ingest"] = connected(ing.Connected)
+			ready["mqtt_backlog"] = func(context.Context) error {
+				if !ing.BacklogDrained() {
+					return errors.New("ingest: storing the backlog the broker kept")
+				}
+				return nil
+			}
 		}
 		srv = api.New(apiOpts, api.Deps{
 			Auth:      store,
@@ -203,11 +209,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Logger:    log,
 			Registry:  reg,
 			Gatherer:  reg,
+
+			Live:        hub, // GET /api/live (api/live.go)
+			LiveDevices: store,
 		})
 		go func() { errc <- srv.Listen(cfg.HTTPAddr) }()
 		log.Info("devicehub listening", "http", cfg.HTTPAddr)
 	}
-	log.Info("devicehub started", "roles", cfg.RolesText, "mqtt", cfg.MQTTURL, "clickhouse", cfg.ClickHouseAddr)
+	log.Info("devicehub started", "roles", cfg.RolesText, "mqtt", redactURL(cfg.MQTTURL), "clickhouse", cfg.ClickHouseAddr)
 
 	var runErr error
 	select {
@@ -244,6 +253,8 @@ type config struct {
 	TokenLifetime    time.Duration
 	ShutdownTimeout  time.Duration
 	LogLevel         string
+	LogFormat        string
+	AccessLog        bool
 	CommandTimeout   time.Duration
 	LoginMaxFailures int
 	LoginLockout     time.Duration
@@ -252,10 +263,11 @@ type config struct {
 	ClickHouseDB       string
 	ClickHouseUser     string
 	ClickHousePassword string
+	ClickHouseCluster  string
 	TimeZone           string
 	MQTTURL            string
 	MQTTClientID       string
-	MQTTLogin          ingest.Login
+	MQTTLogin          link.Login
 	DeviceAuth         string
 	MQTTShareGroup     string
 	IngestConnections  int
@@ -265,7 +277,7 @@ type config struct {
 	FlushInterval      time.Duration
 	RetentionMonths    int
 	PprofAddr          string
-	CORSOrigins        string
+	CORSOrigins        []string
 	MemoryLimit        int64
 	RolesText          string
 	Roles              map[string]bool
