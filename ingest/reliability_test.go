@@ -92,7 +92,10 @@ func TestStartWithBacklog(t *testing.T) {
 	e, p, d := newEnvOneDevice(t)
 	opt := testOptions(p)
 	opt.ShareGroup = NoShareGroup
-	opt.ConnectTimeout = 250 * time.Millisecond
+	// A start-up step that waited behind the backlog (storing 100k takes
+	// well over 10 s here) would time out; 2 s leaves a loaded machine
+	// room to answer CONNECT and SUBSCRIBE themselves.
+	opt.ConnectTimeout = 2 * time.Second
 	first := e.startIngester(opt)
 	if err := first.Close(ctxT(t, 10*time.Second)); err != nil { // the session stays
 		t.Fatal(err)
