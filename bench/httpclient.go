@@ -21,6 +21,12 @@ type loadClient struct {
 	hc *fasthttp.HostClient
 }
 
+// idleConn is how long an idle connection is kept for reuse: less than
+// devicehub's ReadTimeout (30 s), after which the server closes an idle
+// connection, so a request after a long pause (data generation) never goes
+// out on one the server has closed.
+const idleConn = 10 * time.Second
+
 // requestTimeout bounds one request when its context has no deadline.
 const requestTimeout = 60 * time.Second
 
@@ -29,7 +35,7 @@ func newLoadClient(base string, conns int) *loadClient {
 		Addr:                     strings.TrimPrefix(base, "http://"),
 		MaxConns:                 max(conns, 1),
 		MaxConnWaitTimeout:       requestTimeout, // more workers than connections wait, not fail
-		MaxIdleConnDuration:      time.Minute,
+		MaxIdleConnDuration:      idleConn, // below the server's idle timeout: never reuse a closed connection
 		NoDefaultUserAgentHeader: true,
 		ReadBufferSize:           16 << 10,
 	}}
