@@ -35,7 +35,7 @@ func newLoadClient(base string, conns int) *loadClient {
 		Addr:                     strings.TrimPrefix(base, "http://"),
 		MaxConns:                 max(conns, 1),
 		MaxConnWaitTimeout:       requestTimeout, // more workers than connections wait, not fail
-		MaxIdleConnDuration:      idleConn, // below the server's idle timeout: never reuse a closed connection
+		MaxIdleConnDuration:      idleConn,       // below the server's idle timeout: never reuse a closed connection
 		NoDefaultUserAgentHeader: true,
 		ReadBufferSize:           16 << 10,
 	}}
