@@ -192,6 +192,9 @@ func historyWhere(q HistoryQuery, from time.Time) (string, []any) {
 	return sql, args
 }
 
+// scanValues runs a property-value query (time, ts, product, device,
+// property, value type, number, text) and groups its rows by property in
+// the order ClickHouse returns them: latest values and range history both.
 func (db *DB) scanValues(ctx context.Context, sql string, args []any) (map[string][]PropertyValue, error) {
 	rows, err := db.conn.Query(ctx, sql, args...)
 	if err != nil {

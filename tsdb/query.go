@@ -230,28 +230,7 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 		}
 	}
 	sql += " ORDER BY time DESC, ts DESC LIMIT " + strconv.Itoa(n) + " BY property"
-	rows, err := db.conn.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("tsdb: property history: %w", err)
-	}
-	defer rows.Close()
-	byProp := map[string][]PropertyValue{}
-	for rows.Next() {
-		var (
-			v  PropertyValue
-			tm time.Time
-			ts int64
-		)
-		if err := rows.Scan(&tm, &ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
-			return nil, fmt.Errorf("tsdb: property history: %w", err)
-		}
-		v.Time = time.UnixMilli(ts).In(db.loc) // ts keeps the milliseconds
-		byProp[v.Property] = append(byProp[v.Property], v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tsdb: property history: %w", err)
-	}
-	return byProp, nil
+	return db.scanValues(ctx, sql, args) // history.go
 }
 
 // retentionTables are the tables partitioned by month (toYYYYMM).
