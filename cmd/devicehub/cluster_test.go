@@ -388,31 +388,7 @@ type instance struct {
 // that instances start together.
 func launch(t *testing.T, bin string, env []string, name string) *instance {
 	t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(mqtttest.FreePort(t))
-	logf := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(bin)
-	cmd.Env = append(append([]string(nil), env...), "DEVICEHUB_HTTP_ADDR="+addr)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &instance{&server{cmd: cmd, base: "http://" + addr, logf: logf, exited: make(chan struct{})}, name}
-	go func() { s.err = cmd.Wait(); close(s.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-s.exited
-		}
-	})
-	return s
+	return &instance{launchServer(t, bin, env, name), name}
 }
 
 func (s *instance) waitHealthy(t *testing.T, d time.Duration) {

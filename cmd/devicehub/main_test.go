@@ -188,7 +188,35 @@ type server struct {
 	err    error // of Wait, once exited is closed
 }
 
+// startServer starts the binary and waits until it answers /healthz.
 func startServer(t *testing.T, bin string, env []string, name string) *server {
+	t.Helper()
+	s := launchServer(t, bin, env, name)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-s.exited:
+			t.Fatalf("%s instance exited at start: %v\n%s", name, s.err, s.logTail())
+		default:
+		}
+		resp, err := http.Get(s.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s instance not healthy within 30s\n%s", name, s.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// launchServer starts the binary on a free port, its output in a log
+// file, without waiting for it; the test's cleanup kills it if it still
+// runs.
+func launchServer(t *testing.T, bin string, env []string, name string) *server {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(mqtttest.FreePort(t))
 	logf := filepath.Join(t.TempDir(), name+".log")
@@ -214,25 +242,7 @@ func startServer(t *testing.T, bin string, env []string, name string) *server {
 			<-s.exited
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-s.exited:
-			t.Fatalf("%s instance exited at start: %v\n%s", name, s.err, s.logTail())
-		default:
-		}
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s instance not healthy within 30s\n%s", name, s.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s
 }
 
 func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }
