@@ -117,14 +117,8 @@ func (s *textScanner) value(depth int) error {
 				return err
 			}
 			s.path = s.path[:len(s.path)-1]
-			switch {
-			case s.next(','):
-				s.i++
-			case s.next('}'):
-				s.i++
-				return nil
-			default:
-				return errTextSyntax
+			if more, err := s.more('}'); !more {
+				return err
 			}
 		}
 	case '[':
@@ -139,14 +133,8 @@ func (s *textScanner) value(depth int) error {
 				return err
 			}
 			s.path = s.path[:len(s.path)-1]
-			switch {
-			case s.next(','):
-				s.i++
-			case s.next(']'):
-				s.i++
-				return nil
-			default:
-				return errTextSyntax
+			if more, err := s.more(']'); !more {
+				return err
 			}
 		}
 	case '"':
@@ -213,4 +201,19 @@ func (s *textScanner) str() (problem string, err error) {
 		}
 	}
 	return "", errTextSyntax
+}
+
+// more follows a member or an element: true after a ",", false (and nil)
+// after closer, which ends the object or array; anything else is a syntax
+// error.
+func (s *textScanner) more(closer byte) (bool, error) {
+	switch {
+	case s.next(','):
+		s.i++
+		return true, nil
+	case s.next(closer):
+		s.i++
+		return false, nil
+	}
+	return false, errTextSyntax
 }
