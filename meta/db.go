@@ -35,6 +35,10 @@ type Options struct {
 	// TotalEstimateTTL is how long such an estimate is kept for the same
 	// terms, which then read only their page; 0 keeps none.
 	TotalEstimateTTL time.Duration
+	// PageCacheTTL bounds how long a product or device page is kept for
+	// the same query while no table it reads changes (meta/pagecache.go);
+	// 0 or less keeps none.
+	PageCacheTTL time.Duration
 }
 
 // DefaultOptions returns options that work with `make run`.
@@ -48,6 +52,7 @@ func DefaultOptions() Options {
 		LoginLockout:     10 * time.Minute,
 		ExactTotalLimit:  DefaultExactTotalLimit,
 		TotalEstimateTTL: DefaultTotalEstimateTTL,
+		PageCacheTTL:     DefaultPageCacheTTL,
 	}
 }
 
@@ -56,6 +61,7 @@ type Store struct {
 	db     *sqlx.DB
 	opts   Options
 	totals *totalCache // estimated list totals (query_page.go)
+	pages  *pageCache  // product and device pages (pagecache.go)
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -67,7 +73,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	db.SetMaxOpenConns(opts.MaxOpenConns)
 	db.SetMaxIdleConns(opts.MaxOpenConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL)}
+	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL),
+		pages: newPageCache(opts.DSN, opts.PageCacheTTL)}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
@@ -106,8 +113,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the page cache's watcher and closes the connection pool.
+func (s *Store) Close() error {
+	s.pages.close()
+	return s.db.Close()
+}
 
 // DB exposes the pool, for tests and health checks.
 func (s *Store) DB() *sqlx.DB { return s.db }

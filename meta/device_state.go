@@ -94,6 +94,7 @@ type StateChange struct {
 // the latest wins (the later in the slice on equal times). It returns the
 // number of devices changed.
 func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (int, error) {
+	defer s.pages.changed("devices") // once committed: the next page read sees it
 	if len(changes) == 0 {
 		return 0, nil
 	}

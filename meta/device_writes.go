@@ -27,6 +27,7 @@ func userName(u User) string {
 // with a generated secure key unless one is given. An unknown product is
 // ErrNotFound; a taken id is ErrDuplicateKey.
 func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	if n.ID != "" {
 		if err := checkID("id", n.ID); err != nil {
 			return DeviceDetail{}, err
@@ -128,6 +129,7 @@ func isForeignKeyViolation(err error) bool {
 
 // UpdateDevice applies a DevicePatch and returns the updated device.
 func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modifier User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	if p.ID != nil && *p.ID != "" && *p.ID != id {
 		return DeviceDetail{}, schema.Invalid("id", "does not match the path (%q)", truncate(id, 80))
 	}
@@ -245,6 +247,7 @@ var ErrDeviceDeployed = &schema.ArgError{Field: "id", Msg: "device is deployed; 
 // DeleteDevice deletes an undeployed (notActive) device and returns what was
 // deleted; a deployed one is refused and nothing is deleted.
 func (s *Store) DeleteDevice(ctx context.Context, id string) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -272,6 +275,7 @@ var ErrProductNotDeployed = &schema.ArgError{Field: "productId", Msg: "the devic
 // sets its registry time. A device already deployed is left as it is. The
 // product must be deployed (state 1).
 func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -311,6 +315,7 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 // UndeployDevice moves a device of any state back to notActive; ingest then
 // ignores its state messages until it is deployed again.
 func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
@@ -344,6 +349,7 @@ func (s *Store) ResetDeviceMetadata(ctx context.Context, id string, modifier Use
 }
 
 func (s *Store) setDeviceMetadata(ctx context.Context, id string, metadata *string, modifier User) error {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, `UPDATE devices SET metadata = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,

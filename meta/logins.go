@@ -144,6 +144,7 @@ func (s *Store) Lock(ctx context.Context, key int64) (lost <-chan struct{}, rele
 // one that holds it. The broker drops the device's sessions with the old
 // key within moments (ingest/dynsec).
 func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	key := newSecret()
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()

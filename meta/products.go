@@ -311,6 +311,7 @@ func (n *NewProduct) validate() error {
 // CreateProduct answers endpoint 3. New products start disabled (state 0)
 // until deployed.
 func (s *Store) CreateProduct(ctx context.Context, n NewProduct, creatorID string) (Product, error) {
+	defer s.pages.changed() // once committed: the next page read sees it
 	if err := n.validate(); err != nil {
 		return Product{}, err
 	}
@@ -390,6 +391,7 @@ func normalModel(metadata string) (string, error) {
 // PatchProduct answers endpoint 4: it validates the thing model
 // (normalModel) and stores the product's new fields in one statement.
 func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string) error {
+	defer s.pages.changed() // once committed: the next page read sees it
 	if p.ID == "" {
 		return schema.Invalid("id", "is required")
 	}
@@ -530,6 +532,7 @@ func (s *Store) missingOrChanged(ctx context.Context, table, what, id string) er
 
 // SetProductState deploys (1) or undeploys (0) a product.
 func (s *Store) SetProductState(ctx context.Context, id string, state int, modifierID string) error {
+	defer s.pages.changed() // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, `UPDATE products SET state = $2, modify_time = `+nextModifyTime+`, modifier_id = $3 WHERE id = $1`, id, state, modifierID)
@@ -548,6 +551,7 @@ var ErrProductHasDevices = &schema.ArgError{Field: "id", Msg: "product still has
 // DeleteProduct answers endpoint 5 and returns what was deleted. A product
 // with devices is refused and nothing is deleted.
 func (s *Store) DeleteProduct(ctx context.Context, id string) (Product, error) {
+	defer s.pages.changed() // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)

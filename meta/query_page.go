@@ -26,10 +26,12 @@ type Page[T any] struct {
 	Data       []T  `json:"data"`
 }
 
-// Defaults of Options.ExactTotalLimit and Options.TotalEstimateTTL.
+// Defaults of Options.ExactTotalLimit, Options.TotalEstimateTTL and
+// Options.PageCacheTTL.
 const (
 	DefaultExactTotalLimit  = 1000
 	DefaultTotalEstimateTTL = 10 * time.Second
+	DefaultPageCacheTTL     = 10 * time.Second
 )
 
 // listSpec says how a resource's list query reads its items: R is the row
@@ -153,11 +155,27 @@ func (l *listSpec[R, T]) statements(c *Compiled) *listSQL {
 // kept for Options.TotalEstimateTTL under the terms and their values:
 // while it is kept, the same terms read only their page. A page that ends
 // before its size makes the total exact again.
+//
+// Pages are kept in the page cache (pagecache.go) until a table they read
+// changes; they are shared, and never modified.
 func queryList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Query) (Page[T], error) {
 	c, err := l.res.Compile(q)
 	if err != nil {
 		return Page[T]{}, err
 	}
+	_, size, offset := q.Page(math.MaxInt)
+	v, err := s.pages.get(ctx, l.res.Name, pageKey(l.res.Name, c, size, offset), func(ctx context.Context) (any, int, error) {
+		p, err := readList(ctx, s, l, q, c)
+		return p, len(p.Data) + 1, err
+	})
+	if err != nil {
+		return Page[T]{}, err
+	}
+	return v.(Page[T]), nil
+}
+
+// readList reads a page of q (compiled into c) from PostgreSQL.
+func readList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Query, c *Compiled) (Page[T], error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	st := l.statements(c)

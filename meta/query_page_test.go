@@ -35,6 +35,10 @@ func listExec(t *testing.T, s *meta.Store, sql string, args ...any) {
 	if _, err := s.DB().Exec(sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
+	// Written past the Store: its page cache hears of it by announcement.
+	if err := s.SyncLists(context.Background()); err != nil {
+		t.Fatalf("sync lists: %v", err)
+	}
 }
 
 // listDevice is a seeded device, as the list should show it.

@@ -1,0 +1,383 @@
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// The page cache of the product and device lists (endpoints 1 and 7).
+// Consoles and dashboards poll the same pages again and again, and a page
+// costs PostgreSQL about 1 ms of CPU (planning, a trigram scan, the
+// count); the tables change far less often than they are read. So a page
+// is kept, under its terms, order and position, until a table it reads
+// changes, and identical queries that arrive while one runs wait for it
+// instead of asking PostgreSQL again.
+//
+// Why a kept page is never older than the tables, whoever writes them:
+//   - Every statement that changes products, devices or
+//     product_device_counts announces the table on channel devicehub_lists
+//     as it commits (schema/postgres/00008_list_changes.sql), whoever
+//     wrote it: this instance, another one, psql. A watcher LISTENs and,
+//     per announcement, bumps the generation of each list that reads the
+//     table. A page is served only while its list's generation is the one
+//     read before its query started: a change committed before the query's
+//     snapshot is in the page; one committed after it bumps the generation
+//     (PostgreSQL delivers an announcement once its transaction is visible
+//     to new snapshots), and the page is not served again.
+//   - This instance's own writes bump the generations themselves once
+//     committed, before they return (changed), so a client reads its own
+//     write on the next request. A write through another instance shows
+//     here as soon as its announcement arrives (well under a millisecond
+//     on one host).
+//   - While the watcher is not listening (not yet connected, PostgreSQL
+//     unreachable, reconnecting) announcements are lost: pages are neither
+//     served nor kept, and every generation is bumped when it listens
+//     again. A connection that died silently is found by a ping every 5 s;
+//     Options.PageCacheTTL bounds a page's age in any case.
+type pageCache struct {
+	ttl  time.Duration
+	dsn  string
+	gens map[string]*atomic.Uint64 // by Resource.Name: products and devices
+	live atomic.Bool               // the watcher listens
+
+	start  sync.Once     // the watcher starts with the first cached list query
+	stop   chan struct{} // closed by close
+	closed sync.WaitGroup
+
+	mu    sync.Mutex
+	m     map[string]*pageEntry
+	items int // items held by the finished entries in m
+
+	syncMu sync.Mutex
+	syncs  map[string]chan struct{} // SyncLists calls, by their announcement
+}
+
+// pageEntry is one query's page, or its flight while it runs.
+type pageEntry struct {
+	start time.Time // before the query was sent
+	gen   uint64    // its list's generation then
+	done  chan struct{}
+	val   any // a Page[T]; shared, never modified
+	items int // len(Data)+1, counted against maxPageItems
+	err   error
+}
+
+// Bounds of the cache: entries, their keys, and the items their pages
+// hold (a device item is about 1 KiB: 64 MiB at most). A query whose key
+// is longer, or that finds the cache full after a sweep, runs uncached.
+const (
+	maxPageEntries = 4096
+	maxPageKey     = 4096
+	maxPageItems   = 1 << 16
+)
+
+// listChannel is where every change of a listed table is announced; its
+// payload is the table's name (schema/postgres/00008_list_changes.sql).
+const listChannel = "devicehub_lists"
+
+// listTables are the tables each list reads; a change of any of them
+// makes its cached pages unservable.
+var listTables = map[string][]string{
+	"product": {"products", "product_device_counts"},
+	"device":  {"devices", "products"},
+}
+
+func newPageCache(dsn string, ttl time.Duration) *pageCache {
+	c := &pageCache{ttl: ttl, dsn: dsn, gens: map[string]*atomic.Uint64{}, m: map[string]*pageEntry{}, stop: make(chan struct{}),
+		syncs: map[string]chan struct{}{}}
+	for list := range listTables {
+		c.gens[list] = new(atomic.Uint64)
+	}
+	return c
+}
+
+// changed makes every page that reads one of tables unservable; with no
+// table, every page. The writes of this Store call it once they have
+// committed.
+func (c *pageCache) changed(tables ...string) {
+	if c == nil {
+		return
+	}
+	for list, read := range listTables {
+		if len(tables) == 0 || overlaps(read, tables) {
+			c.gens[list].Add(1)
+		}
+	}
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// get returns the page of list under key: a servable kept one, the one of
+// an identical query in flight, or load's, run now in the caller's
+// goroutine. load returns the page and its size in items. A failed load is
+// not kept; the callers that waited for it get its error.
+func (c *pageCache) get(ctx context.Context, list, key string, load func(context.Context) (any, int, error)) (any, error) {
+	if c == nil || c.ttl <= 0 || len(key) > maxPageKey {
+		v, _, err := load(ctx)
+		return v, err
+	}
+	c.start.Do(c.watch)
+	if !c.live.Load() {
+		v, _, err := load(ctx)
+		return v, err
+	}
+	gen := c.gens[list].Load()
+	now := time.Now()
+	c.mu.Lock()
+	if e, ok := c.m[key]; ok {
+		if e.gen == gen && now.Sub(e.start) < c.ttl {
+			c.mu.Unlock()
+			select {
+			case <-e.done:
+				return e.val, e.err
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		c.removeLocked(key, e)
+	}
+	if len(c.m) >= maxPageEntries || c.items >= maxPageItems {
+		c.sweepLocked(now)
+	}
+	if len(c.m) >= maxPageEntries || c.items >= maxPageItems {
+		c.mu.Unlock()
+		v, _, err := load(ctx)
+		return v, err
+	}
+	e := &pageEntry{start: now, gen: gen, done: make(chan struct{})}
+	c.m[key] = e
+	c.mu.Unlock()
+
+	finished := false
+	defer func() {
+		if !finished { // load panicked: fail the waiters, not the process's other requests
+			e.err = fmt.Errorf("meta: %s list query panicked", list)
+			c.finish(key, e)
+		}
+	}()
+	// The query is shared: the caller leaving does not cancel it for the
+	// others (Options.QueryTimeout still bounds it).
+	e.val, e.items, e.err = load(context.WithoutCancel(ctx))
+	finished = true
+	c.finish(key, e)
+	return e.val, e.err
+}
+
+// finish publishes e's page and keeps it, unless it failed.
+func (c *pageCache) finish(key string, e *pageEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(e.done)
+	if c.m[key] != e {
+		return // replaced by a newer flight, or swept
+	}
+	if e.err != nil {
+		delete(c.m, key)
+		return
+	}
+	c.items += e.items
+}
+
+// removeLocked forgets key's entry e; c.mu is held.
+func (c *pageCache) removeLocked(key string, e *pageEntry) {
+	if c.m[key] != e {
+		return
+	}
+	delete(c.m, key)
+	select {
+	case <-e.done:
+		c.items -= e.items
+	default: // in flight: its size was never counted
+	}
+}
+
+// sweepLocked forgets the pages that can no longer be served, then, if
+// the cache is still full, any finished ones; c.mu is held.
+func (c *pageCache) sweepLocked(now time.Time) {
+	for k, e := range c.m {
+		if e.gen != c.gens[listOf(k)].Load() || now.Sub(e.start) >= c.ttl {
+			c.removeLocked(k, e)
+		}
+	}
+	for k, e := range c.m {
+		if len(c.m) < maxPageEntries*3/4 && c.items < maxPageItems*3/4 {
+			return
+		}
+		c.removeLocked(k, e)
+	}
+}
+
+// pageKey names a page: its list first (listOf reads it back), then the
+// terms with their values, the order and the page's position.
+func pageKey(list string, c *Compiled, size, offset int) string {
+	k := totalKey(list, c)
+	b := make([]byte, 0, len(k)+len(c.OrderBy)+24)
+	b = append(append(append(b, k...), 0), c.OrderBy...)
+	b = strconv.AppendInt(append(b, 0), int64(size), 10)
+	b = strconv.AppendInt(append(b, ','), int64(offset), 10)
+	return string(b)
+}
+
+// listOf is the list of a pageKey.
+func listOf(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] == 0 {
+			return key[:i]
+		}
+	}
+	return key
+}
+
+// watch starts the watcher: it listens on listChannel for as long as the
+// cache is open, reconnecting as needed, and keeps live and the
+// generations in step with what it hears.
+func (c *pageCache) watch() {
+	events := func(ev pq.ListenerEventType, _ error) {
+		switch ev {
+		case pq.ListenerEventDisconnected, pq.ListenerEventConnectionAttemptFailed:
+			c.live.Store(false)
+			c.changed()
+		case pq.ListenerEventReconnected: // pq listened again before telling
+			c.changed()
+			c.live.Store(true)
+		}
+	}
+	l := pq.NewListener(c.dsn, 100*time.Millisecond, 5*time.Second, events)
+	c.closed.Add(2)
+	quit := make(chan struct{})
+	go func() { // Listen waits for a connection: closing l ends the wait
+		defer c.closed.Done()
+		select {
+		case <-c.stop:
+		case <-quit:
+		}
+		c.live.Store(false)
+		_ = l.Close()
+	}()
+	go func() {
+		defer c.closed.Done()
+		defer close(quit)
+		defer c.live.Store(false)
+		if err := l.Listen(listChannel); err != nil {
+			return // closed, or LISTEN refused: pages stay uncached
+		}
+		c.changed()
+		c.live.Store(true)
+		ping := time.NewTicker(5 * time.Second)
+		defer ping.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case n, ok := <-l.Notify:
+				switch {
+				case !ok:
+					return
+				case n == nil: // reconnected: announcements were lost meanwhile
+					c.changed()
+				case strings.HasPrefix(n.Extra, syncPrefix):
+					c.synced(n.Extra)
+				default:
+					c.changed(n.Extra)
+				}
+			case <-ping.C:
+				go func() { _ = l.Ping() }() // a dead connection is noticed, and reconnects
+			}
+		}
+	}()
+}
+
+// syncPrefix starts the announcements of SyncLists, which name no table.
+const syncPrefix = "sync "
+
+// SyncLists returns once the page cache has heard of every change to the
+// listed tables committed before it was called, whoever committed it: a
+// page read after it reflects them. PostgreSQL delivers announcements in
+// commit order, so it announces a token of its own and waits to hear it.
+// A write through this Store needs no SyncLists: it is reflected when it
+// returns. If the cache's watcher is not listening yet, SyncLists starts
+// it and gives it a second to listen; pages are not kept without it.
+func (s *Store) SyncLists(ctx context.Context) error {
+	c := s.pages
+	if c == nil || c.ttl <= 0 {
+		return nil
+	}
+	c.start.Do(c.watch)
+	for wait := time.Now().Add(time.Second); !c.live.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(wait) || ctx.Err() != nil {
+			return ctx.Err() // nothing is served from the cache now
+		}
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	token := syncPrefix + hex.EncodeToString(b[:])
+	heard := make(chan struct{})
+	c.syncMu.Lock()
+	c.syncs[token] = heard
+	c.syncMu.Unlock()
+	defer func() {
+		c.syncMu.Lock()
+		delete(c.syncs, token)
+		c.syncMu.Unlock()
+	}()
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, listChannel, token); err != nil {
+		return err
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-heard:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if !c.live.Load() {
+				return nil // not listening: nothing is served until every list is bumped
+			}
+		}
+	}
+}
+
+// synced tells the SyncLists call that announced token, if it is this
+// instance's, that its announcement arrived.
+func (c *pageCache) synced(token string) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	if ch, ok := c.syncs[token]; ok {
+		close(ch)
+		delete(c.syncs, token)
+	}
+}
+
+// close stops the watcher.
+func (c *pageCache) close() {
+	if c == nil {
+		return
+	}
+	c.start.Do(func() {}) // a cache never used starts no watcher now
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.closed.Wait()
+}

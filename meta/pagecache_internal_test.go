@@ -1,0 +1,140 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// livePageCache is a page cache whose watcher listens on the test server.
+func livePageCache(t *testing.T, ttl time.Duration) *pageCache {
+	t.Helper()
+	dsn := "postgres://postgres@127.0.0.1:5432"
+	if v := os.Getenv("DEVICEHUB_TEST_POSTGRES"); v != "" {
+		dsn = v
+	}
+	c := newPageCache(dsn+"/postgres?sslmode=disable", ttl)
+	t.Cleanup(c.close)
+	c.start.Do(c.watch)
+	for deadline := time.Now().Add(5 * time.Second); !c.live.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher did not listen within 5 s")
+		}
+	}
+	return c
+}
+
+// TestPageCacheFlights: identical queries at once share one load; its
+// failure reaches them all and is not kept; a panicking load fails its
+// waiters, not the process.
+func TestPageCacheFlights(t *testing.T) {
+	c := livePageCache(t, time.Hour)
+	ctx := context.Background()
+	var loads atomic.Int32
+	release := make(chan struct{})
+	load := func(context.Context) (any, int, error) {
+		loads.Add(1)
+		<-release
+		return "page", 1, nil
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := c.get(ctx, "device", "device\x00k", load); v != "page" || err != nil {
+				t.Errorf("get: %v, %v", v, err)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("%d loads for 8 identical queries at once, want 1", n)
+	}
+	// Kept until its list changes; another list's change leaves it.
+	c.changed("product_device_counts")
+	if v, _ := c.get(ctx, "device", "device\x00k", load); v != "page" || loads.Load() != 1 {
+		t.Fatalf("after another list's change: %v, %d loads", v, loads.Load())
+	}
+	c.changed("products")
+	if v, _ := c.get(ctx, "device", "device\x00k", load); v != "page" || loads.Load() != 2 {
+		t.Fatalf("after its own list's change: %v, %d loads, want a second load", v, loads.Load())
+	}
+
+	failed := errors.New("down")
+	fails := 0
+	fail := func(context.Context) (any, int, error) { fails++; return nil, 0, failed }
+	for range 2 {
+		if _, err := c.get(ctx, "product", "product\x00f", fail); !errors.Is(err, failed) {
+			t.Fatalf("failed load: %v", err)
+		}
+	}
+	if fails != 2 {
+		t.Fatalf("a failed page was kept: %d loads for 2 gets", fails)
+	}
+
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = c.get(ctx, "product", "product\x00p", func(context.Context) (any, int, error) { panic("bug") })
+	}()
+	if v, err := c.get(ctx, "product", "product\x00p", func(context.Context) (any, int, error) { return "ok", 1, nil }); v != "ok" || err != nil {
+		t.Fatalf("after a panicking load: %v, %v", v, err)
+	}
+}
+
+// TestPageCacheBounds: the entries, their keys and the items kept stay
+// within their bounds, and an expired page is loaded again.
+func TestPageCacheBounds(t *testing.T) {
+	c := livePageCache(t, time.Hour)
+	ctx := context.Background()
+	big := func(context.Context) (any, int, error) { return "big", maxPageItems / 8, nil }
+	for i := range 20 {
+		if _, err := c.get(ctx, "device", fmt.Sprintf("device\x00big%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		items := c.items
+		c.mu.Unlock()
+		if items > maxPageItems {
+			t.Fatalf("%d items kept, bound %d", items, maxPageItems)
+		}
+	}
+	small := func(context.Context) (any, int, error) { return "small", 1, nil }
+	for i := range maxPageEntries + 100 {
+		if _, err := c.get(ctx, "product", fmt.Sprintf("product\x00%d", i), small); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	n := len(c.m)
+	c.mu.Unlock()
+	if n > maxPageEntries {
+		t.Fatalf("%d entries, bound %d", n, maxPageEntries)
+	}
+	long := string(make([]byte, maxPageKey+1))
+	loads := 0
+	for range 2 {
+		_, _ = c.get(ctx, "product", long, func(context.Context) (any, int, error) { loads++; return "x", 1, nil })
+	}
+	if loads != 2 {
+		t.Fatalf("a key past the bound was kept (%d loads)", loads)
+	}
+
+	short := livePageCache(t, 20*time.Millisecond)
+	loads = 0
+	count := func(context.Context) (any, int, error) { loads++; return "x", 1, nil }
+	_, _ = short.get(ctx, "device", "device\x00t", count)
+	_, _ = short.get(ctx, "device", "device\x00t", count)
+	time.Sleep(30 * time.Millisecond)
+	_, _ = short.get(ctx, "device", "device\x00t", count)
+	if loads != 2 {
+		t.Fatalf("%d loads, want 2: kept within the TTL, loaded again after it", loads)
+	}
+}
