@@ -39,7 +39,7 @@ func TestLoadConfig(t *testing.T) {
 	}, "")
 	// The defaults of the settings before the table.
 	f(nil, nil, func(c config) bool {
-		return c.PostgresDSN == meta.DefaultOptions().DSN && c.QueryTimeout == 5*time.Second && c.AdminPassword == "admin123" &&
+		return c.PostgresDSN == meta.DefaultOptions().DSN && c.QueryTimeout == 5*time.Second && c.PageCacheTTL == 10*time.Second && c.AdminPassword == "admin123" &&
 			c.TokenLifetime == 30*time.Minute && c.ShutdownTimeout == 15*time.Second && c.LoginMaxFailures == 5 && c.LoginLockout == 10*time.Minute &&
 			c.CommandTimeout == 10*time.Second && c.LogLevel == "info" && c.ClickHouseAddr == "127.0.0.1:9000" && c.TimeZone == "Local" &&
 			c.MQTTURL == ingest.DefaultOptions().BrokerURL && c.MQTTLogin == ingest.DefaultOptions().Login && c.DeviceAuth == "dynsec" &&
@@ -54,6 +54,8 @@ func TestLoadConfig(t *testing.T) {
 		func(c config) bool {
 			return c.BatchRows == 7 && c.IngestConnections == 3 && !c.Roles["api"] && c.Roles["ingest"]
 		}, "")
+	f(map[string]string{"DEVICEHUB_PAGE_CACHE_TTL": "0"}, nil, func(c config) bool { return c.PageCacheTTL == 0 }, "")
+	f(nil, []string{"-page-cache-ttl=soon"}, nil, `-page-cache-ttl="soon": want a duration`)
 	f(nil, []string{"-ingest-batch-rows=-1"}, nil, `-ingest-batch-rows="-1": want an integer from 1 to 1000000`)
 	f(nil, []string{"-ingest-flush-interval=0s"}, nil, `-ingest-flush-interval="0s": want a positive duration`)
 	f(nil, []string{"-ingest-batch-rows=1000001"}, nil, "from 1 to 1000000")

@@ -76,6 +76,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	mopt := meta.DefaultOptions()
 	mopt.DSN, mopt.MaxOpenConns, mopt.QueryTimeout = cfg.PostgresDSN, cfg.PostgresMaxConns, cfg.QueryTimeout
 	mopt.LoginMaxFailures, mopt.LoginLockout = cfg.LoginMaxFailures, cfg.LoginLockout
+	mopt.PageCacheTTL = cfg.PageCacheTTL
 	store, err := meta.Open(ctx, mopt)
 	if err != nil {
 		return err
@@ -249,6 +250,7 @@ type config struct {
 	PostgresDSN      string
 	PostgresMaxConns int
 	QueryTimeout     time.Duration
+	PageCacheTTL     time.Duration
 	AdminPassword    string
 	TokenLifetime    time.Duration
 	ShutdownTimeout  time.Duration

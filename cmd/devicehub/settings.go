@@ -44,6 +44,8 @@ func settings(c *config) []setting {
 		{"postgres-max-conns", "DEVICEHUB_POSTGRES_MAX_CONNS", strconv.Itoa(mo.MaxOpenConns), "PostgreSQL connection pool size (0 or less: unbounded)",
 			integer(&c.PostgresMaxConns, math.MinInt, math.MaxInt, "an integer")},
 		{"query-timeout", "DEVICEHUB_QUERY_TIMEOUT", "5s", "timeout of each database call", duration(&c.QueryTimeout, false)},
+		{"page-cache-ttl", "DEVICEHUB_PAGE_CACHE_TTL", mo.PageCacheTTL.String(), "longest a product or device page is kept for the same query; pages are dropped as soon as a table they read changes; 0 keeps none",
+			duration(&c.PageCacheTTL, false)},
 		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", "admin123", "password of the admin user created on first start", str(&c.AdminPassword)},
 		{"token-lifetime", "DEVICEHUB_TOKEN_LIFETIME", "30m0s", "sliding lifetime of a login token", duration(&c.TokenLifetime, false)},
 		{"shutdown-timeout", "DEVICEHUB_SHUTDOWN_TIMEOUT", "15s", "how long shutdown may drain", duration(&c.ShutdownTimeout, false)},
