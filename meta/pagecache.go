@@ -55,7 +55,7 @@ type pageCache struct {
 
 	mu    sync.Mutex
 	m     map[string]*pageEntry
-	items int // items held by the finished entries in m
+	bytes int // held by the finished entries in m
 
 	syncMu sync.Mutex
 	syncs  map[string]chan struct{} // SyncLists calls, by their announcement
@@ -67,17 +67,17 @@ type pageEntry struct {
 	gen   uint64    // its list's generation then
 	done  chan struct{}
 	val   any // a Page[T]; shared, never modified
-	items int // len(Data)+1, counted against maxPageItems
+	bytes int // its size as load gave it, counted against maxPageBytes
 	err   error
 }
 
-// Bounds of the cache: entries, their keys, and the items their pages
-// hold (a device item is about 1 KiB: 64 MiB at most). A query whose key
-// is longer, or that finds the cache full after a sweep, runs uncached.
+// Bounds of the cache: entries, their keys, and the bytes their pages
+// hold (items and JSON). A query whose key is longer, or that finds the
+// cache full after a sweep, runs uncached.
 const (
 	maxPageEntries = 4096
 	maxPageKey     = 4096
-	maxPageItems   = 1 << 16
+	maxPageBytes   = 48 << 20 // 1,400 pages of 25 devices; -memory-limit is 160 MiB
 )
 
 // listChannel is where every change of a listed table is announced; its
@@ -127,16 +127,17 @@ func overlaps(a, b []string) bool {
 
 // get returns the page of list under key: a servable kept one, the one of
 // an identical query in flight, or load's, run now in the caller's
-// goroutine. load returns the page and its size in items. A failed load is
+// goroutine. load returns the page and its size in bytes; keep tells it
+// whether the page will be kept (and so worth its JSON). A failed load is
 // not kept; the callers that waited for it get its error.
-func (c *pageCache) get(ctx context.Context, list, key string, load func(context.Context) (any, int, error)) (any, error) {
+func (c *pageCache) get(ctx context.Context, list, key string, load func(ctx context.Context, keep bool) (any, int, error)) (any, error) {
 	if c == nil || c.ttl <= 0 || len(key) > maxPageKey {
-		v, _, err := load(ctx)
+		v, _, err := load(ctx, false)
 		return v, err
 	}
 	c.start.Do(c.watch)
 	if !c.live.Load() {
-		v, _, err := load(ctx)
+		v, _, err := load(ctx, false)
 		return v, err
 	}
 	gen := c.gens[list].Load()
@@ -154,12 +155,12 @@ func (c *pageCache) get(ctx context.Context, list, key string, load func(context
 		}
 		c.removeLocked(key, e)
 	}
-	if len(c.m) >= maxPageEntries || c.items >= maxPageItems {
+	if len(c.m) >= maxPageEntries || c.bytes >= maxPageBytes {
 		c.sweepLocked(now)
 	}
-	if len(c.m) >= maxPageEntries || c.items >= maxPageItems {
+	if len(c.m) >= maxPageEntries || c.bytes >= maxPageBytes {
 		c.mu.Unlock()
-		v, _, err := load(ctx)
+		v, _, err := load(ctx, false)
 		return v, err
 	}
 	e := &pageEntry{start: now, gen: gen, done: make(chan struct{})}
@@ -175,7 +176,7 @@ func (c *pageCache) get(ctx context.Context, list, key string, load func(context
 	}()
 	// The query is shared: the caller leaving does not cancel it for the
 	// others (Options.QueryTimeout still bounds it).
-	e.val, e.items, e.err = load(context.WithoutCancel(ctx))
+	e.val, e.bytes, e.err = load(context.WithoutCancel(ctx), true)
 	finished = true
 	c.finish(key, e)
 	return e.val, e.err
@@ -193,7 +194,7 @@ func (c *pageCache) finish(key string, e *pageEntry) {
 		delete(c.m, key)
 		return
 	}
-	c.items += e.items
+	c.bytes += e.bytes
 }
 
 // removeLocked forgets key's entry e; c.mu is held.
@@ -204,7 +205,7 @@ func (c *pageCache) removeLocked(key string, e *pageEntry) {
 	delete(c.m, key)
 	select {
 	case <-e.done:
-		c.items -= e.items
+		c.bytes -= e.bytes
 	default: // in flight: its size was never counted
 	}
 }
@@ -218,7 +219,7 @@ func (c *pageCache) sweepLocked(now time.Time) {
 		}
 	}
 	for k, e := range c.m {
-		if len(c.m) < maxPageEntries*3/4 && c.items < maxPageItems*3/4 {
+		if len(c.m) < maxPageEntries*3/4 && c.bytes < maxPageBytes*3/4 {
 			return
 		}
 		c.removeLocked(k, e)

@@ -37,7 +37,7 @@ func TestPageCacheFlights(t *testing.T) {
 	ctx := context.Background()
 	var loads atomic.Int32
 	release := make(chan struct{})
-	load := func(context.Context) (any, int, error) {
+	load := func(context.Context, bool) (any, int, error) {
 		loads.Add(1)
 		<-release
 		return "page", 1, nil
@@ -70,7 +70,7 @@ func TestPageCacheFlights(t *testing.T) {
 
 	failed := errors.New("down")
 	fails := 0
-	fail := func(context.Context) (any, int, error) { fails++; return nil, 0, failed }
+	fail := func(context.Context, bool) (any, int, error) { fails++; return nil, 0, failed }
 	for range 2 {
 		if _, err := c.get(ctx, "product", "product\x00f", fail); !errors.Is(err, failed) {
 			t.Fatalf("failed load: %v", err)
@@ -82,9 +82,9 @@ func TestPageCacheFlights(t *testing.T) {
 
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = c.get(ctx, "product", "product\x00p", func(context.Context) (any, int, error) { panic("bug") })
+		_, _ = c.get(ctx, "product", "product\x00p", func(context.Context, bool) (any, int, error) { panic("bug") })
 	}()
-	if v, err := c.get(ctx, "product", "product\x00p", func(context.Context) (any, int, error) { return "ok", 1, nil }); v != "ok" || err != nil {
+	if v, err := c.get(ctx, "product", "product\x00p", func(context.Context, bool) (any, int, error) { return "ok", 1, nil }); v != "ok" || err != nil {
 		t.Fatalf("after a panicking load: %v, %v", v, err)
 	}
 }
@@ -94,19 +94,19 @@ func TestPageCacheFlights(t *testing.T) {
 func TestPageCacheBounds(t *testing.T) {
 	c := livePageCache(t, time.Hour)
 	ctx := context.Background()
-	big := func(context.Context) (any, int, error) { return "big", maxPageItems / 8, nil }
+	big := func(context.Context, bool) (any, int, error) { return "big", maxPageBytes / 8, nil }
 	for i := range 20 {
 		if _, err := c.get(ctx, "device", fmt.Sprintf("device\x00big%d", i), big); err != nil {
 			t.Fatal(err)
 		}
 		c.mu.Lock()
-		items := c.items
+		held := c.bytes
 		c.mu.Unlock()
-		if items > maxPageItems {
-			t.Fatalf("%d items kept, bound %d", items, maxPageItems)
+		if held > maxPageBytes {
+			t.Fatalf("%d bytes kept, bound %d", held, maxPageBytes)
 		}
 	}
-	small := func(context.Context) (any, int, error) { return "small", 1, nil }
+	small := func(context.Context, bool) (any, int, error) { return "small", 1, nil }
 	for i := range maxPageEntries + 100 {
 		if _, err := c.get(ctx, "product", fmt.Sprintf("product\x00%d", i), small); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestPageCacheBounds(t *testing.T) {
 	long := string(make([]byte, maxPageKey+1))
 	loads := 0
 	for range 2 {
-		_, _ = c.get(ctx, "product", long, func(context.Context) (any, int, error) { loads++; return "x", 1, nil })
+		_, _ = c.get(ctx, "product", long, func(context.Context, bool) (any, int, error) { loads++; return "x", 1, nil })
 	}
 	if loads != 2 {
 		t.Fatalf("a key past the bound was kept (%d loads)", loads)
@@ -129,7 +129,7 @@ func TestPageCacheBounds(t *testing.T) {
 
 	short := livePageCache(t, 20*time.Millisecond)
 	loads = 0
-	count := func(context.Context) (any, int, error) { loads++; return "x", 1, nil }
+	count := func(context.Context, bool) (any, int, error) { loads++; return "x", 1, nil }
 	_, _ = short.get(ctx, "device", "device\x00t", count)
 	_, _ = short.get(ctx, "device", "device\x00t", count)
 	time.Sleep(30 * time.Millisecond)

@@ -2,6 +2,7 @@ package meta_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -320,5 +321,44 @@ func TestPageCacheConcurrent(t *testing.T) {
 	}
 	if got := deviceNames(t, a); !slices.Equal(got, want) {
 		t.Fatalf("the writing instance's own list: %v, want %v", got, want)
+	}
+}
+
+// TestPageCacheJSON: a kept page's JSON, written once, is the page's own,
+// as encoding/json writes it, every time it is served.
+func TestPageCacheJSON(t *testing.T) {
+	s := openCachedStores(t, 1, time.Hour)[0]
+	ctx := context.Background()
+	createTestProduct(t, s, "p", false)
+	for i := range 3 {
+		createTestDevice(t, s, fmt.Sprint("d", i), "p")
+	}
+	if err := s.SyncLists(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		d, err := s.QueryDevices(ctx, &meta.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.QueryProducts(ctx, &meta.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			got []byte
+			v   any
+		}{
+			{meta.AppendPageJSON([]byte("x"), &d, (*meta.Device).AppendJSON)[1:], d},
+			{meta.AppendPageJSON([]byte("x"), &p, (*meta.Product).AppendJSON)[1:], p},
+		} {
+			want, err := json.Marshal(c.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(c.got) != string(want) {
+				t.Fatalf("page JSON:\n got  %s\n want %s", c.got, want)
+			}
+		}
 	}
 }

@@ -87,7 +87,7 @@ const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified
 
 // productList reads product pages; dests follows productColumns.
 var productList = &listSpec[productRow, Product]{
-	res: ProductResource, columns: productColumns, base: "products p", key: "p.id",
+	res: ProductResource, columns: productColumns, base: "products p", key: "p.id", appendJSON: (*Product).AppendJSON,
 	dests: func(r *productRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.ClassifiedID, &r.ClassifiedName, &r.MessageProtocol,
 			&r.ProtocolName, &r.Metadata, &r.TransportProtocol, (*string)(&r.DeviceType), &r.SecureID, &r.SecureKey, &r.State,

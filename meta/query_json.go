@@ -10,8 +10,13 @@ import (
 // writes for Page, Device and Product (TestAppendJSON compares them), without
 // its reflection and the re-scan of every MarshalJSON result.
 
-// AppendPageJSON appends p as encoding/json would, each item by item.
+// AppendPageJSON appends p as encoding/json would, each item by item; a
+// page from the page cache carries its JSON, written by the same encoders,
+// and is copied.
 func AppendPageJSON[T any](b []byte, p *Page[T], item func(*T, []byte) []byte) []byte {
+	if p.json != nil {
+		return append(b, p.json...)
+	}
 	b = append(b, `{"pageIndex":`...)
 	b = strconv.AppendInt(b, int64(p.PageIndex), 10)
 	b = append(b, `,"pageSize":`...)

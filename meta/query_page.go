@@ -24,6 +24,9 @@ type Page[T any] struct {
 	Total      int  `json:"total"`
 	TotalExact bool `json:"totalExact"`
 	Data       []T  `json:"data"`
+	// json is the page's JSON when it is kept in the page cache, written
+	// once by AppendPageJSON, which then copies it.
+	json []byte
 }
 
 // Defaults of Options.ExactTotalLimit, Options.TotalEstimateTTL and
@@ -45,6 +48,8 @@ type listSpec[R, T any] struct {
 	// dests returns the scan destinations of columns, in order, inside r.
 	dests func(r *R) []any
 	conv  func(r *R) T
+	// appendJSON appends an item's JSON (a kept page's is written once).
+	appendJSON func(*T, []byte) []byte
 	// sql caches the statements of each shape (see listSQL), by Where and
 	// OrderBy; shapes counts them.
 	sql    sync.Map
@@ -164,9 +169,13 @@ func queryList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Qu
 		return Page[T]{}, err
 	}
 	_, size, offset := q.Page(math.MaxInt)
-	v, err := s.pages.get(ctx, l.res.Name, pageKey(l.res.Name, c, size, offset), func(ctx context.Context) (any, int, error) {
+	v, err := s.pages.get(ctx, l.res.Name, pageKey(l.res.Name, c, size, offset), func(ctx context.Context, keep bool) (any, int, error) {
 		p, err := readList(ctx, s, l, q, c)
-		return p, len(p.Data) + 1, err
+		if err != nil || !keep {
+			return p, 0, err
+		}
+		p.json = AppendPageJSON(nil, &p, l.appendJSON)
+		return p, len(p.json) * 3 / 2, nil // its items take about half as much again (25 devices: 22 KB of JSON)
 	})
 	if err != nil {
 		return Page[T]{}, err
