@@ -6,19 +6,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	"devicehub/meta"
 )
 
 // APIParams configure RunAPI. Zero fields take the defaults noted.
 type APIParams struct {
-	Devices     int    `json:"devices"`     // seeded devices over 10 products, default 100000
-	Products    int    `json:"products"`    // seeded products (10 of them hold the devices), default 1000
-	Concurrency int    `json:"concurrency"` // clients in flight, default 16
-	Requests    int    `json:"requests"`    // measured requests per query, default 2000
-	Warmup      int    `json:"warmup"`      // per query, default 100
-	SkipCeiling bool   `json:"skipCeiling"`
-	PostgresDSN string `json:"postgresDsn"` // server, no database; default as RunCommands
+	Devices     int `json:"devices"`     // seeded devices over 10 products, default 100000
+	Products    int `json:"products"`    // seeded products (10 of them hold the devices), default 1000
+	Concurrency int `json:"concurrency"` // clients in flight, default 16
+	Requests    int `json:"requests"`    // measured requests per query, default 2000
+	// CachedRequests are the measured requests per query with the page
+	// cache warm, and of the bare-Fiber ceiling, default 50000 (a run of
+	// a few seconds: ten times as fast as without).
+	CachedRequests int    `json:"cachedRequests"`
+	Warmup         int    `json:"warmup"` // per query, default 100
+	SkipCeiling    bool   `json:"skipCeiling"`
+	PostgresDSN    string `json:"postgresDsn"` // server, no database; default as RunCommands
 	// The devicehub child's broker (its presence client connects even
 	// without the ingest role) and ClickHouse (a database of its own,
 	// dropped at the end); defaults $DEVICEHUB_MQTT_URL or
@@ -52,6 +57,9 @@ func (p APIParams) withDefaults() APIParams {
 	if p.Warmup <= 0 {
 		p.Warmup = 100
 	}
+	if p.CachedRequests <= 0 {
+		p.CachedRequests = 50_000
+	}
 	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
 	if p.BrokerURL == "" {
 		p.BrokerURL = envDefault("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884")
@@ -81,15 +89,17 @@ type APIResult struct {
 	BenchRSS    int64  `json:"benchPeakRssBytes"`
 }
 
-// APIQueryResult is one kind of list query.
+// APIQueryResult is one kind of list query, in one mode of the page cache.
 type APIQueryResult struct {
-	Name     string     `json:"name"`
-	Path     string     `json:"path"`
-	Example  string     `json:"example"` // body of request 0
-	Load     LoadResult `json:"load"`
-	P50Ratio float64    `json:"p50Ratio,omitempty"` // to the ceiling's p50
-	P99Ratio float64    `json:"p99Ratio,omitempty"`
-	RPSRatio float64    `json:"rpsRatio,omitempty"`
+	Name      string     `json:"name"`      // the kind and the mode
+	PageCache string     `json:"pageCache"` // off, or warm: every page of the kind read once before
+	ServerPID int        `json:"serverPid"` // the devicehub child that answered
+	Path      string     `json:"path"`
+	Example   string     `json:"example"` // body of request 0
+	Load      LoadResult `json:"load"`
+	P50Ratio  float64    `json:"p50Ratio,omitempty"` // to the ceiling's p50
+	P99Ratio  float64    `json:"p99Ratio,omitempty"`
+	RPSRatio  float64    `json:"rpsRatio,omitempty"`
 	// CPU of each process over the measured requests (not the warm-up).
 	CPU CPUBreakdown `json:"cpu"`
 }
@@ -117,7 +127,8 @@ var apiRooms = []string{"Kitchen", "Garage", "Attic", "Office", "Lab", "Basement
 
 type apiQuery struct {
 	name, path string
-	body       func(i int) string
+	body       func(i int) string // repeats every distinct requests
+	distinct   int
 	check      func(total int, items int) bool
 }
 
@@ -136,16 +147,16 @@ func apiQueries(p APIParams) []apiQuery {
 	return []apiQuery{
 		{"devices like name", "/api/device-instance/_query", func(i int) string {
 			return page(like("name", fmt.Sprintf("%%meter %d%%", 100+i%900)))
-		}, any1},
+		}, 900, any1},
 		{"devices eq product+like", "/api/device-instance/_query", func(i int) string {
 			return page(eq("productId", fmt.Sprintf("product-%d", i%10)) + "," + like("name", "%"+apiRooms[i%len(apiRooms)]+"%"))
-		}, any1},
+		}, 40, any1},
 		{"products like name", "/api/device-product/_query", func(i int) string {
 			return page(like("name", fmt.Sprintf("%%Product %d%%", 1+i%9)))
-		}, any1},
+		}, 9, any1},
 		{"products eq state+like", "/api/device-product/_query", func(i int) string {
 			return page(eq("state", 1) + "," + like("name", fmt.Sprintf("%%Product %d%%", 1+i%9)))
-		}, any1},
+		}, 9, any1},
 	}
 }
 
@@ -168,70 +179,30 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 		return res, err
 	}
 
-	p.Logf("api: starting devicehub (roles %s)", res.ServerRoles)
-	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: p.BrokerURL, Roles: "api", Args: p.ServerArgs, Conns: p.Concurrency})
-	if err != nil {
-		return res, err
-	}
-	defer srv.stop()
-	res.ServerPID = srv.pid()
-	backends, closeBackends := db.backends()
-	defer closeBackends()
-	procs := childProcs("load clients", srv.pid(), backends, p.BrokerURL, p.ClickHouseAddr)
-
-	// Sampled over the queries only (the ceiling has a server of its own);
-	// the stops return the same peak if called again.
-	stopRSS, stopBenchRSS := pidRSSSampler(srv.pid()), rssSampler()
-	defer stopRSS()
-	defer stopBenchRSS()
 	var longest int
 	for _, q := range apiQueries(p) {
 		longest = max(longest, len(q.body(0)))
-		r := APIQueryResult{Name: q.name, Path: q.path, Example: q.body(0)}
-		// Every kind answers sensibly before it is timed.
-		var pg struct {
-			Total int               `json:"total"`
-			Data  []json.RawMessage `json:"data"`
-		}
-		if err := srv.call(ctx, "POST", q.path, json.RawMessage(r.Example), &pg); err != nil {
-			return res, err
-		}
-		if !q.check(pg.Total, len(pg.Data)) {
-			return res, fmt.Errorf("bench: %s: total %d, %d items for %s", q.name, pg.Total, len(pg.Data), r.Example)
-		}
-		do := func(ctx context.Context, i int) error {
-			raw, err := srv.do(ctx, "POST", q.path, []byte(q.body(i)))
-			if err == nil && !bytes.Contains(raw, []byte(`"total":`)) {
-				err = fmt.Errorf("bench: %s: no page: %.200s", q.name, raw)
-			}
-			return err
-		}
-		p.Logf("api: %s", q.name)
-		var span *cpuSpan
-		var end cpuSnapshot
-		r.Load, err = runLoad(ctx, loadSpec{Name: "api " + q.name, Concurrency: p.Concurrency, Requests: p.Requests,
-			Warmup: p.Warmup, Do: do, Progress: p.Progress, Measured: func() func() {
-				span = startCPUSpan("api "+q.name, procs)
-				return func() { end = span.snapshot() }
-			}})
-		if span != nil {
-			r.CPU = span.breakdown(end, r.Load.Requests)
-			r.CPU.Unit = "req"
-		}
-		res.Queries = append(res.Queries, r)
+	}
+	// Each query kind twice, each mode with a devicehub child of its own:
+	// every page read from PostgreSQL, then every page kept (the warm-up
+	// reads each distinct body once; nothing writes meanwhile).
+	adminPassword := "bench-" + randHex(8)
+	for _, mode := range []struct {
+		name, label string
+		args        []string
+	}{
+		{"off", "no page cache", append(slices.Clip(p.ServerArgs), "-page-cache-ttl=0")},
+		{"warm", "page cache, warm", p.ServerArgs},
+	} {
+		queries, err := runAPIMode(ctx, p, &res, bin, tmp, db, adminPassword, mode.name, mode.label, mode.args)
+		res.Queries = append(res.Queries, queries...)
 		if err != nil {
 			return res, err
 		}
-		if r.Load.Errors > 0 {
-			return res, fmt.Errorf("bench: %s: %d errors, first: %s", q.name, r.Load.Errors, r.Load.FirstError)
-		}
 	}
-	res.PeakRSS, res.BenchRSS = stopRSS(), stopBenchRSS()
-	serr := srv.stop()
 	if !p.SkipCeiling {
 		p.Logf("api: bare Fiber ceiling")
-		c, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.Requests, Warmup: p.Warmup,
+		c, err := FiberCeiling(ctx, CeilingParams{Concurrency: p.Concurrency, Requests: p.CachedRequests, Warmup: p.Warmup,
 			Method: "POST", Body: bytes.Repeat([]byte{' '}, longest), Progress: p.Progress})
 		if err != nil {
 			return res, err
@@ -244,7 +215,77 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 			q.RPSRatio = Ratio(q.Load.SustainedRPS, c.SustainedRPS)
 		}
 	}
-	return res, serr
+	return res, nil
+}
+
+// runAPIMode starts a devicehub child with args and measures every query
+// kind on it, as pageCache mode (off or warm) named label.
+func runAPIMode(ctx context.Context, p APIParams, res *APIResult, bin, tmp string, db *pgDatabase, adminPassword, pageCache, label string, args []string) ([]APIQueryResult, error) {
+	p.Logf("api: starting devicehub (roles %s, %s)", res.ServerRoles, label)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: p.BrokerURL, Roles: "api", Args: args, Conns: p.Concurrency, AdminPassword: adminPassword})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	res.ServerPID = srv.pid()
+	backends, closeBackends := db.backends()
+	defer closeBackends()
+	procs := childProcs("load clients", srv.pid(), backends, p.BrokerURL, p.ClickHouseAddr)
+
+	// Sampled over the queries only (the ceiling has a server of its own);
+	// the stops return the same peak if called again.
+	stopRSS, stopBenchRSS := pidRSSSampler(srv.pid()), rssSampler()
+	defer stopRSS()
+	defer stopBenchRSS()
+	var out []APIQueryResult
+	for _, q := range apiQueries(p) {
+		r := APIQueryResult{Name: q.name + " (" + label + ")", PageCache: pageCache, ServerPID: srv.pid(), Path: q.path, Example: q.body(0)}
+		requests, warmup := p.Requests, p.Warmup
+		if pageCache == "warm" {
+			requests, warmup = p.CachedRequests, max(warmup, q.distinct)
+		}
+		// Every kind answers sensibly before it is timed.
+		var pg struct {
+			Total int               `json:"total"`
+			Data  []json.RawMessage `json:"data"`
+		}
+		if err := srv.call(ctx, "POST", q.path, json.RawMessage(r.Example), &pg); err != nil {
+			return out, err
+		}
+		if !q.check(pg.Total, len(pg.Data)) {
+			return out, fmt.Errorf("bench: %s: total %d, %d items for %s", q.name, pg.Total, len(pg.Data), r.Example)
+		}
+		do := func(ctx context.Context, i int) error {
+			raw, err := srv.do(ctx, "POST", q.path, []byte(q.body(i)))
+			if err == nil && !bytes.Contains(raw, []byte(`"total":`)) {
+				err = fmt.Errorf("bench: %s: no page: %.200s", q.name, raw)
+			}
+			return err
+		}
+		p.Logf("api: %s", r.Name)
+		var span *cpuSpan
+		var end cpuSnapshot
+		r.Load, err = runLoad(ctx, loadSpec{Name: "api " + r.Name, Concurrency: p.Concurrency, Requests: requests,
+			Warmup: warmup, Do: do, Progress: p.Progress, Measured: func() func() {
+				span = startCPUSpan("api "+r.Name, procs)
+				return func() { end = span.snapshot() }
+			}})
+		if span != nil {
+			r.CPU = span.breakdown(end, r.Load.Requests)
+			r.CPU.Unit = "req"
+		}
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+		if r.Load.Errors > 0 {
+			return out, fmt.Errorf("bench: %s: %d errors, first: %s", r.Name, r.Load.Errors, r.Load.FirstError)
+		}
+	}
+	rss, benchRSS := stopRSS(), stopBenchRSS()
+	res.PeakRSS, res.BenchRSS = max(res.PeakRSS, rss), max(res.BenchRSS, benchRSS)
+	return out, srv.stop()
 }
 
 // seedAPI migrates db (meta.Open) and fills it with p.Products products

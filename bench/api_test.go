@@ -13,21 +13,26 @@ func TestRunAPISmall(t *testing.T) {
 	bin := testServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, Warmup: 2, ServerBinary: bin})
+	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, CachedRequests: 20, Warmup: 2, ServerBinary: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if len(res.Queries) != 4 || res.Ceiling == nil || res.PeakRSS <= 0 || res.BenchRSS <= 0 || res.ServerPID <= 0 {
+	if len(res.Queries) != 8 || res.Ceiling == nil || res.PeakRSS <= 0 || res.BenchRSS <= 0 || res.ServerPID <= 0 {
 		t.Fatalf("%+v", res)
 	}
+	modes := map[string]int{}
 	for _, q := range res.Queries {
 		if q.Load.Requests != 20 || q.Load.Latency.P50Ms <= 0 || q.P50Ratio <= 0 {
 			t.Fatalf("%s: %+v", q.Name, q)
 		}
-		checkChildCPU(t, q.CPU, res.ServerPID, 20)
+		checkChildCPU(t, q.CPU, q.ServerPID, 20)
+		checkChildGone(t, q.ServerPID)
+		modes[q.PageCache]++
 	}
-	checkChildGone(t, res.ServerPID)
+	if modes["off"] != 4 || modes["warm"] != 4 || res.Queries[0].ServerPID == res.Queries[7].ServerPID {
+		t.Fatalf("page cache modes %v, children %d and %d: want 4 kinds in each mode, a child each", modes, res.Queries[0].ServerPID, res.Queries[7].ServerPID)
+	}
 }
 
 // checkChildCPU checks a measured phase's CPU breakdown names this process

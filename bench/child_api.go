@@ -46,6 +46,10 @@ type childAPIConfig struct {
 	// themselves; off, seeded fleets (the api scenario's 66,000 deployed
 	// devices) would cost the broker a plugin file rewrite each.
 	DeviceLogins bool
+	// AdminPassword is the admin's password, set when the child creates
+	// DB's admin; empty: one chosen for this child. Children started one
+	// after another on one DB share one.
+	AdminPassword string
 }
 
 // childAPI is the devicehub binary as a child process serving a
@@ -71,7 +75,10 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 			_ = c.stop()
 		}
 	}()
-	password := "bench-" + randHex(8)
+	password := cfg.AdminPassword
+	if password == "" {
+		password = "bench-" + randHex(8)
+	}
 	deviceAuth := "none"
 	if cfg.DeviceLogins {
 		deviceAuth = "dynsec"

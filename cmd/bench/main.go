@@ -91,6 +91,7 @@ type flags struct {
 	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
 	cmdRates                                      string
 	apiDevices, apiProducts, apiConc, apiReqs     int
+	apiCachedReqs                                 int
 	ingestDevices, ingestPublishers, ingestConns  int
 	ingestDuration, brokerDuration, chDuration    time.Duration
 	ingestQoS, serverBin, serverFlags             string
@@ -123,6 +124,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.apiProducts, "api-products", 1000, "api: seeded products")
 	fs.IntVar(&f.apiConc, "api-concurrency", 16, "api: concurrent clients")
 	fs.IntVar(&f.apiReqs, "api-requests", 2000, "api: measured requests per query")
+	fs.IntVar(&f.apiCachedReqs, "api-cached-requests", 50000, "api: measured requests per query with the page cache warm, and of the bare Fiber ceiling")
 	fs.IntVar(&f.ingestDevices, "ingest-devices", 1000, "ingest: simulated devices")
 	fs.IntVar(&f.ingestPublishers, "ingest-publishers", 4, "ingest: publishing connections")
 	fs.DurationVar(&f.ingestDuration, "ingest-duration", 15*time.Second, "ingest: publishing time")
@@ -361,7 +363,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			return err
 		}
 		r, err := bench.RunAPI(ctx, bench.APIParams{Devices: f.apiDevices, Products: f.apiProducts, Concurrency: f.apiConc,
-			Requests: f.apiReqs, PostgresDSN: f.postgres, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
+			Requests: f.apiReqs, CachedRequests: f.apiCachedReqs, PostgresDSN: f.postgres, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
 			ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Progress: progress, Logf: logf})
 		rep.Results[s] = r
 		for _, q := range r.Queries {
