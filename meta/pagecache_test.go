@@ -100,11 +100,10 @@ func TestPageCacheServesKeptPages(t *testing.T) {
 	createTestProduct(t, s, "p", false)
 	createTestDevice(t, s, "d1", "p")
 	ctx := context.Background()
-	before := deviceNames(t, s)
 	if err := s.SyncLists(ctx); err != nil { // the watcher listens now
 		t.Fatal(err)
 	}
-	before = deviceNames(t, s) // kept
+	before := deviceNames(t, s) // kept
 	listExec(t, s, `ALTER TABLE devices DISABLE TRIGGER devices_list_change`)
 	listExec(t, s, `UPDATE devices SET name = 'unannounced'`)
 	if got := deviceNames(t, s); !slices.Equal(got, before) {
