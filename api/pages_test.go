@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestListTotals checks the page fields of endpoints 7 and 1 over HTTP:
@@ -86,5 +87,59 @@ func TestListTotals(t *testing.T) {
 	e.ok("GET", "/api/device-product/meter", nil, &detail)
 	if fmt.Sprint(detail["deviceNum"]) != "1050" {
 		t.Fatalf("detail deviceNum %v", detail["deviceNum"])
+	}
+}
+
+// TestListsShowWrites: product and device pages are kept between reads
+// (meta's page cache), and every write shows on the next page a client
+// reads: at once when it goes through this server, within a second when
+// another instance (here: SQL on its own connection) commits it.
+func TestListsShowWrites(t *testing.T) {
+	e := newEnv(t)
+	e.createProduct("meter", "Meter", nil)
+	names := func() string {
+		var parts []string
+		for _, d := range e.queryDevices(`{"sorts":[{"name":"id","order":"asc"}]}`).Data {
+			parts = append(parts, fmt.Sprint(d["id"], "=", d["name"]))
+		}
+		var p struct {
+			Data []struct {
+				ID        string `json:"id"`
+				DeviceNum int    `json:"deviceNum"`
+			} `json:"data"`
+		}
+		e.ok("POST", "/api/device-product/_query/", `{}`, &p)
+		for _, x := range p.Data {
+			parts = append(parts, fmt.Sprint(x.ID, ":", x.DeviceNum))
+		}
+		return strings.Join(parts, " ")
+	}
+	steps := []struct {
+		name  string
+		write func()
+		want  string
+	}{
+		{"nothing yet", func() {}, "meter:0"},
+		{"create", func() { e.createDevice("d1", "Hall", "meter", nil) }, "d1=Hall meter:1"},
+		{"create another", func() { e.createDevice("d2", "Attic", "meter", nil) }, "d1=Hall d2=Attic meter:2"},
+		{"rename", func() { e.ok("PUT", "/api/device/instance/d1", map[string]any{"name": "Kitchen"}, nil) }, "d1=Kitchen d2=Attic meter:2"},
+		{"delete", func() { e.ok("DELETE", "/api/device/instance/d2", nil, nil) }, "d1=Kitchen meter:1"},
+	}
+	for _, st := range steps {
+		_ = names() // the page before the write, kept
+		st.write()
+		if got := names(); got != st.want {
+			t.Fatalf("right after %s: %q, want %q", st.name, got, st.want)
+		}
+	}
+	// Another instance's writes arrive by PostgreSQL's announcement.
+	if _, err := e.store.DB().Exec(`UPDATE devices SET name = 'Garage' WHERE id = 'd1'`); err != nil {
+		t.Fatal(err)
+	}
+	want := "d1=Garage meter:1"
+	for deadline := time.Now().Add(time.Second); names() != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a second after another instance's rename: %q, want %q", names(), want)
+		}
 	}
 }
