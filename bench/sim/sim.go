@@ -17,7 +17,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +58,7 @@ type Options struct {
 type Fleet struct {
 	opts    Options
 	devices map[string]*Device
+	sorted  []*schema.Property // the model's, by id: the order of a reply's keys
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
 	// Counters for tests and bench.
@@ -89,7 +92,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.Model = schema.EmptyThingModel()
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	f := &Fleet{opts: opts, devices: map[string]*Device{}, cancel: cancel}
+	f := &Fleet{opts: opts, devices: map[string]*Device{}, sorted: sortedProperties(opts.Model), cancel: cancel}
 	for _, id := range opts.DeviceIDs {
 		d := &Device{ID: id, fleet: f}
 		if err := d.connect(ctx); err != nil {
@@ -103,6 +106,16 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		}
 	}
 	return f, nil
+}
+
+// sortedProperties are m's properties ordered by id.
+func sortedProperties(m *schema.ThingModel) []*schema.Property {
+	out := make([]*schema.Property, len(m.Properties))
+	for i := range m.Properties {
+		out[i] = &m.Properties[i]
+	}
+	slices.SortStableFunc(out, func(a, b *schema.Property) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // Device returns the simulated device with id, or nil.
@@ -228,22 +241,8 @@ func (d *Device) onRead(c mqtt.Client, m mqtt.Message) {
 	if json.Unmarshal(m.Payload(), &req) != nil || d.fleet.opts.Silent {
 		return
 	}
-	go d.reply("properties/read/reply", req.MessageID, func(r map[string]any) {
-		props := map[string]any{}
-		want := map[string]bool{}
-		for _, p := range req.Properties {
-			want[p] = true
-		}
-		for i := range d.fleet.opts.Model.Properties {
-			p := &d.fleet.opts.Model.Properties[i]
-			if len(want) > 0 && !want[p.ID] {
-				continue
-			}
-			if v, ok := d.value(p); ok {
-				props[p.ID] = v
-			}
-		}
-		r["properties"] = props
+	d.answer("properties/read/reply", req.MessageID, func(b []byte) []byte {
+		return d.appendProperties(b, req.Properties)
 	})
 }
 
@@ -261,25 +260,117 @@ func (d *Device) onInvoke(c mqtt.Client, m mqtt.Message) {
 	if json.Unmarshal(m.Payload(), &req) != nil || d.fleet.opts.Silent {
 		return
 	}
-	go d.reply("function/invoke/reply", req.MessageID, func(r map[string]any) { r["output"] = "ok" })
+	d.answer("function/invoke/reply", req.MessageID, func(b []byte) []byte { return append(b, `,"output":"ok"`...) })
 }
 
-func (d *Device) reply(suffix, messageID string, fill func(map[string]any)) {
-	o := d.fleet.opts
-	if o.ReplyLatency > 0 {
-		time.Sleep(o.ReplyLatency)
+// answer replies on the message handler's goroutine, which may publish as
+// long as it does not wait for the token; a delayed reply gets a goroutine
+// of its own, so that the device's other messages are not held up.
+func (d *Device) answer(suffix, messageID string, fill func([]byte) []byte) {
+	if d.fleet.opts.ReplyLatency > 0 {
+		go d.reply(suffix, messageID, fill)
+		return
 	}
-	r := map[string]any{"messageId": messageID, "deviceId": d.ID, "timestamp": time.Now().UnixMilli()}
-	if o.FailureRate > 0 && rand.Float64() < o.FailureRate {
-		r["success"] = false
-		r["code"] = "simulated_failure"
-		r["message"] = "the simulated device failed on purpose"
+	d.reply(suffix, messageID, fill)
+}
+
+func (d *Device) reply(suffix, messageID string, fill func([]byte) []byte) {
+	if l := d.fleet.opts.ReplyLatency; l > 0 {
+		time.Sleep(l)
+	}
+	d.client.Publish(d.topic(suffix), 1, false, d.replyBody(messageID, fill))
+}
+
+// replyBody is a reply's JSON object: messageId, deviceId, timestamp and
+// success, with fill's fields (each written with a leading comma) on
+// success, or a failure's code and message. It is written by hand, keys
+// in the order encoding/json gives a map's (sorted), rather than as a map
+// through reflection: a device answers every command of a load run.
+func (d *Device) replyBody(messageID string, fill func([]byte) []byte) []byte {
+	b := make([]byte, 0, 192)
+	if r := d.fleet.opts.FailureRate; r > 0 && rand.Float64() < r {
+		b = append(b, `{"code":"simulated_failure","deviceId":`...)
+		b = appendString(b, d.ID)
+		b = append(b, `,"message":"the simulated device failed on purpose","messageId":`...)
+		b = appendString(b, messageID)
+		b = append(b, `,"success":false`...)
 	} else {
-		r["success"] = true
-		fill(r)
+		b = append(b, `{"deviceId":`...)
+		b = appendString(b, d.ID)
+		b = append(b, `,"messageId":`...)
+		b = appendString(b, messageID)
+		b = fill(b)
+		b = append(b, `,"success":true`...)
 	}
-	body, _ := json.Marshal(r)
-	d.client.Publish(d.topic(suffix), 1, false, body)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
+	return append(b, '}')
+}
+
+// appendProperties writes the "properties" field of a read's reply: a
+// value of each wanted property of the model (every one if want is
+// empty), in key order.
+func (d *Device) appendProperties(b []byte, want []string) []byte {
+	b = append(b, `,"properties":{`...)
+	first := true
+	for _, p := range d.fleet.sorted {
+		if len(want) > 0 && !slices.Contains(want, p.ID) {
+			continue
+		}
+		v, ok := d.value(p)
+		if !ok {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, p.ID)
+		b = append(b, ':')
+		b = appendValue(b, v)
+	}
+	return append(b, '}')
+}
+
+// appendValue writes v as encoding/json does: the types Value returns by
+// hand, anything else (from a ValueFunc) through json.Marshal, null if
+// that fails.
+func appendValue(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case float64:
+		// encoding/json's plain notation range; outside it, its exponent form.
+		if a := math.Abs(v); a == 0 || a >= 1e-6 && a < 1e21 {
+			return strconv.AppendFloat(b, v, 'f', -1, 64)
+		}
+	case int:
+		return strconv.AppendInt(b, int64(v), 10)
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case bool:
+		return strconv.AppendBool(b, v)
+	case string:
+		return appendString(b, v)
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return append(b, "null"...)
+	}
+	return append(b, j...)
+}
+
+// appendString writes s as a JSON string the way encoding/json does:
+// printable ASCII that needs no escape as is, anything else through
+// json.Marshal (which escapes HTML characters and invalid UTF-8 too).
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			j, _ := json.Marshal(s)
+			return append(b, j...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func (d *Device) value(p *schema.Property) (any, bool) {
