@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -70,4 +71,30 @@ func envInt(name string, def int) int {
 		return n
 	}
 	return def
+}
+
+// TestPacedProcs: a paced run up to onePRate holds this process to one P
+// until restored; faster paced runs and closed loop leave it alone.
+func TestPacedProcs(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	for _, tc := range []struct {
+		rate float64
+		want int
+	}{
+		{0, before},
+		{-1, before},
+		{1000, 1},
+		{onePRate, 1},
+		{onePRate + 1, before},
+	} {
+		restore := pacedProcs(tc.rate)
+		got := runtime.GOMAXPROCS(0)
+		restore()
+		if got != tc.want {
+			t.Errorf("rate %v: GOMAXPROCS %d during the run, want %d", tc.rate, got, tc.want)
+		}
+		if after := runtime.GOMAXPROCS(0); after != before {
+			t.Fatalf("rate %v: GOMAXPROCS %d after restore, want %d", tc.rate, after, before)
+		}
+	}
 }
