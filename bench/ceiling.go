@@ -91,11 +91,25 @@ func FiberCeiling(ctx context.Context, p CeilingParams) (LoadResult, error) {
 		return LoadResult{}, err
 	}
 	defer f.close()
-	return runLoad(ctx, loadSpec{
+	// Its CPU per request (server and clients are this process) is what a
+	// request costs the machine at that rate with nothing but HTTP to do.
+	var span *cpuSpan
+	var end cpuSnapshot
+	res, err := runLoad(ctx, loadSpec{
 		Name: "fiber ceiling", Concurrency: p.Concurrency, Requests: p.Requests, Warmup: p.Warmup, Rate: p.Rate,
 		Progress: p.Progress,
 		Do:       func(ctx context.Context, i int) error { return f.do(ctx, p.Method, i, p.Body) },
+		Measured: func() func() {
+			span = startCPUSpan("bare Fiber ceiling", []namedProc{{Name: "bench (bare Fiber server and its clients)"}})
+			return func() { end = span.snapshot() }
+		},
 	})
+	if span != nil {
+		c := span.breakdown(end, res.Requests)
+		c.Unit = "req"
+		res.CPU = &c
+	}
+	return res, err
 }
 
 // Ratio is a/b, 0 when b is 0.

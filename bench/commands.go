@@ -105,8 +105,12 @@ func (r CommandsResult) String() string {
 		s += fmt.Sprintf("\n  bare fiber ceiling: %s\n  ratio to ceiling: p50 x%.1f, p99 x%.1f, throughput %.2f",
 			r.Ceiling, r.P50Ratio, r.P99Ratio, r.RPSRatio)
 	}
-	return s + fmt.Sprintf("\n  peak RSS: devicehub server process %d MiB (roles %s), bench process (clients and devices) %d MiB\n  %s",
+	s += fmt.Sprintf("\n  peak RSS: devicehub server process %d MiB (roles %s), bench process (clients and devices) %d MiB\n  %s",
 		r.PeakRSS>>20, r.ServerRoles, r.BenchRSS>>20, r.CPU)
+	if r.Ceiling != nil && r.Ceiling.CPU != nil {
+		s += "\n  " + r.Ceiling.CPU.String()
+	}
+	return s
 }
 
 const cmdModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":1}},{"id":"mode","name":"Mode","valueType":{"type":"string"}}]}`

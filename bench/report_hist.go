@@ -167,6 +167,8 @@ type LoadResult struct {
 	SustainedRPS float64        `json:"sustainedRps"`
 	Latency      LatencySummary `json:"latency"`
 	Timeline     []Second       `json:"timeline"`
+	// CPU, if taken, over the measured requests (FiberCeiling takes it).
+	CPU *CPUBreakdown `json:"cpu,omitempty"`
 }
 
 func (r LoadResult) String() string {

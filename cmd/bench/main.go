@@ -356,6 +356,9 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			add(bench.Figure{Name: fmt.Sprintf("peak RSS (devicehub server process, roles %s)%s", r.ServerRoles, m), Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
 			add(bench.Figure{Name: "peak RSS (bench process: HTTP clients and simulated devices)" + m, Value: float64(r.BenchRSS) / (1 << 20), Unit: "MiB"})
 			cpuFigures(add, mode+" ", r.CPU)
+			if r.Ceiling != nil && r.Ceiling.CPU != nil {
+				cpuFigures(add, mode+" ", *r.Ceiling.CPU)
+			}
 		}
 	case "api":
 		bin, err := serverBin()
