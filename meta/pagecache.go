@@ -2,8 +2,6 @@ package meta
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -327,9 +325,7 @@ func (s *Store) SyncLists(ctx context.Context) error {
 			return ctx.Err() // nothing is served from the cache now
 		}
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	token := syncPrefix + hex.EncodeToString(b[:])
+	token := syncPrefix + newSecret()
 	heard := make(chan struct{})
 	c.syncMu.Lock()
 	c.syncs[token] = heard
