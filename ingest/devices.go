@@ -85,12 +85,14 @@ func (c *deviceCache) lookup(ctx context.Context, id string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &cacheEntry{used: true}
-	e.status, e.found = m[id]
+	var v cacheEntry
+	v.status, v.found = m[id]
+	e := v // once in the map, e is read and written under c.mu only
+	e.used = true
 	c.mu.Lock()
-	c.entries[id] = e
+	c.entries[id] = &e
 	c.mu.Unlock()
-	return *e, nil
+	return v, nil
 }
 
 // refresh re-reads every device used since the last refresh, in chunks of
