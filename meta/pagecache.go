@@ -61,6 +61,7 @@ type pageCache struct {
 
 // pageEntry is one query's page, or its flight while it runs.
 type pageEntry struct {
+	list  string    // the list it is a page of
 	start time.Time // before the query was sent
 	gen   uint64    // its list's generation then
 	done  chan struct{}
@@ -161,7 +162,7 @@ func (c *pageCache) get(ctx context.Context, list, key string, load func(ctx con
 		v, _, err := load(ctx, false)
 		return v, err
 	}
-	e := &pageEntry{start: now, gen: gen, done: make(chan struct{})}
+	e := &pageEntry{list: list, start: now, gen: gen, done: make(chan struct{})}
 	c.m[key] = e
 	c.mu.Unlock()
 
@@ -212,7 +213,7 @@ func (c *pageCache) removeLocked(key string, e *pageEntry) {
 // the cache is still full, any finished ones; c.mu is held.
 func (c *pageCache) sweepLocked(now time.Time) {
 	for k, e := range c.m {
-		if e.gen != c.gens[listOf(k)].Load() || now.Sub(e.start) >= c.ttl {
+		if e.gen != c.gens[e.list].Load() || now.Sub(e.start) >= c.ttl {
 			c.removeLocked(k, e)
 		}
 	}
@@ -224,8 +225,8 @@ func (c *pageCache) sweepLocked(now time.Time) {
 	}
 }
 
-// pageKey names a page: its list first (listOf reads it back), then the
-// terms with their values, the order and the page's position.
+// pageKey names a page: its list, the terms with their values, the order
+// and the page's position.
 func pageKey(list string, c *Compiled, size, offset int) string {
 	k := totalKey(list, c)
 	b := make([]byte, 0, len(k)+len(c.OrderBy)+24)
@@ -233,16 +234,6 @@ func pageKey(list string, c *Compiled, size, offset int) string {
 	b = strconv.AppendInt(append(b, 0), int64(size), 10)
 	b = strconv.AppendInt(append(b, ','), int64(offset), 10)
 	return string(b)
-}
-
-// listOf is the list of a pageKey.
-func listOf(key string) string {
-	for i := 0; i < len(key); i++ {
-		if key[i] == 0 {
-			return key[:i]
-		}
-	}
-	return key
 }
 
 // watch starts the watcher: it listens on listChannel for as long as the
