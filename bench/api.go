@@ -80,10 +80,10 @@ type APIResult struct {
 	// Ceiling: the bare Fiber handler with the same load and a body of the
 	// same size.
 	Ceiling *LoadResult `json:"ceiling,omitempty"`
-	// The server is the devicehub binary, a child process with these
-	// roles; PeakRSS is its peak VmRSS over the queries (warm-ups
-	// included), BenchRSS this process's (the load clients) meanwhile.
-	ServerPID   int    `json:"serverPid"`
+	// The server is the devicehub binary, a child process per page cache
+	// mode with these roles (each query names its PID); PeakRSS is its
+	// peak VmRSS over the queries (warm-ups included), BenchRSS this
+	// process's (the load clients) meanwhile.
 	ServerRoles string `json:"serverRoles"`
 	PeakRSS     int64  `json:"serverPeakRssBytes"`
 	BenchRSS    int64  `json:"benchPeakRssBytes"`
@@ -186,15 +186,13 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 	// Each query kind twice, each mode with a devicehub child of its own:
 	// every page read from PostgreSQL, then every page kept (the warm-up
 	// reads each distinct body once; nothing writes meanwhile).
-	adminPassword := "bench-" + randHex(8)
-	for _, mode := range []struct {
-		name, label string
-		args        []string
-	}{
+	child := childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr, BrokerURL: p.BrokerURL,
+		Roles: "api", Conns: p.Concurrency, AdminPassword: "bench-" + randHex(8)}
+	for _, mode := range []apiMode{
 		{"off", "no page cache", append(slices.Clip(p.ServerArgs), "-page-cache-ttl=0")},
 		{"warm", "page cache, warm", p.ServerArgs},
 	} {
-		queries, err := runAPIMode(ctx, p, &res, bin, tmp, db, adminPassword, mode.name, mode.label, mode.args)
+		queries, err := runAPIMode(ctx, p, child, mode, &res)
 		res.Queries = append(res.Queries, queries...)
 		if err != nil {
 			return res, err
@@ -218,18 +216,24 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 	return res, nil
 }
 
-// runAPIMode starts a devicehub child with args and measures every query
-// kind on it, as pageCache mode (off or warm) named label.
-func runAPIMode(ctx context.Context, p APIParams, res *APIResult, bin, tmp string, db *pgDatabase, adminPassword, pageCache, label string, args []string) ([]APIQueryResult, error) {
-	p.Logf("api: starting devicehub (roles %s, %s)", res.ServerRoles, label)
-	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: p.BrokerURL, Roles: "api", Args: args, Conns: p.Concurrency, AdminPassword: adminPassword})
+// apiMode is how RunAPI runs the queries: with the page cache off, or
+// warm.
+type apiMode struct {
+	name, label string   // name: off or warm
+	args        []string // the child's flags
+}
+
+// runAPIMode starts child with mode's flags and measures every query kind
+// on it; the peaks of its RSS go into res.
+func runAPIMode(ctx context.Context, p APIParams, child childAPIConfig, mode apiMode, res *APIResult) ([]APIQueryResult, error) {
+	p.Logf("api: starting devicehub (roles %s, %s)", res.ServerRoles, mode.label)
+	child.Args = mode.args
+	srv, err := startChildAPI(ctx, child)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
-	res.ServerPID = srv.pid()
-	backends, closeBackends := db.backends()
+	backends, closeBackends := child.DB.backends()
 	defer closeBackends()
 	procs := childProcs("load clients", srv.pid(), backends, p.BrokerURL, p.ClickHouseAddr)
 
@@ -240,9 +244,9 @@ func runAPIMode(ctx context.Context, p APIParams, res *APIResult, bin, tmp strin
 	defer stopBenchRSS()
 	var out []APIQueryResult
 	for _, q := range apiQueries(p) {
-		r := APIQueryResult{Name: q.name + " (" + label + ")", PageCache: pageCache, ServerPID: srv.pid(), Path: q.path, Example: q.body(0)}
+		r := APIQueryResult{Name: q.name + " (" + mode.label + ")", PageCache: mode.name, ServerPID: srv.pid(), Path: q.path, Example: q.body(0)}
 		requests, warmup := p.Requests, p.Warmup
-		if pageCache == "warm" {
+		if mode.name == "warm" {
 			requests, warmup = p.CachedRequests, max(warmup, q.distinct)
 		}
 		// Every kind answers sensibly before it is timed.
