@@ -438,8 +438,10 @@ func TestComposeMosquittoMatchesCI(t *testing.T) {
 		}
 		got := compose[k]
 		if k == "plugin" {
-			if len(got) != 1 || filepath.Base(got[0]) != "mosquitto_dynamic_security.so" {
-				t.Errorf("plugin %v, want the dynamic-security plugin", got)
+			// devicehub's plugin first (it answers for devices), then
+			// the dynamic-security plugin.
+			if len(got) != 2 || filepath.Base(got[0]) != "devicehub_auth.so" || filepath.Base(got[1]) != "mosquitto_dynamic_security.so" {
+				t.Errorf("plugin %v, want devicehub's plugin, then the dynamic-security plugin", got)
 			}
 			continue
 		}
@@ -453,7 +455,7 @@ func TestComposeMosquittoMatchesCI(t *testing.T) {
 		}
 	}
 	if len(compose["listener"]) != 1 || compose["listener"][0] != "1883" {
-		t.Errorf("listener %v, want 1883 on every interface (the compose file publishes it)", compose["listener"])
+		t.Errorf("listener %v, want 1883 on every interface of the container (the compose file publishes it on the host's loopback)", compose["listener"])
 	}
 
 	setup, err := os.ReadFile("../../.ci/mosquitto-setup")
@@ -479,7 +481,18 @@ func TestComposeMosquittoMatchesCI(t *testing.T) {
 	if composeInit[2] != "MQTT_USERNAME" || composeInit[3] != "MQTT_PASSWORD" {
 		t.Errorf("compose/mosquitto-start.sh gives the admin login $%s/$%s, want $MQTT_USERNAME/$MQTT_PASSWORD (the compose's)", composeInit[2], composeInit[3])
 	}
-	if !strings.Contains(string(start), "exec mosquitto -c /mosquitto/config/mosquitto.conf") {
+	if !strings.Contains(string(start), "/mosquitto/config/mosquitto.conf >/mosquitto/data/mosquitto.conf") ||
+		!strings.Contains(string(start), "exec mosquitto -c /mosquitto/data/mosquitto.conf") {
 		t.Errorf("compose/mosquitto-start.sh does not run the broker with its config")
+	}
+	// The plugin the compose's image builds is the project's, from its sources.
+	dockerfile, err := os.ReadFile("compose/mosquitto.Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"COPY ingest/devauth/mosquitto /src", "make -C /src OUT=/out", compose["plugin"][0]} {
+		if !strings.Contains(string(dockerfile), want) {
+			t.Errorf("compose/mosquitto.Dockerfile lacks %q", want)
+		}
 	}
 }
