@@ -96,6 +96,9 @@ func (s *Server) updateDevice(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
+		return err
+	}
 	return ok(c, d)
 }
 
@@ -115,6 +118,9 @@ func (s *Server) deployDevice(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
+		return err
+	}
 	return ok(c, d)
 }
 
@@ -122,6 +128,9 @@ func (s *Server) deployDevice(c *fiber.Ctx) error {
 func (s *Server) undeployDevice(c *fiber.Ctx) error {
 	d, err := s.deps.Devices.UndeployDevice(c.UserContext(), c.Params("id"), currentUser(c))
 	if err != nil {
+		return err
+	}
+	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
 	return ok(c, d)
@@ -133,6 +142,9 @@ func (s *Server) undeployDevice(c *fiber.Ctx) error {
 func (s *Server) rotateDeviceSecret(c *fiber.Ctx) error {
 	d, err := s.deps.Devices.RotateDeviceSecret(c.UserContext(), c.Params("id"), currentUser(c))
 	if err != nil {
+		return err
+	}
+	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
 	return ok(c, d)

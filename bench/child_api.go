@@ -42,7 +42,7 @@ type childAPIConfig struct {
 	Args           []string // extra flags of the child; they override the variables
 	Conns          int      // keep-alive connections of the load client
 	// DeviceLogins makes the child keep the broker's device logins
-	// (-device-auth dynsec), for scenarios whose devices connect as
+	// (-device-auth plugin), for scenarios whose devices connect as
 	// themselves; off, seeded fleets (the api scenario's 66,000 deployed
 	// devices) would cost the broker a plugin file rewrite each.
 	DeviceLogins bool
@@ -81,7 +81,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 	}
 	deviceAuth := "none"
 	if cfg.DeviceLogins {
-		deviceAuth = "dynsec"
+		deviceAuth = "plugin"
 	}
 	c.proc, err = startServer(ctx, cfg.Binary, cfg.LogDir, serverConfig{Args: cfg.Args, Env: map[string]string{
 		"POSTGRES_DSN":     cfg.DB.dsn(),

@@ -101,6 +101,14 @@ type DeviceDetail struct {
 	ModifierName        string            `json:"modifierName"`
 	OrgID               string            `json:"orgId"`
 	StorePolicy         string            `json:"storePolicy"`
+
+	// LoginVersion is the row's login_version (schema/postgres/00009):
+	// it grows with every change of what the broker must hold for it.
+	LoginVersion int64 `json:"-"`
+	// Login is the change of the broker's login that the write returning
+	// this detail made; zero when it made none (schema: a new
+	// login_version).
+	Login LoginChange `json:"-"`
 }
 
 // DeviceConfig is a device's connection configuration. Unlike a product's
@@ -202,6 +210,7 @@ type deviceRow struct {
 	AccessName      string     `db:"access_name"`
 	ClassifiedID    string     `db:"classified_id"`
 	ClassifiedName  string     `db:"classified_name"`
+	LoginVersion    int64      `db:"login_version"`
 }
 
 const deviceListColumns = `d.id, d.name, d.photo_url, d.description, d.product_id, d.state, d.super_device_type,
@@ -214,7 +223,7 @@ const deviceDetailColumns = deviceListColumns + `,
 	COALESCE(d.metadata, p.metadata) AS metadata, d.configuration, d.tags, d.binds, d.relations, d.address,
 	d.connect_server_id, d.online_time, d.offline_time, p.photo_url AS product_photo_url,
 	p.message_protocol, p.protocol_name, p.transport_protocol, p.access_id, p.access_provider,
-	p.access_name, p.classified_id, p.classified_name`
+	p.access_name, p.classified_id, p.classified_name, d.login_version`
 
 // The FK guarantees the product row; a LEFT JOIN lets PostgreSQL drop the
 // join from the count when no product column is filtered on.
@@ -342,6 +351,7 @@ func (r *deviceRow) detail() DeviceDetail {
 		ModifierName:        r.ModifierName,
 		OrgID:               r.OrgID,
 		StorePolicy:         r.StorePolicy,
+		LoginVersion:        r.LoginVersion,
 	}
 }
 

@@ -2,8 +2,12 @@ package meta
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -18,12 +22,23 @@ type DeviceLogin struct {
 	SecureID  string `db:"secure_id"`
 	SecureKey string `db:"secure_key"`
 	Deployed  bool   `db:"deployed"`
+	// Version is the row's login_version: it grows with every change of
+	// the fields above (schema/postgres/00009).
+	Version int64 `db:"login_version"`
+}
+
+// LoginChange names a committed change of what the broker must hold for
+// device ID: the row's login_version after it. The broker holds the change
+// once the syncer has applied the device at Version or later.
+type LoginChange struct {
+	ID      string
+	Version int64
 }
 
 // A device without a secureId or key (only SQL written by hand makes one)
 // has no login: it counts as not deployed.
 const (
-	deviceLoginColumns = `id, product_id, secure_id, secure_key, ` + hasLogin + ` AS deployed`
+	deviceLoginColumns = `id, product_id, secure_id, secure_key, login_version, ` + hasLogin + ` AS deployed`
 	hasLogin           = `(state <> 'notActive' AND secure_id <> '' AND secure_key <> '')`
 )
 
@@ -39,16 +54,38 @@ func (s *Store) DeviceLogins(ctx context.Context, ids []string) ([]DeviceLogin, 
 	return out, nil
 }
 
+// EachDeployedDeviceLogin calls fn with the login of every deployed
+// device, streamed from one query (a fleet of a million is not held in
+// memory); an error from fn stops it and is returned.
+func (s *Store) EachDeployedDeviceLogin(ctx context.Context, fn func(DeviceLogin) error) error {
+	// Not s.timeout: a large fleet takes longer than one API call.
+	ctx, cancel := context.WithTimeout(ctx, 100*s.opts.QueryTimeout)
+	defer cancel()
+	rows, err := s.db.QueryxContext(ctx, `SELECT `+deviceLoginColumns+` FROM devices WHERE `+hasLogin)
+	if err != nil {
+		return fmt.Errorf("meta: deployed device logins: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d DeviceLogin
+		if err := rows.StructScan(&d); err != nil {
+			return fmt.Errorf("meta: deployed device logins: %w", err)
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("meta: deployed device logins: %w", err)
+	}
+	return nil
+}
+
 // DeployedDeviceLogins returns the login of every deployed device.
 func (s *Store) DeployedDeviceLogins(ctx context.Context) ([]DeviceLogin, error) {
-	// Not s.timeout: a large fleet takes longer than one API call.
-	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.QueryTimeout)
-	defer cancel()
 	var out []DeviceLogin
-	if err := s.db.SelectContext(ctx, &out, `SELECT `+deviceLoginColumns+` FROM devices WHERE `+hasLogin); err != nil {
-		return nil, fmt.Errorf("meta: deployed device logins: %w", err)
-	}
-	return out, nil
+	err := s.EachDeployedDeviceLogin(ctx, func(d DeviceLogin) error { out = append(out, d); return nil })
+	return out, err
 }
 
 // deviceChannel is where PostgreSQL announces device login changes
@@ -148,20 +185,115 @@ func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User
 	key := newSecret()
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE devices SET secure_key = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
-		modifier_name = $4 WHERE id = $1`, id, key, modifier.ID, userName(modifier))
+	var before int64
+	err := s.db.GetContext(ctx, &before, `UPDATE devices d SET secure_key = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
+		modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 FOR UPDATE) o
+		WHERE d.id = o.id RETURNING o.login_version`, id, key, modifier.ID, userName(modifier))
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: rotate device secret: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}
 	d, err := s.getDeviceDetail(ctx, s.db, id, false)
 	if err != nil {
 		return DeviceDetail{}, err
 	}
 	d.Configuration.SecureKey = key
+	d.Login = loginChange(before, d)
 	return d, nil
+}
+
+// loginsAppliedChannel is where the syncer announces the device logins
+// the broker holds (NotifyLoginsApplied).
+const loginsAppliedChannel = "devicehub_login_applied"
+
+// maxNotifyPayload is below PostgreSQL's limit of 8000 bytes.
+const maxNotifyPayload = 7900
+
+// NotifyLoginsApplied tells every instance (WatchLoginsApplied) that the
+// broker holds these devices' logins at these versions or later: one
+// NOTIFY per 7,900 bytes of "version:id" lines.
+func (s *Store) NotifyLoginsApplied(ctx context.Context, applied []LoginChange) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var b strings.Builder
+	flush := func() error {
+		if b.Len() == 0 {
+			return nil
+		}
+		_, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, loginsAppliedChannel, b.String())
+		b.Reset()
+		if err != nil {
+			return fmt.Errorf("meta: notify logins applied: %w", err)
+		}
+		return nil
+	}
+	for _, a := range applied {
+		line := strconv.FormatInt(a.Version, 10) + ":" + a.ID
+		if b.Len()+len(line)+1 > maxNotifyPayload {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(line)
+	}
+	return flush()
+}
+
+// WatchLoginsApplied calls applied with what NotifyLoginsApplied
+// announces, on any instance, until ctx ends; it calls lost (when not
+// nil) whenever announcements may have been missed (a reconnection), so
+// that a waiter can look again. It returns when ctx ends.
+func (s *Store) WatchLoginsApplied(ctx context.Context, applied func([]LoginChange), lost func()) error {
+	l := pq.NewListener(s.opts.DSN, 100*time.Millisecond, 5*time.Second, nil)
+	defer l.Close()
+	defer context.AfterFunc(ctx, func() { _ = l.Close() })()
+	if err := l.Listen(loginsAppliedChannel); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("meta: watch logins applied: %w", err)
+	}
+	ping := time.NewTicker(30 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-l.Notify:
+			if n == nil { // reconnected
+				if lost != nil {
+					lost()
+				}
+				continue
+			}
+			applied(parseLoginsApplied(n.Extra))
+		case <-ping.C:
+			go func() { _ = l.Ping() }()
+		}
+	}
+}
+
+// parseLoginsApplied reads NotifyLoginsApplied's payload; a malformed
+// line (not written by devicehub) is skipped.
+func parseLoginsApplied(payload string) []LoginChange {
+	var out []LoginChange
+	for line := range strings.SplitSeq(payload, "\n") {
+		v, id, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, LoginChange{ID: id, Version: n})
+	}
+	return out
 }
 
 // InstallationID is this database's id (schema/postgres/00006): it marks

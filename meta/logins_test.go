@@ -37,9 +37,67 @@ func storesBehindProxy(t *testing.T) (direct, behind *meta.Store, px *metatest.P
 	return direct, behind, px, dsn
 }
 
+// sortedLogins sorts l by id, versions left out (TestLoginVersions has them).
 func sortedLogins(l []meta.DeviceLogin) []meta.DeviceLogin {
 	sort.Slice(l, func(i, j int) bool { return l[i].ID < l[j].ID })
+	for i := range l {
+		l[i].Version = 0
+	}
 	return l
+}
+
+// TestLoginVersions: every write that changes what the broker must hold
+// for a device gives it a new, higher login_version and says so
+// (DeviceDetail.Login); writes that change nothing of it say nothing.
+func TestLoginVersions(t *testing.T) {
+	s := metatest.NewStore(t)
+	ctx := context.Background()
+	createTestProduct(t, s, "p", true)
+	createTestDevice(t, s, "d", "p")
+	version := func() int64 {
+		t.Helper()
+		l, err := s.DeviceLogins(ctx, []string{"d"})
+		if err != nil || len(l) != 1 {
+			t.Fatalf("login %v %v", l, err)
+		}
+		return l[0].Version
+	}
+	bob := meta.User{ID: "u2", Username: "bob"}
+	last := version()
+	step := func(what string, changes bool, write func() (meta.DeviceDetail, error)) {
+		t.Helper()
+		d, err := write()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		now := version()
+		switch {
+		case changes && (now <= last || d.Login != meta.LoginChange{ID: "d", Version: now}):
+			t.Fatalf("%s: version %d -> %d, Login %+v: want a new version, announced", what, last, now, d.Login)
+		case !changes && (now != last || d.Login != meta.LoginChange{}):
+			t.Fatalf("%s: version %d -> %d, Login %+v: want none", what, last, now, d.Login)
+		}
+		last = now
+	}
+	step("deploy", true, func() (meta.DeviceDetail, error) { return s.DeployDevice(ctx, "d", bob) })
+	step("deploy again", false, func() (meta.DeviceDetail, error) { return s.DeployDevice(ctx, "d", bob) })
+	name := "renamed"
+	step("rename", false, func() (meta.DeviceDetail, error) {
+		return s.UpdateDevice(ctx, "d", meta.DevicePatch{Name: &name}, bob)
+	})
+	step("rotate", true, func() (meta.DeviceDetail, error) { return s.RotateDeviceSecret(ctx, "d", bob) })
+	sid := "d-login-2"
+	step("new secureId", true, func() (meta.DeviceDetail, error) {
+		return s.UpdateDevice(ctx, "d", meta.DevicePatch{Configuration: &meta.DeviceConfigInput{SecureID: &sid}}, bob)
+	})
+	step("undeploy", true, func() (meta.DeviceDetail, error) { return s.UndeployDevice(ctx, "d", bob) })
+	step("undeploy again", false, func() (meta.DeviceDetail, error) { return s.UndeployDevice(ctx, "d", bob) })
+	if _, err := s.UndeployDevice(ctx, "missing", bob); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("undeploy of a missing device: %v", err)
+	}
+	if _, err := s.RotateDeviceSecret(ctx, "missing", bob); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("rotation of a missing device: %v", err)
+	}
 }
 
 func TestDeviceLogins(t *testing.T) {
@@ -239,7 +297,7 @@ func TestWatchDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("b")
-	if _, err := s.UpdateDevice(ctx, "b", meta.DevicePatch{Configuration: &meta.DeviceConfigInput{SecureKey: ptr("key-b")}}, lcAdmin); err != nil {
+	if _, err := s.UpdateDevice(ctx, "b", meta.DevicePatch{Configuration: &meta.DeviceConfigInput{SecureKey: ptr("key-b-0123456789ab")}}, lcAdmin); err != nil {
 		t.Fatal(err)
 	}
 	want("b")

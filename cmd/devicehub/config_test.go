@@ -42,7 +42,7 @@ func TestLoadConfig(t *testing.T) {
 		return c.PostgresDSN == meta.DefaultOptions().DSN && c.QueryTimeout == 5*time.Second && c.PageCacheTTL == 10*time.Second && c.AdminPassword == "admin123" &&
 			c.TokenLifetime == 30*time.Minute && c.ShutdownTimeout == 15*time.Second && c.LoginMaxFailures == 5 && c.LoginLockout == 10*time.Minute &&
 			c.CommandTimeout == 10*time.Second && c.LogLevel == "info" && c.ClickHouseAddr == "127.0.0.1:9000" && c.TimeZone == "Local" &&
-			c.MQTTURL == ingest.DefaultOptions().BrokerURL && c.MQTTLogin == ingest.DefaultOptions().Login && c.DeviceAuth == "dynsec" &&
+			c.MQTTURL == ingest.DefaultOptions().BrokerURL && c.MQTTLogin == ingest.DefaultOptions().Login && c.DeviceAuth == "plugin" &&
 			c.MQTTClientID == "" && c.MQTTShareGroup == ingest.NoShareGroup && c.IngestConnections == 0 && c.RolesText == "api,ingest"
 	}, "")
 	f(map[string]string{"DEVICEHUB_INGEST_BATCH_ROWS": "50000", "DEVICEHUB_INGEST_FLUSH_INTERVAL": "1s", "DEVICEHUB_RETENTION_MONTHS": "12"}, nil,
@@ -76,7 +76,7 @@ func TestLoadConfig(t *testing.T) {
 	f(nil, []string{"-roles=web"}, nil, `-roles="web": want api, ingest or both`)
 	f(nil, []string{"-roles=,"}, nil, `-roles=",": want api, ingest or both`)
 	f(nil, []string{"-roles= ingest , api"}, func(c config) bool { return c.Roles["api"] && c.Roles["ingest"] && len(c.Roles) == 2 }, "")
-	f(nil, []string{"-device-auth=ldap"}, nil, `-device-auth="ldap": want dynsec or none`)
+	f(nil, []string{"-device-auth=ldap"}, nil, `-device-auth="ldap": want plugin or none`)
 	f(nil, []string{"-log-level=WARN"}, func(c config) bool { return c.LogLevel == "WARN" }, "")
 	f(nil, nil, func(c config) bool { return c.LogFormat == "text" && !c.AccessLog && c.CORSOrigins == nil }, "")
 	f(map[string]string{"DEVICEHUB_LOG_FORMAT": "json", "DEVICEHUB_ACCESS_LOG": "true"}, nil,
@@ -97,7 +97,7 @@ func TestLoadConfig(t *testing.T) {
 	f(map[string]string{"DEVICEHUB_QUERY_TIMEOUT": "7"}, nil, nil, `DEVICEHUB_QUERY_TIMEOUT="7": want a duration like 5s or 1m`)
 	f(map[string]string{"DEVICEHUB_INGEST_CONNECTIONS": "four"}, nil, nil, `DEVICEHUB_INGEST_CONNECTIONS="four": want an integer`)
 	f(map[string]string{"DEVICEHUB_INGEST_CONNECTIONS": "-1"}, nil, nil, `DEVICEHUB_INGEST_CONNECTIONS="-1": want an integer, 0 (the default) or more`)
-	f(map[string]string{"DEVICEHUB_DEVICE_AUTH": "ldap"}, nil, nil, `DEVICEHUB_DEVICE_AUTH="ldap": want dynsec or none`)
+	f(map[string]string{"DEVICEHUB_DEVICE_AUTH": "ldap"}, nil, nil, `DEVICEHUB_DEVICE_AUTH="ldap": want plugin or none`)
 	f(map[string]string{"DEVICEHUB_ROLES": "web"}, nil, nil, `DEVICEHUB_ROLES="web": want api, ingest or both`)
 	f(map[string]string{"DEVICEHUB_LOG_LEVEL": "loud"}, nil, nil, `DEVICEHUB_LOG_LEVEL="loud": want debug, info, warn or error`)
 	// A malformed variable is an error even when its flag is given.
@@ -128,7 +128,7 @@ var kindSamples = map[string]sample{
 	"duration": {"7m", "7m0s", "9s", "9s"},
 	"int":      {"3", "3", "4", "4"},
 	"size":     {"3MiB", "3145728", "4KiB", "4096"},
-	"enum":     {"none", "none", "dynsec", "dynsec"},
+	"enum":     {"none", "none", "plugin", "plugin"},
 	"level":    {"debug", "debug", "error", "error"},
 	"roles":    {"ingest", "ingest", "api", "api"},
 	"bool":     {"true", "true", "0", "false"},

@@ -26,7 +26,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
-	"devicehub/ingest/dynsec"
+	"devicehub/ingest/devauth"
 	"devicehub/ingest/link"
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -77,6 +77,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	mopt.DSN, mopt.MaxOpenConns, mopt.QueryTimeout = cfg.PostgresDSN, cfg.PostgresMaxConns, cfg.QueryTimeout
 	mopt.LoginMaxFailures, mopt.LoginLockout = cfg.LoginMaxFailures, cfg.LoginLockout
 	mopt.PageCacheTTL = cfg.PageCacheTTL
+	// No device's secureId may be devicehub's own broker login.
+	mopt.ReservedLogins = []string{cfg.MQTTLogin.Username}
 	store, err := meta.Open(ctx, mopt)
 	if err != nil {
 		return err
@@ -157,11 +159,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	go cmds.RunExpiry(ctx, time.Second)
 
-	// The broker's device logins follow PostgreSQL; one instance writes
-	// them at a time (the others wait to take over).
-	if cfg.DeviceAuth == "dynsec" {
-		syncer := dynsec.New(store, dynsec.Options{BrokerURL: cfg.MQTTURL, Username: cfg.MQTTLogin.Username,
+	// The broker's device logins follow PostgreSQL: one instance feeds
+	// devicehub's broker plugin at a time (the others wait to take over);
+	// every instance hears what it applied, so that a device write answers
+	// once the broker holds it.
+	var logins api.LoginWaiter
+	if cfg.DeviceAuth == "plugin" {
+		syncer := devauth.New(store, devauth.Options{BrokerURL: cfg.MQTTURL, Username: cfg.MQTTLogin.Username,
 			Password: cfg.MQTTLogin.Password, Logger: log, Registerer: reg})
+		logins = syncer
 		syncDone := make(chan struct{})
 		sctx, stopSync := context.WithCancel(ctx)
 		go func() { defer close(syncDone); syncer.Run(sctx) }()
@@ -182,6 +188,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		apiOpts.TokenLifetime = cfg.TokenLifetime
 		apiOpts.CORSOrigins = cfg.CORSOrigins
 		apiOpts.AccessLog = cfg.AccessLog
+		apiOpts.LoginWait = cfg.LoginWait
 		// Readiness (/readyz): the stores, and the broker connections of
 		// the roles this instance runs.
 		ready := map[string]func(context.Context) error{
@@ -206,6 +213,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Dashboard: ts,
 			Models:    store,
 			Commands:  cmds,
+			Logins:    logins,
 			Health:    ready,
 			Logger:    log,
 			Registry:  reg,
@@ -258,6 +266,7 @@ type config struct {
 	LogFormat        string
 	AccessLog        bool
 	CommandTimeout   time.Duration
+	LoginWait        time.Duration
 	LoginMaxFailures int
 	LoginLockout     time.Duration
 

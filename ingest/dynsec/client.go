@@ -1,17 +1,11 @@
-// Package dynsec keeps Mosquitto's dynamic-security plugin in step with the
-// devices of meta: which login may connect as which device, and on which
-// topics it may publish and subscribe. The broker enforces the rules at
-// CONNECT, PUBLISH and SUBSCRIBE; devicehub only writes them.
+// Package dynsec speaks the control protocol of Mosquitto's
+// dynamic-security plugin over MQTT (client.go), which holds the logins that
+// are not devices': devicehub's service login and its rights, operators',
+// and gateway logins of tests and the bench (rules.go). Device logins are in
+// devicehub's own plugin (ingest/devauth), which speaks the same protocol on
+// its own topic (DialTopic).
 //
-// A deployed device is one plugin client (username = its secureId, client id
-// bound to its device id, password = its secureKey) with a role of its own
-// whose ACLs name its topics; devicehub's service login gets the rights its
-// own clients need. client.go speaks the plugin's control API over MQTT,
-// rules.go says what the broker should hold, and sync.go makes it so: in full
-// on start and whenever a connection was lost, then device by device as
-// PostgreSQL reports changes.
-//
-// It imports meta's types only; it must not import api or ingest.
+// It imports nothing of devicehub; it must not import api, meta or ingest.
 package dynsec
 
 import (
@@ -29,11 +23,9 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// The plugin's control topics (Mosquitto 2.0).
-const (
-	controlTopic  = "$CONTROL/dynamic-security/v1"
-	responseTopic = "$CONTROL/dynamic-security/v1/response"
-)
+// ControlTopic is the dynamic-security plugin's control topic (Mosquitto
+// 2.0); a plugin answers on its control topic + "/response".
+const ControlTopic = "$CONTROL/dynamic-security/v1"
 
 // Command is one command of the control API, e.g.
 // {"command":"createClient","username":...}.
@@ -59,6 +51,7 @@ func (r Response) Err() error {
 // the plugin's admin rights. It reconnects by itself.
 type Client struct {
 	c      mqtt.Client
+	topic  string // the plugin's control topic
 	prefix string // makes correlation data unique among the plugin's admins
 	seq    atomic.Uint64
 
@@ -66,18 +59,26 @@ type Client struct {
 	waiting map[string]chan []Response
 }
 
-// Dial connects with opts (broker, client id, login) and returns once the
-// plugin's responses are subscribed. onConnect, when not nil, runs after
-// every (re)connection once they are: what the plugin held may have
-// changed while the connection was down.
+// Dial connects with opts (broker, client id, login) to the
+// dynamic-security plugin's control topic and returns once the plugin's
+// responses are subscribed. onConnect, when not nil, runs after every
+// (re)connection once they are: what the plugin held may have changed
+// while the connection was down.
 func Dial(ctx context.Context, opts *mqtt.ClientOptions, onConnect func()) (*Client, error) {
+	return DialTopic(ctx, opts, ControlTopic, onConnect)
+}
+
+// DialTopic is Dial for another plugin that speaks the dynamic-security
+// plugin's control protocol on its own topic (devicehub's device-login
+// plugin, ingest/devauth).
+func DialTopic(ctx context.Context, opts *mqtt.ClientOptions, topic string, onConnect func()) (*Client, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	cl := &Client{prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response)}
+	cl := &Client{topic: topic, prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response)}
 	ready := make(chan error, 1)
 	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
 		SetOnConnectHandler(func(c mqtt.Client) {
-			tok := c.Subscribe(responseTopic, 0, cl.onResponse)
+			tok := c.Subscribe(topic+"/response", 0, cl.onResponse)
 			err := errors.New("dynsec: subscribing to the plugin's responses timed out")
 			if tok.WaitTimeout(10 * time.Second) {
 				err = tok.Error()
@@ -158,7 +159,7 @@ func (cl *Client) Do(ctx context.Context, cmds ...Command) ([]Response, error) {
 		delete(cl.waiting, id)
 		cl.mu.Unlock()
 	}()
-	tok := cl.c.Publish(controlTopic, 1, false, payload)
+	tok := cl.c.Publish(cl.topic, 1, false, payload)
 	select {
 	case <-tok.Done():
 		if err := tok.Error(); err != nil {

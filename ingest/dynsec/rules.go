@@ -2,40 +2,24 @@ package dynsec
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-
-	"devicehub/meta"
 )
 
 // ServiceRole holds the rights of devicehub's own clients.
-const (
-	ServiceRole        = "devicehub-service"
-	deviceRolePriority = 0
-)
+const ServiceRole = "devicehub-service"
 
-// scope names what one deployment (one PostgreSQL database, its
-// installation id) writes into the plugin: its device clients' textname
-// and its device roles' prefix carry the id. Clients and roles outside it
-// (the admin login, gateways, an operator's own, another deployment's
-// devices on a shared broker) are never changed.
-type scope struct{ text, rolePrefix string }
-
-func newScope(installation string) scope {
-	return scope{text: DeviceText(installation), rolePrefix: "devicehub-device:" + installation + ":"}
-}
-
-// DeviceText is the textname of the device clients of an installation.
+// DeviceText is the textname of the device clients an older devicehub
+// wrote into this plugin for an installation (ingest/devauth removes
+// them: device logins are in devicehub's own plugin now).
 func DeviceText(installation string) string { return "devicehub device " + installation }
 
-// RoleName is the plugin role holding a device's topic rights.
+// RoleName is the role an older devicehub gave a device's client.
 func RoleName(installation, deviceID string) string {
-	return newScope(installation).role(deviceID)
+	return "devicehub-device:" + installation + ":" + deviceID
 }
-
-func (sc scope) role(deviceID string) string { return sc.rolePrefix + deviceID }
 
 // ACL is one rule of a role, as the plugin writes it.
 type ACL struct {
@@ -45,28 +29,12 @@ type ACL struct {
 	Allow    bool   `json:"allow"`
 }
 
-// uplinks are the topics, below /{product}/{device}/, a device may publish
-// on (DESIGN.md "Device state and messages").
-var uplinks = []string{"properties/report", "event/#", "online", "offline",
-	"properties/read/reply", "function/invoke/reply"}
-
-// DeviceACLs are a device's rights: publish its own uplinks, subscribe
-// below its own prefix (where only its downlinks are published). Device
-// and product ids cannot hold MQTT wildcards (meta checks them).
-func DeviceACLs(productID, deviceID string) []ACL {
-	prefix := "/" + productID + "/" + deviceID + "/"
-	acls := make([]ACL, 0, len(uplinks)+1)
-	for _, t := range uplinks {
-		acls = append(acls, ACL{Type: "publishClientSend", Topic: prefix + t, Allow: true})
-	}
-	return append(acls, ACL{Type: "subscribePattern", Topic: prefix + "#", Allow: true})
-}
-
 // ServiceACLs are what devicehub's own clients need beyond the plugin
 // admin role that `mosquitto_ctrl dynsec init` gives its login (subscribe
 // and receive everything, $SYS, the control topic): publish downlinks, and
 // the ingest sessions' backlog markers (ingest/backlog.go), on a device
-// level no device id can have.
+// level no device id can have. The device-login plugin's control topic is
+// granted by that plugin itself (ingest/devauth).
 func ServiceACLs() []ACL {
 	return []ACL{
 		{Type: "publishClientSend", Topic: "/+/+/properties/read", Allow: true},
@@ -91,65 +59,114 @@ func sameACLs(a, b []ACL) bool {
 	return slices.Equal(ka, kb)
 }
 
-// Fingerprint tells, without holding the key, whether the plugin holds a
-// device's current login: the client's textdescription. It is a truncated
-// hash of what the plugin's own password hash already covers, so it
-// reveals nothing the plugin's file does not.
-func Fingerprint(d meta.DeviceLogin) string {
-	h := sha256.Sum256([]byte(d.ID + "\x00" + d.SecureID + "\x00" + d.SecureKey))
-	return hex.EncodeToString(h[:8])
+// PluginClient is a client of the plugin's verbose listing.
+type PluginClient struct {
+	Username        string `json:"username"`
+	ClientID        string `json:"clientid"`
+	TextName        string `json:"textname"`
+	TextDescription string `json:"textdescription"`
+	Roles           []struct {
+		Name string `json:"rolename"`
+	} `json:"roles"`
 }
 
-// brokerDevice is what the plugin holds for one device, as far as this
-// package wrote it.
-type brokerDevice struct {
-	username, fingerprint, productID string
+func (c *PluginClient) hasRole(name string) bool {
+	for _, r := range c.Roles {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
-func want(d meta.DeviceLogin) brokerDevice {
-	return brokerDevice{username: d.SecureID, fingerprint: Fingerprint(d), productID: d.ProductID}
+type pluginRole struct {
+	Name string `json:"rolename"`
+	ACLs []ACL  `json:"acls"`
 }
 
-// createDevice are the commands that give a device its login and rights.
-func (sc scope) createDevice(d meta.DeviceLogin) []Command {
-	return []Command{
-		{"command": "createRole", "rolename": sc.role(d.ID), "textname": sc.text,
-			"acls": DeviceACLs(d.ProductID, d.ID)},
-		{"command": "createClient", "username": d.SecureID, "password": d.SecureKey, "clientid": d.ID,
-			"textname": sc.text, "textdescription": Fingerprint(d),
-			"roles": []map[string]any{{"rolename": sc.role(d.ID), "priority": deviceRolePriority}}},
+// listPage is how many clients one listing asks for.
+const listPage = 1000
+
+// ListClients pages through the plugin's clients, verbose.
+func (cl *Client) ListClients(ctx context.Context) ([]PluginClient, error) {
+	var out []PluginClient
+	for offset := 0; ; offset += listPage {
+		rs, err := cl.Do(ctx, Command{"command": "listClients", "verbose": true, "count": listPage, "offset": offset})
+		if err != nil {
+			return nil, err
+		}
+		if err := rs[0].Err(); err != nil {
+			return nil, err
+		}
+		var body struct {
+			TotalCount int            `json:"totalCount"`
+			Clients    []PluginClient `json:"clients"`
+		}
+		if err := json.Unmarshal(rs[0].Data, &body); err != nil {
+			return nil, fmt.Errorf("dynsec listClients: %w", err)
+		}
+		out = append(out, body.Clients...)
+		if len(body.Clients) < listPage || offset+len(body.Clients) >= body.TotalCount {
+			return out, nil
+		}
 	}
 }
 
-// deleteDevice are the commands that remove a device's login (the plugin
-// disconnects its sessions) and rights.
-func (sc scope) deleteDevice(id, username string) []Command {
-	return []Command{
-		{"command": "deleteClient", "username": username},
-		{"command": "deleteRole", "rolename": sc.role(id)},
-	}
-}
-
-// updateDevice are the commands that move a device from what the plugin
-// has to what it should have; nil when nothing differs.
-func (sc scope) updateDevice(have brokerDevice, d meta.DeviceLogin) []Command {
-	w := want(d)
-	if have == w {
-		return nil
-	}
+// serviceCommands give the service login its rights, from what the plugin
+// has: whether ServiceRole exists (with acls) and the login holds it. A
+// change of either makes the plugin drop the login's connections, which
+// reconnect: it happens once per broker, on devicehub's first start.
+func serviceCommands(username string, exists bool, acls []ACL, held bool) []Command {
 	var cmds []Command
-	if have.productID != w.productID {
-		cmds = append(cmds, Command{"command": "modifyRole", "rolename": sc.role(d.ID),
-			"acls": DeviceACLs(d.ProductID, d.ID)})
+	if !exists {
+		cmds = append(cmds, Command{"command": "createRole", "rolename": ServiceRole, "textname": "devicehub", "acls": ServiceACLs()})
+	} else if !sameACLs(acls, ServiceACLs()) {
+		cmds = append(cmds, Command{"command": "modifyRole", "rolename": ServiceRole, "acls": ServiceACLs()})
 	}
-	switch {
-	case have.username != w.username: // a new secureId: another plugin client
-		cmds = append(cmds, Command{"command": "deleteClient", "username": have.username}, sc.createDevice(d)[1])
-	case have.fingerprint != w.fingerprint: // a new key; the plugin disconnects the old sessions
-		cmds = append(cmds, Command{"command": "modifyClient", "username": d.SecureID, "password": d.SecureKey,
-			"clientid": d.ID, "textdescription": w.fingerprint})
+	if !held {
+		cmds = append(cmds, Command{"command": "addClientRole", "username": username, "rolename": ServiceRole, "priority": 1})
 	}
 	return cmds
+}
+
+// EnsureService gives the service login username (the one cl is
+// connected with) its rights, as a devicehub leader does on start, and
+// as tools and tests that use a broker before any devicehub has run do.
+func EnsureService(ctx context.Context, cl *Client, username string) error {
+	rs, err := cl.Do(ctx, Command{"command": "getRole", "rolename": ServiceRole},
+		Command{"command": "getClient", "username": username})
+	if err != nil {
+		return err
+	}
+	var role struct {
+		Role pluginRole `json:"role"`
+	}
+	var client struct {
+		Client PluginClient `json:"client"`
+	}
+	exists := rs[0].Err() == nil && json.Unmarshal(rs[0].Data, &role) == nil
+	if err := rs[1].Err(); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(rs[1].Data, &client); err != nil {
+		return fmt.Errorf("dynsec getClient: %w", err)
+	}
+	cmds := serviceCommands(username, exists, role.Role.ACLs, client.Client.hasRole(ServiceRole))
+	for _, c := range cmds {
+		rs, err := cl.Do(ctx, c)
+		if errors.Is(err, ErrConnectionLost) && c["command"] == "addClientRole" {
+			// The plugin drops the login's connections, this one
+			// included, once it has granted the role: before it answers.
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := rs[0].Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GatewayRole may publish on every device's topics and subscribe to them:

@@ -1,0 +1,502 @@
+package devauth
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/ingest/dynsec"
+	"devicehub/meta"
+)
+
+// ControlTopic is the plugin's control topic; it answers on ControlTopic +
+// "/response".
+const ControlTopic = "$CONTROL/devicehub-auth/v1"
+
+// Source is what the syncer reads of meta.
+type Source interface {
+	// DeviceLogins returns the logins of the devices of ids that exist.
+	DeviceLogins(ctx context.Context, ids []string) ([]meta.DeviceLogin, error)
+	// EachDeployedDeviceLogin calls fn with every deployed device's login.
+	EachDeployedDeviceLogin(ctx context.Context, fn func(meta.DeviceLogin) error) error
+	// InstallationID names the database's deployment (the legacy
+	// dynamic-security clients it wrote carry it).
+	InstallationID(ctx context.Context) (string, error)
+	// WatchDevices calls changed with the ids of devices whose login may
+	// have changed, and with none when anything may have (on start, once
+	// listening, and after a reconnection); it returns when ctx ends.
+	WatchDevices(ctx context.Context, changed func(ids ...string)) error
+	// Lock blocks until this process holds the lock key among all that
+	// share the database; lost is closed if it is lost.
+	Lock(ctx context.Context, key int64) (lost <-chan struct{}, release func(), err error)
+	// NotifyLoginsApplied and WatchLoginsApplied carry what the leader
+	// applied to every instance's waiters.
+	NotifyLoginsApplied(ctx context.Context, applied []meta.LoginChange) error
+	WatchLoginsApplied(ctx context.Context, applied func([]meta.LoginChange), lost func()) error
+}
+
+// lockKey elects the one instance that writes the plugin's logins: two
+// writers could apply one device's changes in opposite orders. It is the
+// key the dynamic-security syncer used, so that an old and a new version
+// never write at once during an upgrade.
+const lockKey = 0x64796e736563 // "dynsec"
+
+// Options configure a Syncer.
+type Options struct {
+	// BrokerURL of the broker whose plugin is fed. Default
+	// "tcp://127.0.0.1:1884".
+	BrokerURL string
+	// Username and Password are devicehub's service login: one of the
+	// plugin's service_users, with the dynamic-security plugin's admin
+	// rights (its own rights are granted there).
+	Username, Password string
+	// ClientID prefix of the control connections. Default
+	// "devicehub-devauth-<random>".
+	ClientID string
+	// Retry is how long a failed change waits before it is tried again.
+	// Default 1s.
+	Retry time.Duration
+	// Timeout bounds one exchange with a plugin. Default 10s.
+	Timeout time.Duration
+	// BatchBytes bounds one control message (the broker's max_packet_size
+	// must admit it). Default 128 KiB.
+	BatchBytes int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Registerer for the devicehub_devauth_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Syncer keeps the plugin's device logins equal to meta's deployed
+// devices while this instance leads (Run), and confirms to writers on
+// every instance that the broker holds their changes (Await).
+type Syncer struct {
+	opt Options
+	src Source
+	log *slog.Logger
+
+	mu    sync.Mutex
+	dirty map[string]struct{} // devices to apply
+	full  bool                // everything to compare
+	wake  chan struct{}
+
+	inst string // installation id, leader only
+	gen  int64  // generation of the last full sync, leader only
+
+	// legacy maps the device id of each dynamic-security client an older
+	// devicehub made for a device, still in that plugin, to its username
+	// (migrate.go); leader only.
+	legacy map[string]string
+
+	waiters *waiters
+
+	commands *prometheus.CounterVec
+	fulls    prometheus.Counter
+	applyDur prometheus.Histogram
+	held     prometheus.Gauge
+}
+
+// New returns a Syncer of src's devices; Run runs it.
+func New(src Source, opt Options) *Syncer {
+	if opt.BrokerURL == "" {
+		opt.BrokerURL = "tcp://127.0.0.1:1884"
+	}
+	if opt.ClientID == "" {
+		opt.ClientID = "devicehub-devauth-" + strings.ToLower(rand.Text()[:8])
+	}
+	if opt.Retry <= 0 {
+		opt.Retry = time.Second
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 10 * time.Second
+	}
+	if opt.BatchBytes <= 0 {
+		opt.BatchBytes = 128 << 10
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	s := &Syncer{opt: opt, src: src, log: opt.Logger.With("component", "devauth"),
+		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), waiters: newWaiters(),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_commands_total",
+			Help: "Commands sent to the broker's device-login plugin, by result (ok, error)."}, []string{"result"}),
+		fulls: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_full_syncs_total",
+			Help: "Full syncs of every device login into the broker's plugin."}),
+		applyDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_devauth_apply_seconds",
+			Help:    "Time from reading changed device logins to the broker's plugin holding them.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devicehub_devauth_logins",
+			Help: "Device logins the broker's plugin held after the last full sync (leader only)."}),
+	}
+	if opt.Registerer != nil {
+		opt.Registerer.MustRegister(s.commands, s.fulls, s.applyDur, s.held)
+	}
+	return s
+}
+
+// Run syncs until ctx ends: it waits to lead, then follows changes; on
+// every instance it also hears what the leader applied (Await).
+func (s *Syncer) Run(ctx context.Context) {
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for ctx.Err() == nil {
+			err := s.src.WatchLoginsApplied(ctx, s.waiters.applied, nil)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("devauth: watching applied logins failed; retrying", "err", err)
+				sleep(ctx, s.opt.Retry)
+			}
+		}
+	}()
+	defer func() { <-watchDone }()
+	for ctx.Err() == nil {
+		lost, release, err := s.src.Lock(ctx, lockKey)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("devauth: waiting for the sync lock", "err", err)
+				sleep(ctx, s.opt.Retry)
+			}
+			continue
+		}
+		s.lead(ctx, lost)
+		release()
+	}
+}
+
+// Await returns once the broker holds every change of changes (or a later
+// one of the same device), or when ctx ends.
+func (s *Syncer) Await(ctx context.Context, changes []meta.LoginChange) error {
+	return s.waiters.await(ctx, changes)
+}
+
+// changed marks devices to apply; none marks everything.
+func (s *Syncer) changed(ids ...string) {
+	s.mu.Lock()
+	if len(ids) == 0 {
+		s.full = true
+	}
+	for _, id := range ids {
+		s.dirty[id] = struct{}{}
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lead syncs while this instance holds the lock.
+func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-lost:
+			s.log.Warn("devauth: sync lock lost; waiting to lead again")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var inst string
+	for {
+		var err error
+		if inst, err = s.src.InstallationID(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("devauth: reading the installation id failed; retrying", "err", err)
+		sleep(ctx, s.opt.Retry)
+	}
+	s.mu.Lock()
+	s.full, s.legacy, s.inst = true, nil, inst
+	s.mu.Unlock()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if err := s.src.WatchDevices(ctx, s.changed); err != nil && ctx.Err() == nil {
+			s.log.Error("devauth: watching devices stopped", "err", err)
+			cancel()
+		}
+	}()
+	defer func() { <-watchDone }()
+
+	// The plugin's control connection, and the dynamic-security plugin's
+	// (the service login's rights, legacy device clients).
+	var cl, ds *dynsec.Client
+	defer func() {
+		for _, c := range []*dynsec.Client{cl, ds} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for cl == nil || ds == nil {
+		var err error
+		if cl == nil {
+			cl, err = dynsec.DialTopic(ctx, s.mqttOptions("-0"), ControlTopic, func() { s.changed() })
+		}
+		if err == nil && ds == nil {
+			ds, err = dynsec.Dial(ctx, s.mqttOptions("-1"), nil)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("devauth: broker not reachable; retrying", "err", err)
+			sleep(ctx, s.opt.Retry)
+		}
+	}
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, s.opt.Timeout)
+		err := dynsec.EnsureService(cctx, ds, s.opt.Username)
+		ccancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("devauth: granting the service login its rights failed; retrying", "err", err)
+		sleep(ctx, s.opt.Retry)
+	}
+
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-retry.C:
+		}
+		s.mu.Lock()
+		full, ids := s.full, s.dirty
+		s.full, s.dirty = false, map[string]struct{}{}
+		s.mu.Unlock()
+		var err error
+		if full {
+			err = s.syncAll(ctx, cl, ds)
+		}
+		// After a full sync too: the writers of ids wait for their
+		// versions to be confirmed.
+		if err == nil && len(ids) > 0 {
+			err = s.apply(ctx, cl, ds, ids)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("devauth: sync failed; retrying", "err", err, "retry", s.opt.Retry)
+			s.mu.Lock()
+			s.full = s.full || full
+			for id := range ids {
+				s.dirty[id] = struct{}{}
+			}
+			s.mu.Unlock()
+			retry.Reset(s.opt.Retry)
+		}
+	}
+}
+
+func (s *Syncer) mqttOptions(suffix string) *mqtt.ClientOptions {
+	return mqtt.NewClientOptions().AddBroker(s.opt.BrokerURL).SetClientID(s.opt.ClientID + suffix).
+		SetUsername(s.opt.Username).SetPassword(s.opt.Password).SetConnectTimeout(10 * time.Second)
+}
+
+// syncAll gives the plugin every deployed device's login, and removes
+// what it holds besides, in one generation: the plugin keeps admitting
+// every device meanwhile (a login it holds already is not touched).
+func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
+	s.fulls.Inc()
+	start := time.Now()
+	// A generation the plugin has not seen: JSON numbers stay exact up
+	// to 2^53, so milliseconds, not nanoseconds.
+	s.gen = max(s.gen+1, time.Now().UnixMilli())
+	gen := s.gen
+	b := s.newBatcher(ctx, cl)
+	n := 0
+	err := b.add(dynsec.Command{"command": "beginSync", "generation": gen})
+	if err == nil {
+		err = s.src.EachDeployedDeviceLogin(ctx, func(d meta.DeviceLogin) error {
+			n++
+			return b.add(setDevice(d))
+		})
+	}
+	if err == nil {
+		err = b.add(dynsec.Command{"command": "endSync", "generation": gen})
+	}
+	if err == nil {
+		err = b.flush()
+	}
+	if err != nil {
+		return err
+	}
+	if b.failedSync {
+		return errors.New("the plugin refused beginSync or endSync")
+	}
+	s.held.Set(float64(n - len(b.failed)))
+	s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
+	if err := s.migrate(ctx, ds); err != nil {
+		// The plugin is in step; the legacy clients are tried again at
+		// the next full sync.
+		s.log.Warn("devauth: removing the dynamic-security plugin's device clients failed", "err", err)
+	}
+	return nil
+}
+
+// apply gives the plugin what meta says now of the devices of ids.
+func (s *Syncer) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[string]struct{}) error {
+	start := time.Now()
+	list := make([]string, 0, len(ids))
+	for id := range ids {
+		list = append(list, id)
+	}
+	logins, err := s.src.DeviceLogins(ctx, list)
+	if err != nil {
+		return err
+	}
+	now := make(map[string]meta.DeviceLogin, len(logins))
+	for _, d := range logins {
+		now[d.ID] = d
+	}
+	b := s.newBatcher(ctx, cl)
+	applied := make([]meta.LoginChange, 0, len(list))
+	for _, id := range list {
+		d, ok := now[id]
+		if ok && d.Deployed {
+			err = b.add(setDevice(d))
+		} else {
+			err = b.add(dynsec.Command{"command": "deleteDevice", "id": id})
+		}
+		if err != nil {
+			return err
+		}
+		if ok {
+			applied = append(applied, meta.LoginChange{ID: id, Version: d.Version})
+		}
+	}
+	if err := b.flush(); err != nil {
+		return err
+	}
+	if len(b.failed) > 0 { // refused for good (logged): not confirmed to their writers
+		kept := applied[:0]
+		for _, a := range applied {
+			if !b.failed[a.ID] {
+				kept = append(kept, a)
+			}
+		}
+		applied = kept
+	}
+	// A legacy client would still admit a device this plugin no longer
+	// holds: gone before the change is confirmed.
+	if err := s.retireLegacy(ctx, ds, list, now); err != nil {
+		return fmt.Errorf("removing a device's dynamic-security client: %w", err)
+	}
+	s.applyDur.Observe(time.Since(start).Seconds())
+	s.waiters.applied(applied)
+	if err := s.src.NotifyLoginsApplied(ctx, applied); err != nil {
+		// Waiters on other instances time out; the broker holds the change.
+		s.log.Warn("devauth: announcing applied logins failed", "err", err)
+	}
+	return nil
+}
+
+func setDevice(d meta.DeviceLogin) dynsec.Command {
+	return dynsec.Command{"command": "setDevice", "id": d.ID, "product": d.ProductID, "username": d.SecureID, "key": d.SecureKey}
+}
+
+// batcher sends commands in control messages of at most BatchBytes (and
+// 1,000 commands), noting the devices whose command the plugin refused
+// (logged): invalid input, which a retry would not mend.
+type batcher struct {
+	s          *Syncer
+	ctx        context.Context
+	cl         *dynsec.Client
+	cmds       []dynsec.Command
+	bytes      int
+	failed     map[string]bool // device ids
+	failedSync bool            // beginSync or endSync
+}
+
+func (s *Syncer) newBatcher(ctx context.Context, cl *dynsec.Client) *batcher {
+	return &batcher{s: s, ctx: ctx, cl: cl}
+}
+
+// approxSize is a command's size in the control message, within a few
+// bytes (its correlation data included).
+func approxSize(c dynsec.Command) int {
+	n := 64
+	for k, v := range c {
+		n += len(k) + 6
+		if s, ok := v.(string); ok {
+			n += 2 * len(s) // JSON escapes at most double most text
+		} else {
+			n += 20
+		}
+	}
+	return n
+}
+
+func (b *batcher) add(c dynsec.Command) error {
+	size := approxSize(c)
+	if len(b.cmds) > 0 && (b.bytes+size > b.s.opt.BatchBytes || len(b.cmds) >= 1000) {
+		if err := b.flush(); err != nil {
+			return err
+		}
+	}
+	b.cmds = append(b.cmds, c)
+	b.bytes += size
+	return nil
+}
+
+func (b *batcher) flush() error {
+	if len(b.cmds) == 0 {
+		return nil
+	}
+	cmds := b.cmds
+	b.cmds, b.bytes = nil, 0
+	ctx, cancel := context.WithTimeout(b.ctx, b.s.opt.Timeout)
+	rs, err := b.cl.Do(ctx, cmds...)
+	cancel()
+	if err != nil {
+		return err
+	}
+	for i, r := range rs {
+		if err := r.Err(); err != nil {
+			b.s.commands.WithLabelValues("error").Inc()
+			id, ok := cmds[i]["id"].(string)
+			if !ok {
+				b.failedSync = true
+				b.s.log.Error("devauth: command refused", "err", err)
+				continue
+			}
+			if b.failed == nil {
+				b.failed = map[string]bool{}
+			}
+			b.failed[id] = true
+			b.s.log.Error("devauth: the broker's plugin refused a device login", "err", err, "device", id)
+			continue
+		}
+		b.s.commands.WithLabelValues("ok").Inc()
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

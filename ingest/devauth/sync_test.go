@@ -1,0 +1,335 @@
+package devauth_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/devauth"
+	"devicehub/ingest/dynsec"
+	"devicehub/ingest/mqtttest"
+	"devicehub/meta"
+	"devicehub/meta/metatest"
+)
+
+func randID(prefix string) string { return prefix + strings.ToLower(rand.Text()[:8]) }
+
+// world is a private broker with devicehub's plugin and a PostgreSQL
+// database of one test.
+type world struct {
+	t      *testing.T
+	broker *mqtttest.Broker
+	store  *meta.Store
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, broker: mqtttest.StartBroker(t), store: metatest.NewStore(t)}
+	w.exec(`INSERT INTO products (id, name, device_type, state) VALUES ('p', 'p', 'device', 1)`)
+	return w
+}
+
+func (w *world) exec(q string, args ...any) {
+	w.t.Helper()
+	if _, err := w.store.DB().Exec(q, args...); err != nil {
+		w.t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// device adds a device in state with a login of its own.
+func (w *world) device(id, state string) meta.DeviceLogin {
+	w.t.Helper()
+	key := strings.ToLower(rand.Text())
+	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', $2, $1, $3)`, id, state, key)
+	return meta.DeviceLogin{ID: id, ProductID: "p", SecureID: id, SecureKey: key, Deployed: state != meta.StateNotActive}
+}
+
+// version is a device's login_version now.
+func (w *world) version(id string) int64 {
+	w.t.Helper()
+	var v int64
+	if err := w.store.DB().Get(&v, `SELECT login_version FROM devices WHERE id = $1`, id); err != nil {
+		w.t.Fatal(err)
+	}
+	return v
+}
+
+// syncer runs a syncer until the test ends or stop is called.
+func (w *world) syncer() (s *devauth.Syncer, stop func()) {
+	u, p := mqtttest.Service()
+	s = devauth.New(w.store, devauth.Options{BrokerURL: w.broker.URL(), Username: u, Password: p, Retry: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	w.t.Cleanup(stop)
+	return s, stop
+}
+
+// eventually waits (10 s) until d's login is admitted or, with admitted
+// false, refused: for the full sync of a syncer that starts, which no
+// writer awaits.
+func (w *world) eventually(d meta.DeviceLogin, admitted bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := w.dial(d, nil)
+		if err == nil {
+			c.Disconnect(0)
+		}
+		if (err == nil) == admitted {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("device %s: admitted %v after 10s, want %v (%v)", d.ID, err == nil, admitted, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// await waits (5 s) for the broker to hold device id's login as it is now.
+func (w *world) await(s *devauth.Syncer, id string) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Await(ctx, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err != nil {
+		w.t.Fatalf("await %s: %v", id, err)
+	}
+}
+
+// dial connects as d once, no retry; lost (if not nil) is closed when the
+// broker drops the connection.
+func (w *world) dial(d meta.DeviceLogin, lost chan struct{}) (mqtt.Client, error) {
+	o := mqtt.NewClientOptions().AddBroker(w.broker.URL()).SetClientID(d.ID).SetUsername(d.SecureID).
+		SetPassword(d.SecureKey).SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
+	if lost != nil {
+		o.SetConnectionLostHandler(func(mqtt.Client, error) { close(lost) })
+	}
+	c := mqtt.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, errors.New("connect timed out")
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	w.t.Cleanup(func() { c.Disconnect(0) })
+	return c, nil
+}
+
+func (w *world) connects(d meta.DeviceLogin) {
+	w.t.Helper()
+	if _, err := w.dial(d, nil); err != nil {
+		w.t.Fatalf("device %s refused: %v", d.ID, err)
+	}
+}
+
+func (w *world) refused(d meta.DeviceLogin) {
+	w.t.Helper()
+	if c, err := w.dial(d, nil); err == nil {
+		c.Disconnect(0)
+		w.t.Fatalf("device %s admitted", d.ID)
+	}
+}
+
+// admin is a dynamic-security control connection with the service login.
+func (w *world) admin() *dynsec.Client {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := dynsec.Dial(ctx, mqtttest.ServiceOptions(w.broker.URL(), randID("admin-")), nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(c.Close)
+	return c
+}
+
+// plugin is a control connection to devicehub's plugin.
+func (w *world) plugin() *dynsec.Client {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := dynsec.DialTopic(ctx, mqtttest.ServiceOptions(w.broker.URL(), randID("ctl-")), devauth.ControlTopic, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(c.Close)
+	return c
+}
+
+func do(t *testing.T, c *dynsec.Client, cmds ...dynsec.Command) []dynsec.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs, err := c.Do(ctx, cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestSyncFollowsPostgres: every change of a device's login in PostgreSQL,
+// whoever makes it, reaches the broker, and Await says when.
+func TestSyncFollowsPostgres(t *testing.T) {
+	w := newWorld(t)
+	a, off := w.device(randID("a-"), meta.StateOffline), w.device(randID("n-"), meta.StateNotActive)
+	s, _ := w.syncer()
+	w.eventually(a, true) // the full sync on start
+	w.refused(off)
+
+	// Deployed in SQL: connects the moment Await returns, no retry.
+	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, off.ID)
+	w.await(s, off.ID)
+	w.connects(off)
+
+	// A new key: the live session is cut by the time Await returns.
+	lost := make(chan struct{})
+	if _, err := w.dial(a, lost); err != nil {
+		t.Fatal(err)
+	}
+	old := a
+	a.SecureKey = strings.ToLower(rand.Text())
+	w.exec(`UPDATE devices SET secure_key = $2 WHERE id = $1`, a.ID, a.SecureKey)
+	w.await(s, a.ID)
+	select {
+	case <-lost:
+	case <-time.After(time.Second):
+		t.Fatal("the session with the old key was not cut")
+	}
+	w.refused(old)
+	w.connects(a)
+
+	// Undeployed, then deleted.
+	w.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, a.ID)
+	w.await(s, a.ID)
+	w.refused(a)
+	w.exec(`DELETE FROM devices WHERE id = $1`, off.ID)
+	rs := do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
+	if rs[0].Err() == nil {
+		// The delete's notification may still be on its way: wait for it.
+		deadline := time.Now().Add(5 * time.Second)
+		for rs[0].Err() == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			rs = do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
+		}
+		if rs[0].Err() == nil {
+			t.Fatalf("the plugin still holds deleted device %s: %s", off.ID, rs[0].Data)
+		}
+	}
+}
+
+// TestFullSyncKeepsSessions: a syncer that starts (a devicehub restart)
+// removes what PostgreSQL does not have and leaves connected devices be.
+func TestFullSyncKeepsSessions(t *testing.T) {
+	w := newWorld(t)
+	a := w.device(randID("a-"), meta.StateOffline)
+	_, stop := w.syncer()
+	w.eventually(a, true)
+	lost := make(chan struct{})
+	if _, err := w.dial(a, lost); err != nil {
+		t.Fatal(err)
+	}
+	// A login PostgreSQL never had, put in by hand.
+	stray := meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
+	rs := do(t, w.plugin(), dynsec.Command{"command": "setDevice", "id": stray.ID, "product": "p", "username": stray.SecureID, "key": stray.SecureKey})
+	if err := rs[0].Err(); err != nil {
+		t.Fatal(err)
+	}
+	w.connects(stray)
+	// Another syncer takes over once the first one is gone: its full sync.
+	stop()
+	w.syncer()
+	w.eventually(stray, false)
+	select {
+	case <-lost:
+		t.Fatal("a full sync cut a device whose login did not change")
+	default:
+	}
+}
+
+// TestMigrateFromDynsec: the device clients an older devicehub kept in the
+// dynamic-security plugin are removed where they would admit a device
+// devicehub no longer has, and kept (untouched) where the plugin answers
+// for them.
+func TestMigrateFromDynsec(t *testing.T) {
+	w := newWorld(t)
+	var inst string
+	if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
+		t.Fatal(err)
+	}
+	kept, gone := w.device(randID("k-"), meta.StateOffline), w.device(randID("g-"), meta.StateNotActive)
+	admin := w.admin()
+	for _, d := range []meta.DeviceLogin{kept, gone} {
+		rs := do(t, admin,
+			dynsec.Command{"command": "createRole", "rolename": dynsec.RoleName(inst, d.ID), "acls": []dynsec.ACL{
+				{Type: "publishClientSend", Topic: "/p/" + d.ID + "/#", Allow: true}}},
+			dynsec.Command{"command": "createClient", "username": d.SecureID, "password": d.SecureKey, "clientid": d.ID,
+				"textname": dynsec.DeviceText(inst), "roles": []map[string]any{{"rolename": dynsec.RoleName(inst, d.ID)}}})
+		for _, r := range rs {
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Before devicehub's plugin knows them, the legacy clients admit
+	// both: the state an upgrade starts from.
+	w.connects(gone)
+	lost := make(chan struct{})
+	if _, err := w.dial(kept, lost); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := w.syncer()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rs := do(t, admin, dynsec.Command{"command": "getClient", "username": gone.SecureID})
+		if rs[0].Err() != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the legacy client of an undeployed device is still in the dynamic-security plugin")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.refused(gone)
+	select {
+	case <-lost:
+		t.Fatal("the migration cut a deployed device's session")
+	default:
+	}
+	w.connects(kept) // (its first session ends: the same client id)
+	// Its login changes: the legacy client goes too.
+	w.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, kept.ID)
+	w.await(s, kept.ID)
+	rs := do(t, admin, dynsec.Command{"command": "getClient", "username": kept.SecureID})
+	if rs[0].Err() == nil {
+		t.Fatal("the legacy client of an undeployed device is still in the dynamic-security plugin")
+	}
+	w.refused(kept)
+}
+
+// TestRefusedLoginNotConfirmed: a login the plugin refuses (a service
+// login's name, written past the API's checks) is never confirmed to its
+// writer, and the service login keeps working.
+func TestRefusedLoginNotConfirmed(t *testing.T) {
+	w := newWorld(t)
+	s, _ := w.syncer()
+	svc, _ := mqtttest.Service()
+	id := randID("x-")
+	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', 'notActive', $2, 'takeover-key-0123456789')`, id, svc)
+	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.Await(ctx, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err == nil {
+		t.Fatal("a login the plugin refuses was confirmed")
+	}
+	w.plugin() // the service login still logs in
+	w.refused(meta.DeviceLogin{ID: id, SecureID: svc, SecureKey: "takeover-key-0123456789"})
+}
