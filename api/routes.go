@@ -55,6 +55,12 @@ func (s *Server) routes() {
 	api.Post("/device/instance/:id/deploy", s.write(s.deployDevice))
 	api.Post("/device/instance/:id/undeploy", s.write(s.undeployDevice))
 	api.Post("/device/instance/:id/secret", s.write(s.rotateDeviceSecret))
+	// Bulk provisioning (devices_bulk.go): many devices in one transaction.
+	api.Post("/device/instance/batch/_create", s.write(s.createDevices))
+	api.Post("/device/instance/batch/_deploy", s.write(s.deployDevices))
+	api.Post("/device/instance/batch/_undeploy", s.write(s.undeployDevices))
+	api.Post("/device/instance/batch/_delete", s.write(s.deleteDevices))
+	api.Post("/device/instance/:productId/import", s.write(s.importDevices))
 
 	// Roles.
 	api.Post("/role/_query", s.queryRoles) // 13

@@ -23,14 +23,23 @@ func userName(u User) string {
 	return u.Username
 }
 
-// CreateDevice creates a device of an existing product, in state notActive,
-// with a generated secure key unless one is given. An unknown product is
-// ErrNotFound; a taken id is ErrDuplicateKey.
-func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (DeviceDetail, error) {
-	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
+// newDeviceRow is a new device as it is stored: checked, with what the
+// client may leave out filled in.
+type newDeviceRow struct {
+	NewDevice
+	SecureID, SecureKey, ChannelID  string
+	Features, Relations, Tags, Conf []byte // JSON
+}
+
+// checkNewDevice holds the rules of a new device, for CreateDevice and
+// CreateDevices (device_bulk.go) alike: a rule added here, or in the
+// device_input.go checks it calls, holds for a device created alone and
+// for each row of a bulk create. It fills in a generated id, the id as
+// secureId and a random key where the client gave none.
+func (s *Store) checkNewDevice(n NewDevice) (newDeviceRow, error) {
 	if n.ID != "" {
 		if err := checkID("id", n.ID); err != nil {
-			return DeviceDetail{}, err
+			return newDeviceRow{}, err
 		}
 	}
 	if err := checkTexts([]textCheck{
@@ -41,45 +50,58 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		{"orgId", n.OrgID, 64, false},
 		{"storePolicy", n.StorePolicy, 64, false},
 	}); err != nil {
-		return DeviceDetail{}, err
+		return newDeviceRow{}, err
 	}
 	if err := checkFeatures(n.Features); err != nil {
-		return DeviceDetail{}, err
+		return newDeviceRow{}, err
 	}
 	if err := checkRelations(n.Relations); err != nil {
-		return DeviceDetail{}, err
+		return newDeviceRow{}, err
 	}
-	if err := n.Configuration.check(); err != nil {
-		return DeviceDetail{}, err
+	if err := s.checkConfig(n.Configuration, n.ID); err != nil {
+		return newDeviceRow{}, err
 	}
 	conf, err := jsonObject("deviceConfiguration", n.DeviceConfiguration)
 	if err != nil {
-		return DeviceDetail{}, err
+		return newDeviceRow{}, err
 	}
 	tags, err := jsonArray("tags", n.Tags, maxDeviceTags)
 	if err != nil {
-		return DeviceDetail{}, err
+		return newDeviceRow{}, err
 	}
 	if n.ID == "" {
 		n.ID = NewID()
 	}
-	secureID, channelID, secureKey := n.ID, "", n.Configuration.newKey()
+	r := newDeviceRow{NewDevice: n, SecureID: n.ID, SecureKey: n.Configuration.newKey(), Conf: conf, Tags: tags}
 	if c := n.Configuration; c != nil {
 		if c.SecureID != nil && *c.SecureID != "" {
-			secureID = *c.SecureID
+			r.SecureID = *c.SecureID
 		}
 		if c.ChannelID != nil {
-			channelID = *c.ChannelID
+			r.ChannelID = *c.ChannelID
 		}
 	}
-	if secureKey == "" {
-		secureKey = newSecret()
+	if r.SecureKey == "" {
+		r.SecureKey = newSecret()
 	}
-	if n.Features == nil {
-		n.Features = []DeviceFeature{}
+	r.Features, r.Relations = []byte("[]"), []byte("[]")
+	if len(n.Features) > 0 {
+		r.Features = mustJSON(n.Features)
 	}
-	if n.Relations == nil {
-		n.Relations = []DeviceRelation{}
+	if len(n.Relations) > 0 {
+		r.Relations = mustJSON(n.Relations)
+	}
+	return r, nil
+}
+
+// CreateDevice creates a device of an existing product, in state notActive,
+// with a generated secure key unless one is given. An unknown product is
+// ErrNotFound; a taken id is ErrDuplicateKey.
+func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (DeviceDetail, error) {
+	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
+	r, err := s.checkNewDevice(n)
+	if err != nil {
+		return DeviceDetail{}, err
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
@@ -90,27 +112,27 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		edge, media_device, state, creator_id, creator_name, modifier_id, modifier_name)
 		SELECT $1, $2, p.id, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $17, $18
 		FROM products p WHERE p.id = $19`,
-		n.ID, n.Name, n.PhotoURL, n.Description, mustJSON(n.Features), mustJSON(n.Relations), tags, conf,
-		secureID, secureKey, channelID, n.OrgID, n.StorePolicy, n.Edge, n.MediaDevice, StateNotActive,
-		creator.ID, userName(creator), n.ProductID)
+		r.ID, r.Name, r.PhotoURL, r.Description, r.Features, r.Relations, r.Tags, r.Conf,
+		r.SecureID, r.SecureKey, r.ChannelID, r.OrgID, r.StorePolicy, r.Edge, r.MediaDevice, StateNotActive,
+		creator.ID, userName(creator), r.ProductID)
 	switch {
 	case isSecureIDTaken(err):
-		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(secureID, 80), ErrDuplicateKey)
+		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(r.SecureID, 80), ErrDuplicateKey)
 	case isUniqueViolation(err):
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", n.ID, ErrDuplicateKey)
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", r.ID, ErrDuplicateKey)
 	case isForeignKeyViolation(err): // the product was deleted meanwhile
-		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(n.ProductID, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
 	case err != nil:
 		return DeviceDetail{}, fmt.Errorf("meta: create device: %w", err)
 	}
 	if k, _ := res.RowsAffected(); k == 0 {
-		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(n.ProductID, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
 	}
-	d, err := s.getDeviceDetail(ctx, s.db, n.ID, false)
+	d, err := s.getDeviceDetail(ctx, s.db, r.ID, false)
 	if err != nil {
 		return DeviceDetail{}, err
 	}
-	d.Configuration.SecureKey = secureKey // shown once, to its creator
+	d.Configuration.SecureKey = r.SecureKey // shown once, to its creator
 	return d, nil
 }
 
@@ -191,7 +213,7 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 		add("tags", tags)
 	}
 	if c := p.Configuration; c != nil {
-		if err := c.check(); err != nil {
+		if err := s.checkConfig(c, ""); err != nil {
 			return DeviceDetail{}, err
 		}
 		if c.SecureID != nil && *c.SecureID != "" {
@@ -238,7 +260,17 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 	if err != nil {
 		return DeviceDetail{}, err
 	}
+	d.Login = loginChange(cur.LoginVersion, d)
 	return d, tx.Commit()
+}
+
+// loginChange is the login change of a write that moved a device's
+// login_version from before to d's.
+func loginChange(before int64, d DeviceDetail) LoginChange {
+	if d.LoginVersion == before {
+		return LoginChange{}
+	}
+	return LoginChange{ID: d.ID, Version: d.LoginVersion}
 }
 
 // ErrDeviceDeployed refuses deleting a device that is not notActive.
@@ -286,9 +318,10 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 	var cur struct {
 		State        string `db:"state"`
 		ProductState int    `db:"product_state"`
+		LoginVersion int64  `db:"login_version"`
 	}
 	// FOR SHARE OF p keeps the product from being undeployed meanwhile.
-	err = tx.GetContext(ctx, &cur, `SELECT d.state, p.state AS product_state FROM devices d
+	err = tx.GetContext(ctx, &cur, `SELECT d.state, p.state AS product_state, d.login_version FROM devices d
 		JOIN products p ON p.id = d.product_id WHERE d.id = $1 FOR UPDATE OF d FOR SHARE OF p`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
@@ -309,6 +342,7 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 	if err != nil {
 		return DeviceDetail{}, err
 	}
+	d.Login = loginChange(cur.LoginVersion, d)
 	return d, tx.Commit()
 }
 
@@ -318,15 +352,24 @@ func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (D
 	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, `UPDATE devices SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
-		modifier_id = $3, modifier_name = $4 WHERE id = $1`, id, StateNotActive, modifier.ID, userName(modifier))
+	// The subquery locks the row and reads the version the update
+	// replaces: whether this write changed the broker's login.
+	var before int64
+	err := s.db.GetContext(ctx, &before, `UPDATE devices d SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
+		modifier_id = $3, modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 FOR UPDATE) o
+		WHERE d.id = o.id RETURNING o.login_version`, id, StateNotActive, modifier.ID, userName(modifier))
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: undeploy device: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+	d, err := s.getDeviceDetail(ctx, s.db, id, false)
+	if err != nil {
+		return DeviceDetail{}, err
 	}
-	return s.getDeviceDetail(ctx, s.db, id, false)
+	d.Login = loginChange(before, d)
+	return d, nil
 }
 
 // SetDeviceMetadata gives a device its own thing model (independentMetadata),

@@ -112,6 +112,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Find the device: three in the list, one after the search.
 	b.run("open the device list", chromedp.Click(chromedp.CSS(`a[data-nav=devices]`)), chromedp.WaitVisible(chromedp.ID("device-search")))
 	b.poll("the list of three devices", `document.querySelectorAll('#view table.list tbody tr').length === 3`)
+	importDevices(t, b, srv, token, product, suffix)
 	b.run("search", chromedp.SendKeys(chromedp.ID("device-search"), "basement"))
 	b.poll("the search to leave one device", fmt.Sprintf(
 		`document.querySelectorAll('#view table.list tbody tr').length === 1 && document.querySelector('a.device-link').dataset.id === %q`, devID))
@@ -174,6 +175,48 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	b.checkExceptions()
 	t.Logf("from the server's start to signing out: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// importDevices imports devices from a CSV file with the Devices page's
+// form: a file with a row twice shows that row in the error table and
+// stores nothing; a good one, deployed, is stored, offers the logins for
+// download and shows in the list, the progress bar at its end. It leaves
+// the list as it found it.
+func importDevices(t *testing.T, b *browser, srv *server, token, product, suffix string) {
+	t.Helper()
+	dir := t.TempDir()
+	bad, good := filepath.Join(dir, "bad.csv"), filepath.Join(dir, "good.csv")
+	ids := []string{"imp1-" + suffix, "imp2-" + suffix}
+	_ = os.WriteFile(bad, []byte("id,name\n"+ids[0]+",Imported 1\n"+ids[0]+",Imported again\n"), 0o644)
+	_ = os.WriteFile(good, []byte("id,name,description\n"+ids[0]+",Imported 1,\n"+ids[1]+",Imported 2,from the console\n"), 0o644)
+	b.run("open the import form", chromedp.Click(chromedp.ID("import-open")), chromedp.WaitVisible(chromedp.ID("import-form")))
+	b.poll("the products to choose from", fmt.Sprintf(`!!document.querySelector('#import-product option[value=%q]')`, product))
+	b.run("import a file with a row twice", setSelect("#import-product", product),
+		chromedp.SetUploadFiles(`#import-file`, []string{bad}), chromedp.Click(chromedp.ID("import-submit")))
+	b.poll("the refused row", `document.querySelectorAll('#import-errors tbody tr').length === 1 && document.querySelector('#import-errors tbody tr').dataset.row === '2'`)
+	if p := evalJS[string](b, `document.querySelector('#import-progress').dataset.phase + ' ' + document.querySelector('#import-progress').value`); p != "done 100" {
+		t.Fatalf("progress bar after the answer: %s", p)
+	}
+	b.shot("devices-import-refused")
+	b.run("import a good file, deployed", chromedp.SetUploadFiles(`#import-file`, []string{good}),
+		chromedp.Click(chromedp.ID("import-deploy")), chromedp.Click(chromedp.ID("import-submit")))
+	b.poll("the import to succeed", `document.querySelector('#import-status').textContent.includes('Imported 2 devices, deployed') && !!document.querySelector('#import-keys')`)
+	b.poll("the imported devices in the list", `document.querySelectorAll('#view table.list tbody tr').length === 5`)
+	b.shot("devices-imported")
+	for _, id := range ids {
+		var d struct {
+			State struct{ Value string } `json:"state"`
+		}
+		srv.do(t, token, "GET", "/api/device/instance/"+id, nil, &d)
+		if d.State.Value != "offline" {
+			t.Fatalf("imported device %s: state %q, want offline (deployed)", id, d.State.Value)
+		}
+	}
+	srv.call(t, token, "POST", "/api/device/instance/batch/_undeploy", ids)
+	srv.call(t, token, "POST", "/api/device/instance/batch/_delete", ids)
+	b.run("close the import form", chromedp.Click(chromedp.ID("import-open")))
+	b.run("reload the list", chromedp.Reload())
+	b.poll("the list of three devices again", `document.querySelectorAll('#view table.list tbody tr').length === 3`)
 }
 
 // checkConsoleRoutes checks what the console adds to the server's routes.

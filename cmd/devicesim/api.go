@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 
 	"devicehub/bench/sim"
@@ -19,7 +21,8 @@ type apiClient struct {
 }
 
 func login(ctx context.Context, base, user, password string) (*apiClient, error) {
-	c := &apiClient{base: base, http: &http.Client{Timeout: 10 * time.Second}}
+	// A bulk create of 10,000 devices waits for the broker to hold them.
+	c := &apiClient{base: base, http: &http.Client{Timeout: time.Minute}}
 	var res struct {
 		Token string `json:"token"`
 	}
@@ -81,9 +84,14 @@ type deviceLogin struct {
 	} `json:"configuration"`
 }
 
+// bulkMax is the most devices one bulk call takes.
+const bulkMax = 10_000
+
 // deviceLogins makes product (with thing model) and the devices of ids
-// exist and deployed, and returns each device's login: from its creation,
-// or from a new key for a device that existed.
+// exist and deployed, and returns each device's login. The devices that
+// are missing are created and deployed by the bulk API, 10,000 a call,
+// their logins in its answer; those that exist get a new key (only a new
+// key is ever shown: one call each) and are deployed in bulk.
 func (c *apiClient) deviceLogins(ctx context.Context, product, model string, ids []string) (map[string]sim.Credential, error) {
 	st, err := c.call(ctx, "GET", "/api/device-product/"+product, nil, nil)
 	if err != nil {
@@ -99,22 +107,69 @@ func (c *apiClient) deviceLogins(ctx context.Context, product, model string, ids
 	if _, err := c.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
 		return nil, err
 	}
-	out := make(map[string]sim.Credential, len(ids))
+	existing, err := c.existingDevices(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var missing, present []string
 	for _, id := range ids {
-		var d deviceLogin
-		st, err := c.call(ctx, "POST", "/api/device/instance/"+id+"/secret", nil, &d)
-		if err != nil {
+		if existing[id] {
+			present = append(present, id)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	out := make(map[string]sim.Credential, len(ids))
+	for chunk := range slices.Chunk(missing, bulkMax) {
+		devs := make([]map[string]string, len(chunk))
+		for i, id := range chunk {
+			devs[i] = map[string]string{"id": id, "name": id, "productId": product}
+		}
+		var res struct {
+			Devices []struct {
+				ID        string `json:"id"`
+				SecureID  string `json:"secureId"`
+				SecureKey string `json:"secureKey"`
+			} `json:"devices"`
+		}
+		if _, err := c.call(ctx, "POST", "/api/device/instance/batch/_create?deploy=true", devs, &res); err != nil {
 			return nil, err
 		}
-		if st == http.StatusNotFound {
-			if _, err := c.call(ctx, "POST", "/api/device/instance", map[string]any{"id": id, "name": id, "productId": product}, &d); err != nil {
-				return nil, err
-			}
+		for _, d := range res.Devices {
+			out[d.ID] = sim.Credential{SecureID: d.SecureID, SecureKey: d.SecureKey}
 		}
-		if _, err := c.call(ctx, "POST", "/api/device/instance/"+id+"/deploy", nil, nil); err != nil {
+	}
+	for _, id := range present {
+		var d deviceLogin
+		if _, err := c.call(ctx, "POST", "/api/device/instance/"+url.PathEscape(id)+"/secret", nil, &d); err != nil {
 			return nil, err
 		}
 		out[id] = sim.Credential{SecureID: d.Configuration.SecureID, SecureKey: d.Configuration.SecureKey}
 	}
+	for chunk := range slices.Chunk(present, bulkMax) {
+		if _, err := c.call(ctx, "POST", "/api/device/instance/batch/_deploy", chunk, nil); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// existingDevices returns which of ids exist, a page of 1,000 per query.
+func (c *apiClient) existingDevices(ctx context.Context, ids []string) (map[string]bool, error) {
+	found := make(map[string]bool, len(ids))
+	for chunk := range slices.Chunk(ids, 1000) {
+		var page struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if _, err := c.call(ctx, "POST", "/api/device-instance/_query/", map[string]any{"pageSize": len(chunk),
+			"terms": []map[string]any{{"column": "id", "termType": "in", "value": chunk}}}, &page); err != nil {
+			return nil, err
+		}
+		for _, d := range page.Data {
+			found[d.ID] = true
+		}
+	}
+	return found, nil
 }

@@ -2,9 +2,10 @@
 // each announces itself (birth), leaves a last will, reports properties from
 // a thing model at an interval, and answers property reads and function
 // invokes. Each device logs in as itself; devicesim learns the logins from
-// devicehub's API, creating and deploying what is missing and rotating the
-// keys of devices that exist (only a new key is ever shown). See README
-// "Try it with simulated devices".
+// devicehub's API, creating and deploying what is missing through the bulk
+// API (one call per 10,000 devices) and rotating the keys of devices that
+// exist (only a new key is ever shown). See README "Try it with simulated
+// devices".
 package main
 
 import (
