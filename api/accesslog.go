@@ -28,10 +28,13 @@ func accessLog(log *slog.Logger) fiber.Handler {
 				return herr
 			}
 		}
+		// A streamed body is never read here: Body() would read the
+		// stream to its end, here and now, so the client would get
+		// nothing, and a live stream never ends.
 		res := c.Response()
-		n := len(res.Body())
-		if res.IsBodyStream() {
-			n = -1
+		n := -1
+		if !res.IsBodyStream() {
+			n = len(res.Body())
 		}
 		path := c.Path() // without the query string
 		if len(path) > maxLoggedPath {

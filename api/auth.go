@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -11,17 +12,25 @@ import (
 	"devicehub/schema"
 )
 
-// AuthStore issues and checks tokens.
+// AuthStore issues and checks tokens; *meta.Store is one.
 type AuthStore interface {
 	// Login limits failed attempts per client address (see clientAddress).
 	Login(ctx context.Context, address, username, password string, lifetime time.Duration) (meta.Session, error)
 	Authenticate(ctx context.Context, token string) (meta.User, time.Time, error)
 	Logout(ctx context.Context, token string) error
+	// TokenExpiry is Authenticate's expiry without sliding it: a live
+	// stream checks its token again with it (live.go).
+	TokenExpiry(ctx context.Context, token string) (time.Time, error)
+	// WatchTokens announces the tokens that end through any instance
+	// (logout, user disabled or deleted) by their meta.TokenID; nil: any
+	// may have ended. The token cache is used only while it listens.
+	WatchTokens(ended func(ids []string)) *meta.TokenWatch
 }
 
 const (
 	tokenHeader = "X-Access-Token"
 	userKey     = "devicehub.user"
+	tokenKey    = "devicehub.token" // the live stream's token (requireTokenOrQuery)
 )
 
 type loginRequest struct {
@@ -39,8 +48,20 @@ type loginResult struct {
 	ExpiresAt int64  `json:"expiresAt"` // epoch ms
 }
 
-// login is POST /api/authorize/login.
+// login is POST /api/authorize/login. Its body must be declared JSON:
+// where other endpoints take a body without Content-Type (jsonBodies),
+// login does not, since it needs no token. A browser sends a cross-site
+// request without a CORS preflight only with a form or text Content-Type
+// or none at all (a fetch of a Blob, mode no-cors): each is refused here
+// before the attempt is counted, so that another site cannot make its
+// visitors' browsers guess passwords and lock users out of their own
+// address (LoginMaxFailures).
 func (s *Server) login(c *fiber.Ctx) error {
+	if ct := c.Get(fiber.HeaderContentType); ct == "" {
+		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Type must be application/json (got none)")
+	} else if err := checkContentType(ct); err != nil {
+		return err
+	}
 	var req loginRequest
 	if err := decodeJSON(c, &req); err != nil {
 		return err
@@ -91,14 +112,33 @@ func clientAddress(c *fiber.Ctx) string {
 	return p.String()
 }
 
-// logout is POST /api/authorize/logout.
+// logout is POST /api/authorize/logout. The token's end is announced to
+// every instance (meta WatchTokens), this one included; its cache entry
+// and live streams here go at once.
 func (s *Server) logout(c *fiber.Ctx) error {
 	token := c.Get(tokenHeader)
-	s.tokens.evict(token)
+	id := meta.TokenID(token)
+	s.tokens.evict(id)
 	if err := s.deps.Auth.Logout(c.UserContext(), token); err != nil {
 		return err
 	}
+	s.tokensEnded([]string{id})
 	return ok(c, true)
+}
+
+// tokensEnded forgets tokens that ended (by meta.TokenID) and ends the
+// live streams opened with them; nil: any token may have ended, every
+// stream checks its own again.
+func (s *Server) tokensEnded(ids []string) {
+	if ids == nil {
+		s.tokens.clear()
+		s.streams.recheckAll()
+		return
+	}
+	for _, id := range ids {
+		s.tokens.evict(id)
+		s.streams.end(id)
+	}
 }
 
 // me is GET /api/authorize/me: the user behind the token.
@@ -107,8 +147,6 @@ func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
 // requireToken lets a request through only with a live token, and slides
 // the token's expiry.
 func (s *Server) requireToken(c *fiber.Ctx) error {
-	// The header's bytes are fasthttp's, reused after the request; the
-	// cache keeps a copy of its keys.
 	return s.checkToken(c, c.Get(tokenHeader))
 }
 
@@ -121,16 +159,36 @@ func (s *Server) requireTokenOrQuery(c *fiber.Ctx) error {
 	if token == "" {
 		token = c.Query("token")
 	}
+	c.Locals(tokenKey, strings.Clone(token)) // the stream checks it again, after this request's buffers are reused
 	return s.checkToken(c, token)
 }
 
 func (s *Server) checkToken(c *fiber.Ctx, token string) error {
-	user, err := s.tokens.get(c.UserContext(), token, time.Now(), s.deps.Auth.Authenticate)
+	user, err := s.authenticate(c.UserContext(), token)
 	if err != nil {
 		return err
 	}
 	c.Locals(userKey, user)
 	return c.Next()
+}
+
+// authenticate resolves a token to its user, through the token cache
+// (keyed by meta.TokenID, the name announcements of ended tokens use)
+// while the store's announcements are heard; without them a logout
+// through another instance could go unseen, so every check asks the
+// store.
+func (s *Server) authenticate(ctx context.Context, token string) (meta.User, error) {
+	// The header's bytes are fasthttp's, reused after the request; a
+	// cache refresh may run after it.
+	token = strings.Clone(token)
+	lookup := func(ctx context.Context, _ string) (meta.User, time.Time, error) {
+		return s.deps.Auth.Authenticate(ctx, token)
+	}
+	if !s.tokenWatch.Listening() {
+		u, _, err := lookup(ctx, "")
+		return u, err
+	}
+	return s.tokens.get(ctx, meta.TokenID(token), time.Now(), lookup)
 }
 
 func currentUser(c *fiber.Ctx) meta.User {

@@ -108,14 +108,14 @@ func TestDeviceCreate(t *testing.T) {
 
 	// A chosen id and configuration.
 	d = e.createDevice("m-2", "Meter 2", "meter", map[string]any{
-		"configuration":       map[string]any{"secureId": "sid", "secureKey": "k1", "channelId": "ch-7"},
+		"configuration":       map[string]any{"secureId": "sid", "secureKey": "k1-0123456789abcd", "channelId": "ch-7"},
 		"deviceConfiguration": map[string]any{"host": "10.0.0.2", "port": 502},
 		"edge":                true,
 	})
 	if d["id"] != "m-2" || d["edge"] != true || d["aloneConfiguration"] != true {
 		t.Fatalf("created: %v", d)
 	}
-	if conf := d["configuration"].(map[string]any); conf["secureId"] != "sid" || conf["channelId"] != "ch-7" || conf["secureKey"] != "k1" {
+	if conf := d["configuration"].(map[string]any); conf["secureId"] != "sid" || conf["channelId"] != "ch-7" || conf["secureKey"] != "k1-0123456789abcd" {
 		t.Fatalf("configuration: %v", conf)
 	}
 	if dc := d["deviceConfiguration"].(map[string]any); dc["host"] != "10.0.0.2" || dc["port"] != 502.0 {
@@ -531,7 +531,7 @@ func TestDeviceUpdate(t *testing.T) {
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	e.createProduct("q", "Q", nil)
-	e.createDevice("d", "D", "p", map[string]any{"description": "keep", "configuration": map[string]any{"secureKey": "secret-1"}})
+	e.createDevice("d", "D", "p", map[string]any{"description": "keep", "configuration": map[string]any{"secureKey": "secret-1-0123456789"}})
 	var d map[string]any
 	e.ok("PUT", "/api/device/instance/d", map[string]any{"name": "D2", "photoUrl": "/x.png", "features": []string{"f1"},
 		"deviceConfiguration": map[string]any{"a": 1}, "configuration": map[string]any{"channelId": "c9"}}, &d)
@@ -541,7 +541,7 @@ func TestDeviceUpdate(t *testing.T) {
 	}
 	var key string
 	_ = e.store.DB().Get(&key, `SELECT secure_key FROM devices WHERE id = 'd'`)
-	if key != "secret-1" {
+	if key != "secret-1-0123456789" {
 		t.Fatalf("key changed to %q", key)
 	}
 	// Sending the whole detail back (masked key included) changes nothing
@@ -555,7 +555,7 @@ func TestDeviceUpdate(t *testing.T) {
 		t.Fatalf("round trip changed the device:\n%v\n%v", before, after)
 	}
 	_ = e.store.DB().Get(&key, `SELECT secure_key FROM devices WHERE id = 'd'`)
-	if key != "secret-1" {
+	if key != "secret-1-0123456789" {
 		t.Fatalf("masked key was stored: %q", key)
 	}
 	r := e.fails("PUT", "/api/device/instance/d", map[string]any{"productId": "q"}, 400, "illegal_argument")

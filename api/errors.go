@@ -29,6 +29,7 @@ const (
 	codeRequestHandling = "request_handling"
 	codeTooManyRequests = "too_many_requests"
 	codeUnsupportedType = "unsupported_media_type"
+	codeBrokerTimeout   = "broker_timeout"
 )
 
 // errorHandler is the one place where errors become envelope codes. It is
@@ -37,10 +38,11 @@ const (
 func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 	return func(c *fiber.Ctx, err error) error {
 		var (
-			argErr *schema.ArgError
-			tmErr  *schema.ValidationError
-			fe     *fiber.Error
-			devErr *link.DeviceError
+			argErr  *schema.ArgError
+			tmErr   *schema.ValidationError
+			fe      *fiber.Error
+			devErr  *link.DeviceError
+			bulkErr *meta.BulkError
 		)
 		switch {
 		case errors.Is(err, meta.ErrUnauthorized):
@@ -56,6 +58,8 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusConflict, codeConflict, safeText(err.Error()), nil)
 		case errors.Is(err, meta.ErrDuplicateKey):
 			return reply(c, fiber.StatusBadRequest, codeDuplicateKey, safeText(err.Error())+" already exists", nil)
+		case errors.As(err, &bulkErr): // before argErr: its rows are the result
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(bulkErr.Error()), bulkErr.Rows)
 		case errors.As(err, &argErr):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
 		case errors.As(err, &tmErr):
@@ -64,6 +68,8 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			// The caller names the field; the sentinel's own text adds nothing.
 			msg := strings.TrimSuffix(err.Error(), ": "+schema.ErrIllegalArgument.Error())
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(msg), nil)
+		case errors.Is(err, errBrokerTimeout):
+			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, err.Error(), nil)
 		case errors.Is(err, link.ErrOffline):
 			return reply(c, fiber.StatusInternalServerError, codeClientOffline, "device is offline", nil)
 		case errors.Is(err, link.ErrTimeout):

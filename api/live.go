@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -35,10 +36,11 @@ const (
 )
 
 const (
-	livePing        = 15 * time.Second // heartbeat comment
-	liveSendBuffer  = 64 << 10         // the socket's send buffer, see live
-	liveLookup      = 5 * time.Second  // the device check's own timeout (fasthttp cancels nothing)
-	liveRetryAfterS = 5                // Retry-After, seconds, when the instance has no slot
+	livePing        = 15 * time.Second       // heartbeat comment
+	liveSendBuffer  = 64 << 10               // the socket's send buffer, see live
+	liveLookup      = 5 * time.Second        // the device and token checks' own timeout (fasthttp cancels nothing)
+	liveRetryAfterS = 5                      // Retry-After, seconds, when the instance has no slot
+	liveRecheckMin  = 250 * time.Millisecond // the soonest a token is checked again (clocks apart)
 )
 
 // live is GET /api/live?deviceId=..&property=..: Server-Sent Events of
@@ -77,7 +79,23 @@ func (s *Server) live(c *fiber.Ctx) error {
 	if c.Method() == fiber.MethodHead {
 		return nil
 	}
+	// The stream ends with its token (auth.go tokensEnded): it is
+	// registered before the token is read again here, so that an end
+	// committed after that read finds it, and one committed before is
+	// seen by the read; the read also gives the expiry.
+	token, _ := c.Locals(tokenKey).(string)
+	st := s.streams.add(token)
+	ctx, cancel = context.WithTimeout(c.UserContext(), liveLookup)
+	expires, err := s.deps.Auth.TokenExpiry(ctx, token)
+	cancel()
+	if err != nil {
+		s.streams.remove(st)
+		return err
+	}
 	sub, err := s.deps.Live.Subscribe(devices, props)
+	if err != nil {
+		s.streams.remove(st)
+	}
 	if errors.Is(err, live.ErrTooMany) || errors.Is(err, live.ErrClosed) {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many live subscribers on this instance; retry later", nil)
@@ -86,14 +104,25 @@ func (s *Server) live(c *fiber.Ctx) error {
 		return err
 	}
 	rc := c.Context()
-	conn, shutdown, timeout := rc.Conn(), rc.Done(), s.opts.WriteTimeout
+	ls := liveStream{sub: sub, st: st, conn: rc.Conn(), shutdown: rc.Done(), timeout: s.opts.WriteTimeout, expires: expires,
+		check: func() (time.Time, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), liveLookup)
+			defer cancel()
+			return s.deps.Auth.TokenExpiry(ctx, token)
+		}}
 	// What the kernel holds for a stalled client is bounded too: left
 	// alone, Linux grows a socket's send buffer up to tcp_wmem's maximum
 	// (4 MiB), measured here at 2.8 MB for a client that reads nothing.
-	if tc, ok := conn.(interface{ SetWriteBuffer(int) error }); ok {
+	if tc, ok := ls.conn.(interface{ SetWriteBuffer(int) error }); ok {
 		_ = tc.SetWriteBuffer(liveSendBuffer)
 	}
-	rc.SetBodyStreamWriter(func(w *bufio.Writer) { streamLive(w, sub, conn, shutdown, timeout) })
+	// The stream reads the connection to see its client leave
+	// (watchClient): it serves no request after this one.
+	rc.Response.SetConnectionClose()
+	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.streams.remove(st)
+		ls.run(w)
+	})
 	return nil
 }
 
@@ -122,9 +151,20 @@ func liveIDs(c *fiber.Ctx, field string, max int) ([]string, error) {
 	return ids, nil
 }
 
-// streamLive writes the subscription's events until the client goes
-// away, the subscription or the server ends. It runs on a goroutine of
-// its own (fasthttp's body stream) and flushes after each round, so an
+// liveStream is one open stream.
+type liveStream struct {
+	sub      *live.Subscription
+	st       *streamEntry
+	conn     net.Conn
+	shutdown <-chan struct{}           // the server's
+	timeout  time.Duration             // WriteTimeout
+	expires  time.Time                 // the token's, when last read
+	check    func() (time.Time, error) // reads the token's expiry again (AuthStore.TokenExpiry)
+}
+
+// run writes the subscription's events until the client goes away, its
+// token ends, the subscription or the server ends. It runs on a goroutine
+// of its own (fasthttp's body stream) and flushes after each round, so an
 // event is on the wire as soon as it is taken.
 //
 // fasthttp sets the connection's write deadline (WriteTimeout) once,
@@ -133,11 +173,22 @@ func liveIDs(c *fiber.Ctx, field string, max int) ([]string, error) {
 // reading is dropped WriteTimeout after its socket buffers fill. Until
 // then what it holds is bounded: its queue (live.Options) and the frames
 // of the round being written.
-func streamLive(w *bufio.Writer, sub *live.Subscription, conn net.Conn, shutdown <-chan struct{}, timeout time.Duration) {
+//
+// A client that leaves is seen at once (watchClient), not at the next
+// failed write: a write to a socket the peer closed succeeds, the one
+// after it fails, so that took up to two pings (30 s) and more.
+//
+// The token is read again when it would expire (a request may have slid
+// it meanwhile) and when the store's announcements were interrupted; an
+// announced end (logout, user disabled) ends the stream through st.
+func (ls *liveStream) run(w *bufio.Writer) {
+	sub := ls.sub
 	defer sub.Close()
+	gone, stopWatch := watchClient(ls.conn)
+	defer stopWatch()
 	flush := func() bool {
-		if timeout > 0 && conn != nil {
-			_ = conn.SetWriteDeadline(time.Now().Add(timeout))
+		if ls.timeout > 0 && ls.conn != nil {
+			_ = ls.conn.SetWriteDeadline(time.Now().Add(ls.timeout))
 		}
 		return w.Flush() == nil
 	}
@@ -147,6 +198,8 @@ func streamLive(w *bufio.Writer, sub *live.Subscription, conn net.Conn, shutdown
 	}
 	ping := time.NewTicker(livePing)
 	defer ping.Stop()
+	expiry := time.NewTimer(untilRecheck(ls.expires))
+	defer expiry.Stop()
 	var frames [][]byte
 	for {
 		select {
@@ -168,13 +221,138 @@ func streamLive(w *bufio.Writer, sub *live.Subscription, conn net.Conn, shutdown
 			if _, err := w.WriteString(": ping\n\n"); err != nil {
 				return
 			}
+		case <-expiry.C:
+			if !ls.recheck(expiry) {
+				return
+			}
+			continue
+		case <-ls.st.recheck:
+			if !ls.recheck(expiry) {
+				return
+			}
+			continue
+		case <-ls.st.end:
+			return
+		case <-gone:
+			return
 		case <-sub.Done():
 			return
-		case <-shutdown:
+		case <-ls.shutdown:
 			return
 		}
 		if !flush() {
 			return
+		}
+	}
+}
+
+// recheck reads the token's expiry again and sets timer to it; false
+// when the token has ended or cannot be read (a stream never outlives a
+// token it cannot vouch for: its client reconnects).
+func (ls *liveStream) recheck(timer *time.Timer) bool {
+	expires, err := ls.check()
+	if err != nil {
+		return false
+	}
+	timer.Reset(untilRecheck(expires))
+	return true
+}
+
+// untilRecheck is how long until a token expiring at expires is read
+// again: at its expiry, but not sooner than liveRecheckMin, so that
+// clocks apart (this one ahead of PostgreSQL's) cost a read per
+// liveRecheckMin at most.
+func untilRecheck(expires time.Time) time.Duration {
+	return max(time.Until(expires), liveRecheckMin)
+}
+
+// aLongTimeAgo is a read deadline in the past: it ends a read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// watchClient reads conn until its client closes it, or only its sending
+// side, or the connection fails; gone is closed then. A client of a
+// stream sends nothing after its request (anything it sends is
+// discarded; the connection serves no further request). stop ends the
+// watch and returns once its read has.
+func watchClient(conn net.Conn) (gone <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	if conn == nil {
+		return ch, func() {}
+	}
+	done := make(chan struct{})
+	_ = conn.SetReadDeadline(time.Time{}) // fasthttp's was for the request
+	go func() {
+		defer close(done)
+		defer close(ch)
+		var buf [512]byte
+		for {
+			if _, err := conn.Read(buf[:]); err != nil {
+				return
+			}
+		}
+	}()
+	return ch, func() {
+		_ = conn.SetReadDeadline(aLongTimeAgo)
+		<-done
+	}
+}
+
+// streamEntry is an open stream as its token's end reaches it.
+type streamEntry struct {
+	id      string        // meta.TokenID of its token
+	end     chan struct{} // closed when the token ended
+	once    sync.Once
+	recheck chan struct{} // a token when the token must be read again
+}
+
+// liveStreams are the open streams by the token they were opened with.
+type liveStreams struct {
+	mu sync.Mutex
+	m  map[string]map[*streamEntry]struct{}
+}
+
+func (ls *liveStreams) add(token string) *streamEntry {
+	e := &streamEntry{id: meta.TokenID(token), end: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = make(map[string]map[*streamEntry]struct{})
+	}
+	if ls.m[e.id] == nil {
+		ls.m[e.id] = make(map[*streamEntry]struct{})
+	}
+	ls.m[e.id][e] = struct{}{}
+	return e
+}
+
+func (ls *liveStreams) remove(e *streamEntry) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	delete(ls.m[e.id], e)
+	if len(ls.m[e.id]) == 0 {
+		delete(ls.m, e.id)
+	}
+}
+
+// end ends the streams of the token named id.
+func (ls *liveStreams) end(id string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for e := range ls.m[id] {
+		e.once.Do(func() { close(e.end) })
+	}
+}
+
+// recheckAll has every stream read its token again.
+func (ls *liveStreams) recheckAll() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, es := range ls.m {
+		for e := range es {
+			select {
+			case e.recheck <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/cors"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // Options configures the HTTP server.
@@ -29,7 +31,10 @@ type Options struct {
 	// MaxTokenLifetime bounds the `expires` a client may ask for at login.
 	MaxTokenLifetime time.Duration
 	// TokenCacheTTL is how long a successful token check is reused without
-	// asking PostgreSQL; 0 checks every request.
+	// asking PostgreSQL; 0 checks every request. A token that ends (logout,
+	// user disabled or deleted, through any instance) is dropped as soon
+	// as its end is announced (AuthStore.WatchTokens); while announcements
+	// are not heard, no check is reused.
 	TokenCacheTTL time.Duration
 	// DeviceCacheTTL is how long a device looked up for a command is reused;
 	// writes through this instance forget it at once. 0 looks up every time.
@@ -46,6 +51,10 @@ type Options struct {
 	// AccessLog logs every request at level info through Deps.Logger
 	// (accesslog.go).
 	AccessLog bool
+	// LoginWait bounds how long a device write waits for the broker to
+	// hold its login change (logins.go) before it answers 503
+	// broker_timeout; the change is applied when the broker answers.
+	LoginWait time.Duration
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -58,6 +67,7 @@ func DefaultOptions() Options {
 		MaxTokenLifetime: 30 * 24 * time.Hour,
 		TokenCacheTTL:    5 * time.Second,
 		DeviceCacheTTL:   time.Second,
+		LoginWait:        5 * time.Second,
 	}
 }
 
@@ -74,6 +84,9 @@ type Deps struct {
 	Models    DeviceModels
 	// Commands sends property reads and function invokes (endpoints 10-12).
 	Commands Commander
+	// Logins confirms that the broker holds device login changes
+	// (logins.go); nil confirms at once (the broker reads them itself).
+	Logins LoginWaiter
 	// Live serves GET /api/live (live.go); LiveDevices checks the devices
 	// asked for.
 	Live        LiveHub
@@ -95,6 +108,9 @@ type Server struct {
 	refs   *lookupCache[meta.DeviceRef] // devices behind commands and dashboard queries
 	models *lookupCache[string]         // thing models of products behind product-wide dashboard queries
 	dash   *dashboardGate               // dashboard requests in flight
+
+	tokenWatch *meta.TokenWatch // ended tokens, from every instance (auth.go tokensEnded); nil: none heard
+	streams    liveStreams      // open live streams, by token (live.go)
 }
 
 // New builds the server with every route registered.
@@ -117,8 +133,10 @@ func New(opts Options, deps Deps) *Server {
 		// or three.
 		WriteBufferSize:       32 << 10,
 		DisableStartupMessage: true,
-		ErrorHandler:          errorHandler(deps.Logger),
+		ErrorHandler:          withNoSniff(errorHandler(deps.Logger)),
 	})
+	s.app.Server().HeaderReceived = bulkBodyLimits(opts.BodyLimit) // larger bodies for bulk routes only (devices_bulk.go)
+	s.app.Use(noSniff)
 	if opts.AccessLog {
 		s.app.Use(accessLog(s.log))
 	}
@@ -129,9 +147,86 @@ func New(opts Options, deps Deps) *Server {
 	if len(opts.CORSOrigins) > 0 {
 		s.app.Use(corsMiddleware(opts.CORSOrigins))
 	}
+	s.app.Use(requestText)
 	s.app.Use(jsonBodies)
 	s.routes()
+	if deps.Auth != nil {
+		s.tokenWatch = deps.Auth.WatchTokens(s.tokensEnded)
+	}
 	return s
+}
+
+// noSniff has every response say X-Content-Type-Options: nosniff, so
+// that no browser takes a JSON answer, which may echo text a client
+// chose, for HTML or script; withNoSniff does the same for the answers
+// made before any handler runs (a request fasthttp cannot read).
+func noSniff(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	return c.Next()
+}
+
+func withNoSniff(h fiber.ErrorHandler) fiber.ErrorHandler {
+	return func(c *fiber.Ctx, err error) error {
+		c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+		return h(c, err)
+	}
+}
+
+// requestText checks the text of every request's path and query string,
+// before routing: a NUL or bytes that are not UTF-8, percent-encoded or
+// not, in the path or in a query parameter's name or value are 400
+// illegal_argument naming it (no id, name or parameter may hold them, and
+// PostgreSQL cannot take them). It decodes the path's percent-encoding
+// before routing, so that every route's parameters are decoded
+// (/api/device/instance/co%3Alon/detail is device co:lon's), segment by
+// segment: a segment whose decoding holds "/" is refused rather than
+// split, so that no encoding changes the route a request reaches. "+"
+// stays "+" in a path.
+func requestText(c *fiber.Ctx) error {
+	if path := c.Path(); strings.IndexByte(path, '%') >= 0 {
+		segs := strings.Split(path, "/")
+		for i, seg := range segs {
+			d, err := url.PathUnescape(seg)
+			if err != nil {
+				return schema.Invalid("path", "malformed percent-encoding: %s", err.Error())
+			}
+			if strings.IndexByte(d, '/') >= 0 {
+				return schema.Invalid("path", "a segment must not hold an encoded / (%%2F)")
+			}
+			segs[i] = d
+		}
+		c.Path(strings.Join(segs, "/"))
+	}
+	if problem := textProblem(c.Path()); problem != "" {
+		return schema.Invalid("path", "%s", problem)
+	}
+	var err error
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) {
+		if err != nil {
+			return
+		}
+		if problem := textProblem(string(k)); problem != "" {
+			err = schema.Invalid("query", "a parameter's name %s", problem)
+		} else if problem := textProblem(string(v)); problem != "" {
+			err = schema.Invalid(string(k), "%s", problem)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return c.Next()
+}
+
+// textProblem names what is wrong with text no request may hold: a NUL,
+// or bytes that are not UTF-8; "" if nothing is.
+func textProblem(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain NUL (\\u0000)"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	}
+	return ""
 }
 
 // corsMiddleware answers preflights (OPTIONS with Origin and
@@ -207,7 +302,7 @@ func ParseCORSOrigins(text string) ([]string, error) {
 // 400 naming the field). Requests without a body pass as they are.
 func jsonBodies(c *fiber.Ctx) error {
 	body := c.Request().Body()
-	if len(body) == 0 {
+	if len(body) == 0 || bulkRoute(c.Method(), c.Path()) { // devices_bulk.go checks those, row by row
 		return c.Next()
 	}
 	if err := checkContentType(c.Get(fiber.HeaderContentType)); err != nil {
@@ -229,5 +324,9 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Listen(addr string) error { return s.app.Listen(addr) }
 
 // Shutdown stops accepting connections and waits for requests in flight,
-// at most until ctx ends.
-func (s *Server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }
+// at most until ctx ends; then it stops hearing of ended tokens.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.app.ShutdownWithContext(ctx)
+	s.tokenWatch.Stop()
+	return err
+}

@@ -39,6 +39,11 @@ type Options struct {
 	// the same query while no table it reads changes (meta/pagecache.go);
 	// 0 or less keeps none.
 	PageCacheTTL time.Duration
+	// ReservedLogins are the broker logins of services and operators (the
+	// service login's username, say): no device's secureId may name one,
+	// in any case, nor "admin" or a name starting with "$" whatever this
+	// holds (meta/device_input.go).
+	ReservedLogins []string
 }
 
 // DefaultOptions returns options that work with `make run`.
@@ -53,6 +58,7 @@ func DefaultOptions() Options {
 		ExactTotalLimit:  DefaultExactTotalLimit,
 		TotalEstimateTTL: DefaultTotalEstimateTTL,
 		PageCacheTTL:     DefaultPageCacheTTL,
+		ReservedLogins:   []string{"devicehub"}, // the service login of `make run`
 	}
 }
 
@@ -62,6 +68,7 @@ type Store struct {
 	opts   Options
 	totals *totalCache // estimated list totals (query_page.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
+	tokens *tokenWatch // ended tokens, announced (users.go)
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -74,7 +81,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	db.SetMaxIdleConns(opts.MaxOpenConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL),
-		pages: newPageCache(opts.DSN, opts.PageCacheTTL)}
+		pages: newPageCache(opts.DSN, opts.PageCacheTTL), tokens: newTokenWatch(opts.DSN)}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
@@ -113,9 +120,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the page cache's watcher and closes the connection pool.
+// Close stops the page cache's and the tokens' watchers and closes the
+// connection pool.
 func (s *Store) Close() error {
 	s.pages.close()
+	s.tokens.close()
 	return s.db.Close()
 }
 

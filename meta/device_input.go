@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 
 	"devicehub/schema"
 )
@@ -131,21 +132,67 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-func (c *DeviceConfigInput) check() error {
-	if c == nil {
-		return nil
-	}
-	for _, t := range []struct {
-		field string
-		v     *string
-	}{{"configuration.secureId", c.SecureID}, {"configuration.secureKey", c.SecureKey}, {"configuration.channelId", c.ChannelID}} {
-		if t.v != nil {
-			if err := checkText(t.field, *t.v, 128, false); err != nil {
-				return err
+// Lengths of a secureKey a client chooses, in bytes: the password of the
+// device's broker login. A key left out is generated: 128 random bits
+// (newSecret, 32 hex digits).
+const (
+	minSecureKey = 16
+	maxSecureKey = 128
+)
+
+// checkConfig checks the configuration of a device being created (id is
+// its id, "" if generated) or updated (id ""): its texts, a key the client
+// chose (minSecureKey to maxSecureKey bytes; empty or masked keeps the
+// stored one), and its secureId, or on create the id that stands for a
+// secureId left out, which must not name a reserved login
+// (reservedLogin). Every device write checks its configuration here, one
+// device at a time, whatever path it takes (create, update, bulk).
+func (s *Store) checkConfig(c *DeviceConfigInput, id string) error {
+	secureID := id
+	if c != nil {
+		if k := c.newKey(); k != "" && (len(k) < minSecureKey || len(k) > maxSecureKey) {
+			return schema.Invalid("configuration.secureKey", "must be %d to %d bytes (the device's broker password), or left out for a random one",
+				minSecureKey, maxSecureKey)
+		}
+		for _, t := range []struct {
+			field string
+			v     *string
+		}{{"configuration.secureId", c.SecureID}, {"configuration.secureKey", c.SecureKey}, {"configuration.channelId", c.ChannelID}} {
+			if t.v != nil {
+				if err := checkText(t.field, *t.v, 128, false); err != nil {
+					return err
+				}
 			}
 		}
+		if c.SecureID != nil && *c.SecureID != "" {
+			secureID = *c.SecureID
+		}
 	}
-	return nil
+	if secureID == "" || !s.reservedLogin(secureID) {
+		return nil
+	}
+	if c == nil || c.SecureID == nil || *c.SecureID == "" {
+		return schema.Invalid("configuration.secureId", "%q, the device id that is its secureId by default, is reserved for a service or operator login of the broker: give another secureId",
+			truncate(secureID, 80))
+	}
+	return schema.Invalid("configuration.secureId", "%q is reserved for a service or operator login of the broker", truncate(secureID, 80))
+}
+
+// reservedLogin reports whether name is, in any case, a broker login a
+// device must never hold: devicehub's own and operators'
+// (Options.ReservedLogins), "admin", or a name starting with "$" (the
+// broker's own namespace: $SYS, $share, $CONTROL). A device holding one
+// would log in as that service, with its rights.
+func (s *Store) reservedLogin(name string) bool {
+	if strings.HasPrefix(name, "$") || strings.EqualFold(name, "admin") {
+		return true
+	}
+	for _, r := range s.opts.ReservedLogins {
+		if r != "" && strings.EqualFold(name, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // newKey reports the secure key to store from a request: "" keeps the

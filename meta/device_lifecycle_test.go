@@ -133,14 +133,14 @@ func TestCreateDevice(t *testing.T) {
 
 	// A given secureId and key are kept; no id gives a generated one.
 	d2, err := s.CreateDevice(ctx, meta.NewDevice{Name: "Two", ProductID: "p",
-		Configuration: &meta.DeviceConfigInput{SecureID: ptr("sid-2"), SecureKey: ptr("key-2"), ChannelID: ptr("ch")}}, creator)
+		Configuration: &meta.DeviceConfigInput{SecureID: ptr("sid-2"), SecureKey: ptr("key-2-0123456789ab"), ChannelID: ptr("ch")}}, creator)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(d2.ID) {
 		t.Fatalf("generated id %q", d2.ID)
 	}
-	if c := d2.Configuration; c != (meta.DeviceConfig{SecureID: "sid-2", SecureKey: "key-2", ChannelID: "ch"}) {
+	if c := d2.Configuration; c != (meta.DeviceConfig{SecureID: "sid-2", SecureKey: "key-2-0123456789ab", ChannelID: "ch"}) {
 		t.Fatalf("configuration %+v", c)
 	}
 
@@ -265,7 +265,7 @@ func TestUpdateDevice(t *testing.T) {
 	d3, err := s.UpdateDevice(ctx, "d", meta.DevicePatch{ID: ptr("d"), ProductID: ptr("p"),
 		DevicePhotoURL: ptr("/img.png"), Edge: ptr(true), Tags: []byte(`[{"k":"v"}]`),
 		DeviceConfiguration: []byte(`{"a":1}`), Features: &[]meta.DeviceFeature{{ID: "ota"}},
-		Configuration: &meta.DeviceConfigInput{SecureID: ptr("sid-d"), SecureKey: ptr("new-key"), ChannelID: ptr("c2")}}, bob)
+		Configuration: &meta.DeviceConfigInput{SecureID: ptr("sid-d"), SecureKey: ptr("new-key-0123456789"), ChannelID: ptr("c2")}}, bob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestUpdateDevice(t *testing.T) {
 		len(d3.Features) != 1 || d3.Configuration.SecureID != "sid-d" || d3.Configuration.ChannelID != "c2" {
 		t.Fatalf("updated %+v", d3)
 	}
-	if l, _ := s.DeviceLogins(ctx, []string{"d"}); len(l) != 1 || l[0].SecureKey != "new-key" || l[0].SecureID != "sid-d" {
+	if l, _ := s.DeviceLogins(ctx, []string{"d"}); len(l) != 1 || l[0].SecureKey != "new-key-0123456789" || l[0].SecureID != "sid-d" {
 		t.Fatalf("login after update %+v", l)
 	}
 

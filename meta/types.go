@@ -133,13 +133,15 @@ func newSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// idPattern keeps ids usable as MQTT topic levels and URL path segments.
+// idPattern keeps ids usable as MQTT topic levels and URL path segments:
+// 1 to 64 of A-Z a-z 0-9 _ - . :, but not "." or ".." alone, which
+// clients and proxies resolve away in a URL path (checkID).
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_\-.:]{1,64}$`)
 
-// checkID validates a client-chosen id.
+// checkID validates a client-chosen id (product, device, role).
 func checkID(field, id string) error {
-	if !idPattern.MatchString(id) {
-		return schema.Invalid(field, "must be 1 to 64 letters, digits or _-.: (got %q)", truncate(id, 80))
+	if !idPattern.MatchString(id) || id == "." || id == ".." {
+		return schema.Invalid(field, "must be 1 to 64 letters, digits or _-.:, and not . or .. alone (got %q)", truncate(id, 80))
 	}
 	return nil
 }

@@ -8,8 +8,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/lib/pq"
 	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/schema"
@@ -283,6 +287,28 @@ func (s *Store) Logout(ctx context.Context, token string) error {
 	return nil
 }
 
+// TokenExpiry returns when token expires unless a request slides it, or
+// ErrUnauthorized if it has ended (expired, logged out, its user not
+// enabled). Unlike Authenticate it does not slide the expiry: a live
+// stream checking its token again is no use of it.
+func (s *Store) TokenExpiry(ctx context.Context, token string) (time.Time, error) {
+	if token == "" || len(token) > 128 {
+		return time.Time{}, ErrUnauthorized
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var expires time.Time
+	err := s.db.GetContext(ctx, &expires, `SELECT t.expires_at FROM tokens t JOIN users u ON u.id = t.user_id
+		WHERE t.hash = $1 AND t.expires_at > now() AND u.state = 'enabled'`, hashToken(token))
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, ErrUnauthorized
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("meta: token expiry: %w", err)
+	}
+	return expires, nil
+}
+
 func (s *Store) userRoles(ctx context.Context, userID string) ([]string, error) {
 	roles := []string{}
 	if err := s.db.SelectContext(ctx, &roles, `SELECT role_id FROM user_roles WHERE user_id = $1 ORDER BY role_id`, userID); err != nil {
@@ -294,4 +320,177 @@ func (s *Store) userRoles(ctx context.Context, userID string) ([]string, error) 
 func hashToken(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
+}
+
+// TokenID names a token without being it: the hex of the SHA-256 the
+// tokens table keeps, which the announcements of WatchTokens carry. A
+// cache of tokens keyed by it can drop what they name.
+func TokenID(token string) string { return hex.EncodeToString(hashToken(token)) }
+
+// Ended tokens are announced to every instance: the triggers of
+// schema/postgres/00010_token_revocations.sql send, as the transaction
+// that ends them commits, the TokenIDs of tokens logged out or of a user
+// disabled or deleted, comma-separated, or "*" when every token may have
+// ended (TRUNCATE). Expiry is not announced: whoever checked a token knows
+// when it expires.
+const tokenChannel = "devicehub_tokens"
+
+// WatchTokens calls ended with the TokenIDs of tokens that ended, through
+// any instance or psql, within milliseconds of the commit; ended(nil)
+// means that some may have ended unannounced (the watcher started
+// listening, or listens again after losing its connection, or the table
+// was truncated): check every token again. ended runs on the watcher's
+// goroutine, one call at a time; it must not block. The watcher holds one
+// PostgreSQL connection (beyond Options.MaxOpenConns) while any
+// registration is open; Stop the registration, or Close the store, to end
+// it.
+func (s *Store) WatchTokens(ended func(ids []string)) *TokenWatch {
+	t := &TokenWatch{w: s.tokens}
+	s.tokens.add(t, ended)
+	return t
+}
+
+// TokenWatch is one registration of WatchTokens.
+type TokenWatch struct{ w *tokenWatch }
+
+// Listening reports whether the watcher hears announcements now. While
+// it does not, a token may end unannounced: a cache of tokens must not be
+// trusted then (ended(nil) follows when it listens again).
+func (t *TokenWatch) Listening() bool { return t != nil && t.w.live.Load() }
+
+// Stop ends the registration: ended is not called after it returns.
+func (t *TokenWatch) Stop() {
+	if t != nil {
+		t.w.remove(t)
+	}
+}
+
+// tokenWatch is the store's one listener on tokenChannel, running while
+// a registration is open.
+type tokenWatch struct {
+	dsn  string
+	live atomic.Bool // listening
+
+	mu     sync.Mutex // registrations and the listener's life; held while ended runs
+	subs   map[*TokenWatch]func([]string)
+	stop   chan struct{} // closed to stop the running listener; nil when none runs
+	done   chan struct{} // closed when it has stopped
+	closed bool
+}
+
+func newTokenWatch(dsn string) *tokenWatch {
+	return &tokenWatch{dsn: dsn, subs: map[*TokenWatch]func([]string){}}
+}
+
+func (w *tokenWatch) add(t *TokenWatch, ended func([]string)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.subs[t] = ended
+	if w.stop == nil {
+		w.stop, w.done = make(chan struct{}), make(chan struct{})
+		go w.run(w.stop, w.done)
+	}
+}
+
+func (w *tokenWatch) remove(t *TokenWatch) {
+	w.mu.Lock()
+	delete(w.subs, t)
+	if len(w.subs) > 0 || w.stop == nil {
+		w.mu.Unlock()
+		return
+	}
+	done := w.halt()
+	w.mu.Unlock()
+	<-done
+}
+
+// close stops the listener for good (Store.Close).
+func (w *tokenWatch) close() {
+	w.mu.Lock()
+	w.closed = true
+	clear(w.subs)
+	done := w.halt()
+	w.mu.Unlock()
+	<-done
+}
+
+// halt tells the running listener, if any, to stop and returns what is
+// closed once it has; w.mu is held.
+func (w *tokenWatch) halt() <-chan struct{} {
+	if w.stop == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	close(w.stop)
+	done := w.done
+	w.stop, w.done = nil, nil
+	return done
+}
+
+// tell calls every registration's ended with ids.
+func (w *tokenWatch) tell(stop <-chan struct{}, ids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-stop: // halted: its registrations are gone, or belong to the next listener
+		return
+	default:
+	}
+	for _, ended := range w.subs {
+		ended(ids)
+	}
+}
+
+// run listens on tokenChannel until stop is closed, reconnecting as
+// needed, and tells the registrations what it hears.
+func (w *tokenWatch) run(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	events := func(ev pq.ListenerEventType, _ error) {
+		if ev == pq.ListenerEventDisconnected || ev == pq.ListenerEventConnectionAttemptFailed {
+			w.live.Store(false)
+		}
+	}
+	l := pq.NewListener(w.dsn, 100*time.Millisecond, 5*time.Second, events)
+	listening := make(chan error, 1)
+	go func() { listening <- l.Listen(tokenChannel) }() // it waits for a connection: closing l ends the wait
+	defer func() {
+		w.live.Store(false)
+		_ = l.Close()
+	}()
+	select {
+	case <-stop:
+		return
+	case err := <-listening:
+		if err != nil {
+			return // LISTEN refused: tokens are never cached (Listening is false)
+		}
+	}
+	w.live.Store(true)
+	w.tell(stop, nil) // tokens may have ended before it listened
+	ping := time.NewTicker(5 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case n, ok := <-l.Notify:
+			switch {
+			case !ok:
+				return
+			case n == nil: // listening again: announcements were lost meanwhile
+				w.live.Store(true)
+				w.tell(stop, nil)
+			case n.Extra == "*":
+				w.tell(stop, nil)
+			default:
+				w.tell(stop, strings.Split(n.Extra, ","))
+			}
+		case <-ping.C:
+			go func() { _ = l.Ping() }() // a dead connection is noticed, and reconnects
+		}
+	}
 }
