@@ -31,8 +31,8 @@ type DeviceLogin struct {
 // device ID: the row's login_version after it. The broker holds the change
 // once the syncer has applied the device at Version or later.
 type LoginChange struct {
-	ID      string
-	Version int64
+	ID      string `db:"id"`
+	Version int64  `db:"version"`
 }
 
 // A device without a secureId or key (only SQL written by hand makes one)
@@ -79,6 +79,21 @@ func (s *Store) EachDeployedDeviceLogin(ctx context.Context, fn func(DeviceLogin
 		return fmt.Errorf("meta: deployed device logins: %w", err)
 	}
 	return nil
+}
+
+// RecentLoginChanges returns the login version of every device written
+// (modify_time) within the last window: a syncer that has just synced
+// everything confirms them to their writers, who may be waiting for a
+// change whose announcement reached no syncer.
+func (s *Store) RecentLoginChanges(ctx context.Context, window time.Duration) ([]LoginChange, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*s.opts.QueryTimeout)
+	defer cancel()
+	var out []LoginChange
+	if err := s.db.SelectContext(ctx, &out, `SELECT id AS "id", login_version AS "version" FROM devices
+		WHERE modify_time > now() - make_interval(secs => $1)`, window.Seconds()); err != nil {
+		return nil, fmt.Errorf("meta: recent login changes: %w", err)
+	}
+	return out, nil
 }
 
 // DeployedDeviceLogins returns the login of every deployed device.

@@ -27,6 +27,9 @@ type Source interface {
 	DeviceLogins(ctx context.Context, ids []string) ([]meta.DeviceLogin, error)
 	// EachDeployedDeviceLogin calls fn with every deployed device's login.
 	EachDeployedDeviceLogin(ctx context.Context, fn func(meta.DeviceLogin) error) error
+	// RecentLoginChanges returns the versions of the devices written
+	// within window.
+	RecentLoginChanges(ctx context.Context, window time.Duration) ([]meta.LoginChange, error)
 	// InstallationID names the database's deployment (the legacy
 	// dynamic-security clients it wrote carry it).
 	InstallationID(ctx context.Context) (string, error)
@@ -69,6 +72,10 @@ type Options struct {
 	// BatchBytes bounds one control message (the broker's max_packet_size
 	// must admit it). Default 128 KiB.
 	BatchBytes int
+	// ConfirmWindow: a full sync confirms to their writers the devices
+	// written this long before it (a writer waits at most its login wait).
+	// Default 30s.
+	ConfirmWindow time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Registerer for the devicehub_devauth_* metrics; nil registers none.
@@ -120,6 +127,9 @@ func New(src Source, opt Options) *Syncer {
 	}
 	if opt.BatchBytes <= 0 {
 		opt.BatchBytes = 128 << 10
+	}
+	if opt.ConfirmWindow <= 0 {
+		opt.ConfirmWindow = 30 * time.Second
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -323,12 +333,27 @@ func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	// to 2^53, so milliseconds, not nanoseconds.
 	s.gen = max(s.gen+1, time.Now().UnixMilli())
 	gen := s.gen
+	// Writers may wait for changes whose announcement no syncer saw (made
+	// while none led, or before this one listened): the sync covers them,
+	// and confirms them once it is done, at the version it sent (or the
+	// one read before it, for a device it removes).
+	recent := map[string]int64{}
+	rc, err := s.src.RecentLoginChanges(ctx, s.opt.ConfirmWindow)
+	if err != nil {
+		return err
+	}
+	for _, c := range rc {
+		recent[c.ID] = c.Version
+	}
 	b := s.newBatcher(ctx, cl)
 	n := 0
-	err := b.add(dynsec.Command{"command": "beginSync", "generation": gen})
+	err = b.add(dynsec.Command{"command": "beginSync", "generation": gen})
 	if err == nil {
 		err = s.src.EachDeployedDeviceLogin(ctx, func(d meta.DeviceLogin) error {
 			n++
+			if _, ok := recent[d.ID]; ok {
+				recent[d.ID] = d.Version
+			}
 			return b.add(setDevice(d))
 		})
 	}
@@ -346,6 +371,13 @@ func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	}
 	s.held.Set(float64(n - len(b.failed)))
 	s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
+	confirmed := make([]meta.LoginChange, 0, len(recent))
+	for id, v := range recent {
+		if !b.failed[id] {
+			confirmed = append(confirmed, meta.LoginChange{ID: id, Version: v})
+		}
+	}
+	s.confirm(ctx, confirmed)
 	if err := s.migrate(ctx, ds); err != nil {
 		// The plugin is in step; the legacy clients are tried again at
 		// the next full sync.
@@ -403,12 +435,21 @@ func (s *Syncer) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[strin
 		return fmt.Errorf("removing a device's dynamic-security client: %w", err)
 	}
 	s.applyDur.Observe(time.Since(start).Seconds())
+	s.confirm(ctx, applied)
+	return nil
+}
+
+// confirm tells the writers of applied, on this instance and the others,
+// that the broker holds their changes.
+func (s *Syncer) confirm(ctx context.Context, applied []meta.LoginChange) {
+	if len(applied) == 0 {
+		return
+	}
 	s.waiters.applied(applied)
 	if err := s.src.NotifyLoginsApplied(ctx, applied); err != nil {
 		// Waiters on other instances time out; the broker holds the change.
 		s.log.Warn("devauth: announcing applied logins failed", "err", err)
 	}
-	return nil
 }
 
 func setDevice(d meta.DeviceLogin) dynsec.Command {

@@ -333,3 +333,50 @@ func TestRefusedLoginNotConfirmed(t *testing.T) {
 	w.plugin() // the service login still logs in
 	w.refused(meta.DeviceLogin{ID: id, SecureID: svc, SecureKey: "takeover-key-0123456789"})
 }
+
+// TestPostgresOutage: while PostgreSQL is away, connected devices stay
+// connected and deployed ones keep logging in (the broker needs neither
+// devicehub nor PostgreSQL to admit them); once it is back, the syncer
+// leads again and follows changes.
+func TestPostgresOutage(t *testing.T) {
+	store, px := metatest.NewStoreBehindProxy(t)
+	w := &world{t: t, broker: mqtttest.StartBroker(t), store: store}
+	w.exec(`INSERT INTO products (id, name, device_type, state) VALUES ('p', 'p', 'device', 1)`)
+	a, b := w.device(randID("a-"), meta.StateOffline), w.device(randID("b-"), meta.StateOffline)
+	later := w.device(randID("l-"), meta.StateNotActive)
+	s, _ := w.syncer()
+	w.eventually(a, true)
+	lost := make(chan struct{})
+	if _, err := w.dial(a, lost); err != nil {
+		t.Fatal(err)
+	}
+	px.Down()
+	// The syncer notices: its lock's connection is gone (pinged every
+	// 2 s) and it stops leading; devices keep logging in meanwhile.
+	time.Sleep(3 * time.Second) // what is proven here is that nothing happens while PostgreSQL is away
+	w.connects(b)
+	px.Up()
+	// Back: a change is applied and confirmed again (the syncer leads,
+	// after its full sync).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := store.DB().Exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("PostgreSQL did not come back through the proxy")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
+		t.Fatalf("a deploy after the outage: %v", err)
+	}
+	w.connects(later)
+	select {
+	case <-lost:
+		t.Fatal("a PostgreSQL outage cut a connected device")
+	default:
+	}
+}
