@@ -231,14 +231,29 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 	s.full, s.legacy, s.inst = true, nil, inst
 	s.mu.Unlock()
 	watchDone := make(chan struct{})
+	listening := make(chan struct{}) // closed at the watch's first "anything may have changed"
+	var once sync.Once
 	go func() {
 		defer close(watchDone)
-		if err := s.src.WatchDevices(ctx, s.changed); err != nil && ctx.Err() == nil {
+		err := s.src.WatchDevices(ctx, func(ids ...string) {
+			s.changed(ids...)
+			if len(ids) == 0 {
+				once.Do(func() { close(listening) })
+			}
+		})
+		if err != nil && ctx.Err() == nil {
 			s.log.Error("devauth: watching devices stopped", "err", err)
 			cancel()
 		}
 	}()
 	defer func() { <-watchDone }()
+	// The first full sync starts once changes are heard: one sync covers
+	// the start (at a million logins each takes seconds of the broker).
+	select {
+	case <-listening:
+	case <-ctx.Done():
+		return
+	}
 
 	// The plugin's control connection, and the dynamic-security plugin's
 	// (the service login's rights, legacy device clients).
