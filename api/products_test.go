@@ -54,6 +54,18 @@ func TestProductLifecycle(t *testing.T) {
 		t.Fatalf("detail: %v", got)
 	}
 
+	// A thing model given at creation is kept, validated and normalised
+	// like endpoint 4's; an invalid one is refused and nothing is created.
+	withModel := e.createProduct("with-model", "Thermometer", map[string]any{
+		"metadata": `{"properties":[{"id":"temp","name":"T","valueType":{"type":"float","scale":1}}]}`})
+	if m, _ := withModel["metadata"].(string); !strings.Contains(m, `"id":"temp"`) || !strings.Contains(m, `"events":[]`) {
+		t.Errorf("metadata given at creation: %q", m)
+	}
+	e.fails("POST", "/api/device/product", map[string]any{"id": "bad-model", "name": "B", "classifiedId": "c", "modelFrom": "custom",
+		"accessId": "a", "deviceType": "device", "metadata": `{"properties":[{"id":"x","valueType":{"type":"nope"}}]}`}, 400, "illegal_argument")
+	e.fails("GET", "/api/device-product/bad-model", nil, 404, "not_found")
+	e.ok("DELETE", "/api/device-product/with-model", nil, nil) // out of the counts below
+
 	// Duplicate id.
 	e.createProduct("dup-1", "A", nil)
 	e.fails("POST", "/api/device/product", map[string]any{"id": "dup-1", "name": "B", "classifiedId": "c", "modelFrom": "custom", "accessId": "a", "deviceType": "gateway"}, 400, "duplicate_key")

@@ -241,6 +241,9 @@ type NewProduct struct {
 	ProtocolName      string `json:"protocolName"`
 	TransportProtocol string `json:"transportProtocol"`
 	Regulator         bool   `json:"regulator"`
+	// Metadata is the thing model (a JSON document as a string, as
+	// endpoint 4 takes it); validated and normalised; empty: none yet.
+	Metadata string `json:"metadata"`
 }
 
 var (
@@ -324,17 +327,25 @@ func (s *Store) CreateProduct(ctx context.Context, n NewProduct, creatorID strin
 	if n.ClassifiedIDArr == nil {
 		n.ClassifiedIDArr = []string{}
 	}
+	model := `{"properties":[],"events":[],"functions":[],"tags":[]}`
+	if strings.TrimSpace(n.Metadata) != "" {
+		norm, err := normalModel(n.Metadata)
+		if err != nil {
+			return Product{}, err
+		}
+		model = norm
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	_, err := s.db.ExecContext(ctx, `INSERT INTO products (id, name, photo_url, classified_id, classified_id_arr,
 		classified_name, model_from, access_id, access_name, access_provider, device_type, three_dimensional_url,
 		describe, manufacturer, model, message_protocol, protocol_name, transport_protocol, regulator,
-		secure_id, secure_key, creator_id, modifier_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $1, $20, $21, $21)`,
+		secure_id, secure_key, creator_id, modifier_id, metadata)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $1, $20, $21, $21, $22)`,
 		n.ID, n.Name, n.PhotoURL, n.ClassifiedID, pq.Array(n.ClassifiedIDArr), n.ClassifiedName, n.ModelFrom,
 		n.AccessID, n.AccessName, n.AccessProvider, string(n.DeviceType), n.ThreeDimensionalURL, n.Describe,
 		n.Manufacturer, n.Model, n.MessageProtocol, n.ProtocolName, n.TransportProtocol, n.Regulator,
-		newSecret(), creatorID)
+		newSecret(), creatorID, model)
 	if isUniqueViolation(err) {
 		return Product{}, fmt.Errorf("product %q: %w", n.ID, ErrDuplicateKey)
 	}

@@ -278,7 +278,7 @@ func TestCluster(t *testing.T) {
 	publishBurst(t, broker.URL(), gw, product, late, "late-before-", 40)
 	time.Sleep(time.Second) // both instances saw it not active (and cached that)
 	b.call(t, token, "POST", "/api/device/instance/"+late+"/deploy", nil)
-	time.Sleep(2500 * time.Millisecond) // README: a deploy takes effect within 2 s
+	time.Sleep(2500 * time.Millisecond) // ingest caches device statuses 2 s (REFERENCE.md, Scaling out)
 	publishBurst(t, broker.URL(), gw, product, late, "late-deployed-", 40)
 	waitUntil(t, 10*time.Second, "the deployed device's reports", func() bool { return lateCount() >= 40 })
 	a.call(t, token, "POST", "/api/device/instance/"+late+"/undeploy", nil)
