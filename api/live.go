@@ -44,9 +44,10 @@ const (
 )
 
 // live is GET /api/live?deviceId=..&property=..: Server-Sent Events of
-// the devices' stored property values and online/offline changes (README
-// "Live updates"). Its parameters and devices are checked before the
-// stream starts, so a refusal is the usual envelope.
+// the devices' property values (as ingest decodes them, before storage:
+// "stored": false) and online/offline changes (README "Live updates").
+// Its parameters and devices are checked before the stream starts, so a
+// refusal is the usual envelope.
 func (s *Server) live(c *fiber.Ctx) error {
 	if s.deps.Live == nil || s.deps.LiveDevices == nil {
 		return errors.New("api: live updates are not configured")

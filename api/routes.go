@@ -72,6 +72,8 @@ func (s *Server) routes() {
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.dashboardMulti) // 14
+	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
+	api.Post("/dashboard/_export", s.dashboardExport)
 
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)

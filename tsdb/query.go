@@ -36,13 +36,22 @@ var dailyBucket = map[string]string{
 
 // MessageCounts returns the message count of every bucket between q.From
 // and q.To, newest first, empty buckets as 0. Day and longer buckets read
-// the per-day counts; minutes and hours read device_message. Answers come
-// from the result cache (cache.go) when an identical query started less
-// than Options.ResultTTL ago and nothing was inserted through db since.
+// the per-day counts: within the last daySeriesDays days, from the
+// product's series of days (daycounts.go), which every such query of the
+// product shares; minutes and hours read device_message. Answers come
+// from the result cache (cache.go) when an identical query (the same
+// product's series) started less than Options.ResultTTL ago and nothing
+// was inserted through db since.
 func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error) {
 	r, err := newBucketRange(q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
+	}
+	if !subDay(q.Interval) {
+		// Days and longer: from the product's series of days (daycounts.go).
+		if out, ok, err := db.countsFromDays(ctx, r, q.ProductID, time.Now()); ok {
+			return out, err
+		}
 	}
 	key := cacheKey("counts", q.Interval, r.starts[0].Unix(), len(r.starts), q.ProductID)
 	v, err := db.cache.get(ctx, key, time.Now(), func(ctx context.Context) (any, int, error) {

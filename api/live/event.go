@@ -24,6 +24,10 @@ type PropertyEvent struct {
 	// the device sent.
 	Value     any   `json:"value"`
 	Timestamp int64 `json:"timestamp"` // the value's time, epoch ms
+	// Stored tells whether the value was in ClickHouse when its event
+	// was made: false for values sent as ingest decodes them (Decoded),
+	// before the batch holding them is inserted; true from Stored.
+	Stored bool `json:"stored"`
 }
 
 // StateEvent is the data of a state event.
@@ -38,10 +42,10 @@ type SkippedEvent struct {
 	Count uint64 `json:"count"`
 }
 
-// propertyData is the JSON of a stored value's event; false for a value
-// JSON cannot carry (a NaN, which no device's JSON can hold either).
-func propertyData(v *tsdb.PropertyValue) ([]byte, bool) {
-	e := PropertyEvent{DeviceID: v.DeviceID, ProductID: v.ProductID, Property: v.Property, Timestamp: v.Time.UnixMilli()}
+// propertyData is the JSON of a value's event; false for a value JSON
+// cannot carry (a NaN, which no device's JSON can hold either).
+func propertyData(v *tsdb.PropertyValue, stored bool) ([]byte, bool) {
+	e := PropertyEvent{DeviceID: v.DeviceID, ProductID: v.ProductID, Property: v.Property, Timestamp: v.Time.UnixMilli(), Stored: stored}
 	switch v.ValueType {
 	case "number":
 		e.Value = v.Num

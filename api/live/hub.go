@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,8 @@ func (o Options) withDefaults() Options {
 type index map[string][]*Subscription
 
 // Hub fans events out to subscriptions. Its feeding methods (Watching,
-// Stored, PresenceChanged) never block and may be called concurrently.
+// Decoded, Stored, PresenceChanged) never block and may be called
+// concurrently.
 type Hub struct {
 	opt   Options
 	log   *slog.Logger
@@ -215,7 +217,7 @@ func (h *Hub) watchedHere() []string {
 
 // Watching reports whether a subscriber, on this instance or (with a
 // Bus) another, watches the device: only such devices' values need to
-// reach Stored. It is a map lookup, for the ingest hot path.
+// reach Decoded. It is a map lookup, for the ingest hot path.
 func (h *Hub) Watching(deviceID string) bool {
 	if _, ok := (*h.local.Load())[deviceID]; ok {
 		return true
@@ -223,11 +225,20 @@ func (h *Hub) Watching(deviceID string) bool {
 	return h.relay != nil && h.relay.watching(deviceID)
 }
 
-// Stored hands the hub property values stored in the time-series
-// database, each to the subscribers watching its device and property, here
-// and, through the relay, on other instances. It never blocks; values
-// stays the caller's.
-func (h *Hub) Stored(values []tsdb.PropertyValue) {
+// Decoded hands the hub property values as ingest decoded them, before
+// they are stored: their events say "stored": false. Each goes to the
+// subscribers watching its device and property, here and, through the
+// relay, on other instances. It never blocks and keeps nothing of values
+// (their events are encoded before it returns), so the caller may pass
+// strings that point into a message it lets go afterwards.
+func (h *Hub) Decoded(values []tsdb.PropertyValue) { h.values(values, false) }
+
+// Stored is Decoded for values already stored in the time-series
+// database ("stored": true): for feeds that hand values over once their
+// insert has committed.
+func (h *Hub) Stored(values []tsdb.PropertyValue) { h.values(values, true) }
+
+func (h *Hub) values(values []tsdb.PropertyValue, stored bool) {
 	ix := *h.local.Load()
 	for i := range values {
 		v := &values[i]
@@ -239,13 +250,16 @@ func (h *Hub) Stored(values []tsdb.PropertyValue) {
 		if len(subs) == 0 && len(remote) == 0 {
 			continue
 		}
-		data, ok := propertyData(v)
+		data, ok := propertyData(v, stored)
 		if !ok {
 			continue
 		}
 		h.deliverProperty(subs, v.Property, data)
-		for _, o := range remote {
-			h.relay.forward(o, v.DeviceID, data)
+		if len(remote) > 0 {
+			device := strings.Clone(v.DeviceID) // kept by the outboxes; values are the caller's
+			for _, o := range remote {
+				h.relay.forward(o, device, data)
+			}
 		}
 	}
 }

@@ -61,13 +61,15 @@ func TestPropertyData(t *testing.T) {
 	f := func(v tsdb.PropertyValue, want string) {
 		t.Helper()
 		v.Time, v.ProductID, v.DeviceID, v.Property = t0, "p1", "d1", "x"
-		got, ok := propertyData(&v)
-		if !ok {
-			t.Fatalf("%+v: not encoded", v)
-		}
-		w := `{"deviceId":"d1","productId":"p1","property":"x","value":` + want + `,"timestamp":1764000000000}`
-		if string(got) != w {
-			t.Fatalf("%+v:\n got %s\nwant %s", v, got, w)
+		for _, stored := range []bool{false, true} {
+			got, ok := propertyData(&v, stored)
+			if !ok {
+				t.Fatalf("%+v: not encoded", v)
+			}
+			w := `{"deviceId":"d1","productId":"p1","property":"x","value":` + want + `,"timestamp":1764000000000,"stored":` + fmt.Sprint(stored) + `}`
+			if string(got) != w {
+				t.Fatalf("%+v:\n got %s\nwant %s", v, got, w)
+			}
 		}
 	}
 	f(tsdb.PropertyValue{ValueType: "number", Num: 21.5}, `21.5`)
@@ -85,13 +87,13 @@ func TestFanOut(t *testing.T) {
 	temp := subscribe(t, h, []string{"d1"}, []string{"temp"})
 	other := subscribe(t, h, []string{"d3"}, nil)
 
-	h.Stored([]tsdb.PropertyValue{num("d1", "temp", 1), num("d1", "hum", 2), num("d2", "temp", 3), num("d9", "temp", 4)})
+	h.Decoded([]tsdb.PropertyValue{num("d1", "temp", 1), num("d1", "hum", 2), num("d2", "temp", 3), num("d9", "temp", 4)})
 	h.PresenceChanged("d1", true)
 	h.PresenceChanged("d2", false)
 	h.PresenceChanged("d9", true)
 
 	prop := func(d, p string, v int) string {
-		return fmt.Sprintf(`property {"deviceId":"%s","productId":"p1","property":"%s","value":%d,"timestamp":1764000000000}`, d, p, v)
+		return fmt.Sprintf(`property {"deviceId":"%s","productId":"p1","property":"%s","value":%d,"timestamp":1764000000000,"stored":false}`, d, p, v)
 	}
 	for _, c := range []struct {
 		name string

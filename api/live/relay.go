@@ -29,7 +29,7 @@ type Bus interface {
 
 // The relay's channels: every instance listens on watchChannel, where
 // instances announce the devices their subscribers watch, and on its own
-// valuesChannel, where the others forward it stored values.
+// valuesChannel, where the others forward it values.
 const watchChannel = "devicehub_live_watch"
 
 func valuesChannel(instance string) string { return "devicehub_live_" + instance }
@@ -53,7 +53,7 @@ const (
 	msgHello  = "hello"  // a new or reconnected instance: announce your sets
 	msgSet    = "set"    // part of an instance's watched devices, replacing its previous set
 	msgBye    = "bye"    // the instance stops: forget its set
-	msgValues = "values" // stored values for the listening instance's subscribers
+	msgValues = "values" // values for the listening instance's subscribers
 )
 
 // relay connects a hub to the other instances' hubs through a Bus.
@@ -90,7 +90,7 @@ type remoteSet struct {
 	parts   map[int][]string
 }
 
-// outbox holds stored values waiting to be sent to one instance.
+// outbox holds values waiting to be sent to one instance.
 type outbox struct {
 	instance string
 	mu       sync.Mutex
@@ -349,7 +349,7 @@ func (r *relay) setPart(m *message, now time.Time) {
 	}
 }
 
-// deliver hands values another instance stored to this instance's
+// deliver hands values another instance decoded to this instance's
 // subscribers, and the counts of values lost on the way.
 func (r *relay) deliver(m *message) {
 	ix := *r.hub.local.Load()

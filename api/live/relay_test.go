@@ -76,17 +76,19 @@ func TestRelay(t *testing.T) {
 	}
 
 	start := time.Now()
-	a.Stored([]tsdb.PropertyValue{num("d1", "temp", 21.5), num("d1", "hum", 40), num("d2", "x", 1), num("d3", "temp", 9)})
+	// Values as ingest decodes them, before storage (what it hands the
+	// hub now): the relay carries them as it carried stored ones.
+	a.Decoded([]tsdb.PropertyValue{num("d1", "temp", 21.5), num("d1", "hum", 40), num("d2", "x", 1), num("d3", "temp", 9)})
 	got, skipped := takeUntil(t, sb, 1, 5*time.Second)
 	latency := time.Since(start)
-	want := `property {"deviceId":"d1","productId":"p1","property":"temp","value":21.5,"timestamp":1764000000000}`
+	want := `property {"deviceId":"d1","productId":"p1","property":"temp","value":21.5,"timestamp":1764000000000,"stored":false}`
 	if len(got) != 1 || got[0] != want || skipped != 0 {
 		t.Fatalf("b got %q (skipped %d), want [%s]", got, skipped, want)
 	}
 	if got, _ := takeUntil(t, sc, 1, 5*time.Second); !strings.Contains(got[0], `"deviceId":"d2"`) {
 		t.Fatalf("c got %q", got)
 	}
-	t.Logf("stored on a, taken on b after %s", latency)
+	t.Logf("decoded on a, taken on b after %s", latency)
 
 	// b leaves: a stops forwarding d1 (b's bye), c still gets d2.
 	sb.Close()

@@ -43,6 +43,14 @@
   }
 
   const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
+
+  // Names and ids are shown in natural, case-insensitive order, as people
+  // read them ("Meter 1, meter 2, Meter 10"), not in the order of their
+  // bytes or of the database's collation: every list the console shows in
+  // order is sorted here with byName or byId.
+  const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: 'base' });
+  const byId = (a, b) => collator.compare(a.id, b.id) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+  const byName = (a, b) => collator.compare(a.name || a.id, b.name || b.id) || byId(a, b);
   const count = (n) => Number(n).toLocaleString();
 
   function errorBox(err, what) {
@@ -236,7 +244,9 @@
 
   // listView draws a searchable, paged table. opts: title, placeholder,
   // filters (extra controls), query(params) -> request body, columns
-  // [{head, cell(item)}], emptyText(params), path.
+  // [{head, cell(item)}], emptyText(params), path, order (a compare
+  // function: the rows of a page in the console's order; the pages are
+  // cut in the server's order of the same field).
   function listView(view, params, opts) {
     const search = h('input', {
       type: 'search', id: opts.searchId, placeholder: opts.placeholder, value: params.get('q') || '',
@@ -274,7 +284,7 @@
       }
     }
     function draw(page) {
-      const data = page.data || [];
+      const data = (page.data || []).slice().sort(opts.order);
       if (data.length === 0) {
         table.replaceChildren(opts.emptyText(params));
         pager.replaceChildren();
@@ -311,6 +321,7 @@
         sorts: [{ name: 'name', order: 'asc' }],
         terms: p.get('q') ? [{ column: 'name$like', value: like(p.get('q')) }] : [],
       }),
+      order: byName,
       columns: [
         { head: 'Product', cell: (p) => [h('a', { href: '#/devices?product=' + encodeURIComponent(p.id), class: 'strong' }, p.name || p.id), h('div', { class: 'muted small mono' }, p.id)] },
         { head: 'State', cell: (p) => h('span', { class: p.state === 1 ? 'badge state-online' : 'badge state-notActive' }, p.state === 1 ? 'Deployed' : 'Not deployed') },
@@ -321,7 +332,7 @@
       ],
       emptyText: (p) => p.get('q')
         ? empty(`No product name contains “${p.get('q')}”.`, 'Search looks for the text anywhere in the name.')
-        : empty('No products yet.', 'Create one with POST /api/device/product (see README, First calls), or run cmd/devicesim.'),
+        : empty('No products yet.', 'Create one with POST /api/device/product (see README, Quick start), or run cmd/devicesim.'),
     });
   }
 
@@ -345,6 +356,7 @@
         if (p.get('state')) terms.push({ column: 'state', value: p.get('state') });
         return { sorts: [{ name: 'id', order: 'asc' }], terms };
       },
+      order: byId,
       columns: [
         { head: 'Device', cell: (d) => [h('a', { href: '#/device/' + encodeURIComponent(d.id), class: 'strong device-link', 'data-id': d.id }, d.name || d.id), h('div', { class: 'muted small mono' }, d.id)] },
         { head: 'Product', cell: (d) => h('a', { href: '#/devices?product=' + encodeURIComponent(d.productId) }, d.productName || d.productId) },
@@ -406,7 +418,7 @@
       loaded = true;
       try {
         const page = await api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] });
-        for (const p of page.data || []) {
+        for (const p of (page.data || []).slice().sort(byName)) {
           productSel.append(h('option', { value: p.id, selected: p.id === preselect }, `${p.name || p.id} (${p.id})${p.state === 1 ? '' : ' – not deployed'}`));
         }
       } catch (e) {
@@ -580,7 +592,7 @@
     show(nDevices, api('POST', '/api/device-instance/_query', { pageSize: 1 }).then((p) => p.total));
     show(nOnline, api('POST', '/api/device-instance/_query', { pageSize: 1, terms: [{ column: 'state', value: 'online' }] }).then((p) => p.total));
     api('POST', '/api/device-product/_query', { pageSize: 200, sorts: [{ name: 'name', order: 'asc' }] }).then((page) => {
-      for (const p of page.data || []) productSel.append(h('option', { value: p.id }, p.name ? `${p.name} (${p.id})` : p.id));
+      for (const p of (page.data || []).slice().sort(byName)) productSel.append(h('option', { value: p.id }, p.name ? `${p.name} (${p.id})` : p.id));
     }, () => {});
 
     load();
@@ -818,7 +830,8 @@
       Object.entries(AGGS).map(([k, t]) => h('option', { value: k }, t)));
     const area = h('div', { class: 'chart', id: 'property-chart' });
     const caption = h('p', { class: 'muted small', id: 'property-chart-caption' });
-    card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, aggSel)), caption, area);
+    const csvBtn = h('button', { type: 'button', class: 'secondary', id: 'chart-csv', title: 'Download what the chart shows as CSV' }, 'Download CSV');
+    card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, aggSel, csvBtn)), caption, area);
     let numeric = [];
     let points = null; // history mode: the line's points
     let buckets = null; // aggregate mode: the bars
@@ -834,6 +847,7 @@
       }
       propSel.replaceChildren(...numeric.map((p) => h('option', { value: p.id }, p.name || p.id)));
       for (const s of [propSel, modeSel, aggSel]) s.addEventListener('change', load);
+      csvBtn.addEventListener('click', downloadCSV);
       stopResize = onResize(draw);
       load();
     }
@@ -849,14 +863,7 @@
       const mine = ++seq;
       points = buckets = null;
       area.classList.add('loading');
-      const q = { dashboard: 'device', object: device.productId, measurement: 'properties', group: 'chart' };
-      if (mode === 'history') {
-        q.dimension = 'history';
-        q.params = { deviceId: device.id, history: 100, properties: [p.id] };
-      } else {
-        q.dimension = 'agg';
-        q.params = Object.assign({ deviceId: device.id, properties: [p.id], agg: aggSel.value, format: 'yyyy-MM-dd HH:mm' }, CHART_MODES[mode].params);
-      }
+      const q = chartQuery(device, p);
       try {
         const res = await multi([q]);
         if (mine !== seq) return;
@@ -872,6 +879,50 @@
         area.replaceChildren(errorBox(e, 'Could not load the chart'));
       } finally {
         if (mine === seq) area.classList.remove('loading');
+      }
+    }
+
+    // chartQuery is the endpoint 14 query of what the chart shows.
+    function chartQuery(device, p) {
+      const q = { dashboard: 'device', object: device.productId, measurement: 'properties', group: 'chart' };
+      if (modeSel.value === 'history') {
+        q.dimension = 'history';
+        q.params = { deviceId: device.id, history: 100, properties: [p.id] };
+      } else {
+        q.dimension = 'agg';
+        q.params = Object.assign({ deviceId: device.id, properties: [p.id], agg: aggSel.value, format: 'yyyy-MM-dd HH:mm' }, CHART_MODES[modeSel.value].params);
+      }
+      return q;
+    }
+
+    // downloadCSV saves the chart's query as CSV (POST /api/dashboard/_export;
+    // the token is a header, so the file is fetched, then offered).
+    async function downloadCSV() {
+      const device = getDevice();
+      const p = prop();
+      if (!device || !p) return;
+      csvBtn.disabled = true;
+      try {
+        const res = await fetch('/api/dashboard/_export?format=csv&formatValue=true', {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Accept: 'text/csv', 'X-Access-Token': sessionStorage.getItem(TOKEN) || '' },
+          body: JSON.stringify(chartQuery(device, p)),
+        });
+        if (!res.ok) {
+          const env = await res.json().catch(() => null);
+          throw new ApiError(res.status, env && env.code, (env && env.message) || `HTTP ${res.status}`);
+        }
+        const blob = await res.blob();
+        const m = /filename="?([^";]+)"?/.exec(res.headers.get('Content-Disposition') || '');
+        const a = h('a', { href: URL.createObjectURL(blob), download: m ? m[1] : 'chart.csv' });
+        document.body.append(a);
+        a.click();
+        a.remove();
+        setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+      } catch (e) {
+        caption.textContent = 'Could not download the CSV: ' + describe(e);
+      } finally {
+        csvBtn.disabled = false;
       }
     }
 

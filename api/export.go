@@ -1,0 +1,741 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/schema"
+	"devicehub/tsdb"
+)
+
+// POST /api/dashboard/_export (README "Dashboard", Export): one query of
+// endpoint 14's kinds (message counts, property aggregates, property
+// history) as CSV or JSON lines, streamed. Endpoint 14 answers an array
+// of queries in one envelope, built in memory and bounded (32 MiB, 1,000
+// values per property); an export is one query of any size, a file:
+// what the platforms devicehub follows do with a separate _export route
+// (JetLinks' `.../_export` of device data, with the format chosen by the
+// request), not an Accept header on the JSON endpoint, whose items and
+// limits it would have to change.
+//
+// Everything that can be refused is checked before the first byte is
+// sent (400 in the envelope): the query, the format, the device and the
+// thing model, and the first ClickHouse query. Then rows are written as
+// they come from ClickHouse (tsdb/export.go) through a buffered writer,
+// never gathered: an export costs the same memory whatever its size.
+
+// Export formats.
+const (
+	exportCSV    = "csv"
+	exportNDJSON = "ndjson"
+
+	mimeCSV    = "text/csv"
+	mimeNDJSON = "application/x-ndjson"
+)
+
+const (
+	// maxExports bounds the exports running at once in the process; one
+	// more waits up to exportWait for a slot, then gets 503. An export
+	// takes a core's worth of formatting while it runs (a few seconds per
+	// million values), so two cores serve a few at a time; dashboard
+	// requests have their own slots (DashboardConcurrency).
+	maxExports = 4
+	exportWait = 2 * time.Second
+	// exportTimeout bounds a whole export (10M values took 16 s here);
+	// each ClickHouse query has its own timeout (tsdb QueryTimeout).
+	exportTimeout = time.Hour
+	// exportDeadlineEvery is how many rows are written between moves of
+	// the connection's write deadline (see live.go: fasthttp sets it once).
+	exportDeadlineEvery = 1024
+)
+
+// exportSlots are the exports in flight in this process.
+var exportSlots = make(chan struct{}, maxExports)
+
+// isoMillis is the time column: ISO 8601 with milliseconds and the
+// platform zone's offset.
+const isoMillis = "2006-01-02T15:04:05.000Z07:00"
+
+// exportPlan is a checked export: its columns and how to write its rows.
+type exportPlan struct {
+	name    string   // of the file offered (Content-Disposition)
+	columns []string // the header row; the keys of a JSON line
+	// prepare runs the first queries: its errors are answered in the
+	// envelope. It may be nil.
+	prepare func(ctx context.Context) error
+	write   func(ctx context.Context, enc *exportEncoder) error
+}
+
+// dashboardExport is POST /api/dashboard/_export?format=csv|ndjson&formatValue=true.
+func (s *Server) dashboardExport(c *fiber.Ctx) error {
+	format, err := exportFormat(c)
+	if err != nil {
+		return err
+	}
+	formatValue := false
+	if v := c.Query("formatValue"); v != "" {
+		if formatValue, err = strconv.ParseBool(v); err != nil {
+			return schema.Invalid("formatValue", "must be true or false")
+		}
+	}
+	var q dashboardQuery
+	if err := decodeJSON(c, &q); err != nil {
+		return err
+	}
+	if s.deps.Dashboard == nil {
+		return errors.New("api: export: no time-series store")
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
+	defer cancel()
+	plan, err := s.planExport(ctx, &q, time.Now(), s.deps.Dashboard.Location(), formatValue)
+	if err != nil {
+		return err
+	}
+	if !acquireExport(ctx) {
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
+		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
+	}
+	if plan.prepare != nil {
+		if err := plan.prepare(ctx); err != nil {
+			<-exportSlots
+			return err
+		}
+	}
+	ext, ctype := "csv", mimeCSV+"; charset=utf-8; header=present"
+	if format == exportNDJSON {
+		ext, ctype = "ndjson", mimeNDJSON
+	}
+	c.Set(fiber.HeaderContentType, ctype)
+	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": plan.name + "." + ext}))
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set("X-Accel-Buffering", "no")
+	// The Ctx is reused once the handler returns: the stream keeps only
+	// what it needs of the request.
+	rc := c.Context()
+	conn, shutdown, log := rc.Conn(), rc.Done(), s.log
+	timeout := s.opts.WriteTimeout
+	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer func() { <-exportSlots }()
+		ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
+		defer cancel()
+		go func() { // the server's shutdown ends the export
+			select {
+			case <-shutdown:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		enc := &exportEncoder{w: w, ndjson: format == exportNDJSON, columns: plan.columns, conn: conn, timeout: timeout}
+		enc.moveDeadline()
+		err := enc.header()
+		if err == nil {
+			err = plan.write(ctx, enc)
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			// The status is sent: cut the connection before the body's
+			// last chunk, so that the client sees a broken transfer, not
+			// a short file.
+			log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
+			if conn != nil {
+				_ = conn.Close()
+			}
+		}
+	})
+	return nil
+}
+
+// acquireExport takes an export slot, waiting up to exportWait.
+func acquireExport(ctx context.Context) bool {
+	select {
+	case exportSlots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(exportWait)
+	defer t.Stop()
+	select {
+	case exportSlots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// exportFormat is the format parameter (csv, ndjson), else the first of
+// text/csv and application/x-ndjson the Accept header names, else CSV.
+func exportFormat(c *fiber.Ctx) (string, error) {
+	switch f := strings.ToLower(c.Query("format")); f {
+	case exportCSV, exportNDJSON:
+		return f, nil
+	case "jsonl", "json-lines":
+		return exportNDJSON, nil
+	case "":
+	default:
+		return "", schema.Invalid("format", "must be csv or ndjson")
+	}
+	for _, part := range strings.Split(c.Get(fiber.HeaderAccept), ",") {
+		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+		switch strings.ToLower(strings.TrimSpace(mt)) {
+		case mimeCSV:
+			return exportCSV, nil
+		case mimeNDJSON, "application/jsonl", "application/x-jsonlines":
+			return exportNDJSON, nil
+		}
+	}
+	return exportCSV, nil
+}
+
+// planExport checks an export's query and looks its device or product
+// up; the properties are checked as endpoint 14 checks them.
+func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
+	const at = "body"
+	for _, f := range []struct{ name, v string }{
+		{"dashboard", q.Dashboard}, {"object", q.Object}, {"measurement", q.Measurement}, {"dimension", q.Dimension},
+	} {
+		if f.v == "" {
+			return nil, schema.Invalid(at+"."+f.name, "is required")
+		}
+	}
+	if q.Dashboard != "device" {
+		return nil, schema.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
+	}
+	switch {
+	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
+		return s.planCountsExport(at, q, now, loc)
+	case q.Measurement == "properties" && q.Dimension == "history":
+		return s.planHistoryExport(ctx, at, q, now, loc, formatValue)
+	case q.Measurement == "properties" && q.Dimension == "agg":
+		return s.planAggExport(ctx, at, q, now, loc, formatValue)
+	}
+	return nil, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
+		q.Object, q.Measurement, q.Dimension)
+}
+
+// fileNameChars are kept in a file name; others become '_'.
+var fileNameChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// exportName is the file name (without extension) of an export: its
+// non-empty parts, joined by '-'.
+func exportName(parts ...string) string {
+	var kept []string
+	for _, p := range parts {
+		if p = strings.Trim(fileNameChars.ReplaceAllString(p, "_"), "_.-"); p != "" {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		return "export"
+	}
+	return strings.Join(kept, "-")
+}
+
+func (s *Server) planCountsExport(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*exportPlan, error) {
+	var p aggParams
+	var bp bucketParams
+	if err := decodeParams(at, q.Params, &p); err != nil {
+		return nil, err
+	}
+	if err := decodeParams(at, q.Params, &bp); err != nil {
+		return nil, err
+	}
+	b, err := planBuckets(at, bp, now, loc)
+	if err != nil {
+		return nil, err
+	}
+	name := exportName("messages", p.ProductID, b.interval)
+	return &exportPlan{name: name, columns: []string{"timestamp", "time", "timeString", "value"},
+		write: func(ctx context.Context, enc *exportEncoder) error {
+			buckets, err := s.deps.Dashboard.MessageCounts(ctx, tsdb.CountQuery{
+				Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
+			})
+			if err != nil {
+				return err
+			}
+			for _, bk := range buckets {
+				start := bk.Start.In(loc)
+				enc.int(start.UnixMilli())
+				enc.time(start)
+				enc.str(b.layout.format(start))
+				enc.uint(bk.Count)
+				if err := enc.end(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}, nil
+}
+
+// planAggExport: one row per property and bucket, the properties in
+// request order, each newest bucket first (as endpoint 14's items). One
+// property's buckets are read at a time.
+func (s *Server) planAggExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
+	var p propAggParams
+	var bp bucketParams
+	if err := decodeParams(at, q.Params, &p); err != nil {
+		return nil, err
+	}
+	if err := decodeParams(at, q.Params, &bp); err != nil {
+		return nil, err
+	}
+	if p.Agg == "" {
+		return nil, schema.Invalid(at+".params.agg", "is required: avg, min, max, sum, count, first or last")
+	}
+	if err := tsdb.CheckAgg(p.Agg); err != nil {
+		return nil, fmt.Errorf("%s.params.agg: %w", at, err)
+	}
+	if len(p.Properties) == 0 {
+		return nil, schema.Invalid(at+".params.properties", "is required: the numeric properties to aggregate")
+	}
+	if len(p.Properties) > maxAggProperties {
+		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per aggregate query",
+			len(p.Properties), maxAggProperties)
+	}
+	if err := checkPropertyNames(at, p.Properties); err != nil {
+		return nil, err
+	}
+	b, err := planBuckets(at, bp, now, loc)
+	if err != nil {
+		return nil, err
+	}
+	productID := q.Object
+	if err := s.checkNumeric(ctx, at, productID, p.DeviceID, p.Properties); err != nil {
+		return nil, err
+	}
+	var model *schema.ThingModel
+	if formatValue {
+		if model, err = s.exportModel(ctx, productID, p.DeviceID); err != nil {
+			return nil, err
+		}
+	}
+	props := dedupe(p.Properties)
+	columns := []string{"timestamp", "time", "timeString", "property", "agg", "value"}
+	if formatValue {
+		columns = append(columns, "formatValue")
+	}
+	return &exportPlan{name: exportName(productID, p.DeviceID, p.Agg, b.interval), columns: columns,
+		write: func(ctx context.Context, enc *exportEncoder) error {
+			for _, prop := range props {
+				series, err := s.deps.Dashboard.PropertyAggregates(ctx, tsdb.AggQuery{
+					Interval: b.interval, From: b.from, To: b.to, ProductID: productID, DeviceID: p.DeviceID,
+					Properties: []string{prop}, Agg: p.Agg, Limit: b.limit,
+				})
+				if err != nil {
+					return err
+				}
+				var def *schema.Property
+				if model != nil && p.Agg != tsdb.AggCount {
+					def, _ = model.Property(prop)
+				}
+				for _, sr := range series {
+					for _, bk := range sr.Buckets {
+						start := bk.Start.In(loc)
+						v := aggValue(p.Agg, bk)
+						enc.int(start.UnixMilli())
+						enc.time(start)
+						enc.str(b.layout.format(start))
+						enc.str(sr.Property)
+						enc.str(p.Agg)
+						enc.value(v)
+						if formatValue {
+							switch {
+							case v == nil:
+								enc.null()
+							case def != nil:
+								enc.str(def.ValueType.FormatValue(v))
+							default:
+								enc.str(plainText(v))
+							}
+						}
+						if err := enc.end(); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			return nil
+		}}, nil
+}
+
+// exportModel is the thing model in force: the device's, or the
+// product's without a device.
+func (s *Server) exportModel(ctx context.Context, productID, deviceID string) (*schema.ThingModel, error) {
+	var metadata string
+	if deviceID != "" {
+		dev, err := s.deviceRef(ctx, deviceID)
+		if err != nil {
+			return nil, err
+		}
+		metadata = dev.Metadata
+	} else {
+		var err error
+		if metadata, err = s.productModel(ctx, productID); err != nil {
+			return nil, err
+		}
+	}
+	model, err := schema.ParseThingModelString(metadata)
+	if err != nil {
+		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
+	}
+	return model, nil
+}
+
+// exportHistoryExporter is the part of the time-series store that streams
+// stored values (*tsdb.DB).
+type exportHistoryExporter interface {
+	PrepareExport(ctx context.Context, q tsdb.ExportQuery) (*tsdb.Export, error)
+}
+
+// planHistoryExport: every value of the device's properties in
+// [from, to) (all of its history without them), or with `history` the
+// newest that many of each; property by property, oldest first.
+func (s *Server) planHistoryExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
+	exporter, ok := s.deps.Dashboard.(exportHistoryExporter)
+	if !ok {
+		return nil, errors.New("api: export: the time-series store cannot stream values")
+	}
+	var p historyParams
+	if err := decodeParams(at, q.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.DeviceID == "" {
+		return nil, schema.Invalid(at+".params.deviceId", "is required")
+	}
+	newest := 0
+	if p.History != nil {
+		if *p.History < 1 {
+			return nil, schema.Invalid(at+".params.history", "must be at least 1 (leave it out for every value of the range)")
+		}
+		newest = *p.History
+	}
+	if len(p.Properties) > maxHistoryProperties {
+		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
+			len(p.Properties), maxHistoryProperties)
+	}
+	if err := checkPropertyNames(at, p.Properties); err != nil {
+		return nil, err
+	}
+	rng, err := planHistoryRange(at, p, now, loc)
+	if err != nil {
+		return nil, err
+	}
+	if rng == nil {
+		rng = &historyRange{}
+	}
+	productID := q.Object
+	dev, err := s.deviceRef(ctx, p.DeviceID)
+	if err != nil {
+		return nil, err
+	}
+	if dev.ProductID != productID {
+		return nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
+	}
+	model, err := schema.ParseThingModelString(dev.Metadata)
+	if err != nil {
+		model = schema.EmptyThingModel()
+	}
+	columns := []string{"timestamp", "time", "deviceId", "property", "type", "value"}
+	if formatValue {
+		columns = append(columns, "formatValue")
+	}
+	plan := &exportPlan{name: exportName(productID, p.DeviceID, "history"), columns: columns}
+	var export *tsdb.Export
+	plan.prepare = func(ctx context.Context) error {
+		var err error
+		export, err = exporter.PrepareExport(ctx, tsdb.ExportQuery{ProductID: productID, DeviceID: p.DeviceID,
+			Properties: p.Properties, From: rng.from, To: rng.to, Newest: newest})
+		return err
+	}
+	plan.write = func(ctx context.Context, enc *exportEncoder) error {
+		var (
+			defProp string
+			def     *schema.Property
+			known   bool
+		)
+		return export.Each(ctx, func(v *tsdb.PropertyValue) error {
+			if v.Property != defProp || defProp == "" {
+				defProp = v.Property
+				def, known = model.Property(v.Property)
+			}
+			value := storedValue(v)
+			typ := v.ValueType
+			if known {
+				typ = def.ValueType.Type
+			}
+			enc.int(v.Time.UnixMilli())
+			enc.time(v.Time.In(loc))
+			enc.str(v.DeviceID)
+			enc.str(v.Property)
+			enc.str(typ)
+			enc.value(value)
+			if formatValue {
+				if known {
+					enc.str(def.ValueType.FormatValue(value))
+				} else {
+					enc.str(plainText(value))
+				}
+			}
+			return enc.end()
+		})
+	}
+	return plan, nil
+}
+
+// storedValue is a stored value as endpoint 14's history items carry it
+// (historyEntry).
+func storedValue(v *tsdb.PropertyValue) any {
+	switch v.ValueType {
+	case "number":
+		return v.Num
+	case "bool":
+		return v.Num != 0
+	case "json":
+		return json.RawMessage(v.Str)
+	}
+	return v.Str
+}
+
+// plainText is a value's text where the thing model does not format it.
+func plainText(v any) string {
+	switch v := v.(type) {
+	case json.RawMessage:
+		return string(v)
+	case string:
+		return v
+	case float64:
+		return string(appendJSONFloat(nil, v))
+	}
+	return fmt.Sprint(v)
+}
+
+// exportEncoder writes rows as CSV (RFC 4180: a header row, fields
+// quoted when they hold a comma, quote or line break, quotes doubled,
+// CRLF line ends) or as JSON lines (one object per row, keyed by the
+// columns). A row is built in buf and written whole.
+type exportEncoder struct {
+	w       *bufio.Writer
+	ndjson  bool
+	columns []string
+	buf     []byte
+	col     int
+	rows    int64
+	conn    net.Conn      // its write deadline is moved as rows go out
+	timeout time.Duration // WriteTimeout
+}
+
+func (e *exportEncoder) moveDeadline() {
+	if e.conn != nil && e.timeout > 0 {
+		_ = e.conn.SetWriteDeadline(time.Now().Add(e.timeout))
+	}
+}
+
+// header writes the CSV header row (JSON lines have none).
+func (e *exportEncoder) header() error {
+	if e.ndjson {
+		return nil
+	}
+	for _, c := range e.columns {
+		e.str(c)
+	}
+	e.rows-- // the header is not a row
+	return e.end()
+}
+
+// field starts the next field.
+func (e *exportEncoder) field() {
+	if e.ndjson {
+		if e.col == 0 {
+			e.buf = append(e.buf, '{')
+		} else {
+			e.buf = append(e.buf, ',')
+		}
+		e.buf = appendJSONString(e.buf, e.columns[e.col])
+		e.buf = append(e.buf, ':')
+	} else if e.col > 0 {
+		e.buf = append(e.buf, ',')
+	}
+	e.col++
+}
+
+func (e *exportEncoder) str(s string) {
+	e.field()
+	if e.ndjson {
+		e.buf = appendJSONString(e.buf, s)
+		return
+	}
+	e.buf = appendCSVField(e.buf, s)
+}
+
+func (e *exportEncoder) int(i int64) {
+	e.field()
+	e.buf = strconv.AppendInt(e.buf, i, 10)
+}
+
+func (e *exportEncoder) uint(u uint64) {
+	e.field()
+	e.buf = strconv.AppendUint(e.buf, u, 10)
+}
+
+// time writes t as ISO 8601 with milliseconds.
+func (e *exportEncoder) time(t time.Time) {
+	e.field()
+	if e.ndjson {
+		e.buf = append(e.buf, '"')
+	}
+	e.buf = t.AppendFormat(e.buf, isoMillis)
+	if e.ndjson {
+		e.buf = append(e.buf, '"')
+	}
+}
+
+// null is an empty CSV field, a JSON null.
+func (e *exportEncoder) null() {
+	e.field()
+	if e.ndjson {
+		e.buf = append(e.buf, "null"...)
+	}
+}
+
+// value writes a value as endpoint 14 carries it: a number, a boolean,
+// a string, JSON (an object or array a device sent), or nothing.
+func (e *exportEncoder) value(v any) {
+	switch v := v.(type) {
+	case nil:
+		e.null()
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			e.null()
+			return
+		}
+		e.field()
+		e.buf = appendJSONFloat(e.buf, v)
+	case uint64:
+		e.uint(v)
+	case bool:
+		e.field()
+		e.buf = strconv.AppendBool(e.buf, v)
+	case json.RawMessage:
+		if !e.ndjson {
+			e.str(string(v))
+			return
+		}
+		if !json.Valid(v) {
+			e.str(string(v))
+			return
+		}
+		e.field()
+		e.buf = append(e.buf, v...)
+	case string:
+		e.str(v)
+	default:
+		e.str(fmt.Sprint(v))
+	}
+}
+
+// end ends the row and writes it.
+func (e *exportEncoder) end() error {
+	if e.ndjson {
+		e.buf = append(e.buf, "}\n"...)
+	} else {
+		e.buf = append(e.buf, "\r\n"...)
+	}
+	_, err := e.w.Write(e.buf)
+	e.buf, e.col = e.buf[:0], 0
+	e.rows++
+	if e.rows%exportDeadlineEvery == 0 {
+		e.moveDeadline()
+	}
+	return err
+}
+
+// appendCSVField appends s, quoted if it holds a comma, a quote or a
+// line break (RFC 4180), or starts or ends with a space (which readers
+// may trim).
+func appendCSVField(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, ",\"\r\n") && (s == "" || (s[0] != ' ' && s[len(s)-1] != ' ')) {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		b = append(b, s[:i+1]...)
+		b = append(b, '"')
+		s = s[i+1:]
+	}
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONString appends s as a JSON string; bytes that are not UTF-8
+// become U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
+
+// appendJSONFloat appends f as encoding/json writes a float64: the
+// shortest text that reads back as f, exponent form outside 1e-6..1e21.
+func appendJSONFloat(b []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}

@@ -1,0 +1,134 @@
+package tsdb
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestDaySeries: message counts of day and longer buckets answered from
+// the product's series of days equal those read from ClickHouse for each
+// question, across DST changes and month ends; every question of a
+// product within the window shares one ClickHouse query; a range older
+// than the window is read as before; a local insert shows at once.
+func TestDaySeries(t *testing.T) {
+	ctx := ctxT(t)
+	opt := testOptions("days", berlin)
+	opt.ResultTTL = time.Minute // nothing expires during the test: loads are counted
+	db, err := Open(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedMu.Lock()
+	toDrop = append(toDrop, db)
+	sharedMu.Unlock()
+
+	now := time.Now().In(berlin)
+	var msgs []Message
+	add := func(tm time.Time, product string) {
+		msgs = append(msgs, Message{Time: tm, ProductID: product, DeviceID: "d", Direction: "up", MessageID: fmt.Sprint(len(msgs))})
+	}
+	// Every day of the last 430 days (past the window), a few messages
+	// around local midnight, more for p1; DST days included.
+	for d := 0; d < 430; d++ {
+		day := time.Date(now.Year(), now.Month(), now.Day()-d, 0, 0, 0, 0, berlin)
+		add(day.Add(-time.Second), "p1") // the day before's last second
+		add(day, "p1")
+		add(day.Add(90*time.Minute), "p2")
+		if d%7 == 0 {
+			add(day.Add(23*time.Hour+59*time.Minute), "p1")
+		}
+	}
+	if err := db.Insert(ctx, msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	type question struct {
+		interval string
+		from, to time.Time
+		limit    int
+	}
+	var qs []question
+	for _, iv := range []string{Day, Week, Month, Year} {
+		qs = append(qs,
+			question{iv, now.AddDate(0, 0, -30), now, 0},
+			question{iv, now.AddDate(0, 0, -7), now, 0},
+			question{iv, now.AddDate(0, -12, 0), now, 0},
+			question{iv, now.AddDate(0, 0, -390), now.AddDate(0, 0, -200), 5},
+			question{iv, now.AddDate(0, 0, -399), now.AddDate(0, 0, 3), 0},
+			question{iv, now.AddDate(0, 0, -425), now, 0}, // older than the window
+		)
+	}
+	check := func(products ...string) {
+		t.Helper()
+		for _, p := range products {
+			for _, q := range qs {
+				got, err := db.MessageCounts(ctx, CountQuery{Interval: q.interval, From: q.from, To: q.to, ProductID: p, Limit: q.limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := newBucketRange(q.interval, q.from, q.to, berlin, q.limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := db.messageCounts(ctx, r, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%q %s %s..%s limit %d:\n got %v\nwant %v", p, q.interval, q.from.Format(time.DateOnly), q.to.Format(time.DateOnly), q.limit, got, want)
+				}
+			}
+		}
+	}
+	loads := daySeriesLoads.Load()
+	check("p1", "p2", "", "none")
+	if n := daySeriesLoads.Load() - loads; n != 4 {
+		t.Fatalf("%d series read for %d questions of 4 products; want one per product", n, 4*len(qs))
+	}
+	// Through this DB, a late row shows in the next answer.
+	if err := db.Insert(ctx, []Message{{Time: now.AddDate(0, 0, -100), ProductID: "p2", DeviceID: "d", Direction: "up", MessageID: "late"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs = nil
+	check("p2")
+}
+
+// BenchmarkDistinctCounts asks 64 different day-bucket questions of one
+// product in turn, as a dashboard's users do: from the product's series
+// of days, and (ResultTTL -1) from ClickHouse each time.
+func BenchmarkDistinctCounts(b *testing.B) {
+	ctx := ctxT(b)
+	now := time.Now().In(shanghai)
+	var msgs []Message
+	for d := range 400 {
+		msgs = append(msgs, Message{Time: now.AddDate(0, 0, -d), ProductID: "bench_days", DeviceID: "d", Direction: "up", MessageID: fmt.Sprint(d)})
+	}
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"series", time.Second}, {"clickhouse", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			opt := testOptions("bench_days_"+c.name, shanghai)
+			opt.ResultTTL = c.ttl
+			db, err := Open(ctx, opt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sharedMu.Lock()
+			toDrop = append(toDrop, db)
+			sharedMu.Unlock()
+			if err := db.Insert(ctx, msgs, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				k := i % 64
+				if _, err := db.MessageCounts(ctx, CountQuery{Interval: []string{Day, Week, Month, Year}[k%4], From: now.AddDate(0, 0, -(k+1)*5),
+					To: now, ProductID: "bench_days"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
