@@ -29,8 +29,10 @@ import (
 // publishes over MQTT appear on it live (SSE, /api/live); the history
 // chart draws the values, the hourly aggregate chart has its 24 bars with
 // this hour's average; the overview's message-volume chart has one bar
-// per day (30) and per month (12), each as high as endpoint 14 says. A
-// page exception fails the test.
+// per day (30) and per month (12), each as high as endpoint 14 says.
+// Names are in natural, case-insensitive order wherever the console lists
+// them ("Meter 1, meter 2, Meter 10": the product list and both product
+// choosers). A page exception fails the test.
 //
 // chromium missing is a failure, not a skip: `bash .ci/services` (make
 // test) installs it. DEVICEHUB_CONSOLE_SCREENSHOTS=<dir> saves a
@@ -78,6 +80,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		id := strings.ToLower(strings.Fields(name)[0]) + "-" + suffix
 		srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": id, "name": name, "productId": product})
 	}
+	// Products whose names byte order puts wrongly ("Meter 1, Meter 10,
+	// meter 2"), and a collation too; the console shows them naturally.
+	for i, name := range []string{"Meter 10", "meter 2", "Meter 1"} {
+		srv.call(t, token, "POST", "/api/device/product", map[string]any{
+			"id": fmt.Sprintf("cm%d%s", i, suffix), "name": name, "classifiedId": "test", "modelFrom": "custom", "accessId": "mqtt", "deviceType": "device"})
+	}
+	natural := `["Boiler ` + suffix + `","Meter 1","meter 2","Meter 10"]`
+	// optionNames is the product names a chooser offers, in its order.
+	optionNames := func(sel string) string {
+		return `JSON.stringify([...document.querySelectorAll('` + sel + ` option')].filter((o) => o.value).map((o) => o.textContent.replace(/ \(.*$/, ''))) === '` + natural + `'`
+	}
 
 	b := newBrowser(t, chromium)
 	b.run("open the console", chromedp.Navigate(srv.base+"/"), chromedp.WaitVisible(chromedp.ID("login-form")))
@@ -98,9 +111,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("login-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`#volume-chart svg`)))
 	b.shot("overview")
+	b.poll("the overview's products in natural order", optionNames("#volume-product"))
 
 	// The product list, searched by name.
 	b.run("open the product list", chromedp.Click(chromedp.CSS(`a[data-nav=products]`)), chromedp.WaitVisible(chromedp.ID("product-search")))
+	b.poll("the product list in natural order", `JSON.stringify([...document.querySelectorAll('#view table.list tbody a.strong')].map((a) => a.textContent)) === '`+natural+`'`)
 	b.run("search products", chromedp.SendKeys(chromedp.ID("product-search"), "boiler "+suffix))
 	b.poll("the search to find the product", fmt.Sprintf(
 		`document.querySelectorAll('#view table.list tbody tr').length === 1 && document.querySelector('#view table.list tbody').textContent.includes(%q)`, product))
@@ -112,7 +127,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Find the device: three in the list, one after the search.
 	b.run("open the device list", chromedp.Click(chromedp.CSS(`a[data-nav=devices]`)), chromedp.WaitVisible(chromedp.ID("device-search")))
 	b.poll("the list of three devices", `document.querySelectorAll('#view table.list tbody tr').length === 3`)
-	importDevices(t, b, srv, token, product, suffix)
+	importDevices(t, b, srv, token, product, suffix, optionNames("#import-product"))
 	b.run("search", chromedp.SendKeys(chromedp.ID("device-search"), "basement"))
 	b.poll("the search to leave one device", fmt.Sprintf(
 		`document.querySelectorAll('#view table.list tbody tr').length === 1 && document.querySelector('a.device-link').dataset.id === %q`, devID))
@@ -148,6 +163,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("device")
 
 	// The hourly average: 24 bars, this hour's the mean of both values.
+	// Live events may come before their values are stored: the chart's
+	// query waits until both are.
+	waitUntil(t, 10*time.Second, "both temperatures stored", func() bool {
+		var items []json.RawMessage
+		srv.do(t, token, "POST", "/api/dashboard/_multi", []map[string]any{{"dashboard": "device", "object": product,
+			"measurement": "properties", "dimension": "history", "params": map[string]any{"deviceId": devID, "history": 10, "properties": []string{"temperature"}}}}, &items)
+		return len(items) == 2
+	})
 	b.run("choose hourly averages", setSelect("#chart-mode", "1h"))
 	b.poll("24 hourly bars", `document.querySelectorAll('#property-chart rect.bar').length === 24`)
 	// Both values fell in this hour (avg 22.23), or, across an hour's
@@ -181,8 +204,9 @@ func TestConsoleInBrowser(t *testing.T) {
 // form: a file with a row twice shows that row in the error table and
 // stores nothing; a good one, deployed, is stored, offers the logins for
 // download and shows in the list, the progress bar at its end. It leaves
-// the list as it found it.
-func importDevices(t *testing.T, b *browser, srv *server, token, product, suffix string) {
+// the list as it found it. inOrder is true (JavaScript) when the form's
+// products are in the console's order.
+func importDevices(t *testing.T, b *browser, srv *server, token, product, suffix, inOrder string) {
 	t.Helper()
 	dir := t.TempDir()
 	bad, good := filepath.Join(dir, "bad.csv"), filepath.Join(dir, "good.csv")
@@ -191,6 +215,7 @@ func importDevices(t *testing.T, b *browser, srv *server, token, product, suffix
 	_ = os.WriteFile(good, []byte("id,name,description\n"+ids[0]+",Imported 1,\n"+ids[1]+",Imported 2,from the console\n"), 0o644)
 	b.run("open the import form", chromedp.Click(chromedp.ID("import-open")), chromedp.WaitVisible(chromedp.ID("import-form")))
 	b.poll("the products to choose from", fmt.Sprintf(`!!document.querySelector('#import-product option[value=%q]')`, product))
+	b.poll("the products to choose from in natural order", inOrder)
 	b.run("import a file with a row twice", setSelect("#import-product", product),
 		chromedp.SetUploadFiles(`#import-file`, []string{bad}), chromedp.Click(chromedp.ID("import-submit")))
 	b.poll("the refused row", `document.querySelectorAll('#import-errors tbody tr').length === 1 && document.querySelector('#import-errors tbody tr').dataset.row === '2'`)
