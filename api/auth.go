@@ -16,14 +16,19 @@ import (
 type AuthStore interface {
 	// Login limits failed attempts per client address (see clientAddress).
 	Login(ctx context.Context, address, username, password string, lifetime time.Duration) (meta.Session, error)
+	// Authenticate gives the token's user with its roles and permissions
+	// (the union of its enabled roles'), which the token cache keeps.
 	Authenticate(ctx context.Context, token string) (meta.User, time.Time, error)
 	Logout(ctx context.Context, token string) error
 	// TokenExpiry is Authenticate's expiry without sliding it: a live
 	// stream checks its token again with it (live.go).
 	TokenExpiry(ctx context.Context, token string) (time.Time, error)
 	// WatchTokens announces the tokens that end through any instance
-	// (logout, user disabled or deleted) by their meta.TokenID; nil: any
-	// may have ended. The token cache is used only while it listens.
+	// (logout, user disabled or deleted), or whose permissions change
+	// (their user's roles, or those roles' permissions), by their
+	// meta.TokenID; nil: any may have. The cache forgets them, and the
+	// next request checks them again. The token cache is used only while
+	// it listens.
 	WatchTokens(ended func(ids []string)) *meta.TokenWatch
 }
 
@@ -141,7 +146,8 @@ func (s *Server) tokensEnded(ids []string) {
 	}
 }
 
-// me is GET /api/authorize/me: the user behind the token.
+// me is GET /api/authorize/me: the user behind the token, with its roles
+// and permissions (the console hides what it may not use).
 func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
 
 // requireToken lets a request through only with a live token, and slides

@@ -79,9 +79,15 @@ func (s *Server) createDevice(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &n); err != nil {
 		return err
 	}
+	if n.Configuration != nil && n.Configuration.SecureKey != nil && !currentUser(c).Can(permDeviceSecret) {
+		return accessDenied(c, permDeviceSecret) // choosing a device's key is knowing it
+	}
 	d, err := s.deps.Devices.CreateDevice(c.UserContext(), n, currentUser(c))
 	if err != nil {
 		return err
+	}
+	if !currentUser(c).Can(permDeviceSecret) {
+		d.Configuration.SecureKey = meta.MaskSecret(d.Configuration.SecureKey) // the generated key: device:secret only
 	}
 	return ok(c, d)
 }
@@ -91,6 +97,9 @@ func (s *Server) updateDevice(c *fiber.Ctx) error {
 	var p meta.DevicePatch
 	if err := decodeJSON(c, &p); err != nil {
 		return err
+	}
+	if p.Configuration != nil && p.Configuration.SecureKey != nil && !currentUser(c).Can(permDeviceSecret) {
+		return accessDenied(c, permDeviceSecret)
 	}
 	d, err := s.deps.Devices.UpdateDevice(c.UserContext(), c.Params("id"), p, currentUser(c))
 	if err != nil {

@@ -140,9 +140,20 @@ func (s *Server) createBulk(c *fiber.Ctx, b meta.BulkCreate) error {
 	if err != nil {
 		return err
 	}
+	secrets := currentUser(c).Can(permDeviceSecret)
+	for _, d := range b.Devices {
+		if d.Configuration != nil && d.Configuration.SecureKey != nil && !secrets {
+			return accessDenied(c, permDeviceSecret) // choosing a device's key is knowing it
+		}
+	}
 	res, err := store.CreateDevices(c.UserContext(), b, currentUser(c))
 	if err != nil {
 		return err
+	}
+	if !secrets { // the generated keys: device:secret only
+		for i := range res.Devices {
+			res.Devices[i].SecureKey = meta.MaskSecret(res.Devices[i].SecureKey)
+		}
 	}
 	if err := s.awaitLogins(c.UserContext(), res.Logins...); err != nil {
 		if errors.Is(err, errBrokerTimeout) {

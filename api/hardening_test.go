@@ -187,7 +187,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 	b := &env{t: t, base: baseB, store: storeB}
 
 	for _, u := range []string{"alice", "bob", "carol", "dave"} {
-		if _, err := storeA.CreateUser(context.Background(), u, "password-"+u); err != nil {
+		if _, err := storeA.CreateUser(context.Background(), u, "password-"+u, meta.RoleViewer); err != nil {
 			t.Fatal(err)
 		}
 	}

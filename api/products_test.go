@@ -187,7 +187,7 @@ func TestProductQuery(t *testing.T) {
 func TestRoleQuery(t *testing.T) {
 	e := newEnv(t)
 	for _, r := range []struct{ id, name string }{{"operator", "Operator"}, {"viewer", "Viewer"}} {
-		if _, err := e.store.DB().Exec(`INSERT INTO roles (id, name, description) VALUES ($1, $2, 'x')`, r.id, r.name); err != nil {
+		if _, err := e.store.DB().Exec(`INSERT INTO roles (id, name, description) VALUES ($1, $2, 'x') ON CONFLICT (id) DO NOTHING`, r.id, r.name); err != nil {
 			t.Fatal(err)
 		}
 	}

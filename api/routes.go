@@ -11,11 +11,16 @@ import (
 )
 
 // routes registers every endpoint. Spec endpoint numbers are in comments;
-// each handler calls one store method, where the SQL is.
+// each handler calls one store method, where the SQL is. Beside each
+// route under /api is what it needs (permissions.go): s.need(permission),
+// or s.signedIn() for a live token only; the routes before the token
+// check need nothing (permissions_test.go lists them as public, and walks
+// every route with each built-in role).
 func (s *Server) routes() {
 	app := s.app
-	app.Get("/healthz", s.healthz) // liveness (health.go)
-	app.Get("/readyz", s.readyz)   // readiness
+	app.Hooks().OnRoute(s.access.onRoute) // records each route's declaration
+	app.Get("/healthz", s.healthz)        // liveness (health.go)
+	app.Get("/readyz", s.readyz)          // readiness
 	gatherer := s.deps.Gatherer
 	if gatherer == nil {
 		gatherer = prometheus.DefaultGatherer
@@ -27,59 +32,71 @@ func (s *Server) routes() {
 
 	app.Post("/api/authorize/login", s.login)
 	// Live updates (live.go): before the /api group, as the token may be a query parameter.
-	app.Get("/api/live", s.requireTokenOrQuery, s.live)
+	app.Get("/api/live", s.requireTokenOrQuery, s.need(permDeviceRead), s.live)
 
 	api := app.Group("/api", s.requireToken)
-	api.Post("/authorize/logout", s.logout)
-	api.Get("/authorize/me", s.me)
+	api.Post("/authorize/logout", s.signedIn(), s.logout)
+	api.Get("/authorize/me", s.signedIn(), s.me) // the user, its roles and permissions
 
 	// Products.
-	api.Post("/device-product/_query", s.queryProducts)              // 1
-	api.Post("/device-product/_count", s.countProducts)              // 6
-	api.Get("/device-product/:id", s.getProduct)                     // 2
-	api.Post("/device/product", s.write(s.createProduct))            // 3
-	api.Patch("/device-product", s.write(s.patchProduct))            // 4
-	api.Delete("/device-product/:id", s.write(s.deleteProduct))      // 5
-	api.Post("/device-product/:id/deploy", s.write(s.deployProduct)) // lifecycle
-	api.Post("/device-product/:id/undeploy", s.write(s.undeployProduct))
+	api.Post("/device-product/_query", s.need(permProductRead), s.queryProducts)               // 1
+	api.Post("/device-product/_count", s.need(permProductRead), s.countProducts)               // 6
+	api.Get("/device-product/:id", s.need(permProductRead), s.getProduct)                      // 2
+	api.Post("/device/product", s.need(permProductWrite), s.write(s.createProduct))            // 3
+	api.Patch("/device-product", s.need(permProductWrite), s.write(s.patchProduct))            // 4
+	api.Delete("/device-product/:id", s.need(permProductWrite), s.write(s.deleteProduct))      // 5
+	api.Post("/device-product/:id/deploy", s.need(permProductWrite), s.write(s.deployProduct)) // lifecycle
+	api.Post("/device-product/:id/undeploy", s.need(permProductWrite), s.write(s.undeployProduct))
 
-	// Devices.
-	api.Post("/device-instance/_query", s.queryDevices)                    // 7
-	api.Get("/device/instance/:id/detail", s.getDevice)                    // 8
-	api.Put("/device/instance/:id/metadata", s.write(s.setDeviceMetadata)) // 9
-	api.Delete("/device/instance/:id/metadata", s.write(s.resetDeviceMetadata))
-	api.Post("/device/instance", s.write(s.createDevice)) // lifecycle
-	api.Get("/device/instance/:id", s.getDevice)
-	api.Put("/device/instance/:id", s.write(s.updateDevice))
-	api.Delete("/device/instance/:id", s.write(s.deleteDevice))
-	api.Post("/device/instance/:id/deploy", s.write(s.deployDevice))
-	api.Post("/device/instance/:id/undeploy", s.write(s.undeployDevice))
-	api.Post("/device/instance/:id/secret", s.write(s.rotateDeviceSecret))
+	// Devices. A device's secureKey is shown where it is made (creation,
+	// rotation) only to a caller with device:secret (devices.go).
+	api.Post("/device-instance/_query", s.need(permDeviceRead), s.queryDevices)                     // 7
+	api.Get("/device/instance/:id/detail", s.need(permDeviceRead), s.getDevice)                     // 8
+	api.Put("/device/instance/:id/metadata", s.need(permDeviceWrite), s.write(s.setDeviceMetadata)) // 9
+	api.Delete("/device/instance/:id/metadata", s.need(permDeviceWrite), s.write(s.resetDeviceMetadata))
+	api.Post("/device/instance", s.need(permDeviceWrite), s.write(s.createDevice)) // lifecycle
+	api.Get("/device/instance/:id", s.need(permDeviceRead), s.getDevice)
+	api.Put("/device/instance/:id", s.need(permDeviceWrite), s.write(s.updateDevice))
+	api.Delete("/device/instance/:id", s.need(permDeviceWrite), s.write(s.deleteDevice))
+	api.Post("/device/instance/:id/deploy", s.need(permDeviceWrite), s.write(s.deployDevice))
+	api.Post("/device/instance/:id/undeploy", s.need(permDeviceWrite), s.write(s.undeployDevice))
+	api.Post("/device/instance/:id/secret", s.need(permDeviceSecret), s.write(s.rotateDeviceSecret))
 	// Bulk provisioning (devices_bulk.go): many devices in one transaction.
-	api.Post("/device/instance/batch/_create", s.write(s.createDevices))
-	api.Post("/device/instance/batch/_deploy", s.write(s.deployDevices))
-	api.Post("/device/instance/batch/_undeploy", s.write(s.undeployDevices))
-	api.Post("/device/instance/batch/_delete", s.write(s.deleteDevices))
-	api.Post("/device/instance/:productId/import", s.write(s.importDevices))
+	api.Post("/device/instance/batch/_create", s.need(permDeviceWrite), s.write(s.createDevices))
+	api.Post("/device/instance/batch/_deploy", s.need(permDeviceWrite), s.write(s.deployDevices))
+	api.Post("/device/instance/batch/_undeploy", s.need(permDeviceWrite), s.write(s.undeployDevices))
+	api.Post("/device/instance/batch/_delete", s.need(permDeviceWrite), s.write(s.deleteDevices))
+	api.Post("/device/instance/:productId/import", s.need(permDeviceWrite), s.write(s.importDevices))
 
-	// Roles.
-	api.Post("/role/_query", s.queryRoles) // 13
+	// Roles, with the permissions each grants.
+	api.Post("/role/_query", s.need(permUserAdmin), s.queryRoles) // 13
+
+	// Users (users.go). /user/passwd before /user/:id, which would take it.
+	api.Post("/user/_query", s.need(permUserAdmin), s.queryUsers)
+	api.Post("/user", s.need(permUserAdmin), s.createUser)
+	api.Put("/user/passwd", s.signedIn(), s.changeOwnPassword)
+	api.Put("/user/:id", s.need(permUserAdmin), s.updateUser)
+	api.Delete("/user/:id", s.need(permUserAdmin), s.deleteUser)
+	api.Put("/user/:id/password", s.need(permUserAdmin), s.resetPassword)
 
 	// Device commands.
-	api.Get("/device/standard/:deviceId/property/:property", s.readProperty)     // 10
-	api.Post("/device/instance/:deviceId/properties/_read", s.readProperties)    // 11
-	api.Post("/device/invoked/:deviceId/function/:functionId", s.invokeFunction) // 12
+	api.Get("/device/standard/:deviceId/property/:property", s.need(permDeviceCommand), s.readProperty)     // 10
+	api.Post("/device/instance/:deviceId/properties/_read", s.need(permDeviceCommand), s.readProperties)    // 11
+	api.Post("/device/invoked/:deviceId/function/:functionId", s.need(permDeviceCommand), s.invokeFunction) // 12
 
 	// Dashboard.
-	api.Post("/dashboard/_multi", s.dashboardMulti) // 14
+	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14
 	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
-	api.Post("/dashboard/_export", s.dashboardExport)
+	api.Post("/dashboard/_export", s.need(permDashboardRead), s.dashboardExport)
 
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)
 
 	// Anything else, under /api or not, is not_found in the envelope.
 	app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
+	if s.access.pending != "" {
+		panic("api: access " + s.access.pending + " declared with no route after it")
+	}
 }
 
 // write wraps a handler that changes products or devices: cached device

@@ -111,6 +111,7 @@ type Server struct {
 
 	tokenWatch *meta.TokenWatch // ended tokens, from every instance (auth.go tokensEnded); nil: none heard
 	streams    liveStreams      // open live streams, by token (live.go)
+	access     access           // what each route needs (permissions.go)
 }
 
 // New builds the server with every route registered.

@@ -19,7 +19,7 @@ func TestCreateRole(t *testing.T) {
 	ctx := context.Background()
 
 	before := time.Now().Add(-time.Second)
-	if err := s.CreateRole(ctx, meta.Role{ID: "viewer", Name: "Viewer", Description: "reads", CreatorID: "admin"}); err != nil {
+	if err := s.CreateRole(ctx, meta.Role{ID: "reader", Name: "Reader", Description: "reads", CreatorID: "admin"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateRole(ctx, meta.Role{ID: "old", Name: "Old", State: "disabled"}); err != nil {
@@ -33,9 +33,9 @@ func TestCreateRole(t *testing.T) {
 	for _, r := range page.Data {
 		got[r.ID] = r
 	}
-	v := got["viewer"]
-	if v.Name != "Viewer" || v.Description != "reads" || v.CreatorID != "admin" || v.State != "enabled" || time.Time(v.CreateTime).Before(before) {
-		t.Fatalf("viewer %+v: want state enabled by default and a create time", v)
+	v := got["reader"]
+	if v.Name != "Reader" || v.Description != "reads" || v.CreatorID != "admin" || v.State != "enabled" || time.Time(v.CreateTime).Before(before) {
+		t.Fatalf("reader %+v: want state enabled by default and a create time", v)
 	}
 	if got["old"].State != "disabled" {
 		t.Fatalf("old %+v: want the given state kept", got["old"])
@@ -53,7 +53,7 @@ func TestCreateRole(t *testing.T) {
 		{name: "id too long", r: meta.Role{ID: strings.Repeat("i", 65), Name: "n"}, field: "id"},
 		{name: "no name", r: meta.Role{ID: "r1"}, field: "name"},
 		{name: "name too long", r: meta.Role{ID: "r1", Name: strings.Repeat("n", 129)}, field: "name"},
-		{name: "id taken", r: meta.Role{ID: "viewer", Name: "Another"}, is: meta.ErrDuplicateKey},
+		{name: "id taken", r: meta.Role{ID: "reader", Name: "Another"}, is: meta.ErrDuplicateKey},
 		{name: "admin taken", r: meta.Role{ID: "admin", Name: "Another"}, is: meta.ErrDuplicateKey},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,6 +83,10 @@ func queryBody(t *testing.T, body string) *meta.Query {
 func TestQueryRoles(t *testing.T) {
 	s := metatest.NewStore(t) // has role admin
 	ctx := context.Background()
+	// Of the built-in roles, admin only here.
+	if _, err := s.DB().Exec(`DELETE FROM roles WHERE id IN ('operator', 'viewer')`); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []meta.Role{
 		{ID: "r1", Name: "Operator", Description: "runs devices"},
 		{ID: "r2", Name: "Viewer", Description: "reads"},

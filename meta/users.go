@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"golang.org/x/crypto/bcrypt"
 
@@ -32,12 +33,26 @@ var (
 	ErrLoginLocked = errors.New("too many failed logins; try again later")
 )
 
-// User is a platform user.
+// User is a platform user, as a token check gives it: Permissions are
+// the union of those of its enabled roles (role_permissions), read with
+// the token and cached with it (a change of its roles is announced like
+// an ended token, WatchTokens).
 type User struct {
-	ID       string   `db:"id" json:"id"`
-	Username string   `db:"username" json:"username"`
-	Name     string   `db:"name" json:"name"`
-	Roles    []string `db:"-" json:"roles"`
+	ID          string   `db:"id" json:"id"`
+	Username    string   `db:"username" json:"username"`
+	Name        string   `db:"name" json:"name"`
+	Roles       []string `db:"-" json:"roles"`
+	Permissions []string `db:"-" json:"permissions"`
+}
+
+// Can reports whether u holds permission p.
+func (u User) Can(p Permission) bool {
+	for _, have := range u.Permissions {
+		if have == string(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Session is the result of a login.
@@ -48,7 +63,8 @@ type Session struct {
 }
 
 // EnsureAdmin creates the admin role and the admin user with password on
-// first start; an existing admin keeps its password.
+// first start; an existing admin keeps its password. Role admin is given
+// every permission of Permissions it lacks.
 func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	if len(password) < 6 {
 		return fmt.Errorf("meta: admin password must be at least 6 characters")
@@ -71,6 +87,8 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 		{`INSERT INTO roles (id, name, description, creator_id) VALUES ('admin', 'Administrator', 'Full access to the platform', 'admin') ON CONFLICT (id) DO NOTHING`, nil},
 		{`INSERT INTO users (id, username, name, password_hash) VALUES ('admin', 'admin', 'Administrator', $1) ON CONFLICT (username) DO NOTHING`, []any{string(hash)}},
 		{`INSERT INTO user_roles (user_id, role_id) SELECT id, 'admin' FROM users WHERE username = 'admin' ON CONFLICT DO NOTHING`, nil},
+		// Role admin holds every permission, those added since too.
+		{`INSERT INTO role_permissions (role_id, permission) SELECT 'admin', unnest($1::text[]) ON CONFLICT DO NOTHING`, []any{pq.Array(Permissions)}},
 	}
 	for _, st := range stmts {
 		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
@@ -83,39 +101,14 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	return nil
 }
 
-// CreateUser adds a user with the given roles (tests and administration).
+// CreateUser adds a user with the given roles (tests and administration);
+// its name is its username. See AddUser.
 func (s *Store) CreateUser(ctx context.Context, username, password string, roles ...string) (User, error) {
-	if err := checkText("username", username, 64, true); err != nil {
+	d, err := s.addUser(ctx, NewUser{Username: username, Password: password, Roles: roles}, 6)
+	if err != nil {
 		return User{}, err
 	}
-	if len(password) < 6 || len(password) > 72 {
-		return User{}, schema.Invalid("password", "must be 6 to 72 bytes")
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
-	if err != nil {
-		return User{}, fmt.Errorf("meta: hash password: %w", err)
-	}
-	u := User{ID: NewID(), Username: username, Name: username, Roles: roles}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return User{}, fmt.Errorf("meta: create user: %w", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO users (id, username, name, password_hash) VALUES ($1, $2, $3, $4)`,
-		u.ID, u.Username, u.Name, string(hash)); err != nil {
-		if isUniqueViolation(err) {
-			return User{}, fmt.Errorf("user %q: %w", username, ErrDuplicateKey)
-		}
-		return User{}, fmt.Errorf("meta: create user: %w", err)
-	}
-	for _, r := range roles {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO user_roles (user_id, role_id) VALUES ($1, $2)`, u.ID, r); err != nil {
-			return User{}, fmt.Errorf("meta: create user role %q: %w", r, err)
-		}
-	}
-	return u, tx.Commit()
+	return User{ID: d.ID, Username: d.Username, Name: d.Name, Roles: d.Roles}, nil
 }
 
 // Login checks a password sent from the client at address and issues a
@@ -250,11 +243,17 @@ func (s *Store) Authenticate(ctx context.Context, token string) (User, time.Time
 	defer cancel()
 	var row struct {
 		User
-		Expires  time.Time `db:"expires_at"`
-		Lifetime int64     `db:"lifetime_ms"`
+		Expires  time.Time      `db:"expires_at"`
+		Lifetime int64          `db:"lifetime_ms"`
+		RoleIDs  pq.StringArray `db:"roles"`
+		Perms    pq.StringArray `db:"permissions"`
 	}
 	hash := hashToken(token)
-	err := s.db.GetContext(ctx, &row, `SELECT u.id, u.username, u.name, t.expires_at, t.lifetime_ms
+	// The user's permissions: the union of those of its enabled roles.
+	err := s.db.GetContext(ctx, &row, `SELECT u.id, u.username, u.name, t.expires_at, t.lifetime_ms,
+			ARRAY(SELECT ur.role_id FROM user_roles ur WHERE ur.user_id = u.id ORDER BY ur.role_id) AS roles,
+			ARRAY(SELECT DISTINCT p.permission FROM user_roles ur JOIN roles r ON r.id = ur.role_id AND r.state = 'enabled'
+				JOIN role_permissions p ON p.role_id = ur.role_id WHERE ur.user_id = u.id ORDER BY p.permission) AS permissions
 		FROM tokens t JOIN users u ON u.id = t.user_id
 		WHERE t.hash = $1 AND t.expires_at > now() AND u.state = 'enabled'`, hash)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -273,6 +272,8 @@ func (s *Store) Authenticate(ctx context.Context, token string) (User, time.Time
 			return User{}, time.Time{}, fmt.Errorf("meta: authenticate: %w", err)
 		}
 	}
+	row.User.Roles = append([]string{}, row.RoleIDs...)
+	row.User.Permissions = append([]string{}, row.Perms...)
 	return row.User, row.Expires, nil
 }
 
@@ -331,7 +332,9 @@ func TokenID(token string) string { return hex.EncodeToString(hashToken(token)) 
 // schema/postgres/00010_token_revocations.sql send, as the transaction
 // that ends them commits, the TokenIDs of tokens logged out or of a user
 // disabled or deleted, comma-separated, or "*" when every token may have
-// ended (TRUNCATE). Expiry is not announced: whoever checked a token knows
+// ended (TRUNCATE). Those of 00011_role_permissions.sql send the tokens
+// whose permissions changed (their user's roles, those roles' grants or
+// state): they have not ended, but a cache must read them again. Expiry is not announced: whoever checked a token knows
 // when it expires.
 const tokenChannel = "devicehub_tokens"
 
@@ -494,3 +497,342 @@ func (w *tokenWatch) run(stop <-chan struct{}, done chan<- struct{}) {
 		}
 	}
 }
+
+// User administration (api/users.go): the list, creation, changes,
+// deletion and passwords. Every change runs under one lock
+// (usersLock) and is refused if no enabled user would be left holding
+// user:admin (ErrLastAdmin): the platform cannot lose its last
+// administrator by a deletion, a disabling or a change of roles.
+
+// UserDetail is a user as the user list shows it; never its password.
+type UserDetail struct {
+	ID         string   `db:"id" json:"id"`
+	Username   string   `db:"username" json:"username"`
+	Name       string   `db:"name" json:"name"`
+	State      Enum     `db:"state" json:"state"` // enabled or disabled
+	Roles      []string `db:"-" json:"roles"`
+	CreateTime Millis   `db:"-" json:"createTime"`
+}
+
+type userRow struct {
+	UserDetail
+	CreatedAt time.Time      `db:"create_time"`
+	RoleIDs   pq.StringArray `db:"roles"`
+}
+
+func (r *userRow) detail() UserDetail {
+	d := r.UserDetail
+	d.CreateTime = Millis(r.CreatedAt)
+	d.Roles = append([]string{}, r.RoleIDs...)
+	return d
+}
+
+const userColumns = `u.id, u.username, u.name, u.state, u.create_time,
+	ARRAY(SELECT ur.role_id FROM user_roles ur WHERE ur.user_id = u.id ORDER BY ur.role_id) AS roles`
+
+// UserResource allows terms on id, username, name, state and createTime,
+// and sorts on id, username, name and createTime.
+var UserResource = &Resource{
+	Name: "user",
+	Columns: map[string]Column{
+		"id":         {Expr: "u.id", Kind: KindText},
+		"username":   {Expr: "u.username", Kind: KindText},
+		"name":       {Expr: "u.name", Kind: KindText},
+		"state":      {Expr: "u.state", Kind: KindText},
+		"createTime": {Expr: "u.create_time", Kind: KindTime},
+	},
+	Sorts: map[string]string{
+		"id":         "u.id",
+		"username":   "u.username",
+		"name":       "u.name",
+		"createTime": "u.create_time",
+	},
+	DefaultSort: "u.create_time DESC, u.id",
+	TieBreak:    "u.id",
+}
+
+// ErrLastAdmin refuses a change that would leave no enabled user
+// holding user:admin.
+var ErrLastAdmin = fmt.Errorf("the last administrator cannot be deleted, disabled or lose the admin role: give another enabled user the admin role first: %w", schema.ErrIllegalArgument)
+
+// Password lengths: bcrypt reads 72 bytes at most.
+const (
+	MinPasswordLen = 8
+	maxPasswordLen = 72
+)
+
+// NewUser is the body of a user's creation.
+type NewUser struct {
+	Username string   `json:"username"`
+	Name     string   `json:"name"`
+	Password string   `json:"password"`
+	Roles    []string `json:"roles"`
+}
+
+// UserPatch changes a user; absent fields stay.
+type UserPatch struct {
+	Name  *string   `json:"name"`
+	Roles *[]string `json:"roles"`
+	State *Enum     `json:"state"` // enabled or disabled
+}
+
+// QueryUsers answers POST /api/user/_query.
+func (s *Store) QueryUsers(ctx context.Context, q *Query) (Page[UserDetail], error) {
+	return queryPage(ctx, s, UserResource, q, userColumns, "users u", (*userRow).detail)
+}
+
+// GetUser returns one user, or ErrNotFound.
+func (s *Store) GetUser(ctx context.Context, id string) (UserDetail, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	return s.getUser(ctx, s.db, id)
+}
+
+type getter interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+func (s *Store) getUser(ctx context.Context, db getter, id string) (UserDetail, error) {
+	var r userRow
+	err := db.GetContext(ctx, &r, `SELECT `+userColumns+` FROM users u WHERE u.id = $1`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return UserDetail{}, fmt.Errorf("user %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return UserDetail{}, fmt.Errorf("meta: get user: %w", err)
+	}
+	return r.detail(), nil
+}
+
+func checkPassword(field, password string, minLen int) error {
+	if len(password) < minLen || len(password) > maxPasswordLen {
+		return schema.Invalid(field, "must be %d to %d bytes", minLen, maxPasswordLen)
+	}
+	return nil
+}
+
+// AddUser creates a user holding roles (each must exist), enabled. Its
+// name defaults to its username.
+func (s *Store) AddUser(ctx context.Context, n NewUser) (UserDetail, error) {
+	return s.addUser(ctx, n, MinPasswordLen)
+}
+
+func (s *Store) addUser(ctx context.Context, n NewUser, minPassword int) (UserDetail, error) {
+	if err := checkText("username", n.Username, 64, true); err != nil {
+		return UserDetail{}, err
+	}
+	if n.Name == "" {
+		n.Name = n.Username
+	}
+	if err := checkText("name", n.Name, 128, true); err != nil {
+		return UserDetail{}, err
+	}
+	if err := checkPassword("password", n.Password, minPassword); err != nil {
+		return UserDetail{}, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(n.Password), bcrypt.DefaultCost)
+	if err != nil {
+		return UserDetail{}, fmt.Errorf("meta: hash password: %w", err)
+	}
+	id := NewID()
+	err = s.changeUsers(ctx, false, func(ctx context.Context, tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO users (id, username, name, password_hash) VALUES ($1, $2, $3, $4)`,
+			id, n.Username, n.Name, string(hash)); err != nil {
+			if isUniqueViolation(err) {
+				return fmt.Errorf("user %q: %w", n.Username, ErrDuplicateKey)
+			}
+			return fmt.Errorf("meta: create user: %w", err)
+		}
+		return setUserRoles(ctx, tx, id, n.Roles)
+	})
+	if err != nil {
+		return UserDetail{}, err
+	}
+	return s.GetUser(ctx, id)
+}
+
+// setUserRoles makes roles (each an existing role; an unknown one is an
+// input error) the user's only ones.
+func setUserRoles(ctx context.Context, tx *sqlx.Tx, userID string, roles []string) error {
+	if len(roles) > 32 {
+		return schema.Invalid("roles", "at most 32")
+	}
+	var known []string
+	if err := tx.SelectContext(ctx, &known, `SELECT id FROM roles WHERE id = ANY($1)`, pq.StringArray(roles)); err != nil {
+		return fmt.Errorf("meta: user roles: %w", err)
+	}
+	for i, r := range roles {
+		found := false
+		for _, k := range known {
+			found = found || k == r
+		}
+		if !found {
+			return schema.Invalid(fmt.Sprintf("roles[%d]", i), "no role %q", r)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM user_roles WHERE user_id = $1 AND NOT role_id = ANY($2)`, userID, pq.StringArray(roles)); err != nil {
+		return fmt.Errorf("meta: user roles: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO user_roles (user_id, role_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`,
+		userID, pq.StringArray(roles)); err != nil {
+		return fmt.Errorf("meta: user roles: %w", err)
+	}
+	return nil
+}
+
+// UpdateUser changes a user's name, roles or state. Disabling a user ends
+// its tokens, and changing its roles has its tokens' permissions read
+// again, on every instance (00010, 00011).
+func (s *Store) UpdateUser(ctx context.Context, id string, p UserPatch) (UserDetail, error) {
+	if p.Name != nil {
+		if err := checkText("name", *p.Name, 128, true); err != nil {
+			return UserDetail{}, err
+		}
+	}
+	if p.State != nil && *p.State != "enabled" && *p.State != "disabled" {
+		return UserDetail{}, schema.Invalid("state", "must be enabled or disabled")
+	}
+	err := s.changeUsers(ctx, true, func(ctx context.Context, tx *sqlx.Tx) error {
+		if _, err := s.getUser(ctx, tx, id); err != nil {
+			return err
+		}
+		if p.Name != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE users SET name = $2 WHERE id = $1`, id, *p.Name); err != nil {
+				return fmt.Errorf("meta: update user: %w", err)
+			}
+		}
+		if p.State != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE users SET state = $2 WHERE id = $1 AND state IS DISTINCT FROM $2`, id, string(*p.State)); err != nil {
+				return fmt.Errorf("meta: update user: %w", err)
+			}
+		}
+		if p.Roles != nil {
+			return setUserRoles(ctx, tx, id, *p.Roles)
+		}
+		return nil
+	})
+	if err != nil {
+		return UserDetail{}, err
+	}
+	return s.GetUser(ctx, id)
+}
+
+// DeleteUser deletes a user; its tokens end with it, on every instance.
+func (s *Store) DeleteUser(ctx context.Context, id string) (UserDetail, error) {
+	var d UserDetail
+	err := s.changeUsers(ctx, true, func(ctx context.Context, tx *sqlx.Tx) error {
+		var err error
+		if d, err = s.getUser(ctx, tx, id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM users WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("meta: delete user: %w", err)
+		}
+		return nil
+	})
+	return d, err
+}
+
+// ChangePassword sets the password of user id, who gave its current one
+// (old): its other tokens end (everywhere), the one of keepTokenID (a
+// TokenID) stays.
+func (s *Store) ChangePassword(ctx context.Context, id, keepTokenID, old, password string) error {
+	if old == "" {
+		return schema.Invalid("oldPassword", "is required")
+	}
+	if err := checkPassword("newPassword", password, MinPasswordLen); err != nil {
+		return err
+	}
+	var hash string
+	lctx, cancel := s.timeout(ctx)
+	err := s.db.GetContext(lctx, &hash, `SELECT password_hash FROM users WHERE id = $1`, id)
+	cancel()
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrUnauthorized
+	}
+	if err != nil {
+		return fmt.Errorf("meta: change password: %w", err)
+	}
+	if len(old) > maxPasswordLen || bcrypt.CompareHashAndPassword([]byte(hash), []byte(old)) != nil {
+		return schema.Invalid("oldPassword", "is not the current password")
+	}
+	keep, err := hex.DecodeString(keepTokenID)
+	if err != nil {
+		return fmt.Errorf("meta: change password: token id: %w", err)
+	}
+	return s.setPassword(ctx, id, password, keep)
+}
+
+// SetPassword sets the password of user id (an administrator's reset):
+// every token of it ends, on every instance.
+func (s *Store) SetPassword(ctx context.Context, id, password string) error {
+	if err := checkPassword("password", password, MinPasswordLen); err != nil {
+		return err
+	}
+	return s.setPassword(ctx, id, password, nil)
+}
+
+func (s *Store) setPassword(ctx context.Context, id, password string, keep []byte) error {
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return fmt.Errorf("meta: hash password: %w", err)
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("meta: set password: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1`, id, string(hash))
+	if err != nil {
+		return fmt.Errorf("meta: set password: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("user %q: %w", id, ErrNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = $1 AND hash IS DISTINCT FROM $2`, id, keep); err != nil {
+		return fmt.Errorf("meta: set password: %w", err)
+	}
+	return tx.Commit()
+}
+
+// changeUsers runs change in a transaction holding the users lock (a
+// transaction-level advisory lock: changes of users run one at a time),
+// and commits it only if an enabled user still holds user:admin (when
+// checkAdmins: a creation takes no rights away).
+func (s *Store) changeUsers(ctx context.Context, checkAdmins bool, change func(ctx context.Context, tx *sqlx.Tx) error) error {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("meta: users: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, usersLock); err != nil {
+		return fmt.Errorf("meta: users lock: %w", err)
+	}
+	if err := change(ctx, tx); err != nil {
+		return err
+	}
+	if !checkAdmins {
+		return tx.Commit()
+	}
+	var admins int
+	if err := tx.GetContext(ctx, &admins, `SELECT count(*) FROM users u WHERE u.state = 'enabled' AND EXISTS (
+		SELECT 1 FROM user_roles ur JOIN roles r ON r.id = ur.role_id AND r.state = 'enabled'
+		JOIN role_permissions p ON p.role_id = ur.role_id
+		WHERE ur.user_id = u.id AND p.permission = $1)`, string(PermUserAdmin)); err != nil {
+		return fmt.Errorf("meta: count administrators: %w", err)
+	}
+	if admins == 0 {
+		return ErrLastAdmin
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("meta: users: %w", err)
+	}
+	return nil
+}
+
+// usersLock is the advisory lock key of changeUsers.
+const usersLock int64 = 0x6465766963650001

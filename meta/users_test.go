@@ -79,7 +79,8 @@ func TestEnsureAdmin(t *testing.T) {
 		t.Fatalf("%d users after a refused EnsureAdmin", n)
 	}
 
-	// First start: the admin user, with role admin and the configured password.
+	// First start: the admin user, with role admin (built in, 00011, with
+	// operator and viewer) and the configured password.
 	if err := s.EnsureAdmin(ctx, "first-pass"); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestEnsureAdmin(t *testing.T) {
 	if _, err := s.Login(ctx, "127.0.0.1", "admin", "changed-pass", time.Minute); err != nil {
 		t.Fatalf("changed password after EnsureAdmin: %v", err)
 	}
-	for table, want := range map[string]int{"users": 1, "roles": 1, "user_roles": 1} {
+	for table, want := range map[string]int{"users": 1, "roles": 3, "user_roles": 1} {
 		if n := countRows(t, s, table); n != want {
 			t.Fatalf("%d rows in %s, want %d", n, table, want)
 		}
@@ -120,11 +121,11 @@ func TestEnsureAdmin(t *testing.T) {
 func TestCreateUser(t *testing.T) {
 	s := metatest.NewStore(t)
 	ctx := context.Background()
-	if err := s.CreateRole(ctx, meta.Role{ID: "viewer", Name: "Viewer"}); err != nil {
+	if err := s.CreateRole(ctx, meta.Role{ID: "reader", Name: "Reader"}); err != nil {
 		t.Fatal(err)
 	}
 
-	u, err := s.CreateUser(ctx, "bob", "bob-pass", "viewer", "admin")
+	u, err := s.CreateUser(ctx, "bob", "bob-pass", "reader", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +137,8 @@ func TestCreateUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sess.User.ID != u.ID || !reflect.DeepEqual(sess.User.Roles, []string{"admin", "viewer"}) {
-		t.Fatalf("session user %+v, want %s with roles admin, viewer (sorted)", sess.User, u.ID)
+	if sess.User.ID != u.ID || !reflect.DeepEqual(sess.User.Roles, []string{"admin", "reader"}) {
+		t.Fatalf("session user %+v, want %s with roles admin, reader (sorted)", sess.User, u.ID)
 	}
 	// A user without roles has an empty list, not nil.
 	// (Its password has 6 bytes, the least accepted.)
@@ -180,13 +181,13 @@ func TestCreateUser(t *testing.T) {
 	}
 
 	// An unknown role fails the whole creation: the user is not left behind.
-	if _, err := s.CreateUser(ctx, "carol", "secret1", "viewer", "no-such-role"); err == nil {
+	if _, err := s.CreateUser(ctx, "carol", "secret1", "reader", "no-such-role"); err == nil {
 		t.Fatal("user with an unknown role created")
 	}
 	if n := countRows(t, s, "users"); n != users {
 		t.Fatalf("%d users after a failed create, want %d", n, users)
 	}
-	if _, err := s.CreateUser(ctx, "carol", "secret1", "viewer"); err != nil {
+	if _, err := s.CreateUser(ctx, "carol", "secret1", "reader"); err != nil {
 		t.Fatalf("create after the failed one: %v", err)
 	}
 }
@@ -555,4 +556,111 @@ func TestLoginLimiter(t *testing.T) {
 			t.Fatalf("%d attempt rows without a limit", n)
 		}
 	})
+}
+
+// TestUserPermissions: a token check gives the union of the permissions
+// of the user's enabled roles; a disabled role grants nothing.
+func TestUserPermissions(t *testing.T) {
+	s := metatest.NewStore(t)
+	ctx := context.Background()
+	if _, err := s.CreateUser(ctx, "both", "both-pass", meta.RoleViewer, meta.RoleOperator); err != nil {
+		t.Fatal(err)
+	}
+	fastPassword(t, s, "both", "both-pass")
+	sess, err := s.Login(ctx, "10.0.0.1", "both", "both-pass", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _, err := s.Authenticate(ctx, sess.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"dashboard:read", "device:command", "device:read", "device:write", "product:read"}
+	if !reflect.DeepEqual(u.Permissions, want) || !reflect.DeepEqual(u.Roles, []string{"operator", "viewer"}) {
+		t.Fatalf("user %+v: want roles operator, viewer with permissions %v", u, want)
+	}
+	if !u.Can(meta.PermDeviceWrite) || u.Can(meta.PermDeviceSecret) || u.Can(meta.PermUserAdmin) {
+		t.Fatalf("Can: %+v", u)
+	}
+	if _, err := s.DB().Exec(`UPDATE roles SET state = 'disabled' WHERE id = 'operator'`); err != nil {
+		t.Fatal(err)
+	}
+	if u, _, err = s.Authenticate(ctx, sess.Token); err != nil || !reflect.DeepEqual(u.Permissions, []string{"dashboard:read", "device:read", "product:read"}) {
+		t.Fatalf("with operator disabled: %+v %v", u.Permissions, err)
+	}
+	// The admin role holds every permission.
+	sess, err = s.Login(ctx, "10.0.0.1", "admin", "admin123", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _, err = s.Authenticate(ctx, sess.Token); err != nil || len(u.Permissions) != len(meta.Permissions) {
+		t.Fatalf("admin's permissions %v, want all of %v (%v)", u.Permissions, meta.Permissions, err)
+	}
+}
+
+// TestUserAdminStore: creation, changes and the last administrator, in
+// the store; two administrators disabling each other at once leave one.
+func TestUserAdminStore(t *testing.T) {
+	s := metatest.NewStore(t)
+	ctx := context.Background()
+	_, err := s.AddUser(ctx, meta.NewUser{Username: "ann", Password: "seven77", Roles: []string{}})
+	wantArgField(t, err, "password")
+	_, err = s.AddUser(ctx, meta.NewUser{Username: "ann", Password: "ann-password", Roles: []string{"viewer", "ghost"}})
+	wantArgField(t, err, "roles[1]")
+	ann, err := s.AddUser(ctx, meta.NewUser{Username: "ann", Password: "ann-password", Roles: []string{"viewer"}})
+	if err != nil || ann.Name != "ann" || ann.State != "enabled" || !reflect.DeepEqual(ann.Roles, []string{"viewer"}) {
+		t.Fatalf("ann %+v %v", ann, err)
+	}
+	name, state := "Ann", meta.Enum("disabled")
+	roles := []string{"operator"}
+	ann, err = s.UpdateUser(ctx, ann.ID, meta.UserPatch{Name: &name, State: &state, Roles: &roles})
+	if err != nil || ann.Name != "Ann" || ann.State != "disabled" || !reflect.DeepEqual(ann.Roles, []string{"operator"}) {
+		t.Fatalf("updated ann %+v %v", ann, err)
+	}
+	if _, err := s.UpdateUser(ctx, "ghost", meta.UserPatch{Name: &name}); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("update of no user: %v", err)
+	}
+	disabled := meta.Enum("disabled")
+	if _, err := s.UpdateUser(ctx, "admin", meta.UserPatch{State: &disabled}); !errors.Is(err, meta.ErrLastAdmin) {
+		t.Fatalf("disabling the last administrator: %v", err)
+	}
+	if _, err := s.DeleteUser(ctx, "admin"); !errors.Is(err, meta.ErrLastAdmin) {
+		t.Fatalf("deleting the last administrator: %v", err)
+	}
+	if n := countRows(t, s, "users"); n != 2 {
+		t.Fatalf("%d users", n)
+	}
+
+	// Two administrators, each disabling the other at the same moment:
+	// one change goes through, the other finds it would leave none.
+	bob, err := s.AddUser(ctx, meta.NewUser{Username: "bob", Password: "bob-password", Roles: []string{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounds, as the two transactions must overlap to tell.
+	for round := 0; round < 40; round++ {
+		if _, err := s.DB().Exec(`UPDATE users SET state = 'enabled'`); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		ready := make(chan struct{})
+		for i, id := range []string{"admin", bob.ID} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-ready
+				_, errs[i] = s.UpdateUser(ctx, id, meta.UserPatch{State: &disabled})
+			}()
+		}
+		close(ready)
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) || !(errors.Is(errs[0], meta.ErrLastAdmin) || errors.Is(errs[1], meta.ErrLastAdmin)) {
+			t.Fatalf("round %d: concurrent disabling of both administrators: %v, %v; want exactly one refused", round, errs[0], errs[1])
+		}
+		var admins int
+		if err := s.DB().Get(&admins, `SELECT count(*) FROM users u JOIN user_roles r ON r.user_id = u.id AND r.role_id = 'admin' WHERE u.state = 'enabled'`); err != nil || admins != 1 {
+			t.Fatalf("round %d: %d enabled administrators, want 1 (%v)", round, admins, err)
+		}
+	}
 }

@@ -6,6 +6,10 @@
 //                      an import of devices from a CSV or JSON file
 //   #/device/<id>      a device: state, properties with live values (SSE),
 //                      history and aggregate charts
+//   #/users            users (administrators only): list, create, disable,
+//                      delete, reset a password
+// What the signed-in user may not use (GET /api/authorize/me lists its
+// permissions) is hidden; the server refuses it anyway (403).
 // The login token lives in sessionStorage (one tab, gone with it).
 'use strict';
 (() => {
@@ -128,7 +132,13 @@
     $('#login-user').focus();
   }
 
+  // ---- the signed-in user: its permissions --------------------------------
+
+  let me = null; // GET /api/authorize/me: {id, username, roles, permissions}
+  const can = (permission) => !!(me && (me.permissions || []).includes(permission));
+
   function signOut(message) {
+    me = null;
     sessionStorage.removeItem(TOKEN);
     sessionStorage.removeItem(USER);
     leaveView();
@@ -196,8 +206,15 @@
       showLogin();
       return;
     }
+    if (!me) {
+      api('GET', '/api/authorize/me').then((u) => { me = u; route(); }, (e) => {
+        if (sessionStorage.getItem(TOKEN)) showLogin('Could not load your account: ' + describe(e));
+      });
+      return;
+    }
     $('#login').hidden = true;
     $('#top').hidden = false;
+    $('#nav-users').hidden = !can('user:admin');
     $('#whoami').textContent = sessionStorage.getItem(USER) || '';
     const view = $('#view');
     view.hidden = false;
@@ -214,6 +231,9 @@
     } else if (path === '/devices') {
       nav = 'devices';
       current = devicesView(view, params);
+    } else if (path === '/users' && can('user:admin')) {
+      nav = 'users';
+      current = usersView(view, params);
     } else if ((m = path.match(/^\/device\/(.+)$/))) {
       nav = 'devices';
       current = deviceView(view, decodeURIComponent(m[1]));
@@ -372,6 +392,7 @@
       params.set('state', stateSel.value);
       v.reload(0);
     });
+    if (!can('device:write')) return v; // no import for who may not create devices
     const imp = importForm(product, () => v.reload(0));
     const toggle = h('button', { type: 'button', id: 'import-open', class: 'secondary', 'aria-expanded': 'false',
       onclick: () => {
@@ -382,6 +403,79 @@
     $('.page-head', view).append(toggle);
     view.insertBefore(imp.card, $('.page-head', view).nextSibling);
     return { reload: v.reload, leave: () => { v.leave(); imp.leave(); } };
+  }
+
+  // ---- users (administrators) -------------------------------------------
+
+  // usersView lists the users (POST /api/user/_query) with a form to
+  // create one and, per user, buttons to disable or enable it, reset its
+  // password and delete it. The server refuses leaving no administrator
+  // (400): its message is shown.
+  function usersView(view, params) {
+    const note = h('p', { id: 'users-note', role: 'status', class: 'muted' });
+    const say = (text, isError) => { note.textContent = text; note.className = isError ? 'error' : 'muted'; };
+    const act = async (what, fn) => {
+      try {
+        await fn();
+        say(what);
+        v.reload(Number(params.get('page')) || 0);
+      } catch (e) {
+        say(describe(e), true);
+      }
+    };
+    const v = listView(view, params, {
+      title: 'Users', path: '/users', endpoint: '/api/user/_query', searchId: 'user-search',
+      placeholder: 'Search users by user name or name',
+      query: (p) => {
+        const q = p.get('q');
+        const terms = q ? [{ terms: [{ column: 'username$like', value: like(q) }, { column: 'name$like', value: like(q), type: 'or' }] }] : [];
+        return { sorts: [{ name: 'username', order: 'asc' }], terms };
+      },
+      order: (a, b) => collator.compare(a.username, b.username),
+      columns: [
+        { head: 'User', cell: (u) => [h('span', { class: 'strong' }, u.username), h('div', { class: 'muted small' }, u.name)] },
+        { head: 'Roles', cell: (u) => (u.roles || []).join(', ') || '–' },
+        { head: 'State', cell: (u) => stateBadge(u.state) },
+        { head: 'Created', cell: (u) => when(u.createTime) },
+        { head: '', cell: (u) => {
+          const enabled = (u.state && u.state.value) === 'enabled';
+          return [
+            h('button', { type: 'button', class: 'secondary', 'data-action': enabled ? 'disable' : 'enable', 'data-user': u.username,
+              onclick: () => act(`${u.username} ${enabled ? 'disabled' : 'enabled'}.`,
+                () => api('PUT', '/api/user/' + encodeURIComponent(u.id), { state: enabled ? 'disabled' : 'enabled' })) },
+            enabled ? 'Disable' : 'Enable'),
+            ' ',
+            h('button', { type: 'button', class: 'secondary', 'data-action': 'password', 'data-user': u.username,
+              onclick: () => {
+                const pw = prompt(`New password for ${u.username} (at least 8 characters). Their sessions end.`);
+                if (pw) act(`Password of ${u.username} reset.`, () => api('PUT', '/api/user/' + encodeURIComponent(u.id) + '/password', { password: pw }));
+              } }, 'Reset password'),
+            ' ',
+            h('button', { type: 'button', class: 'secondary', 'data-action': 'delete', 'data-user': u.username,
+              onclick: () => {
+                if (confirm(`Delete user ${u.username}?`)) act(`${u.username} deleted.`, () => api('DELETE', '/api/user/' + encodeURIComponent(u.id)));
+              } }, 'Delete'),
+          ];
+        } },
+      ],
+      emptyText: () => empty('No user matches.'),
+    });
+    const username = h('input', { id: 'new-user-username', required: true, autocomplete: 'off', 'aria-label': 'User name', placeholder: 'User name' });
+    const name = h('input', { id: 'new-user-name', autocomplete: 'off', 'aria-label': 'Name', placeholder: 'Name (optional)' });
+    const password = h('input', { id: 'new-user-password', type: 'password', required: true, minlength: '8', autocomplete: 'new-password', 'aria-label': 'Password', placeholder: 'Password (8+)' });
+    const role = h('select', { id: 'new-user-role', 'aria-label': 'Role' },
+      [['viewer', 'Viewer'], ['operator', 'Operator'], ['admin', 'Administrator']].map(([val, t]) => h('option', { value: val }, t)));
+    const form = h('form', { class: 'card filters', id: 'new-user',
+      onsubmit: (e) => {
+        e.preventDefault();
+        act(`User ${username.value.trim()} created.`, async () => {
+          await api('POST', '/api/user', { username: username.value.trim(), name: name.value.trim(), password: password.value, roles: [role.value] });
+          form.reset();
+        });
+      } }, username, name, password, role, h('button', { type: 'submit', id: 'new-user-submit' }, 'Create user'));
+    view.insertBefore(form, $('.page-head', view).nextSibling);
+    view.insertBefore(note, form.nextSibling);
+    return v;
   }
 
   // ---- device import ----------------------------------------------------
