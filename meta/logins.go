@@ -115,16 +115,30 @@ const deviceChannel = "devicehub_device"
 // ctx ends, also while PostgreSQL cannot be reached (the listener waits
 // for its first connection until it is closed).
 func (s *Store) WatchDevices(ctx context.Context, changed func(ids ...string)) error {
+	err := s.listen(ctx, deviceChannel, func(id string) { changed(id) }, func() { changed() })
+	if err != nil {
+		return fmt.Errorf("meta: watch devices: %w", err)
+	}
+	return nil
+}
+
+// listen LISTENs on channel on a connection of its own until ctx ends,
+// calling notify with each announcement's payload, and missed once
+// listening and after every reconnection: announcements made while it was
+// not listening are lost. It returns nil when ctx ends, also while
+// PostgreSQL cannot be reached (the listener waits for its first
+// connection until it is closed), and an error if it cannot listen.
+func (s *Store) listen(ctx context.Context, channel string, notify func(payload string), missed func()) error {
 	l := pq.NewListener(s.opts.DSN, 100*time.Millisecond, 5*time.Second, nil)
 	defer l.Close()
 	defer context.AfterFunc(ctx, func() { _ = l.Close() })()
-	if err := l.Listen(deviceChannel); err != nil {
+	if err := l.Listen(channel); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("meta: watch devices: %w", err)
+		return err
 	}
-	changed()
+	missed()
 	ping := time.NewTicker(30 * time.Second)
 	defer ping.Stop()
 	for {
@@ -133,10 +147,10 @@ func (s *Store) WatchDevices(ctx context.Context, changed func(ids ...string)) e
 			return nil
 		case n := <-l.Notify:
 			if n == nil { // reconnected
-				changed()
+				missed()
 				continue
 			}
-			changed(n.Extra)
+			notify(n.Extra)
 		case <-ping.C:
 			go func() { _ = l.Ping() }() // notices a dead connection, which then reconnects
 		}
@@ -264,33 +278,15 @@ func (s *Store) NotifyLoginsApplied(ctx context.Context, applied []LoginChange) 
 // nil) whenever announcements may have been missed (a reconnection), so
 // that a waiter can look again. It returns when ctx ends.
 func (s *Store) WatchLoginsApplied(ctx context.Context, applied func([]LoginChange), lost func()) error {
-	l := pq.NewListener(s.opts.DSN, 100*time.Millisecond, 5*time.Second, nil)
-	defer l.Close()
-	defer context.AfterFunc(ctx, func() { _ = l.Close() })()
-	if err := l.Listen(loginsAppliedChannel); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	missed := func() {}
+	if lost != nil {
+		missed = lost
+	}
+	err := s.listen(ctx, loginsAppliedChannel, func(payload string) { applied(parseLoginsApplied(payload)) }, missed)
+	if err != nil {
 		return fmt.Errorf("meta: watch logins applied: %w", err)
 	}
-	ping := time.NewTicker(30 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case n := <-l.Notify:
-			if n == nil { // reconnected
-				if lost != nil {
-					lost()
-				}
-				continue
-			}
-			applied(parseLoginsApplied(n.Extra))
-		case <-ping.C:
-			go func() { _ = l.Ping() }()
-		}
-	}
+	return nil
 }
 
 // parseLoginsApplied reads NotifyLoginsApplied's payload; a malformed

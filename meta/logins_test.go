@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"reflect"
 	"sort"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -509,4 +511,62 @@ func TestLockLost(t *testing.T) {
 		}
 		return ok
 	})
+}
+
+// TestLoginsApplied: what one instance announces (NotifyLoginsApplied),
+// every watcher hears whole, however many devices (one NOTIFY holds at
+// most 7,900 bytes); a malformed announcement is skipped.
+func TestLoginsApplied(t *testing.T) {
+	s := metatest.NewStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	got := map[string]int64{}
+	listening := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		done <- s.WatchLoginsApplied(ctx, func(l []meta.LoginChange) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range l {
+				got[c.ID] = c.Version
+			}
+		}, func() { once.Do(func() { close(listening) }) })
+	}()
+	<-listening
+	var sent []meta.LoginChange
+	for i := range 2000 { // about 40 KB of announcements
+		sent = append(sent, meta.LoginChange{ID: "device-" + strconv.Itoa(i) + ":x", Version: int64(1e12 + i)})
+	}
+	if _, err := s.DB().Exec(`SELECT pg_notify('devicehub_login_applied', 'not a version:d-1')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotifyLoginsApplied(ctx, sent); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= len(sent) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(sent) {
+		t.Fatalf("heard %d of %d announced logins", len(got), len(sent))
+	}
+	for _, c := range sent {
+		if got[c.ID] != c.Version {
+			t.Fatalf("%s: heard version %d, want %d", c.ID, got[c.ID], c.Version)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
