@@ -269,7 +269,7 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 	if _, ok := productState[b.ProductID]; b.ProductID != "" && !ok {
 		return BulkCreated{}, fmt.Errorf("product %q: %w", truncate(b.ProductID, 80), ErrNotFound)
 	}
-	taken, err := s.existing(ctx, tx, `SELECT id FROM devices WHERE id = ANY($1)`, keys(ids))
+	taken, err := s.existing(ctx, tx, `SELECT id FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`, keys(ids))
 	if err != nil {
 		return BulkCreated{}, err
 	}
@@ -423,8 +423,8 @@ func (s *Store) lockBulkTargets(ctx context.Context, q *sqlx.Tx, ids []string, o
 	}
 	var found []bulkTarget
 	if err := q.SelectContext(ctx, &found, `SELECT d.id, d.state, d.product_id, p.state AS product_state
-		FROM devices d JOIN products p ON p.id = d.product_id
-		WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d FOR SHARE OF p`, pq.StringArray(ids)); err != nil {
+		FROM devices d JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id
+		JOIN products p ON p.id = d.product_id ORDER BY d.id FOR UPDATE OF d FOR SHARE OF p`, pq.StringArray(ids)); err != nil {
 		return fmt.Errorf("meta: bulk lock devices: %w", err)
 	}
 	byID := make(map[string]bulkTarget, len(found))
@@ -497,7 +497,8 @@ func (s *Store) DeployDevices(ctx context.Context, ids []string, modifier User) 
 		}
 		return "", ""
 	}, true, `UPDATE devices SET state = $2, registry_time = now(), modify_time = `+nextModifyTime+`,
-		modifier_id = $3, modifier_name = $4 WHERE id = ANY($1) AND state = $5 RETURNING id, login_version`,
+		modifier_id = $3, modifier_name = $4 FROM (SELECT DISTINCT unnest($1::text[]) AS id) u
+		WHERE devices.id = u.id AND state = $5 RETURNING devices.id, login_version`,
 		StateOffline, modifier.ID, userName(modifier), StateNotActive)
 }
 
@@ -508,7 +509,8 @@ func (s *Store) DeployDevices(ctx context.Context, ids []string, modifier User) 
 func (s *Store) UndeployDevices(ctx context.Context, ids []string, modifier User) (BulkChanged, error) {
 	return s.changeDevices(ctx, "undeploy", ids, func(bulkTarget) (string, string) { return "", "" }, true,
 		`UPDATE devices SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
-		modifier_id = $3, modifier_name = $4 WHERE id = ANY($1) AND state <> $2 RETURNING id, login_version`,
+		modifier_id = $3, modifier_name = $4 FROM (SELECT DISTINCT unnest($1::text[]) AS id) u
+		WHERE devices.id = u.id AND state <> $2 RETURNING devices.id, login_version`,
 		StateNotActive, modifier.ID, userName(modifier))
 }
 
@@ -522,7 +524,7 @@ func (s *Store) DeleteDevices(ctx context.Context, ids []string) (BulkChanged, e
 			return ErrDeviceDeployed.Field, ErrDeviceDeployed.Msg
 		}
 		return "", ""
-	}, false, `DELETE FROM devices WHERE id = ANY($1) RETURNING id, login_version`)
+	}, false, `DELETE FROM devices USING (SELECT DISTINCT unnest($1::text[]) AS id) u WHERE devices.id = u.id RETURNING devices.id, login_version`)
 }
 
 // deviceCSVColumns are the columns a device CSV may have

@@ -23,7 +23,13 @@ type DeviceStatus struct {
 func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]DeviceStatus, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT id, product_id, state FROM devices WHERE id = ANY($1)`, pq.StringArray(ids))
+	// A join with the ids, not id = ANY($1): for = ANY the planner takes
+	// the trigram index devices_id_trgm (pg_trgm supports equality), whose
+	// posting lists are the whole table when ids share a prefix: 3.4 s for
+	// 500 ids of 2,000 devices named fleet...-d<n>, against 3 ms joined
+	// (the primary key, or a hash of the table).
+	rows, err := s.db.QueryContext(ctx, `SELECT d.id, d.product_id, d.state FROM devices d
+		JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id`, pq.StringArray(ids))
 	if err != nil {
 		return nil, fmt.Errorf("meta: device statuses: %w", err)
 	}
@@ -116,8 +122,9 @@ func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (i
 	// Lock the rows in id order first: the UPDATE's join visits them in no
 	// set order, and two ingest instances updating overlapping batches
 	// would otherwise deadlock.
-	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM devices WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`,
-		pq.StringArray(ids)); err != nil {
+	// (Joined, not id = ANY($1): see DeviceStatuses.)
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM devices d JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id
+		ORDER BY d.id FOR NO KEY UPDATE OF d`, pq.StringArray(ids)); err != nil {
 		return 0, fmt.Errorf("meta: apply state changes: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE devices d SET

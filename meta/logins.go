@@ -43,11 +43,12 @@ const (
 )
 
 // DeviceLogins returns the logins of the devices of ids that exist.
+// (Joined with the ids, not id = ANY: meta/device_state.go says why.)
 func (s *Store) DeviceLogins(ctx context.Context, ids []string) ([]DeviceLogin, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	var out []DeviceLogin
-	if err := s.db.SelectContext(ctx, &out, `SELECT `+deviceLoginColumns+` FROM devices WHERE id = ANY($1)`,
+	if err := s.db.SelectContext(ctx, &out, `SELECT `+deviceLoginColumns+` FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`,
 		pq.StringArray(ids)); err != nil {
 		return nil, fmt.Errorf("meta: device logins: %w", err)
 	}
