@@ -40,7 +40,7 @@ func TestDeviceCache(t *testing.T) {
 	e.product(p)
 	e.devices(p, 10)
 	src := &countedDevices{Devices: e.store}
-	c := newDeviceCache(src, 0, slog.Default()) // refreshed by hand below
+	c := newDeviceCache(src, 0, 0, slog.Default()) // refreshed by hand below; forgets at once
 	dev := func(i int) string { return fmt.Sprintf("%s-d%d", p, i) }
 	want := func(id string, wantFound bool, wantState string) {
 		t.Helper()
@@ -118,4 +118,98 @@ func TestDeviceCache(t *testing.T) {
 	}
 	src.fail.Store(false)
 	want(dev(3), true, "offline")
+}
+
+// TestDeviceCacheKeepsQuietDevices: a device unused for up to keep
+// refreshes stays cached (and refreshed: a change still shows within a
+// TTL), then goes; prefetched devices cost one query per 10,000 and none
+// on their first message.
+func TestDeviceCacheKeepsQuietDevices(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	p := randID("p")
+	e.product(p)
+	e.devices(p, 5)
+	src := &countedDevices{Devices: e.store}
+	c := newDeviceCache(src, 0, 2, slog.Default())
+	dev := func(i int) string { return fmt.Sprintf("%s-d%d", p, i) }
+	queries := func(want int32) {
+		t.Helper()
+		if n := src.queries.Swap(0); n != want {
+			t.Fatalf("%d PostgreSQL queries, want %d", n, want)
+		}
+	}
+	n, err := c.prefetch(ctx, []string{dev(0), dev(1), dev(2), "nope-" + p})
+	if err != nil || n != 4 {
+		t.Fatalf("prefetch: %d, %v", n, err)
+	}
+	queries(1)
+	for i := range 3 {
+		if st, found, err := c.get(ctx, dev(i)); err != nil || !found || st.State != "offline" {
+			t.Fatalf("get %s: %+v %v %v", dev(i), st, found, err)
+		}
+	}
+	if _, found, err := c.get(ctx, "nope-"+p); err != nil || found {
+		t.Fatalf("unknown device: found %v, %v", found, err)
+	}
+	queries(0)
+	// Unused for two refreshes: kept, and refreshed.
+	e.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, dev(0))
+	for range 2 {
+		if err := c.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queries(2)
+	if n := c.len(); n != 4 {
+		t.Fatalf("%d cached after 2 quiet refreshes, want 4", n)
+	}
+	if st, _, _ := c.get(ctx, dev(0)); st.State != "notActive" {
+		t.Fatalf("change not seen by a kept entry: %+v", st)
+	}
+	queries(0)
+	// The others' third quiet refresh forgets them (the first refresh
+	// above found them used).
+	for range 2 {
+		if err := c.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.len(); n != 1 {
+		t.Fatalf("%d cached after the others' third quiet refresh, want 1", n)
+	}
+}
+
+// TestDeviceCacheHints: devices hinted together (their messages queued)
+// are looked up in one query, before any worker asks.
+func TestDeviceCacheHints(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	p := randID("p")
+	e.product(p)
+	e.devices(p, 20)
+	src := &countedDevices{Devices: e.store}
+	c := newDeviceCache(src, time.Hour, 0, slog.Default())
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(rctx) }()
+	defer func() { cancel(); <-done }()
+	for i := range 20 {
+		c.hint(fmt.Sprintf("%s-d%d", p, i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.len() < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 20 hinted devices cached", c.len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 20 {
+		if st, found, err := c.get(ctx, fmt.Sprintf("%s-d%d", p, i)); err != nil || !found || st.ProductID != p {
+			t.Fatalf("get: %+v %v %v", st, found, err)
+		}
+	}
+	if n := src.queries.Load(); n != 1 {
+		t.Fatalf("%d queries for 20 hinted devices, want 1", n)
+	}
 }

@@ -1,36 +1,36 @@
 package ingest
 
 import (
-	"strings"
-
 	"devicehub/tsdb"
 )
 
-// LiveFeed is told of property values once they are stored, for live
-// updates (Options.Live; api/live's Hub is one).
+// LiveFeed is told of property values as soon as they are decoded, for
+// live updates (Options.Live; api/live's Hub is one).
+//
+// Values go to it before they are stored, not after the batch holding
+// them is inserted: a subscriber sees a value within milliseconds of its
+// message instead of up to a flush interval (1 s) later. Storage is
+// unchanged: the message is acknowledged only once its batch is stored
+// (at-least-once), so a value whose insert fails is stored later from the
+// broker's redelivery, and its event may then come twice. A message that
+// fails to decode, or is dropped (unknown device, wrong product, not
+// active, retained, oversize), is never handed over.
 type LiveFeed interface {
 	// Watching reports whether values of the device are wanted. It runs
 	// for every message with property values, on the workers' hot path:
 	// it must be cheap and must not block.
 	Watching(deviceID string) bool
-	// Stored receives a watched device's values of one message once the
-	// batch holding them is committed, on the writer's goroutine: it must
-	// not block. values are the feed's to keep.
-	Stored(values []tsdb.PropertyValue)
+	// Decoded receives a watched device's values of one message once it
+	// is decoded and checked, before storage, on the worker's goroutine:
+	// it must not block, and must keep nothing of values once it returns
+	// (their strings are views of the message's payload, jsonscan.go).
+	Decoded(values []tsdb.PropertyValue)
 }
 
-// liveDone is done preceded by handing copies of props to the live feed,
-// for a message of a watched device. The copies own their strings: the
-// decoded ones are views of the payload (jsonscan.go), which the QoS 0
-// path lets go once the writer has copied the rows.
-func (in *Ingester) liveDone(props []tsdb.PropertyValue, done func()) func() {
-	values := make([]tsdb.PropertyValue, len(props))
-	for i, p := range props {
-		p.Property, p.Str = strings.Clone(p.Property), strings.Clone(p.Str)
-		values[i] = p
-	}
-	return func() {
-		in.opt.Live.Stored(values)
-		done()
+// liveDecoded hands the values of a device's message to the live feed
+// when a subscriber watches the device.
+func (in *Ingester) liveDecoded(deviceID string, props []tsdb.PropertyValue) {
+	if in.opt.Live != nil && len(props) > 0 && in.opt.Live.Watching(deviceID) {
+		in.opt.Live.Decoded(props)
 	}
 }

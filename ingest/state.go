@@ -13,7 +13,10 @@ import (
 
 // stateBatcher writes online/offline changes to PostgreSQL in batches,
 // every interval or at max changes, retrying failures with backoff; each
-// change's done runs once it is written.
+// change's done runs once it is written. At most maxPendingStates wait:
+// past that add waits (the worker, and so the broker, hold the rest), so
+// a storm of births while PostgreSQL is away does not grow the buffer
+// without bound.
 type stateBatcher struct {
 	apply    StateApplier
 	interval time.Duration
@@ -22,7 +25,10 @@ type stateBatcher struct {
 	m        *metrics
 
 	mu      sync.Mutex
+	room    *sync.Cond // signalled when buf shrinks or the batcher stops
+	maxBuf  int        // maxPendingStates; tests lower it
 	buf     []stateReq
+	stopped bool
 	kick    chan struct{}
 	closing chan struct{}
 	exited  chan struct{}
@@ -30,6 +36,10 @@ type stateBatcher struct {
 	abort   context.CancelFunc
 	written func(n int)
 }
+
+// maxPendingStates bounds the changes buffered: 100,000 devices' births
+// (about 80 bytes each, and the message each holds until written).
+const maxPendingStates = 100000
 
 type stateReq struct {
 	change meta.StateChange
@@ -40,12 +50,20 @@ func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *s
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &stateBatcher{apply: apply, interval: interval, max: max, log: log, m: m,
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), exited: make(chan struct{}), ctx: ctx, abort: cancel}
+	b.room, b.maxBuf = sync.NewCond(&b.mu), maxPendingStates
 	go b.run()
 	return b
 }
 
 func (b *stateBatcher) add(c meta.StateChange, done func()) {
 	b.mu.Lock()
+	for len(b.buf) >= b.maxBuf && !b.stopped {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+		b.room.Wait()
+	}
 	b.buf = append(b.buf, stateReq{c, done})
 	full := len(b.buf) >= b.max
 	b.mu.Unlock()
@@ -59,6 +77,12 @@ func (b *stateBatcher) add(c meta.StateChange, done func()) {
 
 func (b *stateBatcher) run() {
 	defer close(b.exited)
+	defer func() { // nothing takes from buf any more: adds stop waiting
+		b.mu.Lock()
+		b.stopped = true
+		b.room.Broadcast()
+		b.mu.Unlock()
+	}()
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	for {
@@ -75,6 +99,9 @@ func (b *stateBatcher) run() {
 			batch := slices.Clone(b.buf[:n])
 			b.buf = b.buf[n:]
 			more := len(b.buf) > 0
+			if n > 0 {
+				b.room.Broadcast()
+			}
 			b.mu.Unlock()
 			if n > 0 && !b.write(batch) {
 				return
@@ -120,6 +147,13 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 		r.done()
 	}
 	return true
+}
+
+// pending is the number of changes buffered, not yet taken for writing.
+func (b *stateBatcher) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.buf)
 }
 
 // close writes what is buffered, giving up when ctx ends.
