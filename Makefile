@@ -32,11 +32,14 @@ vet:
 	$(GO) vet $(PKGS)
 
 ## lint: vet and the gofmt check, go.mod and go.sum tidy, staticcheck (a
-## pinned version, built by `go run` from the module proxy; .ci/run runs it).
+## pinned version, built by `go run` from the module proxy; .ci/run runs it),
+## and the OpenAPI document linted by Redocly CLI (a pinned npm package that
+## .ci/openapi-lint installs into .ci/.tools/ on first use; needs Node.js 20+).
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet
 	@$(GO) mod tidy -diff || (echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	bash .ci/openapi-lint
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s); `make test` runs
 ## them for FUZZ_SHORT executions. A crash is saved under testdata/fuzz: commit it.
@@ -56,7 +59,8 @@ FUZZ_TARGETS := \
 	./ingest/:FuzzDecodePresence \
 	./ingest/:FuzzDecodeReply \
 	./api/:FuzzDashboardQuery \
-	./api/:FuzzCheckJSONText
+	./api/:FuzzCheckJSONText \
+	./bench/mqttc/:FuzzDecode
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -2,14 +2,20 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|api|commands|live|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|api|commands|live|soak|fleet|fleet-connect|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
 // bare Fiber handler in this process (api, commands), the PostgreSQL raw
 // table (dashboard aggregates). The ingest, api and commands scenarios run
 // the real devicehub binary as a child process (built once per run) and
-// report its peak RSS and the CPU of each process.
+// report its peak RSS and the CPU of each process. fleet (not part of all)
+// runs private brokers of its own: devicehub's device-login plugin filled
+// to a million logins, beside Mosquitto's dynamic-security plugin
+// (bench/fleet.go); -fleet-* flags scale it down for a smoke run.
+// fleet-connect (not part of all) connects 100,000 devices at once, each
+// on its own login, restarts the broker and then devicehub under them and
+// counts what was lost (bench/fleetconnect.go); -fc-* flags size it.
 package main
 
 import (
@@ -32,7 +38,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|live|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|live|soak|fleet|fleet-connect|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -103,6 +109,19 @@ type flags struct {
 	soakRate, soakDevices                         int
 	liveRate, liveDevices, liveWatched, liveSubs  int
 	liveDuration                                  time.Duration
+	fleetDevices, fleetBatch, fleetClients        int
+	fleetLogins, fleetVerify, fleetChurnRate      int
+	fleetChurnPool, fleetWorkers                  int
+	fleetIngestDevices, fleetIngestInflight       int
+	fleetIngestRounds, fleetDynsecChanges         int
+	fleetBaseline, fleetChurn, fleetProbe         time.Duration
+	fleetIngestDuration, fleetDynsecTime          time.Duration
+	fleetSyncTimeout                              time.Duration
+	fleetDynsecSizes                              string
+	fcDevices, fcConcurrency, fcPerAddress        int
+	fcProbes                                      int
+	fcInterval, fcSteady, fcTimeout               time.Duration
+	fcSkipBroker, fcSkipDevicehub                 bool
 }
 
 func newFlags() *flags {
@@ -149,6 +168,34 @@ func newFlags() *flags {
 	fs.IntVar(&f.liveWatched, "live-watched", 10, "live: devices each subscriber watches")
 	fs.IntVar(&f.liveSubs, "live-subscribers", 4, "live: GET /api/live streams")
 	fs.DurationVar(&f.liveDuration, "live-duration", 20*time.Second, "live: publishing time of each phase")
+	fs.IntVar(&f.fleetDevices, "fleet-devices", 100000, "fleet: devices provisioned through the bulk API (phase 1)")
+	fs.IntVar(&f.fleetBatch, "fleet-batch", 10000, "fleet: devices per bulk create call (at most 10,000)")
+	fs.IntVar(&f.fleetClients, "fleet-clients", 4, "fleet: bulk calls at a time")
+	fs.IntVar(&f.fleetVerify, "fleet-verify", 100, "fleet: devices each login check tries")
+	fs.IntVar(&f.fleetLogins, "fleet-logins", 1000000, "fleet: logins after the PostgreSQL fill (phase 2; <= -fleet-devices skips the fill)")
+	fs.DurationVar(&f.fleetSyncTimeout, "fleet-sync-timeout", 10*time.Minute, "fleet: bound of the full sync after the fill")
+	fs.DurationVar(&f.fleetProbe, "fleet-probe-interval", 20*time.Millisecond, "fleet: a connected device's QoS 1 report interval (PUBACK probe)")
+	fs.DurationVar(&f.fleetBaseline, "fleet-baseline", 10*time.Second, "fleet: quiet PUBACK probing before the churn")
+	fs.DurationVar(&f.fleetChurn, "fleet-churn", 30*time.Second, "fleet: churn time (phases 3-4; negative skips them)")
+	fs.IntVar(&f.fleetChurnRate, "fleet-churn-rate", 100, "fleet: deploy/undeploy/rotate calls per second during the churn")
+	fs.IntVar(&f.fleetChurnPool, "fleet-churn-pool", 1000, "fleet: devices the churn cycles through")
+	fs.IntVar(&f.fleetWorkers, "fleet-workers", 16, "fleet: API clients of the churn")
+	fs.IntVar(&f.fleetIngestDevices, "fleet-ingest-devices", 1000, "fleet: devices publishing in the plugin vs dynamic-security comparison (phase 5; negative skips it)")
+	fs.IntVar(&f.fleetIngestInflight, "fleet-ingest-inflight", 4, "fleet: unacknowledged QoS 1 publishes per device (closed loop)")
+	fs.DurationVar(&f.fleetIngestDuration, "fleet-ingest-duration", 10*time.Second, "fleet: publishing time of each phase 5 round and side")
+	fs.IntVar(&f.fleetIngestRounds, "fleet-ingest-rounds", 3, "fleet: phase 5 rounds (each measures both brokers, the order alternating; medians are reported)")
+	fs.StringVar(&f.fleetDynsecSizes, "fleet-dynsec-sizes", "1000,10000", "fleet: device logins in the dynamic-security file, comma-separated (phase 6; empty skips it)")
+	fs.IntVar(&f.fleetDynsecChanges, "fleet-dynsec-changes", 20, "fleet: devices created one command at a time at each dynamic-security size")
+	fs.DurationVar(&f.fleetDynsecTime, "fleet-dynsec-time", 2*time.Minute, "fleet: time bound of the changes at each dynamic-security size")
+	fs.IntVar(&f.fcDevices, "fc-devices", 100000, "fleet-connect: devices provisioned and connected at once (batch and clients: -fleet-batch, -fleet-clients)")
+	fs.DurationVar(&f.fcInterval, "fc-interval", 10*time.Second, "fleet-connect: a device's QoS 1 report interval")
+	fs.DurationVar(&f.fcSteady, "fc-steady", 60*time.Second, "fleet-connect: measured window with every device connected")
+	fs.IntVar(&f.fcConcurrency, "fc-concurrency", 256, "fleet-connect: dials in flight")
+	fs.IntVar(&f.fcPerAddress, "fc-per-address", 20000, "fleet-connect: connections per loopback source address (127.0.0.2, ...)")
+	fs.IntVar(&f.fcProbes, "fc-probes", 1000, "fleet-connect: devices whose reports are timed publish to stored")
+	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained)")
+	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
+	fs.BoolVar(&f.fcSkipDevicehub, "fc-skip-devicehub-restart", false, "fleet-connect: no devicehub restart")
 	return f
 }
 
@@ -198,10 +245,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "api", "commands", "live", "soak":
-		scenarios = []string{scenario} // soak is not part of all: it stops the services
+	case "ingest", "dashboard", "api", "commands", "live", "soak", "fleet", "fleet-connect":
+		// soak is not part of all: it stops the services; nor are fleet
+		// and fleet-connect: they fill a private broker with a million
+		// logins, or connect 100,000 devices (minutes).
+		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, live, soak or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, live, soak, fleet, fleet-connect or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -416,6 +466,58 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			add(bench.Figure{Name: x.name + " skipped" + m, Value: float64(x.l.Skipped), Unit: "events", Target: "0"})
 		}
 		add(bench.Figure{Name: "peak RSS (devicehub server process)" + m, Value: float64(r.PeakRSS) / (1 << 20), Unit: "MiB"})
+	case "fleet":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		sizes, err := ints(f.fleetDynsecSizes)
+		if err != nil {
+			return fmt.Errorf("-fleet-dynsec-sizes: %w", err)
+		}
+		if sizes == nil {
+			sizes = []int{} // none: skip phase 6
+		}
+		r, err := bench.RunFleet(ctx, bench.FleetParams{Devices: f.fleetDevices, Batch: f.fleetBatch, Clients: f.fleetClients,
+			Verify: f.fleetVerify, Logins: f.fleetLogins, SyncTimeout: f.fleetSyncTimeout, ProbeInterval: f.fleetProbe,
+			Baseline: f.fleetBaseline, Churn: f.fleetChurn, ChurnRate: f.fleetChurnRate, ChurnPool: f.fleetChurnPool,
+			Workers: f.fleetWorkers, IngestDevices: f.fleetIngestDevices, IngestInflight: f.fleetIngestInflight,
+			IngestDuration: f.fleetIngestDuration, IngestRounds: f.fleetIngestRounds, DynsecSizes: sizes,
+			DynsecChanges: f.fleetDynsecChanges, DynsecTime: f.fleetDynsecTime, PostgresServer: f.postgres,
+			ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		for _, ph := range r.Phases() {
+			cpuFigures(add, "", ph.CPU)
+		}
+		if r.Churn != nil {
+			rep.Timelines["fleet: PUBACK of a connected device, quiet then churn"] = r.Churn.Timeline
+			rep.Timelines["fleet: churn calls"] = r.Churn.Ops.Timeline
+		}
+		if err != nil {
+			return err
+		}
+	case "fleet-connect":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Batch: f.fleetBatch, Clients: f.fleetClients,
+			Interval: f.fcInterval, Steady: f.fcSteady, ConnectConcurrency: f.fcConcurrency, PerAddress: f.fcPerAddress,
+			Probes: f.fcProbes, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub,
+			PostgresServer: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		rep.Timelines["fleet-connect: reports stored per second"] = r.StoredTimeline()
+		if err != nil {
+			return err
+		}
 	case "soak":
 		bin, err := serverBin()
 		if err != nil {
