@@ -206,29 +206,55 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	return ok(c, out)
 }
 
-// planDashboard validates one query and returns its plan. Date math is
-// relative to now, in the platform zone loc.
-func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+// queryKind is what a dashboard query asks for.
+type queryKind int
+
+const (
+	kindMessageCounts queryKind = iota
+	kindHistory
+	kindPropertyAggregates
+)
+
+// kind checks the fields that name a query (endpoint 14's and an
+// export's alike) and says which query it is.
+func (q *dashboardQuery) kind(at string) (queryKind, error) {
 	for _, f := range []struct{ name, v string }{
 		{"dashboard", q.Dashboard}, {"object", q.Object}, {"measurement", q.Measurement}, {"dimension", q.Dimension},
 	} {
 		if f.v == "" {
-			return nil, schema.Invalid(at+"."+f.name, "is required")
+			return 0, schema.Invalid(at+"."+f.name, "is required")
 		}
 	}
 	if q.Dashboard != "device" {
-		return nil, schema.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
+		return 0, schema.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
 	}
 	switch {
 	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
-		return s.planMessageCounts(at, q, now, loc)
+		return kindMessageCounts, nil
 	case q.Measurement == "properties" && q.Dimension == "history":
-		return s.planHistory(at, q, now, loc)
+		return kindHistory, nil
 	case q.Measurement == "properties" && q.Dimension == "agg":
+		return kindPropertyAggregates, nil
+	}
+	return 0, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
+		q.Object, q.Measurement, q.Dimension)
+}
+
+// planDashboard validates one query and returns its plan. Date math is
+// relative to now, in the platform zone loc.
+func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+	k, err := q.kind(at)
+	if err != nil {
+		return nil, err
+	}
+	switch k {
+	case kindMessageCounts:
+		return s.planMessageCounts(at, q, now, loc)
+	case kindHistory:
+		return s.planHistory(at, q, now, loc)
+	default:
 		return s.planPropertyAggregates(at, q, now, loc)
 	}
-	return nil, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
-		q.Object, q.Measurement, q.Dimension)
 }
 
 func decodeParams(at string, raw json.RawMessage, v any) error {

@@ -54,32 +54,39 @@ func checkPropertyNames(at string, props []string) error {
 	return nil
 }
 
+// propAggregateParams decodes and checks a property aggregate query's
+// params (endpoint 14's and an export's alike).
+func propAggregateParams(at string, q *dashboardQuery) (propAggParams, bucketParams, error) {
+	var p propAggParams
+	var bp bucketParams
+	if err := decodeParams(at, q.Params, &p); err != nil {
+		return p, bp, err
+	}
+	if err := decodeParams(at, q.Params, &bp); err != nil {
+		return p, bp, err
+	}
+	if p.Agg == "" {
+		return p, bp, schema.Invalid(at+".params.agg", "is required: avg, min, max, sum, count, first or last")
+	}
+	if err := tsdb.CheckAgg(p.Agg); err != nil {
+		return p, bp, fmt.Errorf("%s.params.agg: %w", at, err)
+	}
+	if len(p.Properties) == 0 {
+		return p, bp, schema.Invalid(at+".params.properties", "is required: the numeric properties to aggregate")
+	}
+	if len(p.Properties) > maxAggProperties {
+		return p, bp, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per aggregate query",
+			len(p.Properties), maxAggProperties)
+	}
+	return p, bp, checkPropertyNames(at, p.Properties)
+}
+
 // planPropertyAggregates checks a property aggregate query; its resolve
 // checks the properties against the thing model of the device (or of the
 // product, without deviceId).
 func (s *Server) planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	var p propAggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return nil, err
-	}
-	if p.Agg == "" {
-		return nil, schema.Invalid(at+".params.agg", "is required: avg, min, max, sum, count, first or last")
-	}
-	if err := tsdb.CheckAgg(p.Agg); err != nil {
-		return nil, fmt.Errorf("%s.params.agg: %w", at, err)
-	}
-	if len(p.Properties) == 0 {
-		return nil, schema.Invalid(at+".params.properties", "is required: the numeric properties to aggregate")
-	}
-	if len(p.Properties) > maxAggProperties {
-		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per aggregate query",
-			len(p.Properties), maxAggProperties)
-	}
-	if err := checkPropertyNames(at, p.Properties); err != nil {
+	p, bp, err := propAggregateParams(at, q)
+	if err != nil {
 		return nil, err
 	}
 	props := dedupe(p.Properties)

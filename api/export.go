@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -206,26 +205,18 @@ func exportFormat(c *fiber.Ctx) (string, error) {
 // up; the properties are checked as endpoint 14 checks them.
 func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
 	const at = "body"
-	for _, f := range []struct{ name, v string }{
-		{"dashboard", q.Dashboard}, {"object", q.Object}, {"measurement", q.Measurement}, {"dimension", q.Dimension},
-	} {
-		if f.v == "" {
-			return nil, schema.Invalid(at+"."+f.name, "is required")
-		}
+	k, err := q.kind(at)
+	if err != nil {
+		return nil, err
 	}
-	if q.Dashboard != "device" {
-		return nil, schema.Invalid(at+".dashboard", "unknown dashboard %q (supported: device)", q.Dashboard)
-	}
-	switch {
-	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
+	switch k {
+	case kindMessageCounts:
 		return s.planCountsExport(at, q, now, loc)
-	case q.Measurement == "properties" && q.Dimension == "history":
+	case kindHistory:
 		return s.planHistoryExport(ctx, at, q, now, loc, formatValue)
-	case q.Measurement == "properties" && q.Dimension == "agg":
+	default:
 		return s.planAggExport(ctx, at, q, now, loc, formatValue)
 	}
-	return nil, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
-		q.Object, q.Measurement, q.Dimension)
 }
 
 // fileNameChars are kept in a file name; others become '_'.
@@ -286,28 +277,8 @@ func (s *Server) planCountsExport(at string, q *dashboardQuery, now time.Time, l
 // request order, each newest bucket first (as endpoint 14's items). One
 // property's buckets are read at a time.
 func (s *Server) planAggExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
-	var p propAggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return nil, err
-	}
-	if p.Agg == "" {
-		return nil, schema.Invalid(at+".params.agg", "is required: avg, min, max, sum, count, first or last")
-	}
-	if err := tsdb.CheckAgg(p.Agg); err != nil {
-		return nil, fmt.Errorf("%s.params.agg: %w", at, err)
-	}
-	if len(p.Properties) == 0 {
-		return nil, schema.Invalid(at+".params.properties", "is required: the numeric properties to aggregate")
-	}
-	if len(p.Properties) > maxAggProperties {
-		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per aggregate query",
-			len(p.Properties), maxAggProperties)
-	}
-	if err := checkPropertyNames(at, p.Properties); err != nil {
+	p, bp, err := propAggregateParams(at, q)
+	if err != nil {
 		return nil, err
 	}
 	b, err := planBuckets(at, bp, now, loc)
@@ -565,7 +536,7 @@ func (e *exportEncoder) field() {
 		} else {
 			e.buf = append(e.buf, ',')
 		}
-		e.buf = appendJSONString(e.buf, e.columns[e.col])
+		e.buf = schema.AppendJSONString(e.buf, e.columns[e.col])
 		e.buf = append(e.buf, ':')
 	} else if e.col > 0 {
 		e.buf = append(e.buf, ',')
@@ -576,7 +547,7 @@ func (e *exportEncoder) field() {
 func (e *exportEncoder) str(s string) {
 	e.field()
 	if e.ndjson {
-		e.buf = appendJSONString(e.buf, s)
+		e.buf = schema.AppendJSONString(e.buf, s)
 		return
 	}
 	e.buf = appendCSVField(e.buf, s)
@@ -682,42 +653,6 @@ func appendCSVField(b []byte, s string) []byte {
 		s = s[i+1:]
 	}
 	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONString appends s as a JSON string; bytes that are not UTF-8
-// become U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
 	return append(b, '"')
 }
 

@@ -25,14 +25,14 @@ func (w *objWriter) key(k string) {
 		w.b = append(w.b, ',')
 	}
 	w.n++
-	w.b = appendString(w.b, k)
+	w.b = AppendJSONString(w.b, k)
 	w.b = append(w.b, ':')
 }
 
 func (w *objWriter) str(k, v string, force bool) {
 	if v != "" || force {
 		w.key(k)
-		w.b = appendString(w.b, v)
+		w.b = AppendJSONString(w.b, v)
 	}
 }
 
@@ -72,9 +72,11 @@ func appendRaw(b []byte, raw []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string without HTML escaping; invalid
-// UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
+// AppendJSONString appends s as a JSON string without HTML escaping
+// (U+2028 and U+2029 escaped, as encoding/json does); invalid UTF-8 becomes
+// U+FFFD. The thing model's encoders and the API's streamed exports write
+// strings with it.
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -163,7 +165,7 @@ func (x *PropertyExpands) appendJSON(b []byte) []byte {
 	w.str("source", x.Source, x.has&hasSource != 0)
 	if x.Type != nil {
 		w.key("type")
-		w.b = appendList(w.b, x.Type, func(s *string, b []byte) []byte { return appendString(b, *s) })
+		w.b = appendList(w.b, x.Type, func(s *string, b []byte) []byte { return AppendJSONString(b, *s) })
 	}
 	if x.Metrics != nil {
 		w.key("metrics")
