@@ -50,7 +50,6 @@ func newTrustEnv(t *testing.T) *trustEnv {
 	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: buildBinary(t)}
 	var chDB, suffix string
 	e.env, chDB, suffix = testEnv(t, e.broker.URL(), "trust")
-	e.env = append(e.env, "DEVICEHUB_LOGIN_WAIT=2s") // the broker-away case answers within it
 	e.srv = startServer(t, e.bin, e.env, "trust")
 	e.db = tsdbtest.OpenDB(t, chDB, nil)
 	t.Cleanup(func() { // before OpenDB's drop: the server stops first
@@ -80,7 +79,9 @@ func (e *trustEnv) newDevice(id string) device {
 	if d.Configuration.SecureID != id || len(d.Configuration.SecureKey) < 16 || strings.Contains(d.Configuration.SecureKey, "*") {
 		e.t.Fatalf("create response login: %+v", d.Configuration)
 	}
-	e.srv.call(e.t, e.token, "POST", "/api/device/instance/"+id+"/deploy", nil)
+	if status, code := e.srv.statusCode(e.t, e.token, "POST", "/api/device/instance/"+id+"/deploy"); status != 200 {
+		e.t.Fatalf("deploy %s: %d %s\n%s", id, status, code, e.srv.logTail())
+	}
 	dev := device{id, d.Configuration.SecureID, d.Configuration.SecureKey}
 	e.connectsAtOnce(dev, "its deploy call returned")
 	return dev
