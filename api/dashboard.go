@@ -271,16 +271,23 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+// messageCountQuery decodes a message-count query's params and plans its
+// buckets (endpoint 14's and an export's alike).
+func messageCountQuery(at string, q *dashboardQuery, now time.Time, loc *time.Location) (aggParams, bucketPlan, error) {
 	var p aggParams
 	var bp bucketParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
+		return p, bucketPlan{}, err
 	}
 	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return nil, err
+		return p, bucketPlan{}, err
 	}
 	b, err := planBuckets(at, bp, now, loc)
+	return p, b, err
+}
+
+func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+	p, b, err := messageCountQuery(at, q, now, loc)
 	if err != nil {
 		return nil, err
 	}

@@ -238,15 +238,7 @@ func exportName(parts ...string) string {
 }
 
 func (s *Server) planCountsExport(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*exportPlan, error) {
-	var p aggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return nil, err
-	}
-	b, err := planBuckets(at, bp, now, loc)
+	p, b, err := messageCountQuery(at, q, now, loc)
 	if err != nil {
 		return nil, err
 	}
