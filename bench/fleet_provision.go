@@ -26,8 +26,10 @@ type fleetEnv struct {
 	tmp    string
 	bin    string
 	db     *pgDatabase
-	child  *childAPI
-	// childPID is the running child's pid, 0 between children.
+	child  *childAPI // the running child: the run's goroutine only; others read current
+	// current is child for the samplers' goroutines, nil between
+	// children; childPID its pid, 0 between children.
+	current       atomic.Pointer[childAPI]
 	childPID      atomic.Int64
 	adminPassword string
 	backends      func() []int
@@ -65,9 +67,19 @@ func (e *fleetEnv) startChild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.child = c
-	e.childPID.Store(int64(c.pid()))
+	e.setChild(c)
 	return nil
+}
+
+// setChild records the running child (nil: none).
+func (e *fleetEnv) setChild(c *childAPI) {
+	e.child = c
+	e.current.Store(c)
+	if c == nil {
+		e.childPID.Store(0)
+	} else {
+		e.childPID.Store(int64(c.pid()))
+	}
 }
 
 func (e *fleetEnv) stopChild() error {
@@ -75,8 +87,7 @@ func (e *fleetEnv) stopChild() error {
 		return nil
 	}
 	err := e.child.stop()
-	e.child = nil
-	e.childPID.Store(0)
+	e.setChild(nil)
 	return err
 }
 

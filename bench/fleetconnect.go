@@ -535,8 +535,7 @@ func (r *fleetConnectRun) devicehubRestart(ctx context.Context) (*DevicehubResta
 	if err := old.proc.stop(20 * time.Second); err != nil {
 		return nil, fmt.Errorf("bench: devicehub stop: %w", err)
 	}
-	e.child = nil
-	e.childPID.Store(0)
+	e.setChild(nil)
 	if err := e.startChild(ctx); err != nil {
 		return nil, err
 	}

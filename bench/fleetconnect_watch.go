@@ -140,7 +140,7 @@ func (w *fleetWatch) pgCommits(ctx context.Context) (int64, error) {
 // presence is the child's presence view count and stored counter (-1,
 // -1 while it does not answer).
 func (w *fleetWatch) childMetrics(ctx context.Context) (presence, stored float64) {
-	c := w.e.child
+	c := w.e.current.Load()
 	if c == nil {
 		return -1, -1
 	}
