@@ -24,7 +24,7 @@ import (
 // migrate lists the legacy device clients, removes the stale ones and
 // remembers the rest (s.legacy).
 func (s *Syncer) migrate(ctx context.Context, ds *dynsec.Client) error {
-	lctx, cancel := context.WithTimeout(ctx, 10*s.opt.Timeout)
+	lctx, cancel := context.WithTimeout(ctx, 3*s.opt.Timeout)
 	clients, err := ds.ListClients(lctx)
 	cancel()
 	if err != nil {

@@ -57,6 +57,13 @@ type Client struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan []Response
+	// subscribed is closed while the responses' subscription of the
+	// current connection stands; a new, open one replaces it when the
+	// connection is lost. Do publishes only then: a response to a command
+	// sent before the resubscription would be dropped, and its caller
+	// would wait out its whole context.
+	subscribed chan struct{}
+	isSub      bool
 }
 
 // Dial connects with opts (broker, client id, login) to the
@@ -74,7 +81,8 @@ func Dial(ctx context.Context, opts *mqtt.ClientOptions, onConnect func()) (*Cli
 func DialTopic(ctx context.Context, opts *mqtt.ClientOptions, topic string, onConnect func()) (*Client, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	cl := &Client{topic: topic, prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response)}
+	cl := &Client{topic: topic, prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response),
+		subscribed: make(chan struct{})}
 	ready := make(chan error, 1)
 	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
 		SetOnConnectHandler(func(c mqtt.Client) {
@@ -86,6 +94,14 @@ func DialTopic(ctx context.Context, opts *mqtt.ClientOptions, topic string, onCo
 			select {
 			case ready <- err:
 			default:
+			}
+			if err == nil {
+				cl.mu.Lock()
+				if !cl.isSub {
+					close(cl.subscribed)
+					cl.isSub = true
+				}
+				cl.mu.Unlock()
 			}
 			if err == nil && onConnect != nil {
 				onConnect()
@@ -129,6 +145,9 @@ var ErrConnectionLost = errors.New("dynsec: connection to the broker lost")
 func (cl *Client) failAll() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	if cl.isSub {
+		cl.subscribed, cl.isSub = make(chan struct{}), false
+	}
 	for id, ch := range cl.waiting {
 		close(ch)
 		delete(cl.waiting, id)
@@ -151,6 +170,14 @@ func (cl *Client) Do(ctx context.Context, cmds ...Command) ([]Response, error) {
 		return nil, fmt.Errorf("dynsec: %w", err)
 	}
 	ch := make(chan []Response, 1)
+	cl.mu.Lock()
+	subscribed := cl.subscribed
+	cl.mu.Unlock()
+	select {
+	case <-subscribed:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dynsec: waiting for the connection: %w", ctx.Err())
+	}
 	cl.mu.Lock()
 	cl.waiting[id] = ch
 	cl.mu.Unlock()
