@@ -257,6 +257,16 @@ func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc 
 	}
 }
 
+// checkHistoryProperties checks the properties a history query names
+// (endpoint 14's and an export's alike).
+func checkHistoryProperties(at string, props []string) error {
+	if len(props) > maxHistoryProperties {
+		return schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
+			len(props), maxHistoryProperties)
+	}
+	return checkPropertyNames(at, props)
+}
+
 func decodeParams(at string, raw json.RawMessage, v any) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
@@ -390,11 +400,7 @@ func (s *Server) planHistory(at string, q *dashboardQuery, now time.Time, loc *t
 		}
 		n = *p.History
 	}
-	if len(p.Properties) > maxHistoryProperties {
-		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
-			len(p.Properties), maxHistoryProperties)
-	}
-	if err := checkPropertyNames(at, p.Properties); err != nil {
+	if err := checkHistoryProperties(at, p.Properties); err != nil {
 		return nil, err
 	}
 	rng, err := planHistoryRange(at, p, now, loc)

@@ -387,11 +387,7 @@ func (s *Server) planHistoryExport(ctx context.Context, at string, q *dashboardQ
 		}
 		newest = *p.History
 	}
-	if len(p.Properties) > maxHistoryProperties {
-		return nil, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
-			len(p.Properties), maxHistoryProperties)
-	}
-	if err := checkPropertyNames(at, p.Properties); err != nil {
+	if err := checkHistoryProperties(at, p.Properties); err != nil {
 		return nil, err
 	}
 	rng, err := planHistoryRange(at, p, now, loc)

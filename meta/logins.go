@@ -97,13 +97,6 @@ func (s *Store) RecentLoginChanges(ctx context.Context, window time.Duration) ([
 	return out, nil
 }
 
-// DeployedDeviceLogins returns the login of every deployed device.
-func (s *Store) DeployedDeviceLogins(ctx context.Context) ([]DeviceLogin, error) {
-	var out []DeviceLogin
-	err := s.EachDeployedDeviceLogin(ctx, func(d DeviceLogin) error { out = append(out, d); return nil })
-	return out, err
-}
-
 // deviceChannel is where PostgreSQL announces device login changes
 // (schema/postgres/00004_device_logins.sql).
 const deviceChannel = "devicehub_device"

@@ -142,8 +142,8 @@ func TestDeviceLogins(t *testing.T) {
 		t.Fatalf("no ids: %v %v", got, err)
 	}
 
-	all, err := s.DeployedDeviceLogins(ctx)
-	if err != nil {
+	var all []meta.DeviceLogin
+	if err := s.EachDeployedDeviceLogin(ctx, func(d meta.DeviceLogin) error { all = append(all, d); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := sortedLogins(all); !reflect.DeepEqual(got, []meta.DeviceLogin{want[0], want[3]}) {

@@ -69,9 +69,9 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	if len(password) < 6 {
 		return fmt.Errorf("meta: admin password must be at least 6 characters")
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := hashPassword(password)
 	if err != nil {
-		return fmt.Errorf("meta: hash password: %w", err)
+		return err
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
@@ -99,6 +99,15 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 		return fmt.Errorf("meta: ensure admin: %w", err)
 	}
 	return nil
+}
+
+// hashPassword is how every password is stored: bcrypt, default cost.
+func hashPassword(password string) ([]byte, error) {
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return nil, fmt.Errorf("meta: hash password: %w", err)
+	}
+	return hash, nil
 }
 
 // CreateUser adds a user with the given roles (tests and administration);
@@ -630,9 +639,9 @@ func (s *Store) addUser(ctx context.Context, n NewUser, minPassword int) (UserDe
 	if err := checkPassword("password", n.Password, minPassword); err != nil {
 		return UserDetail{}, err
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(n.Password), bcrypt.DefaultCost)
+	hash, err := hashPassword(n.Password)
 	if err != nil {
-		return UserDetail{}, fmt.Errorf("meta: hash password: %w", err)
+		return UserDetail{}, err
 	}
 	id := NewID()
 	err = s.changeUsers(ctx, false, func(ctx context.Context, tx *sqlx.Tx) error {
@@ -773,9 +782,9 @@ func (s *Store) SetPassword(ctx context.Context, id, password string) error {
 }
 
 func (s *Store) setPassword(ctx context.Context, id, password string, keep []byte) error {
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := hashPassword(password)
 	if err != nil {
-		return fmt.Errorf("meta: hash password: %w", err)
+		return err
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
