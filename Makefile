@@ -69,7 +69,7 @@ fuzz:
 			echo "$$out" | tail -40; exit 1; fi; \
 	done
 
-## cluster: a local scale-out setup (README "Scaling out"): ZooKeeper, ClickHouse
+## cluster: a local scale-out setup (REFERENCE.md "Scaling out"): ZooKeeper, ClickHouse
 ## 2 shards x 2 replicas and two devicehub instances (:8851, :8852); cluster-stop
 ## stops it. It keeps a small machine busy: stop it when done.
 cluster: services

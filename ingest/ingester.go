@@ -54,7 +54,7 @@ type Options struct {
 	// Default NoShareGroup: one plain, persistent subscription on one
 	// connection, which Mosquitto 2.0 keeps across its restarts (it keeps
 	// no shared one: what devices publish between its restart and the
-	// resubscription is lost to a share group, README "Broker settings").
+	// resubscription is lost to a share group, REFERENCE.md "Broker settings").
 	ShareGroup string
 	// ProductIDs narrows the subscription to these products; empty means
 	// every product ("+"). Meant for tests and product-sharded setups.
