@@ -65,6 +65,9 @@ func newLookupCache[V any](ttl time.Duration, max int) *lookupCache[V] {
 
 // get answers from the cache or from lookup. key may alias a reused buffer.
 func (c *lookupCache[V]) get(ctx context.Context, key string, lookup lookupFunc[V]) (V, error) {
+	if l, ok := c.c.Peek(key); ok { // a fresh hit allocates no loader
+		return l.v, nil
+	}
 	l, err := c.c.Get(ctx, key, func(ctx context.Context, key string) (looked[V], error) {
 		v, until, err := lookup(ctx, key)
 		return looked[V]{v, until}, err

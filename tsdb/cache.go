@@ -100,6 +100,9 @@ func cacheKey(parts ...any) string {
 // its size in buckets. Answers are shared: callers must not modify them. A
 // failed load is not kept; the callers that waited for it get its error.
 func (c *resultCache) get(ctx context.Context, key string, load func(context.Context) (any, int, error)) (any, error) {
+	if a, ok := c.c.Peek(key); ok { // a hit allocates no loader
+		return a.val, nil
+	}
 	a, err := c.c.Get(ctx, key, func(ctx context.Context, _ string) (sizedAnswer, error) {
 		v, n, err := load(ctx)
 		return sizedAnswer{v, n}, err

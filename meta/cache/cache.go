@@ -43,7 +43,8 @@ import (
 )
 
 // Forever is a TTL under which values are kept until dropped (Delete,
-// DeleteFunc, Invalidate, or the bounds).
+// DeleteFunc, Invalidate, or the bounds). A cache with TTL Forever and no
+// Expiry reads no clock.
 const Forever time.Duration = 1<<63 - 1
 
 // ErrPanicked is what the callers sharing a load that panicked get,
@@ -109,8 +110,9 @@ func DefaultOptions[K comparable, V any]() Options[K, V] {
 // every caller that gets them: they must not be modified. The zero Cache
 // is not usable; New makes one.
 type Cache[K comparable, V any] struct {
-	o      Options[K, V]
-	window time.Duration // TTL + Stale: how long a value may be served at all
+	o        Options[K, V]
+	window   time.Duration // TTL + Stale: how long a value may be served at all
+	timeless bool          // TTL Forever and no Expiry: no clock is read
 
 	mu      sync.Mutex
 	m       map[K]*entry[V]
@@ -155,8 +157,16 @@ func New[K comparable, V any](o Options[K, V]) *Cache[K, V] {
 	if window < o.TTL { // overflow: Forever
 		window = Forever
 	}
-	return &Cache[K, V]{o: o, window: window, m: make(map[K]*entry[V]), flights: make(map[K]*flight[V]),
-		tags: make(map[string]*uint64)}
+	return &Cache[K, V]{o: o, window: window, timeless: o.TTL == Forever && o.Expiry == nil,
+		m: make(map[K]*entry[V]), flights: make(map[K]*flight[V]), tags: make(map[string]*uint64)}
+}
+
+// now reads the clock; a timeless cache's values are all of the zero time.
+func (c *Cache[K, V]) now() time.Time {
+	if c.timeless {
+		return time.Time{}
+	}
+	return c.o.Now()
 }
 
 // Get returns the value of key: a servable kept one, the answer of the
@@ -167,7 +177,7 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K, load func(ctx context.Cont
 	if c.o.TTL <= 0 {
 		return load(ctx, key)
 	}
-	now := c.o.Now()
+	now := c.now()
 	c.mu.Lock()
 	if e, ok := c.m[key]; ok {
 		switch c.ageLocked(e, now) {
@@ -218,7 +228,7 @@ func (c *Cache[K, V]) Peek(key K) (V, bool) {
 		var zero V
 		return zero, false
 	}
-	now := c.o.Now()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && c.ageLocked(e, now) == fresh {
@@ -234,7 +244,7 @@ func (c *Cache[K, V]) Put(key K, v V) {
 	if c.o.TTL <= 0 {
 		return
 	}
-	now := c.o.Now()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.o.CopyKey != nil {
@@ -391,7 +401,7 @@ func (c *Cache[K, V]) run(ctx context.Context, key K, f *flight[V], load func(co
 		}
 		return
 	}
-	c.keepLocked(key, v, f.start, f.stamp, c.o.Now())
+	c.keepLocked(key, v, f.start, f.stamp, c.now())
 }
 
 // keepLocked keeps v, loaded at start under s, as key's value if it can
