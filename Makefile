@@ -52,12 +52,12 @@ FUZZ_SHORT ?= 10000x
 FUZZ_TARGETS := \
 	./meta/:FuzzCompileQuery \
 	./schema/:FuzzParseThingModel \
-	./ingest/:FuzzParseTopic \
-	./ingest/:FuzzDecodeReport \
-	./ingest/:FuzzParseNumber \
-	./ingest/:FuzzDecodeEvent \
-	./ingest/:FuzzDecodePresence \
-	./ingest/:FuzzDecodeReply \
+	./ingest/wire/:FuzzParseTopic \
+	./ingest/wire/:FuzzDecodeReport \
+	./ingest/wire/:FuzzParseNumber \
+	./ingest/wire/:FuzzDecodeEvent \
+	./ingest/wire/:FuzzDecodePresence \
+	./ingest/wire/:FuzzDecodeReply \
 	./api/:FuzzDashboardQuery \
 	./api/:FuzzCheckJSONText \
 	./bench/mqttc/:FuzzDecode
