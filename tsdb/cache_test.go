@@ -173,6 +173,12 @@ func TestLateRowsExact(t *testing.T) {
 	if day(a) != 0 || avg(a) != 0 || day(b) != 0 {
 		t.Fatal("not empty")
 	}
+	rollups := rollupQueries.Load()
+	defer func() {
+		if rollupQueries.Load() == rollups {
+			t.Error("the hour buckets did not read the rollup")
+		}
+	}()
 	// Through the same instance: at once.
 	late(a, 1)
 	if n, m := day(a), avg(a); n != 1 || m != 1 {

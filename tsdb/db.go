@@ -57,6 +57,10 @@ type Options struct {
 	// {shard} and {replica} macros. Default "": one server, plain
 	// MergeTree tables.
 	Cluster string
+	// NoRollup makes every property aggregate read device_property, also
+	// where the hourly rollup answers the same (rollup.go): for
+	// comparisons (tests, the bench). The rollup is kept either way.
+	NoRollup bool
 }
 
 // DefaultOptions returns the options that work with `make run`.

@@ -243,7 +243,7 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 }
 
 // retentionTables are the tables partitioned by month (toYYYYMM).
-var retentionTables = []string{"device_message", "device_property", "device_message_daily"}
+var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly"}
 
 // DropPartitionsBefore drops the monthly partitions of every table whose
 // month ends at or before t's month starts (in the platform zone), and
@@ -253,10 +253,13 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 	defer cancel()
 	t = t.In(db.loc)
 	cut := uint64(t.Year()*100 + int(t.Month()))
+	args := []any{db.opt.Database}
+	for _, t := range retentionTables {
+		args = append(args, db.storageTable(t))
+	}
 	rows, err := db.conn.Query(ctx,
 		"SELECT DISTINCT table, partition_id FROM "+db.partsTable()+
-			" WHERE database = ? AND active AND table IN (?, ?, ?)",
-		db.opt.Database, db.storageTable(retentionTables[0]), db.storageTable(retentionTables[1]), db.storageTable(retentionTables[2]))
+			" WHERE database = ? AND active AND table IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(retentionTables)), ", ")+")", args...)
 	if err != nil {
 		return 0, fmt.Errorf("tsdb: list partitions: %w", err)
 	}
