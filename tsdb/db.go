@@ -93,6 +93,7 @@ type DB struct {
 	version Version
 	hints   historyHints // per device, where PropertyHistory starts
 	cache   *resultCache // dashboard answers (cache.go)
+	days    *dayCounts   // message counts per day (daycounts.go)
 }
 
 // codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
@@ -148,7 +149,8 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL),
+		days: newDayCounts(opt.ResultTTL)}
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err

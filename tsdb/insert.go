@@ -113,7 +113,7 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 	defer cancel()
 	// Once the rows are stored (or may be, after an error), cached
 	// dashboard answers no longer count them all.
-	defer db.cache.invalidate()
+	defer db.invalidate()
 	if len(b.msgs) > 0 {
 		if err := db.insertMessages(ctx, b); err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)

@@ -279,7 +279,7 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("tsdb: list partitions: %w", err)
 	}
-	defer db.cache.invalidate() // cached answers may count dropped rows
+	defer db.invalidate() // cached answers may count dropped rows
 	for i, p := range drop {
 		if err := db.conn.Exec(ctx, "ALTER TABLE "+db.alterTarget(p.table)+" DROP PARTITION ID "+quoteString(p.id)); err != nil {
 			return i, fmt.Errorf("tsdb: drop partition %s of %s: %w", p.id, p.table, err)
