@@ -36,19 +36,19 @@ var dailyBucket = map[string]string{
 
 // MessageCounts returns the message count of every bucket between q.From
 // and q.To, newest first, empty buckets as 0. Day and longer buckets read
-// the per-day counts: within the last daySeriesDays days, from the
-// product's series of days (daycounts.go), which every such query of the
-// product shares; minutes and hours read device_message. Answers come
-// from the result cache (cache.go) when an identical query (the same
-// product's series) started less than Options.ResultTTL ago and nothing
-// was inserted through db since.
+// the per-day counts: within the last daySeriesDays days, from the closed
+// months kept and the totals every question shares (daycounts.go), under
+// the result cache's rules; older ones, and minutes and hours, read
+// ClickHouse, the answer kept in the result cache (cache.go) while its
+// query started less than Options.ResultTTL ago and nothing was inserted
+// through db since.
 func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error) {
 	r, err := newBucketRange(q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
 	}
 	if !subDay(q.Interval) {
-		// Days and longer: from the product's series of days (daycounts.go).
+		// Days and longer: from the kept months and totals (daycounts.go).
 		if out, ok, err := db.countsFromDays(ctx, r, q.ProductID, time.Now()); ok {
 			return out, err
 		}
