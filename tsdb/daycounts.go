@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,10 +57,22 @@ import (
 //     counts it, and the chunk is read again unless that day has no
 //     messages (then it is exact as it is).
 //
+// Late messages stored through this DB do not make their months be read
+// again: InsertBatch counts the batch's messages of closed days per
+// product and day before it sends them, and once device_message has taken
+// them adds those counts to each kept chunk whose query was sent before
+// the insert started (it cannot have seen them; patches are serialized),
+// and drops a chunk read since (it may have) or of a day it does not
+// cover. A load that started before the insert and ends after the patch
+// keeps a chunk without them; the totals, read after the insert, tell,
+// and it is read again. After a failed insert (some rows may be stored)
+// the chunks of its closed days are dropped; the retry patches what it
+// stores, duplicates included, as device_message holds them.
+//
 // So with ingest running, ClickHouse answers one totals query per insert
 // (per flush of each writer) and per ResultTTL, shared by every question
-// of every product, plus a chunk for each month that a late row changed;
-// questions themselves cost none.
+// of every product, plus a chunk for each month that a late row stored by
+// another instance changed; questions themselves cost none.
 //
 // Memory: dayTotals holds one entry per product and month of the window
 // (14) plus one per open day, about 40 bytes each; a dayChunk at most 31
@@ -84,8 +98,9 @@ var (
 
 // dayCounts keeps the totals and the closed chunks.
 type dayCounts struct {
-	totals *cache.Cache[totalsKey, *dayTotals]
-	chunks *cache.Cache[chunkKey, *dayChunk]
+	totals  *cache.Cache[totalsKey, *dayTotals]
+	chunks  *cache.Cache[chunkKey, *dayChunk]
+	patchMu sync.Mutex // one patch of the chunks at a time
 }
 
 // totalsKey is the window of a dayTotals: days from (inclusive); closed
@@ -106,11 +121,88 @@ type dayTotals struct {
 }
 
 // dayChunk is the message count of each closed day of a month with
-// messages, days ascending, and their sum.
+// messages, days ascending, and their sum: of the days before cut, as
+// read by a query sent at loaded.
 type dayChunk struct {
 	days   []uint32
 	counts []uint64
 	total  uint64
+	cut    uint32
+	loaded time.Time
+}
+
+// plus returns c with n more messages on each day of add.
+func (c *dayChunk) plus(add map[uint32]uint64) *dayChunk {
+	out := &dayChunk{cut: c.cut, loaded: c.loaded, total: c.total}
+	merged := map[uint32]uint64{}
+	for i, d := range c.days {
+		merged[d] = c.counts[i]
+	}
+	for d, n := range add {
+		merged[d] += n
+		out.total += n
+	}
+	for d := range merged {
+		out.days = append(out.days, d)
+	}
+	sort.Slice(out.days, func(i, j int) bool { return out.days[i] < out.days[j] })
+	for _, d := range out.days {
+		out.counts = append(out.counts, merged[d])
+	}
+	return out
+}
+
+// lateMessages counts the messages of b stamped before the start of
+// now's day, per product (and "") and month, per day.
+func (db *DB) lateMessages(b *Batch, now time.Time) map[chunkKey]map[uint32]uint64 {
+	y, m, d := now.In(db.loc).Date()
+	open := localTime(y, m, d, 0, 0, 0, 0, db.loc).UnixMilli()
+	var late map[chunkKey]map[uint32]uint64
+	for i := range b.msgs {
+		r := &b.msgs[i]
+		if r.ms >= open {
+			continue
+		}
+		if late == nil {
+			late = map[chunkKey]map[uint32]uint64{}
+		}
+		day := dayNumber(time.UnixMilli(r.ms), db.loc)
+		for _, p := range []string{b.str(r.product), ""} {
+			k := chunkKey{p, dayMonth(day)}
+			if late[k] == nil {
+				k.product = strings.Clone(k.product) // the arena is reused
+				late[k] = map[uint32]uint64{}
+			}
+			late[k][day]++
+		}
+	}
+	return late
+}
+
+// stored patches the kept chunks with late, the late messages of an
+// insert that started at start; stored false (the insert failed, some
+// rows may be stored) drops their chunks instead.
+func (d *dayCounts) stored(late map[chunkKey]map[uint32]uint64, start time.Time, stored bool) {
+	if len(late) == 0 {
+		return
+	}
+	d.patchMu.Lock()
+	defer d.patchMu.Unlock()
+	for k, add := range late {
+		c, ok := d.chunks.Peek(k)
+		if !ok {
+			continue // read when asked for
+		}
+		patch := stored && c.loaded.Before(start)
+		for day := range add {
+			patch = patch && day < c.cut
+		}
+		if patch {
+			d.chunks.Put(k, c.plus(add))
+		} else {
+			d.chunks.Delete(k)
+		}
+	}
 }
 
 func newDayCounts(ttl time.Duration) *dayCounts {
@@ -285,7 +377,7 @@ func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChu
 		sql += " AND product_id = ?"
 		args = append(args, k.product)
 	}
-	c := &dayChunk{}
+	c := &dayChunk{cut: cut, loaded: time.Now()}
 	if err := db.conn.QueryRow(ctx, sql, args...).Scan(&c.days, &c.counts); err != nil {
 		return nil, fmt.Errorf("tsdb: message counts per day: %w", err)
 	}
