@@ -50,8 +50,11 @@ type MixedResult struct {
 	// IngestRates what it stored during each run.
 	IngestTarget int       `json:"ingestTarget"`
 	IngestRates  []float64 `json:"ingestRates"`
-	// IngestStored is every report stored while the scenario ran.
-	IngestStored int64 `json:"ingestStored"`
+	// IngestStored is every report stored while the scenario ran;
+	// IngestFailures the insert attempts that failed (and were retried).
+	IngestStored   int64  `json:"ingestStored"`
+	IngestFailures int64  `json:"ingestFailures"`
+	IngestError    string `json:"ingestError,omitempty"`
 	// Checks is the number of sampled answers compared with a direct
 	// ClickHouse count, Rechecked those that matched only when asked
 	// again after the result cache's TTL (the documented 1 s), and
@@ -262,7 +265,7 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	api.setDashboard(db)
 	ictx, stop := context.WithCancel(ctx)
 	ing := startMixedIngest(ictx, db, p.MixedIngestRate, info.startMs)
-	chk := &mixedChecker{api: api, db: gen, loc: loc,
+	chk := &mixedChecker{ing: ing, api: api, db: gen, loc: loc,
 		gen: &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9)), loc: loc, startMs: info.startMs, seen: map[string]bool{}, forceCountAggs: true}}
 	var cw sync.WaitGroup
 	cw.Add(1)
@@ -277,10 +280,13 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	stop()
 	cw.Wait()
 	ierr := ing.wait()
-	res.IngestStored = ing.stored.Load()
+	res.IngestStored, res.IngestFailures = ing.stored.Load(), ing.failed.Load()
+	if e, ok := ing.first.Load().(string); ok {
+		res.IngestError = e
+	}
 	res.Checks, res.Rechecked, res.Failures = chk.counts()
-	p.Logf("%s: ingest %v reports/s (target %d) during the runs; %d answers checked against ClickHouse, %d after the TTL, %d wrong",
-		label, res.IngestRates, p.MixedIngestRate, res.Checks, res.Rechecked, res.Failures)
+	p.Logf("%s: ingest %v reports/s (target %d) during the runs, %d failed inserts (%s); %d answers checked against ClickHouse, %d after the TTL, %d wrong",
+		label, res.IngestRates, p.MixedIngestRate, res.IngestFailures, res.IngestError, res.Checks, res.Rechecked, res.Failures)
 	if err != nil {
 		return res, err
 	}
@@ -298,8 +304,12 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 
 // mixedIngest stores reports at a steady rate until its context ends.
 type mixedIngest struct {
-	stored atomic.Int64
-	done   chan error
+	// Inserts started and ended, through the DB (trackedInserter).
+	started, ended atomic.Int64
+	stored         atomic.Int64
+	failed         atomic.Int64 // insert attempts that failed (the writer retries them)
+	first          atomic.Value // the first such error's text
+	done           chan error
 }
 
 type ingestMark struct {
@@ -317,6 +327,43 @@ func (m *mixedIngest) rate(from ingestMark) float64 {
 
 func (m *mixedIngest) wait() error { return <-m.done }
 
+// trackedInserter counts the inserts under way, so the checker can count
+// ClickHouse's rows when only acknowledged ones are visible.
+type trackedInserter struct {
+	db *tsdb.DB
+	m  *mixedIngest
+}
+
+func (t trackedInserter) InsertBatch(ctx context.Context, b *tsdb.Batch) error {
+	t.m.started.Add(1)
+	defer t.m.ended.Add(1)
+	return t.db.InsertBatch(ctx, b)
+}
+
+// quiet runs f at a moment no insert is under way from its start to its
+// end (one that starts meanwhile makes it run f again), so that what f
+// reads of ClickHouse is what acknowledged inserts stored: an insert's
+// rows are visible in device_property before its materialized views have
+// written theirs, and it is acknowledged after both.
+func (m *mixedIngest) quiet(ctx context.Context, f func() error) error {
+	for {
+		s := m.started.Load()
+		if m.ended.Load() == s {
+			if err := f(); err != nil {
+				return err
+			}
+			if m.started.Load() == s && m.ended.Load() == s {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // startMixedIngest builds, decodes and stores rate reports/s of random
 // devices of the mixed products through db's writers, in 10 ms steps.
 func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64) *mixedIngest {
@@ -326,8 +373,14 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 		return m
 	}
 	writers := make([]*tsdb.Writer, max(ingest.DefaultOptions().Writers, 1))
+	wopt := tsdb.WriterOptions{OnFlush: func(_ int, _ time.Duration, err error) {
+		if err != nil {
+			m.failed.Add(1)
+			m.first.CompareAndSwap(nil, err.Error())
+		}
+	}}
 	for i := range writers {
-		writers[i] = tsdb.NewWriter(db, tsdb.WriterOptions{})
+		writers[i] = tsdb.NewWriter(trackedInserter{db, m}, wopt)
 	}
 	go func() {
 		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
@@ -387,13 +440,14 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 // mixedChecker compares sampled answers with a direct ClickHouse count:
 // for a distinct request (message counts, or a property count
 // aggregate), the count of the rows in its range taken before the
-// request is sent, the answer's total, and the count taken after it
+// request is sent while no insert is under way (every row it counts was
+// acknowledged), the answer's total, and the count taken after it
 // arrives: before <= answer <= after, since rows are only added, and an
 // answer counts every row stored through the serving instance before it
 // was asked (cache.go). An answer that fails this is asked again after
-// the result cache's TTL, the documented bound for rows made visible by
-// an insert still in flight, and must then pass.
+// the result cache's TTL and must then pass.
 type mixedChecker struct {
+	ing *mixedIngest
 	api *dashAPI
 	db  *tsdb.DB
 	loc *time.Location
@@ -419,7 +473,7 @@ func (c *mixedChecker) firstFailure() string {
 func (c *mixedChecker) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		q := c.gen.next()
-		ok, err := c.check(ctx, q)
+		ok, detail, err := c.check(ctx, q)
 		if ctx.Err() != nil {
 			return
 		}
@@ -430,7 +484,7 @@ func (c *mixedChecker) run(ctx context.Context) {
 				return
 			case <-time.After(1100 * time.Millisecond):
 			}
-			ok, err = c.check(ctx, q)
+			ok, detail, err = c.check(ctx, q)
 			if ctx.Err() != nil {
 				return
 			}
@@ -443,7 +497,7 @@ func (c *mixedChecker) run(ctx context.Context) {
 		if err != nil || !ok {
 			c.failed++
 			if c.first == "" {
-				c.first = fmt.Sprintf("%s: %v", q.body, err)
+				c.first = fmt.Sprintf("%s: %s %v", q.body, detail, err)
 			}
 		}
 		c.mu.Unlock()
@@ -455,11 +509,11 @@ func (c *mixedChecker) run(ctx context.Context) {
 	}
 }
 
-// check runs q once: whether before <= answer <= after.
-func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, error) {
+// check runs q once: whether before <= answer <= after, and the three.
+func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, string, error) {
 	starts, err := tsdb.Buckets(q.interval, q.from, q.to, c.loc, q.limit)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	lo, hi := starts[len(starts)-1], bucketAfter(q.interval, starts[0])
 	sql := "SELECT count() FROM device_message WHERE product_id = ? AND time >= toDateTime(?) AND time < toDateTime(?)"
@@ -477,22 +531,25 @@ func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, error) 
 		err := c.db.Conn().QueryRow(ctx, sql, args...).Scan(&n)
 		return n, err
 	}
-	before, err := direct()
-	if err != nil {
-		return false, err
+	var before uint64
+	if err := c.ing.quiet(ctx, func() (err error) {
+		before, err = direct()
+		return err
+	}); err != nil {
+		return false, "", err
 	}
 	items, total, err := c.api.check(ctx, q.body)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if items != len(starts) {
-		return false, fmt.Errorf("%d items, want %d", items, len(starts))
+		return false, "", fmt.Errorf("%d items, want %d", items, len(starts))
 	}
 	after, err := direct()
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	return before <= total && total <= after, nil
+	return before <= total && total <= after, fmt.Sprintf("ClickHouse %d before, answer %d, ClickHouse %d after", before, total, after), nil
 }
 
 // generateMixed fills db with n messages and 2n property values (see the
