@@ -117,7 +117,7 @@ type chunkKey struct {
 // product) per month of closed days and per open day.
 type dayTotals struct {
 	closed map[chunkKey]uint64
-	open   map[string]map[uint32]uint64 // product -> day -> count
+	open   map[string]*dayChunk // product -> its open days, ascending
 }
 
 // dayChunk is the message count of each closed day of a month with
@@ -274,14 +274,8 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, productID strin
 		next := uint32(time.Date(y, mo+1, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
 		lo, m = next, dayMonth(next)
 	}
-	open := t.open[productID]
-	var ods []uint32
-	for d := range open {
-		ods = append(ods, d)
-	}
-	sort.Slice(ods, func(i, j int) bool { return ods[i] < ods[j] })
-	for _, d := range ods {
-		days, counts = append(days, d), append(counts, open[d])
+	if o := t.open[productID]; o != nil {
+		days, counts = append(days, o.days...), append(counts, o.counts...)
 	}
 
 	out = make([]Bucket, len(r.starts))
@@ -332,12 +326,13 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 		return nil, fmt.Errorf("tsdb: message count totals: %w", err)
 	}
 	defer rows.Close()
-	t := &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]map[uint32]uint64{}}
+	t := &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}
+	open := map[string]map[uint32]uint64{}
 	addOpen := func(p string, day uint32, n uint64) {
-		if t.open[p] == nil {
-			t.open[p] = map[uint32]uint64{}
+		if open[p] == nil {
+			open[p] = map[uint32]uint64{}
 		}
-		t.open[p][day] += n
+		open[p][day] += n
 	}
 	for rows.Next() {
 		var (
@@ -358,6 +353,9 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tsdb: message count totals: %w", err)
+	}
+	for p, days := range open {
+		t.open[p] = (&dayChunk{}).plus(days)
 	}
 	return t, nil
 }
