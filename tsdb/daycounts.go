@@ -208,6 +208,7 @@ func (d *dayCounts) stored(late map[chunkKey]map[uint32]uint64, start time.Time,
 func newDayCounts(ttl time.Duration) *dayCounts {
 	to := cache.DefaultOptions[totalsKey, *dayTotals]()
 	to.TTL = ttl
+	to.MaxEntries = 2  // the current window, and the last one around midnight
 	to.LoadTimeout = 0 // the query's own (Options.QueryTimeout)
 	co := cache.DefaultOptions[chunkKey, *dayChunk]()
 	co.TTL = cache.Forever
