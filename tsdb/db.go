@@ -278,8 +278,6 @@ func (db *DB) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (db *DB) init(parent context.Context) error {
-	ctx, cancel := db.ctx(parent)
-	defer cancel()
 	v, err := db.conn.ServerVersion()
 	if err != nil {
 		return fmt.Errorf("tsdb: server version: %w", err)
@@ -296,10 +294,12 @@ func (db *DB) init(parent context.Context) error {
 	}
 	var sqls []string
 	for _, s := range stmts {
-		sctx := ctx
-		if db.clustered() {
-			// Each ON CLUSTER statement waits for every node: give each
-			// its own timeout rather than one for them all.
+		// Each statement has its own timeout (an ON CLUSTER one waits for
+		// every node), except a fill, which reads a whole table (00003:
+		// the rollup's, once) as long as it takes, bounded by the
+		// caller's ctx only.
+		sctx := parent
+		if !strings.HasPrefix(s.sql, "INSERT") {
 			var scancel context.CancelFunc
 			sctx, scancel = db.ctx(parent)
 			defer scancel()
@@ -309,11 +309,8 @@ func (db *DB) init(parent context.Context) error {
 		}
 		sqls = append(sqls, s.sql)
 	}
-	if db.clustered() {
-		ctx, cancel := db.ctx(parent)
-		defer cancel()
-		return db.checkDailyZone(ctx, sqls)
-	}
+	ctx, cancel := db.ctx(parent)
+	defer cancel()
 	return db.checkDailyZone(ctx, sqls)
 }
 

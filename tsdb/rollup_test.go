@@ -1,6 +1,7 @@
 package tsdb
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -225,4 +226,39 @@ func TestRollupAligned(t *testing.T) {
 	f(Year, at.AddDate(-5, 0, 0), at, shanghai, true)
 	f(Hour, at, at, kolkata, false)
 	f(Day, at, at, kolkata, false)
+}
+
+// TestRollupFillOutlastsQueryTimeout: the one-time fill of a large
+// device_property takes as long as it takes, beyond Options.QueryTimeout.
+func TestRollupFillOutlastsQueryTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	name := fmt.Sprint("rollupslow", rand.IntN(1e6))
+	db := openDB(t, name, shanghai)
+	for _, q := range []string{
+		"DROP TABLE device_property_hourly_mv", "DROP TABLE device_property_hourly_filled", "DROP TABLE device_property_hourly",
+		// 50,000 values over 347 days, 100 devices: a value of each
+		// device every 17 hours.
+		`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT toDateTime(intDiv(ts, 1000)), ts, 'slowp', concat('d', toString(number % 100)), 'm', 'number', toFloat64(number % 1000) / 4, ''
+FROM (SELECT number, toInt64(1500000000000 + number * 600000) AS ts FROM numbers(50000))`,
+	} {
+		if err := db.Conn().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt := testOptions(name, shanghai)
+	opt.QueryTimeout = 200 * time.Millisecond
+	start := time.Now()
+	again, err := Open(ctx, opt)
+	if err != nil {
+		t.Fatalf("open after %v: %v", time.Since(start), err)
+	}
+	again.Close()
+	if d := time.Since(start); d < 2*opt.QueryTimeout {
+		t.Fatalf("filled in %v: not past the timeout, the test shows nothing", d)
+	}
+	if n, m, err := db.rollupCheck(ctx); err != nil || n != m || m != 50000 {
+		t.Fatalf("rollup holds %d values, device_property %d (%v)", n, m, err)
+	}
 }
