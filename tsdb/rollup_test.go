@@ -237,11 +237,11 @@ func TestRollupFillOutlastsQueryTimeout(t *testing.T) {
 	db := openDB(t, name, shanghai)
 	for _, q := range []string{
 		"DROP TABLE device_property_hourly_mv", "DROP TABLE device_property_hourly_filled", "DROP TABLE device_property_hourly",
-		// 50,000 values over 347 days, 100 devices: a value of each
-		// device every 17 hours.
+		// 150,000 values over 347 days, 100 devices: a value of each
+		// device every 5.6 hours.
 		`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
 SELECT toDateTime(intDiv(ts, 1000)), ts, 'slowp', concat('d', toString(number % 100)), 'm', 'number', toFloat64(number % 1000) / 4, ''
-FROM (SELECT number, toInt64(1500000000000 + number * 600000) AS ts FROM numbers(50000))`,
+FROM (SELECT number, toInt64(1500000000000 + number * 200000) AS ts FROM numbers(150000))`,
 	} {
 		if err := db.Conn().Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -258,7 +258,7 @@ FROM (SELECT number, toInt64(1500000000000 + number * 600000) AS ts FROM numbers
 	if d := time.Since(start); d < 2*opt.QueryTimeout {
 		t.Fatalf("filled in %v: not past the timeout, the test shows nothing", d)
 	}
-	if n, m, err := db.rollupCheck(ctx); err != nil || n != m || m != 50000 {
+	if n, m, err := db.rollupCheck(ctx); err != nil || n != m || m != 150000 {
 		t.Fatalf("rollup holds %d values, device_property %d (%v)", n, m, err)
 	}
 }
