@@ -85,6 +85,9 @@ test-cluster: services
 	@bash .ci/cluster test
 
 ## bench: every scenario of cmd/bench with its ceilings; report in bench/results/.
+## The dashboard's mixed run (distinct queries under live ingest) is small
+## here (200,000 messages); `go run ./cmd/bench dashboard-mixed
+## -dash-mixed-msgs=1000000 -dash-mixed-requests=20000` is the full one.
 bench: services
 	$(GO) run ./cmd/bench all
 

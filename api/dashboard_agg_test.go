@@ -316,6 +316,55 @@ func TestDashboardLateMessage(t *testing.T) {
 	}
 }
 
+// TestDashboardLatePropertyValue is issue #20's exactness rule for
+// property aggregates, which read the hourly rollup for hour and longer
+// buckets: a value stored late for yesterday changes yesterday's sum and
+// last value in the next answer when stored through the serving instance,
+// and within a second when stored through another instance sharing the
+// database.
+func TestDashboardLatePropertyValue(t *testing.T) {
+	e, dbA := propEnv(t, shanghai)
+	dbB := tsdbtest.OpenDB(t, dbA.Database(), shanghai) // the other instance's handle
+	yesterday := time.Now().In(shanghai).AddDate(0, 0, -1)
+	agg := func(fn, interval string) string {
+		t.Helper()
+		res := e.propAgg(map[string]any{"properties": []string{"temp"}, "agg": fn, "time": interval, "limit": 2, "format": "yyyy-MM-dd"})
+		if len(res) != 2 || res[1].Data.TimeString != yesterday.Format("2006-01-02") {
+			t.Fatalf("buckets %+v", res)
+		}
+		if res[1].Data.Value == nil {
+			return "null"
+		}
+		return fmt.Sprint(*res[1].Data.Value)
+	}
+	store := func(db *tsdb.DB, at time.Time, v float64) time.Time {
+		t.Helper()
+		if err := db.Insert(context.Background(), nil, []tsdb.PropertyValue{{Time: at, ProductID: "pp", DeviceID: "p1",
+			Property: "temp", ValueType: "number", Num: v}}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	if agg("sum", "1d") != "0" || agg("last", "1d") != "null" {
+		t.Fatal("not empty")
+	}
+	store(dbA, yesterday, 2.5)
+	if s, l := agg("sum", "1d"), agg("last", "1d"); s != "2.5" || l != "2.5" {
+		t.Fatalf("same instance, next answer: sum %s, last %s", s, l)
+	}
+	stored := store(dbB, yesterday.Add(time.Millisecond), 4)
+	for {
+		s, l := agg("sum", "1d"), agg("last", "1d")
+		if s == "6.5" && l == "4" {
+			break
+		}
+		if (s != "2.5" && s != "6.5") || (l != "2.5" && l != "4") || time.Since(stored) > time.Second+200*time.Millisecond {
+			t.Fatalf("other instance %v after the late value: sum %s, last %s", time.Since(stored), s, l)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Every new parameter refuses bad input with 400 illegal_argument naming
 // the field.
 func TestDashboardPropertyBadInput(t *testing.T) {

@@ -625,8 +625,14 @@ func (e *exportEncoder) end() error {
 
 // appendCSVField appends s, quoted if it holds a comma, a quote or a
 // line break (RFC 4180), or starts or ends with a space (which readers
-// may trim).
+// may trim). A text a spreadsheet would run as a formula (it begins with
+// =, +, -, @, a tab or a carriage return: OWASP's CSV injection) gets a
+// leading ' that makes it text, unless it is a number as it stands
+// (-3.5, +1e3: a spreadsheet reads it as that number, and runs nothing).
 func appendCSVField(b []byte, s string) []byte {
+	if formulaLike(s) {
+		s = "'" + s
+	}
 	if !strings.ContainsAny(s, ",\"\r\n") && (s == "" || (s[0] != ' ' && s[len(s)-1] != ' ')) {
 		return append(b, s...)
 	}
@@ -642,6 +648,16 @@ func appendCSVField(b []byte, s string) []byte {
 	}
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// formulaLike reports whether a spreadsheet opening the field s would
+// take it for a formula.
+func formulaLike(s string) bool {
+	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return err != nil || math.IsInf(f, 0) || math.IsNaN(f) || strings.ContainsAny(s, "xXpP_")
 }
 
 // appendJSONFloat appends f as encoding/json writes a float64: the

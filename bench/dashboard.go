@@ -59,6 +59,16 @@ type DashboardParams struct {
 	// ClickHouseCluster spreads the generated tables over this cluster
 	// (tsdb.Options.Cluster). Default "": one server.
 	ClickHouseCluster string
+
+	// MixedMessages sizes the mixed scenario (dashboard_mixed.go):
+	// messages generated in <Prefix>_mixed_<n>, each with two property
+	// values. Default 1M; negative skips it. It runs with Concurrency
+	// clients (> 1), MixedRequests measured requests through the result
+	// cache (a quarter of it for each uncached run), while ingest stores
+	// MixedIngestRate reports/s (default 10000; negative: none).
+	MixedMessages   int
+	MixedRequests   int
+	MixedIngestRate int
 }
 
 // DashboardResult is the outcome of RunDashboard.
@@ -71,6 +81,8 @@ type DashboardResult struct {
 	Sizes             []DashboardSize `json:"sizes"`
 	// Props is the property-aggregate scenario (absent if skipped).
 	Props *PropAggSize `json:"props,omitempty"`
+	// Mixed is the mixed scenario (absent if skipped).
+	Mixed *MixedResult `json:"mixed,omitempty"`
 }
 
 // DashboardSize holds the figures of one data size.
@@ -144,6 +156,15 @@ func (p DashboardParams) withDefaults() DashboardParams {
 	if p.PropRows == 0 {
 		p.PropRows = 1_000_000
 	}
+	if p.MixedMessages == 0 {
+		p.MixedMessages = 1_000_000
+	}
+	if p.MixedRequests <= 0 {
+		p.MixedRequests = p.Requests
+	}
+	if p.MixedIngestRate == 0 {
+		p.MixedIngestRate = 10000
+	}
 	if p.GenWorkers <= 0 {
 		p.GenWorkers = 2
 	}
@@ -213,6 +234,13 @@ func RunDashboard(ctx context.Context, p DashboardParams) (DashboardResult, erro
 		res.Props = &PropAggSize{}
 		if err := runPropAggregates(ctx, p, api, loc, res.Props); err != nil {
 			return res, fmt.Errorf("bench: property aggregates: %w", err)
+		}
+	}
+	if p.MixedMessages > 0 && p.Concurrency > 1 {
+		m, err := runMixed(ctx, p, api)
+		res.Mixed = &m
+		if err != nil {
+			return res, fmt.Errorf("bench: mixed: %w", err)
 		}
 	}
 	return res, nil
@@ -387,9 +415,14 @@ func dashQueries(end time.Time) []dashQuery {
 	}
 }
 
-// bucketAfter is the start of the bucket following the one starting at b.
+// bucketAfter is the start of the bucket following the one starting at b
+// (hours: in a zone without DST, as dashZone).
 func bucketAfter(interval string, b time.Time) time.Time {
 	switch interval {
+	case tsdb.Hour:
+		return b.Add(time.Hour)
+	case tsdb.Week:
+		return time.Date(b.Year(), b.Month(), b.Day()+7, 0, 0, 0, 0, b.Location())
 	case tsdb.Day:
 		return time.Date(b.Year(), b.Month(), b.Day()+1, 0, 0, 0, 0, b.Location())
 	case tsdb.Month:

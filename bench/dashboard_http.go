@@ -160,6 +160,8 @@ type dashRun struct {
 	db       *tsdb.DB
 	cached   bool // db has the result cache
 	requests int
+	// before and after, if set, run around the run (warm-up included).
+	before, after func()
 }
 
 // DashLoad is the outcome of one concurrent run.
@@ -198,17 +200,24 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 			bodies = [][]byte{r.query.body}
 		}
 		a.setDashboard(r.db)
+		if r.before != nil {
+			r.before()
+		}
+		var seq atomic.Int64 // bodies in turn over warm-up and measured requests
 		var span *cpuSpan
 		var end cpuSnapshot
 		l, err := runLoad(ctx, loadSpec{Name: name, Concurrency: p.Concurrency, Requests: max(r.requests, 1), Warmup: warm,
 			Do: func(ctx context.Context, i int) error {
-				_, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)])
+				_, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[(seq.Add(1)-1)%int64(len(bodies))])
 				return err
 			},
 			Measured: func() func() {
 				span = startCPUSpan(name, procs)
 				return func() { end = span.snapshot() }
 			}})
+		if r.after != nil {
+			r.after()
+		}
 		d := DashLoad{Name: name, Cached: r.cached, Load: l}
 		if span != nil {
 			d.CPU = span.breakdown(end, l.Requests)

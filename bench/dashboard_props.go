@@ -230,7 +230,8 @@ func generateProps(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, s
 		}
 		p.Logf("props %d: %s is incomplete or of another size; regenerating", n, db.Database())
 	}
-	for _, st := range []string{"DROP TABLE IF EXISTS bench_props_info", "TRUNCATE TABLE " + storageTable(db, "device_property")} {
+	for _, st := range []string{"DROP TABLE IF EXISTS bench_props_info", "TRUNCATE TABLE " + storageTable(db, "device_property"),
+		"TRUNCATE TABLE " + storageTable(db, "device_property_hourly")} {
 		if err := conn.Exec(ctx, st); err != nil {
 			return genInfo{}, fmt.Errorf("%s: %w", st, err)
 		}

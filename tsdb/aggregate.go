@@ -3,7 +3,6 @@ package tsdb
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"devicehub/schema"
@@ -72,10 +71,13 @@ type AggBucket struct {
 // PropertyAggregates returns, for each property of q in request order,
 // the aggregate of its numeric values (value type "number") in every
 // bucket between q.From and q.To, newest first, empty buckets present with
-// Values 0. It reads device_property through its primary key (product,
-// device, property, time): with a device, only that device's values of
-// the properties in the range, plus the ends of the granules holding them;
-// without one, the same for each device of the product. Answers come from
+// Values 0. Buckets made of whole UTC hours (1h and longer in zones with
+// whole-hour offsets) read the hourly rollup (rollup.go), the same answer
+// from one row per device, property and hour; others read device_property
+// through its primary key (product, device, property, time): with a
+// device, only that device's values of the properties in the range, plus
+// the ends of the granules holding them; without one, the same for each
+// device of the product. Answers come from
 // the result cache (cache.go) as MessageCounts'.
 func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, error) {
 	if err := CheckAgg(q.Agg); err != nil {
@@ -123,22 +125,11 @@ func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, 
 func (db *DB) propertyAggregates(ctx context.Context, r bucketRange, q AggQuery, props []string) ([]AggSeries, error) {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
-	var sql strings.Builder
-	sql.WriteString("SELECT property, " + bucketSQL(r.interval, "time", db.tzName) + " AS b, " + aggSQL[q.Agg] + " AS v, count() AS n" +
-		" FROM device_property WHERE product_id = ?")
-	args := []any{q.ProductID}
-	if q.DeviceID != "" {
-		sql.WriteString(" AND device_id = ?")
-		args = append(args, q.DeviceID)
+	sql, args, rollup := db.aggregateSQL(r, q, props)
+	if rollup {
+		rollupQueries.Add(1)
 	}
-	sql.WriteString(" AND property IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(props)), ", ") + ")")
-	for _, p := range props {
-		args = append(args, p)
-	}
-	// The range is whole seconds (bucket edges), as the DateTime column.
-	sql.WriteString(" AND time >= toDateTime(?) AND time < toDateTime(?) AND value_type = 'number' GROUP BY property, b")
-	args = append(args, r.lo.Unix(), r.hi.Unix())
-	rows, err := db.conn.Query(ctx, sql.String(), args...)
+	rows, err := db.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("tsdb: property aggregates: %w", err)
 	}

@@ -76,6 +76,13 @@ func newResultCache(ttl time.Duration) *resultCache {
 // invalidate makes every answer computed so far unservable.
 func (c *resultCache) invalidate() { c.c.Invalidate() }
 
+// invalidate makes every dashboard answer computed so far unservable, and
+// the message count totals (daycounts.go): rows were stored or dropped.
+func (db *DB) invalidate() {
+	db.cache.invalidate()
+	db.days.invalidate()
+}
+
 // cacheKey joins the parts that identify a query.
 func cacheKey(parts ...any) string {
 	var b strings.Builder

@@ -28,6 +28,11 @@ import (
 //     longer match t_local's (ClickHouse 18.16 refuses an ALTER ON
 //     CLUSTER of a table that is not replicated on a replicated cluster).
 //   - DROP TABLE IF EXISTS t drops t and t_local ON CLUSTER.
+//   - TRUNCATE TABLE t becomes TRUNCATE TABLE t_local ON CLUSTER.
+//   - INSERT INTO t (...) SELECT ... stays as it is: it reads and writes
+//     the Distributed tables, so every shard's rows are read and each
+//     written row lands on its device's shard. It carries a condition,
+//     as an ALTER does.
 //
 // The version record: single-server mode keeps none; every statement is
 // idempotent or carries a "--@if" condition read from the catalog. Cluster
@@ -90,6 +95,8 @@ var (
 	createTableRE = regexp.MustCompile(`(?is)^CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*ENGINE\s*=\s*([A-Za-z]*MergeTree)\s*\(`)
 	createMVRE    = regexp.MustCompile(`(?is)^CREATE\s+MATERIALIZED\s+VIEW\s+IF\s+NOT\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\s+TO\s+([A-Za-z_][A-Za-z0-9_]*)\s+AS\s+(.*)$`)
 	alterTableRE  = regexp.MustCompile(`(?is)^ALTER\s+TABLE\s+([A-Za-z_][A-Za-z0-9_]*)\s+(.*)$`)
+	truncateRE    = regexp.MustCompile(`(?is)^TRUNCATE\s+TABLE\s+([A-Za-z_][A-Za-z0-9_]*)\s*$`)
+	insertRE      = regexp.MustCompile(`(?is)^INSERT\s+INTO\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
 	dropTableRE   = regexp.MustCompile(`(?is)^DROP\s+TABLE\s+IF\s+EXISTS\s+([A-Za-z_][A-Za-z0-9_]*)\s*$`)
 	fromTableRE   = regexp.MustCompile(`(?i)\b(FROM|JOIN)(\s+)([A-Za-z_][A-Za-z0-9_]*)\b`)
 	deviceColRE   = regexp.MustCompile(`(?:^|,)\s*device_id\s`) // a column definition
@@ -176,6 +183,21 @@ func clusterStatements(stmts []ddl, cluster, database string) ([]ddl, error) {
 				ddl{sql: "ALTER TABLE " + q(local) + on + " " + rest, cond: renameInCond(s.cond, name, local)},
 				ddl{sql: "DROP TABLE IF EXISTS " + q(name) + on, cond: columnsDiffer(name, local)},
 				distributed(name, key))
+		case truncateRE.MatchString(sql):
+			name := truncateRE.FindStringSubmatch(sql)[1]
+			if _, ok := tables[name]; !ok {
+				return nil, fmt.Errorf("tsdb: cluster DDL: TRUNCATE of %s, not a table created before it", name)
+			}
+			out = append(out, ddl{sql: "TRUNCATE TABLE " + q(name+localSuffix) + on, cond: s.cond})
+		case insertRE.MatchString(sql):
+			name := insertRE.FindStringSubmatch(sql)[1]
+			if _, ok := tables[name]; !ok {
+				return nil, fmt.Errorf("tsdb: cluster DDL: INSERT into %s, not a table created before it", name)
+			}
+			if s.cond == "" {
+				return nil, fmt.Errorf("tsdb: cluster DDL: %q needs a %q condition", firstLine(sql), strings.TrimSpace(condPrefix))
+			}
+			out = append(out, s)
 		case dropTableRE.MatchString(sql):
 			name := dropTableRE.FindStringSubmatch(sql)[1]
 			if _, ok := tables[name]; ok {

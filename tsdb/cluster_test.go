@@ -28,8 +28,16 @@ func TestClusterStatements(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the embedded DDL has no cluster form: %v", err)
 	}
-	var creates, views int
+	var creates, views, inserts int
 	for _, s := range out {
+		if strings.HasPrefix(s.sql, "INSERT INTO ") {
+			// The rollup's backfill, through the Distributed tables.
+			inserts++
+			if strings.Contains(s.sql, "_local") || s.cond == "" {
+				t.Errorf("insert: %+v", s)
+			}
+			continue
+		}
 		if !strings.Contains(s.sql, " ON CLUSTER `dh`") {
 			t.Errorf("not ON CLUSTER: %s", s.sql)
 		}
@@ -46,19 +54,27 @@ func TestClusterStatements(t *testing.T) {
 			}
 		case strings.Contains(s.sql, "MATERIALIZED VIEW"):
 			views++
-			if !strings.Contains(s.sql, "TO `db1`.`device_message_daily_local`") || !strings.Contains(s.sql, "FROM `db1`.`device_message_local`") ||
-				!strings.Contains(s.sql, "'Asia/Shanghai'") {
+			daily := strings.Contains(s.sql, "TO `db1`.`device_message_daily_local`") && strings.Contains(s.sql, "FROM `db1`.`device_message_local`") &&
+				strings.Contains(s.sql, "'Asia/Shanghai'")
+			hourly := strings.Contains(s.sql, "TO `db1`.`device_property_hourly_local`") && strings.Contains(s.sql, "FROM `db1`.`device_property_local`")
+			if !daily && !hourly {
 				t.Errorf("view: %s", s.sql)
+			}
+		case strings.HasPrefix(s.sql, "TRUNCATE"):
+			if s.sql != "TRUNCATE TABLE `db1`.`device_property_hourly_local` ON CLUSTER `dh`" {
+				t.Errorf("truncate: %s", s.sql)
 			}
 		}
 	}
-	if creates != 3 || views != 1 {
-		t.Fatalf("%d replicated tables and %d views, want 3 and 1", creates, views)
+	if creates != 5 || views != 2 || inserts != 1 {
+		t.Fatalf("%d replicated tables, %d views, %d inserts; want 5, 2, 1", creates, views, inserts)
 	}
 	want := map[string]string{
-		"device_message":       "cityHash64(device_id)",
-		"device_property":      "cityHash64(device_id)",
-		"device_message_daily": "rand()",
+		"device_message":                "cityHash64(device_id)",
+		"device_property":               "cityHash64(device_id)",
+		"device_message_daily":          "rand()",
+		"device_property_hourly":        "cityHash64(device_id)",
+		"device_property_hourly_filled": "rand()",
 	}
 	for table, key := range want {
 		d := "CREATE TABLE IF NOT EXISTS `db1`.`" + table + "` ON CLUSTER `dh` AS `db1`.`" + table + "_local` ENGINE = Distributed('dh', 'db1', '" + table + "_local', " + key + ")"
@@ -97,6 +113,15 @@ func TestClusterStatements(t *testing.T) {
 	f("SELECT 1;", "no cluster form")
 	f("CREATE TABLE IF NOT EXISTS t (a String) ENGINE = MergeTree() ORDER BY a;\nALTER TABLE t ADD COLUMN b String;", "needs a \"--@if\" condition")
 	f("ALTER TABLE nope DROP COLUMN x;", "not a table created before it")
+	f("TRUNCATE TABLE nope;", "not a table created before it")
+	f("--@if SELECT 1\nINSERT INTO nope (a) SELECT 1;", "not a table created before it")
+	f("CREATE TABLE IF NOT EXISTS t (a String) ENGINE = MergeTree() ORDER BY a;\nINSERT INTO t (a) SELECT 'x';", "needs a \"--@if\" condition")
+	f("CREATE TABLE IF NOT EXISTS t (a String) ENGINE = MergeTree() ORDER BY a;\n--@if SELECT 1\nTRUNCATE TABLE t;\n--@if SELECT 2\nINSERT INTO t (a) SELECT a FROM t;", "",
+		ddl{sql: "CREATE TABLE IF NOT EXISTS `d`.`t_local` ON CLUSTER `c` (a String) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/d/t_local', '{replica}') ORDER BY a",
+			cond: missing("t_local")},
+		ddl{sql: "CREATE TABLE IF NOT EXISTS `d`.`t` ON CLUSTER `c` AS `d`.`t_local` ENGINE = Distributed('c', 'd', 't_local', rand())", cond: missing("t")},
+		ddl{sql: "TRUNCATE TABLE `d`.`t_local` ON CLUSTER `c`", cond: "SELECT 1"},
+		ddl{sql: "INSERT INTO t (a) SELECT a FROM t", cond: "SELECT 2"})
 	f("CREATE TABLE IF NOT EXISTS t (a String) ENGINE = MergeTree() ORDER BY a;\n"+
 		"CREATE MATERIALIZED VIEW IF NOT EXISTS v TO nope AS SELECT a FROM t;", "not a table created before it")
 	f("CREATE TABLE IF NOT EXISTS t (a String, device_id String) ENGINE = MergeTree() ORDER BY device_id;\nDROP TABLE IF EXISTS t;", "",

@@ -8,10 +8,11 @@ import (
 )
 
 // TestDaySeries: message counts of day and longer buckets answered from
-// the product's series of days equal those read from ClickHouse for each
-// question, across DST changes and month ends; every question of a
-// product within the window shares one ClickHouse query; a range older
-// than the window is read as before; a local insert shows at once.
+// the totals and the closed chunks equal those read from ClickHouse for
+// each question, across DST changes and month ends; every question shares
+// one totals query and each product-month is read once; a range older
+// than the window is read as before; a local late insert shows at once
+// and re-reads only its month; a day that closes moves into its chunk.
 func TestDaySeries(t *testing.T) {
 	ctx := ctxT(t)
 	opt := testOptions("days", berlin)
@@ -81,17 +82,48 @@ func TestDaySeries(t *testing.T) {
 			}
 		}
 	}
-	loads := daySeriesLoads.Load()
+	loads := func() (uint64, uint64) { return dayTotalsLoads.Load(), dayChunkLoads.Load() }
+	t0, c0 := loads()
 	check("p1", "p2", "", "none")
-	if n := daySeriesLoads.Load() - loads; n != 4 {
-		t.Fatalf("%d series read for %d questions of 4 products; want one per product", n, 4*len(qs))
+	t1, c1 := loads()
+	// One totals query for every question; a chunk per month with
+	// messages (the window spans 14 or 15 months) of p1, p2 and every
+	// product, none of "none".
+	if t1-t0 != 1 || c1-c0 < 3*14 || c1-c0 > 3*15 {
+		t.Fatalf("%d totals and %d chunks read for %d questions", t1-t0, c1-c0, 4*len(qs))
 	}
-	// Through this DB, a late row shows in the next answer.
+	check("p1", "p2", "", "none")
+	if t2, c2 := loads(); t2 != t1 || c2 != c1 {
+		t.Fatalf("asked again: %d totals and %d chunks read", t2-t1, c2-c1)
+	}
+	// Through this DB, a late row shows in the next answer: the totals are
+	// read again; the chunk of its month is patched, not read again.
 	if err := db.Insert(ctx, []Message{{Time: now.AddDate(0, 0, -100), ProductID: "p2", DeviceID: "d", Direction: "up", MessageID: "late"}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	msgs = nil
-	check("p2")
+	check("p2", "p1", "")
+	if t3, c3 := loads(); t3-t1 != 1 || c3-c1 != 0 {
+		t.Fatalf("after a late row: %d totals and %d chunks read, want 1 and 0", t3-t1, c3-c1)
+	}
+	// Today closes: tomorrow, today's messages are in a closed chunk, read
+	// again since the month's total now counts them.
+	tomorrow := now.AddDate(0, 0, 1)
+	for _, p := range []string{"p1", ""} {
+		r, err := newBucketRange(Day, now.AddDate(0, 0, -3), tomorrow, berlin, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := db.messageCounts(ctx, r, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, at := range []time.Time{now, tomorrow} {
+			got, ok, err := db.countsFromDays(ctx, r, p, at)
+			if err != nil || !ok || !slices.Equal(got, want) {
+				t.Fatalf("%q at %s: %v %v %v, want %v", p, at.Format(time.DateOnly), got, ok, err, want)
+			}
+		}
+	}
 }
 
 // BenchmarkDistinctCounts asks 64 different day-bucket questions of one

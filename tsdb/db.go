@@ -57,6 +57,10 @@ type Options struct {
 	// {shard} and {replica} macros. Default "": one server, plain
 	// MergeTree tables.
 	Cluster string
+	// NoRollup makes every property aggregate read device_property, also
+	// where the hourly rollup answers the same (rollup.go): for
+	// comparisons (tests, the bench). The rollup is kept either way.
+	NoRollup bool
 }
 
 // DefaultOptions returns the options that work with `make run`.
@@ -89,6 +93,7 @@ type DB struct {
 	version Version
 	hints   historyHints // per device, where PropertyHistory starts
 	cache   *resultCache // dashboard answers (cache.go)
+	days    *dayCounts   // message counts per day (daycounts.go)
 }
 
 // codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
@@ -144,7 +149,8 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL),
+		days: newDayCounts(opt.ResultTTL)}
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -272,8 +278,6 @@ func (db *DB) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (db *DB) init(parent context.Context) error {
-	ctx, cancel := db.ctx(parent)
-	defer cancel()
 	v, err := db.conn.ServerVersion()
 	if err != nil {
 		return fmt.Errorf("tsdb: server version: %w", err)
@@ -290,10 +294,12 @@ func (db *DB) init(parent context.Context) error {
 	}
 	var sqls []string
 	for _, s := range stmts {
-		sctx := ctx
-		if db.clustered() {
-			// Each ON CLUSTER statement waits for every node: give each
-			// its own timeout rather than one for them all.
+		// Each statement has its own timeout (an ON CLUSTER one waits for
+		// every node), except a fill, which reads a whole table (00003:
+		// the rollup's, once) as long as it takes, bounded by the
+		// caller's ctx only.
+		sctx := parent
+		if !strings.HasPrefix(s.sql, "INSERT") {
 			var scancel context.CancelFunc
 			sctx, scancel = db.ctx(parent)
 			defer scancel()
@@ -303,11 +309,8 @@ func (db *DB) init(parent context.Context) error {
 		}
 		sqls = append(sqls, s.sql)
 	}
-	if db.clustered() {
-		ctx, cancel := db.ctx(parent)
-		defer cancel()
-		return db.checkDailyZone(ctx, sqls)
-	}
+	ctx, cancel := db.ctx(parent)
+	defer cancel()
 	return db.checkDailyZone(ctx, sqls)
 }
 

@@ -113,9 +113,14 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 	defer cancel()
 	// Once the rows are stored (or may be, after an error), cached
 	// dashboard answers no longer count them all.
-	defer db.cache.invalidate()
+	defer db.invalidate()
 	if len(b.msgs) > 0 {
-		if err := db.insertMessages(ctx, b); err != nil {
+		// Messages of closed days patch the kept per-day counts (daycounts.go).
+		start := time.Now()
+		late := db.lateMessages(b, start)
+		err := db.insertMessages(ctx, b)
+		db.days.stored(late, start, err == nil)
+		if err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}
 	}

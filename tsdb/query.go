@@ -36,19 +36,19 @@ var dailyBucket = map[string]string{
 
 // MessageCounts returns the message count of every bucket between q.From
 // and q.To, newest first, empty buckets as 0. Day and longer buckets read
-// the per-day counts: within the last daySeriesDays days, from the
-// product's series of days (daycounts.go), which every such query of the
-// product shares; minutes and hours read device_message. Answers come
-// from the result cache (cache.go) when an identical query (the same
-// product's series) started less than Options.ResultTTL ago and nothing
-// was inserted through db since.
+// the per-day counts: within the last daySeriesDays days, from the closed
+// months kept and the totals every question shares (daycounts.go), under
+// the result cache's rules; older ones, and minutes and hours, read
+// ClickHouse, the answer kept in the result cache (cache.go) while its
+// query started less than Options.ResultTTL ago and nothing was inserted
+// through db since.
 func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error) {
 	r, err := newBucketRange(q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
 	}
 	if !subDay(q.Interval) {
-		// Days and longer: from the product's series of days (daycounts.go).
+		// Days and longer: from the kept months and totals (daycounts.go).
 		if out, ok, err := db.countsFromDays(ctx, r, q.ProductID, time.Now()); ok {
 			return out, err
 		}
@@ -243,7 +243,7 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 }
 
 // retentionTables are the tables partitioned by month (toYYYYMM).
-var retentionTables = []string{"device_message", "device_property", "device_message_daily"}
+var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly"}
 
 // DropPartitionsBefore drops the monthly partitions of every table whose
 // month ends at or before t's month starts (in the platform zone), and
@@ -253,10 +253,13 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 	defer cancel()
 	t = t.In(db.loc)
 	cut := uint64(t.Year()*100 + int(t.Month()))
+	args := []any{db.opt.Database}
+	for _, t := range retentionTables {
+		args = append(args, db.storageTable(t))
+	}
 	rows, err := db.conn.Query(ctx,
 		"SELECT DISTINCT table, partition_id FROM "+db.partsTable()+
-			" WHERE database = ? AND active AND table IN (?, ?, ?)",
-		db.opt.Database, db.storageTable(retentionTables[0]), db.storageTable(retentionTables[1]), db.storageTable(retentionTables[2]))
+			" WHERE database = ? AND active AND table IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(retentionTables)), ", ")+")", args...)
 	if err != nil {
 		return 0, fmt.Errorf("tsdb: list partitions: %w", err)
 	}
@@ -276,7 +279,7 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("tsdb: list partitions: %w", err)
 	}
-	defer db.cache.invalidate() // cached answers may count dropped rows
+	defer db.invalidate() // cached answers may count dropped rows
 	for i, p := range drop {
 		if err := db.conn.Exec(ctx, "ALTER TABLE "+db.alterTarget(p.table)+" DROP PARTITION ID "+quoteString(p.id)); err != nil {
 			return i, fmt.Errorf("tsdb: drop partition %s of %s: %w", p.id, p.table, err)

@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|api|commands|live|soak|fleet|fleet-connect|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -38,7 +38,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|api|commands|live|soak|fleet|fleet-connect|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -105,6 +105,7 @@ type flags struct {
 	dashIter, dashConc                            int
 	dashReqs, dashPropRows                        int
 	dashKeep                                      bool
+	dashMixedMsgs, dashMixedReqs, dashIngestRate  int
 	soakDuration                                  time.Duration
 	soakRate, soakDevices                         int
 	liveRate, liveDevices, liveWatched, liveSubs  int
@@ -160,6 +161,9 @@ func newFlags() *flags {
 	fs.IntVar(&f.dashReqs, "dash-requests", 20000, "dashboard: measured requests of each concurrent run (a quarter of it for the runs ClickHouse answers every request of)")
 	fs.IntVar(&f.dashPropRows, "dash-prop-rows", 1000000, "dashboard: property values of the property-aggregate scenario (0: skip it)")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
+	fs.IntVar(&f.dashMixedMsgs, "dash-mixed-msgs", 200000, "dashboard, dashboard-mixed: messages (each with 2 property values) of the mixed scenario, every request distinct under live ingest (0: skip it)")
+	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of the mixed run through the result cache (a quarter of it for each uncached run)")
+	fs.IntVar(&f.dashIngestRate, "dash-ingest-rate", 10000, "dashboard, dashboard-mixed: reports/s stored during the mixed runs (0: none)")
 	fs.DurationVar(&f.soakDuration, "soak-duration", 10*time.Minute, "soak: publishing time (faults at 20%, 45% and 70% of it)")
 	fs.IntVar(&f.soakRate, "soak-rate", 2000, "soak: QoS 1 reports per second")
 	fs.IntVar(&f.soakDevices, "soak-devices", 100, "soak: devices")
@@ -245,13 +249,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "api", "commands", "live", "soak", "fleet", "fleet-connect":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, api, commands, live, soak, fleet, fleet-connect or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -588,7 +592,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			propRows = -1 // skip
 		}
 		r, err := bench.RunDashboard(ctx, bench.DashboardParams{Sizes: sizes, PGSizes: pgSizes, Iterations: f.dashIter,
-			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf})
+			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
+			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate)})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -610,6 +615,9 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
 			}
 		}
+		if r.Mixed != nil {
+			mixedFigures(add, rep, *r.Mixed)
+		}
 		if pa := r.Props; pa != nil {
 			n := fmt.Sprintf(" (%d property values)", pa.Rows)
 			add(bench.Figure{Name: fmt.Sprintf("property avg 1h x24, one device p50 (%d rows read)", pa.DeviceRowsRead) + n, Value: pa.Device.P50, Unit: "ms"})
@@ -621,10 +629,40 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
 			}
 		}
+	case "dashboard-mixed":
+		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep,
+			ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
+			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate)})
+		rep.Results[s] = r
+		if err != nil {
+			return err
+		}
+		mixedFigures(add, rep, r)
 	default:
 		return errors.New("dashboard scenario: not built")
 	}
 	return nil
+}
+
+// orSkip maps a flag's 0 (skip) to the negative value the bench's
+// parameters take for it.
+func orSkip(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// mixedFigures adds the figures of the mixed dashboard scenario.
+func mixedFigures(add func(bench.Figure), rep *bench.Report, m bench.MixedResult) {
+	n := fmt.Sprintf(" (%d msgs, %d products, ingest %v reports/s)", m.Messages, m.Products, m.IngestRates)
+	dashLoadFigures(add, n, m.Runs, m.Ceiling)
+	for _, d := range m.Runs {
+		rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
+	}
+	add(bench.Figure{Name: fmt.Sprintf("mixed: sampled answers checked against a direct ClickHouse count (%d after the 1 s TTL)", m.Rechecked),
+		Value: float64(m.Checks), Unit: "answers"})
+	add(bench.Figure{Name: "mixed: sampled answers wrong", Value: float64(m.Failures), Unit: "answers", Target: "0"})
 }
 
 // dashLoadFigures adds req/s, p50 and p99 of each concurrent dashboard run
