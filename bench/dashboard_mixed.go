@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"devicehub/ingest"
+	"devicehub/ingest/wire"
 	"devicehub/tsdb"
 )
 
@@ -22,7 +23,7 @@ import (
 // the data's span or now, and for property aggregates a random function,
 // property and, one time in three, device. Ingest runs at the same time:
 // reports of random devices, built and decoded as the ingest scenario
-// builds them (reportPayload, ingest.Decode), 1% of them stamped at a
+// builds them (reportPayload, wire.Decode), 1% of them stamped at a
 // random past instant (late messages), stored through tsdb.Writer into
 // the database being queried, through the serving DB (one instance that
 // ingests and serves). A checker samples answers against a direct
@@ -385,7 +386,7 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 	go func() {
 		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 		var buf []byte
-		var rows ingest.Rows
+		var rows wire.Rows
 		var seq int64
 		var err error
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -401,10 +402,10 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 				for ; seq < due && ctx.Err() == nil; seq++ {
 					dev := r.IntN(mixedDevices)
 					id := fmt.Sprint("md", dev)
-					t, _ := ingest.ParseTopic(fmt.Sprintf("/mp%d/%s/properties/report", dev%mixedProducts, id))
+					t, _ := wire.ParseTopic(fmt.Sprintf("/mp%d/%s/properties/report", dev%mixedProducts, id))
 					buf = reportPayload(buf, id, dev, seq)
 					rows.Msgs, rows.Props = rows.Msgs[:0], rows.Props[:0]
-					if err = ingest.Decode(&rows, t, buf, now, nil); err != nil {
+					if err = wire.Decode(&rows, t, buf, now, nil); err != nil {
 						break loop
 					}
 					if r.IntN(100) == 0 { // late: a past instant of the span
