@@ -101,7 +101,8 @@ var productList = &listSpec[productRow, Product]{
 
 // ProductResource is the whitelist of product query columns and sorts.
 var ProductResource = &Resource{
-	Name: "product",
+	Name:    "product",
+	Product: "p.id",
 	Columns: map[string]Column{
 		"id":                {Expr: "p.id", Kind: KindText},
 		"name":              {Expr: "p.name", Kind: KindText},
@@ -209,7 +210,7 @@ func (s *Store) getProduct(ctx context.Context, q queryer, id string, forUpdate 
 		lock = " FOR UPDATE OF p"
 	}
 	err := q.GetContext(ctx, &r, "SELECT "+productColumns+" FROM products p WHERE p.id = $1"+lock, id)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !ProductAllowed(ctx, r.ID) {
 		return Product{}, fmt.Errorf("product %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
