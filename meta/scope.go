@@ -224,3 +224,13 @@ func limitWhere(ctx context.Context, c *Compiled, column string) {
 		c.Where = c.Where + " AND " + cond
 	}
 }
+
+// limitCond is a condition that column (a product id) is one of ctx's
+// products, with its parameter bound as $n: NULL (no limit) or the list.
+func limitCond(ctx context.Context, column string, n int) (string, any) {
+	var arg pq.StringArray // NULL
+	if all, ids := ProductsOf(ctx); !all {
+		arg = pq.StringArray(append([]string{}, ids...))
+	}
+	return fmt.Sprintf("($%d::text[] IS NULL OR %s = ANY($%d::text[]))", n, column, n), arg
+}
