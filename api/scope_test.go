@@ -411,3 +411,62 @@ func TestScopeDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestScopeRoleChange: a change of a role's products reaches its users'
+// next requests within 1 s (the token cache hears it), both ways.
+func TestScopeRoleChange(t *testing.T) {
+	e := newScopeEnv(t)
+	devices := func() []string {
+		t.Helper()
+		r := e.do("POST", "/api/device-instance/_query", `{}`, e.alice)
+		if r.HTTPStatus != 200 {
+			t.Fatalf("list: %s", r.raw)
+		}
+		ids, _ := pageIDs(t, r.Result)
+		return ids
+	}
+	within := func(what string, want []string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Second)
+		for {
+			got := devices()
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: alice sees %v after 1 s, want %v", what, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	within("before", []string{"a1", "a2"})
+	e.ok("PUT", "/api/role/only-a", map[string]any{"products": []string{"sa", "sb"}}, nil)
+	within("widened to sb", []string{"a1", "a2", "b1", "b2"})
+	e.ok("PUT", "/api/role/only-a", map[string]any{"products": []string{"sb"}}, nil)
+	within("moved to sb", []string{"b1", "b2"})
+	e.hidden(e.alice, "GET", "/api/device/instance/a1/detail", nil, "a1")
+	// Role editing refusals, named by field.
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+		code, field  string
+	}{
+		{"POST", "/api/role", map[string]any{"name": "X", "permissions": []string{"device:fly"}}, 400, "illegal_argument", "permissions[0]"},
+		{"POST", "/api/role", map[string]any{"name": "X", "permissions": []string{"device:read"}, "products": []string{"sa", "nope"}}, 400, "illegal_argument", "products[1]"},
+		{"POST", "/api/role", map[string]any{"name": "X", "products": "sa"}, 400, "illegal_argument", "products"},
+		{"PUT", "/api/role/admin", map[string]any{"name": "Mine"}, 400, "illegal_argument", ""},
+		{"DELETE", "/api/role/admin", nil, 400, "illegal_argument", ""},
+		{"DELETE", "/api/role/only-a", nil, 400, "illegal_argument", ""}, // alice holds it
+		{"PUT", "/api/role/nope", map[string]any{"name": "n"}, 404, "not_found", ""},
+	} {
+		r := e.call(c.method, c.path, c.body)
+		if r.HTTPStatus != c.status || r.Code != c.code || !strings.HasPrefix(r.Message, c.field) {
+			t.Fatalf("%s %s %v: %d %s, want %d %s naming %q", c.method, c.path, c.body, r.HTTPStatus, r.raw, c.status, c.code, c.field)
+		}
+	}
+	// A role editor needs user:admin.
+	if r := e.do("POST", "/api/role", map[string]any{"name": "Mine", "permissions": []string{"user:admin"}}, e.alice); r.HTTPStatus != 403 {
+		t.Fatalf("role creation by alice: %d %s", r.HTTPStatus, r.raw)
+	}
+}
