@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"golang.org/x/sync/errgroup"
 
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -43,7 +46,9 @@ func truncateID(id string) string {
 // messageCounts answers a message-count query (endpoint 14's and an
 // export's) within ctx's products: a product outside is not_found; every
 // product (q.ProductID "") is every product of the limit, their counts
-// summed bucket by bucket (each product's series is cached by tsdb).
+// summed bucket by bucket. Each product's counts are cached by tsdb (its
+// series of days); uncached, a limited caller's every-product query costs
+// one ClickHouse query per product, at most messageCountFanout at once.
 func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.Bucket, error) {
 	all, products := meta.ProductsOf(ctx)
 	if q.ProductID != "" || all {
@@ -52,23 +57,37 @@ func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.B
 		}
 		return s.deps.Dashboard.MessageCounts(ctx, q)
 	}
+	counts := make([][]tsdb.Bucket, len(products))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(messageCountFanout)
+	for i, id := range products {
+		g.Go(func() error {
+			pq := q
+			pq.ProductID = id
+			var err error
+			counts[i], err = s.deps.Dashboard.MessageCounts(gctx, pq)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	var sum []tsdb.Bucket
-	for _, id := range products {
-		q.ProductID = id
-		buckets, err := s.deps.Dashboard.MessageCounts(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		if sum == nil {
-			sum = buckets
+	for i, buckets := range counts {
+		if i == 0 {
+			sum = slices.Clone(buckets)
 			continue
 		}
 		if len(buckets) != len(sum) {
-			return nil, fmt.Errorf("api: message counts: product %q has %d buckets, another %d", id, len(buckets), len(sum))
+			return nil, fmt.Errorf("api: message counts: product %q has %d buckets, another %d", products[i], len(buckets), len(sum))
 		}
-		for i := range sum {
-			sum[i].Count += buckets[i].Count
+		for k := range sum {
+			sum[k].Count += buckets[k].Count
 		}
 	}
 	return sum, nil
 }
+
+// messageCountFanout bounds the per-product queries of one limited
+// caller's every-product message counts.
+const messageCountFanout = 4
