@@ -92,8 +92,9 @@ type DashboardSize struct {
 	History Latency `json:"history"`
 	// The same message counts of every product by a user whose role is
 	// limited to the 10 products holding the messages (the same answer:
-	// the cost of the product scope alone); *Scope are its p50 over the
-	// administrator's (above 1.05: more than 5%).
+	// the cost of the product scope alone, one series per product summed);
+	// *Scope are its p50 over the administrator's (above 1.05: more than
+	// 5%). The concurrent runs add a user limited to one product.
 	Day30Limited   Latency `json:"day30Limited"`
 	Month12Limited Latency `json:"month12Limited"`
 	Day30Scope     float64 `json:"day30ScopeRatio"`
@@ -345,8 +346,10 @@ func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.D
 			{query: queries[0], db: uncached, requests: p.Requests / 4},
 			{query: queries[0], db: db, cached: true, requests: p.Requests},
 			{query: queries[0], db: db, cached: true, requests: p.Requests, limited: true},
+			{query: queries[0], db: db, cached: true, requests: p.Requests, limited: true, one: true},
 			{query: queries[1], db: db, cached: true, requests: p.Requests},
 			{query: queries[1], db: db, cached: true, requests: p.Requests, limited: true},
+			{query: queries[1], db: db, cached: true, requests: p.Requests, limited: true, one: true},
 		}
 		if s.Ceiling, s.Concurrent, err = api.concurrentRuns(ctx, p, fmt.Sprintf("size %d", n), runs); err != nil {
 			return s, err

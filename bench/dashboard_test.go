@@ -58,11 +58,12 @@ func TestRunDashboardSmall(t *testing.T) {
 		t.Errorf("limited user: %+v %+v, ratios %v %v", s.Day30Limited, s.Month12Limited, s.Day30Scope, s.Month12Scope)
 	}
 	// Concurrent runs: 1d x30 without and with the result cache, then by
-	// the limited user, 1M x12 and by the limited user, beside the bare
-	// Fiber handler.
-	if s.Ceiling == nil || s.Ceiling.Requests != 40 || len(s.Concurrent) != 5 || s.Concurrent[0].Cached || !s.Concurrent[1].Cached ||
+	// the users limited to 10 products and to 1, 1M x12 and by both,
+	// beside the bare Fiber handler.
+	if s.Ceiling == nil || s.Ceiling.Requests != 40 || len(s.Concurrent) != 7 || s.Concurrent[0].Cached || !s.Concurrent[1].Cached ||
 		s.Concurrent[1].Load.Requests != 40 || s.Concurrent[0].Load.Requests != 10 || s.Concurrent[1].Load.Errors != 0 ||
-		!s.Concurrent[2].Limited || s.Concurrent[2].ScopeRPSRatio <= 0 || !s.Concurrent[4].Limited || s.Concurrent[3].Limited {
+		!s.Concurrent[2].Limited || s.Concurrent[2].ScopeRPSRatio <= 0 || !s.Concurrent[3].Limited || s.Concurrent[3].ScopeRPSRatio <= 0 ||
+		s.Concurrent[4].Limited || !s.Concurrent[6].Limited {
 		t.Errorf("concurrent runs: ceiling %+v, runs %+v", s.Ceiling, s.Concurrent)
 	}
 	// Property aggregates: 300000 values are 30 reports, one a day, of 1000
