@@ -52,12 +52,12 @@ FUZZ_SHORT ?= 10000x
 FUZZ_TARGETS := \
 	./meta/:FuzzCompileQuery \
 	./schema/:FuzzParseThingModel \
-	./ingest/:FuzzParseTopic \
-	./ingest/:FuzzDecodeReport \
-	./ingest/:FuzzParseNumber \
-	./ingest/:FuzzDecodeEvent \
-	./ingest/:FuzzDecodePresence \
-	./ingest/:FuzzDecodeReply \
+	./ingest/wire/:FuzzParseTopic \
+	./ingest/wire/:FuzzDecodeReport \
+	./ingest/wire/:FuzzParseNumber \
+	./ingest/wire/:FuzzDecodeEvent \
+	./ingest/wire/:FuzzDecodePresence \
+	./ingest/wire/:FuzzDecodeReply \
 	./api/:FuzzDashboardQuery \
 	./api/:FuzzCheckJSONText \
 	./bench/mqttc/:FuzzDecode
@@ -69,7 +69,7 @@ fuzz:
 			echo "$$out" | tail -40; exit 1; fi; \
 	done
 
-## cluster: a local scale-out setup (README "Scaling out"): ZooKeeper, ClickHouse
+## cluster: a local scale-out setup (REFERENCE.md "Scaling out"): ZooKeeper, ClickHouse
 ## 2 shards x 2 replicas and two devicehub instances (:8851, :8852); cluster-stop
 ## stops it. It keeps a small machine busy: stop it when done.
 cluster: services

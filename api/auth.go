@@ -194,7 +194,7 @@ func (s *Server) authenticate(ctx context.Context, token string) (meta.User, err
 		u, _, err := lookup(ctx, "")
 		return u, err
 	}
-	return s.tokens.get(ctx, meta.TokenID(token), time.Now(), lookup)
+	return s.tokens.get(ctx, meta.TokenID(token), lookup)
 }
 
 func currentUser(c *fiber.Ctx) meta.User {

@@ -471,7 +471,7 @@ func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams,
 // device references (the one commands use: cleared by every product or
 // device change through this instance, at most DeviceCacheTTL old).
 func (s *Server) deviceRef(ctx context.Context, id string) (meta.DeviceRef, error) {
-	ref, err := s.refs.get(ctx, id, time.Now(), func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
+	ref, err := s.refs.get(ctx, id, func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
 		ref, err := s.deps.Models.GetDeviceRef(ctx, id)
 		return ref, time.Time{}, err
 	})

@@ -186,7 +186,7 @@ func (s *Server) productModel(ctx context.Context, id string) (string, error) {
 	if err := productVisible(ctx, id); err != nil { // the cache is shared by every caller
 		return "", err
 	}
-	return s.models.get(ctx, id, time.Now(), func(ctx context.Context, id string) (string, time.Time, error) {
+	return s.models.get(ctx, id, func(ctx context.Context, id string) (string, time.Time, error) {
 		p, err := s.deps.Products.GetProduct(ctx, id)
 		return p.Metadata, time.Time{}, err
 	})

@@ -15,7 +15,7 @@ import (
 
 // Limits of one dashboard request (endpoint 14). Each is far above what a
 // dashboard draws, and together they bound the work, memory and response
-// size of a request; README's Dashboard section lists them.
+// size of a request; REFERENCE.md's Dashboard section lists them.
 const (
 	maxDashboardQueries  = 32              // queries in one request
 	maxHistory           = 1000            // params.history: values per property

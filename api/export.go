@@ -21,7 +21,7 @@ import (
 	"devicehub/tsdb"
 )
 
-// POST /api/dashboard/_export (README "Dashboard", Export): one query of
+// POST /api/dashboard/_export (REFERENCE.md "Dashboard", Export): one query of
 // endpoint 14's kinds (message counts, property aggregates, property
 // history) as CSV or JSON lines, streamed. Endpoint 14 answers an array
 // of queries in one envelope, built in memory and bounded (32 MiB, 1,000

@@ -45,7 +45,7 @@ const (
 
 // live is GET /api/live?deviceId=..&property=..: Server-Sent Events of
 // the devices' property values (as ingest decodes them, before storage:
-// "stored": false) and online/offline changes (README "Live updates").
+// "stored": false) and online/offline changes (REFERENCE.md "Live updates").
 // Its parameters and devices are checked before the stream starts, so a
 // refusal is the usual envelope.
 func (s *Server) live(c *fiber.Ctx) error {

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"devicehub/meta"
+	"devicehub/meta/cache"
 )
 
 func TestLookupCache(t *testing.T) {
@@ -34,20 +35,27 @@ func TestLookupCache(t *testing.T) {
 	}
 	ctx := context.Background()
 	t0 := time.Unix(1000, 0)
-	c := newLookupCache[string](time.Second, 3)
+	var clock atomic.Int64 // the cache's clock, unix ns
+	withClock := func(ttl time.Duration, max int) *lookupCache[string] {
+		o := lookupOptions[string](ttl, max)
+		o.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		return &lookupCache[string]{c: cache.New(o)}
+	}
+	c := withClock(time.Second, 3)
 	// settle waits for the lookups a call is expected to have caused,
 	// background refreshes included, to finish.
 	settle := func(want int32) {
 		for deadline := time.Now().Add(time.Second); lookups.Load() < want && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
-		for c.inflight.Load() != 0 {
+		for c.c.Loads() != 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	f := func(key string, now time.Time, wantLookups int32, wantErr error) {
 		t.Helper()
-		v, err := c.get(ctx, key, now, lookup)
+		clock.Store(now.UnixNano())
+		v, err := c.get(ctx, key, lookup)
 		settle(wantLookups)
 		if !errors.Is(err, wantErr) || (err == nil && v != "v-"+key) || lookups.Load() != wantLookups {
 			t.Fatalf("get(%q, +%v) = %q, %v after %d lookups; want err %v after %d", key, now.Sub(t0), v, err, lookups.Load(), wantErr, wantLookups)
@@ -70,7 +78,8 @@ func TestLookupCache(t *testing.T) {
 	goneMu.Lock()
 	gone["a"] = true
 	goneMu.Unlock()
-	if v, err := c.get(ctx, "a", t0.Add(6*time.Second), lookup); err != nil || v != "v-a" {
+	clock.Store(t0.Add(6 * time.Second).UnixNano())
+	if v, err := c.get(ctx, "a", lookup); err != nil || v != "v-a" {
 		t.Fatalf("stale answer: %q, %v", v, err) // served stale once, refresh fails
 	}
 	settle(8)
@@ -101,7 +110,7 @@ func TestLookupCache(t *testing.T) {
 	f("b", t0, 16, nil)
 
 	// TTL 0 looks up every time.
-	c = newLookupCache[string](0, 3)
+	c = withClock(0, 3)
 	f("a", t0, 17, nil)
 	f("a", t0, 18, nil)
 }
@@ -120,9 +129,8 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 		}
 		return "v-" + strings.Clone(key), time.Time{}, nil
 	}
-	now := time.Now()
 	waitLoading := func(key string) {
-		for c.inflight.Load() == 0 {
+		for c.c.Loads() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -133,7 +141,7 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				v, err := c.get(context.Background(), key, now, lookup)
+				v, err := c.get(context.Background(), key, lookup)
 				if err != nil {
 					errs.Add(1)
 				} else if v != "v-"+key {
@@ -149,7 +157,7 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 		release = make(chan struct{})
 		return int(errs.Load())
 	}
-	kept := func(key string) bool { _, ok := c.peek(key, now); return ok }
+	kept := func(key string) bool { _, ok := c.c.Peek(key); return ok }
 
 	// Late arrivals find the answer cached, so one lookup whatever the timing.
 	if errs := run("a", 20, func() {}); errs != 0 || calls.Load() != 1 || !kept("a") {
@@ -175,7 +183,7 @@ func TestLookupCachePanic(t *testing.T) {
 	started := make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		_, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
+		_, err := c.get(context.Background(), "k", func(context.Context, string) (int, time.Time, error) {
 			close(started)
 			<-release
 			panic("lookup failed badly")
@@ -185,7 +193,7 @@ func TestLookupCachePanic(t *testing.T) {
 	<-started
 	waiter := make(chan error, 1)
 	go func() {
-		_, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) {
+		_, err := c.get(context.Background(), "k", func(context.Context, string) (int, time.Time, error) {
 			return 0, time.Time{}, errors.New("the waiter should share the lookup in flight")
 		})
 		waiter <- err
@@ -202,7 +210,7 @@ func TestLookupCachePanic(t *testing.T) {
 	if err := <-first; !errors.Is(err, errLookupPanicked) {
 		t.Fatalf("the request whose lookup panicked: %v", err)
 	}
-	v, err := c.get(context.Background(), "k", time.Now(), func(context.Context, string) (int, time.Time, error) { return 7, time.Time{}, nil })
+	v, err := c.get(context.Background(), "k", func(context.Context, string) (int, time.Time, error) { return 7, time.Time{}, nil })
 	if err != nil || v != 7 {
 		t.Fatalf("after the panic: %v %v", v, err)
 	}

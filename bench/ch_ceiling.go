@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"devicehub/ingest"
+	"devicehub/ingest/wire"
 	"devicehub/tsdb"
 )
 
@@ -31,7 +32,7 @@ type ClickHouseCeilingResult struct {
 }
 
 // clickHouseCeiling inserts, for d, the very rows the ingester writes for
-// RunIngest's reports (decoded by ingest.Decode: one device_message row
+// RunIngest's reports (decoded by wire.Decode: one device_message row
 // and 2 + i%13 device_property rows for device i) straight into a
 // throwaway ClickHouse database through tsdb.Writer, with the server's
 // default writer count and batch size, one Add per message as the
@@ -56,16 +57,16 @@ func clickHouseCeiling(ctx context.Context, p IngestParams, product string, ids 
 
 	// The message pool, decoded as the ingester decodes.
 	t0 := time.Now()
-	pool := make([]ingest.Rows, chCeilingPool)
+	pool := make([]wire.Rows, chCeilingPool)
 	now := time.Now()
 	for k := range pool {
 		i := k % len(ids)
-		topic := "/" + product + "/" + ids[i] + "/properties/report"
-		t, ok := ingest.ParseTopic(topic)
+		topic := wire.DeviceTopic(product, ids[i], wire.LevelReport)
+		t, ok := wire.ParseTopic(topic)
 		if !ok {
 			return res, fmt.Errorf("bench: topic %q", topic)
 		}
-		if err := ingest.Decode(&pool[k], t, reportPayload(nil, ids[i], i, int64(k)), now, nil); err != nil {
+		if err := wire.Decode(&pool[k], t, reportPayload(nil, ids[i], i, int64(k)), now, nil); err != nil {
 			return res, fmt.Errorf("bench: decode: %w", err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"devicehub/tsdb"
 )
 
-// Scale-out runs (README "Scaling out", BENCHMARKS.md): the ingest and
+// Scale-out runs (REFERENCE.md "Scaling out", BENCHMARKS.md): the ingest and
 // dashboard scenarios take a ClickHouse cluster name (ClickHouseCluster,
 // cmd/bench -clickhouse-cluster). Then ClickHouseAddr is a node of it, or
 // a comma-separated list of nodes tried in order (tsdb.Options.Addr); the

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"devicehub/ingest"
+	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -21,17 +21,17 @@ import (
 func BenchmarkDecodeReport(b *testing.B) {
 	topic := "/meter/meter-000007/properties/report"
 	payload := reportPayload(nil, "meter-000007", 6, 42)
-	var rows ingest.Rows
+	var rows wire.Rows
 	now := time.Now()
 	b.SetBytes(int64(len(payload)))
 	b.ReportAllocs()
 	for b.Loop() {
 		rows.Reset()
-		t, ok := ingest.ParseTopic(topic)
+		t, ok := wire.ParseTopic(topic)
 		if !ok {
 			b.Fatal("topic")
 		}
-		if err := ingest.DecodeReport(&rows, t, payload, now); err != nil {
+		if err := wire.DecodeReport(&rows, t, payload, now); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -50,9 +50,9 @@ func (c *countInserter) InsertBatch(_ context.Context, b *tsdb.Batch) error {
 // ClickHouse batch writer (flush at 20000 rows into an inserter that only
 // counts): the cost of batching, without the network.
 func BenchmarkBatchBuilding(b *testing.B) {
-	var rows ingest.Rows
-	t, _ := ingest.ParseTopic("/meter/meter-000007/properties/report")
-	if err := ingest.DecodeReport(&rows, t, reportPayload(nil, "meter-000007", 6, 42), time.Now()); err != nil {
+	var rows wire.Rows
+	t, _ := wire.ParseTopic("/meter/meter-000007/properties/report")
+	if err := wire.DecodeReport(&rows, t, reportPayload(nil, "meter-000007", 6, 42), time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	ins := &countInserter{}

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/wire"
 )
 
 // A kept session's backlog (what the broker queued for it while devicehub
@@ -52,7 +54,7 @@ func markerTopic(productIDs []string) string {
 	if len(productIDs) > 0 {
 		p = productIDs[0]
 	}
-	return "/" + p + "/" + markerDevice + "/online"
+	return wire.DeviceTopic(p, markerDevice, wire.LevelOnline)
 }
 
 func newBacklog(opt Options, log *slog.Logger) *backlog {
@@ -101,7 +103,7 @@ func (b *backlog) connectionLost(id string) {
 func (b *backlog) isMarker(topic string) bool { return strings.HasSuffix(topic, markerSuffix) }
 
 // markerSuffix ends every marker topic.
-const markerSuffix = "/" + markerDevice + "/online"
+const markerSuffix = "/" + markerDevice + "/" + wire.LevelOnline
 
 // arrived takes a marker received by session id on the connection whose
 // acknowledgements order keeps. Any marker is acknowledged in its turn

@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"devicehub/meta"
+	"devicehub/meta/cache"
 )
 
 // Devices looks devices up; *meta.Store is one.
@@ -25,41 +25,46 @@ type StateApplier interface {
 // refreshChunk bounds the ids of one refresh query.
 const refreshChunk = 10000
 
-// maxCachedDevices bounds the device cache: past it a device not cached
-// yet is looked up on each of its messages instead of being kept (about
-// 150 bytes an entry: 150 MB at the bound).
+// maxCachedDevices bounds the device cache (about 150 bytes an entry:
+// 150 MB at the bound); a full cache forgets a quarter of its devices, in
+// no particular order, which are looked up again on their next message.
 const maxCachedDevices = 1 << 20
 
 // deviceCache keeps the status of the devices ingest hears from, so that a
 // message costs no PostgreSQL query. A device's first message looks it up
-// (concurrent misses of one id share the lookup: singleflight); then
-// refresh, every TTL, re-reads in one query per 10,000 every device
-// cached, and forgets those unused for keep refreshes in a row. A deploy,
-// undeploy or delete thus takes effect within about one TTL, and
-// PostgreSQL answers a few queries per TTL instead of one per device per
-// TTL (500 queries/s at 1000 devices and 2s, about a tenth of the
-// ingester's CPU). keep spares a quiet device a lookup per message: with
-// keep 0 (forgotten when unused for one TTL), 5,000 devices reporting
-// every 10 s cost PostgreSQL 1,000 single-device queries a second, one
-// per report (bench fleet-connect). While PostgreSQL is down the statuses
-// known stay in use; only devices not seen before wait for it.
+// (concurrent misses of one id share the lookup); then refresh, every TTL,
+// re-reads in one query per 10,000 every device cached, and forgets those
+// unused for keep refreshes in a row. A deploy, undeploy or delete thus
+// takes effect within about one TTL, and PostgreSQL answers a few queries
+// per TTL instead of one per device per TTL (500 queries/s at 1000 devices
+// and 2s, about a tenth of the ingester's CPU). keep spares a quiet device
+// a lookup per message: with keep 0 (forgotten when unused for one TTL),
+// 5,000 devices reporting every 10 s cost PostgreSQL 1,000 single-device
+// queries a second, one per report (bench fleet-connect). While PostgreSQL
+// is down the statuses known stay in use; only devices not seen before
+// wait for it.
+//
+// The statuses are kept in a meta/cache Cache, which never expires them
+// (refresh forgets the unused ones) and shares the first lookups: a shared
+// lookup runs on a context detached from the worker that started it
+// (meta's QueryTimeout bounds it) and is cancelled when no worker waits
+// for it any more.
 type deviceCache struct {
-	src    Devices
-	ttl    time.Duration
-	keep   int // refreshes an unused entry survives
-	log    *slog.Logger
-	flight singleflight.Group // first lookups, one per id at a time
-
-	mu      sync.Mutex
-	entries map[string]*cacheEntry
+	src     Devices
+	ttl     time.Duration
+	keep    int // refreshes an unused entry survives
+	log     *slog.Logger
+	entries *cache.Cache[string, *cacheEntry]
 	failing bool // the last refresh failed (logged once)
+
 	// Devices not cached whose messages are on their way to a worker
 	// (hint) are looked up many to a query ahead of the workers
 	// (runHints), and a worker that misses one of them waits for that
 	// query instead of sending its own: a storm of new devices does not
 	// cost a query each. hintNext gathers (at most refreshChunk ids),
 	// hintOf maps each id gathered or in flight to its batch, hinted
-	// signals the first id of a batch.
+	// signals the first id of a batch; mu guards them.
+	mu       sync.Mutex
 	hintNext *hintBatch
 	hintOf   map[string]*hintBatch
 	hinted   chan struct{}
@@ -70,15 +75,40 @@ type hintBatch struct {
 	done chan struct{} // closed once looked up (or failed)
 }
 
+// cacheEntry is a device's entry; the cache shares it.
 type cacheEntry struct {
+	st   atomic.Pointer[deviceStatus] // replaced by refresh
+	used atomic.Bool                  // since the last refresh
+	idle int                          // refreshes in a row without a use; refresh's own
+}
+
+type deviceStatus struct {
 	status meta.DeviceStatus
 	found  bool
-	used   bool // since the last refresh
-	idle   int  // refreshes in a row without a use
+}
+
+func newCacheEntry(st meta.DeviceStatus, found, used bool) *cacheEntry {
+	e := &cacheEntry{}
+	e.st.Store(&deviceStatus{st, found})
+	e.used.Store(used)
+	return e
+}
+
+// use marks e used and returns its status.
+func (e *cacheEntry) use() (meta.DeviceStatus, bool) {
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
+	s := e.st.Load()
+	return s.status, s.found
 }
 
 func newDeviceCache(src Devices, ttl time.Duration, keep int, log *slog.Logger) *deviceCache {
-	return &deviceCache{src: src, ttl: ttl, keep: max(keep, 0), log: log, entries: make(map[string]*cacheEntry),
+	o := cache.DefaultOptions[string, *cacheEntry]()
+	o.TTL = cache.Forever
+	o.MaxEntries = maxCachedDevices
+	o.LoadTimeout = 0 // the store's own (meta's QueryTimeout)
+	return &deviceCache{src: src, ttl: ttl, keep: max(keep, 0), log: log, entries: cache.New(o),
 		hintOf: make(map[string]*hintBatch), hinted: make(chan struct{}, 1)}
 }
 
@@ -86,9 +116,12 @@ func newDeviceCache(src Devices, ttl time.Duration, keep int, log *slog.Logger) 
 // cached, runHints looks it up with others before the worker gets there
 // (a worker that gets there first looks it up itself, as before).
 func (c *deviceCache) hint(id string) {
+	if _, ok := c.entries.Peek(id); ok {
+		return
+	}
 	c.mu.Lock()
 	first := false
-	if c.entries[id] == nil && c.hintOf[id] == nil {
+	if c.hintOf[id] == nil {
 		b := c.hintNext
 		if b == nil {
 			b = &hintBatch{done: make(chan struct{})}
@@ -150,13 +183,11 @@ func (c *deviceCache) runHints(ctx context.Context) {
 // get returns the device's status and whether it exists; err is a lookup
 // failure (database down), which is not cached.
 func (c *deviceCache) get(ctx context.Context, id string) (meta.DeviceStatus, bool, error) {
-	c.mu.Lock()
-	if e := c.entries[id]; e != nil {
-		e.used = true
-		st, found := e.status, e.found
-		c.mu.Unlock()
+	if e, ok := c.entries.Peek(id); ok {
+		st, found := e.use()
 		return st, found, nil
 	}
+	c.mu.Lock()
 	b := c.hintOf[id]
 	c.mu.Unlock()
 	if b != nil { // looked up with others right now: wait for that
@@ -165,44 +196,28 @@ func (c *deviceCache) get(ctx context.Context, id string) (meta.DeviceStatus, bo
 		case <-ctx.Done():
 			return meta.DeviceStatus{}, false, ctx.Err()
 		}
-		c.mu.Lock()
-		if e := c.entries[id]; e != nil {
-			e.used = true
-			st, found := e.status, e.found
-			c.mu.Unlock()
+		if e, ok := c.entries.Peek(id); ok {
+			st, found := e.use()
 			return st, found, nil
 		}
-		c.mu.Unlock() // that lookup failed: on our own
+		// That lookup failed: on our own.
 	}
-	done := c.flight.DoChan(id, func() (any, error) { return c.lookup(ctx, id) })
-	select {
-	case r := <-done:
-		if r.Err != nil {
-			return meta.DeviceStatus{}, false, r.Err
-		}
-		e := r.Val.(cacheEntry)
-		return e.status, e.found, nil
-	case <-ctx.Done():
-		return meta.DeviceStatus{}, false, ctx.Err()
+	e, err := c.entries.Get(ctx, id, c.lookup)
+	if err != nil {
+		return meta.DeviceStatus{}, false, err
 	}
+	st, found := e.use()
+	return st, found, nil
 }
 
-// lookup reads a device not cached yet and keeps its status.
-func (c *deviceCache) lookup(ctx context.Context, id string) (any, error) {
+// lookup reads a device not cached yet.
+func (c *deviceCache) lookup(ctx context.Context, id string) (*cacheEntry, error) {
 	m, err := c.src.DeviceStatuses(ctx, []string{id})
 	if err != nil {
 		return nil, err
 	}
-	var v cacheEntry
-	v.status, v.found = m[id]
-	e := v // once in the map, e is read and written under c.mu only
-	e.used = true
-	c.mu.Lock()
-	if len(c.entries) < maxCachedDevices {
-		c.entries[id] = &e
-	}
-	c.mu.Unlock()
-	return v, nil
+	st, found := m[id]
+	return newCacheEntry(st, found, true), nil
 }
 
 // prefetch reads the statuses of ids (the devices stored as online, at
@@ -218,16 +233,14 @@ func (c *deviceCache) prefetch(ctx context.Context, ids []string) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		c.mu.Lock()
 		for _, id := range chunk {
-			if c.entries[id] != nil || len(c.entries) >= maxCachedDevices {
+			if _, ok := c.entries.Peek(id); ok {
 				continue
 			}
 			st, found := m[id]
-			c.entries[id] = &cacheEntry{status: st, found: found}
+			c.entries.Put(id, newCacheEntry(st, found, false))
 			n++
 		}
-		c.mu.Unlock()
 	}
 	return n, nil
 }
@@ -235,19 +248,16 @@ func (c *deviceCache) prefetch(ctx context.Context, ids []string) (int, error) {
 // refresh re-reads every device cached, in chunks of refreshChunk ids,
 // after forgetting the devices unused for more than keep refreshes.
 func (c *deviceCache) refresh(ctx context.Context) error {
-	c.mu.Lock()
-	ids := make([]string, 0, len(c.entries))
-	for id, e := range c.entries {
-		if e.used {
+	var ids []string
+	c.entries.DeleteFunc(func(id string, e *cacheEntry) bool {
+		if e.used.Swap(false) {
 			e.idle = 0
 		} else if e.idle++; e.idle > c.keep {
-			delete(c.entries, id)
-			continue
+			return true
 		}
-		e.used = false
 		ids = append(ids, id)
-	}
-	c.mu.Unlock()
+		return false
+	})
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), refreshChunk)]
 		ids = ids[len(chunk):]
@@ -255,13 +265,12 @@ func (c *deviceCache) refresh(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.mu.Lock()
 		for _, id := range chunk {
-			if e := c.entries[id]; e != nil {
-				e.status, e.found = m[id]
+			if e, ok := c.entries.Peek(id); ok {
+				st, found := m[id]
+				e.st.Store(&deviceStatus{st, found})
 			}
 		}
-		c.mu.Unlock()
 	}
 	return nil
 }
@@ -296,8 +305,4 @@ func (c *deviceCache) run(ctx context.Context) {
 }
 
 // len returns the devices cached.
-func (c *deviceCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
+func (c *deviceCache) len() int { return c.entries.Len() }

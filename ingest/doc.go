@@ -3,9 +3,9 @@
 // (tsdb) in batches, and device connection state (birth and last-will
 // messages) into the metadata store (meta).
 //
-// The wire format is decoded by pure functions (decode.go: ParseTopic and
-// the Decode* functions) that turn a topic and payload into tsdb rows, so
-// the hot path is fuzzed and benchmarked without a network. Ingester owns
+// The wire format is decoded by pure functions (package ingest/wire:
+// ParseTopic and the Decode* functions) that turn a topic and payload into
+// tsdb rows, so the hot path is fuzzed and benchmarked without a network. Ingester owns
 // the shared, persistent QoS 1 subscription with manual acknowledgements:
 // a message is acknowledged only once the batch holding it is stored.
 //

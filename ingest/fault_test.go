@@ -35,7 +35,7 @@ func TestFaultBrokerRestartDuringIngest(t *testing.T) {
 	t.Run("default", func(t *testing.T) { brokerRestartDuringIngest(t, "", true) })
 	// A share group (several instances): Mosquitto 2.0 does not restore
 	// it after a restart, so loss inside the restart window is logged as
-	// the broker's limitation (README "Broker settings").
+	// the broker's limitation (REFERENCE.md "Broker settings").
 	t.Run("shared", func(t *testing.T) { brokerRestartDuringIngest(t, "devicehub", false) })
 }
 

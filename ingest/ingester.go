@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -54,7 +55,7 @@ type Options struct {
 	// Default NoShareGroup: one plain, persistent subscription on one
 	// connection, which Mosquitto 2.0 keeps across its restarts (it keeps
 	// no shared one: what devices publish between its restart and the
-	// resubscription is lost to a share group, README "Broker settings").
+	// resubscription is lost to a share group, REFERENCE.md "Broker settings").
 	ShareGroup string
 	// ProductIDs narrows the subscription to these products; empty means
 	// every product ("+"). Meant for tests and product-sharded setups.
@@ -282,7 +283,7 @@ type Stats struct {
 // item is one received message on its way to a worker.
 type item struct {
 	msg   mqtt.Message
-	topic Topic
+	topic wire.Topic
 	at    time.Time
 	order *ackOrder // the connection's ack order; nil at QoS 0
 	seq   uint64    // the message's place in it
@@ -401,7 +402,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.states = newStateBatcher(states, opt.StateFlushInterval, opt.StateBatch, in.log, in.m)
 	in.states.written = func(n int) { in.stateN.Add(uint64(n)) }
-	for _, f := range UplinkFilters(opt.ProductIDs...) {
+	for _, f := range wire.UplinkFilters(opt.ProductIDs...) {
 		if opt.ShareGroup == NoShareGroup {
 			in.filters[f] = opt.QoS
 			continue
@@ -565,7 +566,7 @@ func (in *Ingester) receive(order *ackOrder, session string, m mqtt.Message) {
 		in.drop(it, DropRetained)
 		return
 	}
-	t, ok := ParseTopic(m.Topic())
+	t, ok := wire.ParseTopic(m.Topic())
 	if !ok {
 		in.drop(it, DropUnknownTopic)
 		return
@@ -615,7 +616,7 @@ func (in *Ingester) ack(m mqtt.Message) {
 
 func (in *Ingester) work(q chan item, w *tsdb.Writer) {
 	defer in.workers.Done()
-	var rows Rows
+	var rows wire.Rows
 	for {
 		select {
 		case it := <-q:
@@ -638,10 +639,10 @@ func (in *Ingester) work(q chan item, w *tsdb.Writer) {
 
 // process checks, decodes and queues one message for storage; it is
 // acknowledged when stored, or now when deliberately dropped.
-func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
+func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	m, t := it.msg, it.topic
 	payload := m.Payload()
-	if len(payload) > MaxPayload {
+	if len(payload) > wire.MaxPayload {
 		in.drop(it, DropOversize)
 		return
 	}
@@ -669,13 +670,13 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 	}
 	rows.Reset()
 	var at time.Time
-	if t.Kind == KindOnline || t.Kind == KindOffline {
-		at, err = DecodePresence(rows, t, payload, it.at)
+	if t.Kind == wire.KindOnline || t.Kind == wire.KindOffline {
+		at, err = wire.DecodePresence(rows, t, payload, it.at)
 	} else {
-		err = Decode(rows, t, payload, it.at, nil)
+		err = wire.Decode(rows, t, payload, it.at, nil)
 	}
 	if err != nil {
-		if errors.Is(err, ErrTooLarge) {
+		if errors.Is(err, wire.ErrTooLarge) {
 			in.drop(it, DropOversize)
 		} else {
 			in.drop(it, DropMalformed)
@@ -728,7 +729,7 @@ func (in *Ingester) process(rows *Rows, it item, w *tsdb.Writer) {
 		// 2,000 reconnected devices stayed offline (bench fleet-connect).
 		// The broker delivers a device's birth and will in order, and so
 		// do the workers (one per device): arrival order is their order.
-		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == KindOnline, At: it.at}, done)
+		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == wire.KindOnline, At: it.at}, done)
 	}
 	in.liveDecoded(t.DeviceID, rows.Props) // live updates, before storage (livefeed.go)
 	if err := w.AddHolding(in.runCtx, rows.Msgs, rows.Props, held, done); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
+	"devicehub/ingest/wire"
 	"devicehub/tsdb"
 )
 
@@ -146,7 +147,7 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	dev.MustPublish(t, "/"+p+"/"+foreign+"/properties/report", 1, report)          // product mismatch
 	dev.MustPublish(t, "/"+p+"/"+idle+"/properties/report", 1, report)             // notActive
 	dev.MustPublish(t, "/"+p+"/"+good+"/properties/report", 1, `{"properties":[}`) // malformed
-	dev.MustPublish(t, "/"+p+"/"+good+"/event/e", 1, `{"data":`+strings.Repeat(" ", MaxPayload)+`1}`)
+	dev.MustPublish(t, "/"+p+"/"+good+"/event/e", 1, `{"data":`+strings.Repeat(" ", wire.MaxPayload)+`1}`)
 	dev.MustPublish(t, "/"+p+"/"+good+"/properties/report", 1, report) // the one stored
 
 	want := map[string]uint64{DropUnknownDevice: 1, DropProductMismatch: 1, DropNotActive: 1, DropMalformed: 1, DropOversize: 1}

@@ -23,7 +23,7 @@ type LiveFeed interface {
 	// Decoded receives a watched device's values of one message once it
 	// is decoded and checked, before storage, on the worker's goroutine:
 	// it must not block, and must keep nothing of values once it returns
-	// (their strings are views of the message's payload, jsonscan.go).
+	// (their strings are views of the message's payload, ingest/wire).
 	Decoded(values []tsdb.PropertyValue)
 }
 

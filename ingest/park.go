@@ -3,6 +3,8 @@ package ingest
 import (
 	"sync"
 	"time"
+
+	"devicehub/ingest/wire"
 )
 
 // parking holds messages whose device could not be looked up because
@@ -60,7 +62,7 @@ func (in *Ingester) parked() int {
 // is given back to the broker (not acknowledged).
 func (in *Ingester) runParking() {
 	defer in.workers.Done()
-	var rows Rows
+	var rows wire.Rows
 	wait := 100 * time.Millisecond
 	t := time.NewTimer(wait)
 	defer t.Stop()

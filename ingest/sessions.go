@@ -6,6 +6,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
 )
 
 // Subscriber sessions beyond this run's own: those a run with more
@@ -47,7 +48,7 @@ func (in *Ingester) retireSessions(ctx context.Context) error {
 // share group keeps that subscription.)
 func (in *Ingester) retiredFilters() []string {
 	var fs []string
-	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
+	for _, f := range wire.UplinkFilters(in.opt.ProductIDs...) {
 		fs = append(fs, f)
 		if in.opt.ShareGroup != NoShareGroup {
 			fs = append(fs, "$share/"+in.opt.ShareGroup+"/"+f)
@@ -62,7 +63,7 @@ func (in *Ingester) retiredFilters() []string {
 // with the other form would otherwise get every message twice.
 func (in *Ingester) otherFilters() []string {
 	var fs []string
-	for _, f := range UplinkFilters(in.opt.ProductIDs...) {
+	for _, f := range wire.UplinkFilters(in.opt.ProductIDs...) {
 		if in.opt.ShareGroup == NoShareGroup {
 			fs = append(fs, "$share/devicehub/"+f)
 		} else {

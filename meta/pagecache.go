@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/meta/cache"
 )
 
 // The page cache of the product and device lists (endpoints 1 and 7).
@@ -41,38 +42,40 @@ import (
 //     served nor kept, and every generation is bumped when it listens
 //     again. A connection that died silently is found by a ping every 5 s;
 //     Options.PageCacheTTL bounds a page's age in any case.
+//
+// The pages are kept in a meta/cache Cache tagged by list: a change of a
+// table bumps the generation of each list that reads it. A shared query
+// runs on a context detached from the request that started it
+// (Options.QueryTimeout bounds it) and is cancelled when no request waits
+// for it any more.
 type pageCache struct {
-	ttl  time.Duration
-	dsn  string
-	gens map[string]*atomic.Uint64 // by Resource.Name: products and devices
-	live atomic.Bool               // the watcher listens
+	ttl   time.Duration
+	dsn   string
+	pages *cache.Cache[pageID, sizedPage]
+	live  atomic.Bool // the watcher listens
 
 	start  sync.Once     // the watcher starts with the first cached list query
 	stop   chan struct{} // closed by close
 	closed sync.WaitGroup
 
-	mu    sync.Mutex
-	m     map[string]*pageEntry
-	bytes int // held by the finished entries in m
-
 	syncMu sync.Mutex
 	syncs  map[string]chan struct{} // SyncLists calls, by their announcement
 }
 
-// pageEntry is one query's page, or its flight while it runs.
-type pageEntry struct {
-	list  string    // the list it is a page of
-	start time.Time // before the query was sent
-	gen   uint64    // its list's generation then
-	done  chan struct{}
-	val   any // a Page[T]; shared, never modified
-	bytes int // its size as load gave it, counted against maxPageBytes
-	err   error
+// pageID is a page's key in the cache: its list (its tag) and pageKey.
+type pageID struct{ list, key string }
+
+// sizedPage is a page (a Page[T]; shared, never modified) and its size in
+// bytes as load gave it.
+type sizedPage struct {
+	val   any
+	bytes int
 }
 
 // Bounds of the cache: entries, their keys, and the bytes their pages
-// hold (items and JSON). A query whose key is longer, or that finds the
-// cache full after a sweep, runs uncached.
+// hold (items and JSON). A query whose key is longer runs uncached; a full
+// cache drops the pages that can no longer be served, then others, down to
+// three quarters of its bounds.
 const (
 	maxPageEntries = 4096
 	maxPageKey     = 4096
@@ -91,12 +94,14 @@ var listTables = map[string][]string{
 }
 
 func newPageCache(dsn string, ttl time.Duration) *pageCache {
-	c := &pageCache{ttl: ttl, dsn: dsn, gens: map[string]*atomic.Uint64{}, m: map[string]*pageEntry{}, stop: make(chan struct{}),
-		syncs: map[string]chan struct{}{}}
-	for list := range listTables {
-		c.gens[list] = new(atomic.Uint64)
-	}
-	return c
+	o := cache.DefaultOptions[pageID, sizedPage]()
+	o.TTL = ttl
+	o.MaxEntries = maxPageEntries
+	o.MaxBytes = maxPageBytes
+	o.Size = func(_ pageID, p sizedPage) int { return p.bytes }
+	o.Tag = func(id pageID) string { return id.list }
+	o.LoadTimeout = 0 // the query's own (Options.QueryTimeout)
+	return &pageCache{ttl: ttl, dsn: dsn, pages: cache.New(o), stop: make(chan struct{}), syncs: map[string]chan struct{}{}}
 }
 
 // changed makes every page that reads one of tables unservable; with no
@@ -106,10 +111,18 @@ func (c *pageCache) changed(tables ...string) {
 	if c == nil {
 		return
 	}
+	if len(tables) == 0 {
+		c.pages.Invalidate()
+		return
+	}
+	var lists []string
 	for list, read := range listTables {
-		if len(tables) == 0 || overlaps(read, tables) {
-			c.gens[list].Add(1)
+		if overlaps(read, tables) {
+			lists = append(lists, list)
 		}
+	}
+	if len(lists) > 0 {
+		c.pages.Invalidate(lists...)
 	}
 }
 
@@ -125,10 +138,10 @@ func overlaps(a, b []string) bool {
 }
 
 // get returns the page of list under key: a servable kept one, the one of
-// an identical query in flight, or load's, run now in the caller's
-// goroutine. load returns the page and its size in bytes; keep tells it
-// whether the page will be kept (and so worth its JSON). A failed load is
-// not kept; the callers that waited for it get its error.
+// an identical query in flight, or load's. load returns the page and its
+// size in bytes; keep tells it whether the page may be kept (and so is
+// worth its JSON). A failed load is not kept; the callers that waited for
+// it get its error.
 func (c *pageCache) get(ctx context.Context, list, key string, load func(ctx context.Context, keep bool) (any, int, error)) (any, error) {
 	if c == nil || c.ttl <= 0 || len(key) > maxPageKey {
 		v, _, err := load(ctx, false)
@@ -139,90 +152,11 @@ func (c *pageCache) get(ctx context.Context, list, key string, load func(ctx con
 		v, _, err := load(ctx, false)
 		return v, err
 	}
-	gen := c.gens[list].Load()
-	now := time.Now()
-	c.mu.Lock()
-	if e, ok := c.m[key]; ok {
-		if e.gen == gen && now.Sub(e.start) < c.ttl {
-			c.mu.Unlock()
-			select {
-			case <-e.done:
-				return e.val, e.err
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		c.removeLocked(key, e)
-	}
-	if len(c.m) >= maxPageEntries || c.bytes >= maxPageBytes {
-		c.sweepLocked(now)
-	}
-	if len(c.m) >= maxPageEntries || c.bytes >= maxPageBytes {
-		c.mu.Unlock()
-		v, _, err := load(ctx, false)
-		return v, err
-	}
-	e := &pageEntry{list: list, start: now, gen: gen, done: make(chan struct{})}
-	c.m[key] = e
-	c.mu.Unlock()
-
-	finished := false
-	defer func() {
-		if !finished { // load panicked: fail the waiters, not the process's other requests
-			e.err = fmt.Errorf("meta: %s list query panicked", list)
-			c.finish(key, e)
-		}
-	}()
-	// The query is shared: the caller leaving does not cancel it for the
-	// others (Options.QueryTimeout still bounds it).
-	e.val, e.bytes, e.err = load(context.WithoutCancel(ctx), true)
-	finished = true
-	c.finish(key, e)
-	return e.val, e.err
-}
-
-// finish publishes e's page and keeps it, unless it failed.
-func (c *pageCache) finish(key string, e *pageEntry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	close(e.done)
-	if c.m[key] != e {
-		return // replaced by a newer flight, or swept
-	}
-	if e.err != nil {
-		delete(c.m, key)
-		return
-	}
-	c.bytes += e.bytes
-}
-
-// removeLocked forgets key's entry e; c.mu is held.
-func (c *pageCache) removeLocked(key string, e *pageEntry) {
-	if c.m[key] != e {
-		return
-	}
-	delete(c.m, key)
-	select {
-	case <-e.done:
-		c.bytes -= e.bytes
-	default: // in flight: its size was never counted
-	}
-}
-
-// sweepLocked forgets the pages that can no longer be served, then, if
-// the cache is still full, any finished ones; c.mu is held.
-func (c *pageCache) sweepLocked(now time.Time) {
-	for k, e := range c.m {
-		if e.gen != c.gens[e.list].Load() || now.Sub(e.start) >= c.ttl {
-			c.removeLocked(k, e)
-		}
-	}
-	for k, e := range c.m {
-		if len(c.m) < maxPageEntries*3/4 && c.bytes < maxPageBytes*3/4 {
-			return
-		}
-		c.removeLocked(k, e)
-	}
+	p, err := c.pages.Get(ctx, pageID{list, key}, func(ctx context.Context, _ pageID) (sizedPage, error) {
+		v, n, err := load(ctx, true)
+		return sizedPage{v, n}, err
+	})
+	return p.val, err
 }
 
 // pageKey names a page: its list, the terms with their values, the order

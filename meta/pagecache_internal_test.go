@@ -99,10 +99,7 @@ func TestPageCacheBounds(t *testing.T) {
 		if _, err := c.get(ctx, "device", fmt.Sprintf("device\x00big%d", i), big); err != nil {
 			t.Fatal(err)
 		}
-		c.mu.Lock()
-		held := c.bytes
-		c.mu.Unlock()
-		if held > maxPageBytes {
+		if held := c.pages.Bytes(); held > maxPageBytes {
 			t.Fatalf("%d bytes kept, bound %d", held, maxPageBytes)
 		}
 	}
@@ -112,10 +109,7 @@ func TestPageCacheBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.mu.Lock()
-	n := len(c.m)
-	c.mu.Unlock()
-	if n > maxPageEntries {
+	if n := c.pages.Len(); n > maxPageEntries {
 		t.Fatalf("%d entries, bound %d", n, maxPageEntries)
 	}
 	long := string(make([]byte, maxPageKey+1))

@@ -3,6 +3,7 @@ package meta
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lib/pq"
@@ -72,28 +73,30 @@ func TestTotalKey(t *testing.T) {
 
 // TestTotalCache checks expiry, the size bound and the key bound.
 func TestTotalCache(t *testing.T) {
-	off := newTotalCache(0)
-	off.put("a", 1)
-	if _, ok := off.get("a"); ok {
-		t.Error("a cache with no TTL keeps")
-	}
-	c := newTotalCache(50 * time.Millisecond)
-	c.put("a", 7)
-	if n, ok := c.get("a"); !ok || n != 7 {
-		t.Fatalf("get a = %d, %v", n, ok)
-	}
-	c.put(strings.Repeat("k", totalKeyMax+1), 1)
-	if _, ok := c.get(strings.Repeat("k", totalKeyMax+1)); ok {
-		t.Error("kept a key above totalKeyMax")
-	}
-	for i := range totalCacheSize + 10 {
-		c.put(strings.Repeat("x", i%50)+string(rune('a'+i%26))+strings.Repeat("y", i/50), i)
-	}
-	if len(c.m) > totalCacheSize {
-		t.Errorf("%d entries, above %d", len(c.m), totalCacheSize)
-	}
-	time.Sleep(60 * time.Millisecond)
-	if _, ok := c.get("a"); ok {
-		t.Error("an expired estimate was kept")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		off := newTotalCache(0)
+		off.put("a", 1)
+		if _, ok := off.get("a"); ok {
+			t.Error("a cache with no TTL keeps")
+		}
+		c := newTotalCache(50 * time.Millisecond)
+		c.put("a", 7)
+		if n, ok := c.get("a"); !ok || n != 7 {
+			t.Fatalf("get a = %d, %v", n, ok)
+		}
+		c.put(strings.Repeat("k", totalKeyMax+1), 1)
+		if _, ok := c.get(strings.Repeat("k", totalKeyMax+1)); ok {
+			t.Error("kept a key above totalKeyMax")
+		}
+		for i := range totalCacheSize + 10 {
+			c.put(strings.Repeat("x", i%50)+string(rune('a'+i%26))+strings.Repeat("y", i/50), i)
+		}
+		if n := c.c.Len(); n > totalCacheSize {
+			t.Errorf("%d entries, above %d", n, totalCacheSize)
+		}
+		time.Sleep(60 * time.Millisecond)
+		if _, ok := c.get("a"); ok {
+			t.Error("an expired estimate was kept")
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/meta/cache"
 )
 
 // Page is one page of a list query (spec: page object). Total counts the
@@ -399,14 +401,7 @@ func appendKeyText(b []byte, s string) []byte {
 
 // totalCache keeps estimated totals for a while (Options.TotalEstimateTTL).
 type totalCache struct {
-	mu  sync.Mutex
-	ttl time.Duration
-	m   map[string]totalEntry
-}
-
-type totalEntry struct {
-	total   int
-	expires time.Time
+	c *cache.Cache[string, int]
 }
 
 // totalCacheSize bounds the estimates kept; totalKeyMax the key of one
@@ -417,47 +412,24 @@ const (
 )
 
 func newTotalCache(ttl time.Duration) *totalCache {
-	return &totalCache{ttl: ttl, m: make(map[string]totalEntry)}
+	o := cache.DefaultOptions[string, int]()
+	o.TTL = ttl
+	o.MaxEntries = totalCacheSize
+	return &totalCache{c: cache.New(o)}
 }
 
 func (c *totalCache) get(key string) (int, bool) {
-	if c == nil || c.ttl <= 0 {
+	if c == nil {
 		return 0, false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[key]
-	if !ok {
-		return 0, false
-	}
-	if time.Now().After(e.expires) {
-		delete(c.m, key)
-		return 0, false
-	}
-	return e.total, true
+	return c.c.Peek(key)
 }
 
 func (c *totalCache) put(key string, total int) {
-	if c == nil || c.ttl <= 0 || len(key) > totalKeyMax {
+	if c == nil || len(key) > totalKeyMax {
 		return
 	}
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[key]; !ok && len(c.m) >= totalCacheSize {
-		for k, e := range c.m {
-			if now.After(e.expires) {
-				delete(c.m, k)
-			}
-		}
-		for k := range c.m { // still full: drop any one
-			if len(c.m) < totalCacheSize {
-				break
-			}
-			delete(c.m, k)
-		}
-	}
-	c.m[key] = totalEntry{total: total, expires: now.Add(c.ttl)}
+	c.c.Put(key, total)
 }
 
 // queryPage runs a paged list query with an exact total: count, then the

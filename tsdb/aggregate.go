@@ -103,7 +103,7 @@ func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, 
 	for _, p := range props {
 		parts = append(parts, p)
 	}
-	v, err := db.cache.get(ctx, cacheKey(parts...), time.Now(), func(ctx context.Context) (any, int, error) {
+	v, err := db.cache.get(ctx, cacheKey(parts...), func(ctx context.Context) (any, int, error) {
 		out, err := db.propertyAggregates(ctx, r, q, props)
 		return out, len(out) * len(r.starts), err
 	})

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"devicehub/meta/cache"
 )
 
 // The result cache of the dashboard queries (MessageCounts,
@@ -37,39 +37,44 @@ import (
 //
 // Rows written around the DB (Conn().Exec, another program) are covered by
 // the TTL only.
+//
+// The answers are kept in a meta/cache Cache, whose rules are the ones
+// above: it serves an answer while less than the TTL has passed since its
+// load started and its generation is current, and identical queries join
+// a load under way only on the same terms. A shared load runs on a context
+// detached from the caller that started it (Options.QueryTimeout bounds
+// it); it is cancelled when no caller waits for it any more.
 type resultCache struct {
-	ttl time.Duration
-	gen atomic.Uint64 // bumped after every insert or drop through the DB
-
-	mu     sync.Mutex
-	m      map[string]*cacheEntry
-	values int // size of the finished entries in m
+	c *cache.Cache[string, sizedAnswer]
 }
 
-// cacheEntry is one query's answer, or its flight while it runs.
-type cacheEntry struct {
-	start time.Time // before the ClickHouse query was sent
-	gen   uint64    // the generation the query ran under
-	done  chan struct{}
-	val   any
-	size  int // buckets held, counted against maxCacheValues
-	err   error
+// sizedAnswer is an answer and the buckets it holds.
+type sizedAnswer struct {
+	val     any
+	buckets int
 }
 
-// Bounds of the cache: entries, and the buckets they hold (about 40 bytes
-// each). Entries expire after the TTL and are swept when a bound is
-// reached; a query that finds the cache full after the sweep runs uncached.
+// Bounds of the cache: entries, and the buckets they hold (about
+// bucketBytes each). A full cache drops the answers that can no longer be
+// served, then others, down to three quarters of its bounds.
 const (
 	maxCacheEntries = 4096
 	maxCacheValues  = 1 << 20
+	bucketBytes     = 40
 )
 
 func newResultCache(ttl time.Duration) *resultCache {
-	return &resultCache{ttl: ttl, m: make(map[string]*cacheEntry)}
+	o := cache.DefaultOptions[string, sizedAnswer]()
+	o.TTL = ttl
+	o.MaxEntries = maxCacheEntries
+	o.MaxBytes = maxCacheValues * bucketBytes
+	o.Size = func(_ string, a sizedAnswer) int { return a.buckets * bucketBytes }
+	o.LoadTimeout = 0 // the query's own (Options.QueryTimeout)
+	return &resultCache{c: cache.New(o)}
 }
 
 // invalidate makes every answer computed so far unservable.
-func (c *resultCache) invalidate() { c.gen.Add(1) }
+func (c *resultCache) invalidate() { c.c.Invalidate() }
 
 // cacheKey joins the parts that identify a query.
 func cacheKey(parts ...any) string {
@@ -91,88 +96,16 @@ func cacheKey(parts ...any) string {
 }
 
 // get returns the answer of the query key: a servable cached one, the one
-// of an identical query in flight, or load's, run now (in the caller's
-// goroutine, with its ctx). load returns the answer and its size in
-// buckets. Answers are shared: callers must not modify them. A failed load
-// is not kept; the callers that waited for it get its error.
-func (c *resultCache) get(ctx context.Context, key string, now time.Time, load func(context.Context) (any, int, error)) (any, error) {
-	if c.ttl <= 0 {
-		v, _, err := load(ctx)
-		return v, err
+// of an identical query in flight, or load's. load returns the answer and
+// its size in buckets. Answers are shared: callers must not modify them. A
+// failed load is not kept; the callers that waited for it get its error.
+func (c *resultCache) get(ctx context.Context, key string, load func(context.Context) (any, int, error)) (any, error) {
+	if a, ok := c.c.Peek(key); ok { // a hit allocates no loader
+		return a.val, nil
 	}
-	gen := c.gen.Load()
-	c.mu.Lock()
-	if e, ok := c.m[key]; ok {
-		if e.gen == gen && now.Sub(e.start) < c.ttl {
-			c.mu.Unlock()
-			select {
-			case <-e.done:
-				return e.val, e.err
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		c.removeLocked(key, e)
-	}
-	if len(c.m) >= maxCacheEntries || c.values >= maxCacheValues {
-		c.sweepLocked(now, gen)
-	}
-	if len(c.m) >= maxCacheEntries || c.values >= maxCacheValues {
-		c.mu.Unlock()
-		v, _, err := load(ctx)
-		return v, err
-	}
-	e := &cacheEntry{start: now, gen: gen, done: make(chan struct{})}
-	c.m[key] = e
-	c.mu.Unlock()
-
-	finished := false
-	defer func() {
-		if !finished { // load panicked: fail the waiters, not the process's other requests
-			e.err = fmt.Errorf("tsdb: query of %s panicked", key)
-			c.finish(key, e)
-		}
-	}()
-	e.val, e.size, e.err = load(ctx)
-	finished = true
-	c.finish(key, e)
-	return e.val, e.err
-}
-
-// finish publishes e's answer and keeps it, unless it failed.
-func (c *resultCache) finish(key string, e *cacheEntry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	close(e.done)
-	if c.m[key] != e {
-		return // replaced by a newer flight, or swept
-	}
-	if e.err != nil {
-		delete(c.m, key)
-		return
-	}
-	c.values += e.size
-}
-
-// removeLocked forgets key's entry e; c.mu is held.
-func (c *resultCache) removeLocked(key string, e *cacheEntry) {
-	if c.m[key] != e {
-		return
-	}
-	delete(c.m, key)
-	select {
-	case <-e.done:
-		c.values -= e.size
-	default: // in flight: its size was never counted
-	}
-}
-
-// sweepLocked forgets the entries that can no longer be served; c.mu is
-// held.
-func (c *resultCache) sweepLocked(now time.Time, gen uint64) {
-	for k, e := range c.m {
-		if e.gen != gen || now.Sub(e.start) >= c.ttl {
-			c.removeLocked(k, e)
-		}
-	}
+	a, err := c.c.Get(ctx, key, func(ctx context.Context, _ string) (sizedAnswer, error) {
+		v, n, err := load(ctx)
+		return sizedAnswer{v, n}, err
+	})
+	return a.val, err
 }

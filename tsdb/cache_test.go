@@ -7,122 +7,127 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // TestResultCache: an answer is served while less than the TTL has passed
 // since its query started and nothing was inserted since; identical
 // queries in flight share one load; failures are shared but not kept; the
-// cache stays bounded.
+// cache stays bounded. Time is synctest's.
 func TestResultCache(t *testing.T) {
-	ctx := context.Background()
-	c := newResultCache(time.Second)
-	var loads atomic.Int32
-	load := func(v string) func(context.Context) (any, int, error) {
-		return func(context.Context) (any, int, error) { loads.Add(1); return v, 1, nil }
-	}
-	t0 := time.Now()
-	f := func(key string, at time.Duration, v, want string, wantLoads int32) {
-		t.Helper()
-		got, err := c.get(ctx, key, t0.Add(at), load(v))
-		if err != nil || got != want || loads.Load() != wantLoads {
-			t.Fatalf("%s at %v: %v, %v after %d loads; want %s after %d", key, at, got, err, loads.Load(), want, wantLoads)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		c := newResultCache(time.Second)
+		var loads atomic.Int32
+		load := func(v string) func(context.Context) (any, int, error) {
+			return func(context.Context) (any, int, error) { loads.Add(1); return v, 1, nil }
 		}
-	}
-	f("a", 0, "a1", "a1", 1)
-	f("a", 999*time.Millisecond, "a2", "a1", 1) // within the TTL
-	f("b", 0, "b1", "b1", 2)                    // another query
-	f("a", time.Second, "a3", "a3", 3)          // the TTL has passed since a1's query started
-	c.invalidate()                              // an insert through the DB
-	f("a", time.Second, "a4", "a4", 4)
-	f("b", 10*time.Millisecond, "b2", "b2", 5)
+		f := func(key string, v, want string, wantLoads int32) {
+			t.Helper()
+			got, err := c.get(ctx, key, load(v))
+			if err != nil || got != want || loads.Load() != wantLoads {
+				t.Fatalf("%s: %v, %v after %d loads; want %s after %d", key, got, err, loads.Load(), want, wantLoads)
+			}
+		}
+		f("a", "a1", "a1", 1)
+		time.Sleep(999 * time.Millisecond)
+		f("a", "a2", "a1", 1) // within the TTL
+		f("b", "b1", "b1", 2) // another query
+		time.Sleep(time.Millisecond)
+		f("a", "a3", "a3", 3) // the TTL has passed since a1's query started
+		c.invalidate()        // an insert through the DB
+		f("a", "a4", "a4", 4)
+		f("b", "b2", "b2", 5) // b1's query started 1 ms ago
 
-	// Concurrent identical queries share one load.
-	release := make(chan struct{})
-	started := make(chan struct{})
-	var wg sync.WaitGroup
-	results := make([]any, 8)
-	slow := func(context.Context) (any, int, error) {
-		loads.Add(1)
-		close(started)
-		<-release
-		return "slow", 1, nil
-	}
-	before := loads.Load()
-	wg.Add(1)
-	go func() { defer wg.Done(); results[0], _ = c.get(ctx, "s", t0, slow) }()
-	<-started
-	for i := 1; i < len(results); i++ {
+		// Concurrent identical queries share one load.
+		release := make(chan struct{})
+		started := make(chan struct{})
+		var wg sync.WaitGroup
+		results := make([]any, 8)
+		slow := func(context.Context) (any, int, error) {
+			loads.Add(1)
+			close(started)
+			<-release
+			return "slow", 1, nil
+		}
+		before := loads.Load()
 		wg.Add(1)
-		go func() { defer wg.Done(); results[i], _ = c.get(ctx, "s", t0, load("other")) }()
-	}
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	wg.Wait()
-	for i, r := range results {
-		if r != "slow" {
-			t.Fatalf("caller %d got %v", i, r)
+		go func() { defer wg.Done(); results[0], _ = c.get(ctx, "s", slow) }()
+		<-started
+		for i := 1; i < len(results); i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); results[i], _ = c.get(ctx, "s", load("other")) }()
 		}
-	}
-	if n := loads.Load() - before; n != 1 {
-		t.Fatalf("%d loads for 8 identical queries", n)
-	}
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		for i, r := range results {
+			if r != "slow" {
+				t.Fatalf("caller %d got %v", i, r)
+			}
+		}
+		if n := loads.Load() - before; n != 1 {
+			t.Fatalf("%d loads for 8 identical queries", n)
+		}
 
-	// A waiter gives up at its own deadline.
-	block := make(chan struct{})
-	go func() {
-		_, _ = c.get(ctx, "w", t0, func(context.Context) (any, int, error) { <-block; return "w", 1, nil })
-	}()
-	time.Sleep(10 * time.Millisecond)
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	if _, err := c.get(wctx, "w", t0, load("x")); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("waiter past its deadline: %v", err)
-	}
-	cancel()
-	close(block)
+		// A waiter gives up at its own deadline.
+		block := make(chan struct{})
+		go func() {
+			_, _ = c.get(ctx, "w", func(context.Context) (any, int, error) { <-block; return "w", 1, nil })
+		}()
+		synctest.Wait()
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if _, err := c.get(wctx, "w", load("x")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("waiter past its deadline: %v", err)
+		}
+		cancel()
+		close(block)
 
-	// Failures reach the callers sharing them and are not kept; a panic
-	// fails the query, and the next one loads again.
-	boom := errors.New("boom")
-	if _, err := c.get(ctx, "e", t0, func(context.Context) (any, int, error) { return nil, 0, boom }); !errors.Is(err, boom) {
-		t.Fatalf("failed load: %v", err)
-	}
-	f("e", 0, "e1", "e1", loads.Load()+1)
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = c.get(ctx, "p", t0, func(context.Context) (any, int, error) { panic("load") })
-	}()
-	f("p", 0, "p1", "p1", loads.Load()+1)
+		// Failures reach the callers sharing them and are not kept; a panic
+		// fails the query, and the next one loads again.
+		boom := errors.New("boom")
+		if _, err := c.get(ctx, "e", func(context.Context) (any, int, error) { return nil, 0, boom }); !errors.Is(err, boom) {
+			t.Fatalf("failed load: %v", err)
+		}
+		f("e", "e1", "e1", loads.Load()+1)
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = c.get(ctx, "p", func(context.Context) (any, int, error) { panic("load") })
+		}()
+		f("p", "p1", "p1", loads.Load()+1)
 
-	// Bounded: old entries are swept when the bounds are reached; a query
-	// finding the cache full of live entries runs uncached.
-	for i := range maxCacheEntries + 10 {
-		if _, err := c.get(ctx, fmt.Sprint("k", i), t0.Add(5*time.Second), load("v")); err != nil {
+		// Bounded: old entries are swept when the bounds are reached.
+		time.Sleep(5 * time.Second)
+		for i := range maxCacheEntries + 10 {
+			if _, err := c.get(ctx, fmt.Sprint("k", i), load("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := c.c.Len(); n > maxCacheEntries {
+			t.Fatalf("%d entries", n)
+		}
+		time.Sleep(5 * time.Second)
+		big := func(context.Context) (any, int, error) { return "big", maxCacheValues, nil }
+		if _, err := c.get(ctx, "big", big); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if len(c.m) > maxCacheEntries {
-		t.Fatalf("%d entries", len(c.m))
-	}
-	big := func(context.Context) (any, int, error) { return "big", maxCacheValues, nil }
-	if _, err := c.get(ctx, "big", t0.Add(10*time.Second), big); err != nil {
-		t.Fatal(err)
-	}
-	if c.values > 2*maxCacheValues || len(c.m) > maxCacheEntries {
-		t.Fatalf("values %d, entries %d", c.values, len(c.m))
-	}
-
-	// TTL <= 0: no cache.
-	off := newResultCache(-1)
-	before = loads.Load()
-	for range 3 {
-		if _, err := off.get(ctx, "a", t0, load("x")); err != nil {
-			t.Fatal(err)
+		if c.c.Bytes() > 2*maxCacheValues*bucketBytes || c.c.Len() > maxCacheEntries {
+			t.Fatalf("bytes %d, entries %d", c.c.Bytes(), c.c.Len())
 		}
-	}
-	if loads.Load()-before != 3 {
-		t.Fatal("a disabled cache kept an answer")
-	}
+
+		// TTL <= 0: no cache.
+		off := newResultCache(-1)
+		before = loads.Load()
+		for range 3 {
+			if _, err := off.get(ctx, "a", load("x")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if loads.Load()-before != 3 {
+			t.Fatal("a disabled cache kept an answer")
+		}
+	})
 }
 
 // TestLateRowsExact is issue #20's exactness rule: a message stored late

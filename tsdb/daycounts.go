@@ -68,7 +68,7 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, productID strin
 		return nil, false, nil
 	}
 	key := cacheKey("days", productID, int(from))
-	v, err := db.cache.get(ctx, key, now, func(ctx context.Context) (any, int, error) {
+	v, err := db.cache.get(ctx, key, func(ctx context.Context) (any, int, error) {
 		s, err := db.loadDaySeries(ctx, productID, from)
 		return s, len(s.days), err
 	})

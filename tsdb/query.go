@@ -54,7 +54,7 @@ func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error)
 		}
 	}
 	key := cacheKey("counts", q.Interval, r.starts[0].Unix(), len(r.starts), q.ProductID)
-	v, err := db.cache.get(ctx, key, time.Now(), func(ctx context.Context) (any, int, error) {
+	v, err := db.cache.get(ctx, key, func(ctx context.Context) (any, int, error) {
 		out, err := db.messageCounts(ctx, r, q.ProductID)
 		return out, len(out), err
 	})

@@ -12,7 +12,7 @@
 // bounded by the queue limits times the subscriber limit, whatever the
 // clients' speed.
 //
-// With several instances (README "Scaling out") a value is decoded by the
+// With several instances (REFERENCE.md "Scaling out") a value is decoded by the
 // instance whose ingest took its message, while its subscriber may be on
 // another. The relay (relay.go) carries it there: each instance announces
 // the devices its subscribers watch on a Bus (PostgreSQL LISTEN/NOTIFY,

@@ -8,7 +8,7 @@ import (
 	"devicehub/tsdb"
 )
 
-// Event names of the text/event-stream (README "Live updates").
+// Event names of the text/event-stream (REFERENCE.md "Live updates").
 const (
 	EventProperty = "property"
 	EventState    = "state"

@@ -26,6 +26,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/ingest/wire"
 	"devicehub/schema"
 )
 
@@ -131,8 +132,8 @@ func (f *Fleet) Close() {
 	}
 }
 
-func (d *Device) topic(suffix string) string {
-	return "/" + d.fleet.opts.ProductID + "/" + d.ID + "/" + suffix
+func (d *Device) topic(level string) string {
+	return wire.DeviceTopic(d.fleet.opts.ProductID, d.ID, level)
 }
 
 func (d *Device) connect(ctx context.Context) error {
@@ -142,7 +143,7 @@ func (d *Device) connect(ctx context.Context) error {
 		SetCleanSession(true).
 		SetAutoReconnect(false).
 		SetConnectTimeout(o.ConnectTimeout).
-		SetWill(d.topic("offline"), `{"reason":"will"}`, 1, false).
+		SetWill(d.topic(wire.LevelOffline), `{"reason":"will"}`, 1, false).
 		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
 			c, err := net.DialTimeout("tcp", uri.Host, o.ConnectTimeout)
 			if err != nil {
@@ -160,13 +161,13 @@ func (d *Device) connect(ctx context.Context) error {
 	if err := wait(ctx, d.client.Connect()); err != nil {
 		return fmt.Errorf("sim: connect %s: %w", d.ID, err)
 	}
-	if err := wait(ctx, d.client.Subscribe(d.topic("properties/read"), 1, d.onRead)); err != nil {
+	if err := wait(ctx, d.client.Subscribe(d.topic(wire.LevelRead), 1, d.onRead)); err != nil {
 		return fmt.Errorf("sim: subscribe %s: %w", d.ID, err)
 	}
-	if err := wait(ctx, d.client.Subscribe(d.topic("function/invoke"), 1, d.onInvoke)); err != nil {
+	if err := wait(ctx, d.client.Subscribe(d.topic(wire.LevelInvoke), 1, d.onInvoke)); err != nil {
 		return fmt.Errorf("sim: subscribe %s: %w", d.ID, err)
 	}
-	return wait(ctx, d.client.Publish(d.topic("online"), 1, false, fmt.Sprintf(`{"timestamp":%d}`, time.Now().UnixMilli())))
+	return wait(ctx, d.client.Publish(d.topic(wire.LevelOnline), 1, false, fmt.Sprintf(`{"timestamp":%d}`, time.Now().UnixMilli())))
 }
 
 func wait(ctx context.Context, t mqtt.Token) error {
@@ -183,7 +184,7 @@ func (d *Device) Disconnect() {
 	if d.client == nil || !d.client.IsConnected() {
 		return
 	}
-	t := d.client.Publish(d.topic("offline"), 1, false, `{"reason":"disconnect"}`)
+	t := d.client.Publish(d.topic(wire.LevelOffline), 1, false, `{"reason":"disconnect"}`)
 	t.WaitTimeout(2 * time.Second)
 	d.client.Disconnect(250)
 }
@@ -213,7 +214,7 @@ func (d *Device) Report(ctx context.Context) error {
 		"messageId": strconv.FormatInt(rand.Int64(), 36), "timestamp": time.Now().UnixMilli(), "properties": props,
 	})
 	d.fleet.Reports.Add(1)
-	return wait(ctx, d.client.Publish(d.topic("properties/report"), d.fleet.opts.QoS, false, body))
+	return wait(ctx, d.client.Publish(d.topic(wire.LevelReport), d.fleet.opts.QoS, false, body))
 }
 
 func (d *Device) reportLoop(ctx context.Context) {
@@ -241,7 +242,7 @@ func (d *Device) onRead(c mqtt.Client, m mqtt.Message) {
 	if json.Unmarshal(m.Payload(), &req) != nil || d.fleet.opts.Silent {
 		return
 	}
-	d.answer("properties/read/reply", req.MessageID, func(b []byte) []byte {
+	d.answer(wire.LevelReadReply, req.MessageID, func(b []byte) []byte {
 		return d.appendProperties(b, req.Properties)
 	})
 }
@@ -260,7 +261,7 @@ func (d *Device) onInvoke(c mqtt.Client, m mqtt.Message) {
 	if json.Unmarshal(m.Payload(), &req) != nil || d.fleet.opts.Silent {
 		return
 	}
-	d.answer("function/invoke/reply", req.MessageID, func(b []byte) []byte { return append(b, `,"output":"ok"`...) })
+	d.answer(wire.LevelInvokeReply, req.MessageID, func(b []byte) []byte { return append(b, `,"output":"ok"`...) })
 }
 
 // answer replies on the message handler's goroutine, which may publish as

@@ -9,7 +9,7 @@ import (
 	"devicehub/api/live"
 )
 
-// startLive starts the live-update hub (README "Live updates"), joined
+// startLive starts the live-update hub (REFERENCE.md "Live updates"), joined
 // to the other instances of the deployment through the PostgreSQL
 // database they share. stop closes it and its bus.
 func startLive(ctx context.Context, dsn string, log *slog.Logger, reg prometheus.Registerer) (hub *live.Hub, stop func(), err error) {

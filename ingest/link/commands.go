@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/wire"
 	"devicehub/tsdb"
 )
 
@@ -186,7 +187,7 @@ func NewCommands(client Client, rec DownlinkRecorder, opt CommandOptions) (*Comm
 	// them through its own QoS 1 subscription. If this connection is lost,
 	// its waiters fail at once (client_offline); a reply the broker drops
 	// under load ends its request in time_out, as a lost read does.
-	for _, f := range []string{"/+/+/properties/read/reply", "/+/+/function/invoke/reply"} {
+	for _, f := range []string{wire.DeviceTopic("+", "+", wire.LevelReadReply), wire.DeviceTopic("+", "+", wire.LevelInvokeReply)} {
 		if err := client.Subscribe(f, 0, c.onReply); err != nil {
 			if opt.Registerer != nil {
 				c.m.unregister(opt.Registerer)
@@ -235,7 +236,7 @@ func (c *Commands) read(ctx context.Context, start time.Time, t Target, properti
 		Properties:  properties,
 		MessageType: "READ_PROPERTY",
 	}
-	return c.request(ctx, start, t, "properties/read", c.opt.ReadQoS, &msg, timeout)
+	return c.request(ctx, start, t, wire.LevelRead, c.opt.ReadQoS, &msg, timeout)
 }
 
 // InvokeFunction publishes INVOKE_FUNCTION and returns its messageId at
@@ -269,7 +270,7 @@ func (c *Commands) invoke(ctx context.Context, start time.Time, t Target, functi
 	// waits for the reconnection, which could be forever.
 	ctx, cancel := context.WithDeadline(ctx, start.Add(c.opt.Timeout))
 	defer cancel()
-	if err := c.publish(ctx, kindInvoke, t, "function/invoke", c.opt.InvokeQoS, &msg); err != nil {
+	if err := c.publish(ctx, kindInvoke, t, wire.LevelInvoke, c.opt.InvokeQoS, &msg); err != nil {
 		if ctx.Err() != nil {
 			return "", ErrTimeout
 		}
@@ -382,7 +383,7 @@ func (c *Commands) publish(ctx context.Context, kind int, t Target, suffix strin
 	if err != nil {
 		return fmt.Errorf("link: encode downlink: %w", err)
 	}
-	topic := "/" + t.ProductID + "/" + t.DeviceID + "/" + suffix
+	topic := wire.DeviceTopic(t.ProductID, t.DeviceID, suffix)
 	if err := c.client.Publish(ctx, topic, qos, body); err != nil {
 		return err
 	}

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/ingest/wire"
 )
 
 // OnlineLister lists the devices stored as online; *meta.Store is one.
@@ -133,8 +134,8 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		products = []string{"+"}
 	}
 	for _, pr := range products {
-		p.subs["/"+pr+"/+/online"] = sub{1, p.onPresence}
-		p.subs["/"+pr+"/+/offline"] = sub{1, p.onPresence}
+		p.subs[wire.DeviceTopic(pr, "+", wire.LevelOnline)] = sub{1, p.onPresence}
+		p.subs[wire.DeviceTopic(pr, "+", wire.LevelOffline)] = sub{1, p.onPresence}
 	}
 	p.mu.Lock()
 	p.touched = make(map[string]struct{}) // track from the first subscription on
@@ -323,7 +324,7 @@ func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
 }
 
 func (p *Presence) onPresence(topic string, _ []byte) {
-	deviceID, online, ok := parsePresenceTopic(topic)
+	deviceID, online, ok := wire.ParsePresenceTopic(topic)
 	if !ok {
 		return
 	}
@@ -341,32 +342,6 @@ func (p *Presence) onPresence(topic string, _ []byte) {
 	for _, h := range hooks {
 		h(deviceID, online)
 	}
-}
-
-// parsePresenceTopic reads /{p}/{d}/online (birth) and /{p}/{d}/offline
-// (last will); ok is false for any other topic, and for a device level
-// with "$", which no device id has: the ingest sessions' backlog markers
-// (/{p}/$devicehub/online, ingest/backlog.go) are no device.
-func parsePresenceTopic(topic string) (deviceID string, online, ok bool) {
-	rest, found := strings.CutPrefix(topic, "/")
-	if !found {
-		return "", false, false
-	}
-	product, rest, found := strings.Cut(rest, "/")
-	if !found || product == "" {
-		return "", false, false
-	}
-	deviceID, state, found := strings.Cut(rest, "/")
-	if !found || deviceID == "" || strings.ContainsAny(product, "+#") || strings.ContainsAny(deviceID, "+#$") {
-		return "", false, false
-	}
-	switch state {
-	case "online":
-		return deviceID, true, true
-	case "offline":
-		return deviceID, false, true
-	}
-	return "", false, false
 }
 
 // OnPresenceChange registers h to run after a device goes online or

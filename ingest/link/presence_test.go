@@ -31,30 +31,6 @@ func TestTopicMatch(t *testing.T) {
 	f("a/b", "a", false)
 }
 
-func TestParsePresenceTopic(t *testing.T) {
-	f := func(topic, wantDevice string, wantOnline, wantOK bool) {
-		t.Helper()
-		d, online, ok := parsePresenceTopic(topic)
-		if d != wantDevice || online != wantOnline || ok != wantOK {
-			t.Fatalf("parsePresenceTopic(%q) = %q, %v, %v; want %q, %v, %v", topic, d, online, ok, wantDevice, wantOnline, wantOK)
-		}
-	}
-	f("/p/d/online", "d", true, true)
-	f("/p/d/offline", "d", false, true)
-	f("/p/d-1.x/online", "d-1.x", true, true)
-	f("/p/d/online/x", "", false, false)
-	f("/p/d/properties/report", "", false, false)
-	f("/p/d/properties/read/reply", "", false, false)
-	f("p/d/online", "", false, false)
-	f("//d/online", "", false, false)
-	f("/p//online", "", false, false)
-	f("/p/$devicehub/online", "", false, false) // an ingest backlog marker, no device
-	f("/p/+/online", "", false, false)
-	f("/#/d/offline", "", false, false)
-	f("/p/online", "", false, false)
-	f("", "", false, false)
-}
-
 // TestPresenceView: the view is seeded from the lister, follows birth and
 // will messages of a real device, and devicehub_devices_online follows
 // the view; Close unregisters the gauge.

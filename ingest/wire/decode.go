@@ -1,4 +1,4 @@
-package ingest
+package wire
 
 import (
 	"crypto/rand"
@@ -32,105 +32,6 @@ var (
 	// ErrTooLarge: the payload or its property count is over the limits.
 	ErrTooLarge = errors.New("ingest: payload over limits")
 )
-
-// Kind is the kind of an uplink topic.
-type Kind uint8
-
-// Uplink topic kinds.
-const (
-	KindUnknown     Kind = iota
-	KindReport           // /{p}/{d}/properties/report
-	KindEvent            // /{p}/{d}/event/{eventId}
-	KindOnline           // /{p}/{d}/online (birth)
-	KindOffline          // /{p}/{d}/offline (last will)
-	KindReadReply        // /{p}/{d}/properties/read/reply
-	KindInvokeReply      // /{p}/{d}/function/invoke/reply
-)
-
-var messageTypes = [...]string{
-	KindUnknown:     "UNKNOWN",
-	KindReport:      "REPORT_PROPERTY",
-	KindEvent:       "EVENT",
-	KindOnline:      "ONLINE",
-	KindOffline:     "OFFLINE",
-	KindReadReply:   "READ_PROPERTY_REPLY",
-	KindInvokeReply: "INVOKE_FUNCTION_REPLY",
-}
-
-// MessageType is the message_type stored for the kind.
-func (k Kind) MessageType() string {
-	if int(k) < len(messageTypes) {
-		return messageTypes[k]
-	}
-	return messageTypes[KindUnknown]
-}
-
-func (k Kind) String() string { return k.MessageType() }
-
-// UplinkFilters are the MQTT topic filters of every uplink kind for the
-// products in productIDs ("+" for all when empty).
-func UplinkFilters(productIDs ...string) []string {
-	if len(productIDs) == 0 {
-		productIDs = []string{"+"}
-	}
-	var out []string
-	for _, p := range productIDs {
-		for _, s := range []string{"properties/report", "event/+", "online", "offline", "properties/read/reply", "function/invoke/reply"} {
-			out = append(out, "/"+p+"/+/"+s)
-		}
-	}
-	return out
-}
-
-// Topic is a parsed uplink topic.
-type Topic struct {
-	Kind      Kind
-	ProductID string
-	DeviceID  string
-	EventID   string // KindEvent only
-	Name      string // the topic as received
-}
-
-// ParseTopic parses an uplink topic; ok is false for anything else.
-func ParseTopic(topic string) (t Topic, ok bool) {
-	if len(topic) < 2 || topic[0] != '/' {
-		return Topic{}, false
-	}
-	rest := topic[1:]
-	i := strings.IndexByte(rest, '/')
-	if i <= 0 {
-		return Topic{}, false
-	}
-	t.ProductID, rest = rest[:i], rest[i+1:]
-	i = strings.IndexByte(rest, '/')
-	if i <= 0 {
-		return Topic{}, false
-	}
-	t.DeviceID, rest = rest[:i], rest[i+1:]
-	switch rest {
-	case "properties/report":
-		t.Kind = KindReport
-	case "online":
-		t.Kind = KindOnline
-	case "offline":
-		t.Kind = KindOffline
-	case "properties/read/reply":
-		t.Kind = KindReadReply
-	case "function/invoke/reply":
-		t.Kind = KindInvokeReply
-	default:
-		ev, found := strings.CutPrefix(rest, "event/")
-		if !found || ev == "" || strings.IndexByte(ev, '/') >= 0 {
-			return Topic{}, false
-		}
-		t.Kind, t.EventID = KindEvent, ev
-	}
-	if strings.ContainsAny(t.ProductID, "+#") || strings.ContainsAny(t.DeviceID, "+#") {
-		return Topic{}, false
-	}
-	t.Name = topic
-	return t, true
-}
 
 // Rows are the tsdb rows decoded from uplink messages; decoders append.
 type Rows struct {

@@ -1,0 +1,133 @@
+package wire
+
+import "strings"
+
+// Topic levels after /{productId}/{deviceId}/ (DESIGN.md): uplink, then
+// downlink.
+const (
+	LevelReport      = "properties/report"
+	LevelEvent       = "event/" // + eventId
+	LevelOnline      = "online"
+	LevelOffline     = "offline"
+	LevelReadReply   = "properties/read/reply"
+	LevelInvokeReply = "function/invoke/reply"
+	LevelRead        = "properties/read"
+	LevelInvoke      = "function/invoke"
+)
+
+// DeviceTopic is /{productID}/{deviceID}/{level}; "+" as either id makes
+// it a filter.
+func DeviceTopic(productID, deviceID, level string) string {
+	return "/" + productID + "/" + deviceID + "/" + level
+}
+
+// Kind is the kind of an uplink topic.
+type Kind uint8
+
+// Uplink topic kinds.
+const (
+	KindUnknown     Kind = iota
+	KindReport           // /{p}/{d}/properties/report
+	KindEvent            // /{p}/{d}/event/{eventId}
+	KindOnline           // /{p}/{d}/online (birth)
+	KindOffline          // /{p}/{d}/offline (last will)
+	KindReadReply        // /{p}/{d}/properties/read/reply
+	KindInvokeReply      // /{p}/{d}/function/invoke/reply
+)
+
+var messageTypes = [...]string{
+	KindUnknown:     "UNKNOWN",
+	KindReport:      "REPORT_PROPERTY",
+	KindEvent:       "EVENT",
+	KindOnline:      "ONLINE",
+	KindOffline:     "OFFLINE",
+	KindReadReply:   "READ_PROPERTY_REPLY",
+	KindInvokeReply: "INVOKE_FUNCTION_REPLY",
+}
+
+// MessageType is the message_type stored for the kind.
+func (k Kind) MessageType() string {
+	if int(k) < len(messageTypes) {
+		return messageTypes[k]
+	}
+	return messageTypes[KindUnknown]
+}
+
+func (k Kind) String() string { return k.MessageType() }
+
+// UplinkFilters are the MQTT topic filters of every uplink kind for the
+// products in productIDs ("+" for all when empty).
+func UplinkFilters(productIDs ...string) []string {
+	if len(productIDs) == 0 {
+		productIDs = []string{"+"}
+	}
+	var out []string
+	for _, p := range productIDs {
+		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply} {
+			out = append(out, DeviceTopic(p, "+", l))
+		}
+	}
+	return out
+}
+
+// Topic is a parsed uplink topic.
+type Topic struct {
+	Kind      Kind
+	ProductID string
+	DeviceID  string
+	EventID   string // KindEvent only
+	Name      string // the topic as received
+}
+
+// ParseTopic parses an uplink topic; ok is false for anything else.
+func ParseTopic(topic string) (t Topic, ok bool) {
+	if len(topic) < 2 || topic[0] != '/' {
+		return Topic{}, false
+	}
+	rest := topic[1:]
+	i := strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return Topic{}, false
+	}
+	t.ProductID, rest = rest[:i], rest[i+1:]
+	i = strings.IndexByte(rest, '/')
+	if i <= 0 {
+		return Topic{}, false
+	}
+	t.DeviceID, rest = rest[:i], rest[i+1:]
+	switch rest {
+	case LevelReport:
+		t.Kind = KindReport
+	case LevelOnline:
+		t.Kind = KindOnline
+	case LevelOffline:
+		t.Kind = KindOffline
+	case LevelReadReply:
+		t.Kind = KindReadReply
+	case LevelInvokeReply:
+		t.Kind = KindInvokeReply
+	default:
+		ev, found := strings.CutPrefix(rest, LevelEvent)
+		if !found || ev == "" || strings.IndexByte(ev, '/') >= 0 {
+			return Topic{}, false
+		}
+		t.Kind, t.EventID = KindEvent, ev
+	}
+	if strings.ContainsAny(t.ProductID, "+#") || strings.ContainsAny(t.DeviceID, "+#") {
+		return Topic{}, false
+	}
+	t.Name = topic
+	return t, true
+}
+
+// ParsePresenceTopic reads /{p}/{d}/online (birth) and /{p}/{d}/offline
+// (last will); ok is false for any other topic, and for a device level
+// with "$", which no device id has: the ingest sessions' backlog markers
+// (/{p}/$devicehub/online, ingest/backlog.go) are no device.
+func ParsePresenceTopic(topic string) (deviceID string, online, ok bool) {
+	t, ok := ParseTopic(topic)
+	if !ok || (t.Kind != KindOnline && t.Kind != KindOffline) || strings.IndexByte(t.DeviceID, '$') >= 0 {
+		return "", false, false
+	}
+	return t.DeviceID, t.Kind == KindOnline, true
+}
