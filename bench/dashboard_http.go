@@ -42,7 +42,16 @@ func (d *dashSwitch) Location() *time.Location { return d.db.Load().Location() }
 type dashAPI struct {
 	*benchServer
 	dash dashSwitch
+	// limited is logged in as a user whose role (dashboard:read and the
+	// reads of products and devices) is limited to the generator's 10
+	// products, p0 to p9; limitedOne as one limited to p7.
+	limited, limitedOne *apiClient
 }
+
+const (
+	dashLimitedUser     = "bench-limited"
+	dashLimitedPassword = "bench-limited-password"
+)
 
 // dashThingModel declares the 14 properties of the history product.
 func dashThingModel() string {
@@ -90,6 +99,39 @@ func startDashAPI(ctx context.Context, p DashboardParams) (_ *dashAPI, err error
 	if err = a.call(ctx, "POST", "/api/device/instance", map[string]any{"id": dashHistoryDevice, "name": "Bench device", "productId": dashHistoryProduct}, nil); err != nil {
 		return nil, err
 	}
+	// The generator's other products, and the limited user.
+	var products []string
+	for i := range dashProducts {
+		id := fmt.Sprintf("p%d", i)
+		products = append(products, id)
+		if id == dashHistoryProduct {
+			continue
+		}
+		if err = a.call(ctx, "POST", "/api/device/product", map[string]any{"id": id, "name": "Bench product " + id,
+			"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err = a.call(ctx, "POST", "/api/role", map[string]any{"id": "bench-limited", "name": "Bench limited", "products": products,
+		"permissions": []meta.Permission{meta.PermDashboardRead, meta.PermProductRead, meta.PermDeviceRead}}, nil); err != nil {
+		return nil, err
+	}
+	if err = a.call(ctx, "POST", "/api/role", map[string]any{"id": "bench-limited-one", "name": "Bench limited to one", "products": []string{dashHistoryProduct},
+		"permissions": []meta.Permission{meta.PermDashboardRead, meta.PermProductRead, meta.PermDeviceRead}}, nil); err != nil {
+		return nil, err
+	}
+	for _, u := range []struct {
+		name, role string
+		client     **apiClient
+	}{{dashLimitedUser, "bench-limited", &a.limited}, {dashLimitedUser + "-one", "bench-limited-one", &a.limitedOne}} {
+		if _, err = a.store.CreateUser(ctx, u.name, dashLimitedPassword, u.role); err != nil {
+			return nil, err
+		}
+		*u.client = &apiClient{base: a.base, http: a.http}
+		if err = (*u.client).login(ctx, u.name, dashLimitedPassword); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -98,12 +140,17 @@ func (a *dashAPI) setDashboard(db *tsdb.DB) { a.dash.db.Store(db) }
 // check runs one _multi query and returns its item count and, for
 // aggregates, the sum of the bucket values.
 func (a *dashAPI) check(ctx context.Context, body []byte) (items int, total uint64, err error) {
+	return a.checkAs(ctx, &a.apiClient, body)
+}
+
+// checkAs is check by client c.
+func (a *dashAPI) checkAs(ctx context.Context, c *apiClient, body []byte) (items int, total uint64, err error) {
 	var res []struct {
 		Data struct {
 			Value json.RawMessage `json:"value"`
 		} `json:"data"`
 	}
-	if err := a.call(ctx, "POST", "/api/dashboard/_multi", json.RawMessage(body), &res); err != nil {
+	if err := c.call(ctx, "POST", "/api/dashboard/_multi", json.RawMessage(body), &res); err != nil {
 		return 0, 0, err
 	}
 	for _, r := range res {
@@ -118,6 +165,11 @@ func (a *dashAPI) check(ctx context.Context, body []byte) (items int, total uint
 // measure sends body n times with conc clients (n/conc each) and
 // summarises the latencies.
 func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latency, error) {
+	return a.measureAs(ctx, &a.apiClient, body, n, conc)
+}
+
+// measureAs is measure by client cl.
+func (a *dashAPI) measureAs(ctx context.Context, cl *apiClient, body []byte, n, conc int) (Latency, error) {
 	conc = max(conc, 1)
 	per := max(n/conc, 1)
 	lat := make([][]time.Duration, conc)
@@ -131,7 +183,7 @@ func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latenc
 			ds := make([]time.Duration, 0, per)
 			for range per {
 				t0 := time.Now()
-				if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
+				if _, err := cl.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
 					errs[c] = err
 					return
 				}
@@ -162,6 +214,8 @@ type dashRun struct {
 	requests int
 	// before and after, if set, run around the run (warm-up included).
 	before, after func()
+	limited       bool // sent by a.limited (or, with one, a.limitedOne)
+	one           bool
 }
 
 // DashLoad is the outcome of one concurrent run.
@@ -170,6 +224,12 @@ type DashLoad struct {
 	Cached bool         `json:"cached"` // answered through the result cache
 	Load   LoadResult   `json:"load"`
 	CPU    CPUBreakdown `json:"cpu"`
+	// Limited: sent by a user limited to the generator's products;
+	// ScopeRPSRatio and ScopeP50Ratio compare it with the run before (the
+	// same query by the administrator).
+	Limited       bool    `json:"limited,omitempty"`
+	ScopeRPSRatio float64 `json:"scopeRpsRatio,omitempty"`
+	ScopeP50Ratio float64 `json:"scopeP50Ratio,omitempty"`
 }
 
 // concurrentRuns measures the bare Fiber handler, then each run, closed
@@ -195,6 +255,15 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		if !r.cached {
 			name += " (no result cache)"
 		}
+		client := &a.apiClient
+		if r.limited {
+			name += ", user limited to the 10 products"
+			client = a.limited
+			if r.one {
+				name = r.query.name + ", user limited to 1 product"
+				client = a.limitedOne
+			}
+		}
 		bodies := r.bodies
 		if len(bodies) == 0 {
 			bodies = [][]byte{r.query.body}
@@ -208,7 +277,7 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		var end cpuSnapshot
 		l, err := runLoad(ctx, loadSpec{Name: name, Concurrency: p.Concurrency, Requests: max(r.requests, 1), Warmup: warm,
 			Do: func(ctx context.Context, i int) error {
-				_, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[(seq.Add(1)-1)%int64(len(bodies))])
+				_, err := client.do(ctx, "POST", "/api/dashboard/_multi", bodies[(seq.Add(1)-1)%int64(len(bodies))])
 				return err
 			},
 			Measured: func() func() {
@@ -218,7 +287,14 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		if r.after != nil {
 			r.after()
 		}
-		d := DashLoad{Name: name, Cached: r.cached, Load: l}
+		d := DashLoad{Name: name, Cached: r.cached, Load: l, Limited: r.limited}
+		for k := len(out) - 1; r.limited && k >= 0; k-- { // the administrator's run before
+			if !out[k].Limited {
+				base := out[k].Load
+				d.ScopeRPSRatio, d.ScopeP50Ratio = Ratio(l.SustainedRPS, base.SustainedRPS), Ratio(l.Latency.P50Ms, base.Latency.P50Ms)
+				break
+			}
+		}
 		if span != nil {
 			d.CPU = span.breakdown(end, l.Requests)
 			d.CPU.Unit = "req"
