@@ -71,6 +71,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
+	c.Locals(auditWhoKey, meta.User{Username: req.Username}) // the audit trail's, whatever the outcome
 	if req.Username == "" {
 		return schema.Invalid("username", "is required")
 	}
@@ -91,6 +92,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	c.Locals(auditWhoKey, sess.User)
 	return ok(c, loginResult{
 		Token:     sess.Token,
 		UserID:    sess.User.ID,
