@@ -31,11 +31,7 @@ const (
 
 // commandTarget resolves the device and its product for the downlink.
 func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, link.Target, error) {
-	dev, err := s.refs.get(c.UserContext(), c.Params("deviceId"), time.Now(),
-		func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
-			ref, err := s.deps.Models.GetDeviceRef(ctx, id)
-			return ref, time.Time{}, err
-		})
+	dev, err := s.deviceRef(c.UserContext(), c.Params("deviceId")) // within the caller's products
 	if err != nil {
 		return meta.DeviceRef{}, link.Target{}, err
 	}

@@ -302,8 +302,8 @@ func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, 
 		return nil, err
 	}
 	group := q.Group
-	return &dashboardPlan{buckets: b.count, run: func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
-		buckets, err := s.deps.Dashboard.MessageCounts(ctx, tsdb.CountQuery{
+	run := func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
+		buckets, err := s.messageCounts(ctx, tsdb.CountQuery{
 			Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
 		})
 		if err != nil {
@@ -318,6 +318,15 @@ func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, 
 			}
 		}
 		return items, nil
+	}
+	// A product outside the caller's is not_found before any query runs.
+	return &dashboardPlan{buckets: b.count, resolve: func(ctx context.Context) (int, dashboardRun, error) {
+		if p.ProductID != "" {
+			if err := productVisible(ctx, p.ProductID); err != nil {
+				return 0, nil, err
+			}
+		}
+		return 0, run, nil
 	}}, nil
 }
 
@@ -462,10 +471,16 @@ func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams,
 // device references (the one commands use: cleared by every product or
 // device change through this instance, at most DeviceCacheTTL old).
 func (s *Server) deviceRef(ctx context.Context, id string) (meta.DeviceRef, error) {
-	return s.refs.get(ctx, id, time.Now(), func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
+	ref, err := s.refs.get(ctx, id, time.Now(), func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
 		ref, err := s.deps.Models.GetDeviceRef(ctx, id)
 		return ref, time.Time{}, err
 	})
+	if err != nil {
+		return meta.DeviceRef{}, err
+	}
+	// The cache is shared by every caller: the caller's products are
+	// checked on each use.
+	return ref, deviceVisible(ctx, ref)
 }
 
 // historyID identifies a stored value by what identifies its row: the md5

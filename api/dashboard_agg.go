@@ -183,6 +183,9 @@ func (s *Server) checkNumeric(ctx context.Context, at, productID, deviceID strin
 // short-lived cache (cleared by every product or device change through
 // this instance, at most DeviceCacheTTL old), as deviceRef does devices.
 func (s *Server) productModel(ctx context.Context, id string) (string, error) {
+	if err := productVisible(ctx, id); err != nil { // the cache is shared by every caller
+		return "", err
+	}
 	return s.models.get(ctx, id, time.Now(), func(ctx context.Context, id string) (string, time.Time, error) {
 		p, err := s.deps.Products.GetProduct(ctx, id)
 		return p.Metadata, time.Time{}, err

@@ -79,14 +79,15 @@ func (s *Server) createDevice(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &n); err != nil {
 		return err
 	}
-	if n.Configuration != nil && n.Configuration.SecureKey != nil && !currentUser(c).Can(permDeviceSecret) {
+	secret := currentUser(c).CanProduct(permDeviceSecret, n.ProductID)
+	if n.Configuration != nil && n.Configuration.SecureKey != nil && !secret {
 		return accessDenied(c, permDeviceSecret) // choosing a device's key is knowing it
 	}
 	d, err := s.deps.Devices.CreateDevice(c.UserContext(), n, currentUser(c))
 	if err != nil {
 		return err
 	}
-	if !currentUser(c).Can(permDeviceSecret) {
+	if !secret {
 		d.Configuration.SecureKey = meta.MaskSecret(d.Configuration.SecureKey) // the generated key: device:secret only
 	}
 	return ok(c, d)
@@ -98,8 +99,12 @@ func (s *Server) updateDevice(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &p); err != nil {
 		return err
 	}
-	if p.Configuration != nil && p.Configuration.SecureKey != nil && !currentUser(c).Can(permDeviceSecret) {
-		return accessDenied(c, permDeviceSecret)
+	if p.Configuration != nil && p.Configuration.SecureKey != nil {
+		if held, err := s.holdsOnDevice(c, permDeviceSecret); err != nil {
+			return err
+		} else if !held {
+			return accessDenied(c, permDeviceSecret) // choosing a device's key is knowing it
+		}
 	}
 	d, err := s.deps.Devices.UpdateDevice(c.UserContext(), c.Params("id"), p, currentUser(c))
 	if err != nil {
@@ -157,4 +162,19 @@ func (s *Server) rotateDeviceSecret(c *fiber.Ctx) error {
 		return err
 	}
 	return ok(c, d)
+}
+
+// holdsOnDevice reports whether the caller holds p on the product of
+// the device of the path's :id (found within the products of the route's
+// own permission: else not_found).
+func (s *Server) holdsOnDevice(c *fiber.Ctx, p meta.Permission) (bool, error) {
+	u := currentUser(c)
+	if all, _ := u.Scope(p); all || !u.Can(p) {
+		return all, nil
+	}
+	dev, err := s.deviceRef(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return false, err
+	}
+	return u.CanProduct(p, dev.ProductID), nil
 }

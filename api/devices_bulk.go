@@ -140,18 +140,25 @@ func (s *Server) createBulk(c *fiber.Ctx, b meta.BulkCreate) error {
 	if err != nil {
 		return err
 	}
-	secrets := currentUser(c).Can(permDeviceSecret)
-	for _, d := range b.Devices {
-		if d.Configuration != nil && d.Configuration.SecureKey != nil && !secrets {
-			return accessDenied(c, permDeviceSecret) // choosing a device's key is knowing it
+	// device:secret on each device's product: choosing a device's key is
+	// knowing it, and the generated keys are shown to its holders only.
+	secrets := make([]bool, len(b.Devices))
+	for i, d := range b.Devices {
+		product := d.ProductID
+		if product == "" {
+			product = b.ProductID
+		}
+		secrets[i] = currentUser(c).CanProduct(permDeviceSecret, product)
+		if d.Configuration != nil && d.Configuration.SecureKey != nil && !secrets[i] {
+			return accessDenied(c, permDeviceSecret)
 		}
 	}
 	res, err := store.CreateDevices(c.UserContext(), b, currentUser(c))
 	if err != nil {
 		return err
 	}
-	if !secrets { // the generated keys: device:secret only
-		for i := range res.Devices {
+	for i := range res.Devices { // in request order
+		if i >= len(secrets) || !secrets[i] {
 			res.Devices[i].SecureKey = meta.MaskSecret(res.Devices[i].SecureKey)
 		}
 	}

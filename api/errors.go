@@ -142,8 +142,11 @@ func jsonError(err error) error {
 	var (
 		te *json.UnmarshalTypeError
 		se *json.SyntaxError
+		ae *schema.ArgError
 	)
 	switch {
+	case errors.As(err, &ae): // a field's own decoder (meta.ProductList)
+		return ae
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"devicehub/meta"
 	"devicehub/schema"
 	"devicehub/tsdb"
 )
@@ -126,9 +127,12 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	rc := c.Context()
 	conn, shutdown, log := rc.Conn(), rc.Done(), s.log
 	timeout := s.opts.WriteTimeout
+	allProducts, products := meta.ProductsOf(c.UserContext())
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() { <-exportSlots }()
-		ctx, cancel := context.WithTimeout(context.Background(), exportTimeout)
+		// The stream outlives the request's context; it keeps the
+		// caller's products (every product of theirs, for message counts).
+		ctx, cancel := context.WithTimeout(meta.LimitProducts(context.Background(), allProducts, products), exportTimeout)
 		defer cancel()
 		go func() { // the server's shutdown ends the export
 			select {
@@ -211,7 +215,7 @@ func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Tim
 	}
 	switch k {
 	case kindMessageCounts:
-		return s.planCountsExport(at, q, now, loc)
+		return s.planCountsExport(ctx, at, q, now, loc)
 	case kindHistory:
 		return s.planHistoryExport(ctx, at, q, now, loc, formatValue)
 	default:
@@ -237,15 +241,20 @@ func exportName(parts ...string) string {
 	return strings.Join(kept, "-")
 }
 
-func (s *Server) planCountsExport(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*exportPlan, error) {
+func (s *Server) planCountsExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location) (*exportPlan, error) {
 	p, b, err := messageCountQuery(at, q, now, loc)
 	if err != nil {
 		return nil, err
 	}
+	if p.ProductID != "" {
+		if err := productVisible(ctx, p.ProductID); err != nil {
+			return nil, err
+		}
+	}
 	name := exportName("messages", p.ProductID, b.interval)
 	return &exportPlan{name: name, columns: []string{"timestamp", "time", "timeString", "value"},
 		write: func(ctx context.Context, enc *exportEncoder) error {
-			buckets, err := s.deps.Dashboard.MessageCounts(ctx, tsdb.CountQuery{
+			buckets, err := s.messageCounts(ctx, tsdb.CountQuery{
 				Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
 			})
 			if err != nil {

@@ -77,12 +77,18 @@ func (a *access) onRoute(r fiber.Route) error {
 }
 
 // need declares that the route registered with it needs permission p, and
-// checks it: 403 access_denied without it.
+// checks it: 403 access_denied without it. A user holding p on listed
+// products only has the request limited to them (meta.LimitProducts,
+// scope.go): the rest is not_found.
 func (s *Server) need(p meta.Permission) fiber.Handler {
 	s.access.declare(string(p))
 	return func(c *fiber.Ctx) error {
-		if !currentUser(c).Can(p) {
+		u := currentUser(c)
+		if !u.Can(p) {
 			return accessDenied(c, p)
+		}
+		if all, products := u.Scope(p); !all {
+			c.SetUserContext(meta.LimitProducts(c.UserContext(), false, products))
 		}
 		return c.Next()
 	}

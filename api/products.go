@@ -74,6 +74,12 @@ func (s *Server) getProduct(c *fiber.Ctx) error {
 
 // createProduct is endpoint 3: POST /api/device/product.
 func (s *Server) createProduct(c *fiber.Ctx) error {
+	// A new product is outside every product list: creating one needs
+	// product:write on every product.
+	if all, _ := currentUser(c).Scope(permProductWrite); !all {
+		return reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: creating a product needs permission "+
+			string(permProductWrite)+" on every product", nil)
+	}
 	var n meta.NewProduct
 	if err := decodeJSON(c, &n); err != nil {
 		return err

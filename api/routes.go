@@ -69,8 +69,11 @@ func (s *Server) routes() {
 	api.Post("/device/instance/batch/_delete", s.need(permDeviceWrite), s.write(s.deleteDevices))
 	api.Post("/device/instance/:productId/import", s.need(permDeviceWrite), s.write(s.importDevices))
 
-	// Roles, with the permissions each grants.
+	// Roles, with the permissions each grants and its products (roles.go).
 	api.Post("/role/_query", s.need(permUserAdmin), s.queryRoles) // 13
+	api.Post("/role", s.need(permUserAdmin), s.createRole)
+	api.Put("/role/:id", s.need(permUserAdmin), s.updateRole)
+	api.Delete("/role/:id", s.need(permUserAdmin), s.deleteRole)
 
 	// Users (users.go). /user/passwd before /user/:id, which would take it.
 	api.Post("/user/_query", s.need(permUserAdmin), s.queryUsers)

@@ -264,7 +264,9 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 	}
 	productState := make(map[string]int, len(prods))
 	for _, p := range prods {
-		productState[p.ID] = p.State
+		if ProductAllowed(ctx, p.ID) { // a product outside the request's limit does not exist for it
+			productState[p.ID] = p.State
+		}
 	}
 	if _, ok := productState[b.ProductID]; b.ProductID != "" && !ok {
 		return BulkCreated{}, fmt.Errorf("product %q: %w", truncate(b.ProductID, 80), ErrNotFound)
@@ -436,7 +438,7 @@ func (s *Store) lockBulkTargets(ctx context.Context, q *sqlx.Tx, ids []string, o
 			continue
 		}
 		d, exists := byID[id]
-		if !exists {
+		if !exists || !ProductAllowed(ctx, d.ProductID) { // outside the request's products: as if it did not exist
 			bad.add(i+1, id, "id", fmt.Sprintf("device %q does not exist", truncate(id, 64)))
 			continue
 		}

@@ -19,7 +19,8 @@ type DeviceStatus struct {
 }
 
 // DeviceStatuses returns, in one query, the status of each of ids that
-// exists; ids that do not are absent from the map.
+// exists within ctx's products (LimitProducts); others are absent from
+// the map.
 func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]DeviceStatus, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
@@ -41,7 +42,9 @@ func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]De
 		if err := rows.Scan(&id, &st.ProductID, &st.State); err != nil {
 			return nil, fmt.Errorf("meta: device statuses: %w", err)
 		}
-		out[id] = st
+		if ProductAllowed(ctx, st.ProductID) { // outside ctx's products: as if it did not exist
+			out[id] = st
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("meta: device statuses: %w", err)

@@ -103,6 +103,9 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 	if err != nil {
 		return DeviceDetail{}, err
 	}
+	if !ProductAllowed(ctx, r.ProductID) {
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	// INSERT ... SELECT FROM products: no row means no such product, in
@@ -321,8 +324,9 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 		LoginVersion int64  `db:"login_version"`
 	}
 	// FOR SHARE OF p keeps the product from being undeployed meanwhile.
+	limit, limitArg := limitCond(ctx, "d.product_id", 2)
 	err = tx.GetContext(ctx, &cur, `SELECT d.state, p.state AS product_state, d.login_version FROM devices d
-		JOIN products p ON p.id = d.product_id WHERE d.id = $1 FOR UPDATE OF d FOR SHARE OF p`, id)
+		JOIN products p ON p.id = d.product_id WHERE d.id = $1 AND `+limit+` FOR UPDATE OF d FOR SHARE OF p`, id, limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}
@@ -355,9 +359,10 @@ func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (D
 	// The subquery locks the row and reads the version the update
 	// replaces: whether this write changed the broker's login.
 	var before int64
+	limit, limitArg := limitCond(ctx, "product_id", 5)
 	err := s.db.GetContext(ctx, &before, `UPDATE devices d SET state = $2, registry_time = NULL, modify_time = `+nextModifyTime+`,
-		modifier_id = $3, modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 FOR UPDATE) o
-		WHERE d.id = o.id RETURNING o.login_version`, id, StateNotActive, modifier.ID, userName(modifier))
+		modifier_id = $3, modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 AND `+limit+` FOR UPDATE) o
+		WHERE d.id = o.id RETURNING o.login_version`, id, StateNotActive, modifier.ID, userName(modifier), limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}
@@ -395,8 +400,9 @@ func (s *Store) setDeviceMetadata(ctx context.Context, id string, metadata *stri
 	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
+	limit, limitArg := limitCond(ctx, "product_id", 5)
 	res, err := s.db.ExecContext(ctx, `UPDATE devices SET metadata = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
-		modifier_name = $4 WHERE id = $1`, id, metadata, modifier.ID, userName(modifier))
+		modifier_name = $4 WHERE id = $1 AND `+limit, id, metadata, modifier.ID, userName(modifier), limitArg)
 	if err != nil {
 		return fmt.Errorf("meta: device metadata: %w", err)
 	}

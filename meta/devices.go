@@ -359,7 +359,8 @@ func (r *deviceRow) detail() DeviceDetail {
 // id, name, productId, state, superDeviceType, deviceType, classifiedId,
 // plus createTime) and sorts.
 var DeviceResource = &Resource{
-	Name: "device",
+	Name:    "device",
+	Product: "d.product_id",
 	Columns: map[string]Column{
 		"id":              {Expr: "d.id", Kind: KindText},
 		"name":            {Expr: "d.name", Kind: KindText},
@@ -400,7 +401,7 @@ func (s *Store) getDeviceDetail(ctx context.Context, q queryer, id string, forUp
 		lock = " FOR UPDATE OF d"
 	}
 	err := q.GetContext(ctx, &r, "SELECT "+deviceDetailColumns+" FROM "+deviceFrom+" WHERE d.id = $1"+lock, id)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !ProductAllowed(ctx, r.ProductID) {
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {

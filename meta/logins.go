@@ -209,9 +209,10 @@ func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	var before int64
+	limit, limitArg := limitCond(ctx, "product_id", 5)
 	err := s.db.GetContext(ctx, &before, `UPDATE devices d SET secure_key = $2, modify_time = `+nextModifyTime+`, modifier_id = $3,
-		modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 FOR UPDATE) o
-		WHERE d.id = o.id RETURNING o.login_version`, id, key, modifier.ID, userName(modifier))
+		modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 AND `+limit+` FOR UPDATE) o
+		WHERE d.id = o.id RETURNING o.login_version`, id, key, modifier.ID, userName(modifier), limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}

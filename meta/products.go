@@ -101,7 +101,8 @@ var productList = &listSpec[productRow, Product]{
 
 // ProductResource is the whitelist of product query columns and sorts.
 var ProductResource = &Resource{
-	Name: "product",
+	Name:    "product",
+	Product: "p.id",
 	Columns: map[string]Column{
 		"id":                {Expr: "p.id", Kind: KindText},
 		"name":              {Expr: "p.name", Kind: KindText},
@@ -209,7 +210,7 @@ func (s *Store) getProduct(ctx context.Context, q queryer, id string, forUpdate 
 		lock = " FOR UPDATE OF p"
 	}
 	err := q.GetContext(ctx, &r, "SELECT "+productColumns+" FROM products p WHERE p.id = $1"+lock, id)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !ProductAllowed(ctx, r.ID) {
 		return Product{}, fmt.Errorf("product %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
@@ -406,6 +407,9 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	if p.ID == "" {
 		return schema.Invalid("id", "is required")
 	}
+	if !ProductAllowed(ctx, p.ID) {
+		return fmt.Errorf("product %q: %w", truncate(p.ID, 80), ErrNotFound)
+	}
 	required := []struct {
 		field string
 		set   bool
@@ -544,6 +548,9 @@ func (s *Store) missingOrChanged(ctx context.Context, table, what, id string) er
 // SetProductState deploys (1) or undeploys (0) a product.
 func (s *Store) SetProductState(ctx context.Context, id string, state int, modifierID string) error {
 	defer s.pages.changed() // once committed: the next page read sees it
+	if !ProductAllowed(ctx, id) {
+		return fmt.Errorf("product %q: %w", truncate(id, 80), ErrNotFound)
+	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	res, err := s.db.ExecContext(ctx, `UPDATE products SET state = $2, modify_time = `+nextModifyTime+`, modifier_id = $3 WHERE id = $1`, id, state, modifierID)

@@ -105,6 +105,10 @@ type Resource struct {
 	Sorts       map[string]string // API sort name -> SQL expression
 	DefaultSort string            // ORDER BY body used when the query has no sorts
 	TieBreak    string            // appended to custom sorts for stable paging, e.g. "p.id"
+	// Product is the product id of a row, e.g. "d.product_id", for the
+	// product limit of a request (LimitProducts); "" for resources of no
+	// product.
+	Product string
 }
 
 // Compiled is the SQL of a query body. Where is "" or a condition without

@@ -168,6 +168,7 @@ func queryList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Qu
 	if err != nil {
 		return Page[T]{}, err
 	}
+	limitWhere(ctx, c, l.res.Product)
 	_, size, offset := q.Page(math.MaxInt)
 	v, err := s.pages.get(ctx, l.res.Name, pageKey(l.res.Name, c, size, offset), func(ctx context.Context, keep bool) (any, int, error) {
 		p, err := readList(ctx, s, l, q, c)
@@ -497,6 +498,7 @@ func (s *Store) countWhere(ctx context.Context, res *Resource, q *Query, from st
 	if err != nil {
 		return 0, err
 	}
+	limitWhere(ctx, c, res.Product)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	_, total, err := s.count(ctx, res, c, from)

@@ -34,25 +34,22 @@ var (
 )
 
 // User is a platform user, as a token check gives it: Permissions are
-// the union of those of its enabled roles (role_permissions), read with
-// the token and cached with it (a change of its roles is announced like
-// an ended token, WatchTokens).
+// the union of those of its enabled roles (role_permissions), each held
+// on every product or, when Products lists it, on those products only
+// (role_products; scope.go: Can, Scope, CanProduct, Restrict). Both are
+// read with the token and cached with it (a change of its roles, or of
+// their permissions or products, is announced like an ended token,
+// WatchTokens).
 type User struct {
 	ID          string   `db:"id" json:"id"`
 	Username    string   `db:"username" json:"username"`
 	Name        string   `db:"name" json:"name"`
 	Roles       []string `db:"-" json:"roles"`
 	Permissions []string `db:"-" json:"permissions"`
-}
-
-// Can reports whether u holds permission p.
-func (u User) Can(p Permission) bool {
-	for _, have := range u.Permissions {
-		if have == string(p) {
-			return true
-		}
-	}
-	return false
+	// Products maps each permission held on listed products only to
+	// them (sorted, never empty); a permission of Permissions absent here
+	// is held on every product.
+	Products map[Permission][]string `db:"-" json:"products,omitempty"`
 }
 
 // Session is the result of a login.
@@ -255,14 +252,14 @@ func (s *Store) Authenticate(ctx context.Context, token string) (User, time.Time
 		Expires  time.Time      `db:"expires_at"`
 		Lifetime int64          `db:"lifetime_ms"`
 		RoleIDs  pq.StringArray `db:"roles"`
-		Perms    pq.StringArray `db:"permissions"`
+		Grants   []byte         `db:"grants"`
 	}
 	hash := hashToken(token)
-	// The user's permissions: the union of those of its enabled roles.
+	// The user's permissions: the union of those of its enabled roles,
+	// with their products.
 	err := s.db.GetContext(ctx, &row, `SELECT u.id, u.username, u.name, t.expires_at, t.lifetime_ms,
 			ARRAY(SELECT ur.role_id FROM user_roles ur WHERE ur.user_id = u.id ORDER BY ur.role_id) AS roles,
-			ARRAY(SELECT DISTINCT p.permission FROM user_roles ur JOIN roles r ON r.id = ur.role_id AND r.state = 'enabled'
-				JOIN role_permissions p ON p.role_id = ur.role_id WHERE ur.user_id = u.id ORDER BY p.permission) AS permissions
+			`+grantsSQL("u.id")+` AS grants
 		FROM tokens t JOIN users u ON u.id = t.user_id
 		WHERE t.hash = $1 AND t.expires_at > now() AND u.state = 'enabled'`, hash)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -282,7 +279,9 @@ func (s *Store) Authenticate(ctx context.Context, token string) (User, time.Time
 		}
 	}
 	row.User.Roles = append([]string{}, row.RoleIDs...)
-	row.User.Permissions = append([]string{}, row.Perms...)
+	if err := row.User.setGrants(row.Grants); err != nil {
+		return User{}, time.Time{}, err
+	}
 	return row.User, row.Expires, nil
 }
 
@@ -829,7 +828,7 @@ func (s *Store) changeUsers(ctx context.Context, checkAdmins bool, change func(c
 	}
 	var admins int
 	if err := tx.GetContext(ctx, &admins, `SELECT count(*) FROM users u WHERE u.state = 'enabled' AND EXISTS (
-		SELECT 1 FROM user_roles ur JOIN roles r ON r.id = ur.role_id AND r.state = 'enabled'
+		SELECT 1 FROM user_roles ur JOIN roles r ON r.id = ur.role_id AND r.state = 'enabled' AND r.all_products
 		JOIN role_permissions p ON p.role_id = ur.role_id
 		WHERE ur.user_id = u.id AND p.permission = $1)`, string(PermUserAdmin)); err != nil {
 		return fmt.Errorf("meta: count administrators: %w", err)

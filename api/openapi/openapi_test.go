@@ -425,6 +425,12 @@ func TestResponsesMatchDocument(t *testing.T) {
 		{method: "GET", path: "/api/device/instance/oa-1/detail", docPath: "/api/device/instance/{id}/detail", status: 200},
 		{method: "GET", path: "/api/device/instance/oa-1", docPath: "/api/device/instance/{id}", status: 200},
 		{method: "POST", path: "/api/role/_query/", status: 200},
+		{method: "POST", path: "/api/role", body: map[string]any{"id": "oa-role", "name": "Meter operators", "permissions": []string{"device:read"},
+			"products": []string{"oa-meter"}}, status: 200},
+		{method: "POST", path: "/api/role", body: map[string]any{"id": "oa-role2", "name": "Bad", "permissions": []string{"device:fly"}}, status: 400},
+		{method: "PUT", path: "/api/role/oa-role", docPath: "/api/role/{id}", body: map[string]any{"products": nil}, status: 200},
+		{method: "PUT", path: "/api/role/nope", docPath: "/api/role/{id}", body: map[string]any{"name": "n"}, status: 404},
+		{method: "DELETE", path: "/api/role/oa-role", docPath: "/api/role/{id}", status: 200},
 		{method: "POST", path: "/api/dashboard/_multi", body: []map[string]any{
 			{"dashboard": "device", "object": "message", "measurement": "quantity", "dimension": "agg", "group": "msgs",
 				"params": map[string]any{"time": "1d", "limit": 3, "to": "now"}},

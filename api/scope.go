@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"devicehub/meta"
+	"devicehub/tsdb"
+)
+
+// Product scope (meta/scope.go). need(p) puts the products the caller
+// holds p on onto the request's context (meta.LimitProducts); the store's
+// lists, counts, details and writes see only those, and so do the device
+// and product lookups of commands, endpoint 14, exports (deviceRef,
+// productModel) and the live stream: an object outside them is 404
+// not_found, as if it did not exist. A missing permission is 403.
+
+// productVisible is nil when ctx may reach product id, else the not_found
+// an unknown product gets.
+func productVisible(ctx context.Context, id string) error {
+	if meta.ProductAllowed(ctx, id) {
+		return nil
+	}
+	return fmt.Errorf("product %q: %w", truncateID(id), meta.ErrNotFound)
+}
+
+// deviceVisible is nil when ctx may reach dev, else the not_found an
+// unknown device gets.
+func deviceVisible(ctx context.Context, dev meta.DeviceRef) error {
+	if meta.ProductAllowed(ctx, dev.ProductID) {
+		return nil
+	}
+	return fmt.Errorf("device %q: %w", truncateID(dev.ID), meta.ErrNotFound)
+}
+
+func truncateID(id string) string {
+	if len(id) > 80 {
+		return id[:80]
+	}
+	return id
+}
+
+// messageCounts answers a message-count query (endpoint 14's and an
+// export's) within ctx's products: a product outside is not_found; every
+// product (q.ProductID "") is every product of the limit, their counts
+// summed bucket by bucket (each product's series is cached by tsdb).
+func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.Bucket, error) {
+	all, products := meta.ProductsOf(ctx)
+	if q.ProductID != "" || all {
+		if err := productVisible(ctx, q.ProductID); q.ProductID != "" && err != nil {
+			return nil, err
+		}
+		return s.deps.Dashboard.MessageCounts(ctx, q)
+	}
+	var sum []tsdb.Bucket
+	for _, id := range products {
+		q.ProductID = id
+		buckets, err := s.deps.Dashboard.MessageCounts(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if sum == nil {
+			sum = buckets
+			continue
+		}
+		if len(buckets) != len(sum) {
+			return nil, fmt.Errorf("api: message counts: product %q has %d buckets, another %d", id, len(buckets), len(sum))
+		}
+		for i := range sum {
+			sum[i].Count += buckets[i].Count
+		}
+	}
+	return sum, nil
+}
