@@ -49,7 +49,12 @@ var signedInRoutes = []string{
 	"POST /api/authorize/logout",
 	"GET /api/authorize/me", "HEAD /api/authorize/me",
 	"PUT /api/user/passwd",
+	"POST /api/user/key", "POST /api/user/key/_query", "DELETE /api/user/key/:id",
 }
+
+// keyRefusedRoutes need a login's token: a request with an API key is
+// 403 (keys.go).
+var keyRefusedRoutes = []string{"POST /api/authorize/logout", "PUT /api/user/passwd", "POST /api/user/key"}
 
 // addUser creates a user holding roles, with a password hashed at
 // bcrypt's lowest cost (logins under -race stay fast), and logs it in.
@@ -113,19 +118,27 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 		name, token string
 		perms       []meta.Permission
 		disabled    bool
+		key         bool // an API key (keys.go)
 	}
 	_, opTok := e.addUser("op", meta.RoleOperator)
 	_, viewTok := e.addUser("view", meta.RoleViewer)
 	_, noneTok := e.addUser("nobody")
 	gone, goneTok := e.addUser("gone", meta.RoleAdmin)
+	revoked := e.createKey(e.token, map[string]any{"name": "revoked", "permissions": []string{"product:read", "device:read", "user:admin"}})
 	callers := []caller{
 		{name: "admin", token: e.token, perms: rolePermissions[meta.RoleAdmin]},
 		{name: "operator", token: opTok, perms: rolePermissions[meta.RoleOperator]},
 		{name: "viewer", token: viewTok, perms: rolePermissions[meta.RoleViewer]},
 		{name: "no role", token: noneTok},
 		{name: "disabled", token: goneTok, disabled: true},
+		// An administrator's key holding less, and a revoked one.
+		{name: "key with fewer permissions", token: e.createKey(e.token, map[string]any{"name": "fewer",
+			"permissions": []string{"product:read", "device:read"}}).Key,
+			perms: []meta.Permission{meta.PermProductRead, meta.PermDeviceRead}, key: true},
+		{name: "revoked key", token: revoked.Key, disabled: true, key: true},
 	}
 	e.ok("PUT", "/api/user/"+gone, map[string]any{"state": "disabled"}, nil)
+	e.ok("DELETE", "/api/user/key/"+revoked.ID, nil, nil)
 
 	routes := e.server.RouteAccess()
 	if len(routes) < 40 {
@@ -161,11 +174,14 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 		}
 		for _, c := range callers {
 			token := c.token
-			if key == "POST /api/authorize/logout" && !c.disabled {
+			if key == "POST /api/authorize/logout" && !c.disabled && !c.key {
 				_, token = e.addUser("out-"+strings.ReplaceAll(c.name, " ", "-"), meta.RoleViewer) // a token of its own to end
 			}
 			status, code := rawCall(t, e.base, r.Method, path, token)
 			allowed := r.Need == api.NeedSignedIn || slices.Contains(c.perms, meta.Permission(r.Need))
+			if c.key && slices.Contains(keyRefusedRoutes, key) {
+				allowed = false
+			}
 			switch {
 			case c.disabled:
 				if status != 401 {

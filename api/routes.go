@@ -83,6 +83,11 @@ func (s *Server) routes() {
 	api.Delete("/user/:id", s.need(permUserAdmin), s.deleteUser)
 	api.Put("/user/:id/password", s.need(permUserAdmin), s.resetPassword)
 
+	// API keys for programs (keys.go): one's own; an administrator's, anyone's.
+	api.Post("/user/key", s.signedIn(), s.createKey)
+	api.Post("/user/key/_query", s.signedIn(), s.queryKeys)
+	api.Delete("/user/key/:id", s.signedIn(), s.deleteKey)
+
 	// The audit trail of writes and logins (audit.go), newest first.
 	api.Post("/audit/_query", s.need(permUserAdmin), s.queryAudit)
 

@@ -26,6 +26,7 @@ type AuditEntry struct {
 	ObjectID string `db:"object_id" json:"objectId"` // the route's path parameter, "" if it has none
 	Status   int    `db:"status" json:"status"`      // the HTTP status of the answer
 	Code     string `db:"code" json:"code"`          // the envelope's code; "" on success
+	KeyID    string `db:"key_id" json:"keyId"`       // the API key the request came with; "" for a login's token
 }
 
 type auditRow struct {
@@ -55,6 +56,7 @@ var AuditResource = &Resource{
 		"objectId": {Expr: "a.object_id", Kind: KindText},
 		"status":   {Expr: "a.status", Kind: KindInt},
 		"code":     {Expr: "a.code", Kind: KindText},
+		"keyId":    {Expr: "a.key_id", Kind: KindText},
 	},
 	Sorts: map[string]string{
 		"time":     "a.time",
@@ -69,7 +71,7 @@ var AuditResource = &Resource{
 // QueryAudit answers POST /api/audit/_query.
 func (s *Store) QueryAudit(ctx context.Context, q *Query) (Page[AuditEntry], error) {
 	return queryPage(ctx, s, AuditResource, q,
-		"a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code",
+		"a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code, a.key_id",
 		"audit a", (*auditRow).entry)
 }
 
@@ -81,21 +83,21 @@ func (s *Store) InsertAudit(ctx context.Context, entries []AuditEntry) error {
 	}
 	n := len(entries)
 	times := make([]time.Time, n)
-	users, names, addrs, methods, routes, objects, codes := make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	users, names, addrs, methods, routes, objects, codes, keys := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	statuses := make([]int64, n)
 	for i, e := range entries {
 		times[i] = time.Time(e.Time)
-		users[i], names[i], addrs[i], methods[i], routes[i], objects[i], codes[i] =
-			e.UserID, e.Username, e.Address, e.Method, e.Route, e.ObjectID, e.Code
+		users[i], names[i], addrs[i], methods[i], routes[i], objects[i], codes[i], keys[i] =
+			e.UserID, e.Username, e.Address, e.Method, e.Route, e.ObjectID, e.Code, e.KeyID
 		statuses[i] = int64(e.Status)
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO audit (time, user_id, username, address, method, route, object_id, status, code)
-		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[])`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO audit (time, user_id, username, address, method, route, object_id, status, code, key_id)
+		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::text[])`,
 		pq.Array(times), pq.Array(users), pq.Array(names), pq.Array(addrs), pq.Array(methods), pq.Array(routes),
-		pq.Array(objects), pq.Array(statuses), pq.Array(codes))
+		pq.Array(objects), pq.Array(statuses), pq.Array(codes), pq.Array(keys))
 	if err != nil {
 		return fmt.Errorf("meta: insert audit: %w", err)
 	}
