@@ -23,6 +23,7 @@ type auditJSON struct {
 	ObjectID string `json:"objectId"`
 	Status   int    `json:"status"`
 	Code     string `json:"code"`
+	KeyID    string `json:"keyId"`
 }
 
 // newAuditEnv is a server whose audit writer flushes every 20 ms.

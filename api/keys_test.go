@@ -68,6 +68,10 @@ func TestKeyNeverExceedsItsCreator(t *testing.T) {
 	if s := e.status("POST", "/api/device/instance", device, k.Key); s != 200 {
 		t.Fatalf("the key writes a device: %d", s)
 	}
+	// The audit trail names the user and the key.
+	if got := e.waitAudit(`[{"column":"keyId","value":"`+k.ID+`"}]`, 1); got[0].UserID != opID || got[0].Route != "/api/device/instance" {
+		t.Fatalf("the key's write audited as %+v", got[0])
+	}
 	// The key cannot do what it was not given, though its user may.
 	if s := e.status("POST", "/api/device/instance/kd1/properties/_read", []string{"x"}, k.Key); s != 403 {
 		t.Fatalf("the key commands a device (not its permission): %d", s)
