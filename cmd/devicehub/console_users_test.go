@@ -20,7 +20,8 @@ import (
 // user, signed in, sees neither the Users nor the Audit page (nor their
 // routes), sees its roles, and changes its own password: a wrong current
 // one shows the API's refusal, the right one works, and the new password
-// signs in.
+// signs in; it makes an API key, whose secret is shown once and works,
+// and revokes it: the key is refused within 1 s.
 func TestConsoleUsersInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	broker := mqtttest.StartBroker(t)
@@ -139,6 +140,31 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 	change("reset-password", "second-password")
 	b.poll("the change", `document.getElementById('password-note').textContent.includes('Password changed')`)
 	b.shot("account")
+
+	// An API key: made with one of the user's permissions, its secret
+	// shown once, it works; revoked, it is refused.
+	b.run("create a key",
+		chromedp.WaitVisible(chromedp.ID("new-key")),
+		chromedp.SendKeys(chromedp.ID("new-key-name"), "script"),
+		chromedp.Click(chromedp.CSS(`#new-key input[data-permission="device:read"]`)),
+		chromedp.Click(chromedp.ID("new-key-submit")))
+	b.poll("the key's secret and row", `!!document.getElementById('key-secret-value') && !!document.querySelector('#keys-list tr[data-key=script]')`)
+	secret := b.text("#key-secret-value")
+	if !strings.HasPrefix(secret, "dhk_") || strings.Contains(b.text("#keys-list"), secret) {
+		t.Fatalf("key secret %q (it must not be in the list: %q)", secret, b.text("#keys-list"))
+	}
+	keyStatus := func() int {
+		return srv.doStatus(t, secret, "POST", "/api/device-instance/_query", strings.NewReader(`{}`))
+	}
+	if s := keyStatus(); s != 200 {
+		t.Fatalf("the console's key lists devices: %d", s)
+	}
+	b.shot("keys")
+	b.run("revoke the key",
+		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
+		chromedp.Click(chromedp.CSS(`button[data-action=revoke][data-key=script]`)))
+	b.poll("the key gone from the list", `!document.querySelector('#keys-list tr[data-key=script]')`)
+	waitUntil(t, time.Second, "the revoked key refused", func() bool { return keyStatus() == 401 })
 	b.run("sign out again", chromedp.Click(chromedp.ID("logout")))
 	in("sign in with the new password", user, "second-password", chromedp.WaitVisible(chromedp.ID("whoami")))
 	b.checkExceptions()

@@ -9,8 +9,8 @@
 //   #/users            users (administrators only): list, create, disable,
 //                      enable, delete, assign roles, reset a password
 //   #/audit            the audit trail of writes and logins (administrators)
-//   #/account          the signed-in user: its roles and permissions, and
-//                      a change of its own password
+//   #/account          the signed-in user: its roles and permissions, a
+//                      change of its own password, its API keys
 // What the signed-in user may not use (GET /api/authorize/me lists its
 // permissions) is hidden; the server refuses it anyway (403).
 // The login token lives in sessionStorage (one tab, gone with it).
@@ -580,6 +580,81 @@
         h('p', { class: 'muted small' }, 'Permissions: ', h('span', { id: 'account-permissions', class: 'mono' }, (me.permissions || []).join(', ') || 'none'))),
       h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Change your password')), form, note),
     );
+    if (me.keyId) return {}; // signed in with an API key: no keys of keys
+    return keysCard(view);
+  }
+
+  // keysCard lists the signed-in user's API keys (POST /api/user/key/_query)
+  // with a form to make one (a subset of the user's permissions, optional
+  // products and expiry; its secret is shown once) and a button to revoke
+  // each (DELETE /api/user/key/{id}).
+  function keysCard(view) {
+    const note = h('p', { id: 'keys-note', role: 'status', class: 'muted' });
+    const say = (text, isError) => { note.textContent = text; note.className = isError ? 'error' : 'muted'; };
+    const secret = h('div', { id: 'key-secret', hidden: true });
+    const list = h('div', { class: 'table-wrap', id: 'keys-list' });
+    const name = h('input', { id: 'new-key-name', required: true, autocomplete: 'off', 'aria-label': 'Key name', placeholder: 'Name, e.g. grafana' });
+    const perms = (me.permissions || []).map((p) => h('label', { class: 'check' },
+      h('input', { type: 'checkbox', value: p, 'data-permission': p }), ' ', h('span', { class: 'mono' }, p)));
+    const products = h('input', { id: 'new-key-products', autocomplete: 'off', 'aria-label': 'Products', placeholder: 'Products (ids, comma-separated; empty: all of yours)' });
+    const expires = h('input', { id: 'new-key-expires', type: 'date', 'aria-label': 'Expires on (optional)', title: 'Expires on (optional)' });
+    const form = h('form', { class: 'roles-form', id: 'new-key',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const chosen = [...form.querySelectorAll('input[data-permission]:checked')].map((b) => b.value);
+        if (!chosen.length) return say('Choose at least one permission.', true);
+        const body = { name: name.value.trim(), permissions: chosen };
+        const ids = products.value.split(',').map((x) => x.trim()).filter(Boolean);
+        if (ids.length) body.products = ids;
+        if (expires.value) body.expiresAt = new Date(expires.value + 'T23:59:59').getTime();
+        try {
+          const k = await api('POST', '/api/user/key', body);
+          form.reset();
+          say(`Key ${k.name} created.`);
+          secret.hidden = false;
+          secret.replaceChildren(h('p', { class: 'strong' }, 'Copy the key now: it is not shown again.'),
+            h('code', { id: 'key-secret-value' }, k.key));
+          load();
+        } catch (err) {
+          say(describe(err), true);
+        }
+      } }, name, perms, products, expires, h('button', { type: 'submit', id: 'new-key-submit' }, 'Create key'));
+    async function load() {
+      try {
+        const page = await api('POST', '/api/user/key/_query', { paging: false, terms: [{ column: 'userId', value: me.id }] });
+        const keys = page.data || [];
+        if (!keys.length) {
+          list.replaceChildren(empty('No API keys.', 'A program sends a key as its X-Access-Token.'));
+          return;
+        }
+        list.replaceChildren(h('table', { class: 'list' },
+          h('thead', {}, h('tr', {}, ['Key', 'Permissions', 'Products', 'Expires', 'Last used', ''].map((c) => h('th', {}, c)))),
+          h('tbody', {}, keys.map((k) => h('tr', { 'data-key': k.name },
+            h('td', {}, h('span', { class: 'strong' }, k.name), h('div', { class: 'muted small' }, 'created ' + when(k.createTime))),
+            h('td', { class: 'mono small' }, (k.permissions || []).map((p) => p.value || p).join(', ')),
+            h('td', { class: 'small' }, k.products ? k.products.join(', ') : 'yours'),
+            h('td', {}, k.expiresAt ? when(k.expiresAt) : 'never'),
+            h('td', { class: 'key-last-used' }, k.lastUsed ? when(k.lastUsed) : 'never'),
+            h('td', {}, h('button', { type: 'button', class: 'secondary', 'data-action': 'revoke', 'data-key': k.name,
+              onclick: async () => {
+                if (!confirm(`Revoke key ${k.name}? Programs using it are refused at once.`)) return;
+                try {
+                  await api('DELETE', '/api/user/key/' + encodeURIComponent(k.id));
+                  say(`Key ${k.name} revoked.`);
+                  load();
+                } catch (err) {
+                  say(describe(err), true);
+                }
+              } }, 'Revoke')))))));
+      } catch (err) {
+        list.replaceChildren(errorBox(err, 'Could not load your keys'));
+      }
+    }
+    view.append(h('section', { class: 'card', id: 'keys' },
+      h('div', { class: 'card-head' }, h('h2', {}, 'Your API keys'),
+        h('span', { class: 'muted small' }, 'For programs: each holds some of your permissions, never more than you hold.')),
+      form, note, secret, list));
+    load();
     return {};
   }
 
