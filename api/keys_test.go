@@ -43,6 +43,21 @@ func (e *env) status(method, path string, body any, token string) int {
 	return e.do(method, path, body, token).HTTPStatus
 }
 
+// The route walk (permissions_test.go) adds an administrator's key
+// holding less than the administrator, and a revoked key.
+func init() {
+	accessCallerHooks = append(accessCallerHooks, func(e *env) []accessCaller {
+		fewer := []meta.Permission{meta.PermProductRead, meta.PermDeviceRead}
+		k := e.createKey(e.token, map[string]any{"name": "fewer", "permissions": fewer})
+		revoked := e.createKey(e.token, map[string]any{"name": "revoked", "permissions": meta.Permissions})
+		e.ok("DELETE", "/api/user/key/"+revoked.ID, nil, nil)
+		return []accessCaller{
+			{name: "key with fewer permissions", token: k.Key, perms: fewer, key: true},
+			{name: "revoked key", token: revoked.Key, disabled: true, key: true},
+		}
+	})
+}
+
 // TestKeyNeverExceedsItsCreator: a key is made with at most what its
 // user holds, and does at most what its user holds now: when the user
 // loses a role, the key loses it at once; when the user is disabled, the

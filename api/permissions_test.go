@@ -80,15 +80,21 @@ var routeParam = regexp.MustCompile(`:[A-Za-z0-9_]+\??|\*|\+`)
 // HEAD), and returns the HTTP status and envelope code.
 func rawCall(t *testing.T, base, method, path, token string) (int, string) {
 	t.Helper()
-	var body io.Reader
+	return rawCallBody(t, base, method, path, token, `{}`)
+}
+
+// rawCallBody is rawCall with body (ignored for GET and HEAD).
+func rawCallBody(t *testing.T, base, method, path, token, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
 	if method != "GET" && method != "HEAD" {
-		body = strings.NewReader(`{}`)
+		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, base+path, body)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != nil {
+	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
@@ -107,38 +113,102 @@ func rawCall(t *testing.T, base, method, path, token string) (int, string) {
 	return res.StatusCode, env.Code
 }
 
-// TestEveryRouteDeclaresAccess walks every route the server registers
-// with an administrator, an operator, a viewer and a disabled user (an
-// administrator before): each route declares what it needs, and each
-// user gets 403 access_denied exactly where its roles lack that
-// permission, 401 when disabled.
-func TestEveryRouteDeclaresAccess(t *testing.T) {
-	e := newEnv(t)
-	type caller struct {
-		name, token string
-		perms       []meta.Permission
-		disabled    bool
-		key         bool // an API key (keys.go)
+// accessCaller is one principal TestEveryRouteDeclaresAccess walks every
+// route with.
+type accessCaller struct {
+	name, token string
+	perms       []meta.Permission // what it holds
+	// limited: it holds perms on product walkInside only; the walk names
+	// walkOutside's objects in its paths and wants 404 not_found for them.
+	limited  bool
+	disabled bool // every answer 401
+	key      bool // an API key: the routes of keyRefusedRoutes are 403
+}
+
+// The walk's products, each with one device (walkInside+"-d").
+const (
+	walkInside  = "walk-in"
+	walkOutside = "walk-out"
+)
+
+// accessCallerHooks add principals to the walk from other files (API
+// keys: a revoked key, a key with fewer permissions): each gets the
+// walk's env (products walkInside and walkOutside exist, with their
+// devices) and returns its callers.
+var accessCallerHooks []func(e *env) []accessCaller
+
+// walkPath gives a route's path with real objects for its parameters:
+// for a limited caller, walkOutside's product and device (and a function
+// and property the command routes accept); else "x", which names nothing.
+func walkPath(route string, limited bool) string {
+	if !limited {
+		return routeParam.ReplaceAllString(route, "x")
 	}
+	return routeParam.ReplaceAllStringFunc(route, func(p string) string {
+		switch {
+		case p == ":productId", p == ":id" && strings.HasPrefix(route, "/api/device-product/"):
+			return walkOutside
+		case p == ":deviceId", p == ":id" && strings.HasPrefix(route, "/api/device/instance/"):
+			return walkOutside + "-d"
+		case p == ":functionId":
+			return "DeviceCtrl"
+		case p == ":property":
+			return "temperature"
+		}
+		return "x"
+	})
+}
+
+// namesObject reports whether a route's path names a product or device.
+func namesObject(route string) bool {
+	return strings.Contains(route, ":productId") || strings.Contains(route, ":deviceId") ||
+		strings.Contains(route, ":id") && (strings.HasPrefix(route, "/api/device-product/") || strings.HasPrefix(route, "/api/device/instance/"))
+}
+
+// walkBodies are the bodies the walk sends where {} would be refused
+// before the object is looked up.
+var walkBodies = map[string]string{
+	"POST /api/device/invoked/:deviceId/function/:functionId": `{"Location":"l","ProductID":"p","OperCode":{"Switch":"1","Temperature":20}}`,
+	"POST /api/device/instance/:deviceId/properties/_read":    `["temperature"]`,
+	"PUT /api/device/instance/:id/metadata":                   `{"properties":[],"events":[],"functions":[],"tags":[]}`,
+	"POST /api/device/instance/:productId/import":             `[{"id":"walk-new","name":"New"}]`,
+}
+
+// TestEveryRouteDeclaresAccess walks every route the server registers
+// with an administrator, an operator, a viewer, a user limited to one
+// product, a user with no role and a disabled user (an administrator
+// before), and those of accessCallerHooks: each route declares what it
+// needs, and each caller gets 403 access_denied exactly where it lacks
+// that permission, 401 when disabled, and 404 not_found for the objects
+// of a product outside its own.
+func TestEveryRouteDeclaresAccess(t *testing.T) {
+	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) { deps.Models, deps.LiveDevices = store, store })
+	for _, p := range []string{walkInside, walkOutside} {
+		e.createProduct(p, p, nil)
+		e.ok("POST", "/api/device-product/"+p+"/deploy", nil, nil)
+		e.ok("POST", "/api/device/instance", map[string]any{"id": p + "-d", "name": "D", "productId": p}, nil)
+		e.ok("POST", "/api/device/instance/"+p+"-d/deploy", nil, nil) // deployed: a delete is refused
+	}
+	limitedPerms := []meta.Permission{meta.PermProductRead, meta.PermProductWrite, meta.PermDeviceRead, meta.PermDeviceWrite,
+		meta.PermDeviceCommand, meta.PermDeviceSecret, meta.PermDashboardRead}
+	e.ok("POST", "/api/role", map[string]any{"id": "walk-limited", "name": "Limited", "permissions": limitedPerms, "products": []string{walkInside}}, nil)
 	_, opTok := e.addUser("op", meta.RoleOperator)
 	_, viewTok := e.addUser("view", meta.RoleViewer)
+	_, limTok := e.addUser("lim", "walk-limited")
 	_, noneTok := e.addUser("nobody")
 	gone, goneTok := e.addUser("gone", meta.RoleAdmin)
-	revoked := e.createKey(e.token, map[string]any{"name": "revoked", "permissions": []string{"product:read", "device:read", "user:admin"}})
-	callers := []caller{
+	callers := []accessCaller{
 		{name: "admin", token: e.token, perms: rolePermissions[meta.RoleAdmin]},
 		{name: "operator", token: opTok, perms: rolePermissions[meta.RoleOperator]},
 		{name: "viewer", token: viewTok, perms: rolePermissions[meta.RoleViewer]},
+		{name: "limited", token: limTok, perms: limitedPerms, limited: true},
 		{name: "no role", token: noneTok},
 		{name: "disabled", token: goneTok, disabled: true},
-		// An administrator's key holding less, and a revoked one.
-		{name: "key with fewer permissions", token: e.createKey(e.token, map[string]any{"name": "fewer",
-			"permissions": []string{"product:read", "device:read"}}).Key,
-			perms: []meta.Permission{meta.PermProductRead, meta.PermDeviceRead}, key: true},
-		{name: "revoked key", token: revoked.Key, disabled: true, key: true},
+	}
+	for _, hook := range accessCallerHooks {
+		callers = append(callers, hook(e)...)
 	}
 	e.ok("PUT", "/api/user/"+gone, map[string]any{"state": "disabled"}, nil)
-	e.ok("DELETE", "/api/user/key/"+revoked.ID, nil, nil)
 
 	routes := e.server.RouteAccess()
 	if len(routes) < 40 {
@@ -147,7 +217,7 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 	walked := 0
 	for _, r := range routes {
 		key := r.Method + " " + r.Path
-		path := routeParam.ReplaceAllString(r.Path, "x")
+		path := walkPath(r.Path, false)
 		switch {
 		case r.Need == "":
 			if !slices.Contains(publicRoutes, key) {
@@ -172,25 +242,40 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 		if status, code := rawCall(t, e.base, r.Method, path, ""); status != 401 {
 			t.Errorf("%s without a token: %d %s, want 401", key, status, code)
 		}
+		body, ok := walkBodies[strings.Replace(key, "HEAD ", "GET ", 1)]
+		if !ok {
+			body = `{}`
+		}
 		for _, c := range callers {
 			token := c.token
 			if key == "POST /api/authorize/logout" && !c.disabled && !c.key {
 				_, token = e.addUser("out-"+strings.ReplaceAll(c.name, " ", "-"), meta.RoleViewer) // a token of its own to end
 			}
-			status, code := rawCall(t, e.base, r.Method, path, token)
+			status, code := rawCallBody(t, e.base, r.Method, walkPath(r.Path, c.limited), token, body)
 			allowed := r.Need == api.NeedSignedIn || slices.Contains(c.perms, meta.Permission(r.Need))
+			if c.limited && key == "POST /api/device/product" {
+				allowed = false // a new product needs product:write on every product
+			}
 			if c.key && slices.Contains(keyRefusedRoutes, key) {
 				allowed = false
 			}
+			// A HEAD answer has no body, hence no code.
+			wantCode := func(want string) bool { return code == want || r.Method == "HEAD" && code == "" }
 			switch {
 			case c.disabled:
 				if status != 401 {
 					t.Errorf("%s by a disabled user: %d %s, want 401", key, status, code)
 				}
-			case allowed && (status == 401 || status == 403):
+			case !allowed:
+				if status != 403 || !wantCode("access_denied") {
+					t.Errorf("%s by %s (lacks %s): %d %s, want 403 access_denied", key, c.name, r.Need, status, code)
+				}
+			case c.limited && namesObject(r.Path):
+				if status != 404 || !wantCode("not_found") {
+					t.Errorf("%s by %s, on %s's objects: %d %s, want 404 not_found", key, c.name, walkOutside, status, code)
+				}
+			case status == 401 || status == 403:
 				t.Errorf("%s by %s (holds %s): %d %s", key, c.name, r.Need, status, code)
-			case !allowed && (status != 403 || (r.Method != "HEAD" && code != "access_denied")):
-				t.Errorf("%s by %s (lacks %s): %d %s, want 403 access_denied", key, c.name, r.Need, status, code)
 			}
 		}
 		walked++
@@ -205,6 +290,19 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 		if !registered[k] {
 			t.Errorf("%s is listed here but not registered", k)
 		}
+	}
+	for k := range walkBodies {
+		if !registered[k] {
+			t.Errorf("walkBodies names %s, not registered", k)
+		}
+	}
+	// Nothing of the outside product changed.
+	var state string
+	if err := e.store.DB().Get(&state, `SELECT state FROM devices WHERE id = $1`, walkOutside+"-d"); err != nil || state != meta.StateOffline {
+		t.Errorf("%s-d after the walk: state %q %v, want it deployed still", walkOutside, state, err)
+	}
+	if n := e.countRows("devices WHERE id = 'walk-new'"); n != 0 {
+		t.Errorf("the limited import into %s made a device", walkOutside)
 	}
 }
 

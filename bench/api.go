@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"devicehub/meta"
 )
@@ -102,6 +103,13 @@ type APIQueryResult struct {
 	RPSRatio  float64    `json:"rpsRatio,omitempty"`
 	// CPU of each process over the measured requests (not the warm-up).
 	CPU CPUBreakdown `json:"cpu"`
+	// Limited: sent by a user limited to the products holding the
+	// devices; ScopeP50Ratio and ScopeRPSRatio compare it with the same
+	// query by the administrator, in the same mode (the product scope's
+	// cost: above 1.05 and below 0.95 respectively is more than 5%).
+	Limited       bool    `json:"limited,omitempty"`
+	ScopeP50Ratio float64 `json:"scopeP50Ratio,omitempty"`
+	ScopeRPSRatio float64 `json:"scopeRpsRatio,omitempty"`
 }
 
 func (r APIResult) String() string {
@@ -110,6 +118,9 @@ func (r APIResult) String() string {
 		s += fmt.Sprintf("\n  %-22s %s", q.Name, q.Load)
 		if r.Ceiling != nil {
 			s += fmt.Sprintf(" [p50 x%.1f, rps %.2f of ceiling]", q.P50Ratio, q.RPSRatio)
+		}
+		if q.Limited {
+			s += fmt.Sprintf(" [scope: p50 x%.3f, rps x%.3f of the administrator's]", q.ScopeP50Ratio, q.ScopeRPSRatio)
 		}
 	}
 	if r.Ceiling != nil {
@@ -130,7 +141,18 @@ type apiQuery struct {
 	body       func(i int) string // repeats every distinct requests
 	distinct   int
 	check      func(total int, items int) bool
+	// limited: sent by apiLimitedUser, whose role is limited to the 10
+	// products that hold the devices (the same answers as the
+	// administrator's: the cost of the product scope alone).
+	limited bool
 }
+
+// apiLimitedUser holds a role granting device:read and product:read on
+// the products holding the seeded devices only (seedAPI).
+const (
+	apiLimitedUser     = "bench-limited"
+	apiLimitedPassword = "bench-limited-password"
+)
 
 // apiQueries are the list queries of the scenario: like and eq terms on
 // the columns a UI filters by, one page of 25 with its total.
@@ -144,19 +166,21 @@ func apiQueries(p APIParams) []apiQuery {
 		return fmt.Sprintf(`{"column":%q,"termType":"eq","value":%s,"type":"and"}`, col, js)
 	}
 	any1 := func(total, items int) bool { return total >= 1 && items >= 1 }
+	likeName := func(i int) string { return page(like("name", fmt.Sprintf("%%meter %d%%", 100+i%900))) }
+	eqProduct := func(i int) string {
+		return page(eq("productId", fmt.Sprintf("product-%d", i%10)) + "," + like("name", "%"+apiRooms[i%len(apiRooms)]+"%"))
+	}
 	return []apiQuery{
-		{"devices like name", "/api/device-instance/_query", func(i int) string {
-			return page(like("name", fmt.Sprintf("%%meter %d%%", 100+i%900)))
-		}, 900, any1},
-		{"devices eq product+like", "/api/device-instance/_query", func(i int) string {
-			return page(eq("productId", fmt.Sprintf("product-%d", i%10)) + "," + like("name", "%"+apiRooms[i%len(apiRooms)]+"%"))
-		}, 40, any1},
-		{"products like name", "/api/device-product/_query", func(i int) string {
+		{name: "devices like name", path: "/api/device-instance/_query", body: likeName, distinct: 900, check: any1},
+		{name: "devices like name, limited user", path: "/api/device-instance/_query", body: likeName, distinct: 900, check: any1, limited: true},
+		{name: "devices eq product+like", path: "/api/device-instance/_query", body: eqProduct, distinct: 40, check: any1},
+		{name: "devices eq product+like, limited user", path: "/api/device-instance/_query", body: eqProduct, distinct: 40, check: any1, limited: true},
+		{name: "products like name", path: "/api/device-product/_query", body: func(i int) string {
 			return page(like("name", fmt.Sprintf("%%Product %d%%", 1+i%9)))
-		}, 9, any1},
-		{"products eq state+like", "/api/device-product/_query", func(i int) string {
+		}, distinct: 9, check: any1},
+		{name: "products eq state+like", path: "/api/device-product/_query", body: func(i int) string {
 			return page(eq("state", 1) + "," + like("name", fmt.Sprintf("%%Product %d%%", 1+i%9)))
-		}, 9, any1},
+		}, distinct: 9, check: any1},
 	}
 }
 
@@ -193,6 +217,7 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 		{"warm", "page cache, warm", p.ServerArgs},
 	} {
 		queries, err := runAPIMode(ctx, p, child, mode, &res)
+		scopeRatios(queries)
 		res.Queries = append(res.Queries, queries...)
 		if err != nil {
 			return res, err
@@ -214,6 +239,23 @@ func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// scopeRatios compares each limited user's query with the
+// administrator's of the same kind (its name without ", limited user").
+func scopeRatios(qs []APIQueryResult) {
+	for i := range qs {
+		q := &qs[i]
+		if !q.Limited {
+			continue
+		}
+		for _, b := range qs {
+			if !b.Limited && strings.Replace(q.Name, ", limited user", "", 1) == b.Name {
+				q.ScopeP50Ratio = Ratio(q.Load.Latency.P50Ms, b.Load.Latency.P50Ms)
+				q.ScopeRPSRatio = Ratio(q.Load.SustainedRPS, b.Load.SustainedRPS)
+			}
+		}
+	}
 }
 
 // apiMode is how RunAPI runs the queries: with the page cache off, or
@@ -242,9 +284,17 @@ func runAPIMode(ctx context.Context, p APIParams, child childAPIConfig, mode api
 	stopRSS, stopBenchRSS := pidRSSSampler(srv.pid()), rssSampler()
 	defer stopRSS()
 	defer stopBenchRSS()
+	limited := &apiClient{base: srv.base, http: srv.http}
+	if err := limited.login(ctx, apiLimitedUser, apiLimitedPassword); err != nil {
+		return nil, err
+	}
 	var out []APIQueryResult
 	for _, q := range apiQueries(p) {
-		r := APIQueryResult{Name: q.name + " (" + mode.label + ")", PageCache: mode.name, ServerPID: srv.pid(), Path: q.path, Example: q.body(0)}
+		client := &srv.apiClient
+		if q.limited {
+			client = limited
+		}
+		r := APIQueryResult{Name: q.name + " (" + mode.label + ")", Limited: q.limited, PageCache: mode.name, ServerPID: srv.pid(), Path: q.path, Example: q.body(0)}
 		requests, warmup := p.Requests, p.Warmup
 		if mode.name == "warm" {
 			requests, warmup = p.CachedRequests, max(warmup, q.distinct)
@@ -254,14 +304,14 @@ func runAPIMode(ctx context.Context, p APIParams, child childAPIConfig, mode api
 			Total int               `json:"total"`
 			Data  []json.RawMessage `json:"data"`
 		}
-		if err := srv.call(ctx, "POST", q.path, json.RawMessage(r.Example), &pg); err != nil {
+		if err := client.call(ctx, "POST", q.path, json.RawMessage(r.Example), &pg); err != nil {
 			return out, err
 		}
 		if !q.check(pg.Total, len(pg.Data)) {
 			return out, fmt.Errorf("bench: %s: total %d, %d items for %s", q.name, pg.Total, len(pg.Data), r.Example)
 		}
 		do := func(ctx context.Context, i int) error {
-			raw, err := srv.do(ctx, "POST", q.path, []byte(q.body(i)))
+			raw, err := client.do(ctx, "POST", q.path, []byte(q.body(i)))
 			if err == nil && !bytes.Contains(raw, []byte(`"total":`)) {
 				err = fmt.Errorf("bench: %s: no page: %.200s", q.name, raw)
 			}
@@ -314,6 +364,21 @@ func seedAPI(ctx context.Context, p APIParams, db *pgDatabase) error {
 		if _, err := store.DB().ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("bench: seed: %w", err)
 		}
+	}
+	// The limited user (apiLimitedUser): its role reads the 10 products
+	// holding the devices, and their devices, only.
+	held := make([]string, 10)
+	for i := range held {
+		held[i] = fmt.Sprintf("product-%d", i)
+	}
+	name := "Bench limited"
+	perms := []meta.Permission{meta.PermProductRead, meta.PermDeviceRead, meta.PermDashboardRead}
+	if _, err := store.AddRole(ctx, meta.RoleInput{ID: "bench-limited", Name: &name, Permissions: &perms,
+		Products: meta.ProductList{Set: true, IDs: held}}, "admin", ""); err != nil {
+		return fmt.Errorf("bench: seed: %w", err)
+	}
+	if _, err := store.CreateUser(ctx, apiLimitedUser, apiLimitedPassword, "bench-limited"); err != nil {
+		return fmt.Errorf("bench: seed: %w", err)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func TestRunAPISmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(res)
-	if len(res.Queries) != 8 || res.Ceiling == nil || res.PeakRSS <= 0 || res.BenchRSS <= 0 {
+	if len(res.Queries) != 12 || res.Ceiling == nil || res.PeakRSS <= 0 || res.BenchRSS <= 0 {
 		t.Fatalf("%+v", res)
 	}
 	modes := map[string]int{}
@@ -26,12 +26,15 @@ func TestRunAPISmall(t *testing.T) {
 		if q.Load.Requests != 20 || q.Load.Latency.P50Ms <= 0 || q.P50Ratio <= 0 || q.ServerPID <= 0 {
 			t.Fatalf("%s: %+v", q.Name, q)
 		}
+		if q.Limited != (q.ScopeP50Ratio > 0 && q.ScopeRPSRatio > 0) {
+			t.Fatalf("%s: limited %v, scope ratios %v %v", q.Name, q.Limited, q.ScopeP50Ratio, q.ScopeRPSRatio)
+		}
 		checkChildCPU(t, q.CPU, q.ServerPID, 20)
 		checkChildGone(t, q.ServerPID)
 		modes[q.PageCache]++
 	}
-	if modes["off"] != 4 || modes["warm"] != 4 || res.Queries[0].ServerPID == res.Queries[7].ServerPID {
-		t.Fatalf("page cache modes %v, children %d and %d: want 4 kinds in each mode, a child each", modes, res.Queries[0].ServerPID, res.Queries[7].ServerPID)
+	if modes["off"] != 6 || modes["warm"] != 6 || res.Queries[0].ServerPID == res.Queries[11].ServerPID {
+		t.Fatalf("page cache modes %v, children %d and %d: want 6 kinds in each mode, a child each", modes, res.Queries[0].ServerPID, res.Queries[11].ServerPID)
 	}
 }
 

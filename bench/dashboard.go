@@ -90,6 +90,14 @@ type DashboardSize struct {
 	Day30   Latency `json:"day30"`
 	Month12 Latency `json:"month12"`
 	History Latency `json:"history"`
+	// The same message counts of every product by a user whose role is
+	// limited to the 10 products holding the messages (the same answer:
+	// the cost of the product scope alone); *Scope are its p50 over the
+	// administrator's (above 1.05: more than 5%).
+	Day30Limited   Latency `json:"day30Limited"`
+	Month12Limited Latency `json:"month12Limited"`
+	Day30Scope     float64 `json:"day30ScopeRatio"`
+	Month12Scope   float64 `json:"month12ScopeRatio"`
 	// Through HTTP with Concurrency clients (absent if Concurrency <= 1),
 	// beside the bare Fiber handler under the same load.
 	Concurrent []DashLoad  `json:"concurrent,omitempty"`
@@ -308,6 +316,12 @@ func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.D
 			s.Day30Total, s.Day30Want, s.Month12Total, s.Month12Want, s.HistoryItems, s.HistoryWant)
 	}
 
+	// The limited user's answers are the administrator's.
+	for i, want := range []uint64{s.Day30Want, s.Month12Want} {
+		if _, total, err := api.checkAs(ctx, api.limited, queries[i].body); err != nil || total != want {
+			return s, fmt.Errorf("%s by the limited user: %d messages, want %d: %v", queries[i].name, total, want, err)
+		}
+	}
 	lat := []*Latency{&s.Day30, &s.Month12, &s.History}
 	for i := range queries {
 		l, err := api.measure(ctx, queries[i].body, p.Iterations, 1)
@@ -317,11 +331,22 @@ func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.D
 		*lat[i] = l
 		p.Logf("size %d: %s p50 %.2fms p99 %.2fms max %.2fms", n, queries[i].name, l.P50, l.P99, l.Max)
 	}
+	for i, l := range []*Latency{&s.Day30Limited, &s.Month12Limited} {
+		if *l, err = api.measureAs(ctx, api.limited, queries[i].body, p.Iterations, 1); err != nil {
+			return s, fmt.Errorf("%s by the limited user: %w", queries[i].name, err)
+		}
+		p.Logf("size %d: %s by the limited user p50 %.2fms p99 %.2fms max %.2fms", n, queries[i].name, l.P50, l.P99, l.Max)
+	}
+	if s.Day30.P50 > 0 && s.Month12.P50 > 0 {
+		s.Day30Scope, s.Month12Scope = s.Day30Limited.P50/s.Day30.P50, s.Month12Limited.P50/s.Month12.P50
+	}
 	if p.Concurrency > 1 {
 		runs := []dashRun{
 			{query: queries[0], db: uncached, requests: p.Requests / 4},
 			{query: queries[0], db: db, cached: true, requests: p.Requests},
+			{query: queries[0], db: db, cached: true, requests: p.Requests, limited: true},
 			{query: queries[1], db: db, cached: true, requests: p.Requests},
+			{query: queries[1], db: db, cached: true, requests: p.Requests, limited: true},
 		}
 		if s.Ceiling, s.Concurrent, err = api.concurrentRuns(ctx, p, fmt.Sprintf("size %d", n), runs); err != nil {
 			return s, err

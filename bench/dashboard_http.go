@@ -42,7 +42,16 @@ func (d *dashSwitch) Location() *time.Location { return d.db.Load().Location() }
 type dashAPI struct {
 	*benchServer
 	dash dashSwitch
+	// limited is logged in as a user whose role (dashboard:read and the
+	// reads of products and devices) is limited to the generator's 10
+	// products, p0 to p9.
+	limited *apiClient
 }
+
+const (
+	dashLimitedUser     = "bench-limited"
+	dashLimitedPassword = "bench-limited-password"
+)
 
 // dashThingModel declares the 14 properties of the history product.
 func dashThingModel() string {
@@ -90,6 +99,30 @@ func startDashAPI(ctx context.Context, p DashboardParams) (_ *dashAPI, err error
 	if err = a.call(ctx, "POST", "/api/device/instance", map[string]any{"id": dashHistoryDevice, "name": "Bench device", "productId": dashHistoryProduct}, nil); err != nil {
 		return nil, err
 	}
+	// The generator's other products, and the limited user.
+	var products []string
+	for i := range dashProducts {
+		id := fmt.Sprintf("p%d", i)
+		products = append(products, id)
+		if id == dashHistoryProduct {
+			continue
+		}
+		if err = a.call(ctx, "POST", "/api/device/product", map[string]any{"id": id, "name": "Bench product " + id,
+			"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err = a.call(ctx, "POST", "/api/role", map[string]any{"id": "bench-limited", "name": "Bench limited", "products": products,
+		"permissions": []meta.Permission{meta.PermDashboardRead, meta.PermProductRead, meta.PermDeviceRead}}, nil); err != nil {
+		return nil, err
+	}
+	if _, err = a.store.CreateUser(ctx, dashLimitedUser, dashLimitedPassword, "bench-limited"); err != nil {
+		return nil, err
+	}
+	a.limited = &apiClient{base: a.base, http: a.http}
+	if err = a.limited.login(ctx, dashLimitedUser, dashLimitedPassword); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -98,12 +131,17 @@ func (a *dashAPI) setDashboard(db *tsdb.DB) { a.dash.db.Store(db) }
 // check runs one _multi query and returns its item count and, for
 // aggregates, the sum of the bucket values.
 func (a *dashAPI) check(ctx context.Context, body []byte) (items int, total uint64, err error) {
+	return a.checkAs(ctx, &a.apiClient, body)
+}
+
+// checkAs is check by client c.
+func (a *dashAPI) checkAs(ctx context.Context, c *apiClient, body []byte) (items int, total uint64, err error) {
 	var res []struct {
 		Data struct {
 			Value json.RawMessage `json:"value"`
 		} `json:"data"`
 	}
-	if err := a.call(ctx, "POST", "/api/dashboard/_multi", json.RawMessage(body), &res); err != nil {
+	if err := c.call(ctx, "POST", "/api/dashboard/_multi", json.RawMessage(body), &res); err != nil {
 		return 0, 0, err
 	}
 	for _, r := range res {
@@ -118,6 +156,11 @@ func (a *dashAPI) check(ctx context.Context, body []byte) (items int, total uint
 // measure sends body n times with conc clients (n/conc each) and
 // summarises the latencies.
 func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latency, error) {
+	return a.measureAs(ctx, &a.apiClient, body, n, conc)
+}
+
+// measureAs is measure by client cl.
+func (a *dashAPI) measureAs(ctx context.Context, cl *apiClient, body []byte, n, conc int) (Latency, error) {
 	conc = max(conc, 1)
 	per := max(n/conc, 1)
 	lat := make([][]time.Duration, conc)
@@ -131,7 +174,7 @@ func (a *dashAPI) measure(ctx context.Context, body []byte, n, conc int) (Latenc
 			ds := make([]time.Duration, 0, per)
 			for range per {
 				t0 := time.Now()
-				if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
+				if _, err := cl.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
 					errs[c] = err
 					return
 				}
@@ -160,6 +203,7 @@ type dashRun struct {
 	db       *tsdb.DB
 	cached   bool // db has the result cache
 	requests int
+	limited  bool // sent by a.limited
 }
 
 // DashLoad is the outcome of one concurrent run.
@@ -168,6 +212,12 @@ type DashLoad struct {
 	Cached bool         `json:"cached"` // answered through the result cache
 	Load   LoadResult   `json:"load"`
 	CPU    CPUBreakdown `json:"cpu"`
+	// Limited: sent by a user limited to the generator's products;
+	// ScopeRPSRatio and ScopeP50Ratio compare it with the run before (the
+	// same query by the administrator).
+	Limited       bool    `json:"limited,omitempty"`
+	ScopeRPSRatio float64 `json:"scopeRpsRatio,omitempty"`
+	ScopeP50Ratio float64 `json:"scopeP50Ratio,omitempty"`
 }
 
 // concurrentRuns measures the bare Fiber handler, then each run, closed
@@ -193,6 +243,11 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		if !r.cached {
 			name += " (no result cache)"
 		}
+		client := &a.apiClient
+		if r.limited {
+			name += ", limited user"
+			client = a.limited
+		}
 		bodies := r.bodies
 		if len(bodies) == 0 {
 			bodies = [][]byte{r.query.body}
@@ -202,14 +257,18 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		var end cpuSnapshot
 		l, err := runLoad(ctx, loadSpec{Name: name, Concurrency: p.Concurrency, Requests: max(r.requests, 1), Warmup: warm,
 			Do: func(ctx context.Context, i int) error {
-				_, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)])
+				_, err := client.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)])
 				return err
 			},
 			Measured: func() func() {
 				span = startCPUSpan(name, procs)
 				return func() { end = span.snapshot() }
 			}})
-		d := DashLoad{Name: name, Cached: r.cached, Load: l}
+		d := DashLoad{Name: name, Cached: r.cached, Load: l, Limited: r.limited}
+		if r.limited && len(out) > 0 {
+			prev := out[len(out)-1].Load
+			d.ScopeRPSRatio, d.ScopeP50Ratio = Ratio(l.SustainedRPS, prev.SustainedRPS), Ratio(l.Latency.P50Ms, prev.Latency.P50Ms)
+		}
 		if span != nil {
 			d.CPU = span.breakdown(end, l.Requests)
 			d.CPU.Unit = "req"

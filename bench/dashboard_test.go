@@ -52,10 +52,17 @@ func TestRunDashboardSmall(t *testing.T) {
 	if s.Day30.N != 4 || s.History.N != 4 {
 		t.Errorf("latency samples: %+v %+v", s.Day30, s.History)
 	}
-	// Concurrent runs: 1d x30 without and with the result cache, 1M x12,
-	// beside the bare Fiber handler.
-	if s.Ceiling == nil || s.Ceiling.Requests != 40 || len(s.Concurrent) != 3 || s.Concurrent[0].Cached || !s.Concurrent[1].Cached ||
-		s.Concurrent[1].Load.Requests != 40 || s.Concurrent[0].Load.Requests != 10 || s.Concurrent[1].Load.Errors != 0 {
+	// The limited user's message counts (checked equal to the
+	// administrator's), timed beside them.
+	if s.Day30Limited.N != 4 || s.Month12Limited.N != 4 || s.Day30Scope <= 0 || s.Month12Scope <= 0 {
+		t.Errorf("limited user: %+v %+v, ratios %v %v", s.Day30Limited, s.Month12Limited, s.Day30Scope, s.Month12Scope)
+	}
+	// Concurrent runs: 1d x30 without and with the result cache, then by
+	// the limited user, 1M x12 and by the limited user, beside the bare
+	// Fiber handler.
+	if s.Ceiling == nil || s.Ceiling.Requests != 40 || len(s.Concurrent) != 5 || s.Concurrent[0].Cached || !s.Concurrent[1].Cached ||
+		s.Concurrent[1].Load.Requests != 40 || s.Concurrent[0].Load.Requests != 10 || s.Concurrent[1].Load.Errors != 0 ||
+		!s.Concurrent[2].Limited || s.Concurrent[2].ScopeRPSRatio <= 0 || !s.Concurrent[4].Limited || s.Concurrent[3].Limited {
 		t.Errorf("concurrent runs: ceiling %+v, runs %+v", s.Ceiling, s.Concurrent)
 	}
 	// Property aggregates: 300000 values are 30 reports, one a day, of 1000

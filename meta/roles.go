@@ -61,6 +61,18 @@ func (p Permission) MarshalJSON() ([]byte, error) {
 	}{text, string(p)})
 }
 
+// UnmarshalJSON reads a permission as its value, "device:read", or as the
+// EnumObject MarshalJSON writes ({text, value}: a role read from endpoint
+// 13 can be sent back).
+func (p *Permission) UnmarshalJSON(b []byte) error {
+	var e Enum
+	if err := e.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*p = Permission(e)
+	return nil
+}
+
 // The built-in roles (schema/postgres/00011_role_permissions.sql): admin
 // holds every permission, operator runs devices (no users, no device
 // secrets), viewer reads.

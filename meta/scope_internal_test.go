@@ -117,6 +117,10 @@ func TestProductListJSON(t *testing.T) {
 	f(`{"products":[]}`, true, []string{})
 	f(`{"products":["a"]}`, true, []string{"a"})
 	var in RoleInput
+	if err := json.Unmarshal([]byte(`{"permissions":["device:read",{"text":"Read products","value":"product:read"}]}`), &in); err != nil ||
+		!reflect.DeepEqual(*in.Permissions, []Permission{PermDeviceRead, PermProductRead}) {
+		t.Fatalf("permissions as values and as {text, value}: %v %v", in.Permissions, err)
+	}
 	if err := json.Unmarshal([]byte(`{"products":"a"}`), &in); err == nil {
 		t.Fatal(`products "a": no error`)
 	}
