@@ -71,6 +71,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
+	c.Locals(auditWhoKey, meta.User{Username: req.Username}) // the audit trail's, whatever the outcome
 	if req.Username == "" {
 		return schema.Invalid("username", "is required")
 	}
@@ -91,6 +92,7 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	c.Locals(auditWhoKey, sess.User)
 	return ok(c, loginResult{
 		Token:     sess.Token,
 		UserID:    sess.User.ID,
@@ -119,8 +121,12 @@ func clientAddress(c *fiber.Ctx) string {
 
 // logout is POST /api/authorize/logout. The token's end is announced to
 // every instance (meta WatchTokens), this one included; its cache entry
-// and live streams here go at once.
+// and live streams here go at once. An API key is not logged out but
+// revoked (403).
 func (s *Server) logout(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "log out (revoke it with DELETE /api/user/key/{id})"); refused {
+		return err
+	}
 	token := c.Get(tokenHeader)
 	id := meta.TokenID(token)
 	s.tokens.evict(id)

@@ -25,8 +25,10 @@ func ok(c *fiber.Ctx, result any) error {
 	})
 }
 
-// reply answers with an explicit status, code and message.
+// reply answers with an explicit status, code and message; the code is
+// kept for the audit trail (audit.go).
 func reply(c *fiber.Ctx, status int, code, message string, result any) error {
+	c.Locals(replyCodeKey, code)
 	return c.Status(status).JSON(envelope{
 		Message:   message,
 		Result:    result,

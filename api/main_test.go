@@ -54,7 +54,7 @@ func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, dep
 	store := metatest.NewStore(t)
 	reg := prometheus.NewRegistry()
 	deps := api.Deps{
-		Auth: store, Products: store, Roles: store, Devices: store,
+		Auth: store, Products: store, Roles: store, Devices: store, Audit: store,
 		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
 		Registry: reg, Gatherer: reg,
 	}

@@ -49,7 +49,12 @@ var signedInRoutes = []string{
 	"POST /api/authorize/logout",
 	"GET /api/authorize/me", "HEAD /api/authorize/me",
 	"PUT /api/user/passwd",
+	"POST /api/user/key", "POST /api/user/key/_query", "DELETE /api/user/key/:id",
 }
+
+// keyRefusedRoutes need a login's token: a request with an API key is
+// 403 (keys.go).
+var keyRefusedRoutes = []string{"POST /api/authorize/logout", "PUT /api/user/passwd", "POST /api/user/key"}
 
 // addUser creates a user holding roles, with a password hashed at
 // bcrypt's lowest cost (logins under -race stay fast), and logs it in.
@@ -117,6 +122,7 @@ type accessCaller struct {
 	// walkOutside's objects in its paths and wants 404 not_found for them.
 	limited  bool
 	disabled bool // every answer 401
+	key      bool // an API key: the routes of keyRefusedRoutes are 403
 }
 
 // The walk's products, each with one device (walkInside+"-d").
@@ -242,13 +248,16 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 		}
 		for _, c := range callers {
 			token := c.token
-			if key == "POST /api/authorize/logout" && !c.disabled {
+			if key == "POST /api/authorize/logout" && !c.disabled && !c.key {
 				_, token = e.addUser("out-"+strings.ReplaceAll(c.name, " ", "-"), meta.RoleViewer) // a token of its own to end
 			}
 			status, code := rawCallBody(t, e.base, r.Method, walkPath(r.Path, c.limited), token, body)
 			allowed := r.Need == api.NeedSignedIn || slices.Contains(c.perms, meta.Permission(r.Need))
 			if c.limited && key == "POST /api/device/product" {
 				allowed = false // a new product needs product:write on every product
+			}
+			if c.key && slices.Contains(keyRefusedRoutes, key) {
+				allowed = false
 			}
 			// A HEAD answer has no body, hence no code.
 			wantCode := func(want string) bool { return code == want || r.Method == "HEAD" && code == "" }

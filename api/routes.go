@@ -30,11 +30,12 @@ func (s *Server) routes() {
 	// tests hold it to them); /docs renders it.
 	openapi.Register(app)
 
-	app.Post("/api/authorize/login", s.login)
+	app.Post("/api/authorize/login", s.audited, s.login) // every attempt is audited (audit.go)
 	// Live updates (live.go): before the /api group, as the token may be a query parameter.
 	app.Get("/api/live", s.requireTokenOrQuery, s.need(permDeviceRead), s.live)
 
-	api := app.Group("/api", s.requireToken)
+	// Every write under /api is audited once answered (audit.go).
+	api := app.Group("/api", s.requireToken, s.audited)
 	api.Post("/authorize/logout", s.signedIn(), s.logout)
 	api.Get("/authorize/me", s.signedIn(), s.me) // the user, its roles and permissions
 
@@ -81,6 +82,14 @@ func (s *Server) routes() {
 	api.Put("/user/:id", s.need(permUserAdmin), s.updateUser)
 	api.Delete("/user/:id", s.need(permUserAdmin), s.deleteUser)
 	api.Put("/user/:id/password", s.need(permUserAdmin), s.resetPassword)
+
+	// API keys for programs (keys.go): one's own; an administrator's, anyone's.
+	api.Post("/user/key", s.signedIn(), s.createKey)
+	api.Post("/user/key/_query", s.signedIn(), s.queryKeys)
+	api.Delete("/user/key/:id", s.signedIn(), s.deleteKey)
+
+	// The audit trail of writes and logins (audit.go), newest first.
+	api.Post("/audit/_query", s.need(permUserAdmin), s.queryAudit)
 
 	// Device commands.
 	api.Get("/device/standard/:deviceId/property/:property", s.need(permDeviceCommand), s.readProperty)     // 10

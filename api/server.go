@@ -55,6 +55,12 @@ type Options struct {
 	// hold its login change (logins.go) before it answers 503
 	// broker_timeout; the change is applied when the broker answers.
 	LoginWait time.Duration
+	// The audit trail's writer (auditlog.go): entries are stored
+	// AuditBatch at a time, at least every AuditFlushInterval; at most
+	// AuditQueue wait, further ones are dropped (counted and logged).
+	AuditBatch         int
+	AuditFlushInterval time.Duration
+	AuditQueue         int
 }
 
 // DefaultOptions returns the defaults used by `make run`.
@@ -68,6 +74,10 @@ func DefaultOptions() Options {
 		TokenCacheTTL:    5 * time.Second,
 		DeviceCacheTTL:   time.Second,
 		LoginWait:        5 * time.Second,
+
+		AuditBatch:         500,
+		AuditFlushInterval: time.Second,
+		AuditQueue:         20_000,
 	}
 }
 
@@ -91,6 +101,8 @@ type Deps struct {
 	// asked for.
 	Live        LiveHub
 	LiveDevices LiveDevices
+	// Audit stores the audit trail (audit.go); nil records none.
+	Audit AuditStore
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger
@@ -112,6 +124,7 @@ type Server struct {
 	tokenWatch *meta.TokenWatch // ended tokens, from every instance (auth.go tokensEnded); nil: none heard
 	streams    liveStreams      // open live streams, by token (live.go)
 	access     access           // what each route needs (permissions.go)
+	audit      *auditLog        // the audit trail's writer; nil: none
 }
 
 // New builds the server with every route registered.
@@ -147,6 +160,9 @@ func New(opts Options, deps Deps) *Server {
 	s.app.Use(newMetrics(deps.Registry).middleware)
 	if len(opts.CORSOrigins) > 0 {
 		s.app.Use(corsMiddleware(opts.CORSOrigins))
+	}
+	if deps.Audit != nil {
+		s.audit = newAuditLog(deps.Audit, opts, s.log, deps.Registry)
 	}
 	s.app.Use(requestText)
 	s.app.Use(jsonBodies)
@@ -325,9 +341,11 @@ func (s *Server) App() *fiber.App { return s.app }
 func (s *Server) Listen(addr string) error { return s.app.Listen(addr) }
 
 // Shutdown stops accepting connections and waits for requests in flight,
-// at most until ctx ends; then it stops hearing of ended tokens.
+// at most until ctx ends; then it stops hearing of ended tokens and
+// stores the audit entries still buffered (before ctx ends).
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.app.ShutdownWithContext(ctx)
 	s.tokenWatch.Stop()
+	s.audit.close(ctx)
 	return err
 }

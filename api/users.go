@@ -110,8 +110,12 @@ type passwordChange struct {
 }
 
 // changeOwnPassword is PUT /api/user/passwd: {oldPassword, newPassword},
-// the caller's own; its other tokens end, this one stays.
+// the caller's own; its other tokens end, this one stays. Not with an API
+// key (403).
 func (s *Server) changeOwnPassword(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "change a password"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err

@@ -441,6 +441,12 @@ func queryPage[R any, T any](ctx context.Context, s *Store, res *Resource, q *Qu
 	if err != nil {
 		return Page[T]{}, err
 	}
+	return queryCompiled(ctx, s, res, q, c, columns, from, conv)
+}
+
+// queryCompiled is queryPage of q compiled (c), to which the caller may
+// have ANDed conditions of its own.
+func queryCompiled[R any, T any](ctx context.Context, s *Store, res *Resource, q *Query, c *Compiled, columns, from string, conv func(*R) T) (Page[T], error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	where, total, err := s.count(ctx, res, c, from)

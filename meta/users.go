@@ -50,6 +50,9 @@ type User struct {
 	// them (sorted, never empty); a permission of Permissions absent here
 	// is held on every product.
 	Products map[Permission][]string `db:"-" json:"products,omitempty"`
+	// KeyID is the API key the request came with (keys.go); "" for a
+	// login's token. Its rights are the key's, within the user's.
+	KeyID string `db:"-" json:"keyId,omitempty"`
 }
 
 // Session is the result of a login.
@@ -241,9 +244,14 @@ const tokenSlideSlack = time.Minute
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("not a password"), bcrypt.DefaultCost)
 
 // Authenticate resolves a token to its user and slides its expiry.
+// An API key (KeyPrefix) gives its user restricted to the key (keys.go),
+// and its expiry, which does not slide.
 func (s *Store) Authenticate(ctx context.Context, token string) (User, time.Time, error) {
 	if token == "" || len(token) > 128 {
 		return User{}, time.Time{}, ErrUnauthorized
+	}
+	if IsKey(token) {
+		return s.authenticateKey(ctx, token)
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
@@ -303,6 +311,9 @@ func (s *Store) Logout(ctx context.Context, token string) error {
 func (s *Store) TokenExpiry(ctx context.Context, token string) (time.Time, error) {
 	if token == "" || len(token) > 128 {
 		return time.Time{}, ErrUnauthorized
+	}
+	if IsKey(token) {
+		return s.keyExpiry(ctx, token)
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()

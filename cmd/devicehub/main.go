@@ -214,6 +214,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Models:    store,
 			Commands:  cmds,
 			Logins:    logins,
+			Audit:     store, // writes and logins (api/audit.go)
 			Health:    ready,
 			Logger:    log,
 			Registry:  reg,
@@ -222,6 +223,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
 		})
+		if cfg.AuditRetention > 0 {
+			go store.RunAuditRetention(ctx, cfg.AuditRetention, time.Hour, log)
+		}
 		go func() { errc <- srv.Listen(cfg.HTTPAddr) }()
 		log.Info("devicehub listening", "http", cfg.HTTPAddr)
 	}
@@ -287,6 +291,7 @@ type config struct {
 	BatchBytes         int64
 	FlushInterval      time.Duration
 	RetentionMonths    int
+	AuditRetention     time.Duration
 	PprofAddr          string
 	CORSOrigins        []string
 	MemoryLimit        int64

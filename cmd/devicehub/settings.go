@@ -93,6 +93,8 @@ func settings(c *config) []setting {
 			duration(&c.FlushInterval, true)},
 		{"retention-months", "DEVICEHUB_RETENTION_MONTHS", "0", "drop monthly partitions of messages and property values older than this many months; 0 keeps everything",
 			integer(&c.RetentionMonths, 0, math.MaxInt, "an integer, 0 (keep everything) or more")},
+		{"audit-retention", "DEVICEHUB_AUDIT_RETENTION", "2160h0m0s", "how long the audit trail (writes and logins) is kept, e.g. 2160h for 90 days; older entries are deleted hourly; 0 keeps everything",
+			duration(&c.AuditRetention, false)},
 		{"memory-limit", "DEVICEHUB_MEMORY_LIMIT", "160MiB", "soft memory limit of the Go runtime (0: none); GOMEMLIMIT, when set, wins",
 			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
 		{"cors-origins", "DEVICEHUB_CORS_ORIGINS", "", "comma-separated browser origins allowed to call the API (CORS), e.g. https://console.example.com; empty: none, no CORS headers",

@@ -7,7 +7,10 @@
 //   #/device/<id>      a device: state, properties with live values (SSE),
 //                      history and aggregate charts
 //   #/users            users (administrators only): list, create, disable,
-//                      delete, reset a password
+//                      enable, delete, assign roles, reset a password
+//   #/audit            the audit trail of writes and logins (administrators)
+//   #/account          the signed-in user: its roles and permissions, a
+//                      change of its own password, its API keys
 // What the signed-in user may not use (GET /api/authorize/me lists its
 // permissions) is hidden; the server refuses it anyway (403).
 // The login token lives in sessionStorage (one tab, gone with it).
@@ -215,6 +218,7 @@
     $('#login').hidden = true;
     $('#top').hidden = false;
     $('#nav-users').hidden = !can('user:admin');
+    $('#nav-audit').hidden = !can('user:admin');
     $('#whoami').textContent = sessionStorage.getItem(USER) || '';
     const view = $('#view');
     view.hidden = false;
@@ -234,6 +238,12 @@
     } else if (path === '/users' && can('user:admin')) {
       nav = 'users';
       current = usersView(view, params);
+    } else if (path === '/audit' && can('user:admin')) {
+      nav = 'audit';
+      current = auditView(view, params);
+    } else if (path === '/account') {
+      nav = 'account';
+      current = accountView(view);
     } else if ((m = path.match(/^\/device\/(.+)$/))) {
       nav = 'devices';
       current = deviceView(view, decodeURIComponent(m[1]));
@@ -408,12 +418,15 @@
   // ---- users (administrators) -------------------------------------------
 
   // usersView lists the users (POST /api/user/_query) with a form to
-  // create one and, per user, buttons to disable or enable it, reset its
-  // password and delete it. The server refuses leaving no administrator
-  // (400): its message is shown.
+  // create one and, per user, buttons to disable or enable it, change its
+  // roles (those of POST /api/role/_query), reset its password and delete
+  // it. The server refuses leaving no administrator (400): its message is
+  // shown.
   function usersView(view, params) {
     const note = h('p', { id: 'users-note', role: 'status', class: 'muted' });
     const say = (text, isError) => { note.textContent = text; note.className = isError ? 'error' : 'muted'; };
+    let roles = []; // [{id, name}], in the console's order
+    const roleName = (id) => (roles.find((r) => r.id === id) || { name: id }).name;
     const act = async (what, fn) => {
       try {
         await fn();
@@ -422,6 +435,20 @@
       } catch (e) {
         say(describe(e), true);
       }
+    };
+    // editRoles swaps a user's roles cell for a checkbox per role, saved
+    // with PUT /api/user/{id} {roles}.
+    const editRoles = (u, cell) => {
+      const boxes = roles.map((r) => h('label', { class: 'check' },
+        h('input', { type: 'checkbox', value: r.id, checked: (u.roles || []).includes(r.id), 'data-role': r.id }), ' ', r.name));
+      cell.replaceChildren(h('form', { class: 'roles-form', 'data-user': u.username,
+        onsubmit: (e) => {
+          e.preventDefault();
+          const chosen = [...cell.querySelectorAll('input[type=checkbox]:checked')].map((b) => b.value);
+          act(`Roles of ${u.username} saved.`, () => api('PUT', '/api/user/' + encodeURIComponent(u.id), { roles: chosen }));
+        } }, boxes, ' ',
+      h('button', { type: 'submit', 'data-action': 'save-roles' }, 'Save'), ' ',
+      h('button', { type: 'button', class: 'secondary', onclick: () => v.reload(Number(params.get('page')) || 0) }, 'Cancel')));
     };
     const v = listView(view, params, {
       title: 'Users', path: '/users', endpoint: '/api/user/_query', searchId: 'user-search',
@@ -434,7 +461,7 @@
       order: (a, b) => collator.compare(a.username, b.username),
       columns: [
         { head: 'User', cell: (u) => [h('span', { class: 'strong' }, u.username), h('div', { class: 'muted small' }, u.name)] },
-        { head: 'Roles', cell: (u) => (u.roles || []).join(', ') || '–' },
+        { head: 'Roles', cell: (u) => h('span', { class: 'user-roles', 'data-user': u.username }, (u.roles || []).map(roleName).join(', ') || '–') },
         { head: 'State', cell: (u) => stateBadge(u.state) },
         { head: 'Created', cell: (u) => when(u.createTime) },
         { head: '', cell: (u) => {
@@ -444,6 +471,9 @@
               onclick: () => act(`${u.username} ${enabled ? 'disabled' : 'enabled'}.`,
                 () => api('PUT', '/api/user/' + encodeURIComponent(u.id), { state: enabled ? 'disabled' : 'enabled' })) },
             enabled ? 'Disable' : 'Enable'),
+            ' ',
+            h('button', { type: 'button', class: 'secondary', 'data-action': 'roles', 'data-user': u.username,
+              onclick: (e) => editRoles(u, e.target.closest('tr').querySelector('.user-roles')) }, 'Roles'),
             ' ',
             h('button', { type: 'button', class: 'secondary', 'data-action': 'password', 'data-user': u.username,
               onclick: () => {
@@ -463,8 +493,7 @@
     const username = h('input', { id: 'new-user-username', required: true, autocomplete: 'off', 'aria-label': 'User name', placeholder: 'User name' });
     const name = h('input', { id: 'new-user-name', autocomplete: 'off', 'aria-label': 'Name', placeholder: 'Name (optional)' });
     const password = h('input', { id: 'new-user-password', type: 'password', required: true, minlength: '8', autocomplete: 'new-password', 'aria-label': 'Password', placeholder: 'Password (8+)' });
-    const role = h('select', { id: 'new-user-role', 'aria-label': 'Role' },
-      [['viewer', 'Viewer'], ['operator', 'Operator'], ['admin', 'Administrator']].map(([val, t]) => h('option', { value: val }, t)));
+    const role = h('select', { id: 'new-user-role', 'aria-label': 'Role', required: true });
     const form = h('form', { class: 'card filters', id: 'new-user',
       onsubmit: (e) => {
         e.preventDefault();
@@ -475,7 +504,158 @@
       } }, username, name, password, role, h('button', { type: 'submit', id: 'new-user-submit' }, 'Create user'));
     view.insertBefore(form, $('.page-head', view).nextSibling);
     view.insertBefore(note, form.nextSibling);
+    // The roles to choose from: the server's (built-in and any others).
+    api('POST', '/api/role/_query', { paging: false, sorts: [{ name: 'name', order: 'asc' }] }).then((page) => {
+      roles = (page.data || []).slice().sort(byName);
+      role.replaceChildren(...roles.map((r) => h('option', { value: r.id, selected: r.id === 'viewer' }, r.name)));
+      v.reload(Number(params.get('page')) || 0); // role names in the list
+    }, (e) => say('Could not load the roles: ' + describe(e), true));
     return v;
+  }
+
+  // ---- audit trail (administrators) -----------------------------------------
+
+  // auditView lists the audit trail (POST /api/audit/_query), newest
+  // first, searched by user name, route or object id.
+  function auditView(view, params) {
+    return listView(view, params, {
+      title: 'Audit trail', path: '/audit', endpoint: '/api/audit/_query', searchId: 'audit-search',
+      placeholder: 'Search by user, route or object',
+      query: (p) => {
+        const q = p.get('q');
+        const terms = q ? [{ terms: [{ column: 'username$like', value: like(q) }, { column: 'route$like', value: like(q), type: 'or' },
+          { column: 'objectId$like', value: like(q), type: 'or' }] }] : [];
+        return { sorts: [{ name: 'time', order: 'desc' }], terms };
+      },
+      order: (a, b) => b.time - a.time || b.id - a.id,
+      columns: [
+        { head: 'Time', cell: (e) => when(e.time) },
+        { head: 'User', cell: (e) => [h('span', { class: 'strong' }, e.username || '–'), h('div', { class: 'muted small' }, e.address)] },
+        { head: 'Request', cell: (e) => h('span', { class: 'mono audit-route' }, e.method + ' ' + e.route) },
+        { head: 'Object', cell: (e) => h('span', { class: 'mono' }, e.objectId || '') },
+        { head: 'Outcome', cell: (e) => h('span', { class: 'badge ' + (e.status < 400 ? 'state-online' : 'state-notActive'), 'data-status': e.status },
+          e.status + (e.code ? ' ' + e.code : '')) },
+      ],
+      emptyText: (p) => p.get('q') ? empty('No entry matches.') : empty('Nothing audited yet.', 'Writes and logins show here.'),
+    });
+  }
+
+  // ---- the signed-in user's account ---------------------------------------
+
+  // accountView shows the signed-in user's roles and permissions and a
+  // form to change its own password (PUT /api/user/passwd, with the
+  // current one); its other sessions end, this one stays.
+  function accountView(view) {
+    const note = h('p', { id: 'password-note', role: 'status', class: 'muted' });
+    const old = h('input', { id: 'password-old', type: 'password', required: true, autocomplete: 'current-password', 'aria-label': 'Current password', placeholder: 'Current password' });
+    const pw = h('input', { id: 'password-new', type: 'password', required: true, minlength: '8', autocomplete: 'new-password', 'aria-label': 'New password', placeholder: 'New password (8+)' });
+    const again = h('input', { id: 'password-again', type: 'password', required: true, minlength: '8', autocomplete: 'new-password', 'aria-label': 'New password again', placeholder: 'New password again' });
+    const submit = h('button', { type: 'submit', id: 'password-submit' }, 'Change password');
+    const form = h('form', { class: 'filters', id: 'password-form',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        if (pw.value !== again.value) {
+          note.textContent = 'The new passwords differ.';
+          note.className = 'error';
+          return;
+        }
+        submit.disabled = true;
+        try {
+          await api('PUT', '/api/user/passwd', { oldPassword: old.value, newPassword: pw.value });
+          form.reset();
+          note.textContent = 'Password changed. Your other sessions have ended.';
+          note.className = 'muted';
+        } catch (err) {
+          note.textContent = describe(err);
+          note.className = 'error';
+        } finally {
+          submit.disabled = false;
+        }
+      } }, old, pw, again, submit);
+    view.append(
+      h('div', { class: 'page-head' }, h('h1', {}, 'Your account')),
+      h('section', { class: 'card', id: 'account' },
+        h('p', {}, h('span', { class: 'strong', id: 'account-username' }, me.username), me.name && me.name !== me.username ? ' – ' + me.name : ''),
+        h('p', { class: 'muted small' }, 'Roles: ', h('span', { id: 'account-roles' }, (me.roles || []).join(', ') || 'none')),
+        h('p', { class: 'muted small' }, 'Permissions: ', h('span', { id: 'account-permissions', class: 'mono' }, (me.permissions || []).join(', ') || 'none'))),
+      h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Change your password')), form, note),
+    );
+    if (me.keyId) return {}; // signed in with an API key: no keys of keys
+    return keysCard(view);
+  }
+
+  // keysCard lists the signed-in user's API keys (POST /api/user/key/_query)
+  // with a form to make one (a subset of the user's permissions, optional
+  // products and expiry; its secret is shown once) and a button to revoke
+  // each (DELETE /api/user/key/{id}).
+  function keysCard(view) {
+    const note = h('p', { id: 'keys-note', role: 'status', class: 'muted' });
+    const say = (text, isError) => { note.textContent = text; note.className = isError ? 'error' : 'muted'; };
+    const secret = h('div', { id: 'key-secret', hidden: true });
+    const list = h('div', { class: 'table-wrap', id: 'keys-list' });
+    const name = h('input', { id: 'new-key-name', required: true, autocomplete: 'off', 'aria-label': 'Key name', placeholder: 'Name, e.g. grafana' });
+    const perms = (me.permissions || []).map((p) => h('label', { class: 'check' },
+      h('input', { type: 'checkbox', value: p, 'data-permission': p }), ' ', h('span', { class: 'mono' }, p)));
+    const products = h('input', { id: 'new-key-products', autocomplete: 'off', 'aria-label': 'Products', placeholder: 'Products (ids, comma-separated; empty: all of yours)' });
+    const expires = h('input', { id: 'new-key-expires', type: 'date', 'aria-label': 'Expires on (optional)', title: 'Expires on (optional)' });
+    const form = h('form', { class: 'roles-form', id: 'new-key',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const chosen = [...form.querySelectorAll('input[data-permission]:checked')].map((b) => b.value);
+        if (!chosen.length) return say('Choose at least one permission.', true);
+        const body = { name: name.value.trim(), permissions: chosen };
+        const ids = products.value.split(',').map((x) => x.trim()).filter(Boolean);
+        if (ids.length) body.products = ids;
+        if (expires.value) body.expiresAt = new Date(expires.value + 'T23:59:59').getTime();
+        try {
+          const k = await api('POST', '/api/user/key', body);
+          form.reset();
+          say(`Key ${k.name} created.`);
+          secret.hidden = false;
+          secret.replaceChildren(h('p', { class: 'strong' }, 'Copy the key now: it is not shown again.'),
+            h('code', { id: 'key-secret-value' }, k.key));
+          load();
+        } catch (err) {
+          say(describe(err), true);
+        }
+      } }, name, perms, products, expires, h('button', { type: 'submit', id: 'new-key-submit' }, 'Create key'));
+    async function load() {
+      try {
+        const page = await api('POST', '/api/user/key/_query', { paging: false, terms: [{ column: 'userId', value: me.id }] });
+        const keys = page.data || [];
+        if (!keys.length) {
+          list.replaceChildren(empty('No API keys.', 'A program sends a key as its X-Access-Token.'));
+          return;
+        }
+        list.replaceChildren(h('table', { class: 'list' },
+          h('thead', {}, h('tr', {}, ['Key', 'Permissions', 'Products', 'Expires', 'Last used', ''].map((c) => h('th', {}, c)))),
+          h('tbody', {}, keys.map((k) => h('tr', { 'data-key': k.name },
+            h('td', {}, h('span', { class: 'strong' }, k.name), h('div', { class: 'muted small' }, 'created ' + when(k.createTime))),
+            h('td', { class: 'mono small' }, (k.permissions || []).map((p) => p.value || p).join(', ')),
+            h('td', { class: 'small' }, k.products ? k.products.join(', ') : 'yours'),
+            h('td', {}, k.expiresAt ? when(k.expiresAt) : 'never'),
+            h('td', { class: 'key-last-used' }, k.lastUsed ? when(k.lastUsed) : 'never'),
+            h('td', {}, h('button', { type: 'button', class: 'secondary', 'data-action': 'revoke', 'data-key': k.name,
+              onclick: async () => {
+                if (!confirm(`Revoke key ${k.name}? Programs using it are refused at once.`)) return;
+                try {
+                  await api('DELETE', '/api/user/key/' + encodeURIComponent(k.id));
+                  say(`Key ${k.name} revoked.`);
+                  load();
+                } catch (err) {
+                  say(describe(err), true);
+                }
+              } }, 'Revoke')))))));
+      } catch (err) {
+        list.replaceChildren(errorBox(err, 'Could not load your keys'));
+      }
+    }
+    view.append(h('section', { class: 'card', id: 'keys' },
+      h('div', { class: 'card-head' }, h('h2', {}, 'Your API keys'),
+        h('span', { class: 'muted small' }, 'For programs: each holds some of your permissions, never more than you hold.')),
+      form, note, secret, list));
+    load();
+    return {};
   }
 
   // ---- device import ----------------------------------------------------
