@@ -10,7 +10,8 @@ import (
 
 // TestListTotals checks the page fields of endpoints 7 and 1 over HTTP:
 // totalExact with the exact total up to the bound (meta's default, 1,000
-// matches), an estimate past it, the last page for a pageIndex past the end,
+// matches), an estimate past it (exact at any size for the terms the
+// product counts answer), the last page for a pageIndex past the end,
 // and illegal_argument for bad bodies.
 func TestListTotals(t *testing.T) {
 	e := newEnv(t)
@@ -28,6 +29,7 @@ func TestListTotals(t *testing.T) {
 		TotalExact *bool             `json:"totalExact"`
 		Data       []json.RawMessage `json:"data"`
 	}
+	const all = `"terms":[{"column":"id","value":"dev-","termType":"like"}]` // every device
 	cases := []struct {
 		name, path, body string
 		index, size      int
@@ -37,10 +39,15 @@ func TestListTotals(t *testing.T) {
 	}{
 		{"devices, a few match", "/api/device-instance/_query/", `{"terms":[{"column":"name","value":"kitchen","termType":"like"}]}`,
 			0, 25, true, 3, 3},
-		{"devices, more than the bound", "/api/device-instance/_query/", `{"pageSize":10}`, 0, 10, false, 1001, 10},
+		{"devices, more than the bound", "/api/device-instance/_query/", `{"pageSize":10,` + all + `}`, 0, 10, false, 1001, 10},
 		// The estimate above is kept for the same terms: a full page, even
 		// the last one, cannot tell the end.
-		{"devices, the last page, full", "/api/device-instance/_query/", `{"pageIndex":104,"pageSize":10}`, 104, 10, false, 1050, 10},
+		{"devices, the last page, full", "/api/device-instance/_query/", `{"pageIndex":104,"pageSize":10,` + all + `}`, 104, 10, false, 1050, 10},
+		// No terms, or only state and productId: the product counts give
+		// the exact total at any size.
+		{"devices, all, counted", "/api/device-instance/_query/", `{"pageSize":10}`, 0, 10, true, 1050, 10},
+		{"devices, a state, counted", "/api/device-instance/_query/", `{"pageSize":10,"terms":[{"column":"state","value":"notActive"},{"column":"productId","value":"meter"}]}`,
+			0, 10, true, 1050, 10},
 		{"devices, the last page, short", "/api/device-instance/_query/", `{"pageIndex":52,"pageSize":20}`, 52, 20, true, 1050, 10},
 		{"devices, past the end", "/api/device-instance/_query/", `{"pageIndex":500,"pageSize":100}`, 10, 100, true, 1050, 50},
 		{"devices, all on one page", "/api/device-instance/_query/", `{"paging":false,"terms":[{"column":"name","value":"lamp","termType":"like"}]}`,

@@ -235,6 +235,7 @@ const (
 // deviceList reads device pages; dests follows deviceListColumns.
 var deviceList = &listSpec[deviceRow, Device]{
 	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id", appendJSON: (*Device).AppendJSON,
+	total: deviceTotal,
 	dests: func(r *deviceRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
 			&r.Edge, &r.MediaDevice, &r.Features, &r.VirtualType, &r.ComeFrom, &r.DeviceCreateType, &r.PresetType,

@@ -6,7 +6,8 @@ import (
 )
 
 // OnlineDeviceIDs returns the ids of the devices whose state is online,
-// to seed ingest's in-memory presence view at start.
+// to seed ingest's in-memory presence view at start: a scan of devices
+// (no index holds state, see 00015), 0.2 s at 1,000,000 devices.
 func (s *Store) OnlineDeviceIDs(ctx context.Context) ([]string, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()

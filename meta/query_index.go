@@ -13,7 +13,10 @@ import (
 // on device ids and product names (00002), btree indexes for the default
 // order (createTime desc, id) and a product's devices. like is
 // case-insensitive (ILIKE), which a text_pattern_ops btree cannot serve;
-// the trigram indexes serve prefixes ('x%') as well.
+// the trigram indexes serve prefixes ('x%') as well. No index holds state
+// (00015: presence changes stay HOT updates): a state filter is read
+// through the order's index, and its total from the product counts
+// (device_counts.go).
 
 // extensionHint explains a migration error caused by the pg_trgm
 // extension, which the server must ship (Debian: in postgresql-15, from

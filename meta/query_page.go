@@ -52,6 +52,9 @@ type listSpec[R, T any] struct {
 	conv  func(r *R) T
 	// appendJSON appends an item's JSON (a kept page's is written once).
 	appendJSON func(*T, []byte) []byte
+	// total, if set, answers the exact number of matches of some terms
+	// without counting them (ok false for other terms).
+	total func(ctx context.Context, s *Store, c *Compiled) (n int, ok bool, err error)
 	// sql caches the statements of each shape (see listSQL), by Where and
 	// OrderBy; shapes counts them.
 	sql    sync.Map
@@ -163,6 +166,10 @@ func (l *listSpec[R, T]) statements(c *Compiled) *listSQL {
 // while it is kept, the same terms read only their page. A page that ends
 // before its size makes the total exact again.
 //
+// A resource that knows the total of some terms without counting
+// (listSpec.total: devices by state and product) reads only the page,
+// with its exact total, whatever the size of the match.
+//
 // Pages are kept in the page cache (pagecache.go) until a table they read
 // changes; they are shared, and never modified.
 func queryList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Query) (Page[T], error) {
@@ -191,6 +198,24 @@ func readList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Que
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	st := l.statements(c)
+	if l.total != nil {
+		n, ok, err := l.total(ctx, s, c)
+		if err != nil {
+			return Page[T]{}, err
+		}
+		if ok {
+			// The total is known: read only the page (the last one for a
+			// pageIndex past the end).
+			idx, size, offset := q.Page(n)
+			data := []T{}
+			if n > 0 {
+				if data, err = listPage(ctx, s, l, st, c, size, offset); err != nil {
+					return Page[T]{}, err
+				}
+			}
+			return Page[T]{PageIndex: idx, PageSize: size, Total: n, TotalExact: true, Data: data}, nil
+		}
+	}
 	idx, size, offset := q.Page(math.MaxInt)
 	cacheKey := totalKey(l.res.Name, c)
 	if est, ok := s.totals.get(cacheKey); ok {
