@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,9 @@ type fleetBroker struct {
 	port   int
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// running is the broker's pid while it runs, 0 otherwise: the
+	// samplers read it while a restart replaces cmd and exited.
+	running atomic.Int64
 	// Loaded is how long the broker took from exec to accepting
 	// connections (it reads its dynamic-security file meanwhile).
 	Loaded time.Duration
@@ -170,7 +174,7 @@ func startFleetBroker(ctx context.Context, kind string, seed func(dir string) er
 		return nil, fmt.Errorf("bench: start mosquitto: %w", err)
 	}
 	b.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(b.cmd, b.exited)
+	b.watch(b.cmd, b.exited)
 	deadline := time.Now().Add(5 * time.Minute) // a large dynamic-security file takes a while to load
 	for {
 		c, err := net.DialTimeout("tcp", b.addr(), time.Second)
@@ -211,15 +215,21 @@ func (b *fleetBroker) url() string { return "tcp://" + b.addr() }
 
 // pid is the broker process, 0 once stopped.
 func (b *fleetBroker) pid() int {
-	if b == nil || b.cmd == nil {
+	if b == nil {
 		return 0
 	}
-	select {
-	case <-b.exited:
-		return 0
-	default:
-		return b.cmd.Process.Pid
-	}
+	return int(b.running.Load())
+}
+
+// watch publishes cmd's pid in running until it exits, then closes exited.
+func (b *fleetBroker) watch(cmd *exec.Cmd, exited chan struct{}) {
+	pid := int64(cmd.Process.Pid)
+	b.running.Store(pid)
+	go func() {
+		_ = cmd.Wait()
+		b.running.CompareAndSwap(pid, 0)
+		close(exited)
+	}()
 }
 
 // dynsecFileSize is the size of the dynamic-security plugin's file now.

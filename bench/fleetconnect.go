@@ -271,7 +271,7 @@ func (b *fleetBroker) restart(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("bench: restart mosquitto: %w", err)
 	}
 	b.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(b.cmd, b.exited)
+	b.watch(b.cmd, b.exited)
 	for {
 		c, err := net.DialTimeout("tcp", b.addr(), time.Second)
 		if err == nil {
