@@ -22,6 +22,9 @@ type CountQuery struct {
 	// series (an empty set counts nothing). nil: every product.
 	Products []string
 	Limit    int // newest buckets kept; <= 0 means MaxBuckets
+	// Range, if set, is the buckets resolved (BucketParams.Resolve):
+	// Interval, From, To and Limit are then ignored.
+	Range *Range
 }
 
 // productSet is the products a count query counts: one (ProductID), a
@@ -96,7 +99,7 @@ var dailyBucket = map[string]string{
 // query started less than Options.ResultTTL ago and nothing was inserted
 // through db since.
 func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error) {
-	r, err := newBucketRange(q.Interval, q.From, q.To, db.loc, q.Limit)
+	r, err := resolved(q.Range, q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
 	}
