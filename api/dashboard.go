@@ -33,23 +33,32 @@ type DeviceModels interface {
 }
 
 const (
-	defaultBuckets   = 30 // of a message-count query with neither from nor limit
 	dashboardTimeout = 10 * time.Second
 )
 
-// dashboardRun runs one planned query and returns its items, each encoded
-// as it is made and counted against the response's size.
-type dashboardRun func(context.Context, *resultBytes) ([]json.RawMessage, error)
-
-// dashboardPlan is one checked query. A message-count query is ready to
-// run and knows its buckets. A property query first resolves its device
-// or product (resolve), which checks the properties against the thing
-// model and, for history, tells how many properties "all" is.
+// dashboardPlan is one checked query of endpoint 14: the tsdb query it
+// runs (one of counts, agg and history) and how its items are shaped.
+// resolveDashboard looks up what it needs from the metadata (the product,
+// or the device and its thing model); runDashboard runs it and encodes
+// its items.
 type dashboardPlan struct {
-	run     dashboardRun
-	buckets int                                              // of all its properties
-	history int                                              // values per property
-	resolve func(context.Context) (int, dashboardRun, error) // properties read, and the run
+	at, group string
+	buckets   int        // of all its properties (bucketed queries)
+	layout    javaLayout // of the buckets' timeString
+	counts    *tsdb.CountQuery
+	agg       *tsdb.AggQuery // its properties without repeats
+	sent      []string       // agg's properties as sent (errors name their index)
+	history   *historyPlan
+}
+
+// historyPlan is a history query: the latest n values of each property
+// (HistoryRange over rng when it has from or to).
+type historyPlan struct {
+	productID, deviceID string
+	properties          []string
+	n                   int
+	rng                 *historyRange
+	model               *schema.ThingModel // the device's, set by resolveHistory
 }
 
 // encodeItem encodes one item and counts it into size.
@@ -154,7 +163,7 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
 	defer cancel()
 	now, loc := time.Now(), s.deps.Dashboard.Location()
-	runs := make([]dashboardRun, len(qs))
+	plans := make([]*dashboardPlan, len(qs))
 	var budget dashboardBudget
 	for i := range qs {
 		at := fmt.Sprintf("[%d]", i)
@@ -165,18 +174,16 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 		if err := budget.addBuckets(at, plan.buckets); err != nil {
 			return err
 		}
-		if plan.resolve == nil {
-			runs[i] = plan.run
-			continue
-		}
-		props, run, err := plan.resolve(ctx)
+		props, err := s.resolveDashboard(ctx, plan)
 		if err != nil {
 			return err
 		}
-		if err := budget.addHistory(at, props, plan.history); err != nil {
-			return err
+		if plan.history != nil {
+			if err := budget.addHistory(at, props, plan.history.n); err != nil {
+				return err
+			}
 		}
-		runs[i] = run
+		plans[i] = plan
 	}
 	if !s.dash.acquire(ctx) {
 		return tooBusy(c)
@@ -185,9 +192,9 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	var size resultBytes
 	results := make([][]json.RawMessage, len(qs))
 	g, gctx := errgroup.WithContext(ctx)
-	for i, run := range runs {
+	for i, plan := range plans {
 		g.Go(func() error {
-			items, err := run(gctx, &size)
+			items, err := s.runDashboard(gctx, plan, &size, loc)
 			results[i] = items
 			return err
 		})
@@ -249,22 +256,18 @@ func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc 
 	}
 	switch k {
 	case kindMessageCounts:
-		return s.planMessageCounts(at, q, now, loc)
+		return planMessageCounts(at, q, now, loc)
 	case kindHistory:
-		return s.planHistory(at, q, now, loc)
+		return planHistory(at, q, now, loc)
 	default:
-		return s.planPropertyAggregates(at, q, now, loc)
+		return planPropertyAggregates(at, q, now, loc)
 	}
 }
 
 // checkHistoryProperties checks the properties a history query names
 // (endpoint 14's and an export's alike).
 func checkHistoryProperties(at string, props []string) error {
-	if len(props) > maxHistoryProperties {
-		return schema.Invalid(at+".params.properties", "%d properties; at most %d properties per history query",
-			len(props), maxHistoryProperties)
-	}
-	return checkPropertyNames(at, props)
+	return atField(at, tsdb.CheckHistoryProperties(props))
 }
 
 func decodeParams(at string, raw json.RawMessage, v any) error {
@@ -296,60 +299,107 @@ func messageCountQuery(at string, q *dashboardQuery, now time.Time, loc *time.Lo
 	return p, b, err
 }
 
-func (s *Server) planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	p, b, err := messageCountQuery(at, q, now, loc)
 	if err != nil {
 		return nil, err
 	}
-	group := q.Group
-	run := func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
-		buckets, err := s.messageCounts(ctx, tsdb.CountQuery{
-			Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
-		})
+	return &dashboardPlan{at: at, group: q.Group, buckets: b.rng.Len(), layout: b.layout,
+		counts: &tsdb.CountQuery{Range: &b.rng, ProductID: p.ProductID}}, nil
+}
+
+// resolveDashboard looks up what a planned query needs from the metadata:
+// a product outside the caller's is not_found before any query runs; a
+// property query's device or product is looked up and its properties
+// checked against the thing model. It returns how many properties a
+// history query reads (all of the thing model's when it names none).
+func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) (int, error) {
+	switch {
+	case plan.counts != nil:
+		if plan.counts.ProductID != "" {
+			return 0, productVisible(ctx, plan.counts.ProductID)
+		}
+		return 0, nil
+	case plan.agg != nil:
+		return 0, s.checkNumeric(ctx, plan.at, plan.agg.ProductID, plan.agg.DeviceID, plan.sent)
+	}
+	return s.resolveHistory(ctx, plan.at, plan.history)
+}
+
+// runDashboard runs a resolved query, its one tsdb method, and encodes
+// its items, each counted into size; times are shown in loc.
+func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *resultBytes, loc *time.Location) ([]json.RawMessage, error) {
+	switch {
+	case plan.counts != nil:
+		buckets, err := s.messageCounts(ctx, *plan.counts)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", at, err)
+			return nil, fmt.Errorf("%s: %w", plan.at, err)
 		}
 		items := make([]json.RawMessage, 0, len(buckets))
 		for i, bk := range buckets {
-			if items, err = encodeItem(items, size, aggItem{Group: group, Data: aggData{
-				Value: bk.Count, TimeString: b.layout.format(bk.Start.In(loc)), Timestamp: i,
+			if items, err = encodeItem(items, size, aggItem{Group: plan.group, Data: aggData{
+				Value: bk.Count, TimeString: plan.layout.format(bk.Start.In(loc)), Timestamp: i,
 			}}); err != nil {
 				return nil, err
 			}
 		}
 		return items, nil
-	}
-	// A product outside the caller's is not_found before any query runs.
-	return &dashboardPlan{buckets: b.count, resolve: func(ctx context.Context) (int, dashboardRun, error) {
-		if p.ProductID != "" {
-			if err := productVisible(ctx, p.ProductID); err != nil {
-				return 0, nil, err
+	case plan.agg != nil:
+		q := plan.agg
+		series, err := s.deps.Dashboard.PropertyAggregates(ctx, *q)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", plan.at, err)
+		}
+		items := make([]json.RawMessage, 0, len(series)*q.Range.Len())
+		for _, sr := range series {
+			for i, bk := range sr.Buckets {
+				if items, err = encodeItem(items, size, propAggItem{Group: plan.group, Property: sr.Property, Data: propAggData{
+					Value: aggValue(q.Agg, bk), TimeString: plan.layout.format(bk.Start.In(loc)), Timestamp: i,
+				}}); err != nil {
+					return nil, err
+				}
 			}
 		}
-		return 0, run, nil
-	}}, nil
+		return items, nil
+	}
+	h := plan.history
+	var values []tsdb.PropertyValue
+	var err error
+	if h.rng == nil {
+		values, err = s.deps.Dashboard.PropertyHistory(ctx, h.productID, h.deviceID, h.properties, h.n)
+	} else {
+		values, err = s.deps.Dashboard.HistoryRange(ctx, tsdb.HistoryQuery{ProductID: h.productID, DeviceID: h.deviceID,
+			Properties: h.properties, From: h.rng.from, To: h.rng.to, N: h.n})
+	}
+	if err != nil {
+		return nil, err
+	}
+	items := make([]json.RawMessage, 0, len(values))
+	for _, v := range values {
+		if items, err = encodeItem(items, size, historyItem{Group: plan.group, Data: historyEntry(v, h.model, loc)}); err != nil {
+			return nil, err
+		}
+	}
+	return items, nil
 }
 
-// bucketPlan is the checked bucket parameters of a query.
+// bucketPlan is the checked bucket parameters of a query: its buckets,
+// resolved by tsdb, and the layout of their timeString.
 type bucketPlan struct {
-	interval string
-	layout   javaLayout
-	limit    int // 0: none given
-	from, to time.Time
-	count    int // buckets the query returns (per property)
+	layout javaLayout
+	rng    tsdb.Range
 }
 
 // planBuckets checks the bucket parameters: time (default 1d), format
 // (default yyyy-MM-dd), limit, and from/to, epoch ms or date math relative
-// to now in the platform zone loc; without from, the range is the limit's
-// worth of buckets (30 without a limit) ending with the one holding to.
+// to now in the platform zone loc; tsdb resolves the buckets (without
+// from, the limit's worth, 30 without a limit, ending with the one
+// holding to).
 func planBuckets(at string, p bucketParams, now time.Time, loc *time.Location) (bucketPlan, error) {
-	b := bucketPlan{interval: p.Time}
-	if b.interval == "" {
-		b.interval = tsdb.Day
-	}
-	if err := tsdb.CheckInterval(b.interval); err != nil {
-		return b, fmt.Errorf("%s.params.time: %w", at, err)
+	var b bucketPlan
+	bp := tsdb.BucketParams{Interval: p.Time, Limit: p.Limit}
+	if err := bp.CheckInterval(); err != nil {
+		return b, atField(at, err)
 	}
 	format := p.Format
 	if format == "" {
@@ -359,42 +409,40 @@ func planBuckets(at string, p bucketParams, now time.Time, loc *time.Location) (
 	if b.layout, err = parseJavaPattern(format); err != nil {
 		return b, schema.Invalid(at+".params.format", "%v", err)
 	}
-	if p.Limit != nil {
-		if *p.Limit < 1 || *p.Limit > maxQueryBuckets {
-			return b, schema.Invalid(at+".params.limit", "must be from 1 to %d", maxQueryBuckets)
+	if err := bp.CheckLimit(); err != nil {
+		return b, atField(at, err)
+	}
+	if bp.To, err = parseTimeParam(at+".params.to", p.To, now, loc, now); err != nil {
+		return b, err
+	}
+	if !absentParam(p.From) {
+		from, err := parseTimeParam(at+".params.from", p.From, now, loc, time.Time{})
+		if err != nil {
+			return b, err
 		}
-		b.limit = *p.Limit
+		bp.From = &from
 	}
-	if b.to, err = parseTimeParam(at+".params.to", p.To, now, loc, now); err != nil {
-		return b, err
-	}
-	n := b.limit
-	if n == 0 {
-		n = defaultBuckets
-	}
-	from, err := tsdb.RangeStart(b.interval, b.to, n, loc)
-	if err != nil {
-		return b, fmt.Errorf("%s.params: %w", at, err)
-	}
-	if b.from, err = parseTimeParam(at+".params.from", p.From, now, loc, from); err != nil {
-		return b, err
-	}
-	// The buckets this query returns: those of the range, at most limit
-	// (maxQueryBuckets without one); a range outside what ClickHouse's
-	// DateTime holds is refused here, before any query runs.
-	bs, err := tsdb.Buckets(b.interval, b.from, b.to, loc, b.limit)
-	if err != nil {
-		return b, fmt.Errorf("%s.params: %w", at, err)
-	}
-	b.count = len(bs)
-	return b, nil
+	b.rng, err = bp.Resolve(loc)
+	return b, atField(at, err)
 }
 
-// planHistory checks a history query. Its plan's resolve looks the device
-// up, so that "all properties" counts as the thing model's properties.
-// With from or to, it reads the values of that range (paging back through
-// them, dashboard_agg.go); without, the latest values.
-func (s *Server) planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+// absentParam reports whether a parameter is absent (or null).
+func absentParam(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// atField puts the query's position at before the field of tsdb's
+// *schema.ArgError err; other errors are returned as they are.
+func atField(at string, err error) error {
+	var ae *schema.ArgError
+	if errors.As(err, &ae) {
+		return &schema.ArgError{Field: at + "." + ae.Field, Msg: ae.Msg}
+	}
+	return err
+}
+
+// planHistory checks a history query. With from or to, it reads the
+// values of that range (paging back through them, dashboard_agg.go);
+// without, the latest values.
+func planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p historyParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
@@ -416,55 +464,36 @@ func (s *Server) planHistory(at string, q *dashboardQuery, now time.Time, loc *t
 	if err != nil {
 		return nil, err
 	}
-	productID, group := q.Object, q.Group
-	return &dashboardPlan{history: n, resolve: func(ctx context.Context) (int, dashboardRun, error) {
-		return s.resolveHistory(ctx, at, p, n, rng, productID, group)
+	return &dashboardPlan{at: at, group: q.Group, history: &historyPlan{
+		productID: q.Object, deviceID: p.DeviceID, properties: p.Properties, n: n, rng: rng,
 	}}, nil
 }
 
-// resolveHistory looks up the device of a history query and returns the
-// number of properties it reads and the function that runs it.
-func (s *Server) resolveHistory(ctx context.Context, at string, p historyParams, n int, rng *historyRange, productID, group string) (int, dashboardRun, error) {
-	dev, err := s.deviceRef(ctx, p.DeviceID)
+// resolveHistory looks up the device of a history query and its thing
+// model, and returns the number of properties it reads ("all
+// properties" counts as the thing model's).
+func (s *Server) resolveHistory(ctx context.Context, at string, h *historyPlan) (int, error) {
+	dev, err := s.deviceRef(ctx, h.deviceID)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
-	if dev.ProductID != productID {
-		return 0, nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
+	if dev.ProductID != h.productID {
+		return 0, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", h.deviceID, dev.ProductID, h.productID)
 	}
 	model, err := schema.ParseThingModelString(dev.Metadata)
 	if err != nil {
 		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
 	}
-	props := len(p.Properties)
+	h.model = model
+	props := len(h.properties)
 	if props == 0 {
 		props = len(model.Properties)
 		if props > maxHistoryProperties {
-			return 0, nil, schema.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
+			return 0, schema.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
 				props, maxHistoryProperties)
 		}
 	}
-	return props, func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
-		var values []tsdb.PropertyValue
-		var err error
-		if rng == nil {
-			values, err = s.deps.Dashboard.PropertyHistory(ctx, productID, p.DeviceID, p.Properties, n)
-		} else {
-			values, err = s.deps.Dashboard.HistoryRange(ctx, tsdb.HistoryQuery{ProductID: productID, DeviceID: p.DeviceID,
-				Properties: p.Properties, From: rng.from, To: rng.to, N: n})
-		}
-		if err != nil {
-			return nil, err
-		}
-		loc := s.deps.Dashboard.Location()
-		items := make([]json.RawMessage, 0, len(values))
-		for _, v := range values {
-			if items, err = encodeItem(items, size, historyItem{Group: group, Data: historyEntry(v, model, loc)}); err != nil {
-				return nil, err
-			}
-		}
-		return items, nil
-	}, nil
+	return props, nil
 }
 
 // deviceRef looks a device up through the server's short-lived cache of

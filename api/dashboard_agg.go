@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -40,20 +39,6 @@ type propAggData struct {
 	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
 }
 
-// maxPropertyName bounds a property id in a query; thing-model ids are
-// far shorter.
-const maxPropertyName = 256
-
-// checkPropertyNames refuses empty and overlong property ids.
-func checkPropertyNames(at string, props []string) error {
-	for i, p := range props {
-		if p == "" || len(p) > maxPropertyName {
-			return schema.Invalid(fmt.Sprintf("%s.params.properties[%d]", at, i), "must be a property id of 1 to %d bytes", maxPropertyName)
-		}
-	}
-	return nil
-}
-
 // propAggregateParams decodes and checks a property aggregate query's
 // params (endpoint 14's and an export's alike).
 func propAggregateParams(at string, q *dashboardQuery) (propAggParams, bucketParams, error) {
@@ -65,61 +50,24 @@ func propAggregateParams(at string, q *dashboardQuery) (propAggParams, bucketPar
 	if err := decodeParams(at, q.Params, &bp); err != nil {
 		return p, bp, err
 	}
-	if p.Agg == "" {
-		return p, bp, schema.Invalid(at+".params.agg", "is required: avg, min, max, sum, count, first or last")
-	}
-	if err := tsdb.CheckAgg(p.Agg); err != nil {
-		return p, bp, fmt.Errorf("%s.params.agg: %w", at, err)
-	}
-	if len(p.Properties) == 0 {
-		return p, bp, schema.Invalid(at+".params.properties", "is required: the numeric properties to aggregate")
-	}
-	if len(p.Properties) > maxAggProperties {
-		return p, bp, schema.Invalid(at+".params.properties", "%d properties; at most %d properties per aggregate query",
-			len(p.Properties), maxAggProperties)
-	}
-	return p, bp, checkPropertyNames(at, p.Properties)
+	return p, bp, atField(at, tsdb.AggQuery{Agg: p.Agg, Properties: p.Properties}.Check())
 }
 
 // planPropertyAggregates checks a property aggregate query; its resolve
-// checks the properties against the thing model of the device (or of the
-// product, without deviceId).
-func (s *Server) planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+// (resolveDashboard) checks the properties against the thing model of the
+// device (or of the product, without deviceId).
+func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	p, bp, err := propAggregateParams(at, q)
 	if err != nil {
 		return nil, err
 	}
-	props := dedupe(p.Properties)
 	b, err := planBuckets(at, bp, now, loc)
 	if err != nil {
 		return nil, err
 	}
-	productID, group := q.Object, q.Group
-	return &dashboardPlan{buckets: b.count * len(props), resolve: func(ctx context.Context) (int, dashboardRun, error) {
-		if err := s.checkNumeric(ctx, at, productID, p.DeviceID, p.Properties); err != nil { // indexes as sent
-			return 0, nil, err
-		}
-		return 0, func(ctx context.Context, size *resultBytes) ([]json.RawMessage, error) {
-			series, err := s.deps.Dashboard.PropertyAggregates(ctx, tsdb.AggQuery{
-				Interval: b.interval, From: b.from, To: b.to, ProductID: productID, DeviceID: p.DeviceID,
-				Properties: props, Agg: p.Agg, Limit: b.limit,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", at, err)
-			}
-			items := make([]json.RawMessage, 0, len(series)*b.count)
-			for _, sr := range series {
-				for i, bk := range sr.Buckets {
-					if items, err = encodeItem(items, size, propAggItem{Group: group, Property: sr.Property, Data: propAggData{
-						Value: aggValue(p.Agg, bk), TimeString: b.layout.format(bk.Start.In(loc)), Timestamp: i,
-					}}); err != nil {
-						return nil, err
-					}
-				}
-			}
-			return items, nil
-		}, nil
-	}}, nil
+	props := dedupe(p.Properties)
+	return &dashboardPlan{at: at, group: q.Group, buckets: b.rng.Len() * len(props), layout: b.layout, sent: p.Properties,
+		agg: &tsdb.AggQuery{Range: &b.rng, ProductID: q.Object, DeviceID: p.DeviceID, Properties: props, Agg: p.Agg}}, nil
 }
 
 // aggValue is a bucket's value in an item: the count as an integer, the
@@ -212,8 +160,7 @@ type historyRange struct{ from, to time.Time }
 // planHistoryRange checks the from/to of a history query: nil when
 // neither is given (the latest values).
 func planHistoryRange(at string, p historyParams, now time.Time, loc *time.Location) (*historyRange, error) {
-	absent := func(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
-	if absent(p.From) && absent(p.To) {
+	if absentParam(p.From) && absentParam(p.To) {
 		return nil, nil
 	}
 	var r historyRange
@@ -224,8 +171,8 @@ func planHistoryRange(at string, p historyParams, now time.Time, loc *time.Locat
 	if r.to, err = parseTimeParam(at+".params.to", p.To, now, loc, time.Time{}); err != nil {
 		return nil, err
 	}
-	if !r.from.IsZero() && !r.to.IsZero() && r.from.After(r.to) {
-		return nil, schema.Invalid(at+".params.from", "must not be after to (the range is from <= time < to)")
+	if err := (tsdb.HistoryQuery{Properties: p.Properties, From: r.from, To: r.to}).Check(); err != nil {
+		return nil, atField(at, err)
 	}
 	return &r, nil
 }

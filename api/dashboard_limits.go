@@ -17,14 +17,13 @@ import (
 // dashboard draws, and together they bound the work, memory and response
 // size of a request; REFERENCE.md's Dashboard section lists them.
 const (
-	maxDashboardQueries  = 32              // queries in one request
-	maxHistory           = 1000            // params.history: values per property
-	maxHistoryProperties = 100             // properties of one history query, named or all of the model
-	maxHistoryValues     = 100_000         // sum over history queries of properties x history
-	maxAggProperties     = 100             // properties of one property aggregate query
-	maxQueryBuckets      = tsdb.MaxBuckets // buckets of one bucketed query (per property) (10,000)
-	maxRequestBuckets    = 50_000          // buckets of all bucketed queries together, properties x buckets
-	maxDashboardResult   = 32 << 20        // bytes of the encoded items of one response
+	maxDashboardQueries  = 32                        // queries in one request
+	maxHistory           = 1000                      // params.history: values per property
+	maxHistoryProperties = tsdb.MaxHistoryProperties // properties of one history query, named or all of the model (100)
+	maxHistoryValues     = 100_000                   // sum over history queries of properties x history
+	maxQueryBuckets      = tsdb.MaxBuckets           // buckets of one bucketed query (per property) (10,000)
+	maxRequestBuckets    = 50_000                    // buckets of all bucketed queries together, properties x buckets
+	maxDashboardResult   = 32 << 20                  // bytes of the encoded items of one response
 	defaultDashboardWait = 2 * time.Second
 	dashboardRetryAfterS = 1 // Retry-After, seconds, of a refused request
 )

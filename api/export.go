@@ -251,12 +251,10 @@ func (s *Server) planCountsExport(ctx context.Context, at string, q *dashboardQu
 			return nil, err
 		}
 	}
-	name := exportName("messages", p.ProductID, b.interval)
+	name := exportName("messages", p.ProductID, b.rng.Interval())
 	return &exportPlan{name: name, columns: []string{"timestamp", "time", "timeString", "value"},
 		write: func(ctx context.Context, enc *exportEncoder) error {
-			buckets, err := s.messageCounts(ctx, tsdb.CountQuery{
-				Interval: b.interval, From: b.from, To: b.to, ProductID: p.ProductID, Limit: b.limit,
-			})
+			buckets, err := s.messageCounts(ctx, tsdb.CountQuery{Range: &b.rng, ProductID: p.ProductID})
 			if err != nil {
 				return err
 			}
@@ -301,12 +299,11 @@ func (s *Server) planAggExport(ctx context.Context, at string, q *dashboardQuery
 	if formatValue {
 		columns = append(columns, "formatValue")
 	}
-	return &exportPlan{name: exportName(productID, p.DeviceID, p.Agg, b.interval), columns: columns,
+	return &exportPlan{name: exportName(productID, p.DeviceID, p.Agg, b.rng.Interval()), columns: columns,
 		write: func(ctx context.Context, enc *exportEncoder) error {
 			for _, prop := range props {
 				series, err := s.deps.Dashboard.PropertyAggregates(ctx, tsdb.AggQuery{
-					Interval: b.interval, From: b.from, To: b.to, ProductID: productID, DeviceID: p.DeviceID,
-					Properties: []string{prop}, Agg: p.Agg, Limit: b.limit,
+					Range: &b.rng, ProductID: productID, DeviceID: p.DeviceID, Properties: []string{prop}, Agg: p.Agg,
 				})
 				if err != nil {
 					return err

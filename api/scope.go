@@ -3,9 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"slices"
-
-	"golang.org/x/sync/errgroup"
 
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -45,49 +42,20 @@ func truncateID(id string) string {
 
 // messageCounts answers a message-count query (endpoint 14's and an
 // export's) within ctx's products: a product outside is not_found; every
-// product (q.ProductID "") is every product of the limit, their counts
-// summed bucket by bucket. Each product's counts are cached by tsdb (its
-// series of days); uncached, a limited caller's every-product query costs
-// one ClickHouse query per product, at most messageCountFanout at once.
+// product (q.ProductID "") is every product of the limit, one query of
+// that set (tsdb sums their counts per bucket, cached per set); a caller
+// limited to no product gets no buckets.
 func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.Bucket, error) {
 	all, products := meta.ProductsOf(ctx)
-	if q.ProductID != "" || all {
-		if err := productVisible(ctx, q.ProductID); q.ProductID != "" && err != nil {
+	if q.ProductID != "" {
+		if err := productVisible(ctx, q.ProductID); err != nil {
 			return nil, err
 		}
-		return s.deps.Dashboard.MessageCounts(ctx, q)
-	}
-	counts := make([][]tsdb.Bucket, len(products))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(messageCountFanout)
-	for i, id := range products {
-		g.Go(func() error {
-			pq := q
-			pq.ProductID = id
-			var err error
-			counts[i], err = s.deps.Dashboard.MessageCounts(gctx, pq)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	var sum []tsdb.Bucket
-	for i, buckets := range counts {
-		if i == 0 {
-			sum = slices.Clone(buckets)
-			continue
+	} else if !all {
+		if len(products) == 0 {
+			return nil, nil
 		}
-		if len(buckets) != len(sum) {
-			return nil, fmt.Errorf("api: message counts: product %q has %d buckets, another %d", products[i], len(buckets), len(sum))
-		}
-		for k := range sum {
-			sum[k].Count += buckets[k].Count
-		}
+		q.Products = products
 	}
-	return sum, nil
+	return s.deps.Dashboard.MessageCounts(ctx, q)
 }
-
-// messageCountFanout bounds the per-product queries of one limited
-// caller's every-product message counts.
-const messageCountFanout = 4

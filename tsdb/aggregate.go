@@ -52,6 +52,9 @@ type AggQuery struct {
 	Properties []string  // at least one; repeats are ignored
 	Agg        string    // AggAvg, AggMin, ...
 	Limit      int       // newest buckets kept per property; <= 0 means MaxBuckets
+	// Range, if set, is the buckets resolved (BucketParams.Resolve):
+	// Interval, From, To and Limit are then ignored.
+	Range *Range
 }
 
 // AggSeries is the buckets of one property, newest first.
@@ -97,11 +100,11 @@ func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, 
 	if len(props) == 0 {
 		return nil, fmt.Errorf("aggregates: no property: %w", schema.ErrIllegalArgument)
 	}
-	r, err := newBucketRange(q.Interval, q.From, q.To, db.loc, q.Limit)
+	r, err := resolved(q.Range, q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
 	}
-	parts := []any{"agg", q.Interval, r.starts[0].Unix(), len(r.starts), q.ProductID, q.DeviceID, q.Agg}
+	parts := []any{"agg", r.interval, r.starts[0].Unix(), len(r.starts), q.ProductID, q.DeviceID, q.Agg}
 	for _, p := range props {
 		parts = append(parts, p)
 	}

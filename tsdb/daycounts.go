@@ -118,6 +118,10 @@ type chunkKey struct {
 type dayTotals struct {
 	closed map[chunkKey]uint64
 	open   map[string]*dayChunk // product -> its open days, ascending
+	// sets are the series of sets of products summed from these totals
+	// (setDays): productSet key -> *dayChunk; setCount counts them.
+	sets     sync.Map
+	setCount atomic.Int64
 }
 
 // dayChunk is the message count of each closed day of a month with
@@ -239,8 +243,9 @@ func dayMonth(day uint32) uint32 {
 // countsFromDays answers the message counts of r (day or longer buckets)
 // from the totals and the closed chunks, when r lies in the window and
 // the result cache is on; ok false otherwise (the caller reads ClickHouse
-// as before).
-func (db *DB) countsFromDays(ctx context.Context, r bucketRange, productID string, now time.Time) (out []Bucket, ok bool, err error) {
+// as before). A set of products is the sum of its products' per-day
+// counts over the window (setDays), kept with the totals.
+func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, now time.Time) (out []Bucket, ok bool, err error) {
 	if db.opt.ResultTTL <= 0 {
 		return nil, false, nil
 	}
@@ -257,32 +262,26 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, productID strin
 	if err != nil {
 		return nil, true, err
 	}
-	// Per-day counts of the range, oldest first: closed months' chunks,
-	// then the open days.
 	var days []uint32
 	var counts []uint64
-	for m := dayMonth(lo); lo < min(hi, cut); {
-		key := chunkKey{productID, m}
-		if want := t.closed[key]; want > 0 {
-			c, err := db.dayChunk(ctx, key, cut, want)
-			if err != nil {
-				return nil, true, err
-			}
-			days, counts = append(days, c.days...), append(counts, c.counts...)
+	switch {
+	case ps.all:
+		days, counts, err = db.productDays(ctx, t, "", lo, hi, cut)
+	case len(ps.ids) == 1:
+		days, counts, err = db.productDays(ctx, t, ps.ids[0], lo, hi, cut)
+	default:
+		var c *dayChunk
+		c, err = db.setDays(ctx, t, ps, from, cut)
+		if c != nil {
+			days, counts = c.days, c.counts
 		}
-		// The first day of the next month.
-		y, mo := int(m/100), time.Month(m%100)
-		next := uint32(time.Date(y, mo+1, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
-		lo, m = next, dayMonth(next)
 	}
-	if o := t.open[productID]; o != nil {
-		days, counts = append(days, o.days...), append(counts, o.counts...)
+	if err != nil {
+		return nil, true, err
 	}
-
 	out = make([]Bucket, len(r.starts))
 	// Buckets oldest first, each [its first day, the next bucket's).
-	first := dayNumber(r.lo, db.loc)
-	i := sort.Search(len(days), func(i int) bool { return days[i] >= first })
+	i := sort.Search(len(days), func(i int) bool { return days[i] >= lo })
 	for k := len(r.starts) - 1; k >= 0; k-- {
 		end := r.hi
 		if k > 0 {
@@ -296,6 +295,67 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, productID strin
 		out[k] = Bucket{Start: r.starts[k], Count: n}
 	}
 	return out, true, nil
+}
+
+// productDays returns product p's ("" every product's) per-day counts of
+// the months holding days lo to hi (exclusive), oldest first: its closed
+// months' chunks as of cut, checked against the totals t, then its open
+// days.
+func (db *DB) productDays(ctx context.Context, t *dayTotals, p string, lo, hi, cut uint32) ([]uint32, []uint64, error) {
+	var days []uint32
+	var counts []uint64
+	for m := dayMonth(lo); lo < min(hi, cut); {
+		key := chunkKey{p, m}
+		if want := t.closed[key]; want > 0 {
+			c, err := db.dayChunk(ctx, key, cut, want)
+			if err != nil {
+				return nil, nil, err
+			}
+			days, counts = append(days, c.days...), append(counts, c.counts...)
+		}
+		// The first day of the next month.
+		y, mo := int(m/100), time.Month(m%100)
+		next := uint32(time.Date(y, mo+1, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
+		lo, m = next, dayMonth(next)
+	}
+	if o := t.open[p]; o != nil {
+		days, counts = append(days, o.days...), append(counts, o.counts...)
+	}
+	return days, counts, nil
+}
+
+// maxSetSeries bounds the sets of products whose series a dayTotals
+// keeps; past it, a set's series is summed for each question.
+const maxSetSeries = 1000
+
+// setDays returns the per-day counts, summed over the products of ps, of
+// the whole window (days from to cut, and the open days), oldest first.
+// It is kept with the totals t it was checked against, for as long as t
+// is served: each product's part is exact for t (see the top), so their
+// sum is; the next totals start a new series. Building it reads no
+// ClickHouse query per product once their chunks are kept.
+func (db *DB) setDays(ctx context.Context, t *dayTotals, ps productSet, from, cut uint32) (*dayChunk, error) {
+	key := ps.key()
+	if c, ok := t.sets.Load(key); ok {
+		return c.(*dayChunk), nil
+	}
+	sum := map[uint32]uint64{}
+	for _, p := range ps.ids {
+		days, counts, err := db.productDays(ctx, t, p, from, cut+1, cut)
+		if err != nil {
+			return nil, err
+		}
+		for i, d := range days {
+			sum[d] += counts[i]
+		}
+	}
+	c := (&dayChunk{}).plus(sum)
+	if t.setCount.Add(1) <= maxSetSeries {
+		if kept, loaded := t.sets.LoadOrStore(key, c); loaded {
+			return kept.(*dayChunk), nil
+		}
+	}
+	return c, nil
 }
 
 // dayChunk returns the closed days of key's month as of cut, checked

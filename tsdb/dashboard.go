@@ -1,0 +1,184 @@
+package tsdb
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"devicehub/schema"
+)
+
+// The queries of a dashboard (api's endpoint 14 and its exports), one
+// type per kind: CountQuery (message counts), AggQuery (property
+// aggregates) and HistoryQuery (property history). Each is checked
+// (Check: bad input is a *schema.ArgError naming the field under
+// "params", which api prefixes with the query's position), resolved
+// (a bucketed query's Buckets.Resolve computes its buckets once, handed
+// back as a Range that the query then runs on) and run (DB.MessageCounts,
+// DB.PropertyAggregates, DB.HistoryRange / DB.PropertyHistory, each
+// holding its SQL).
+
+// DefaultBuckets is how many buckets a bucketed query without From and
+// without Limit returns.
+const DefaultBuckets = 30
+
+// BucketParams are the bucket parameters of a bucketed query as asked.
+type BucketParams struct {
+	Interval string     // "" is Day
+	Limit    *int       // nil: none (MaxBuckets, or DefaultBuckets without From)
+	From     *time.Time // nil: the Limit's worth of buckets ending with To's
+	To       time.Time
+}
+
+// argError is err, an ErrIllegalArgument, as a *schema.ArgError of field
+// (the sentinel's own text dropped).
+func argError(field string, err error) error {
+	return &schema.ArgError{Field: field, Msg: strings.TrimSuffix(err.Error(), ": "+schema.ErrIllegalArgument.Error())}
+}
+
+// CheckInterval checks p's interval ("" is Day).
+func (p BucketParams) CheckInterval() error {
+	if p.Interval == "" {
+		return nil
+	}
+	if err := CheckInterval(p.Interval); err != nil {
+		return argError("params.time", err)
+	}
+	return nil
+}
+
+// CheckLimit checks p's limit: 1 to MaxBuckets.
+func (p BucketParams) CheckLimit() error {
+	if p.Limit != nil && (*p.Limit < 1 || *p.Limit > MaxBuckets) {
+		return schema.Invalid("params.limit", "must be from 1 to %d", MaxBuckets)
+	}
+	return nil
+}
+
+// Check checks p's interval and limit.
+func (p BucketParams) Check() error {
+	if err := p.CheckInterval(); err != nil {
+		return err
+	}
+	return p.CheckLimit()
+}
+
+// Range is a resolved bucket range: the buckets of an interval that a
+// query returns, newest first, computed once.
+type Range struct{ r bucketRange }
+
+// Interval is the range's interval.
+func (r Range) Interval() string { return r.r.interval }
+
+// Starts are the starts of the range's buckets, newest first (shared: not
+// to be modified).
+func (r Range) Starts() []time.Time { return r.r.starts }
+
+// Len is how many buckets the range holds.
+func (r Range) Len() int { return len(r.r.starts) }
+
+// Resolve checks p and computes its buckets in loc: those holding a moment
+// between From and To, at most Limit (MaxBuckets without one); without
+// From, the Limit's worth (DefaultBuckets without one) ending with the one
+// holding To. A range outside what ClickHouse's DateTime holds is refused
+// here, before any query runs.
+func (p BucketParams) Resolve(loc *time.Location) (Range, error) {
+	if err := p.Check(); err != nil {
+		return Range{}, err
+	}
+	interval := p.Interval
+	if interval == "" {
+		interval = Day
+	}
+	limit := 0
+	if p.Limit != nil {
+		limit = *p.Limit
+	}
+	var from time.Time
+	if p.From != nil {
+		from = *p.From
+	} else {
+		n := limit
+		if n == 0 {
+			n = DefaultBuckets
+		}
+		var err error
+		if from, err = RangeStart(interval, p.To, n, loc); err != nil {
+			return Range{}, argError("params", err)
+		}
+	}
+	r, err := newBucketRange(interval, from, p.To, loc, limit)
+	if err != nil {
+		return Range{}, argError("params", err)
+	}
+	return Range{r: r}, nil
+}
+
+// resolved is the range of a query given either resolved (r non-nil) or
+// by its interval, ends and limit.
+func resolved(r *Range, interval string, from, to time.Time, loc *time.Location, limit int) (bucketRange, error) {
+	if r != nil {
+		if len(r.r.starts) == 0 {
+			return bucketRange{}, fmt.Errorf("tsdb: an unresolved Range: %w", schema.ErrIllegalArgument)
+		}
+		return r.r, nil
+	}
+	return newBucketRange(interval, from, to, loc, limit)
+}
+
+// Bounds of a query's properties.
+const (
+	MaxPropertyName      = 256 // bytes of a property id; thing-model ids are far shorter
+	MaxAggProperties     = 100 // properties of one property aggregate query
+	MaxHistoryProperties = 100 // properties of one history query
+)
+
+// checkPropertyNames refuses empty and overlong property ids.
+func checkPropertyNames(props []string) error {
+	for i, p := range props {
+		if p == "" || len(p) > MaxPropertyName {
+			return schema.Invalid(fmt.Sprintf("params.properties[%d]", i), "must be a property id of 1 to %d bytes", MaxPropertyName)
+		}
+	}
+	return nil
+}
+
+// Check checks q's aggregate and properties (its buckets are checked by
+// BucketParams.Resolve).
+func (q AggQuery) Check() error {
+	if q.Agg == "" {
+		return schema.Invalid("params.agg", "is required: avg, min, max, sum, count, first or last")
+	}
+	if err := CheckAgg(q.Agg); err != nil {
+		return argError("params.agg", err)
+	}
+	if len(q.Properties) == 0 {
+		return schema.Invalid("params.properties", "is required: the numeric properties to aggregate")
+	}
+	if len(q.Properties) > MaxAggProperties {
+		return schema.Invalid("params.properties", "%d properties; at most %d properties per aggregate query",
+			len(q.Properties), MaxAggProperties)
+	}
+	return checkPropertyNames(q.Properties)
+}
+
+// CheckHistoryProperties checks the properties a history query names.
+func CheckHistoryProperties(props []string) error {
+	if len(props) > MaxHistoryProperties {
+		return schema.Invalid("params.properties", "%d properties; at most %d properties per history query",
+			len(props), MaxHistoryProperties)
+	}
+	return checkPropertyNames(props)
+}
+
+// Check checks q's properties (CheckHistoryProperties) and range: From
+// not after To.
+func (q HistoryQuery) Check() error {
+	if err := CheckHistoryProperties(q.Properties); err != nil {
+		return err
+	}
+	if !q.From.IsZero() && !q.To.IsZero() && q.From.After(q.To) {
+		return schema.Invalid("params.from", "must not be after to (the range is from <= time < to)")
+	}
+	return nil
+}
