@@ -234,7 +234,7 @@ const (
 
 // deviceList reads device pages; dests follows deviceListColumns.
 var deviceList = &listSpec[deviceRow, Device]{
-	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id", appendJSON: (*Device).AppendJSON,
+	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id",
 	dests: func(r *deviceRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
 			&r.Edge, &r.MediaDevice, &r.Features, &r.VirtualType, &r.ComeFrom, &r.DeviceCreateType, &r.PresetType,
@@ -243,6 +243,15 @@ var deviceList = &listSpec[deviceRow, Device]{
 			&r.ModifiedAt, &r.RegistryTime, &r.ProductName, &r.DeviceType, &r.Regulator}
 	},
 	conv: (*deviceRow).device,
+	bytes: func(d *Device) int {
+		n := 800 + len(d.ID) + len(d.Name) + len(d.PhotoURL) + len(d.Description) + len(d.ProductID) + len(d.ProductName) +
+			len(d.CreatorID) + len(d.CreatorName) + len(d.ModifierID) + len(d.ModifierName) + len(d.DeviceMetadata) +
+			len(d.OrgID) + len(d.StorePolicy) + len(d.Configuration.SecureID) + len(d.Configuration.ChannelID)
+		for _, f := range d.Features {
+			n += 60 + len(f.ID) + len(f.Name) + len(f.Type)
+		}
+		return n * 3 / 2 // its encoding (about n bytes) and the item
+	},
 }
 
 // jsonList decodes a JSONB array, giving [] rather than nil.

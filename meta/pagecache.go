@@ -65,7 +65,8 @@ type pageCache struct {
 // pageID is a page's key in the cache: its list (its tag) and pageKey.
 type pageID struct{ list, key string }
 
-// sizedPage is a page (a Page[T]; shared, never modified) and its size in
+// sizedPage is a page (a Page[T]; shared, never modified but for its
+// encoding, made once: Page.Kept) and its size in
 // bytes as load gave it.
 type sizedPage struct {
 	val   any

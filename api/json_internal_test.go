@@ -1,4 +1,4 @@
-package meta_test
+package api
 
 import (
 	"bytes"
@@ -91,10 +91,24 @@ func randomProduct(r *rand.Rand) meta.Product {
 	return p
 }
 
-// TestAppendJSON checks that the hand-written encoders of list pages write
-// the bytes encoding/json writes, for pages of random devices and products
-// made of texts that need escapes.
-func TestAppendJSON(t *testing.T) {
+// pageJSON is a page under the spec's names, for encoding/json: what
+// appendPage must write.
+type pageJSON[T any] struct {
+	PageIndex  int  `json:"pageIndex"`
+	PageSize   int  `json:"pageSize"`
+	Total      int  `json:"total"`
+	TotalExact bool `json:"totalExact"`
+	Data       []T  `json:"data"`
+}
+
+func pageOf[T any](p *meta.Page[T]) pageJSON[T] {
+	return pageJSON[T]{p.PageIndex, p.PageSize, p.Total, p.TotalExact, p.Data}
+}
+
+// TestEncoders checks that the encoders of list pages write the bytes
+// encoding/json writes, for pages of random devices and products made of
+// texts that need escapes, and for a page of roles (appendMarshal).
+func TestEncoders(t *testing.T) {
 	r := rand.New(rand.NewPCG(20, 24))
 	for i := range 300 {
 		devices := meta.Page[meta.Device]{PageIndex: r.IntN(100), PageSize: r.IntN(1000), Total: r.IntN(1e6), TotalExact: r.IntN(2) == 0}
@@ -106,18 +120,36 @@ func TestAppendJSON(t *testing.T) {
 				products.Data = append(products.Data, randomProduct(r))
 			}
 		}
-		compareJSON(t, &devices, meta.AppendPageJSON([]byte("prefix"), &devices, (*meta.Device).AppendJSON))
-		compareJSON(t, &products, meta.AppendPageJSON([]byte("prefix"), &products, (*meta.Product).AppendJSON))
+		compareJSON(t, pageOf(&devices), appendPage([]byte("prefix"), &devices, appendDevice))
+		compareJSON(t, pageOf(&products), appendPage([]byte("prefix"), &products, appendProduct))
+		if len(products.Data) > 0 {
+			compareJSON(t, &products.Data[0], appendProduct(&products.Data[0], []byte("prefix")))
+		}
 	}
 	for _, s := range trickyTexts { // each text whole, in an Enum too
 		d := meta.Device{Name: s, State: meta.Enum(s), DeviceMetadata: s}
-		compareJSON(t, &d, d.AppendJSON([]byte("prefix")))
-		e, err := meta.Enum(s).MarshalJSON()
-		if want, _ := json.Marshal(struct {
+		compareJSON(t, &d, appendDevice(&d, []byte("prefix")))
+		want, _ := json.Marshal(struct {
 			Text  string `json:"text"`
 			Value string `json:"value"`
-		}{meta.Enum(s).Text(), s}); err != nil || !bytes.Equal(e, want) {
+		}{meta.Enum(s).Text(), s})
+		if e := appendEnum(nil, meta.Enum(s)); !bytes.Equal(e, want) {
+			t.Fatalf("appendEnum(%q) = %s; want %s", s, e, want)
+		}
+		if e, err := meta.Enum(s).MarshalJSON(); err != nil || !bytes.Equal(e, want) {
 			t.Fatalf("Enum(%q).MarshalJSON = %s, %v; want %s", s, e, err, want)
+		}
+		roles := meta.Page[meta.Role]{Data: []meta.Role{{ID: s, Name: s, Permissions: []meta.Permission{meta.Permission(s)}}, {}}}
+		compareJSON(t, pageOf(&roles), appendPage([]byte("prefix"), &roles, appendMarshal[meta.Role]))
+	}
+	for _, ms := range []int64{0, 1, -1, 1700000000123, -62135596800000} {
+		m := meta.Millis(time.UnixMilli(ms))
+		if ms == 0 {
+			m = meta.Millis{}
+		}
+		want, err := m.MarshalJSON()
+		if got := appendMillis(nil, m); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("appendMillis(%d) = %s; MarshalJSON %s, %v", ms, got, want, err)
 		}
 	}
 }
