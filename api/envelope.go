@@ -60,6 +60,11 @@ func okPage[T any](c *fiber.Ctx, page *meta.Page[T], item func(*T, []byte) []byt
 	})
 }
 
+// okItem answers 200 "success" with x, written by item.
+func okItem[T any](c *fiber.Ctx, x *T, item func(*T, []byte) []byte) error {
+	return okWith(c, func(b []byte) []byte { return item(x, b) })
+}
+
 // okWith answers 200 "success" with the result result appends: the bytes
 // ok writes for a result encoding/json writes so.
 func okWith(c *fiber.Ctx, result func(b []byte) []byte) error {

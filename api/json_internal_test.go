@@ -120,15 +120,15 @@ func TestEncoders(t *testing.T) {
 				products.Data = append(products.Data, randomProduct(r))
 			}
 		}
-		compareJSON(t, pageOf(&devices), appendPage([]byte("prefix"), &devices, appendDevice))
-		compareJSON(t, pageOf(&products), appendPage([]byte("prefix"), &products, appendProduct))
+		compareJSON(t, mapPage(&devices, deviceOf), appendPage([]byte("prefix"), &devices, appendDevice))
+		compareJSON(t, mapPage(&products, productOf), appendPage([]byte("prefix"), &products, appendProduct))
 		if len(products.Data) > 0 {
-			compareJSON(t, &products.Data[0], appendProduct(&products.Data[0], []byte("prefix")))
+			compareJSON(t, productOf(&products.Data[0]), appendProduct(&products.Data[0], []byte("prefix")))
 		}
 	}
 	for _, s := range trickyTexts { // each text whole, in an Enum too
 		d := meta.Device{Name: s, State: meta.Enum(s), DeviceMetadata: s}
-		compareJSON(t, &d, appendDevice(&d, []byte("prefix")))
+		compareJSON(t, deviceOf(&d), appendDevice(&d, []byte("prefix")))
 		want, _ := json.Marshal(struct {
 			Text  string `json:"text"`
 			Value string `json:"value"`
@@ -166,4 +166,118 @@ func compareJSON(t *testing.T, v any, got []byte) {
 	if got = got[len("prefix"):]; !bytes.Equal(got, want) {
 		t.Fatalf("encoded\n got %s\nwant %s", got, want)
 	}
+}
+
+// The rows as encoding/json writes them under the spec's names: what the
+// encoders must write (they are meta's rows with json tags).
+type productJSON struct {
+	ID                  string            `json:"id"`
+	Name                string            `json:"name"`
+	PhotoURL            string            `json:"photoUrl"`
+	ClassifiedID        string            `json:"classifiedId"`
+	ClassifiedName      string            `json:"classifiedName"`
+	MessageProtocol     string            `json:"messageProtocol"`
+	ProtocolName        string            `json:"protocolName"`
+	Metadata            string            `json:"metadata"`
+	TransportProtocol   string            `json:"transportProtocol"`
+	DeviceType          meta.Enum         `json:"deviceType"`
+	Configuration       configurationJSON `json:"configuration"`
+	State               int               `json:"state"`
+	CreatorID           string            `json:"creatorId"`
+	ModifierID          string            `json:"modifierId"`
+	CreateTime          meta.Millis       `json:"createTime"`
+	ModifyTime          meta.Millis       `json:"modifyTime"`
+	Regulator           bool              `json:"regulator"`
+	AccessID            string            `json:"accessId"`
+	AccessProvider      string            `json:"accessProvider"`
+	AccessName          string            `json:"accessName"`
+	StorePolicy         string            `json:"storePolicy"`
+	OrgID               string            `json:"orgId"`
+	SuperProductType    meta.Enum         `json:"superProductType"`
+	VirtualType         meta.Enum         `json:"virtualType"`
+	ProductCreateType   meta.Enum         `json:"productCreateType"`
+	PresetType          meta.Enum         `json:"presetType"`
+	ThreeDimensionalURL string            `json:"threeDimensionalUrl"`
+	ModelFrom           string            `json:"modelFrom"`
+	DeviceNum           int               `json:"deviceNum"`
+	Manufacturer        string            `json:"manufacturer"`
+	Describe            string            `json:"describe"`
+	Model               string            `json:"model"`
+}
+type configurationJSON struct {
+	SecureID  string `json:"secureId"`
+	SecureKey string `json:"secureKey"`
+	ChannelID string `json:"channelId,omitempty"`
+}
+type deviceJSON struct {
+	ID               string           `json:"id"`
+	Name             string           `json:"name"`
+	PhotoURL         string           `json:"photoUrl"`
+	Description      string           `json:"description"`
+	DeviceType       meta.Enum        `json:"deviceType"`
+	ProductID        string           `json:"productId"`
+	ProductName      string           `json:"productName"`
+	State            meta.Enum        `json:"state"`
+	Edge             bool             `json:"edge"`
+	SuperDeviceType  meta.Enum        `json:"superDeviceType"`
+	CreatorID        string           `json:"creatorId"`
+	CreatorName      string           `json:"creatorName"`
+	CreateTime       meta.Millis      `json:"createTime"`
+	RegistryTime     meta.Millis      `json:"registryTime"`
+	ModifyTime       meta.Millis      `json:"modifyTime"`
+	ModifierID       string           `json:"modifierId"`
+	ModifierName     string           `json:"modifierName"`
+	Features         []featureJSON    `json:"features"`
+	VirtualType      meta.Enum        `json:"virtualType"`
+	Regulator        bool             `json:"regulator"`
+	ComeFrom         meta.Enum        `json:"comeFrom"`
+	DeviceCreateType meta.Enum        `json:"deviceCreateType"`
+	PresetType       meta.Enum        `json:"presetType"`
+	CategoryType     meta.Enum        `json:"categoryType"`
+	MediaDevice      bool             `json:"mediaDevice"`
+	DeviceMetadata   string           `json:"deviceMetadata,omitempty"`
+	Configuration    deviceConfigJSON `json:"configuration"`
+	OrgID            string           `json:"orgId"`
+	StorePolicy      string           `json:"storePolicy"`
+}
+type deviceConfigJSON struct {
+	SecureID  string `json:"secureId"`
+	SecureKey string `json:"secureKey"`
+	ChannelID string `json:"channelId"`
+}
+type featureJSON struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Deprecated bool   `json:"deprecated"`
+	Type       string `json:"type"`
+}
+
+func productOf(x *meta.Product) productJSON {
+	return productJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, ClassifiedID: x.ClassifiedID, ClassifiedName: x.ClassifiedName, MessageProtocol: x.MessageProtocol, ProtocolName: x.ProtocolName, Metadata: x.Metadata, TransportProtocol: x.TransportProtocol, DeviceType: x.DeviceType, Configuration: configurationJSON(x.Configuration), State: x.State, CreatorID: x.CreatorID, ModifierID: x.ModifierID, CreateTime: x.CreateTime, ModifyTime: x.ModifyTime, Regulator: x.Regulator, AccessID: x.AccessID, AccessProvider: x.AccessProvider, AccessName: x.AccessName, StorePolicy: x.StorePolicy, OrgID: x.OrgID, SuperProductType: x.SuperProductType, VirtualType: x.VirtualType, ProductCreateType: x.ProductCreateType, PresetType: x.PresetType, ThreeDimensionalURL: x.ThreeDimensionalURL, ModelFrom: x.ModelFrom, DeviceNum: x.DeviceNum, Manufacturer: x.Manufacturer, Describe: x.Describe, Model: x.Model}
+}
+
+func deviceOf(x *meta.Device) deviceJSON {
+	return deviceJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, Description: x.Description, DeviceType: x.DeviceType, ProductID: x.ProductID, ProductName: x.ProductName, State: x.State, Edge: x.Edge, SuperDeviceType: x.SuperDeviceType, CreatorID: x.CreatorID, CreatorName: x.CreatorName, CreateTime: x.CreateTime, RegistryTime: x.RegistryTime, ModifyTime: x.ModifyTime, ModifierID: x.ModifierID, ModifierName: x.ModifierName, Features: featuresOf(x.Features), VirtualType: x.VirtualType, Regulator: x.Regulator, ComeFrom: x.ComeFrom, DeviceCreateType: x.DeviceCreateType, PresetType: x.PresetType, CategoryType: x.CategoryType, MediaDevice: x.MediaDevice, DeviceMetadata: x.DeviceMetadata, Configuration: deviceConfigJSON(x.Configuration), OrgID: x.OrgID, StorePolicy: x.StorePolicy}
+}
+
+func featuresOf(fs []meta.DeviceFeature) []featureJSON {
+	if fs == nil {
+		return nil
+	}
+	out := make([]featureJSON, len(fs))
+	for i, f := range fs {
+		out[i] = featureJSON(f)
+	}
+	return out
+}
+
+func mapPage[T, U any](p *meta.Page[T], f func(*T) U) pageJSON[U] {
+	out := pageJSON[U]{p.PageIndex, p.PageSize, p.Total, p.TotalExact, nil}
+	if p.Data != nil {
+		out.Data = make([]U, len(p.Data))
+		for i := range p.Data {
+			out.Data[i] = f(&p.Data[i])
+		}
+	}
+	return out
 }

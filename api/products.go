@@ -43,7 +43,7 @@ func (s *Server) getProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // createProduct is endpoint 3: POST /api/device/product.
@@ -62,7 +62,7 @@ func (s *Server) createProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // patchProduct is endpoint 4: PATCH /api/device-product.
@@ -83,7 +83,7 @@ func (s *Server) deleteProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // countProducts is endpoint 6: POST /api/device-product/_count.

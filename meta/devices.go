@@ -18,39 +18,40 @@ const (
 	StateOnline    = "online"
 )
 
-// Device is a device list item (spec: Device (list item), endpoint 7).
+// Device is a device list item (spec: Device (list item), endpoint 7);
+// api's appendDevice writes it.
 type Device struct {
-	ID               string          `json:"id"`
-	Name             string          `json:"name"`
-	PhotoURL         string          `json:"photoUrl"`
-	Description      string          `json:"description"`
-	DeviceType       Enum            `json:"deviceType"`
-	ProductID        string          `json:"productId"`
-	ProductName      string          `json:"productName"`
-	State            Enum            `json:"state"`
-	Edge             bool            `json:"edge"`
-	SuperDeviceType  Enum            `json:"superDeviceType"`
-	CreatorID        string          `json:"creatorId"`
-	CreatorName      string          `json:"creatorName"`
-	CreateTime       Millis          `json:"createTime"`
-	RegistryTime     Millis          `json:"registryTime"`
-	ModifyTime       Millis          `json:"modifyTime"`
-	ModifierID       string          `json:"modifierId"`
-	ModifierName     string          `json:"modifierName"`
-	Features         []DeviceFeature `json:"features"`
-	VirtualType      Enum            `json:"virtualType"`
-	Regulator        bool            `json:"regulator"`
-	ComeFrom         Enum            `json:"comeFrom"`
-	DeviceCreateType Enum            `json:"deviceCreateType"`
-	PresetType       Enum            `json:"presetType"`
-	CategoryType     Enum            `json:"categoryType"`
-	MediaDevice      bool            `json:"mediaDevice"`
+	ID               string
+	Name             string
+	PhotoURL         string
+	Description      string
+	DeviceType       Enum
+	ProductID        string
+	ProductName      string
+	State            Enum
+	Edge             bool
+	SuperDeviceType  Enum
+	CreatorID        string
+	CreatorName      string
+	CreateTime       Millis
+	RegistryTime     Millis
+	ModifyTime       Millis
+	ModifierID       string
+	ModifierName     string
+	Features         []DeviceFeature
+	VirtualType      Enum
+	Regulator        bool
+	ComeFrom         Enum
+	DeviceCreateType Enum
+	PresetType       Enum
+	CategoryType     Enum
+	MediaDevice      bool
 	// DeviceMetadata is the device's own thing model; absent while the
 	// product's is in force.
-	DeviceMetadata string       `json:"deviceMetadata,omitempty"`
-	Configuration  DeviceConfig `json:"configuration"`
-	OrgID          string       `json:"orgId"`
-	StorePolicy    string       `json:"storePolicy"`
+	DeviceMetadata string
+	Configuration  DeviceConfig
+	OrgID          string
+	StorePolicy    string
 }
 
 // DeviceDetail is a device with its product's fields (spec: Device

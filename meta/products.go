@@ -16,48 +16,49 @@ import (
 // DefaultProductPhoto is the platform's built-in product icon.
 const DefaultProductPhoto = "/images/device-product.png"
 
-// Product is a device template (spec: Product).
+// Product is a device template (spec: Product); api's appendProduct
+// writes it.
 type Product struct {
-	ID                  string        `db:"id" json:"id"`
-	Name                string        `db:"name" json:"name"`
-	PhotoURL            string        `db:"photo_url" json:"photoUrl"`
-	ClassifiedID        string        `db:"classified_id" json:"classifiedId"`
-	ClassifiedName      string        `db:"classified_name" json:"classifiedName"`
-	MessageProtocol     string        `db:"message_protocol" json:"messageProtocol"`
-	ProtocolName        string        `db:"protocol_name" json:"protocolName"`
-	Metadata            string        `db:"metadata" json:"metadata"`
-	TransportProtocol   string        `db:"transport_protocol" json:"transportProtocol"`
-	DeviceType          Enum          `db:"device_type" json:"deviceType"`
-	Configuration       Configuration `db:"-" json:"configuration"`
-	State               int           `db:"state" json:"state"`
-	CreatorID           string        `db:"creator_id" json:"creatorId"`
-	ModifierID          string        `db:"modifier_id" json:"modifierId"`
-	CreateTime          Millis        `db:"-" json:"createTime"`
-	ModifyTime          Millis        `db:"-" json:"modifyTime"`
-	Regulator           bool          `db:"regulator" json:"regulator"`
-	AccessID            string        `db:"access_id" json:"accessId"`
-	AccessProvider      string        `db:"access_provider" json:"accessProvider"`
-	AccessName          string        `db:"access_name" json:"accessName"`
-	StorePolicy         string        `db:"store_policy" json:"storePolicy"`
-	OrgID               string        `db:"org_id" json:"orgId"`
-	SuperProductType    Enum          `db:"super_product_type" json:"superProductType"`
-	VirtualType         Enum          `db:"virtual_type" json:"virtualType"`
-	ProductCreateType   Enum          `db:"product_create_type" json:"productCreateType"`
-	PresetType          Enum          `db:"preset_type" json:"presetType"`
-	ThreeDimensionalURL string        `db:"three_dimensional_url" json:"threeDimensionalUrl"`
-	ModelFrom           string        `db:"model_from" json:"modelFrom"`
-	DeviceNum           int           `db:"device_num" json:"deviceNum"`
-	Manufacturer        string        `db:"manufacturer" json:"manufacturer"`
-	Describe            string        `db:"describe" json:"describe"`
-	Model               string        `db:"model" json:"model"`
+	ID                  string        `db:"id"`
+	Name                string        `db:"name"`
+	PhotoURL            string        `db:"photo_url"`
+	ClassifiedID        string        `db:"classified_id"`
+	ClassifiedName      string        `db:"classified_name"`
+	MessageProtocol     string        `db:"message_protocol"`
+	ProtocolName        string        `db:"protocol_name"`
+	Metadata            string        `db:"metadata"`
+	TransportProtocol   string        `db:"transport_protocol"`
+	DeviceType          Enum          `db:"device_type"`
+	Configuration       Configuration `db:"-"`
+	State               int           `db:"state"`
+	CreatorID           string        `db:"creator_id"`
+	ModifierID          string        `db:"modifier_id"`
+	CreateTime          Millis        `db:"-"`
+	ModifyTime          Millis        `db:"-"`
+	Regulator           bool          `db:"regulator"`
+	AccessID            string        `db:"access_id"`
+	AccessProvider      string        `db:"access_provider"`
+	AccessName          string        `db:"access_name"`
+	StorePolicy         string        `db:"store_policy"`
+	OrgID               string        `db:"org_id"`
+	SuperProductType    Enum          `db:"super_product_type"`
+	VirtualType         Enum          `db:"virtual_type"`
+	ProductCreateType   Enum          `db:"product_create_type"`
+	PresetType          Enum          `db:"preset_type"`
+	ThreeDimensionalURL string        `db:"three_dimensional_url"`
+	ModelFrom           string        `db:"model_from"`
+	DeviceNum           int           `db:"device_num"`
+	Manufacturer        string        `db:"manufacturer"`
+	Describe            string        `db:"describe"`
+	Model               string        `db:"model"`
 }
 
-// Configuration is a product's or device's protocol configuration. The key
-// is masked whenever it leaves the store.
+// Configuration is a product's protocol configuration. The key is masked
+// whenever it leaves the store.
 type Configuration struct {
-	SecureID  string `json:"secureId"`
-	SecureKey string `json:"secureKey"`
-	ChannelID string `json:"channelId,omitempty"`
+	SecureID  string
+	SecureKey string
+	ChannelID string
 }
 
 // productRow adds the columns Product shows in another form.
