@@ -34,7 +34,7 @@ func (s *Server) queryDevices(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, (*meta.Device).AppendJSON)
+	return okPage(c, &page, appendDevice)
 }
 
 // getDevice is endpoint 8: GET /api/device/instance/{id}/detail (and the

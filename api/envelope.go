@@ -1,9 +1,13 @@
 package api
 
 import (
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"devicehub/meta"
 )
 
 // envelope is every response body: {message, result, status, code?, timestamp}.
@@ -43,3 +47,42 @@ type enumObject struct {
 	Text  string `json:"text"`
 	Value string `json:"value"`
 }
+
+// okPage answers 200 "success" with a page as its result: the bytes ok
+// writes, the page written by appendPage and item. A page of meta's page
+// cache keeps its encoding (meta.Page.Kept), which is copied.
+func okPage[T any](c *fiber.Ctx, page *meta.Page[T], item func(*T, []byte) []byte) error {
+	return okWith(c, func(b []byte) []byte {
+		if kept, ok := page.Kept(func(p *meta.Page[T]) []byte { return appendPage(nil, p, item) }); ok {
+			return append(b, kept...)
+		}
+		return appendPage(b, page, item)
+	})
+}
+
+// okItem answers 200 "success" with x, written by item.
+func okItem[T any](c *fiber.Ctx, x *T, item func(*T, []byte) []byte) error {
+	return okWith(c, func(b []byte) []byte { return item(x, b) })
+}
+
+// okWith answers 200 "success" with the result result appends: the bytes
+// ok writes for a result encoding/json writes so.
+func okWith(c *fiber.Ctx, result func(b []byte) []byte) error {
+	buf := bodyBuffers.Get().(*[]byte)
+	b := append((*buf)[:0], `{"message":"success","result":`...)
+	b = result(b)
+	b = append(b, `,"status":200,"timestamp":`...)
+	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
+	b = append(b, '}')
+	c.Status(fiber.StatusOK)
+	c.Response().SetBody(b) // a copy: the buffer goes back to the pool
+	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+	if cap(b) <= 1<<20 {
+		*buf = b
+		bodyBuffers.Put(buf)
+	}
+	return nil
+}
+
+// bodyBuffers hold okWith's bodies while they are written.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}

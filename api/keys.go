@@ -93,7 +93,7 @@ func (s *Server) queryKeys(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, page)
+	return okPage(c, &page, appendMarshal[meta.Key])
 }
 
 // deleteKey is DELETE /api/user/key/{id}: revokes one of the caller's

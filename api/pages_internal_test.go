@@ -25,12 +25,12 @@ func TestOKPage(t *testing.T) {
 		Configuration: meta.Configuration{SecureID: "s", SecureKey: "******"}}}}
 	empty := meta.Page[meta.Device]{TotalExact: true, Data: []meta.Device{}}
 	app := fiber.New()
-	app.Get("/ok/devices", func(c *fiber.Ctx) error { return ok(c, devices) })
-	app.Get("/page/devices", func(c *fiber.Ctx) error { return okPage(c, &devices, (*meta.Device).AppendJSON) })
-	app.Get("/ok/products", func(c *fiber.Ctx) error { return ok(c, products) })
-	app.Get("/page/products", func(c *fiber.Ctx) error { return okPage(c, &products, (*meta.Product).AppendJSON) })
-	app.Get("/ok/empty", func(c *fiber.Ctx) error { return ok(c, empty) })
-	app.Get("/page/empty", func(c *fiber.Ctx) error { return okPage(c, &empty, (*meta.Device).AppendJSON) })
+	app.Get("/ok/devices", func(c *fiber.Ctx) error { return ok(c, mapPage(&devices, deviceOf)) })
+	app.Get("/page/devices", func(c *fiber.Ctx) error { return okPage(c, &devices, appendDevice) })
+	app.Get("/ok/products", func(c *fiber.Ctx) error { return ok(c, mapPage(&products, productOf)) })
+	app.Get("/page/products", func(c *fiber.Ctx) error { return okPage(c, &products, appendProduct) })
+	app.Get("/ok/empty", func(c *fiber.Ctx) error { return ok(c, mapPage(&empty, deviceOf)) })
+	app.Get("/page/empty", func(c *fiber.Ctx) error { return okPage(c, &empty, appendDevice) })
 	timestamp := regexp.MustCompile(`"timestamp":\d+`)
 	get := func(path string) (string, []byte) {
 		t.Helper()

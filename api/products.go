@@ -2,9 +2,6 @@ package api
 
 import (
 	"context"
-	"strconv"
-	"sync"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -27,29 +24,6 @@ func queryBody(c *fiber.Ctx) (*meta.Query, error) {
 	return meta.DecodeQuery(c.Body())
 }
 
-// okPage answers 200 "success" with a page as its result: the bytes ok
-// writes, the page written by item (meta's encoders) instead of through
-// encoding/json's reflection.
-func okPage[T any](c *fiber.Ctx, page *meta.Page[T], item func(*T, []byte) []byte) error {
-	buf := pageBuffers.Get().(*[]byte)
-	b := append((*buf)[:0], `{"message":"success","result":`...)
-	b = meta.AppendPageJSON(b, page, item)
-	b = append(b, `,"status":200,"timestamp":`...)
-	b = strconv.AppendInt(b, time.Now().UnixMilli(), 10)
-	b = append(b, '}')
-	c.Status(fiber.StatusOK)
-	c.Response().SetBody(b) // a copy: the buffer goes back to the pool
-	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
-	if cap(b) <= 1<<20 {
-		*buf = b
-		pageBuffers.Put(buf)
-	}
-	return nil
-}
-
-// pageBuffers hold okPage's bodies while they are written.
-var pageBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
-
 // queryProducts is endpoint 1: POST /api/device-product/_query/.
 func (s *Server) queryProducts(c *fiber.Ctx) error {
 	q, err := queryBody(c)
@@ -60,7 +34,7 @@ func (s *Server) queryProducts(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, (*meta.Product).AppendJSON)
+	return okPage(c, &page, appendProduct)
 }
 
 // getProduct is endpoint 2: GET /api/device-product/{id}.
@@ -69,7 +43,7 @@ func (s *Server) getProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // createProduct is endpoint 3: POST /api/device/product.
@@ -88,7 +62,7 @@ func (s *Server) createProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // patchProduct is endpoint 4: PATCH /api/device-product.
@@ -109,7 +83,7 @@ func (s *Server) deleteProduct(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, p)
+	return okItem(c, &p, appendProduct)
 }
 
 // countProducts is endpoint 6: POST /api/device-product/_count.

@@ -27,7 +27,7 @@ func (s *Server) queryRoles(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, page)
+	return okPage(c, &page, appendMarshal[meta.Role])
 }
 
 // createRole is POST /api/role: {id?, name, description?, permissions,

@@ -47,7 +47,7 @@ func (s *Server) queryUsers(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, page)
+	return okPage(c, &page, appendMarshal[meta.UserDetail])
 }
 
 // createUser is POST /api/user: {username, name?, password, roles}.

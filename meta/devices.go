@@ -18,39 +18,40 @@ const (
 	StateOnline    = "online"
 )
 
-// Device is a device list item (spec: Device (list item), endpoint 7).
+// Device is a device list item (spec: Device (list item), endpoint 7);
+// api's appendDevice writes it.
 type Device struct {
-	ID               string          `json:"id"`
-	Name             string          `json:"name"`
-	PhotoURL         string          `json:"photoUrl"`
-	Description      string          `json:"description"`
-	DeviceType       Enum            `json:"deviceType"`
-	ProductID        string          `json:"productId"`
-	ProductName      string          `json:"productName"`
-	State            Enum            `json:"state"`
-	Edge             bool            `json:"edge"`
-	SuperDeviceType  Enum            `json:"superDeviceType"`
-	CreatorID        string          `json:"creatorId"`
-	CreatorName      string          `json:"creatorName"`
-	CreateTime       Millis          `json:"createTime"`
-	RegistryTime     Millis          `json:"registryTime"`
-	ModifyTime       Millis          `json:"modifyTime"`
-	ModifierID       string          `json:"modifierId"`
-	ModifierName     string          `json:"modifierName"`
-	Features         []DeviceFeature `json:"features"`
-	VirtualType      Enum            `json:"virtualType"`
-	Regulator        bool            `json:"regulator"`
-	ComeFrom         Enum            `json:"comeFrom"`
-	DeviceCreateType Enum            `json:"deviceCreateType"`
-	PresetType       Enum            `json:"presetType"`
-	CategoryType     Enum            `json:"categoryType"`
-	MediaDevice      bool            `json:"mediaDevice"`
+	ID               string
+	Name             string
+	PhotoURL         string
+	Description      string
+	DeviceType       Enum
+	ProductID        string
+	ProductName      string
+	State            Enum
+	Edge             bool
+	SuperDeviceType  Enum
+	CreatorID        string
+	CreatorName      string
+	CreateTime       Millis
+	RegistryTime     Millis
+	ModifyTime       Millis
+	ModifierID       string
+	ModifierName     string
+	Features         []DeviceFeature
+	VirtualType      Enum
+	Regulator        bool
+	ComeFrom         Enum
+	DeviceCreateType Enum
+	PresetType       Enum
+	CategoryType     Enum
+	MediaDevice      bool
 	// DeviceMetadata is the device's own thing model; absent while the
 	// product's is in force.
-	DeviceMetadata string       `json:"deviceMetadata,omitempty"`
-	Configuration  DeviceConfig `json:"configuration"`
-	OrgID          string       `json:"orgId"`
-	StorePolicy    string       `json:"storePolicy"`
+	DeviceMetadata string
+	Configuration  DeviceConfig
+	OrgID          string
+	StorePolicy    string
 }
 
 // DeviceDetail is a device with its product's fields (spec: Device
@@ -234,7 +235,7 @@ const (
 
 // deviceList reads device pages; dests follows deviceListColumns.
 var deviceList = &listSpec[deviceRow, Device]{
-	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id", appendJSON: (*Device).AppendJSON,
+	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id",
 	total: deviceTotal,
 	dests: func(r *deviceRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
@@ -244,6 +245,15 @@ var deviceList = &listSpec[deviceRow, Device]{
 			&r.ModifiedAt, &r.RegistryTime, &r.ProductName, &r.DeviceType, &r.Regulator}
 	},
 	conv: (*deviceRow).device,
+	bytes: func(d *Device) int {
+		n := 800 + len(d.ID) + len(d.Name) + len(d.PhotoURL) + len(d.Description) + len(d.ProductID) + len(d.ProductName) +
+			len(d.CreatorID) + len(d.CreatorName) + len(d.ModifierID) + len(d.ModifierName) + len(d.DeviceMetadata) +
+			len(d.OrgID) + len(d.StorePolicy) + len(d.Configuration.SecureID) + len(d.Configuration.ChannelID)
+		for _, f := range d.Features {
+			n += 60 + len(f.ID) + len(f.Name) + len(f.Type)
+		}
+		return n * 3 / 2 // its encoding (about n bytes) and the item
+	},
 }
 
 // jsonList decodes a JSONB array, giving [] rather than nil.

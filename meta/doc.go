@@ -2,6 +2,16 @@
 // access tokens in PostgreSQL (through sqlx and lib/pq), and the translation
 // of the platform's common query body into parameterised SQL.
 //
+// Its methods take typed arguments and return typed rows (structs,
+// Page[T]); api writes the responses' JSON. The common query body is
+// decoded here (DecodeQuery, query.go) because it is input that the
+// query engine defines: its columns, terms and paging are checked against
+// the Resource whitelists beside the SQL they compile to, and every store
+// list (products, devices, roles, users, keys, audit) reads it. Rows still
+// written by encoding/json keep json tags (see api's package comment); the
+// input types (NewDevice, ProductPatch...) carry the tags they are decoded
+// with.
+//
 // It must not import api, ingest or tsdb; callers declare the small
 // interfaces they need.
 package meta

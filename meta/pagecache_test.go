@@ -2,7 +2,6 @@ package meta_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -323,9 +322,10 @@ func TestPageCacheConcurrent(t *testing.T) {
 	}
 }
 
-// TestPageCacheJSON: a kept page's JSON, written once, is the page's own,
-// as encoding/json writes it, every time it is served.
-func TestPageCacheJSON(t *testing.T) {
+// TestPageCacheKept: a kept page's encoding is made once and served to
+// every request that reads the page; a page read past the cache (a TTL of
+// 0 keeps none) has none.
+func TestPageCacheKept(t *testing.T) {
 	s := openCachedStores(t, 1, time.Hour)[0]
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -335,29 +335,31 @@ func TestPageCacheJSON(t *testing.T) {
 	if err := s.SyncLists(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var calls int
+	encode := func(p *meta.Page[meta.Device]) []byte {
+		calls++
+		return []byte(fmt.Sprintf("%d of %d", len(p.Data), p.Total))
+	}
 	for range 3 {
 		d, err := s.QueryDevices(ctx, &meta.Query{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := s.QueryProducts(ctx, &meta.Query{})
-		if err != nil {
-			t.Fatal(err)
+		b, ok := d.Kept(encode)
+		if !ok || string(b) != "3 of 3" {
+			t.Fatalf("Kept = %q, %v; want the encoding of the kept page", b, ok)
 		}
-		for _, c := range []struct {
-			got []byte
-			v   any
-		}{
-			{meta.AppendPageJSON([]byte("x"), &d, (*meta.Device).AppendJSON)[1:], d},
-			{meta.AppendPageJSON([]byte("x"), &p, (*meta.Product).AppendJSON)[1:], p},
-		} {
-			want, err := json.Marshal(c.v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(c.got) != string(want) {
-				t.Fatalf("page JSON:\n got  %s\n want %s", c.got, want)
-			}
-		}
+	}
+	if calls != 1 {
+		t.Fatalf("the kept page was encoded %d times, want once", calls)
+	}
+
+	u := openCachedStores(t, 1, 0)[0]
+	d, err := u.QueryDevices(ctx, &meta.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := d.Kept(encode); ok || b != nil || calls != 1 {
+		t.Fatalf("a page read with no cache: Kept = %q, %v (encoder called %d times)", b, ok, calls)
 	}
 }

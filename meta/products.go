@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,48 +16,49 @@ import (
 // DefaultProductPhoto is the platform's built-in product icon.
 const DefaultProductPhoto = "/images/device-product.png"
 
-// Product is a device template (spec: Product).
+// Product is a device template (spec: Product); api's appendProduct
+// writes it.
 type Product struct {
-	ID                  string        `db:"id" json:"id"`
-	Name                string        `db:"name" json:"name"`
-	PhotoURL            string        `db:"photo_url" json:"photoUrl"`
-	ClassifiedID        string        `db:"classified_id" json:"classifiedId"`
-	ClassifiedName      string        `db:"classified_name" json:"classifiedName"`
-	MessageProtocol     string        `db:"message_protocol" json:"messageProtocol"`
-	ProtocolName        string        `db:"protocol_name" json:"protocolName"`
-	Metadata            string        `db:"metadata" json:"metadata"`
-	TransportProtocol   string        `db:"transport_protocol" json:"transportProtocol"`
-	DeviceType          Enum          `db:"device_type" json:"deviceType"`
-	Configuration       Configuration `db:"-" json:"configuration"`
-	State               int           `db:"state" json:"state"`
-	CreatorID           string        `db:"creator_id" json:"creatorId"`
-	ModifierID          string        `db:"modifier_id" json:"modifierId"`
-	CreateTime          Millis        `db:"-" json:"createTime"`
-	ModifyTime          Millis        `db:"-" json:"modifyTime"`
-	Regulator           bool          `db:"regulator" json:"regulator"`
-	AccessID            string        `db:"access_id" json:"accessId"`
-	AccessProvider      string        `db:"access_provider" json:"accessProvider"`
-	AccessName          string        `db:"access_name" json:"accessName"`
-	StorePolicy         string        `db:"store_policy" json:"storePolicy"`
-	OrgID               string        `db:"org_id" json:"orgId"`
-	SuperProductType    Enum          `db:"super_product_type" json:"superProductType"`
-	VirtualType         Enum          `db:"virtual_type" json:"virtualType"`
-	ProductCreateType   Enum          `db:"product_create_type" json:"productCreateType"`
-	PresetType          Enum          `db:"preset_type" json:"presetType"`
-	ThreeDimensionalURL string        `db:"three_dimensional_url" json:"threeDimensionalUrl"`
-	ModelFrom           string        `db:"model_from" json:"modelFrom"`
-	DeviceNum           int           `db:"device_num" json:"deviceNum"`
-	Manufacturer        string        `db:"manufacturer" json:"manufacturer"`
-	Describe            string        `db:"describe" json:"describe"`
-	Model               string        `db:"model" json:"model"`
+	ID                  string        `db:"id"`
+	Name                string        `db:"name"`
+	PhotoURL            string        `db:"photo_url"`
+	ClassifiedID        string        `db:"classified_id"`
+	ClassifiedName      string        `db:"classified_name"`
+	MessageProtocol     string        `db:"message_protocol"`
+	ProtocolName        string        `db:"protocol_name"`
+	Metadata            string        `db:"metadata"`
+	TransportProtocol   string        `db:"transport_protocol"`
+	DeviceType          Enum          `db:"device_type"`
+	Configuration       Configuration `db:"-"`
+	State               int           `db:"state"`
+	CreatorID           string        `db:"creator_id"`
+	ModifierID          string        `db:"modifier_id"`
+	CreateTime          Millis        `db:"-"`
+	ModifyTime          Millis        `db:"-"`
+	Regulator           bool          `db:"regulator"`
+	AccessID            string        `db:"access_id"`
+	AccessProvider      string        `db:"access_provider"`
+	AccessName          string        `db:"access_name"`
+	StorePolicy         string        `db:"store_policy"`
+	OrgID               string        `db:"org_id"`
+	SuperProductType    Enum          `db:"super_product_type"`
+	VirtualType         Enum          `db:"virtual_type"`
+	ProductCreateType   Enum          `db:"product_create_type"`
+	PresetType          Enum          `db:"preset_type"`
+	ThreeDimensionalURL string        `db:"three_dimensional_url"`
+	ModelFrom           string        `db:"model_from"`
+	DeviceNum           int           `db:"device_num"`
+	Manufacturer        string        `db:"manufacturer"`
+	Describe            string        `db:"describe"`
+	Model               string        `db:"model"`
 }
 
-// Configuration is a product's or device's protocol configuration. The key
-// is masked whenever it leaves the store.
+// Configuration is a product's protocol configuration. The key is masked
+// whenever it leaves the store.
 type Configuration struct {
-	SecureID  string `json:"secureId"`
-	SecureKey string `json:"secureKey"`
-	ChannelID string `json:"channelId,omitempty"`
+	SecureID  string
+	SecureKey string
+	ChannelID string
 }
 
 // productRow adds the columns Product shows in another form.
@@ -87,7 +87,7 @@ const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified
 
 // productList reads product pages; dests follows productColumns.
 var productList = &listSpec[productRow, Product]{
-	res: ProductResource, columns: productColumns, base: "products p", key: "p.id", appendJSON: (*Product).AppendJSON,
+	res: ProductResource, columns: productColumns, base: "products p", key: "p.id",
 	dests: func(r *productRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.ClassifiedID, &r.ClassifiedName, &r.MessageProtocol,
 			&r.ProtocolName, &r.Metadata, &r.TransportProtocol, (*string)(&r.DeviceType), &r.SecureID, &r.SecureKey, &r.State,
@@ -97,6 +97,14 @@ var productList = &listSpec[productRow, Product]{
 			&r.DeviceNum}
 	},
 	conv: (*productRow).product,
+	bytes: func(p *Product) int {
+		n := 750 + len(p.ID) + len(p.Name) + len(p.PhotoURL) + len(p.ClassifiedID) + len(p.ClassifiedName) +
+			len(p.MessageProtocol) + len(p.ProtocolName) + len(p.Metadata) + len(p.TransportProtocol) +
+			len(p.CreatorID) + len(p.ModifierID) + len(p.AccessID) + len(p.AccessProvider) + len(p.AccessName) +
+			len(p.StorePolicy) + len(p.OrgID) + len(p.ThreeDimensionalURL) + len(p.ModelFrom) + len(p.Manufacturer) +
+			len(p.Describe) + len(p.Model) + len(p.Configuration.SecureID)
+		return n * 3 / 2 // its encoding (about n bytes) and the item
+	},
 }
 
 // ProductResource is the whitelist of product query columns and sorts.
@@ -135,51 +143,6 @@ var ProductResource = &Resource{
 	},
 	DefaultSort: "p.create_time DESC, p.id",
 	TieBreak:    "p.id",
-}
-
-// AppendJSON appends p as encoding/json.Marshal writes it (see query_json.go).
-func (p *Product) AppendJSON(b []byte) []byte {
-	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), p.ID)
-	b = appendStringField(b, "name", p.Name)
-	b = appendStringField(b, "photoUrl", p.PhotoURL)
-	b = appendStringField(b, "classifiedId", p.ClassifiedID)
-	b = appendStringField(b, "classifiedName", p.ClassifiedName)
-	b = appendStringField(b, "messageProtocol", p.MessageProtocol)
-	b = appendStringField(b, "protocolName", p.ProtocolName)
-	b = appendStringField(b, "metadata", p.Metadata)
-	b = appendStringField(b, "transportProtocol", p.TransportProtocol)
-	b = appendEnumField(b, "deviceType", p.DeviceType)
-	b = appendField(b, "configuration", false)
-	b = append(b, '{')
-	b = appendJSONString(appendField(b, "secureId", true), p.Configuration.SecureID)
-	b = appendStringField(b, "secureKey", p.Configuration.SecureKey)
-	if p.Configuration.ChannelID != "" {
-		b = appendStringField(b, "channelId", p.Configuration.ChannelID)
-	}
-	b = append(b, '}')
-	b = strconv.AppendInt(appendField(b, "state", false), int64(p.State), 10)
-	b = appendStringField(b, "creatorId", p.CreatorID)
-	b = appendStringField(b, "modifierId", p.ModifierID)
-	b = appendMillisField(b, "createTime", p.CreateTime)
-	b = appendMillisField(b, "modifyTime", p.ModifyTime)
-	b = appendBoolField(b, "regulator", p.Regulator)
-	b = appendStringField(b, "accessId", p.AccessID)
-	b = appendStringField(b, "accessProvider", p.AccessProvider)
-	b = appendStringField(b, "accessName", p.AccessName)
-	b = appendStringField(b, "storePolicy", p.StorePolicy)
-	b = appendStringField(b, "orgId", p.OrgID)
-	b = appendEnumField(b, "superProductType", p.SuperProductType)
-	b = appendEnumField(b, "virtualType", p.VirtualType)
-	b = appendEnumField(b, "productCreateType", p.ProductCreateType)
-	b = appendEnumField(b, "presetType", p.PresetType)
-	b = appendStringField(b, "threeDimensionalUrl", p.ThreeDimensionalURL)
-	b = appendStringField(b, "modelFrom", p.ModelFrom)
-	b = strconv.AppendInt(appendField(b, "deviceNum", false), int64(p.DeviceNum), 10)
-	b = appendStringField(b, "manufacturer", p.Manufacturer)
-	b = appendStringField(b, "describe", p.Describe)
-	b = appendStringField(b, "model", p.Model)
-	return append(b, '}')
 }
 
 // QueryProducts answers endpoint 1 (see queryList for its total).

@@ -19,16 +19,35 @@ import (
 // Page is one page of a list query (spec: page object). Total counts the
 // whole match when TotalExact is true; when false, more rows match than the
 // store counts exactly (Options.ExactTotalLimit) and Total is an estimate
-// (see queryList).
+// (see queryList). The page cache's pages also keep their encoding (Kept).
 type Page[T any] struct {
-	PageIndex  int  `json:"pageIndex"`
-	PageSize   int  `json:"pageSize"`
-	Total      int  `json:"total"`
-	TotalExact bool `json:"totalExact"`
-	Data       []T  `json:"data"`
-	// json is the page's JSON when it is kept in the page cache, written
-	// once by AppendPageJSON, which then copies it.
-	json []byte
+	PageIndex  int
+	PageSize   int
+	Total      int
+	TotalExact bool
+	Data       []T
+	// kept is set on a page of the page cache: its encoding, made once.
+	kept *keptEncoding
+}
+
+// keptEncoding is the encoding of a page kept in the page cache.
+type keptEncoding struct {
+	once sync.Once
+	b    []byte
+}
+
+// Kept returns the encoding of a page of the page cache (a product or
+// device page), made by encode on the first call: such a page is shared by
+// every request that reads it, and so is its encoding, which its callers
+// copy and never modify. A caller passes the same encoder for a page type
+// every time (api writes the page's JSON). For a page that is not kept, it
+// returns false and does not call encode: the caller encodes it itself.
+func (p *Page[T]) Kept(encode func(*Page[T]) []byte) ([]byte, bool) {
+	if p.kept == nil {
+		return nil, false
+	}
+	p.kept.once.Do(func() { p.kept.b = encode(p) })
+	return p.kept.b, true
 }
 
 // Defaults of Options.ExactTotalLimit, Options.TotalEstimateTTL and
@@ -50,11 +69,12 @@ type listSpec[R, T any] struct {
 	// dests returns the scan destinations of columns, in order, inside r.
 	dests func(r *R) []any
 	conv  func(r *R) T
-	// appendJSON appends an item's JSON (a kept page's is written once).
-	appendJSON func(*T, []byte) []byte
 	// total, if set, answers the exact number of matches of some terms
 	// without counting them (ok false for other terms).
 	total func(ctx context.Context, s *Store, c *Compiled) (n int, ok bool, err error)
+	// bytes estimates the memory of an item in the page cache: the item
+	// and its share of the page's encoding.
+	bytes func(*T) int
 	// sql caches the statements of each shape (see listSQL), by Where and
 	// OrderBy; shapes counts them.
 	sql    sync.Map
@@ -184,8 +204,12 @@ func queryList[R, T any](ctx context.Context, s *Store, l *listSpec[R, T], q *Qu
 		if err != nil || !keep {
 			return p, 0, err
 		}
-		p.json = AppendPageJSON(nil, &p, l.appendJSON)
-		return p, len(p.json) * 3 / 2, nil // its items take about half as much again (25 devices: 22 KB of JSON)
+		p.kept = &keptEncoding{}
+		n := 64
+		for i := range p.Data {
+			n += l.bytes(&p.Data[i])
+		}
+		return p, n, nil
 	})
 	if err != nil {
 		return Page[T]{}, err

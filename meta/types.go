@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strconv"
 	"time"
 
 	"devicehub/schema"
@@ -45,9 +46,13 @@ func (e Enum) Text() string {
 	return string(e)
 }
 
-// MarshalJSON writes {"text": ..., "value": ...}.
+// MarshalJSON writes {"text": ..., "value": ...}, for the rows api writes
+// with encoding/json (api's appendEnum writes the same bytes).
 func (e Enum) MarshalJSON() ([]byte, error) {
-	return e.appendJSON(make([]byte, 0, 24+2*len(e))), nil
+	return json.Marshal(struct {
+		Text  string `json:"text"`
+		Value string `json:"value"`
+	}{e.Text(), string(e)})
 }
 
 // UnmarshalJSON accepts "value" or {"text"?, "value"}.
@@ -79,9 +84,14 @@ var errEnumNoValue = errors.New("object needs a \"value\"")
 // Millis is a time written to clients as epoch milliseconds (0 for none).
 type Millis time.Time
 
-// MarshalJSON writes epoch milliseconds.
+// MarshalJSON writes epoch milliseconds (0 for none), for the rows api
+// writes with encoding/json (api's appendMillis writes the same bytes).
 func (m Millis) MarshalJSON() ([]byte, error) {
-	return m.appendJSON(make([]byte, 0, 16)), nil
+	t := time.Time(m)
+	if t.IsZero() {
+		return []byte{'0'}, nil
+	}
+	return strconv.AppendInt(make([]byte, 0, 16), t.UnixMilli(), 10), nil
 }
 
 // UnmarshalJSON reads epoch milliseconds; clients may echo them back.
