@@ -16,11 +16,10 @@ import (
 func TestKeyLastUsed(t *testing.T) {
 	s := metatest.NewStore(t)
 	ctx := context.Background()
-	u, err := s.CreateUser(ctx, "prog", "password-prog", meta.RoleViewer)
-	if err != nil {
+	if _, err := s.CreateUser(ctx, "prog", "password-prog", meta.RoleViewer); err != nil {
 		t.Fatal(err)
 	}
-	u, _, err = s.Authenticate(ctx, login(t, s, "prog", "password-prog"))
+	u, _, err := s.Authenticate(ctx, login(t, s, "prog", "password-prog"))
 	if err != nil {
 		t.Fatal(err)
 	}
