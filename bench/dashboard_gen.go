@@ -57,6 +57,22 @@ type genInfo struct {
 	propRows uint64
 }
 
+// storedGenInfo reads what an earlier run recorded in table (bench_info
+// and its kind) about the data it generated: ok false when there is no
+// such table or it cannot be read (the data is generated again).
+func storedGenInfo(ctx context.Context, db *tsdb.DB, table string) (g genInfo, genSec float64, ok bool, err error) {
+	conn := db.Conn()
+	var tables uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", db.Database(), table).Scan(&tables); err != nil {
+		return genInfo{}, 0, false, err
+	}
+	if tables == 0 {
+		return genInfo{}, 0, false, nil
+	}
+	err = conn.QueryRow(ctx, "SELECT rows, start_ms, span_ms, gen_seconds FROM "+table+" LIMIT 1").Scan(&g.rows, &g.startMs, &g.spanMs, &genSec)
+	return g, genSec, err == nil, nil
+}
+
 // countBefore returns how many messages have ts < x (ms).
 func (g genInfo) countBefore(x int64) uint64 {
 	if x <= g.startMs {

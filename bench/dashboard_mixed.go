@@ -557,19 +557,14 @@ func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, string,
 // top of this file) unless bench_mixed_info says it holds them.
 func generateMixed(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, res *MixedResult) (genInfo, error) {
 	conn := db.Conn()
-	var tables uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'bench_mixed_info'", db.Database()).Scan(&tables); err != nil {
+	old, genSec, ok, err := storedGenInfo(ctx, db, "bench_mixed_info")
+	if err != nil {
 		return genInfo{}, err
 	}
-	if tables > 0 {
-		var g genInfo
-		var genSec float64
-		err := conn.QueryRow(ctx, "SELECT rows, start_ms, span_ms, gen_seconds FROM bench_mixed_info LIMIT 1").Scan(&g.rows, &g.startMs, &g.spanMs, &genSec)
-		if err == nil && g.rows == uint64(n) {
-			p.Logf("mixed %d: reusing %s (with the rows earlier runs ingested)", n, db.Database())
-			res.Reused, res.GenerateSeconds, res.Messages, res.PropertyRows = true, genSec, int64(n), 2*int64(n)
-			return g, nil
-		}
+	if ok && old.rows == uint64(n) {
+		p.Logf("mixed %d: reusing %s (with the rows earlier runs ingested)", n, db.Database())
+		res.Reused, res.GenerateSeconds, res.Messages, res.PropertyRows = true, genSec, int64(n), 2*int64(n)
+		return old, nil
 	}
 	for _, t := range []string{"device_message", "device_property", "device_message_daily", "device_property_hourly"} {
 		if err := conn.Exec(ctx, "TRUNCATE TABLE "+storageTable(db, t)); err != nil {

@@ -211,22 +211,17 @@ func runPropAggregates(ctx context.Context, p DashboardParams, api *dashAPI, loc
 func generateProps(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, s *PropAggSize) (genInfo, error) {
 	conn := db.Conn()
 	reports := uint64(n / (propDevices * propProps))
-	var tables uint64
-	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = 'bench_props_info'", db.Database()).Scan(&tables); err != nil {
+	old, genSec, ok, err := storedGenInfo(ctx, db, "bench_props_info")
+	if err != nil {
 		return genInfo{}, err
 	}
-	if tables > 0 {
-		var g genInfo
-		var genSec float64
-		err := conn.QueryRow(ctx, "SELECT rows, start_ms, span_ms, gen_seconds FROM bench_props_info LIMIT 1").Scan(&g.rows, &g.startMs, &g.spanMs, &genSec)
+	if ok {
 		var stored uint64
-		if err == nil {
-			err = conn.QueryRow(ctx, "SELECT count() FROM device_property").Scan(&stored)
-		}
-		if err == nil && g.rows == reports && stored == uint64(n) {
+		err := conn.QueryRow(ctx, "SELECT count() FROM device_property").Scan(&stored)
+		if err == nil && old.rows == reports && stored == uint64(n) {
 			p.Logf("props %d: reusing %s", n, db.Database())
 			s.Reused, s.GenerateSeconds = true, genSec
-			return g, nil
+			return old, nil
 		}
 		p.Logf("props %d: %s is incomplete or of another size; regenerating", n, db.Database())
 	}

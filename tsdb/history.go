@@ -95,25 +95,34 @@ func (db *DB) HistoryRange(ctx context.Context, q HistoryQuery) ([]PropertyValue
 			return nil, err
 		}
 	}
-	order := q.Properties
-	if len(order) == 0 {
-		for p := range byProp {
-			order = append(order, p)
-		}
-		sort.Strings(order)
-	}
 	var out []PropertyValue
-	seen := map[string]bool{}
-	for _, p := range order {
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
+	for _, p := range propertyOrder(q.Properties, byProp) {
 		vs := byProp[p]
 		sort.Slice(vs, func(i, j int) bool { return valueBefore(vs[i], vs[j]) })
 		out = append(out, vs...)
 	}
 	return out, nil
+}
+
+// propertyOrder is the order of the properties in a history answer: as
+// requested, each once, or by name when none was named.
+func propertyOrder(requested []string, byProp map[string][]PropertyValue) []string {
+	order := make([]string, 0, max(len(requested), len(byProp)))
+	if len(requested) == 0 {
+		for p := range byProp {
+			order = append(order, p)
+		}
+		sort.Strings(order)
+		return order
+	}
+	seen := make(map[string]bool, len(requested))
+	for _, p := range requested {
+		if !seen[p] {
+			seen[p] = true
+			order = append(order, p)
+		}
+	}
+	return order
 }
 
 // valueBefore orders values by time, then value.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,20 +196,8 @@ func (db *DB) PropertyHistory(ctx context.Context, productID, deviceID string, p
 			break
 		}
 	}
-	order := properties
-	if len(order) == 0 {
-		for p := range byProp {
-			order = append(order, p)
-		}
-		sort.Strings(order)
-	}
 	var out []PropertyValue
-	seen := map[string]bool{}
-	for _, p := range order {
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
+	for _, p := range propertyOrder(properties, byProp) {
 		vs := byProp[p]
 		for i := len(vs) - 1; i >= 0; i-- { // newest first from SQL
 			out = append(out, vs[i])
