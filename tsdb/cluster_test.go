@@ -443,11 +443,13 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	}
 	db := c.open(t, name, time.UTC, "ch21")
 	for node := range c.nodes {
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 3 {
-			t.Errorf("%s has %d replicated tables, want 3", node, n)
+		// device_message, device_property, device_message_daily,
+		// device_property_hourly and its fill mark device_property_hourly_filled.
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 5 {
+			t.Errorf("%s has %d replicated tables, want 5", node, n)
 		}
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 3 {
-			t.Errorf("%s has %d distributed tables, want 3", node, n)
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 5 {
+			t.Errorf("%s has %d distributed tables, want 5", node, n)
 		}
 	}
 	before := c.lastDDLTask(t)
