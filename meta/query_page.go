@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
 	"devicehub/meta/cache"
@@ -498,7 +500,14 @@ func queryPage[R any, T any](ctx context.Context, s *Store, res *Resource, q *Qu
 func queryCompiled[R any, T any](ctx context.Context, s *Store, res *Resource, q *Query, c *Compiled, columns, from string, conv func(*R) T) (Page[T], error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	where, total, err := s.count(ctx, res, c, from)
+	// The count and the page are read from one snapshot, so that the
+	// total agrees with the rows while others insert (the audit trail).
+	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return Page[T]{}, fmt.Errorf("meta: query %s: %w", res.Name, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	where, total, err := s.count(ctx, tx, res, c, from)
 	if err != nil {
 		return Page[T]{}, err
 	}
@@ -510,7 +519,7 @@ func queryCompiled[R any, T any](ctx context.Context, s *Store, res *Resource, q
 	n := len(c.Args)
 	sqlText := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s LIMIT $%d OFFSET $%d", columns, from, where, c.OrderBy, n+1, n+2)
 	var rows []R
-	if err := s.db.SelectContext(ctx, &rows, sqlText, append(c.Args, size, offset)...); err != nil {
+	if err := tx.SelectContext(ctx, &rows, sqlText, append(c.Args, size, offset)...); err != nil {
 		return Page[T]{}, fmt.Errorf("meta: query %s: %w", res.Name, err)
 	}
 	for i := range rows {
@@ -528,17 +537,17 @@ func (s *Store) countWhere(ctx context.Context, res *Resource, q *Query, from st
 	limitWhere(ctx, c, res.Product)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	_, total, err := s.count(ctx, res, c, from)
+	_, total, err := s.count(ctx, s.db, res, c, from)
 	return total, err
 }
 
 // count runs the compiled terms' count over from and returns the WHERE
 // clause (with its keyword, or "") for the page query to reuse.
-func (s *Store) count(ctx context.Context, res *Resource, c *Compiled, from string) (where string, total int, err error) {
+func (s *Store) count(ctx context.Context, db sqlx.QueryerContext, res *Resource, c *Compiled, from string) (where string, total int, err error) {
 	if c.Where != "" {
 		where = " WHERE " + c.Where
 	}
-	if err := s.db.GetContext(ctx, &total, "SELECT count(*) FROM "+from+where, c.Args...); err != nil {
+	if err := sqlx.GetContext(ctx, db, &total, "SELECT count(*) FROM "+from+where, c.Args...); err != nil {
 		return "", 0, fmt.Errorf("meta: count %s: %w", res.Name, err)
 	}
 	return where, total, nil
