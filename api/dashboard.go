@@ -496,22 +496,6 @@ func (s *Server) resolveHistory(ctx context.Context, at string, h *historyPlan) 
 	return props, nil
 }
 
-// deviceRef looks a device up through the server's short-lived cache of
-// device references (the one commands use: cleared by every product or
-// device change through this instance, at most DeviceCacheTTL old).
-func (s *Server) deviceRef(ctx context.Context, id string) (meta.DeviceRef, error) {
-	ref, err := s.refs.get(ctx, id, func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
-		ref, err := s.deps.Models.GetDeviceRef(ctx, id)
-		return ref, time.Time{}, err
-	})
-	if err != nil {
-		return meta.DeviceRef{}, err
-	}
-	// The cache is shared by every caller: the caller's products are
-	// checked on each use.
-	return ref, deviceVisible(ctx, ref)
-}
-
 // historyID identifies a stored value by what identifies its row: the md5
 // hex of "device-property-ms". The same value has the same id in every
 // response, and the id needs no column of its own (device_property stored

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -58,4 +59,20 @@ func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.B
 		q.Products = products
 	}
 	return s.deps.Dashboard.MessageCounts(ctx, q)
+}
+
+// deviceRef looks a device up through the server's short-lived cache of
+// device references (the one commands use: cleared by every product or
+// device change through this instance, at most DeviceCacheTTL old).
+func (s *Server) deviceRef(ctx context.Context, id string) (meta.DeviceRef, error) {
+	ref, err := s.refs.get(ctx, id, func(ctx context.Context, id string) (meta.DeviceRef, time.Time, error) {
+		ref, err := s.deps.Models.GetDeviceRef(ctx, id)
+		return ref, time.Time{}, err
+	})
+	if err != nil {
+		return meta.DeviceRef{}, err
+	}
+	// The cache is shared by every caller: the caller's products are
+	// checked on each use.
+	return ref, deviceVisible(ctx, ref)
 }
