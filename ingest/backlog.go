@@ -45,16 +45,13 @@ type backlog struct {
 // make readiness stop waiting for backlogs.
 const markerGiveUp = 3
 
-// markerDevice is the device level of the marker topic.
-const markerDevice = "$devicehub"
-
 // markerTopic is the topic subscribers publish their markers to.
 func markerTopic(productIDs []string) string {
-	p := markerDevice
+	p := wire.MarkerDevice
 	if len(productIDs) > 0 {
 		p = productIDs[0]
 	}
-	return wire.DeviceTopic(p, markerDevice, wire.LevelOnline)
+	return wire.DeviceTopic(p, wire.MarkerDevice, wire.LevelOnline)
 }
 
 func newBacklog(opt Options, log *slog.Logger) *backlog {
@@ -103,7 +100,7 @@ func (b *backlog) connectionLost(id string) {
 func (b *backlog) isMarker(topic string) bool { return strings.HasSuffix(topic, markerSuffix) }
 
 // markerSuffix ends every marker topic.
-const markerSuffix = "/" + markerDevice + "/" + wire.LevelOnline
+const markerSuffix = "/" + wire.MarkerDevice + "/" + wire.LevelOnline
 
 // arrived takes a marker received by session id on the connection whose
 // acknowledgements order keeps. Any marker is acknowledged in its turn

@@ -5,7 +5,8 @@
 // devicehub's own plugin (ingest/devauth), which speaks the same protocol on
 // its own topic (DialTopic).
 //
-// It imports nothing of devicehub; it must not import api, meta or ingest.
+// It imports ingest/wire for the device topics its rules name, and
+// nothing else of devicehub; it must not import api, meta or ingest.
 package dynsec
 
 import (

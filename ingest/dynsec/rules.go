@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"devicehub/ingest/wire"
 )
 
 // ServiceRole holds the rights of devicehub's own clients.
@@ -37,9 +39,9 @@ type ACL struct {
 // granted by that plugin itself (ingest/devauth).
 func ServiceACLs() []ACL {
 	return []ACL{
-		{Type: "publishClientSend", Topic: "/+/+/properties/read", Allow: true},
-		{Type: "publishClientSend", Topic: "/+/+/function/invoke", Allow: true},
-		{Type: "publishClientSend", Topic: "/+/$devicehub/online", Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelRead), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelInvoke), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", wire.MarkerDevice, wire.LevelOnline), Allow: true},
 		{Type: "subscribePattern", Topic: "#", Allow: true},
 	}
 }

@@ -15,6 +15,11 @@ const (
 	LevelInvoke      = "function/invoke"
 )
 
+// MarkerDevice is the device level of the ingest sessions' backlog
+// markers (/{p}/$devicehub/online, ingest/backlog.go): "$" is in no
+// device id, so no device can publish or receive on it.
+const MarkerDevice = "$devicehub"
+
 // DeviceTopic is /{productID}/{deviceID}/{level}; "+" as either id makes
 // it a filter.
 func DeviceTopic(productID, deviceID, level string) string {
@@ -123,7 +128,7 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 // ParsePresenceTopic reads /{p}/{d}/online (birth) and /{p}/{d}/offline
 // (last will); ok is false for any other topic, and for a device level
 // with "$", which no device id has: the ingest sessions' backlog markers
-// (/{p}/$devicehub/online, ingest/backlog.go) are no device.
+// (MarkerDevice) are no device.
 func ParsePresenceTopic(topic string) (deviceID string, online, ok bool) {
 	t, ok := ParseTopic(topic)
 	if !ok || (t.Kind != KindOnline && t.Kind != KindOffline) || strings.IndexByte(t.DeviceID, '$') >= 0 {
