@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"devicehub/ingest/wire"
 	"errors"
 	"fmt"
 	"strings"
@@ -149,7 +150,7 @@ func (e *fleetEnv) churn(ctx context.Context) (*FleetChurn, error) {
 	for i, l := range poolLogins {
 		pool[i] = &churnDevice{login: l, deployed: true}
 	}
-	probe, err := startPubackProber(e.broker.url(), probeLogin, "/"+e.product+"/"+probeLogin.ID+"/properties/report", p.ProbeInterval)
+	probe, err := startPubackProber(e.broker.url(), probeLogin, wire.DeviceTopic(e.product, probeLogin.ID, wire.LevelReport), p.ProbeInterval)
 	if err != nil {
 		return nil, err
 	}

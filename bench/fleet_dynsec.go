@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/wire"
 )
 
 // The dynamic-security side of the comparison: device logins as that
@@ -28,12 +29,11 @@ func dynsecDeviceRole(id string) string { return "bench-device:" + id }
 // dynsecDeviceACLs are a device's rights: publish its own uplinks,
 // subscribe below its own prefix (DESIGN.md "Device state and messages").
 func dynsecDeviceACLs(product, id string) []dynsec.ACL {
-	prefix := "/" + product + "/" + id + "/"
 	var acls []dynsec.ACL
-	for _, t := range []string{"properties/report", "event/#", "online", "offline", "properties/read/reply", "function/invoke/reply"} {
-		acls = append(acls, dynsec.ACL{Type: "publishClientSend", Topic: prefix + t, Allow: true})
+	for _, level := range []string{wire.LevelReport, wire.LevelEvent + "#", wire.LevelOnline, wire.LevelOffline, wire.LevelReadReply, wire.LevelInvokeReply} {
+		acls = append(acls, dynsec.ACL{Type: "publishClientSend", Topic: wire.DeviceTopic(product, id, level), Allow: true})
 	}
-	return append(acls, dynsec.ACL{Type: "subscribePattern", Topic: prefix + "#", Allow: true})
+	return append(acls, dynsec.ACL{Type: "subscribePattern", Topic: wire.DeviceTopic(product, id, "#"), Allow: true})
 }
 
 // dynsecDeviceCommands create a device's role and client, in that order.
@@ -182,7 +182,7 @@ func runDynsecStep(ctx context.Context, p FleetParams, n int) (DynsecStep, error
 	meter := startPhase(fmt.Sprintf("dynamic security at %d logins", n), []namedProc{
 		{Name: "bench (admin client, probe device)", PID: 0}, {Name: "mosquitto (dynamic security only)", PID: b.pid()}})
 	// The probe is the first device of the file (n >= 1).
-	probe, err := startPubackProber(b.url(), logins[0], "/"+product+"/"+logins[0].ID+"/properties/report", p.ProbeInterval)
+	probe, err := startPubackProber(b.url(), logins[0], wire.DeviceTopic(product, logins[0].ID, wire.LevelReport), p.ProbeInterval)
 	if err != nil {
 		return st, fmt.Errorf("%w\n%s", err, b.logTail())
 	}

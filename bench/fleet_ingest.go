@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"devicehub/ingest/wire"
 	"fmt"
 	"strings"
 	"sync"
@@ -95,7 +96,7 @@ func connectSide(ctx context.Context, name, url, product string, logins []fleetL
 	if t := s.sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return s, 0, fmt.Errorf("bench: subscriber connect: %v", t.Error())
 	}
-	if t := s.sub.Subscribe("/"+product+"/+/properties/report", 1, func(mqtt.Client, mqtt.Message) { s.received.Add(1) }); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
+	if t := s.sub.Subscribe(wire.DeviceTopic(product, "+", wire.LevelReport), 1, func(mqtt.Client, mqtt.Message) { s.received.Add(1) }); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return s, 0, fmt.Errorf("bench: subscribe: %v", t.Error())
 	}
 	start := time.Now()
@@ -149,7 +150,7 @@ func (s *ingestSide) round(ctx context.Context, product string, logins []fleetLo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			topic := "/" + product + "/" + logins[i].ID + "/properties/report"
+			topic := wire.DeviceTopic(product, logins[i].ID, wire.LevelReport)
 			ring := make([]mqtt.Token, inflight)
 			buf := make([]byte, 0, 256)
 			var k int64

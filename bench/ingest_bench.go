@@ -25,6 +25,7 @@ import (
 
 	"devicehub/ingest"
 	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
 )
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
@@ -406,7 +407,7 @@ func publishDevices(ctx context.Context, p IngestParams, product string, ids []s
 			defer c.Disconnect(100)
 			n, err := publishLoop(ctx, c, p.QoS, deadline, func(buf []byte, k int64) (string, []byte) {
 				i := (w + int(k)*p.Publishers) % len(ids)
-				return "/" + product + "/" + ids[i] + "/properties/report", reportPayload(buf, ids[i], i, k)
+				return wire.DeviceTopic(product, ids[i], wire.LevelReport), reportPayload(buf, ids[i], i, k)
 			})
 			total.Add(n)
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/api/live"
+	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -287,7 +288,7 @@ func liveEndToEnd(ctx context.Context, p LiveParams, res *LiveResult) (LiveLaten
 			watched++
 		}
 		r.sent[k].Store(time.Now().UnixNano())
-		pub.Publish("/"+product+"/"+ids[d]+"/properties/report", p.QoS, false, `{"properties":{"v":`+strconv.Itoa(k)+`}}`)
+		pub.Publish(wire.DeviceTopic(product, ids[d], wire.LevelReport), p.QoS, false, `{"properties":{"v":`+strconv.Itoa(k)+`}}`)
 	}); err != nil {
 		return out, err
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"devicehub/ingest/wire"
 	"errors"
 	"fmt"
 	"os"
@@ -163,7 +164,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 			}
 			for j := int64(0); j < perTick && k < n; j, k = j+1, k+1 {
 				id := ids[k%int64(len(ids))]
-				tok := pub.Publish("/"+product+"/"+id+"/properties/report", 1, false,
+				tok := pub.Publish(wire.DeviceTopic(product, id, wire.LevelReport), 1, false,
 					`{"messageId":"s`+strconv.FormatInt(k, 10)+`","properties":{"v":`+strconv.FormatInt(k, 10)+`}}`)
 				published.Add(1)
 				waiters.Add(1)
