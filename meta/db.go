@@ -142,6 +142,22 @@ func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.opts.QueryTimeout)
 }
 
+// inTx runs f in a transaction, committed if f returns nil.
+func (s *Store) inTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("meta: begin: %w", err)
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("meta: commit: %w", err)
+	}
+	return nil
+}
+
 // isUniqueViolation reports a PostgreSQL unique_violation (23505).
 func isUniqueViolation(err error) bool {
 	pe, ok := err.(*pq.Error)

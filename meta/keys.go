@@ -217,22 +217,6 @@ func (s *Store) CreateKey(ctx context.Context, user User, n NewKey) (CreatedKey,
 	return CreatedKey{Key: k, Secret: secret}, nil
 }
 
-// inTx runs f in a transaction, committed if f returns nil.
-func (s *Store) inTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("meta: begin: %w", err)
-	}
-	defer tx.Rollback()
-	if err := f(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("meta: commit: %w", err)
-	}
-	return nil
-}
-
 func (s *Store) getKey(ctx context.Context, id string) (Key, error) {
 	var r keyRow
 	err := s.db.GetContext(ctx, &r, `SELECT `+keyColumns+` FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.id = $1`, id)

@@ -795,14 +795,7 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 			return strconv.FormatBool(v), nil
 		}
 	case KindInt:
-		var s string
-		switch v := v.(type) {
-		case string:
-			s = strings.TrimSpace(v)
-		case json.Number:
-			s = string(v)
-		}
-		if n, ok := parseInteger(s); ok {
+		if n, ok := parseInteger(numberText(v)); ok {
 			return n, nil
 		}
 		return nil, schema.Invalid(field, "must be an integer")
@@ -824,13 +817,7 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 		}
 		return nil, schema.Invalid(field, "must be a boolean (true, false, 1 or 0)")
 	case KindTime:
-		var s string
-		switch v := v.(type) {
-		case string:
-			s = strings.TrimSpace(v)
-		case json.Number:
-			s = string(v)
-		}
+		s := numberText(v)
 		n, ok := parseInteger(s)
 		if !ok {
 			tm, err := time.Parse(time.RFC3339Nano, s)
@@ -845,6 +832,18 @@ func scalar(v any, kind ColumnKind, field string) (any, error) {
 		return n, nil
 	}
 	return nil, schema.Invalid(field, "unsupported value for a %s column", kind)
+}
+
+// numberText is the text of a number given as a JSON number or a string
+// (trimmed); "" for any other value.
+func numberText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strings.TrimSpace(v)
+	case json.Number:
+		return string(v)
+	}
+	return ""
 }
 
 // parseInteger parses a decimal integer; a number with a fraction or

@@ -75,11 +75,6 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("meta: ensure admin: %w", err)
-	}
-	defer tx.Rollback()
 	stmts := []struct {
 		q    string
 		args []any
@@ -90,12 +85,15 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 		// Role admin holds every permission, those added since too.
 		{`INSERT INTO role_permissions (role_id, permission) SELECT 'admin', unnest($1::text[]) ON CONFLICT DO NOTHING`, []any{pq.Array(Permissions)}},
 	}
-	for _, st := range stmts {
-		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
-			return fmt.Errorf("meta: ensure admin: %w", err)
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		for _, st := range stmts {
+			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("meta: ensure admin: %w", err)
 	}
 	return nil
@@ -798,22 +796,19 @@ func (s *Store) setPassword(ctx context.Context, id, password string, keep []byt
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("meta: set password: %w", err)
-	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1`, id, string(hash))
-	if err != nil {
-		return fmt.Errorf("meta: set password: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("user %q: %w", id, ErrNotFound)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = $1 AND hash IS DISTINCT FROM $2`, id, keep); err != nil {
-		return fmt.Errorf("meta: set password: %w", err)
-	}
-	return tx.Commit()
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = $2 WHERE id = $1`, id, string(hash))
+		if err != nil {
+			return fmt.Errorf("meta: set password: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("user %q: %w", id, ErrNotFound)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = $1 AND hash IS DISTINCT FROM $2`, id, keep); err != nil {
+			return fmt.Errorf("meta: set password: %w", err)
+		}
+		return nil
+	})
 }
 
 // changeUsers runs change in a transaction holding the users lock (a

@@ -122,17 +122,9 @@ type Function struct {
 	has         fieldSet
 }
 
-// Tag is a tag definition.
-type Tag struct {
-	ID          string
-	Name        string
-	Description string
-	SortsIndex  int
-	ValueType   ValueType
-	Expands     PropertyExpands
-	Extra       map[string]json.RawMessage
-	has         fieldSet
-}
+// Tag is a tag definition: a property's fields, with methods of its own
+// (its expands' source and type are not held to a property's values).
+type Tag Property
 
 // ValueType describes the value of a property, event, input or tag.
 type ValueType struct {
