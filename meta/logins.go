@@ -123,32 +123,14 @@ func (s *Store) WatchDevices(ctx context.Context, changed func(ids ...string)) e
 // PostgreSQL cannot be reached (the listener waits for its first
 // connection until it is closed), and an error if it cannot listen.
 func (s *Store) listen(ctx context.Context, channel string, notify func(payload string), missed func()) error {
-	l := pq.NewListener(s.opts.DSN, 100*time.Millisecond, 5*time.Second, nil)
-	defer l.Close()
-	defer context.AfterFunc(ctx, func() { _ = l.Close() })()
-	if err := l.Listen(channel); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	err := Listen(s.opts.DSN, []string{channel}, ListenHandler{
+		Notify:    func(_, payload string) { notify(payload) },
+		Listening: missed,
+	}, ctx.Done())
+	if ctx.Err() != nil {
+		return nil
 	}
-	missed()
-	ping := time.NewTicker(30 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case n := <-l.Notify:
-			if n == nil { // reconnected
-				missed()
-				continue
-			}
-			notify(n.Extra)
-		case <-ping.C:
-			go func() { _ = l.Ping() }() // notices a dead connection, which then reconnects
-		}
-	}
+	return err
 }
 
 // Lock blocks until this process holds the PostgreSQL advisory lock key,

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lib/pq"
-
 	"devicehub/meta/cache"
 )
 
@@ -175,58 +173,28 @@ func pageKey(list string, c *Compiled, size, offset int) string {
 // cache is open, reconnecting as needed, and keeps live and the
 // generations in step with what it hears.
 func (c *pageCache) watch() {
-	events := func(ev pq.ListenerEventType, _ error) {
-		switch ev {
-		case pq.ListenerEventDisconnected, pq.ListenerEventConnectionAttemptFailed:
-			c.live.Store(false)
-			c.changed()
-		case pq.ListenerEventReconnected: // pq listened again before telling
-			c.changed()
-			c.live.Store(true)
-		}
-	}
-	l := pq.NewListener(c.dsn, 100*time.Millisecond, 5*time.Second, events)
-	c.closed.Add(2)
-	quit := make(chan struct{})
-	go func() { // Listen waits for a connection: closing l ends the wait
-		defer c.closed.Done()
-		select {
-		case <-c.stop:
-		case <-quit:
-		}
-		c.live.Store(false)
-		_ = l.Close()
-	}()
+	c.closed.Add(1)
 	go func() {
 		defer c.closed.Done()
-		defer close(quit)
 		defer c.live.Store(false)
-		if err := l.Listen(listChannel); err != nil {
-			return // closed, or LISTEN refused: pages stay uncached
-		}
-		c.changed()
-		c.live.Store(true)
-		ping := time.NewTicker(5 * time.Second)
-		defer ping.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case n, ok := <-l.Notify:
-				switch {
-				case !ok:
-					return
-				case n == nil: // reconnected: announcements were lost meanwhile
-					c.changed()
-				case strings.HasPrefix(n.Extra, syncPrefix):
-					c.synced(n.Extra)
-				default:
-					c.changed(n.Extra)
+		// A refused LISTEN returns at once: pages stay uncached.
+		_ = Listen(c.dsn, []string{listChannel}, ListenHandler{
+			Lost: func() {
+				c.live.Store(false)
+				c.changed()
+			},
+			Listening: func() { // announcements were lost while not listening
+				c.changed()
+				c.live.Store(true)
+			},
+			Notify: func(_, payload string) {
+				if strings.HasPrefix(payload, syncPrefix) {
+					c.synced(payload)
+				} else {
+					c.changed(payload)
 				}
-			case <-ping.C:
-				go func() { _ = l.Ping() }() // a dead connection is noticed, and reconnects
-			}
-		}
+			},
+		}, c.stop)
 	}()
 }
 

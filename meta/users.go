@@ -469,50 +469,23 @@ func (w *tokenWatch) tell(stop <-chan struct{}, ids []string) {
 // needed, and tells the registrations what it hears.
 func (w *tokenWatch) run(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	events := func(ev pq.ListenerEventType, _ error) {
-		if ev == pq.ListenerEventDisconnected || ev == pq.ListenerEventConnectionAttemptFailed {
-			w.live.Store(false)
-		}
-	}
-	l := pq.NewListener(w.dsn, 100*time.Millisecond, 5*time.Second, events)
-	listening := make(chan error, 1)
-	go func() { listening <- l.Listen(tokenChannel) }() // it waits for a connection: closing l ends the wait
-	defer func() {
-		w.live.Store(false)
-		_ = l.Close()
-	}()
-	select {
-	case <-stop:
-		return
-	case err := <-listening:
-		if err != nil {
-			return // LISTEN refused: tokens are never cached (Listening is false)
-		}
-	}
-	w.live.Store(true)
-	w.tell(stop, nil) // tokens may have ended before it listened
-	ping := time.NewTicker(5 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case n, ok := <-l.Notify:
-			switch {
-			case !ok:
-				return
-			case n == nil: // listening again: announcements were lost meanwhile
-				w.live.Store(true)
+	defer w.live.Store(false)
+	// A refused LISTEN returns at once: tokens are never cached (Listening
+	// is false).
+	_ = Listen(w.dsn, []string{tokenChannel}, ListenHandler{
+		Lost: func() { w.live.Store(false) },
+		Listening: func() { // tokens may have ended while it was not listening
+			w.live.Store(true)
+			w.tell(stop, nil)
+		},
+		Notify: func(_, payload string) {
+			if payload == "*" {
 				w.tell(stop, nil)
-			case n.Extra == "*":
-				w.tell(stop, nil)
-			default:
-				w.tell(stop, strings.Split(n.Extra, ","))
+			} else {
+				w.tell(stop, strings.Split(payload, ","))
 			}
-		case <-ping.C:
-			go func() { _ = l.Ping() }() // a dead connection is noticed, and reconnects
-		}
-	}
+		},
+	}, stop)
 }
 
 // User administration (api/users.go): the list, creation, changes,

@@ -3,11 +3,13 @@ package live
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/lib/pq"
+
+	"devicehub/meta"
 )
 
 // PGBus is a Bus over PostgreSQL's LISTEN/NOTIFY in the database the
@@ -50,63 +52,40 @@ func (b *PGBus) Send(ctx context.Context, channel string, payloads []string) err
 	return nil
 }
 
-// Listen listens on its own connection, which lib/pq re-establishes
-// after a loss (then reconnected runs). It returns once PostgreSQL has
-// acknowledged every LISTEN, or with ctx's error.
+// Listen listens on its own connection (meta.Listen), which is
+// re-established after a loss (then reconnected runs). It returns once
+// PostgreSQL has acknowledged every LISTEN, or with ctx's error.
 func (b *PGBus) Listen(ctx context.Context, channels []string, h func(channel, payload string), reconnected func()) (func(), error) {
-	l := pq.NewListener(b.dsn, 100*time.Millisecond, 5*time.Second, nil)
-	listened := make(chan error, 1)
+	stop, listened, errc := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	first := true
 	go func() {
-		for _, c := range channels {
-			if err := l.Listen(c); err != nil {
-				listened <- err
-				return
-			}
-		}
-		listened <- nil
+		errc <- meta.Listen(b.dsn, channels, meta.ListenHandler{
+			Notify: h,
+			Listening: func() {
+				if first {
+					first = false
+					close(listened)
+					return
+				}
+				reconnected()
+			},
+		}, stop)
 	}()
 	select {
-	case err := <-listened:
-		if err != nil {
-			l.Close()
-			return nil, fmt.Errorf("live: bus listen: %w", err)
+	case <-listened:
+	case err := <-errc:
+		if err == nil { // stopped before it listened: lib/pq closed the listener
+			err = errors.New("listener closed")
 		}
+		return nil, fmt.Errorf("live: bus listen: %w", err)
 	case <-ctx.Done():
-		l.Close() // Listen returns once the listener is closed
-		<-listened
+		close(stop)
+		<-errc
 		return nil, fmt.Errorf("live: bus listen: %w", ctx.Err())
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ping := time.NewTicker(30 * time.Second)
-		defer ping.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case n, ok := <-l.Notify:
-				switch {
-				case !ok:
-					return
-				case n == nil: // the connection was re-established
-					reconnected()
-				default:
-					h(n.Channel, n.Extra)
-				}
-			case <-ping.C:
-				// A dead connection is noticed, and re-established, only
-				// when used.
-				go func() { _ = l.Ping() }()
-			}
-		}
-	}()
 	return sync.OnceFunc(func() {
 		close(stop)
-		wg.Wait()
-		l.Close()
+		<-errc
 	}), nil
 }
 
