@@ -500,3 +500,53 @@ func TestOKDeviceDetail(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDeviceDetailJSON writes the body of endpoint 8 for a device
+// with a thing model of 8 properties, a configuration and tags: as ok did
+// (encoding/json of the envelope, the detail from its json tags) and as
+// okItem does (appendDeviceDetail into a pooled buffer).
+func BenchmarkDeviceDetailJSON(b *testing.B) {
+	var model strings.Builder
+	model.WriteString(`{"properties":[`)
+	for i := range 8 {
+		if i > 0 {
+			model.WriteByte(',')
+		}
+		model.WriteString(`{"id":"temperature` + strconv.Itoa(i) + `","name":"Temperature <inside>","valueType":{"type":"float","unit":"celsiusDegrees","scale":2},"expands":{"readOnly":"true"}}`)
+	}
+	model.WriteString(`],"events":[],"functions":[],"tags":[]}`)
+	d := meta.DeviceDetail{ID: "meter-000123", Name: "Kitchen meter", ProductID: "meters", ProductName: "Meters",
+		DeviceType: "device", State: "online", Address: "10.1.2.3", OnlineTime: meta.Millis(time.UnixMilli(1700000000123)),
+		CreateTime: meta.Millis(time.UnixMilli(1690000000000)), ModifyTime: meta.Millis(time.UnixMilli(1700000000000)),
+		Metadata: model.String(), Configuration: meta.DeviceConfig{SecureID: "meter-000123", SecureKey: "******"},
+		DeviceConfiguration: json.RawMessage(`{"interval": 30, "mode": "eco", "limits": {"min": -10, "max": 45}}`),
+		CachedConfiguration: json.RawMessage(`{"interval": 30, "mode": "eco", "limits": {"min": -10, "max": 45}}`),
+		AloneConfiguration:  true, Tags: []json.RawMessage{json.RawMessage(`{"key": "floor", "value": "2"}`), json.RawMessage(`{"key": "room", "value": "kitchen"}`)},
+		Binds: []json.RawMessage{}, Features: []meta.DeviceFeature{{ID: "f1", Name: "Feature 1"}}, Relations: []meta.DeviceRelation{},
+		CreatorID: "admin", CreatorName: "Administrator", ModifierID: "admin", ModifierName: "Administrator"}
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			body, err := json.Marshal(envelope{Message: "success", Result: detailOf(&d), Status: 200, Timestamp: time.Now().UnixMilli()})
+			if err != nil || len(body) < 1000 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf := bodyBuffers.Get().(*[]byte)
+			body := append((*buf)[:0], `{"message":"success","result":`...)
+			body = appendDeviceDetail(&d, body)
+			body = append(body, `,"status":200,"timestamp":`...)
+			body = strconv.AppendInt(body, time.Now().UnixMilli(), 10)
+			body = append(body, '}')
+			if len(body) < 1000 {
+				b.Fatal(len(body))
+			}
+			*buf = body
+			bodyBuffers.Put(buf)
+		}
+	})
+}
