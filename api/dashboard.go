@@ -97,7 +97,7 @@ type historyParams struct {
 	DeviceID   string          `json:"deviceId"`
 	History    *int            `json:"history"`
 	Properties []string        `json:"properties"`
-	From       json.RawMessage `json:"from"` // with to: a range to page through (dashboard_agg.go)
+	From       json.RawMessage `json:"from"` // with to: a range to page through (planHistory)
 	To         json.RawMessage `json:"to"`
 }
 
@@ -433,7 +433,7 @@ func atField(at string, err error) error {
 // planHistory checks a history query (endpoint 14's, or an export's):
 // deviceId, properties, and from/to, epoch ms or date math relative to
 // now in the platform zone loc. With from or to it reads the values of
-// that range (Bounded: paging back through them, dashboard_agg.go);
+// that range (Bounded: paging back through them, tsdb.DB.HistoryRange);
 // without, the latest values. history is the values per property:
 // endpoint 14's from 1 to maxHistory (default 1); an export's at least 1,
 // default 0: every value of the range.
