@@ -131,5 +131,5 @@ func (s *Server) queryAudit(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, appendMarshal[meta.AuditEntry])
+	return okPage(c, &page, appendAuditEntry)
 }

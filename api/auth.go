@@ -154,7 +154,10 @@ func (s *Server) tokensEnded(ids []string) {
 
 // me is GET /api/authorize/me: the user behind the token, with its roles
 // and permissions (the console hides what it may not use).
-func (s *Server) me(c *fiber.Ctx) error { return ok(c, currentUser(c)) }
+func (s *Server) me(c *fiber.Ctx) error {
+	u := currentUser(c)
+	return okItem(c, &u, appendUser)
+}
 
 // requireToken lets a request through only with a live token, and slides
 // the token's expiry.

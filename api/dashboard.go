@@ -36,11 +36,11 @@ const (
 	dashboardTimeout = 10 * time.Second
 )
 
-// dashboardPlan is one checked query of endpoint 14: the tsdb query it
-// runs (one of counts, agg and history) and how its items are shaped.
-// resolveDashboard looks up what it needs from the metadata (the product,
-// or the device and its thing model); runDashboard runs it and encodes
-// its items.
+// dashboardPlan is one checked query of endpoint 14 or of an export: the
+// tsdb query it runs (one of counts, agg and history) and how its items
+// are shaped. resolveDashboard looks up what it needs from the metadata
+// (the product, or the device and its thing model); runDashboard (an
+// export: writeExport) runs it.
 type dashboardPlan struct {
 	at, group string
 	buckets   int        // of all its properties (bucketed queries)
@@ -48,17 +48,11 @@ type dashboardPlan struct {
 	counts    *tsdb.CountQuery
 	agg       *tsdb.AggQuery // its properties without repeats
 	sent      []string       // agg's properties as sent (errors name their index)
-	history   *historyPlan
-}
-
-// historyPlan is a history query: the latest n values of each property
-// (HistoryRange over rng when it has from or to).
-type historyPlan struct {
-	productID, deviceID string
-	properties          []string
-	n                   int
-	rng                 *historyRange
-	model               *schema.ThingModel // the device's, set by resolveHistory
+	history   *tsdb.HistoryQuery
+	// Set by resolveDashboard: agg's thing model in force (the device's,
+	// or the product's without a device), and history resolved.
+	model    *schema.ThingModel
+	resolved tsdb.History
 }
 
 // encodeItem encodes one item and counts it into size.
@@ -103,7 +97,7 @@ type historyParams struct {
 	DeviceID   string          `json:"deviceId"`
 	History    *int            `json:"history"`
 	Properties []string        `json:"properties"`
-	From       json.RawMessage `json:"from"` // with to: a range to page through (dashboard_agg.go)
+	From       json.RawMessage `json:"from"` // with to: a range to page through (planHistory)
 	To         json.RawMessage `json:"to"`
 }
 
@@ -174,12 +168,14 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 		if err := budget.addBuckets(at, plan.buckets); err != nil {
 			return err
 		}
-		props, err := s.resolveDashboard(ctx, plan)
-		if err != nil {
+		if err := s.resolveDashboard(ctx, plan); err != nil {
 			return err
 		}
 		if plan.history != nil {
-			if err := budget.addHistory(at, props, plan.history.n); err != nil {
+			if err := checkHistoryModel(at, plan.resolved); err != nil {
+				return err
+			}
+			if err := budget.addHistory(at, plan.resolved.Properties, plan.resolved.Query.N); err != nil {
 				return err
 			}
 		}
@@ -247,9 +243,16 @@ func (q *dashboardQuery) kind(at string) (queryKind, error) {
 		q.Object, q.Measurement, q.Dimension)
 }
 
-// planDashboard validates one query and returns its plan. Date math is
-// relative to now, in the platform zone loc.
+// planDashboard validates one query of endpoint 14 and returns its plan.
+// Date math is relative to now, in the platform zone loc.
 func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+	return planQuery(at, q, now, loc, false)
+}
+
+// planQuery validates one query of endpoint 14, or an export's (export: a
+// history query's own defaults and bounds, planHistory), and returns its
+// plan.
+func planQuery(at string, q *dashboardQuery, now time.Time, loc *time.Location, export bool) (*dashboardPlan, error) {
 	k, err := q.kind(at)
 	if err != nil {
 		return nil, err
@@ -258,16 +261,10 @@ func (s *Server) planDashboard(at string, q *dashboardQuery, now time.Time, loc 
 	case kindMessageCounts:
 		return planMessageCounts(at, q, now, loc)
 	case kindHistory:
-		return planHistory(at, q, now, loc)
+		return planHistory(at, q, now, loc, export)
 	default:
 		return planPropertyAggregates(at, q, now, loc)
 	}
-}
-
-// checkHistoryProperties checks the properties a history query names
-// (endpoint 14's and an export's alike).
-func checkHistoryProperties(at string, props []string) error {
-	return atField(at, tsdb.CheckHistoryProperties(props))
 }
 
 func decodeParams(at string, raw json.RawMessage, v any) error {
@@ -284,23 +281,18 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// messageCountQuery decodes a message-count query's params and plans its
-// buckets (endpoint 14's and an export's alike).
-func messageCountQuery(at string, q *dashboardQuery, now time.Time, loc *time.Location) (aggParams, bucketPlan, error) {
+// planMessageCounts checks a message-count query and resolves its
+// buckets.
+func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p aggParams
 	var bp bucketParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
-		return p, bucketPlan{}, err
+		return nil, err
 	}
 	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return p, bucketPlan{}, err
+		return nil, err
 	}
 	b, err := planBuckets(at, bp, now, loc)
-	return p, b, err
-}
-
-func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, b, err := messageCountQuery(at, q, now, loc)
 	if err != nil {
 		return nil, err
 	}
@@ -310,20 +302,27 @@ func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Lo
 
 // resolveDashboard looks up what a planned query needs from the metadata:
 // a product outside the caller's is not_found before any query runs; a
-// property query's device or product is looked up and its properties
-// checked against the thing model. It returns how many properties a
-// history query reads (all of the thing model's when it names none).
-func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) (int, error) {
+// property aggregate query's device or product is looked up and its
+// properties checked against the thing model (plan.model); a history
+// query's device is looked up and handed to its Resolve (plan.resolved).
+func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) error {
 	switch {
 	case plan.counts != nil:
 		if plan.counts.ProductID != "" {
-			return 0, productVisible(ctx, plan.counts.ProductID)
+			return productVisible(ctx, plan.counts.ProductID)
 		}
-		return 0, nil
+		return nil
 	case plan.agg != nil:
-		return 0, s.checkNumeric(ctx, plan.at, plan.agg.ProductID, plan.agg.DeviceID, plan.sent)
+		var err error
+		plan.model, err = s.checkNumeric(ctx, plan.at, plan.agg.ProductID, plan.agg.DeviceID, plan.sent)
+		return err
 	}
-	return s.resolveHistory(ctx, plan.at, plan.history)
+	dev, err := s.deviceRef(ctx, plan.history.DeviceID)
+	if err != nil {
+		return err
+	}
+	plan.resolved, err = plan.history.Resolve(tsdb.HistoryDevice{ProductID: dev.ProductID, Metadata: dev.Metadata})
+	return atField(plan.at, err)
 }
 
 // runDashboard runs a resolved query, its one tsdb method, and encodes
@@ -362,21 +361,13 @@ func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *re
 		}
 		return items, nil
 	}
-	h := plan.history
-	var values []tsdb.PropertyValue
-	var err error
-	if h.rng == nil {
-		values, err = s.deps.Dashboard.PropertyHistory(ctx, h.productID, h.deviceID, h.properties, h.n)
-	} else {
-		values, err = s.deps.Dashboard.HistoryRange(ctx, tsdb.HistoryQuery{ProductID: h.productID, DeviceID: h.deviceID,
-			Properties: h.properties, From: h.rng.from, To: h.rng.to, N: h.n})
-	}
+	values, err := plan.resolved.Run(ctx, s.deps.Dashboard)
 	if err != nil {
 		return nil, err
 	}
 	items := make([]json.RawMessage, 0, len(values))
 	for _, v := range values {
-		if items, err = encodeItem(items, size, historyItem{Group: plan.group, Data: historyEntry(v, h.model, loc)}); err != nil {
+		if items, err = encodeItem(items, size, historyItem{Group: plan.group, Data: historyEntry(v, plan.resolved.Model, loc)}); err != nil {
 			return nil, err
 		}
 	}
@@ -439,10 +430,14 @@ func atField(at string, err error) error {
 	return err
 }
 
-// planHistory checks a history query. With from or to, it reads the
-// values of that range (paging back through them, dashboard_agg.go);
-// without, the latest values.
-func planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+// planHistory checks a history query (endpoint 14's, or an export's):
+// deviceId, properties, and from/to, epoch ms or date math relative to
+// now in the platform zone loc. With from or to it reads the values of
+// that range (Bounded: paging back through them, tsdb.DB.HistoryRange);
+// without, the latest values. history is the values per property:
+// endpoint 14's from 1 to maxHistory (default 1); an export's at least 1,
+// default 0: every value of the range.
+func planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location, export bool) (*dashboardPlan, error) {
 	var p historyParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
@@ -450,50 +445,50 @@ func planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location
 	if p.DeviceID == "" {
 		return nil, schema.Invalid(at+".params.deviceId", "is required")
 	}
-	n := 1
-	if p.History != nil {
+	h := tsdb.HistoryQuery{ProductID: q.Object, DeviceID: p.DeviceID, Properties: p.Properties}
+	switch {
+	case export && p.History != nil:
+		if *p.History < 1 {
+			return nil, schema.Invalid(at+".params.history", "must be at least 1 (leave it out for every value of the range)")
+		}
+		h.N = *p.History
+	case export: // N 0: every value
+	case p.History != nil:
 		if *p.History < 1 || *p.History > maxHistory {
 			return nil, schema.Invalid(at+".params.history", "must be from 1 to %d", maxHistory)
 		}
-		n = *p.History
+		h.N = *p.History
+	default:
+		h.N = 1
 	}
-	if err := checkHistoryProperties(at, p.Properties); err != nil {
+	if err := atField(at, tsdb.CheckHistoryProperties(p.Properties)); err != nil {
 		return nil, err
 	}
-	rng, err := planHistoryRange(at, p, now, loc)
-	if err != nil {
-		return nil, err
-	}
-	return &dashboardPlan{at: at, group: q.Group, history: &historyPlan{
-		productID: q.Object, deviceID: p.DeviceID, properties: p.Properties, n: n, rng: rng,
-	}}, nil
-}
-
-// resolveHistory looks up the device of a history query and its thing
-// model, and returns the number of properties it reads ("all
-// properties" counts as the thing model's).
-func (s *Server) resolveHistory(ctx context.Context, at string, h *historyPlan) (int, error) {
-	dev, err := s.deviceRef(ctx, h.deviceID)
-	if err != nil {
-		return 0, err
-	}
-	if dev.ProductID != h.productID {
-		return 0, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", h.deviceID, dev.ProductID, h.productID)
-	}
-	model, err := schema.ParseThingModelString(dev.Metadata)
-	if err != nil {
-		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
-	}
-	h.model = model
-	props := len(h.properties)
-	if props == 0 {
-		props = len(model.Properties)
-		if props > maxHistoryProperties {
-			return 0, schema.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
-				props, maxHistoryProperties)
+	if !absentParam(p.From) || !absentParam(p.To) {
+		h.Bounded = true
+		var err error
+		if h.From, err = parseTimeParam(at+".params.from", p.From, now, loc, time.Time{}); err != nil {
+			return nil, err
+		}
+		if h.To, err = parseTimeParam(at+".params.to", p.To, now, loc, time.Time{}); err != nil {
+			return nil, err
+		}
+		if err := h.Check(); err != nil {
+			return nil, atField(at, err)
 		}
 	}
-	return props, nil
+	return &dashboardPlan{at: at, group: q.Group, history: &h}, nil
+}
+
+// checkHistoryModel refuses a history query of endpoint 14 that names no
+// property when the device's thing model has more than
+// maxHistoryProperties (an export reads them all).
+func checkHistoryModel(at string, h tsdb.History) error {
+	if len(h.Query.Properties) == 0 && h.Properties > maxHistoryProperties {
+		return schema.Invalid(at+".params.properties", "none named: all %d properties of the device's thing model; at most %d properties per history query: name them",
+			h.Properties, maxHistoryProperties)
+	}
+	return nil
 }
 
 // historyID identifies a stored value by what identifies its row: the md5
@@ -507,17 +502,7 @@ func historyID(v tsdb.PropertyValue) string {
 
 // historyEntry shapes one stored value with its thing-model definition.
 func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Location) historyData {
-	var value any
-	switch v.ValueType {
-	case "number":
-		value = v.Num
-	case "bool":
-		value = v.Num != 0
-	case "json":
-		value = json.RawMessage(v.Str)
-	default:
-		value = v.Str
-	}
+	value := storedValue(&v)
 	hv := historyValue{
 		ID: historyID(v), Property: v.Property, PropertyName: v.Property,
 		Type: v.ValueType, Value: value, CreateTime: v.Time.UnixMilli(), Timestamp: v.Time.UnixMilli(),

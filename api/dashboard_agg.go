@@ -10,9 +10,8 @@ import (
 	"devicehub/tsdb"
 )
 
-// Property aggregates (measurement "properties", dimension "agg") and the
-// range form of property history (dimension "history" with from/to) of
-// endpoint 14. Bucket edges, the platform time zone and date math are
+// Property aggregates (measurement "properties", dimension "agg") of
+// endpoint 14 and of exports. Bucket edges, the platform time zone and date math are
 // tsdb's (buckets.go, datemath.go); here the parameters are checked, the
 // properties are checked against the thing model, and items are shaped.
 
@@ -39,26 +38,20 @@ type propAggData struct {
 	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
 }
 
-// propAggregateParams decodes and checks a property aggregate query's
-// params (endpoint 14's and an export's alike).
-func propAggregateParams(at string, q *dashboardQuery) (propAggParams, bucketParams, error) {
+// planPropertyAggregates checks a property aggregate query and resolves
+// its buckets; its resolve (resolveDashboard) checks the properties
+// against the thing model of the device (or of the product, without
+// deviceId).
+func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
 	var p propAggParams
 	var bp bucketParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
-		return p, bp, err
+		return nil, err
 	}
 	if err := decodeParams(at, q.Params, &bp); err != nil {
-		return p, bp, err
+		return nil, err
 	}
-	return p, bp, atField(at, tsdb.AggQuery{Agg: p.Agg, Properties: p.Properties}.Check())
-}
-
-// planPropertyAggregates checks a property aggregate query; its resolve
-// (resolveDashboard) checks the properties against the thing model of the
-// device (or of the product, without deviceId).
-func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, bp, err := propAggregateParams(at, q)
-	if err != nil {
+	if err := atField(at, tsdb.AggQuery{Agg: p.Agg, Properties: p.Properties}.Check()); err != nil {
 		return nil, err
 	}
 	b, err := planBuckets(at, bp, now, loc)
@@ -89,24 +82,24 @@ func aggValue(agg string, b tsdb.AggBucket) any {
 // numericTypes are the thing-model value types whose values are numbers.
 var numericTypes = map[string]bool{schema.TypeInt: true, schema.TypeLong: true, schema.TypeFloat: true, schema.TypeDouble: true}
 
-// checkNumeric refuses a property that the thing model in force (the
-// device's, or the product's without a device) does not declare, or
-// declares with a type other than int, long, float or double.
-func (s *Server) checkNumeric(ctx context.Context, at, productID, deviceID string, props []string) error {
+// checkNumeric returns the thing model in force (the device's, or the
+// product's without a device), and refuses a property that it does not
+// declare, or declares with a type other than int, long, float or double.
+func (s *Server) checkNumeric(ctx context.Context, at, productID, deviceID string, props []string) (*schema.ThingModel, error) {
 	var metadata, of string
 	if deviceID != "" {
 		dev, err := s.deviceRef(ctx, deviceID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if dev.ProductID != productID {
-			return schema.Invalid(at+".object", "device %q belongs to product %q, not %q", deviceID, dev.ProductID, productID)
+			return nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", deviceID, dev.ProductID, productID)
 		}
 		metadata, of = dev.Metadata, fmt.Sprintf("device %q", deviceID)
 	} else {
 		var err error
 		if metadata, err = s.productModel(ctx, productID); err != nil {
-			return err
+			return nil, err
 		}
 		of = fmt.Sprintf("product %q", productID)
 	}
@@ -118,13 +111,13 @@ func (s *Server) checkNumeric(ctx context.Context, at, productID, deviceID strin
 		field := fmt.Sprintf("%s.params.properties[%d]", at, i)
 		def, ok := model.Property(id)
 		if !ok {
-			return schema.Invalid(field, "property %q is not in the thing model of %s", id, of)
+			return nil, schema.Invalid(field, "property %q is not in the thing model of %s", id, of)
 		}
 		if !numericTypes[def.ValueType.Type] {
-			return schema.Invalid(field, "property %q is of type %s; aggregates need int, long, float or double", id, def.ValueType.Type)
+			return nil, schema.Invalid(field, "property %q is of type %s; aggregates need int, long, float or double", id, def.ValueType.Type)
 		}
 	}
-	return nil
+	return model, nil
 }
 
 // productModel looks up a product's thing model through the server's
@@ -151,28 +144,4 @@ func dedupe(ss []string) []string {
 		}
 	}
 	return out
-}
-
-// historyRange is the checked from/to of a history query: [from, to),
-// either end zero for none.
-type historyRange struct{ from, to time.Time }
-
-// planHistoryRange checks the from/to of a history query: nil when
-// neither is given (the latest values).
-func planHistoryRange(at string, p historyParams, now time.Time, loc *time.Location) (*historyRange, error) {
-	if absentParam(p.From) && absentParam(p.To) {
-		return nil, nil
-	}
-	var r historyRange
-	var err error
-	if r.from, err = parseTimeParam(at+".params.from", p.From, now, loc, time.Time{}); err != nil {
-		return nil, err
-	}
-	if r.to, err = parseTimeParam(at+".params.to", p.To, now, loc, time.Time{}); err != nil {
-		return nil, err
-	}
-	if err := (tsdb.HistoryQuery{Properties: p.Properties, From: r.from, To: r.to}).Check(); err != nil {
-		return nil, atField(at, err)
-	}
-	return &r, nil
 }

@@ -44,7 +44,7 @@ func (s *Server) getDevice(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // setDeviceMetadata is endpoint 9: PUT /api/device/instance/{id}/metadata.
@@ -90,7 +90,7 @@ func (s *Server) createDevice(c *fiber.Ctx) error {
 	if !secret {
 		d.Configuration.SecureKey = meta.MaskSecret(d.Configuration.SecureKey) // the generated key: device:secret only
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // updateDevice is PUT /api/device/instance/{id}.
@@ -113,7 +113,7 @@ func (s *Server) updateDevice(c *fiber.Ctx) error {
 	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // deleteDevice is DELETE /api/device/instance/{id}; only an undeployed
@@ -123,7 +123,7 @@ func (s *Server) deleteDevice(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // deployDevice is POST /api/device/instance/{id}/deploy.
@@ -135,7 +135,7 @@ func (s *Server) deployDevice(c *fiber.Ctx) error {
 	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // undeployDevice is POST /api/device/instance/{id}/undeploy.
@@ -147,7 +147,7 @@ func (s *Server) undeployDevice(c *fiber.Ctx) error {
 	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // rotateDeviceSecret is POST /api/device/instance/{id}/secret: a new
@@ -161,7 +161,7 @@ func (s *Server) rotateDeviceSecret(c *fiber.Ctx) error {
 	if err := s.awaitLogins(c.UserContext(), d.Login); err != nil {
 		return err
 	}
-	return ok(c, d)
+	return okItem(c, &d, appendDeviceDetail)
 }
 
 // holdsOnDevice reports whether the caller holds p on the product of

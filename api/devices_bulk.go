@@ -164,11 +164,11 @@ func (s *Server) createBulk(c *fiber.Ctx, b meta.BulkCreate) error {
 	}
 	if err := s.awaitLogins(c.UserContext(), res.Logins...); err != nil {
 		if errors.Is(err, errBrokerTimeout) {
-			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, err.Error(), res)
+			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, err.Error(), json.RawMessage(appendBulkCreated(&res, nil)))
 		}
 		return err
 	}
-	return ok(c, res)
+	return okItem(c, &res, appendBulkCreated)
 }
 
 // deployDevices is POST /api/device/instance/batch/_deploy: a JSON array
@@ -209,7 +209,7 @@ func (s *Server) changeDevices(c *fiber.Ctx, change func(BulkDeviceStore, contex
 	if err := s.awaitLogins(c.UserContext(), res.Logins...); err != nil {
 		return err
 	}
-	return ok(c, res)
+	return okItem(c, &res, appendBulkChanged)
 }
 
 // deployParam reads ?deploy= (or, when the query has none, the form

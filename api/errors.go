@@ -59,7 +59,8 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		case errors.Is(err, meta.ErrDuplicateKey):
 			return reply(c, fiber.StatusBadRequest, codeDuplicateKey, safeText(err.Error())+" already exists", nil)
 		case errors.As(err, &bulkErr): // before argErr: its rows are the result
-			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(bulkErr.Error()), bulkErr.Rows)
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(bulkErr.Error()),
+				json.RawMessage(appendList(nil, bulkErr.Rows, appendBulkRowError)))
 		case errors.As(err, &argErr):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
 		case errors.As(err, &tmErr):

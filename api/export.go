@@ -69,14 +69,16 @@ var exportSlots = make(chan struct{}, maxExports)
 // platform zone's offset.
 const isoMillis = "2006-01-02T15:04:05.000Z07:00"
 
-// exportPlan is a checked export: its columns and how to write its rows.
+// exportPlan is a checked and resolved export: the plan of its query (as
+// endpoint 14 plans one), the file's name and columns, and a history
+// query's stream, prepared before the answer starts.
 type exportPlan struct {
-	name    string   // of the file offered (Content-Disposition)
-	columns []string // the header row; the keys of a JSON line
-	// prepare runs the first queries: its errors are answered in the
-	// envelope. It may be nil.
-	prepare func(ctx context.Context) error
-	write   func(ctx context.Context, enc *exportEncoder) error
+	query       *dashboardPlan
+	name        string   // of the file offered (Content-Disposition)
+	columns     []string // the header row; the keys of a JSON line
+	formatValue bool     // a formatValue column
+	loc         *time.Location
+	stream      *tsdb.Export // history: set by prepareExport
 }
 
 // dashboardExport is POST /api/dashboard/_export?format=csv|ndjson&formatValue=true.
@@ -108,11 +110,9 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
 	}
-	if plan.prepare != nil {
-		if err := plan.prepare(ctx); err != nil {
-			<-exportSlots
-			return err
-		}
+	if err := s.prepareExport(ctx, plan); err != nil {
+		<-exportSlots
+		return err
 	}
 	ext, ctype := "csv", mimeCSV+"; charset=utf-8; header=present"
 	if format == exportNDJSON {
@@ -145,7 +145,7 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 		enc.moveDeadline()
 		err := enc.header()
 		if err == nil {
-			err = plan.write(ctx, enc)
+			err = s.writeExport(ctx, plan, enc)
 		}
 		if err == nil {
 			err = w.Flush()
@@ -206,21 +206,60 @@ func exportFormat(c *fiber.Ctx) (string, error) {
 }
 
 // planExport checks an export's query and looks its device or product
-// up; the properties are checked as endpoint 14 checks them.
+// up, as endpoint 14 does its queries (planQuery, resolveDashboard).
 func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
-	const at = "body"
-	k, err := q.kind(at)
+	plan, err := planQuery("body", q, now, loc, true)
 	if err != nil {
 		return nil, err
 	}
-	switch k {
-	case kindMessageCounts:
-		return s.planCountsExport(ctx, at, q, now, loc)
-	case kindHistory:
-		return s.planHistoryExport(ctx, at, q, now, loc, formatValue)
-	default:
-		return s.planAggExport(ctx, at, q, now, loc, formatValue)
+	if err := s.resolveDashboard(ctx, plan); err != nil {
+		return nil, err
 	}
+	e := &exportPlan{query: plan, formatValue: formatValue && plan.counts == nil, loc: loc}
+	switch {
+	case plan.counts != nil:
+		e.name = exportName("messages", plan.counts.ProductID, plan.counts.Range.Interval())
+		e.columns = []string{"timestamp", "time", "timeString", "value"}
+	case plan.agg != nil:
+		e.name = exportName(plan.agg.ProductID, plan.agg.DeviceID, plan.agg.Agg, plan.agg.Range.Interval())
+		e.columns = []string{"timestamp", "time", "timeString", "property", "agg", "value"}
+	default:
+		e.name = exportName(plan.history.ProductID, plan.history.DeviceID, "history")
+		e.columns = []string{"timestamp", "time", "deviceId", "property", "type", "value"}
+	}
+	if e.formatValue {
+		e.columns = append(e.columns, "formatValue")
+	}
+	return e, nil
+}
+
+// prepareExport runs what an export can be refused for once it holds its
+// slot, so that it is answered in the envelope: a history query's first
+// ClickHouse query (PrepareExport, of History.ExportQuery).
+func (s *Server) prepareExport(ctx context.Context, e *exportPlan) error {
+	if e.query.history == nil {
+		return nil
+	}
+	exporter, ok := s.deps.Dashboard.(exportHistoryExporter)
+	if !ok {
+		return errors.New("api: export: the time-series store cannot stream values")
+	}
+	var err error
+	e.stream, err = exporter.PrepareExport(ctx, e.query.resolved.ExportQuery())
+	return err
+}
+
+// writeExport writes an export's rows: its query run as endpoint 14 runs
+// it (message counts; property aggregates, a property at a time) or its
+// stream (history).
+func (s *Server) writeExport(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+	switch {
+	case e.query.counts != nil:
+		return s.writeCounts(ctx, e, enc)
+	case e.query.agg != nil:
+		return s.writeAggregates(ctx, e, enc)
+	}
+	return writeHistory(ctx, e, enc)
 }
 
 // fileNameChars are kept in a file name; others become '_'.
@@ -241,128 +280,67 @@ func exportName(parts ...string) string {
 	return strings.Join(kept, "-")
 }
 
-func (s *Server) planCountsExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location) (*exportPlan, error) {
-	p, b, err := messageCountQuery(at, q, now, loc)
+// writeCounts: one row per bucket, newest first (as endpoint 14's items).
+func (s *Server) writeCounts(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+	buckets, err := s.messageCounts(ctx, *e.query.counts)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if p.ProductID != "" {
-		if err := productVisible(ctx, p.ProductID); err != nil {
-			return nil, err
+	for _, bk := range buckets {
+		start := bk.Start.In(e.loc)
+		enc.int(start.UnixMilli())
+		enc.time(start)
+		enc.str(e.query.layout.format(start))
+		enc.uint(bk.Count)
+		if err := enc.end(); err != nil {
+			return err
 		}
 	}
-	name := exportName("messages", p.ProductID, b.rng.Interval())
-	return &exportPlan{name: name, columns: []string{"timestamp", "time", "timeString", "value"},
-		write: func(ctx context.Context, enc *exportEncoder) error {
-			buckets, err := s.messageCounts(ctx, tsdb.CountQuery{Range: &b.rng, ProductID: p.ProductID})
-			if err != nil {
-				return err
-			}
-			for _, bk := range buckets {
-				start := bk.Start.In(loc)
+	return nil
+}
+
+// writeAggregates: one row per property and bucket, the properties in
+// request order, each newest bucket first (as endpoint 14's items). One
+// property's buckets are read at a time.
+func (s *Server) writeAggregates(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+	q := *e.query.agg
+	for _, prop := range e.query.agg.Properties {
+		q.Properties = []string{prop}
+		series, err := s.deps.Dashboard.PropertyAggregates(ctx, q)
+		if err != nil {
+			return err
+		}
+		var def *schema.Property
+		if e.formatValue && q.Agg != tsdb.AggCount {
+			def, _ = e.query.model.Property(prop)
+		}
+		for _, sr := range series {
+			for _, bk := range sr.Buckets {
+				start := bk.Start.In(e.loc)
+				v := aggValue(q.Agg, bk)
 				enc.int(start.UnixMilli())
 				enc.time(start)
-				enc.str(b.layout.format(start))
-				enc.uint(bk.Count)
+				enc.str(e.query.layout.format(start))
+				enc.str(sr.Property)
+				enc.str(q.Agg)
+				enc.value(v)
+				if e.formatValue {
+					switch {
+					case v == nil:
+						enc.null()
+					case def != nil:
+						enc.str(def.ValueType.FormatValue(v))
+					default:
+						enc.str(plainText(v))
+					}
+				}
 				if err := enc.end(); err != nil {
 					return err
 				}
 			}
-			return nil
-		}}, nil
-}
-
-// planAggExport: one row per property and bucket, the properties in
-// request order, each newest bucket first (as endpoint 14's items). One
-// property's buckets are read at a time.
-func (s *Server) planAggExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
-	p, bp, err := propAggregateParams(at, q)
-	if err != nil {
-		return nil, err
-	}
-	b, err := planBuckets(at, bp, now, loc)
-	if err != nil {
-		return nil, err
-	}
-	productID := q.Object
-	if err := s.checkNumeric(ctx, at, productID, p.DeviceID, p.Properties); err != nil {
-		return nil, err
-	}
-	var model *schema.ThingModel
-	if formatValue {
-		if model, err = s.exportModel(ctx, productID, p.DeviceID); err != nil {
-			return nil, err
 		}
 	}
-	props := dedupe(p.Properties)
-	columns := []string{"timestamp", "time", "timeString", "property", "agg", "value"}
-	if formatValue {
-		columns = append(columns, "formatValue")
-	}
-	return &exportPlan{name: exportName(productID, p.DeviceID, p.Agg, b.rng.Interval()), columns: columns,
-		write: func(ctx context.Context, enc *exportEncoder) error {
-			for _, prop := range props {
-				series, err := s.deps.Dashboard.PropertyAggregates(ctx, tsdb.AggQuery{
-					Range: &b.rng, ProductID: productID, DeviceID: p.DeviceID, Properties: []string{prop}, Agg: p.Agg,
-				})
-				if err != nil {
-					return err
-				}
-				var def *schema.Property
-				if model != nil && p.Agg != tsdb.AggCount {
-					def, _ = model.Property(prop)
-				}
-				for _, sr := range series {
-					for _, bk := range sr.Buckets {
-						start := bk.Start.In(loc)
-						v := aggValue(p.Agg, bk)
-						enc.int(start.UnixMilli())
-						enc.time(start)
-						enc.str(b.layout.format(start))
-						enc.str(sr.Property)
-						enc.str(p.Agg)
-						enc.value(v)
-						if formatValue {
-							switch {
-							case v == nil:
-								enc.null()
-							case def != nil:
-								enc.str(def.ValueType.FormatValue(v))
-							default:
-								enc.str(plainText(v))
-							}
-						}
-						if err := enc.end(); err != nil {
-							return err
-						}
-					}
-				}
-			}
-			return nil
-		}}, nil
-}
-
-// exportModel is the thing model in force: the device's, or the
-// product's without a device.
-func (s *Server) exportModel(ctx context.Context, productID, deviceID string) (*schema.ThingModel, error) {
-	var metadata string
-	if deviceID != "" {
-		dev, err := s.deviceRef(ctx, deviceID)
-		if err != nil {
-			return nil, err
-		}
-		metadata = dev.Metadata
-	} else {
-		var err error
-		if metadata, err = s.productModel(ctx, productID); err != nil {
-			return nil, err
-		}
-	}
-	model, err := schema.ParseThingModelString(metadata)
-	if err != nil {
-		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
-	}
-	return model, nil
+	return nil
 }
 
 // exportHistoryExporter is the part of the time-series store that streams
@@ -371,95 +349,41 @@ type exportHistoryExporter interface {
 	PrepareExport(ctx context.Context, q tsdb.ExportQuery) (*tsdb.Export, error)
 }
 
-// planHistoryExport: every value of the device's properties in
-// [from, to) (all of its history without them), or with `history` the
-// newest that many of each; property by property, oldest first.
-func (s *Server) planHistoryExport(ctx context.Context, at string, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
-	exporter, ok := s.deps.Dashboard.(exportHistoryExporter)
-	if !ok {
-		return nil, errors.New("api: export: the time-series store cannot stream values")
-	}
-	var p historyParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if p.DeviceID == "" {
-		return nil, schema.Invalid(at+".params.deviceId", "is required")
-	}
-	newest := 0
-	if p.History != nil {
-		if *p.History < 1 {
-			return nil, schema.Invalid(at+".params.history", "must be at least 1 (leave it out for every value of the range)")
+// writeHistory: every value of the device's properties in [from, to)
+// (all of its history without them), or with `history` the newest that
+// many of each; property by property, oldest first.
+func writeHistory(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+	model := e.query.resolved.Model
+	var (
+		defProp string
+		def     *schema.Property
+		known   bool
+	)
+	return e.stream.Each(ctx, func(v *tsdb.PropertyValue) error {
+		if v.Property != defProp || defProp == "" {
+			defProp = v.Property
+			def, known = model.Property(v.Property)
 		}
-		newest = *p.History
-	}
-	if err := checkHistoryProperties(at, p.Properties); err != nil {
-		return nil, err
-	}
-	rng, err := planHistoryRange(at, p, now, loc)
-	if err != nil {
-		return nil, err
-	}
-	if rng == nil {
-		rng = &historyRange{}
-	}
-	productID := q.Object
-	dev, err := s.deviceRef(ctx, p.DeviceID)
-	if err != nil {
-		return nil, err
-	}
-	if dev.ProductID != productID {
-		return nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", p.DeviceID, dev.ProductID, productID)
-	}
-	model, err := schema.ParseThingModelString(dev.Metadata)
-	if err != nil {
-		model = schema.EmptyThingModel()
-	}
-	columns := []string{"timestamp", "time", "deviceId", "property", "type", "value"}
-	if formatValue {
-		columns = append(columns, "formatValue")
-	}
-	plan := &exportPlan{name: exportName(productID, p.DeviceID, "history"), columns: columns}
-	var export *tsdb.Export
-	plan.prepare = func(ctx context.Context) error {
-		var err error
-		export, err = exporter.PrepareExport(ctx, tsdb.ExportQuery{ProductID: productID, DeviceID: p.DeviceID,
-			Properties: p.Properties, From: rng.from, To: rng.to, Newest: newest})
-		return err
-	}
-	plan.write = func(ctx context.Context, enc *exportEncoder) error {
-		var (
-			defProp string
-			def     *schema.Property
-			known   bool
-		)
-		return export.Each(ctx, func(v *tsdb.PropertyValue) error {
-			if v.Property != defProp || defProp == "" {
-				defProp = v.Property
-				def, known = model.Property(v.Property)
-			}
-			value := storedValue(v)
-			typ := v.ValueType
+		value := storedValue(v)
+		typ := v.ValueType
+		if known {
+			typ = def.ValueType.Type
+		}
+		enc.int(v.Time.UnixMilli())
+		enc.time(v.Time.In(e.loc))
+		enc.str(v.DeviceID)
+		enc.str(v.Property)
+		enc.str(typ)
+		enc.value(value)
+		if e.formatValue {
 			if known {
-				typ = def.ValueType.Type
+				enc.str(def.ValueType.FormatValue(value))
+			} else {
+				enc.str(plainText(value))
 			}
-			enc.int(v.Time.UnixMilli())
-			enc.time(v.Time.In(loc))
-			enc.str(v.DeviceID)
-			enc.str(v.Property)
-			enc.str(typ)
-			enc.value(value)
-			if formatValue {
-				if known {
-					enc.str(def.ValueType.FormatValue(value))
-				} else {
-					enc.str(plainText(value))
-				}
-			}
-			return enc.end()
-		})
-	}
-	return plan, nil
+		}
+		return enc.end()
+	})
 }
 
 // storedValue is a stored value as endpoint 14's history items carry it

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -10,10 +11,9 @@ import (
 )
 
 // The encoders of meta's rows. Each appends to b the bytes encoding/json
-// writes for the row's fields under the spec's names (TestEncoders compares
-// them), without reflection. appendPage writes every page of a list
-// endpoint; an item type without an encoder here is written by
-// encoding/json (appendMarshal).
+// writes for the row's fields under the spec's names (TestEncoders and
+// TestRowEncoders compare them), without reflection. appendPage writes
+// every page of a list endpoint.
 
 // appendPage appends p as encoding/json writes it, each item by item.
 func appendPage[T any](b []byte, p *meta.Page[T], item func(*T, []byte) []byte) []byte {
@@ -247,14 +247,293 @@ func appendProduct(p *meta.Product, b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendMarshal appends what encoding/json writes for x: the items of the
-// pages of roles, users, keys and audit entries, whose json tags give their
-// fields' names. (They hold no value encoding/json refuses; were one
-// there, the item is written as null.)
-func appendMarshal[T any](x *T, b []byte) []byte {
-	j, err := json.Marshal(x)
-	if err != nil {
+// appendRawJSON appends raw, a JSON value the store read from a jsonb
+// column, as encoding/json writes a json.RawMessage: compacted, with <, >,
+// & and U+2028, U+2029 escaped (as \u003c ...), nil as null. A value that
+// is not JSON (no jsonb column holds one) is written as null, where
+// encoding/json would refuse the whole response.
+func appendRawJSON(b []byte, raw []byte) []byte {
+	if raw == nil || !json.Valid(raw) {
 		return append(b, "null"...)
 	}
-	return append(b, j...)
+	start, inString, escaped := 0, false, false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !inString {
+			switch c {
+			case ' ', '\t', '\n', '\r':
+				b = append(b, raw[start:i]...)
+				start = i + 1
+			case '"':
+				inString = true
+			}
+			continue
+		}
+		if escaped {
+			escaped = false
+			continue
+		}
+		switch c {
+		case '\\':
+			escaped = true
+		case '"':
+			inString = false
+		case '<', '>', '&':
+			b = append(b, raw[start:i]...)
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			start = i + 1
+		case 0xE2: // U+2028, U+2029: E2 80 A8, E2 80 A9
+			if i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8 {
+				b = append(b, raw[start:i]...)
+				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[raw[i+2]&0xF])
+				i += 2
+				start = i + 1
+			}
+		}
+	}
+	return append(b, raw[start:]...)
+}
+
+// appendList appends s as a JSON array (nil as null), each element by item.
+func appendList[T any](b []byte, s []T, item func(*T, []byte) []byte) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = item(&s[i], b)
+	}
+	return append(b, ']')
+}
+
+func appendString(s *string, b []byte) []byte { return appendJSONString(b, *s) }
+
+func appendRaw(raw *json.RawMessage, b []byte) []byte { return appendRawJSON(b, *raw) }
+
+// appendPermission appends p as the spec's EnumObject {text, value}.
+func appendPermission(p *meta.Permission, b []byte) []byte {
+	b = append(b, `{"text":`...)
+	b = appendJSONString(b, p.Text())
+	b = append(b, `,"value":`...)
+	b = appendJSONString(b, string(*p))
+	return append(b, '}')
+}
+
+func appendIntField(b []byte, name string, v int64) []byte {
+	return strconv.AppendInt(appendField(b, name, false), v, 10)
+}
+
+func appendFeature(f *meta.DeviceFeature, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), f.ID)
+	b = appendStringField(b, "name", f.Name)
+	b = appendBoolField(b, "deprecated", f.Deprecated)
+	b = appendStringField(b, "type", f.Type)
+	return append(b, '}')
+}
+
+func appendRelation(r *meta.DeviceRelation, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "objectId", true), r.ObjectID)
+	b = appendStringField(b, "relation", r.Relation)
+	b = appendStringField(b, "relationName", r.RelationName)
+	return append(b, '}')
+}
+
+// appendDeviceDetail appends a device's detail (endpoint 8, and the
+// device writes that answer one).
+func appendDeviceDetail(d *meta.DeviceDetail, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), d.ID)
+	b = appendStringField(b, "name", d.Name)
+	b = appendStringField(b, "description", d.Description)
+	b = appendStringField(b, "productPhotoUrl", d.ProductPhotoURL)
+	b = appendStringField(b, "devicePhotoUrl", d.DevicePhotoURL)
+	b = appendStringField(b, "protocol", d.Protocol)
+	b = appendStringField(b, "protocolName", d.ProtocolName)
+	b = appendStringField(b, "transport", d.Transport)
+	b = appendStringField(b, "productId", d.ProductID)
+	b = appendStringField(b, "productName", d.ProductName)
+	b = appendEnumField(b, "deviceType", d.DeviceType)
+	b = appendEnumField(b, "state", d.State)
+	b = appendStringField(b, "address", d.Address)
+	b = appendMillisField(b, "onlineTime", d.OnlineTime)
+	b = appendMillisField(b, "offlineTime", d.OfflineTime)
+	b = appendMillisField(b, "createTime", d.CreateTime)
+	b = appendMillisField(b, "registerTime", d.RegisterTime)
+	b = appendMillisField(b, "modifyTime", d.ModifyTime)
+	b = appendStringField(b, "metadata", d.Metadata)
+	b = appendBoolField(b, "independentMetadata", d.IndependentMetadata)
+	b = appendField(b, "configuration", false)
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "secureId", true), d.Configuration.SecureID)
+	b = appendStringField(b, "secureKey", d.Configuration.SecureKey)
+	b = appendStringField(b, "channelId", d.Configuration.ChannelID)
+	b = append(b, '}')
+	b = appendRawJSON(appendField(b, "deviceConfiguration", false), d.DeviceConfiguration)
+	b = appendRawJSON(appendField(b, "cachedConfiguration", false), d.CachedConfiguration)
+	b = appendBoolField(b, "aloneConfiguration", d.AloneConfiguration)
+	b = appendStringField(b, "connectServerId", d.ConnectServerID)
+	b = appendBoolField(b, "edge", d.Edge)
+	b = appendList(appendField(b, "tags", false), d.Tags, appendRaw)
+	b = appendList(appendField(b, "binds", false), d.Binds, appendRaw)
+	b = appendList(appendField(b, "features", false), d.Features, appendFeature)
+	b = appendList(appendField(b, "relations", false), d.Relations, appendRelation)
+	b = appendStringField(b, "accessId", d.AccessID)
+	b = appendStringField(b, "accessProvider", d.AccessProvider)
+	b = appendStringField(b, "accessName", d.AccessName)
+	b = appendStringField(b, "classifiedId", d.ClassifiedID)
+	b = appendStringField(b, "classifiedName", d.ClassifiedName)
+	b = appendEnumField(b, "presetType", d.PresetType)
+	b = appendEnumField(b, "superDeviceType", d.SuperDeviceType)
+	b = appendBoolField(b, "mediaDevice", d.MediaDevice)
+	b = appendBoolField(b, "regulator", d.Regulator)
+	b = appendStringField(b, "creatorId", d.CreatorID)
+	b = appendStringField(b, "creatorName", d.CreatorName)
+	b = appendStringField(b, "modifierId", d.ModifierID)
+	b = appendStringField(b, "modifierName", d.ModifierName)
+	b = appendStringField(b, "orgId", d.OrgID)
+	b = appendStringField(b, "storePolicy", d.StorePolicy)
+	return append(b, '}')
+}
+
+// appendRole appends a role (endpoint 13 and the role writes).
+func appendRole(r *meta.Role, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), r.ID)
+	b = appendStringField(b, "name", r.Name)
+	b = appendStringField(b, "description", r.Description)
+	b = appendEnumField(b, "state", r.State)
+	b = appendStringField(b, "creatorId", r.CreatorID)
+	b = appendMillisField(b, "createTime", r.CreateTime)
+	b = appendList(appendField(b, "permissions", false), r.Permissions, appendPermission)
+	b = appendList(appendField(b, "products", false), r.Products, appendString)
+	return append(b, '}')
+}
+
+// appendUser appends the signed-in user (GET /api/authorize/me): products
+// only when a permission is held on listed products (by permission, in
+// byte order), keyId only for a request made with an API key.
+func appendUser(u *meta.User, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), u.ID)
+	b = appendStringField(b, "username", u.Username)
+	b = appendStringField(b, "name", u.Name)
+	b = appendList(appendField(b, "roles", false), u.Roles, appendString)
+	b = appendList(appendField(b, "permissions", false), u.Permissions, appendString)
+	if len(u.Products) > 0 {
+		perms := make([]meta.Permission, 0, len(u.Products))
+		for p := range u.Products {
+			perms = append(perms, p)
+		}
+		slices.Sort(perms)
+		b = appendField(b, "products", false)
+		for i, p := range perms {
+			if i > 0 {
+				b = append(b, ',')
+			} else {
+				b = append(b, '{')
+			}
+			b = append(appendJSONString(b, string(p)), ':')
+			b = appendList(b, u.Products[p], appendString)
+		}
+		b = append(b, '}')
+	}
+	if u.KeyID != "" {
+		b = appendStringField(b, "keyId", u.KeyID)
+	}
+	return append(b, '}')
+}
+
+// appendUserDetail appends a user as the user list and writes show it.
+func appendUserDetail(u *meta.UserDetail, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), u.ID)
+	b = appendStringField(b, "username", u.Username)
+	b = appendStringField(b, "name", u.Name)
+	b = appendEnumField(b, "state", u.State)
+	b = appendList(appendField(b, "roles", false), u.Roles, appendString)
+	b = appendMillisField(b, "createTime", u.CreateTime)
+	return append(b, '}')
+}
+
+// appendKeyFields appends an API key's fields, without its braces.
+func appendKeyFields(k *meta.Key, b []byte) []byte {
+	b = appendJSONString(appendField(b, "id", true), k.ID)
+	b = appendStringField(b, "name", k.Name)
+	b = appendStringField(b, "userId", k.UserID)
+	b = appendStringField(b, "username", k.Username)
+	b = appendList(appendField(b, "permissions", false), k.Permissions, appendPermission)
+	b = appendList(appendField(b, "products", false), k.Products, appendString)
+	b = appendMillisField(b, "createTime", k.CreateTime)
+	b = appendMillisField(b, "expiresAt", k.ExpiresAt)
+	return appendMillisField(b, "lastUsed", k.LastUsed)
+}
+
+// appendKey appends an API key as lists show it (never its secret).
+func appendKey(k *meta.Key, b []byte) []byte {
+	return append(appendKeyFields(k, append(b, '{')), '}')
+}
+
+// appendCreatedKey appends a new key with its secret (key), shown once.
+func appendCreatedKey(k *meta.CreatedKey, b []byte) []byte {
+	b = appendKeyFields(&k.Key, append(b, '{'))
+	b = appendStringField(b, "key", k.Secret)
+	return append(b, '}')
+}
+
+// appendAuditEntry appends an entry of the audit trail.
+func appendAuditEntry(e *meta.AuditEntry, b []byte) []byte {
+	b = append(b, '{')
+	b = strconv.AppendInt(appendField(b, "id", true), e.ID, 10)
+	b = appendMillisField(b, "time", e.Time)
+	b = appendStringField(b, "userId", e.UserID)
+	b = appendStringField(b, "username", e.Username)
+	b = appendStringField(b, "address", e.Address)
+	b = appendStringField(b, "method", e.Method)
+	b = appendStringField(b, "route", e.Route)
+	b = appendStringField(b, "objectId", e.ObjectID)
+	b = appendIntField(b, "status", int64(e.Status))
+	b = appendStringField(b, "code", e.Code)
+	b = appendStringField(b, "keyId", e.KeyID)
+	return append(b, '}')
+}
+
+// appendBulkRowError appends one bad row of a refused bulk request.
+func appendBulkRowError(e *meta.BulkRowError, b []byte) []byte {
+	b = append(b, '{')
+	b = strconv.AppendInt(appendField(b, "row", true), int64(e.Row), 10)
+	b = appendStringField(b, "id", e.ID)
+	b = appendStringField(b, "field", e.Field)
+	b = appendStringField(b, "reason", e.Reason)
+	return append(b, '}')
+}
+
+func appendCreatedDevice(d *meta.CreatedDevice, b []byte) []byte {
+	b = append(b, '{')
+	b = appendJSONString(appendField(b, "id", true), d.ID)
+	b = appendStringField(b, "secureId", d.SecureID)
+	b = appendStringField(b, "secureKey", d.SecureKey)
+	return append(b, '}')
+}
+
+// appendBulkCreated appends the result of a bulk creation.
+func appendBulkCreated(r *meta.BulkCreated, b []byte) []byte {
+	b = append(b, '{')
+	b = strconv.AppendInt(appendField(b, "total", true), int64(r.Total), 10)
+	b = appendBoolField(b, "deployed", r.Deployed)
+	b = appendList(appendField(b, "devices", false), r.Devices, appendCreatedDevice)
+	return append(b, '}')
+}
+
+// appendBulkChanged appends the result of a bulk deploy, undeploy or
+// deletion.
+func appendBulkChanged(r *meta.BulkChanged, b []byte) []byte {
+	b = append(b, '{')
+	b = strconv.AppendInt(appendField(b, "total", true), int64(r.Total), 10)
+	b = appendIntField(b, "changed", int64(r.Changed))
+	return append(b, '}')
 }

@@ -107,7 +107,7 @@ func pageOf[T any](p *meta.Page[T]) pageJSON[T] {
 
 // TestEncoders checks that the encoders of list pages write the bytes
 // encoding/json writes, for pages of random devices and products made of
-// texts that need escapes, and for a page of roles (appendMarshal).
+// texts that need escapes, and for a page of roles.
 func TestEncoders(t *testing.T) {
 	r := rand.New(rand.NewPCG(20, 24))
 	for i := range 300 {
@@ -136,18 +136,18 @@ func TestEncoders(t *testing.T) {
 		if e := appendEnum(nil, meta.Enum(s)); !bytes.Equal(e, want) {
 			t.Fatalf("appendEnum(%q) = %s; want %s", s, e, want)
 		}
-		if e, err := meta.Enum(s).MarshalJSON(); err != nil || !bytes.Equal(e, want) {
-			t.Fatalf("Enum(%q).MarshalJSON = %s, %v; want %s", s, e, err, want)
+		if e, err := enumJSON(s).MarshalJSON(); err != nil || !bytes.Equal(e, want) {
+			t.Fatalf("enumJSON(%q).MarshalJSON = %s, %v; want %s", s, e, err, want)
 		}
 		roles := meta.Page[meta.Role]{Data: []meta.Role{{ID: s, Name: s, Permissions: []meta.Permission{meta.Permission(s)}}, {}}}
-		compareJSON(t, pageOf(&roles), appendPage([]byte("prefix"), &roles, appendMarshal[meta.Role]))
+		compareJSON(t, mapPage(&roles, roleOf), appendPage([]byte("prefix"), &roles, appendRole))
 	}
 	for _, ms := range []int64{0, 1, -1, 1700000000123, -62135596800000} {
 		m := meta.Millis(time.UnixMilli(ms))
 		if ms == 0 {
 			m = meta.Millis{}
 		}
-		want, err := m.MarshalJSON()
+		want, err := millisJSON(m).MarshalJSON()
 		if got := appendMillis(nil, m); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("appendMillis(%d) = %s; MarshalJSON %s, %v", ms, got, want, err)
 		}
@@ -180,23 +180,23 @@ type productJSON struct {
 	ProtocolName        string            `json:"protocolName"`
 	Metadata            string            `json:"metadata"`
 	TransportProtocol   string            `json:"transportProtocol"`
-	DeviceType          meta.Enum         `json:"deviceType"`
+	DeviceType          enumJSON          `json:"deviceType"`
 	Configuration       configurationJSON `json:"configuration"`
 	State               int               `json:"state"`
 	CreatorID           string            `json:"creatorId"`
 	ModifierID          string            `json:"modifierId"`
-	CreateTime          meta.Millis       `json:"createTime"`
-	ModifyTime          meta.Millis       `json:"modifyTime"`
+	CreateTime          millisJSON        `json:"createTime"`
+	ModifyTime          millisJSON        `json:"modifyTime"`
 	Regulator           bool              `json:"regulator"`
 	AccessID            string            `json:"accessId"`
 	AccessProvider      string            `json:"accessProvider"`
 	AccessName          string            `json:"accessName"`
 	StorePolicy         string            `json:"storePolicy"`
 	OrgID               string            `json:"orgId"`
-	SuperProductType    meta.Enum         `json:"superProductType"`
-	VirtualType         meta.Enum         `json:"virtualType"`
-	ProductCreateType   meta.Enum         `json:"productCreateType"`
-	PresetType          meta.Enum         `json:"presetType"`
+	SuperProductType    enumJSON          `json:"superProductType"`
+	VirtualType         enumJSON          `json:"virtualType"`
+	ProductCreateType   enumJSON          `json:"productCreateType"`
+	PresetType          enumJSON          `json:"presetType"`
 	ThreeDimensionalURL string            `json:"threeDimensionalUrl"`
 	ModelFrom           string            `json:"modelFrom"`
 	DeviceNum           int               `json:"deviceNum"`
@@ -214,26 +214,26 @@ type deviceJSON struct {
 	Name             string           `json:"name"`
 	PhotoURL         string           `json:"photoUrl"`
 	Description      string           `json:"description"`
-	DeviceType       meta.Enum        `json:"deviceType"`
+	DeviceType       enumJSON         `json:"deviceType"`
 	ProductID        string           `json:"productId"`
 	ProductName      string           `json:"productName"`
-	State            meta.Enum        `json:"state"`
+	State            enumJSON         `json:"state"`
 	Edge             bool             `json:"edge"`
-	SuperDeviceType  meta.Enum        `json:"superDeviceType"`
+	SuperDeviceType  enumJSON         `json:"superDeviceType"`
 	CreatorID        string           `json:"creatorId"`
 	CreatorName      string           `json:"creatorName"`
-	CreateTime       meta.Millis      `json:"createTime"`
-	RegistryTime     meta.Millis      `json:"registryTime"`
-	ModifyTime       meta.Millis      `json:"modifyTime"`
+	CreateTime       millisJSON       `json:"createTime"`
+	RegistryTime     millisJSON       `json:"registryTime"`
+	ModifyTime       millisJSON       `json:"modifyTime"`
 	ModifierID       string           `json:"modifierId"`
 	ModifierName     string           `json:"modifierName"`
 	Features         []featureJSON    `json:"features"`
-	VirtualType      meta.Enum        `json:"virtualType"`
+	VirtualType      enumJSON         `json:"virtualType"`
 	Regulator        bool             `json:"regulator"`
-	ComeFrom         meta.Enum        `json:"comeFrom"`
-	DeviceCreateType meta.Enum        `json:"deviceCreateType"`
-	PresetType       meta.Enum        `json:"presetType"`
-	CategoryType     meta.Enum        `json:"categoryType"`
+	ComeFrom         enumJSON         `json:"comeFrom"`
+	DeviceCreateType enumJSON         `json:"deviceCreateType"`
+	PresetType       enumJSON         `json:"presetType"`
+	CategoryType     enumJSON         `json:"categoryType"`
 	MediaDevice      bool             `json:"mediaDevice"`
 	DeviceMetadata   string           `json:"deviceMetadata,omitempty"`
 	Configuration    deviceConfigJSON `json:"configuration"`
@@ -253,11 +253,11 @@ type featureJSON struct {
 }
 
 func productOf(x *meta.Product) productJSON {
-	return productJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, ClassifiedID: x.ClassifiedID, ClassifiedName: x.ClassifiedName, MessageProtocol: x.MessageProtocol, ProtocolName: x.ProtocolName, Metadata: x.Metadata, TransportProtocol: x.TransportProtocol, DeviceType: x.DeviceType, Configuration: configurationJSON(x.Configuration), State: x.State, CreatorID: x.CreatorID, ModifierID: x.ModifierID, CreateTime: x.CreateTime, ModifyTime: x.ModifyTime, Regulator: x.Regulator, AccessID: x.AccessID, AccessProvider: x.AccessProvider, AccessName: x.AccessName, StorePolicy: x.StorePolicy, OrgID: x.OrgID, SuperProductType: x.SuperProductType, VirtualType: x.VirtualType, ProductCreateType: x.ProductCreateType, PresetType: x.PresetType, ThreeDimensionalURL: x.ThreeDimensionalURL, ModelFrom: x.ModelFrom, DeviceNum: x.DeviceNum, Manufacturer: x.Manufacturer, Describe: x.Describe, Model: x.Model}
+	return productJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, ClassifiedID: x.ClassifiedID, ClassifiedName: x.ClassifiedName, MessageProtocol: x.MessageProtocol, ProtocolName: x.ProtocolName, Metadata: x.Metadata, TransportProtocol: x.TransportProtocol, DeviceType: enumJSON(x.DeviceType), Configuration: configurationJSON(x.Configuration), State: x.State, CreatorID: x.CreatorID, ModifierID: x.ModifierID, CreateTime: millisJSON(x.CreateTime), ModifyTime: millisJSON(x.ModifyTime), Regulator: x.Regulator, AccessID: x.AccessID, AccessProvider: x.AccessProvider, AccessName: x.AccessName, StorePolicy: x.StorePolicy, OrgID: x.OrgID, SuperProductType: enumJSON(x.SuperProductType), VirtualType: enumJSON(x.VirtualType), ProductCreateType: enumJSON(x.ProductCreateType), PresetType: enumJSON(x.PresetType), ThreeDimensionalURL: x.ThreeDimensionalURL, ModelFrom: x.ModelFrom, DeviceNum: x.DeviceNum, Manufacturer: x.Manufacturer, Describe: x.Describe, Model: x.Model}
 }
 
 func deviceOf(x *meta.Device) deviceJSON {
-	return deviceJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, Description: x.Description, DeviceType: x.DeviceType, ProductID: x.ProductID, ProductName: x.ProductName, State: x.State, Edge: x.Edge, SuperDeviceType: x.SuperDeviceType, CreatorID: x.CreatorID, CreatorName: x.CreatorName, CreateTime: x.CreateTime, RegistryTime: x.RegistryTime, ModifyTime: x.ModifyTime, ModifierID: x.ModifierID, ModifierName: x.ModifierName, Features: featuresOf(x.Features), VirtualType: x.VirtualType, Regulator: x.Regulator, ComeFrom: x.ComeFrom, DeviceCreateType: x.DeviceCreateType, PresetType: x.PresetType, CategoryType: x.CategoryType, MediaDevice: x.MediaDevice, DeviceMetadata: x.DeviceMetadata, Configuration: deviceConfigJSON(x.Configuration), OrgID: x.OrgID, StorePolicy: x.StorePolicy}
+	return deviceJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, Description: x.Description, DeviceType: enumJSON(x.DeviceType), ProductID: x.ProductID, ProductName: x.ProductName, State: enumJSON(x.State), Edge: x.Edge, SuperDeviceType: enumJSON(x.SuperDeviceType), CreatorID: x.CreatorID, CreatorName: x.CreatorName, CreateTime: millisJSON(x.CreateTime), RegistryTime: millisJSON(x.RegistryTime), ModifyTime: millisJSON(x.ModifyTime), ModifierID: x.ModifierID, ModifierName: x.ModifierName, Features: featuresOf(x.Features), VirtualType: enumJSON(x.VirtualType), Regulator: x.Regulator, ComeFrom: enumJSON(x.ComeFrom), DeviceCreateType: enumJSON(x.DeviceCreateType), PresetType: enumJSON(x.PresetType), CategoryType: enumJSON(x.CategoryType), MediaDevice: x.MediaDevice, DeviceMetadata: x.DeviceMetadata, Configuration: deviceConfigJSON(x.Configuration), OrgID: x.OrgID, StorePolicy: x.StorePolicy}
 }
 
 func featuresOf(fs []meta.DeviceFeature) []featureJSON {

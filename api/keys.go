@@ -75,7 +75,7 @@ func (s *Server) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, k)
+	return okItem(c, &k, appendCreatedKey)
 }
 
 // queryKeys is POST /api/user/key/_query: a page of the caller's keys
@@ -93,7 +93,7 @@ func (s *Server) queryKeys(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, appendMarshal[meta.Key])
+	return okPage(c, &page, appendKey)
 }
 
 // deleteKey is DELETE /api/user/key/{id}: revokes one of the caller's
@@ -108,5 +108,5 @@ func (s *Server) deleteKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, k)
+	return okItem(c, &k, appendKey)
 }

@@ -27,7 +27,7 @@ func (s *Server) queryRoles(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, appendMarshal[meta.Role])
+	return okPage(c, &page, appendRole)
 }
 
 // createRole is POST /api/role: {id?, name, description?, permissions,
@@ -42,7 +42,7 @@ func (s *Server) createRole(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, r)
+	return okItem(c, &r, appendRole)
 }
 
 // updateRole is PUT /api/role/{id}: {name?, description?, permissions?,
@@ -58,7 +58,7 @@ func (s *Server) updateRole(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, r)
+	return okItem(c, &r, appendRole)
 }
 
 // deleteRole is DELETE /api/role/{id}: a role held by users is not
@@ -69,5 +69,5 @@ func (s *Server) deleteRole(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, r)
+	return okItem(c, &r, appendRole)
 }

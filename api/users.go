@@ -47,7 +47,7 @@ func (s *Server) queryUsers(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, appendMarshal[meta.UserDetail])
+	return okPage(c, &page, appendUserDetail)
 }
 
 // createUser is POST /api/user: {username, name?, password, roles}.
@@ -67,7 +67,7 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return okItem(c, &u, appendUserDetail)
 }
 
 // updateUser is PUT /api/user/{id}: {name?, roles?, state?}. Disabling a
@@ -87,7 +87,7 @@ func (s *Server) updateUser(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return okItem(c, &u, appendUserDetail)
 }
 
 // deleteUser is DELETE /api/user/{id}: its tokens and live streams end on
@@ -101,7 +101,7 @@ func (s *Server) deleteUser(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return okItem(c, &u, appendUserDetail)
 }
 
 type passwordChange struct {

@@ -16,17 +16,17 @@ import (
 
 // AuditEntry is one audited request.
 type AuditEntry struct {
-	ID       int64  `db:"id" json:"id"`
-	Time     Millis `db:"-" json:"time"`
-	UserID   string `db:"user_id" json:"userId"`     // "" when no user was known (a failed login)
-	Username string `db:"username" json:"username"`  // at the time; for a failed login, the name tried
-	Address  string `db:"address" json:"address"`    // the client's address
-	Method   string `db:"method" json:"method"`      // HTTP method
-	Route    string `db:"route" json:"route"`        // the route's pattern, e.g. /api/device/instance/:id
-	ObjectID string `db:"object_id" json:"objectId"` // the route's path parameter, "" if it has none
-	Status   int    `db:"status" json:"status"`      // the HTTP status of the answer
-	Code     string `db:"code" json:"code"`          // the envelope's code; "" on success
-	KeyID    string `db:"key_id" json:"keyId"`       // the API key the request came with; "" for a login's token
+	ID       int64  `db:"id"`
+	Time     Millis `db:"-"`
+	UserID   string `db:"user_id"`   // "" when no user was known (a failed login)
+	Username string `db:"username"`  // at the time; for a failed login, the name tried
+	Address  string `db:"address"`   // the client's address
+	Method   string `db:"method"`    // HTTP method
+	Route    string `db:"route"`     // the route's pattern, e.g. /api/device/instance/:id
+	ObjectID string `db:"object_id"` // the route's path parameter, "" if it has none
+	Status   int    `db:"status"`    // the HTTP status of the answer
+	Code     string `db:"code"`      // the envelope's code; "" on success
+	KeyID    string `db:"key_id"`    // the API key the request came with; "" for a login's token
 }
 
 type auditRow struct {

@@ -41,10 +41,10 @@ const (
 // BulkRowError is one bad row of a bulk request. Row counts the request's
 // rows from 1 (CSV: the data rows, the header is row 0).
 type BulkRowError struct {
-	Row    int    `json:"row"`
-	ID     string `json:"id"`
-	Field  string `json:"field"`
-	Reason string `json:"reason"`
+	Row    int
+	ID     string
+	Field  string
+	Reason string
 }
 
 // BulkError refuses a whole bulk request: nothing was stored. Rows are
@@ -162,29 +162,29 @@ type BulkCreate struct {
 
 // CreatedDevice is a created device's login: its key is shown here once.
 type CreatedDevice struct {
-	ID        string `json:"id"`
-	SecureID  string `json:"secureId"`
-	SecureKey string `json:"secureKey"`
+	ID        string
+	SecureID  string
+	SecureKey string
 }
 
 // BulkCreated is the result of CreateDevices.
 type BulkCreated struct {
-	Total    int             `json:"total"`
-	Deployed bool            `json:"deployed"`
-	Devices  []CreatedDevice `json:"devices"` // in request order
+	Total    int
+	Deployed bool
+	Devices  []CreatedDevice // in request order
 	// Logins are the broker login changes made (deployed devices).
-	Logins []LoginChange `json:"-"`
+	Logins []LoginChange
 }
 
 // BulkChanged is the result of DeployDevices, UndeployDevices and
 // DeleteDevices: Changed of Total devices changed state (or were
 // deleted); the others were in that state already.
 type BulkChanged struct {
-	Total   int `json:"total"`
-	Changed int `json:"changed"`
+	Total   int
+	Changed int
 	// Logins are the broker login changes made: one per device whose
 	// state changed (deploy, undeploy).
-	Logins []LoginChange `json:"-"`
+	Logins []LoginChange
 }
 
 // CreateDevices creates b.Devices in one transaction, each checked as

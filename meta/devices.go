@@ -57,68 +57,68 @@ type Device struct {
 // DeviceDetail is a device with its product's fields (spec: Device
 // (detail), endpoint 8).
 type DeviceDetail struct {
-	ID                  string            `json:"id"`
-	Name                string            `json:"name"`
-	Description         string            `json:"description"`
-	ProductPhotoURL     string            `json:"productPhotoUrl"`
-	DevicePhotoURL      string            `json:"devicePhotoUrl"`
-	Protocol            string            `json:"protocol"`
-	ProtocolName        string            `json:"protocolName"`
-	Transport           string            `json:"transport"`
-	ProductID           string            `json:"productId"`
-	ProductName         string            `json:"productName"`
-	DeviceType          Enum              `json:"deviceType"`
-	State               Enum              `json:"state"`
-	Address             string            `json:"address"`
-	OnlineTime          Millis            `json:"onlineTime"`
-	OfflineTime         Millis            `json:"offlineTime"`
-	CreateTime          Millis            `json:"createTime"`
-	RegisterTime        Millis            `json:"registerTime"`
-	ModifyTime          Millis            `json:"modifyTime"`
-	Metadata            string            `json:"metadata"` // the thing model in force
-	IndependentMetadata bool              `json:"independentMetadata"`
-	Configuration       DeviceConfig      `json:"configuration"`
-	DeviceConfiguration json.RawMessage   `json:"deviceConfiguration"`
-	CachedConfiguration json.RawMessage   `json:"cachedConfiguration"`
-	AloneConfiguration  bool              `json:"aloneConfiguration"`
-	ConnectServerID     string            `json:"connectServerId"`
-	Edge                bool              `json:"edge"`
-	Tags                []json.RawMessage `json:"tags"`
-	Binds               []json.RawMessage `json:"binds"`
-	Features            []DeviceFeature   `json:"features"`
-	Relations           []DeviceRelation  `json:"relations"`
-	AccessID            string            `json:"accessId"`
-	AccessProvider      string            `json:"accessProvider"`
-	AccessName          string            `json:"accessName"`
-	ClassifiedID        string            `json:"classifiedId"`
-	ClassifiedName      string            `json:"classifiedName"`
-	PresetType          Enum              `json:"presetType"`
-	SuperDeviceType     Enum              `json:"superDeviceType"`
-	MediaDevice         bool              `json:"mediaDevice"`
-	Regulator           bool              `json:"regulator"`
-	CreatorID           string            `json:"creatorId"`
-	CreatorName         string            `json:"creatorName"`
-	ModifierID          string            `json:"modifierId"`
-	ModifierName        string            `json:"modifierName"`
-	OrgID               string            `json:"orgId"`
-	StorePolicy         string            `json:"storePolicy"`
+	ID                  string
+	Name                string
+	Description         string
+	ProductPhotoURL     string
+	DevicePhotoURL      string
+	Protocol            string
+	ProtocolName        string
+	Transport           string
+	ProductID           string
+	ProductName         string
+	DeviceType          Enum
+	State               Enum
+	Address             string
+	OnlineTime          Millis
+	OfflineTime         Millis
+	CreateTime          Millis
+	RegisterTime        Millis
+	ModifyTime          Millis
+	Metadata            string // the thing model in force
+	IndependentMetadata bool
+	Configuration       DeviceConfig
+	DeviceConfiguration json.RawMessage
+	CachedConfiguration json.RawMessage
+	AloneConfiguration  bool
+	ConnectServerID     string
+	Edge                bool
+	Tags                []json.RawMessage
+	Binds               []json.RawMessage
+	Features            []DeviceFeature
+	Relations           []DeviceRelation
+	AccessID            string
+	AccessProvider      string
+	AccessName          string
+	ClassifiedID        string
+	ClassifiedName      string
+	PresetType          Enum
+	SuperDeviceType     Enum
+	MediaDevice         bool
+	Regulator           bool
+	CreatorID           string
+	CreatorName         string
+	ModifierID          string
+	ModifierName        string
+	OrgID               string
+	StorePolicy         string
 
 	// LoginVersion is the row's login_version (schema/postgres/00009):
 	// it grows with every change of what the broker must hold for it.
-	LoginVersion int64 `json:"-"`
+	LoginVersion int64
 	// Login is the change of the broker's login that the write returning
 	// this detail made; zero when it made none (schema: a new
 	// login_version).
-	Login LoginChange `json:"-"`
+	Login LoginChange
 }
 
 // DeviceConfig is a device's connection configuration. Unlike a product's
 // Configuration, the spec always shows channelId for a device. The key is
 // masked whenever it leaves the store.
 type DeviceConfig struct {
-	SecureID  string `json:"secureId"`
-	SecureKey string `json:"secureKey"`
-	ChannelID string `json:"channelId"`
+	SecureID  string
+	SecureKey string
+	ChannelID string
 }
 
 // DeviceFeature is one device feature. A bare string in a request is taken

@@ -7,10 +7,10 @@
 // decoded here (DecodeQuery, query.go) because it is input that the
 // query engine defines: its columns, terms and paging are checked against
 // the Resource whitelists beside the SQL they compile to, and every store
-// list (products, devices, roles, users, keys, audit) reads it. Rows still
-// written by encoding/json keep json tags (see api's package comment); the
-// input types (NewDevice, ProductPatch...) carry the tags they are decoded
-// with.
+// list (products, devices, roles, users, keys, audit) reads it. The rows
+// have no json tags and no MarshalJSON (api/json.go writes each); the input
+// types (NewDevice, ProductPatch...) carry the tags they are decoded with,
+// and Enum and Permission decode from a request (UnmarshalJSON).
 //
 // It must not import api, ingest or tsdb; callers declare the small
 // interfaces they need.

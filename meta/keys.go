@@ -53,21 +53,21 @@ type NewKey struct {
 
 // Key is an API key as lists show it: never its secret.
 type Key struct {
-	ID          string       `db:"id" json:"id"`
-	Name        string       `db:"name" json:"name"`
-	UserID      string       `db:"user_id" json:"userId"`
-	Username    string       `db:"username" json:"username"`
-	Permissions []Permission `db:"-" json:"permissions"`
-	Products    []string     `db:"-" json:"products"` // null: no limit of its own
-	CreateTime  Millis       `db:"-" json:"createTime"`
-	ExpiresAt   Millis       `db:"-" json:"expiresAt"` // 0: never
-	LastUsed    Millis       `db:"-" json:"lastUsed"`  // 0: not yet; written at most once a minute
+	ID          string       `db:"id"`
+	Name        string       `db:"name"`
+	UserID      string       `db:"user_id"`
+	Username    string       `db:"username"`
+	Permissions []Permission `db:"-"`
+	Products    []string     `db:"-"` // null: no limit of its own
+	CreateTime  Millis       `db:"-"`
+	ExpiresAt   Millis       `db:"-"` // 0: never
+	LastUsed    Millis       `db:"-"` // 0: not yet; written at most once a minute
 }
 
 // CreatedKey is a key with its secret, answered once at its creation.
 type CreatedKey struct {
 	Key
-	Secret string `json:"key"`
+	Secret string
 }
 
 type keyRow struct {

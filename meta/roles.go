@@ -49,21 +49,18 @@ var permissionText = map[Permission]string{
 	PermUserAdmin:     "Administer users",
 }
 
-// MarshalJSON writes the spec's EnumObject {text, value}.
-func (p Permission) MarshalJSON() ([]byte, error) {
-	text, ok := permissionText[p]
-	if !ok {
-		text = string(p)
+// Text is the display label of p (api writes it as the text of the
+// spec's EnumObject {text, value}); an unknown permission shows itself.
+func (p Permission) Text() string {
+	if text, ok := permissionText[p]; ok {
+		return text
 	}
-	return json.Marshal(struct {
-		Text  string `json:"text"`
-		Value string `json:"value"`
-	}{text, string(p)})
+	return string(p)
 }
 
 // UnmarshalJSON reads a permission as its value, "device:read", or as the
-// EnumObject MarshalJSON writes ({text, value}: a role read from endpoint
-// 13 can be sent back).
+// EnumObject api writes ({text, value}: a role read from endpoint 13 can be
+// sent back).
 func (p *Permission) UnmarshalJSON(b []byte) error {
 	var e Enum
 	if err := e.UnmarshalJSON(b); err != nil {
@@ -86,14 +83,14 @@ const (
 // grants, on every product (Products nil, JSON null) or on the listed
 // products and their devices.
 type Role struct {
-	ID          string       `db:"id" json:"id"`
-	Name        string       `db:"name" json:"name"`
-	Description string       `db:"description" json:"description"`
-	State       Enum         `db:"state" json:"state"`
-	CreatorID   string       `db:"creator_id" json:"creatorId"`
-	CreateTime  Millis       `db:"-" json:"createTime"`
-	Permissions []Permission `db:"-" json:"permissions"`
-	Products    []string     `db:"-" json:"products"`
+	ID          string       `db:"id"`
+	Name        string       `db:"name"`
+	Description string       `db:"description"`
+	State       Enum         `db:"state"`
+	CreatorID   string       `db:"creator_id"`
+	CreateTime  Millis       `db:"-"`
+	Permissions []Permission `db:"-"`
+	Products    []string     `db:"-"`
 }
 
 type roleRow struct {

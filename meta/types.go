@@ -7,15 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"strconv"
 	"time"
 
 	"devicehub/schema"
 )
 
 // Enum is an enumerated value, written to clients as the spec's
-// EnumObject {text, value} and read from either that object or a bare
-// string (product creation sends deviceType as a string).
+// EnumObject {text, value} (by api) and read from either that object or a
+// bare string (product creation sends deviceType as a string).
 type Enum string
 
 // enumText holds display labels; a value without one shows itself.
@@ -46,15 +45,6 @@ func (e Enum) Text() string {
 	return string(e)
 }
 
-// MarshalJSON writes {"text": ..., "value": ...}, for the rows api writes
-// with encoding/json (api's appendEnum writes the same bytes).
-func (e Enum) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Text  string `json:"text"`
-		Value string `json:"value"`
-	}{e.Text(), string(e)})
-}
-
 // UnmarshalJSON accepts "value" or {"text"?, "value"}.
 func (e *Enum) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
@@ -81,32 +71,9 @@ func (e *Enum) UnmarshalJSON(b []byte) error {
 
 var errEnumNoValue = errors.New("object needs a \"value\"")
 
-// Millis is a time written to clients as epoch milliseconds (0 for none).
+// Millis is a time written to clients as epoch milliseconds, 0 for none
+// (by api). No request carries one.
 type Millis time.Time
-
-// MarshalJSON writes epoch milliseconds (0 for none), for the rows api
-// writes with encoding/json (api's appendMillis writes the same bytes).
-func (m Millis) MarshalJSON() ([]byte, error) {
-	t := time.Time(m)
-	if t.IsZero() {
-		return []byte{'0'}, nil
-	}
-	return strconv.AppendInt(make([]byte, 0, 16), t.UnixMilli(), 10), nil
-}
-
-// UnmarshalJSON reads epoch milliseconds; clients may echo them back.
-func (m *Millis) UnmarshalJSON(b []byte) error {
-	var ms *int64
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return err
-	}
-	if ms == nil || *ms == 0 {
-		*m = Millis{}
-		return nil
-	}
-	*m = Millis(time.UnixMilli(*ms))
-	return nil
-}
 
 // NullMillis converts a nullable database time.
 func NullMillis(t *time.Time) Millis {

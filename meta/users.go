@@ -41,18 +41,18 @@ var (
 // their permissions or products, is announced like an ended token,
 // WatchTokens).
 type User struct {
-	ID          string   `db:"id" json:"id"`
-	Username    string   `db:"username" json:"username"`
-	Name        string   `db:"name" json:"name"`
-	Roles       []string `db:"-" json:"roles"`
-	Permissions []string `db:"-" json:"permissions"`
+	ID          string   `db:"id"`
+	Username    string   `db:"username"`
+	Name        string   `db:"name"`
+	Roles       []string `db:"-"`
+	Permissions []string `db:"-"`
 	// Products maps each permission held on listed products only to
 	// them (sorted, never empty); a permission of Permissions absent here
 	// is held on every product.
-	Products map[Permission][]string `db:"-" json:"products,omitempty"`
+	Products map[Permission][]string `db:"-"`
 	// KeyID is the API key the request came with (keys.go); "" for a
 	// login's token. Its rights are the key's, within the user's.
-	KeyID string `db:"-" json:"keyId,omitempty"`
+	KeyID string `db:"-"`
 }
 
 // Session is the result of a login.
@@ -496,12 +496,12 @@ func (w *tokenWatch) run(stop <-chan struct{}, done chan<- struct{}) {
 
 // UserDetail is a user as the user list shows it; never its password.
 type UserDetail struct {
-	ID         string   `db:"id" json:"id"`
-	Username   string   `db:"username" json:"username"`
-	Name       string   `db:"name" json:"name"`
-	State      Enum     `db:"state" json:"state"` // enabled or disabled
-	Roles      []string `db:"-" json:"roles"`
-	CreateTime Millis   `db:"-" json:"createTime"`
+	ID         string   `db:"id"`
+	Username   string   `db:"username"`
+	Name       string   `db:"name"`
+	State      Enum     `db:"state"` // enabled or disabled
+	Roles      []string `db:"-"`
+	CreateTime Millis   `db:"-"`
 }
 
 type userRow struct {

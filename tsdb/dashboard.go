@@ -1,6 +1,7 @@
 package tsdb
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -12,11 +13,13 @@ import (
 // type per kind: CountQuery (message counts), AggQuery (property
 // aggregates) and HistoryQuery (property history). Each is checked
 // (Check: bad input is a *schema.ArgError naming the field under
-// "params", which api prefixes with the query's position), resolved
-// (a bucketed query's Buckets.Resolve computes its buckets once, handed
-// back as a Range that the query then runs on) and run (DB.MessageCounts,
-// DB.PropertyAggregates, DB.HistoryRange / DB.PropertyHistory, each
-// holding its SQL).
+// "params", which api prefixes with the query's position), resolved (a
+// bucketed query's BucketParams.Resolve computes its buckets once, handed
+// back as a Range that the query then runs on; a history query's Resolve
+// takes its device, looked up by the caller, and gives a History) and run
+// (DB.MessageCounts, DB.PropertyAggregates, History.Run: DB.HistoryRange
+// or DB.PropertyHistory, each holding its SQL; an export streams a
+// History's values with DB.PrepareExport, History.ExportQuery).
 
 // DefaultBuckets is how many buckets a bucketed query without From and
 // without Limit returns.
@@ -181,4 +184,65 @@ func (q HistoryQuery) Check() error {
 		return schema.Invalid("params.from", "must not be after to (the range is from <= time < to)")
 	}
 	return nil
+}
+
+// HistoryDevice is what resolving a history query needs of its device,
+// looked up by the caller (api: in the metadata store, within the
+// caller's products).
+type HistoryDevice struct {
+	ProductID string // the product the device belongs to
+	Metadata  string // the thing model in force, JSON
+}
+
+// History is a resolved history query: the query, the thing model of its
+// device (which names, types and formats its values) and how many
+// properties it reads.
+type History struct {
+	Query HistoryQuery
+	Model *schema.ThingModel
+	// Properties is how many properties it reads: those named, or every
+	// one of the thing model when none is named.
+	Properties int
+}
+
+// Resolve checks q against its device, dev: the device must belong to
+// q.ProductID (else a *schema.ArgError of field "object"). A thing model
+// that does not parse (a stored one does) counts as empty.
+func (q HistoryQuery) Resolve(dev HistoryDevice) (History, error) {
+	if dev.ProductID != q.ProductID {
+		return History{}, schema.Invalid("object", "device %q belongs to product %q, not %q", q.DeviceID, dev.ProductID, q.ProductID)
+	}
+	model, err := schema.ParseThingModelString(dev.Metadata)
+	if err != nil {
+		model = schema.EmptyThingModel()
+	}
+	h := History{Query: q, Model: model, Properties: len(q.Properties)}
+	if h.Properties == 0 {
+		h.Properties = len(model.Properties)
+	}
+	return h, nil
+}
+
+// HistoryReader reads stored values; *DB is one.
+type HistoryReader interface {
+	PropertyHistory(ctx context.Context, productID, deviceID string, properties []string, n int) ([]PropertyValue, error)
+	HistoryRange(ctx context.Context, q HistoryQuery) ([]PropertyValue, error)
+}
+
+// Run reads h's values from r: those of its range (HistoryRange) when it
+// is Bounded, else the latest of each property (PropertyHistory).
+func (h History) Run(ctx context.Context, r HistoryReader) ([]PropertyValue, error) {
+	q := h.Query
+	if q.Bounded {
+		return r.HistoryRange(ctx, q)
+	}
+	return r.PropertyHistory(ctx, q.ProductID, q.DeviceID, q.Properties, q.N)
+}
+
+// ExportQuery is h as an export (DB.PrepareExport): every value of its
+// range (all of the device's history when it has none), or with N > 0
+// the newest N of each property.
+func (h History) ExportQuery() ExportQuery {
+	q := h.Query
+	return ExportQuery{ProductID: q.ProductID, DeviceID: q.DeviceID, Properties: q.Properties, From: q.From, To: q.To, Newest: q.N}
 }

@@ -9,14 +9,19 @@ import (
 	"time"
 )
 
-// HistoryQuery selects the stored values of one device's properties in a
-// time range, for paging back through them.
+// HistoryQuery selects the stored values of one device's properties: the
+// latest of each, or those of a time range, for paging back through them
+// (Bounded).
 type HistoryQuery struct {
 	ProductID, DeviceID string
 	Properties          []string  // none: every property
 	From                time.Time // inclusive, to the millisecond; zero: no lower bound
 	To                  time.Time // exclusive, to the millisecond; zero: no upper bound
-	N                   int       // newest values per property (<= 0 means 1)
+	N                   int       // newest values per property (<= 0 means 1; an export's 0: every value)
+	// Bounded is a query given a range (From or To, dashboard.go): it
+	// runs as HistoryRange. Without, it reads the latest N values of each
+	// property (PropertyHistory), From and To unused.
+	Bounded bool
 }
 
 // HistoryRange returns the newest q.N values of each property in

@@ -1,0 +1,95 @@
+package tsdb
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"devicehub/schema"
+)
+
+// TestHistoryResolve: a history query is resolved against the device
+// handed in: the device's product must be the query's, and the thing
+// model counts the properties of a query that names none.
+func TestHistoryResolve(t *testing.T) {
+	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"hum","name":"Humidity","valueType":{"type":"int"}}],"events":[],"functions":[],"tags":[]}`
+	q := HistoryQuery{ProductID: "p", DeviceID: "d", N: 3}
+	_, err := q.Resolve(HistoryDevice{ProductID: "other", Metadata: model})
+	var ae *schema.ArgError
+	if !errors.As(err, &ae) || ae.Field != "object" || !strings.Contains(ae.Msg, `device "d" belongs to product "other", not "p"`) {
+		t.Fatalf("another product's device: %v", err)
+	}
+	h, err := q.Resolve(HistoryDevice{ProductID: "p", Metadata: model})
+	if err != nil || h.Properties != 2 || h.Query.N != 3 || h.Query.DeviceID != "d" {
+		t.Fatalf("every property: %+v, %v", h, err)
+	}
+	if def, ok := h.Model.Property("hum"); !ok || def.Name != "Humidity" {
+		t.Fatalf("the model: %+v %v", def, ok)
+	}
+	q.Properties = []string{"temp"}
+	if h, err = q.Resolve(HistoryDevice{ProductID: "p", Metadata: model}); err != nil || h.Properties != 1 {
+		t.Fatalf("one property: %+v, %v", h, err)
+	}
+	q.Properties = nil
+	if h, err = q.Resolve(HistoryDevice{ProductID: "p", Metadata: "not a model"}); err != nil || h.Properties != 0 || h.Model == nil {
+		t.Fatalf("a model that does not parse: %+v, %v", h, err)
+	}
+}
+
+// TestHistoryRun: a resolved history runs as the latest values
+// (PropertyHistory, its From and To unused) or, Bounded, as the values of
+// its range (HistoryRange); its ExportQuery streams the same range.
+func TestHistoryRun(t *testing.T) {
+	db := shared(t)
+	ctx := ctxT(t)
+	base := sh(t, "2024-06-01 08:00:00")
+	var ps []PropertyValue
+	for i := range 4 {
+		ps = append(ps, PropertyValue{Time: base.Add(time.Duration(i) * time.Second), ProductID: "hrun_p", DeviceID: "d1",
+			Property: "temp", ValueType: "number", Num: float64(i)})
+	}
+	if err := db.Insert(ctx, nil, ps); err != nil {
+		t.Fatal(err)
+	}
+	show := func(vs []PropertyValue) string {
+		var s []string
+		for _, v := range vs {
+			s = append(s, fmt.Sprintf("%s=%g", v.Property, v.Num))
+		}
+		return strings.Join(s, " ")
+	}
+	run := func(q HistoryQuery, want string) History {
+		t.Helper()
+		q.ProductID, q.DeviceID, q.Properties = "hrun_p", "d1", []string{"temp"}
+		h, err := q.Resolve(HistoryDevice{ProductID: "hrun_p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.Run(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if show(got) != want {
+			t.Fatalf("%+v:\n got %s\nwant %s", q, show(got), want)
+		}
+		return h
+	}
+	run(HistoryQuery{N: 2}, "temp=2 temp=3")
+	run(HistoryQuery{N: 2, To: base.Add(2 * time.Second)}, "temp=2 temp=3") // not Bounded: the latest
+	run(HistoryQuery{N: 2, To: base.Add(2 * time.Second), Bounded: true}, "temp=0 temp=1")
+	h := run(HistoryQuery{N: 5, From: base.Add(time.Second), To: base.Add(3 * time.Second), Bounded: true}, "temp=1 temp=2")
+	h.Query.N = 0 // an export's: every value of the range
+	e, err := db.PrepareExport(ctx, h.ExportQuery())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streamed []PropertyValue
+	if err := e.Each(ctx, func(v *PropertyValue) error { streamed = append(streamed, *v); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if show(streamed) != "temp=1 temp=2" {
+		t.Fatalf("export of %+v: %s", h.ExportQuery(), show(streamed))
+	}
+}
