@@ -122,7 +122,9 @@ func TestPresencePool(t *testing.T) {
 	if err := p.Publish(ctx, topic("seeded", "properties/read"), 1, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return recA.has(topic("seeded", "properties/read")) && recB.has(topic("seeded", "properties/read")) },
+	waitFor(t, 5*time.Second, func() bool {
+		return recA.has(topic("seeded", "properties/read")) && recB.has(topic("seeded", "properties/read"))
+	},
 		"the seeded device's command at both brokers")
 	// Its will, from either broker, counts.
 	onB.MustPublish(t, topic("seeded", "offline"), 1, "{}")
