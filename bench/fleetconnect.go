@@ -21,7 +21,8 @@ import (
 type FleetConnectParams struct {
 	// Devices provisioned through the bulk API (Batch per call, Clients
 	// calls at a time) and connected at once, each with its own login,
-	// client id and last will. Default 100,000, 10,000, 4.
+	// client id and last will. Default 100,000, 10,000 divided by the
+	// brokers, 4.
 	Devices int `json:"devices"`
 	// Brokers in the pool devicehub connects to (-mqtt-url with every
 	// one), each with devicehub's plugin and an even share of the
@@ -79,6 +80,10 @@ func (p FleetConnectParams) withDefaults() FleetConnectParams {
 	def(&p.Devices, 100000)
 	def(&p.PerBroker, 18000)
 	def(&p.Brokers, (p.Devices+p.PerBroker-1)/p.PerBroker)
+	// A bulk call answers once every broker's plugin holds its logins:
+	// its work grows with the brokers, and past devicehub's login wait
+	// (5 s) it answers 503. Calls of at most 10,000 logins in all.
+	p.Batch = max(1, min(p.Batch, 10000/p.Brokers))
 	def(&p.Batch, 10000)
 	def(&p.Clients, 4)
 	defDur(&p.Interval, 10*time.Second)
