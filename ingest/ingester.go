@@ -100,7 +100,8 @@ type Options struct {
 	// devices' report interval, or each report costs a lookup. Default 60s.
 	DeviceCacheIdle time.Duration
 	// StateFlushInterval and StateBatch: state changes are written to
-	// PostgreSQL every interval or at this many, whichever first.
+	// PostgreSQL every interval or at this many, whichever first; a
+	// backlog (a storm of births) up to ten times this many a write.
 	// Defaults 200ms and 500.
 	StateFlushInterval time.Duration
 	StateBatch         int
