@@ -35,7 +35,8 @@ type FleetSecond struct {
 	// PGCommits: transactions committed on the run's database this
 	// second (devicehub's queries and writes, the bench's few polls).
 	PGCommits int64 `json:"pgCommits"`
-	// CPU (% of one core over the second) and RSS (MiB) per process.
+	// CPU (% of one core over the second) and RSS (MiB) per process; the
+	// brokers of a pool and the generator with its children summed.
 	CPU map[string]float64 `json:"cpu"`
 	RSS map[string]int64   `json:"rssMiB"`
 }
@@ -162,19 +163,14 @@ func (w *fleetWatch) sampler() {
 		pids func() []int
 	}
 	procs := []proc{
-		{"generator", func() []int { return []int{os.Getpid()} }},
+		{"generator", func() []int { return append([]int{os.Getpid()}, w.f.pids()...) }},
 		{"devicehub", func() []int {
 			if p := int(w.e.childPID.Load()); p > 0 {
 				return []int{p}
 			}
 			return nil
 		}},
-		{"mosquitto", func() []int {
-			if p := w.e.broker.pid(); p > 0 {
-				return []int{p}
-			}
-			return nil
-		}},
+		{"mosquitto", w.e.brokerPIDs},
 		{"clickhouse", func() []int {
 			if w.e.chPID > 0 {
 				return []int{w.e.chPID}
@@ -253,7 +249,11 @@ func (w *fleetWatch) sampler() {
 			prevCPU[p.name] = c
 			var rss int64
 			for _, pid := range p.pids() {
-				rss = max(rss, pidRSS(pid)) // PostgreSQL: the largest backend (shared buffers would count once per backend)
+				if p.name == "postgres" {
+					rss = max(rss, pidRSS(pid)) // the largest backend (shared buffers would count once per backend)
+				} else {
+					rss += pidRSS(pid) // the brokers of a pool, the generator and its children
+				}
 			}
 			s.RSS[p.name] = rss >> 20
 		}
