@@ -352,7 +352,10 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 		ClickHouseAddr: p.ClickHouseAddr, ServerBinary: p.ServerBinary, Logf: p.Logf,
 		// Ingest too, on one plain persistent subscription (the default:
 		// kept across broker restarts), whatever the bench's children use.
-		ServerArgs: append([]string{"-roles=api,ingest", "-mqtt-share-group=none"}, p.ServerArgs...)}.withDefaults()
+		// Provisioning is not what this scenario measures (fleet does): a
+		// bulk call may wait 30 s for every broker's plugin on a busy
+		// machine rather than answer 503 and end the run.
+		ServerArgs: append([]string{"-roles=api,ingest", "-mqtt-share-group=none", "-login-wait=30s"}, p.ServerArgs...)}.withDefaults()
 	e := &fleetEnv{p: fp, broker: broker, pool: pool, adminPassword: "bench-" + randHex(8), seed: randHex(8), chPID: clickhousePID(fp.ClickHouseAddr)}
 	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "fleetconnect", fp.ServerBinary, fp.PostgresServer, p.Logf)
 	if err != nil {
