@@ -354,8 +354,11 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 		// kept across broker restarts), whatever the bench's children use.
 		// Provisioning is not what this scenario measures (fleet does): a
 		// bulk call may wait 30 s for every broker's plugin on a busy
-		// machine rather than answer 503 and end the run.
-		ServerArgs: append([]string{"-roles=api,ingest", "-mqtt-share-group=none", "-login-wait=30s"}, p.ServerArgs...)}.withDefaults()
+		// machine rather than answer 503 and end the run. A memory limit
+		// for 100,000 devices: at the default 160 MiB the collector ran
+		// nonstop once a storm's backlog held the heap above it.
+		ServerArgs: append([]string{"-roles=api,ingest", "-mqtt-share-group=none", "-login-wait=30s", "-memory-limit=512MiB"},
+			p.ServerArgs...)}.withDefaults()
 	e := &fleetEnv{p: fp, broker: broker, pool: pool, adminPassword: "bench-" + randHex(8), seed: randHex(8), chPID: clickhousePID(fp.ClickHouseAddr)}
 	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "fleetconnect", fp.ServerBinary, fp.PostgresServer, p.Logf)
 	if err != nil {
