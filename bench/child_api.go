@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"devicehub/ingest"
+	"devicehub/ingest/link"
 )
 
 // serverBinary returns bin, or builds cmd/devicehub into dir when bin is
@@ -128,7 +129,9 @@ func (c *childAPI) shutdown() error {
 				n = k
 			}
 		}
-		purgeSessions(c.cfg.BrokerURL, c.clientID, n)
+		for _, b := range link.MustBrokers(c.cfg.BrokerURL) {
+			purgeSessions(b, c.clientID, n)
+		}
 	}
 	dropClickHouseDatabase(c.cfg.ClickHouseAddr, c.cfg.DB.name)
 	return err

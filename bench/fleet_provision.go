@@ -23,10 +23,13 @@ import (
 type fleetEnv struct {
 	p      FleetParams
 	broker *fleetBroker
-	tmp    string
-	bin    string
-	db     *pgDatabase
-	child  *childAPI // the running child: the run's goroutine only; others read current
+	// pool: every broker devicehub connects to (fleet-connect's broker
+	// pool), broker first; nil: broker alone.
+	pool  []*fleetBroker
+	tmp   string
+	bin   string
+	db    *pgDatabase
+	child *childAPI // the running child: the run's goroutine only; others read current
 	// current is child for the samplers' goroutines, nil between
 	// children; childPID its pid, 0 between children.
 	current       atomic.Pointer[childAPI]
@@ -44,7 +47,7 @@ func (e *fleetEnv) procs(extra ...fleetProc) []fleetProc {
 	ps := []fleetProc{
 		{name: "bench (clients, devices)", pid: os.Getpid},
 		{name: "devicehub (child)", pid: func() int { return int(e.childPID.Load()) }},
-		{name: "mosquitto (devicehub plugin)", pid: e.broker.pid},
+		{name: "mosquitto (devicehub plugin)", group: e.brokerPIDs},
 	}
 	if e.backends != nil {
 		ps = append(ps, fleetProc{name: "postgres (backends of the run's db)", group: e.backends})
@@ -56,13 +59,41 @@ func (e *fleetEnv) procs(extra ...fleetProc) []fleetProc {
 	return append(ps, extra...)
 }
 
+// brokers are the brokers devicehub connects to.
+func (e *fleetEnv) brokers() []*fleetBroker {
+	if len(e.pool) > 0 {
+		return e.pool
+	}
+	return []*fleetBroker{e.broker}
+}
+
+// brokerURL is devicehub's -mqtt-url: every broker, comma-separated.
+func (e *fleetEnv) brokerURL() string {
+	var urls []string
+	for _, b := range e.brokers() {
+		urls = append(urls, b.url())
+	}
+	return strings.Join(urls, ",")
+}
+
+// brokerPIDs are the pids of the running brokers.
+func (e *fleetEnv) brokerPIDs() []int {
+	var out []int
+	for _, b := range e.brokers() {
+		if p := b.pid(); p > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // startChild starts the devicehub child on the run's database and the
 // private broker, keeping the device logins (-device-auth plugin).
 func (e *fleetEnv) startChild(ctx context.Context) error {
 	svc := serviceLogin()
 	args := append([]string{"-mqtt-username=" + svc.Username, "-mqtt-password=" + svc.Password}, e.p.ServerArgs...)
 	c, err := startChildAPI(ctx, childAPIConfig{Binary: e.bin, LogDir: e.tmp, DB: e.db, ClickHouseAddr: e.p.ClickHouseAddr,
-		BrokerURL: e.broker.url(), Roles: "api", Args: args, Conns: max(e.p.Clients, e.p.Workers) + 2,
+		BrokerURL: e.brokerURL(), Roles: "api", Args: args, Conns: max(e.p.Clients, e.p.Workers) + 2,
 		DeviceLogins: true, AdminPassword: e.adminPassword})
 	if err != nil {
 		return err

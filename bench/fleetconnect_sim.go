@@ -47,12 +47,6 @@ type connectFleet struct {
 	skipped      atomic.Int64 // reports not sent: not connected, or 4 unacknowledged
 	birthsAcked  atomic.Int64
 	connack      atomic.Pointer[Histogram] // dial to CONNACK of successful connects, this storm
-
-	// probes: devices whose reports are timed publish -> stored (every
-	// probeEvery-th device); sent times by probeKey until observed.
-	probeEvery int
-	probeMu    sync.Mutex
-	probeSent  map[uint64]time.Time
 }
 
 // simDev is one simulated device.
@@ -67,27 +61,28 @@ type simDev struct {
 	births  []uint32 // connNo of each acknowledged birth
 }
 
-func probeKey(idx int, seq uint32) uint64 { return uint64(idx)<<32 | uint64(seq) }
-
 // loopbackSources are n source addresses 127.0.0.2, 127.0.0.3, ...: each
 // has its own range of ephemeral ports (about 28,000), which one address
 // alone runs out of.
-func loopbackSources(n int) []net.IP {
+func loopbackSources(n int) []net.IP { return loopbackSourcesFrom(0, n) }
+
+// loopbackSourcesFrom are the n source addresses from 127.0.0.(2+first)
+// on (the generator children of a pool use distinct ones).
+func loopbackSourcesFrom(first, n int) []net.IP {
 	out := make([]net.IP, n)
 	for i := range out {
-		k := i + 2
+		k := first + i + 2
 		out[i] = net.IPv4(127, byte(k>>16), byte(k>>8), byte(k))
 	}
 	return out
 }
 
-func newConnectFleet(addr, product string, logins []fleetLogin, interval time.Duration, perAddress, probes int, backoffMin, backoffMax time.Duration) *connectFleet {
+func newConnectFleet(addr, product string, logins []fleetLogin, interval time.Duration, perAddress int, backoffMin, backoffMax time.Duration) *connectFleet {
 	f := &connectFleet{addr: addr, product: product, logins: logins, interval: interval,
 		sources:    loopbackSources((len(logins) + perAddress - 1) / perAddress),
 		backoffMin: backoffMin, backoffMax: backoffMax,
 		keepAlive: uint16(min(max(60, 3*interval/time.Second), 65535)),
-		devs:      make([]*simDev, len(logins)), connectQ: make(chan int, len(logins)),
-		probeSent: map[uint64]time.Time{}, probeEvery: max(1, len(logins)/max(probes, 1))}
+		devs:      make([]*simDev, len(logins)), connectQ: make(chan int, len(logins))}
 	for i := range f.devs {
 		f.devs[i] = &simDev{idx: i}
 	}
@@ -257,14 +252,8 @@ func (f *connectFleet) report(d *simDev, buf []byte) []byte {
 	buf = append(buf, `,"properties":{"temperature":`...)
 	buf = strconv.AppendInt(buf, int64(seq%40), 10)
 	buf = append(buf, `.5}}`...)
-	probe := d.idx%f.probeEvery == 0
-	if probe {
-		f.probeMu.Lock()
-		f.probeSent[probeKey(d.idx, seq)] = now
-		f.probeMu.Unlock()
-	}
 	f.sent.Add(1)
-	err := c.Publish("/"+f.product+"/"+f.logins[d.idx].ID+"/properties/report", buf, 1, false, func(err error) {
+	_ = c.Publish("/"+f.product+"/"+f.logins[d.idx].ID+"/properties/report", buf, 1, false, func(err error) {
 		if err != nil {
 			f.ackFailed.Add(1)
 			return
@@ -274,11 +263,6 @@ func (f *connectFleet) report(d *simDev, buf []byte) []byte {
 		d.acked = append(d.acked, seq)
 		d.mu.Unlock()
 	})
-	if err != nil && probe {
-		f.probeMu.Lock()
-		delete(f.probeSent, probeKey(d.idx, seq))
-		f.probeMu.Unlock()
-	}
 	return buf
 }
 

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// TestFleetConnectSmall runs fleet-connect at 2,000 devices, each on its
-// own lean MQTT connection and login, through a broker restart and a
+// TestFleetConnectSmall runs fleet-connect at 2,000 devices over a pool
+// of two brokers (a generator child each), each device on its own lean
+// MQTT connection and login, through a restart of both brokers and a
 // devicehub restart: every device reconnects, PostgreSQL and the
 // presence view show each device's true state after each storm, no
 // acknowledged report, birth or will is lost, and everything the run
@@ -23,14 +24,14 @@ func TestFleetConnectSmall(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	const n = 2000
-	res, err := RunFleetConnect(ctx, FleetConnectParams{Devices: n, Batch: 1000, Clients: 2, Interval: 2 * time.Second,
+	res, err := RunFleetConnect(ctx, FleetConnectParams{Devices: n, Brokers: 2, Batch: 1000, Clients: 2, Interval: 2 * time.Second,
 		Steady: 3 * time.Second, Probes: 50, PerAddress: 800, Timeout: 60 * time.Second, ServerBinary: bin, Logf: t.Logf})
 	t.Logf("took %s\n%s", time.Since(start).Round(time.Millisecond), res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.SourceAddresses != 3 {
-		t.Errorf("%d source addresses, want 3 (800 connections each)", res.SourceAddresses)
+	if res.SourceAddresses != 4 {
+		t.Errorf("%d source addresses, want 4 (1,000 devices a broker, 800 connections each)", res.SourceAddresses)
 	}
 	for name, s := range map[string]*ConnectStorm{"connect": res.Connect, "broker restart": res.BrokerRestart} {
 		if s == nil || s.ToAll <= 0 || s.StateSeconds <= 0 || s.PresenceSeconds <= 0 || s.Connack.N < n {

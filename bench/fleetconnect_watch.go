@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -36,7 +35,8 @@ type FleetSecond struct {
 	// PGCommits: transactions committed on the run's database this
 	// second (devicehub's queries and writes, the bench's few polls).
 	PGCommits int64 `json:"pgCommits"`
-	// CPU (% of one core over the second) and RSS (MiB) per process.
+	// CPU (% of one core over the second) and RSS (MiB) per process; the
+	// brokers of a pool and the generator with its children summed.
 	CPU map[string]float64 `json:"cpu"`
 	RSS map[string]int64   `json:"rssMiB"`
 }
@@ -45,7 +45,7 @@ type FleetSecond struct {
 // probe devices' reports every 250 ms.
 type fleetWatch struct {
 	e     *fleetEnv
-	f     *connectFleet
+	f     *genPool
 	pg    *sql.DB
 	ch    driver.Conn
 	start time.Time
@@ -62,7 +62,7 @@ type fleetWatch struct {
 	wg   sync.WaitGroup
 }
 
-func newFleetWatch(e *fleetEnv, f *connectFleet) (*fleetWatch, error) {
+func newFleetWatch(e *fleetEnv, f *genPool) (*fleetWatch, error) {
 	pg, err := sql.Open("postgres", e.db.dsn())
 	if err != nil {
 		return nil, err
@@ -163,19 +163,14 @@ func (w *fleetWatch) sampler() {
 		pids func() []int
 	}
 	procs := []proc{
-		{"generator", func() []int { return []int{os.Getpid()} }},
+		{"generator", func() []int { return append([]int{os.Getpid()}, w.f.pids()...) }},
 		{"devicehub", func() []int {
 			if p := int(w.e.childPID.Load()); p > 0 {
 				return []int{p}
 			}
 			return nil
 		}},
-		{"mosquitto", func() []int {
-			if p := w.e.broker.pid(); p > 0 {
-				return []int{p}
-			}
-			return nil
-		}},
+		{"mosquitto", w.e.brokerPIDs},
 		{"clickhouse", func() []int {
 			if w.e.chPID > 0 {
 				return []int{w.e.chPID}
@@ -254,7 +249,11 @@ func (w *fleetWatch) sampler() {
 			prevCPU[p.name] = c
 			var rss int64
 			for _, pid := range p.pids() {
-				rss = max(rss, pidRSS(pid)) // PostgreSQL: the largest backend (shared buffers would count once per backend)
+				if p.name == "postgres" {
+					rss = max(rss, pidRSS(pid)) // the largest backend (shared buffers would count once per backend)
+				} else {
+					rss += pidRSS(pid) // the brokers of a pool, the generator and its children
+				}
 			}
 			s.RSS[p.name] = rss >> 20
 		}
@@ -276,19 +275,18 @@ func (w *fleetWatch) sampler() {
 }
 
 // prober polls ClickHouse for the probe devices' recent reports and
-// times each from its publish to its first sighting.
+// times each from its publish (the report's own timestamp, which the
+// generator sets as it publishes; the children share this machine's
+// clock) to its first sighting.
 func (w *fleetWatch) prober() {
 	defer w.wg.Done()
 	var ids []string
 	for i := 0; i < len(w.f.logins); i += w.f.probeEvery {
 		ids = append(ids, "'"+w.f.logins[i].ID+"'")
 	}
-	idx := map[string]int{}
-	for i := 0; i < len(w.f.logins); i += w.f.probeEvery {
-		idx[w.f.logins[i].ID] = i
-	}
-	q := `SELECT device_id, message_id FROM device_message WHERE product_id = '` + w.e.product + `' AND device_id IN (` + strings.Join(ids, ",") +
+	q := `SELECT device_id, message_id, ts FROM device_message WHERE product_id = '` + w.e.product + `' AND device_id IN (` + strings.Join(ids, ",") +
 		`) AND message_type = 'REPORT_PROPERTY' AND time >= now() - 60`
+	counted := map[string]time.Time{} // device/message id -> first sighting, for 2 minutes
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -304,23 +302,26 @@ func (w *fleetWatch) prober() {
 			continue
 		}
 		now := time.Now()
+		for k, at := range counted {
+			if now.Sub(at) > 2*time.Minute {
+				delete(counted, k)
+			}
+		}
 		var seen []time.Duration
 		for rows.Next() {
 			var dev, mid string
-			if rows.Scan(&dev, &mid) != nil {
+			var ts int64
+			if rows.Scan(&dev, &mid, &ts) != nil {
 				continue
 			}
-			var seq uint64
-			if _, err := fmt.Sscan(mid, &seq); err != nil {
+			k := dev + "/" + mid
+			if _, ok := counted[k]; ok {
 				continue
 			}
-			k := probeKey(idx[dev], uint32(seq))
-			w.f.probeMu.Lock()
-			if at, ok := w.f.probeSent[k]; ok {
-				delete(w.f.probeSent, k)
-				seen = append(seen, now.Sub(at))
+			counted[k] = now
+			if sent := time.UnixMilli(ts); now.Sub(sent) < time.Minute {
+				seen = append(seen, max(now.Sub(sent), 0))
 			}
-			w.f.probeMu.Unlock()
 		}
 		rows.Close()
 		cancel()

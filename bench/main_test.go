@@ -18,6 +18,7 @@ var testBin struct {
 }
 
 func TestMain(m *testing.M) {
+	MaybeRunFleetGen() // a fleet-connect generator child of a test (fleetconnect_gen.go)
 	code := m.Run()
 	if testBin.dir != "" {
 		os.RemoveAll(testBin.dir)

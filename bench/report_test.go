@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,5 +55,35 @@ func TestWriteReport(t *testing.T) {
 	}
 	if r.Machine.CPUs < 1 || r.Machine.MemTotalB <= 0 {
 		t.Fatalf("machine: %+v", r.Machine)
+	}
+}
+
+// TestHistogramMerge: histograms exported by the generator's children and
+// merged give the quantiles of one histogram of every value.
+func TestHistogramMerge(t *testing.T) {
+	var a, b, all, merged Histogram
+	for i := range 1000 {
+		d := time.Duration(i*i) * time.Microsecond
+		if i%3 == 0 {
+			a.Record(d)
+		} else {
+			b.Record(d)
+		}
+		all.Record(d)
+	}
+	for _, h := range []*Histogram{&a, &b} { // as a child sends it
+		raw, err := json.Marshal(h.export())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d histData
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		merged.merge(&d)
+	}
+	merged.merge(nil)
+	if merged.Summary() != all.Summary() {
+		t.Fatalf("merged %+v, want %+v", merged.Summary(), all.Summary())
 	}
 }

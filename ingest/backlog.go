@@ -36,9 +36,16 @@ type backlog struct {
 	log   *slog.Logger
 
 	mu   sync.Mutex
-	want map[string]string // session id -> payload of the marker it waits for
+	want map[string]marker // session key -> the marker it waits for
 	lost int               // connections lost in a row with a marker out
 	off  bool
+}
+
+// marker is a session's marker out: its payload, and the session's
+// broker (Ingester.brokers' index).
+type marker struct {
+	payload string
+	broker  int
 }
 
 // markerGiveUp is how many connections lost in a row with a marker out
@@ -58,21 +65,22 @@ func newBacklog(opt Options, log *slog.Logger) *backlog {
 	return &backlog{
 		topic: markerTopic(opt.ProductIDs),
 		log:   log,
-		want:  make(map[string]string),
+		want:  make(map[string]marker),
 		off:   opt.QoS == 0 || opt.ShareGroup != NoShareGroup,
 	}
 }
 
-// mark publishes session id's marker on its connection c, which has just
-// connected and subscribed (or renewed its subscription).
-func (b *backlog) mark(c mqtt.Client, id string) {
+// mark publishes the marker of session id (Ingester.sessionKey) of broker
+// on its connection c, which has just connected and subscribed (or renewed
+// its subscription).
+func (b *backlog) mark(c mqtt.Client, broker int, id string) {
 	payload := id + " " + rand.Text()
 	b.mu.Lock()
 	if b.off {
 		b.mu.Unlock()
 		return
 	}
-	b.want[id] = payload
+	b.want[id] = marker{payload, broker}
 	b.mu.Unlock()
 	go logFailure(b.log, "ingest: publishing the backlog marker failed", id, c.Publish(b.topic, 1, false, payload))
 }
@@ -122,17 +130,29 @@ func (b *backlog) arrived(order *ackOrder, id string, m mqtt.Message) {
 func (b *backlog) drained(id, payload string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.want[id] == payload {
+	if b.want[id].payload == payload {
 		delete(b.want, id)
 		b.lost = 0
 	}
 }
 
-// Drained reports whether no session waits for its marker.
-func (b *backlog) Drained() bool {
+// Drained reports whether no session of broker (-1: of any broker) waits
+// for its marker.
+func (b *backlog) Drained(broker int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.off || len(b.want) == 0
+	if b.off || len(b.want) == 0 {
+		return true
+	}
+	if broker < 0 {
+		return false
+	}
+	for _, m := range b.want {
+		if m.broker == broker {
+			return false
+		}
+	}
+	return true
 }
 
 // markerMessage is a marker in its connection's ack order: acknowledging

@@ -61,11 +61,13 @@ type deviceCache struct {
 	// (hint) are looked up many to a query ahead of the workers
 	// (runHints), and a worker that misses one of them waits for that
 	// query instead of sending its own: a storm of new devices does not
-	// cost a query each. hintNext gathers (at most refreshChunk ids),
-	// hintOf maps each id gathered or in flight to its batch, hinted
-	// signals the first id of a batch; mu guards them.
+	// cost a query each. hintNext gathers, a batch of at most refreshChunk
+	// ids after another (a storm of 100,000 births hints more than one
+	// query's worth before runHints gets to them), hintOf maps each id
+	// gathered or in flight to its batch, hinted signals the first id of
+	// a gathering; mu guards them.
 	mu       sync.Mutex
-	hintNext *hintBatch
+	hintNext []*hintBatch
 	hintOf   map[string]*hintBatch
 	hinted   chan struct{}
 }
@@ -122,16 +124,13 @@ func (c *deviceCache) hint(id string) {
 	c.mu.Lock()
 	first := false
 	if c.hintOf[id] == nil {
-		b := c.hintNext
-		if b == nil {
-			b = &hintBatch{done: make(chan struct{})}
-			c.hintNext = b
-			first = true
+		first = len(c.hintNext) == 0
+		if first || len(c.hintNext[len(c.hintNext)-1].ids) >= refreshChunk {
+			c.hintNext = append(c.hintNext, &hintBatch{done: make(chan struct{})})
 		}
-		if len(b.ids) < refreshChunk {
-			b.ids = append(b.ids, id)
-			c.hintOf[id] = b
-		}
+		b := c.hintNext[len(c.hintNext)-1]
+		b.ids = append(b.ids, id)
+		c.hintOf[id] = b
 	}
 	c.mu.Unlock()
 	if first {
@@ -164,19 +163,18 @@ func (c *deviceCache) runHints(ctx context.Context) {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		b := c.hintNext
+		batches := c.hintNext
 		c.hintNext = nil
 		c.mu.Unlock()
-		if b == nil {
-			continue
+		for _, b := range batches {
+			_, _ = c.prefetch(ctx, b.ids)
+			c.mu.Lock()
+			for _, id := range b.ids {
+				delete(c.hintOf, id)
+			}
+			c.mu.Unlock()
+			close(b.done)
 		}
-		_, _ = c.prefetch(ctx, b.ids)
-		c.mu.Lock()
-		for _, id := range b.ids {
-			delete(c.hintOf, id)
-		}
-		c.mu.Unlock()
-		close(b.done)
 	}
 }
 

@@ -213,3 +213,48 @@ func TestDeviceCacheHints(t *testing.T) {
 		t.Fatalf("%d queries for 20 hinted devices, want 1", n)
 	}
 }
+
+// everyDevice knows every id, as a device of product "p", counting
+// queries and the ids of the largest.
+type everyDevice struct {
+	queries, largest atomic.Int32
+}
+
+func (e *everyDevice) DeviceStatuses(_ context.Context, ids []string) (map[string]meta.DeviceStatus, error) {
+	e.queries.Add(1)
+	for n := int32(len(ids)); ; {
+		l := e.largest.Load()
+		if n <= l || e.largest.CompareAndSwap(l, n) {
+			break
+		}
+	}
+	m := make(map[string]meta.DeviceStatus, len(ids))
+	for _, id := range ids {
+		m[id] = meta.DeviceStatus{ProductID: "p", State: "online"}
+	}
+	return m, nil
+}
+
+// TestDeviceCacheHintStorm: more new devices hinted at once than one
+// query takes (a storm of births) are all looked up ahead of the workers,
+// a query per refreshChunk of them, none left to a query of its own.
+func TestDeviceCacheHintStorm(t *testing.T) {
+	src := &everyDevice{}
+	c := newDeviceCache(src, time.Hour, 0, slog.Default())
+	const n = 2*refreshChunk + refreshChunk/2
+	for i := range n {
+		c.hint(fmt.Sprintf("d%d", i))
+	}
+	ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for i := range n {
+		if _, found, err := c.get(ctx, fmt.Sprintf("d%d", i)); err != nil || !found {
+			t.Fatalf("get d%d: %v %v", i, found, err)
+		}
+	}
+	if q, l := src.queries.Load(), src.largest.Load(); q != 3 || l != refreshChunk {
+		t.Fatalf("%d queries, the largest of %d ids; want 3 of at most %d", q, l, refreshChunk)
+	}
+}

@@ -15,6 +15,11 @@
 // role runs alone; Ingester records the link's downlinks
 // (link.DownlinkRecorder).
 //
+// Several brokers (Options.BrokerURL with a comma-separated list, a
+// broker pool each holding a share of the devices) feed one pipeline:
+// each broker has its own subscriber connections, and a will counts only
+// from the broker the device's last birth came from (brokers.go).
+//
 // It must not import api; it consumes meta and tsdb through the small
 // interfaces declared here.
 package ingest

@@ -40,18 +40,24 @@ var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMisma
 
 // Options configure an Ingester. Zero fields take DefaultOptions' values.
 type Options struct {
-	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884" (the
-	// project's Mosquitto, see .ci/mosquitto.conf).
+	// BrokerURL of the MQTT broker, or of several comma-separated (a
+	// broker pool, link.Brokers): each broker gets its own Connections
+	// subscriber connections, all feeding one pipeline. Default
+	// "tcp://127.0.0.1:1884" (the project's Mosquitto, see
+	// .ci/mosquitto.conf).
 	BrokerURL string
 	// Login is devicehub's login at the broker.
 	Login link.Login
 	// ClientID prefixes the ids of the subscriber connections,
-	// "<ClientID>-<n>". They must be stable across restarts (the broker
-	// keeps their sessions and queued messages) and differ between
-	// instances. Default "devicehub-ingest-<hostname>".
+	// "<ClientID>-<n>", the same at every broker of a pool. They must be
+	// stable across restarts (the broker keeps their sessions and queued
+	// messages) and differ between instances. Default
+	// "devicehub-ingest-<hostname>".
 	ClientID string
 	// ShareGroup is the shared-subscription group that several ingest
-	// instances join ($share/<group>/<filter>) to split the traffic.
+	// instances join ($share/<group>/<filter>) to split the traffic; with
+	// a broker pool each broker has its own group of that name, which the
+	// instances join at every broker.
 	// Default NoShareGroup: one plain, persistent subscription on one
 	// connection, which Mosquitto 2.0 keeps across its restarts (it keeps
 	// no shared one: what devices publish between its restart and the
@@ -94,7 +100,8 @@ type Options struct {
 	// devices' report interval, or each report costs a lookup. Default 60s.
 	DeviceCacheIdle time.Duration
 	// StateFlushInterval and StateBatch: state changes are written to
-	// PostgreSQL every interval or at this many, whichever first.
+	// PostgreSQL every interval or at this many, whichever first; a
+	// backlog (a storm of births) up to ten times this many a write.
 	// Defaults 200ms and 500.
 	StateFlushInterval time.Duration
 	StateBatch         int
@@ -282,26 +289,30 @@ type Stats struct {
 
 // item is one received message on its way to a worker.
 type item struct {
-	msg   mqtt.Message
-	topic wire.Topic
-	at    time.Time
-	order *ackOrder // the connection's ack order; nil at QoS 0
-	seq   uint64    // the message's place in it
+	msg    mqtt.Message
+	topic  wire.Topic
+	at     time.Time
+	order  *ackOrder // the connection's ack order; nil at QoS 0
+	seq    uint64    // the message's place in it
+	broker int8      // index of the broker it came from (brokers)
 }
 
 // Ingester stores every uplink message and property value from the broker
 // in ClickHouse and device connection state in PostgreSQL. See the
 // package documentation.
 type Ingester struct {
-	opt     Options
-	log     *slog.Logger
-	clients []mqtt.Client
-	filters map[string]byte
-	writers []*tsdb.Writer
-	devices *deviceCache
-	states  *stateBatcher
-	m       *metrics
-	seed    maphash.Seed
+	opt      Options
+	log      *slog.Logger
+	brokers  []string      // link.Brokers(opt.BrokerURL)
+	clients  []mqtt.Client // subscriber connections of every broker
+	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
+	born     *bornAt       // with several brokers, where each device's last birth came from
+	filters  map[string]byte
+	writers  []*tsdb.Writer
+	devices  *deviceCache
+	states   *stateBatcher
+	m        *metrics
+	seed     maphash.Seed
 
 	queues  []chan item
 	backlog *backlog // when each kept session's backlog is drained (backlog.go)
@@ -335,9 +346,17 @@ type Ingester struct {
 // usually a *tsdb.DB, devices and states a *meta.Store.
 func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, states StateApplier) (*Ingester, error) {
 	opt = opt.withDefaults()
+	brokers, err := link.Brokers(opt.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if len(brokers) > maxBrokers {
+		return nil, fmt.Errorf("ingest: %d brokers, at most %d", len(brokers), maxBrokers)
+	}
 	runCtx, abort := context.WithCancel(context.Background())
 	in := &Ingester{
 		opt:      opt,
+		brokers:  brokers,
 		log:      opt.Logger.With("component", "ingest"),
 		seed:     maphash.MakeSeed(),
 		stopping: make(chan struct{}),
@@ -347,6 +366,9 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		filters:  make(map[string]byte),
 	}
 	in.idle = sync.NewCond(&in.gate)
+	if len(brokers) > 1 {
+		in.born = newBornAt()
+	}
 	in.storedQoS0 = func() {
 		in.stored.Add(1)
 		in.m.stored.Inc()
@@ -418,20 +440,35 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.workers.Add(1)
 	go in.runParking()
-	for n := range opt.Connections {
-		c, _, err := in.connect(ctx, in.sessionID(n), false)
-		if err != nil {
+	for b, broker := range brokers {
+		for n := range opt.Connections {
+			c, _, err := in.connect(ctx, b, in.sessionID(n), false)
+			if err != nil {
+				_ = in.Close(context.Background())
+				return nil, err
+			}
+			in.clients = append(in.clients, c)
+			in.atBroker = append(in.atBroker, b)
+		}
+		if err := in.retireSessions(ctx, b); err != nil {
 			_ = in.Close(context.Background())
 			return nil, err
 		}
-		in.clients = append(in.clients, c)
+		in.log.Info("ingest subscribed", "broker", broker, "connections", opt.Connections, "qos", opt.QoS)
 	}
-	if err := in.retireSessions(ctx); err != nil {
-		_ = in.Close(context.Background())
-		return nil, err
-	}
-	in.log.Info("ingest subscribed", "broker", opt.BrokerURL, "connections", opt.Connections, "qos", opt.QoS)
 	return in, nil
+}
+
+// maxBrokers bounds a pool (a broker's index is an int8 in each item).
+const maxBrokers = 127
+
+// sessionKey names subscriber session id at broker b in the backlog
+// markers: the id itself with one broker, else id@host:port.
+func (in *Ingester) sessionKey(b int, id string) string {
+	if len(in.brokers) == 1 {
+		return id
+	}
+	return id + "@" + link.BrokerName(in.brokers[b])
 }
 
 // onlineLister lists the devices stored as online; *meta.Store is one.
@@ -447,10 +484,11 @@ func (in *Ingester) sessionID(n int) string { return in.opt.ClientID + "-" + str
 // for id, it unsubscribes that session from the uplink filters and returns
 // the client, present true; else it removes the session its own connect
 // made and returns a nil client.
-func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.Client, bool, error) {
+func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) (mqtt.Client, bool, error) {
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	var reconnect atomic.Bool
-	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
+	broker, key := in.brokers[b], in.sessionKey(b, id)
+	o := in.opt.Login.NewClientOptions(broker, id).
 		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
 		SetStore(newIngestStore()).
 		SetAutoAckDisabled(true).
@@ -461,7 +499,7 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 		SetKeepAlive(in.opt.KeepAlive).
 		SetPingTimeout(in.opt.PingTimeout).
 		SetConnectTimeout(in.opt.ConnectTimeout).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, id, m) }).
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			if retire || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
@@ -469,13 +507,13 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
 			in.subscribe(c, id)
-			in.backlog.mark(c, id)
+			in.backlog.mark(c, b, key)
 		}).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			in.backlog.connectionLost(id)
-			in.log.Warn("ingest connection lost; reconnecting", "client", id, "err", err)
+			in.backlog.connectionLost(key)
+			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", link.BrokerName(broker), "err", err)
 		})
-	if fn := link.BufferedDialer(in.opt.BrokerURL, in.opt.ConnectTimeout); fn != nil {
+	if fn := link.BufferedDialer(broker, in.opt.ConnectTimeout); fn != nil {
 		o.SetCustomOpenConnectionFn(fn)
 	}
 	c := mqtt.NewClient(o)
@@ -487,12 +525,12 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 		return nil, false, ctx.Err()
 	}
 	if err := t.Error(); err != nil {
-		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", in.opt.BrokerURL, id, err)
+		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", broker, id, err)
 	}
 	if retire {
 		if !t.(*mqtt.ConnectToken).SessionPresent() {
 			c.Disconnect(0)
-			in.removeSession(id)
+			in.removeSession(broker, id)
 			return nil, false, nil
 		}
 		// The broker answers behind the backlog the session holds, which
@@ -506,7 +544,7 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 	// New returns subscribed.
 	if t.(*mqtt.ConnectToken).SessionPresent() {
 		in.subscribe(c, id)
-		in.backlog.mark(c, id)
+		in.backlog.mark(c, b, key)
 		// A run with the other ShareGroup form left its subscriptions.
 		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
@@ -515,7 +553,7 @@ func (in *Ingester) connect(ctx context.Context, id string, retire bool) (mqtt.C
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
-	in.backlog.mark(c, id)
+	in.backlog.mark(c, b, key)
 	return c, true, nil
 }
 
@@ -535,7 +573,7 @@ func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
 
 // receive is the MQTT callback: it never touches storage, only hands the
 // message to its worker's bounded queue, waiting while that is full.
-func (in *Ingester) receive(order *ackOrder, session string, m mqtt.Message) {
+func (in *Ingester) receive(order *ackOrder, broker int8, session string, m mqtt.Message) {
 	in.gate.Lock()
 	if in.closed {
 		in.gate.Unlock()
@@ -558,7 +596,7 @@ func (in *Ingester) receive(order *ackOrder, session string, m mqtt.Message) {
 	}
 	in.received.Add(1)
 	in.m.received.Inc()
-	it := item{msg: m, at: time.Now()}
+	it := item{msg: m, at: time.Now(), broker: broker}
 	if m.Qos() > 0 {
 		it.order, it.seq = order, order.add(m)
 	}
@@ -672,6 +710,12 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	var at time.Time
 	if t.Kind == wire.KindOnline || t.Kind == wire.KindOffline {
 		at, err = wire.DecodePresence(rows, t, payload, it.at)
+		if err == nil && !at.IsZero() && in.born != nil && !in.born.keep(t.DeviceID, it.broker, t.Kind == wire.KindOnline) {
+			// A will from a broker the device has left: stored as a
+			// message, but its state stays what its birth on the other
+			// broker made it (bornAt).
+			at = time.Time{}
+		}
 	} else {
 		err = wire.Decode(rows, t, payload, it.at, nil)
 	}
@@ -801,17 +845,37 @@ func (in *Ingester) Stats() Stats {
 
 // BacklogDrained reports whether every subscriber session has stored (or
 // dropped) what the broker held for it when it last connected (backlog.go).
-func (in *Ingester) BacklogDrained() bool { return in.backlog.Drained() }
+func (in *Ingester) BacklogDrained() bool { return in.backlog.Drained(-1) }
+
+// BacklogDrainedAt is BacklogDrained for the sessions of broker b
+// (Brokers' index).
+func (in *Ingester) BacklogDrainedAt(b int) bool { return in.backlog.Drained(b) }
 
 // Connected reports whether every subscriber connection, retired sessions
-// included, is open to the broker; paho reconnects a lost one by itself.
-func (in *Ingester) Connected() bool {
-	for _, c := range in.clients {
+// included, is open to its broker; paho reconnects a lost one by itself.
+func (in *Ingester) Connected() bool { return in.connectedAt(-1) }
+
+// ConnectedTo is Connected for the connections of broker b (Brokers'
+// index).
+func (in *Ingester) ConnectedTo(b int) bool { return in.connectedAt(b) }
+
+// Brokers are the URLs of the brokers the Ingester subscribes at, in the
+// order of Options.BrokerURL.
+func (in *Ingester) Brokers() []string { return in.brokers }
+
+// connectedAt: every connection of broker b (-1: of every broker) is open.
+func (in *Ingester) connectedAt(b int) bool {
+	n := 0
+	for i, c := range in.clients {
+		if b >= 0 && in.atBroker[i] != b {
+			continue
+		}
 		if !c.IsConnectionOpen() {
 			return false
 		}
+		n++
 	}
-	return len(in.clients) > 0
+	return n > 0
 }
 
 // Close stops taking messages, stores what was taken (acknowledging it),

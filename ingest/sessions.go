@@ -15,7 +15,7 @@ import (
 // maxRetired bounds how many session ids past Connections New looks at.
 const maxRetired = 64
 
-// retireSessions takes over the persistent sessions that a run with more
+// retireSessions takes over, at broker b, the persistent sessions that a run with more
 // connections left behind: ids ClientID-n for n = Connections,
 // Connections+1, ... up to the first one the broker does not have. Such a
 // session stays in the share group while nobody is connected to it, and
@@ -27,9 +27,9 @@ const maxRetired = 64
 // until Close. Its session, now without subscriptions, is left on the
 // broker (removing it could drop a message not yet acknowledged), so each
 // start takes it over again, for one idle connection.
-func (in *Ingester) retireSessions(ctx context.Context) error {
+func (in *Ingester) retireSessions(ctx context.Context, b int) error {
 	for n := in.opt.Connections; n < in.opt.Connections+maxRetired; n++ {
-		c, present, err := in.connect(ctx, in.sessionID(n), true)
+		c, present, err := in.connect(ctx, b, in.sessionID(n), true)
 		if err != nil {
 			return err
 		}
@@ -37,7 +37,9 @@ func (in *Ingester) retireSessions(ctx context.Context) error {
 			return nil
 		}
 		in.clients = append(in.clients, c)
-		in.log.Info("ingest retired a subscriber session left by a run with more connections", "client", in.sessionID(n))
+		in.atBroker = append(in.atBroker, b)
+		in.log.Info("ingest retired a subscriber session left by a run with more connections",
+			"client", in.sessionID(n), "broker", link.BrokerName(in.brokers[b]))
 	}
 	return nil
 }
@@ -76,8 +78,8 @@ func (in *Ingester) otherFilters() []string {
 // removeSession ends the broker's session for id with a clean-session
 // connect; failing that, an empty session without subscriptions stays,
 // which costs the broker nothing but its entry.
-func (in *Ingester) removeSession(id string) {
-	o := in.opt.Login.NewClientOptions(in.opt.BrokerURL, id).
+func (in *Ingester) removeSession(broker, id string) {
+	o := in.opt.Login.NewClientOptions(broker, id).
 		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
 	c := mqtt.NewClient(o)
 	if err := link.WaitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {

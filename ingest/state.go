@@ -37,6 +37,14 @@ type stateBatcher struct {
 	written func(n int)
 }
 
+// backlogBatches: with more than max changes buffered (a storm of births
+// or wills), one write takes up to this many batches' worth. A write costs
+// PostgreSQL a few round trips whatever its size, and on a busy machine
+// those round trips, not the rows, bound the rate: 100,000 births after a
+// broker restart took 500-row writes at about 1,000 changes/s with two
+// shared cores saturated (bench fleet-connect).
+const backlogBatches = 10
+
 // maxPendingStates bounds the changes buffered: 100,000 devices' births
 // (about 80 bytes each, and the message each holds until written).
 const maxPendingStates = 100000
@@ -96,6 +104,9 @@ func (b *stateBatcher) run() {
 		for {
 			b.mu.Lock()
 			n := min(len(b.buf), b.max)
+			if len(b.buf) > b.max {
+				n = min(len(b.buf), backlogBatches*b.max)
+			}
 			batch := slices.Clone(b.buf[:n])
 			b.buf = b.buf[n:]
 			more := len(b.buf) > 0

@@ -68,3 +68,58 @@ func TestStateBatcherBounded(t *testing.T) {
 		t.Fatalf("done %d, written %d, want 10", done.Load(), src.written.Load())
 	}
 }
+
+// gatedStates holds its first write until release is closed, and records
+// the size of every write.
+type gatedStates struct {
+	release chan struct{}
+	first   atomic.Bool
+	sizes   chan int
+}
+
+func (g *gatedStates) ApplyStateChanges(_ context.Context, c []meta.StateChange) (int, error) {
+	if !g.first.Swap(true) {
+		<-g.release
+	}
+	g.sizes <- len(c)
+	return len(c), nil
+}
+
+// TestStateBatcherBacklog: with a backlog (more than a batch buffered
+// behind a write), the next write takes up to backlogBatches batches.
+func TestStateBatcherBacklog(t *testing.T) {
+	g := &gatedStates{release: make(chan struct{}), sizes: make(chan int, 100)}
+	b := newStateBatcher(g, time.Millisecond, 2, slog.New(slog.NewTextHandler(io.Discard, nil)), newMetrics(func() float64 { return 0 }, func() float64 { return 0 }))
+	b.add(meta.StateChange{DeviceID: "d0", Online: true, At: time.Now()}, func() {})
+	deadline := time.Now().Add(10 * time.Second)
+	for b.pending() > 0 { // the first write has taken d0 and waits
+		if time.Now().After(deadline) {
+			t.Fatal("the first change not taken")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const n = 3 * backlogBatches * 2
+	for i := range n {
+		b.add(meta.StateChange{DeviceID: "d" + string(rune('a'+i%26)), Online: true, At: time.Now()}, func() {})
+	}
+	close(g.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(g.sizes)
+	var sizes []int
+	for s := range g.sizes {
+		sizes = append(sizes, s)
+	}
+	want := []int{1, 2 * backlogBatches, 2 * backlogBatches, 2 * backlogBatches}
+	if len(sizes) != len(want) {
+		t.Fatalf("writes of %v, want %v", sizes, want)
+	}
+	for i := range want {
+		if sizes[i] != want[i] {
+			t.Fatalf("writes of %v, want %v", sizes, want)
+		}
+	}
+}

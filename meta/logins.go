@@ -43,12 +43,21 @@ const (
 )
 
 // DeviceLogins returns the logins of the devices of ids that exist.
-// (Joined with the ids, not id = ANY: meta/device_state.go says why.)
+// (Joined with the ids, not id = ANY, and off the trigram index:
+// noTrigramEquality in meta/device_state.go says why.)
 func (s *Store) DeviceLogins(ctx context.Context, ids []string) ([]DeviceLogin, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("meta: device logins: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, noTrigramEquality); err != nil {
+		return nil, fmt.Errorf("meta: device logins: %w", err)
+	}
 	var out []DeviceLogin
-	if err := s.db.SelectContext(ctx, &out, `SELECT `+deviceLoginColumns+` FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`,
+	if err := tx.SelectContext(ctx, &out, `SELECT `+deviceLoginColumns+` FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`,
 		pq.StringArray(ids)); err != nil {
 		return nil, fmt.Errorf("meta: device logins: %w", err)
 	}

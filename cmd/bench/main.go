@@ -14,8 +14,10 @@
 // to a million logins, beside Mosquitto's dynamic-security plugin
 // (bench/fleet.go); -fleet-* flags scale it down for a smoke run.
 // fleet-connect (not part of all) connects 100,000 devices at once, each
-// on its own login, restarts the broker and then devicehub under them and
-// counts what was lost (bench/fleetconnect.go); -fc-* flags size it.
+// on its own login, over a pool of brokers (a generator child process of
+// this binary per broker), restarts every broker and then devicehub under
+// them and counts what was lost (bench/fleetconnect.go); -fc-* flags size
+// it.
 package main
 
 import (
@@ -50,6 +52,7 @@ flags:
 const benchGCPercent = 400
 
 func main() {
+	bench.MaybeRunFleetGen() // a fleet-connect generator child of this binary
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
 		fmt.Fprint(os.Stderr, usage)
 		newFlags().fs.PrintDefaults()
@@ -91,38 +94,38 @@ func main() {
 }
 
 type flags struct {
-	fs                                            *flag.FlagSet
-	out, broker, clickhouse, postgres, cpuprofile string
-	clickhouseCluster                             string
-	cmdDevices, cmdConc, cmdRequests, cmdWarmup   int
-	cmdRates                                      string
-	apiDevices, apiProducts, apiConc, apiReqs     int
-	apiCachedReqs                                 int
-	ingestDevices, ingestPublishers, ingestConns  int
-	ingestDuration, brokerDuration, chDuration    time.Duration
-	ingestQoS, serverBin, serverFlags             string
-	dashSizes, dashPGSizes                        string
-	dashIter, dashConc                            int
-	dashReqs, dashPropRows                        int
-	dashKeep                                      bool
-	dashMixedMsgs, dashMixedReqs, dashIngestRate  int
-	soakDuration                                  time.Duration
-	soakRate, soakDevices                         int
-	liveRate, liveDevices, liveWatched, liveSubs  int
-	liveDuration                                  time.Duration
-	fleetDevices, fleetBatch, fleetClients        int
-	fleetLogins, fleetVerify, fleetChurnRate      int
-	fleetChurnPool, fleetWorkers                  int
-	fleetIngestDevices, fleetIngestInflight       int
-	fleetIngestRounds, fleetDynsecChanges         int
-	fleetBaseline, fleetChurn, fleetProbe         time.Duration
-	fleetIngestDuration, fleetDynsecTime          time.Duration
-	fleetSyncTimeout                              time.Duration
-	fleetDynsecSizes                              string
-	fcDevices, fcConcurrency, fcPerAddress        int
-	fcProbes                                      int
-	fcInterval, fcSteady, fcTimeout               time.Duration
-	fcSkipBroker, fcSkipDevicehub                 bool
+	fs                                                *flag.FlagSet
+	out, broker, clickhouse, postgres, cpuprofile     string
+	clickhouseCluster                                 string
+	cmdDevices, cmdConc, cmdRequests, cmdWarmup       int
+	cmdRates                                          string
+	apiDevices, apiProducts, apiConc, apiReqs         int
+	apiCachedReqs                                     int
+	ingestDevices, ingestPublishers, ingestConns      int
+	ingestDuration, brokerDuration, chDuration        time.Duration
+	ingestQoS, serverBin, serverFlags                 string
+	dashSizes, dashPGSizes                            string
+	dashIter, dashConc                                int
+	dashReqs, dashPropRows                            int
+	dashKeep                                          bool
+	dashMixedMsgs, dashMixedReqs, dashIngestRate      int
+	soakDuration                                      time.Duration
+	soakRate, soakDevices                             int
+	liveRate, liveDevices, liveWatched, liveSubs      int
+	liveDuration                                      time.Duration
+	fleetDevices, fleetBatch, fleetClients            int
+	fleetLogins, fleetVerify, fleetChurnRate          int
+	fleetChurnPool, fleetWorkers                      int
+	fleetIngestDevices, fleetIngestInflight           int
+	fleetIngestRounds, fleetDynsecChanges             int
+	fleetBaseline, fleetChurn, fleetProbe             time.Duration
+	fleetIngestDuration, fleetDynsecTime              time.Duration
+	fleetSyncTimeout                                  time.Duration
+	fleetDynsecSizes                                  string
+	fcDevices, fcBrokers, fcConcurrency, fcPerAddress int
+	fcProbes                                          int
+	fcInterval, fcSteady, fcTimeout                   time.Duration
+	fcSkipBroker, fcSkipDevicehub                     bool
 }
 
 func newFlags() *flags {
@@ -192,6 +195,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.fleetDynsecChanges, "fleet-dynsec-changes", 20, "fleet: devices created one command at a time at each dynamic-security size")
 	fs.DurationVar(&f.fleetDynsecTime, "fleet-dynsec-time", 2*time.Minute, "fleet: time bound of the changes at each dynamic-security size")
 	fs.IntVar(&f.fcDevices, "fc-devices", 100000, "fleet-connect: devices provisioned and connected at once (batch and clients: -fleet-batch, -fleet-clients)")
+	fs.IntVar(&f.fcBrokers, "fc-brokers", 0, "fleet-connect: brokers in the pool, each with its share of the devices and a generator process; 0: enough for at most 18,000 devices each (the 20,000 open files a process may have)")
 	fs.DurationVar(&f.fcInterval, "fc-interval", 10*time.Second, "fleet-connect: a device's QoS 1 report interval")
 	fs.DurationVar(&f.fcSteady, "fc-steady", 60*time.Second, "fleet-connect: measured window with every device connected")
 	fs.IntVar(&f.fcConcurrency, "fc-concurrency", 256, "fleet-connect: dials in flight")
@@ -513,7 +517,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		if err != nil {
 			return err
 		}
-		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Batch: f.fleetBatch, Clients: f.fleetClients,
+		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Brokers: f.fcBrokers, Batch: f.fleetBatch, Clients: f.fleetClients,
 			Interval: f.fcInterval, Steady: f.fcSteady, ConnectConcurrency: f.fcConcurrency, PerAddress: f.fcPerAddress,
 			Probes: f.fcProbes, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub,
 			PostgresServer: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})

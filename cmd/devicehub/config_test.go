@@ -133,6 +133,7 @@ var kindSamples = map[string]sample{
 	"roles":    {"ingest", "ingest", "api", "api"},
 	"bool":     {"true", "true", "0", "false"},
 	"origins":  {"https://A.example/", "https://a.example", "http://localhost:3000,https://b.example", "http://localhost:3000,https://b.example"},
+	"brokers":  {"tcp://b1:1883", "tcp://b1:1883", "tcp://b1:1883,tcp://b2:1883", "tcp://b1:1883,tcp://b2:1883"},
 }
 
 // settingSamples are the samples of the settings whose kind's do not fit.
@@ -157,6 +158,7 @@ var kindMalformed = map[string][]string{
 	"level":    {"loud", "info-"},
 	"roles":    {"web", ",", "api;ingest"},
 	"bool":     {"yes", "on", "2", "truth"},
+	"brokers":  {"broker:1883", "tcp://b1:1883,", "tcp://b1:1883,,tcp://b2:1883", "tcp://b1:1883,tcp://b1:1883"},
 	"origins":  {"console.example.com", "ftp://a.example", "https://a.example/app", "https://a.example?x=1", "https://user@a.example", "*,https://a.example"},
 }
 

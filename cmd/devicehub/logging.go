@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 )
 
 // newLogger returns the process logger, writing to w: format "json" writes
@@ -26,6 +27,13 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 // by "xxxxx", for logging a broker or database address; text that is not
 // a URL is returned as it is.
 func redactURL(raw string) string {
+	if strings.Contains(raw, ",") { // a list (brokers, ClickHouse fallbacks)
+		parts := strings.Split(raw, ",")
+		for i, p := range parts {
+			parts[i] = redactURL(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return raw

@@ -190,21 +190,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		apiOpts.AccessLog = cfg.AccessLog
 		apiOpts.LoginWait = cfg.LoginWait
 		// Readiness (/readyz): the stores, and the broker connections of
-		// the roles this instance runs.
+		// the roles this instance runs (brokerChecks).
 		ready := map[string]func(context.Context) error{
 			"postgres":   store.Ping,
 			"clickhouse": func(ctx context.Context) error { return ts.Conn().Ping(ctx) },
-			"mqtt":       connected(presence.Connected),
 		}
-		if ing != nil {
-			ready["mqtt_ingest"] = connected(ing.Connected)
-			ready["mqtt_backlog"] = func(context.Context) error {
-				if !ing.BacklogDrained() {
-					return errors.New("ingest: storing the backlog the broker kept")
-				}
-				return nil
-			}
-		}
+		brokerChecks(ready, presence, ing)
 		srv = api.New(apiOpts, api.Deps{
 			Auth:      store,
 			Products:  store,
@@ -306,6 +297,32 @@ func connected(open func() bool) func(context.Context) error {
 			return errors.New("not connected to the broker")
 		}
 		return nil
+	}
+}
+
+// brokerChecks adds the readiness checks of the broker connections: the
+// presence and command client ("mqtt") and, with the ingest role (ing not
+// nil), every subscriber connection ("mqtt_ingest") and their backlogs
+// ("mqtt_backlog"). With a broker pool each check is per broker, named
+// after it: "mqtt@host:port", "mqtt_ingest@host:port", ...
+func brokerChecks(ready map[string]func(context.Context) error, presence *link.Presence, ing *ingest.Ingester) {
+	brokers := presence.Brokers()
+	for i, b := range brokers {
+		suffix := ""
+		if len(brokers) > 1 {
+			suffix = "@" + link.BrokerName(b)
+		}
+		ready["mqtt"+suffix] = connected(func() bool { return presence.ConnectedTo(i) })
+		if ing == nil {
+			continue
+		}
+		ready["mqtt_ingest"+suffix] = connected(func() bool { return ing.ConnectedTo(i) })
+		ready["mqtt_backlog"+suffix] = func(context.Context) error {
+			if !ing.BacklogDrainedAt(i) {
+				return errors.New("ingest: storing the backlog the broker kept")
+			}
+			return nil
+		}
 	}
 }
 

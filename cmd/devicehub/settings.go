@@ -13,6 +13,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
+	"devicehub/ingest/link"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -66,7 +67,9 @@ func settings(c *config) []setting {
 			"ClickHouse cluster (of the servers' remote_servers) to spread the tables over: replicated, sharded by device, behind Distributed tables; empty: one server",
 			str(&c.ClickHouseCluster)},
 		{"timezone", "DEVICEHUB_TIMEZONE", "Local", "platform time zone, an IANA name", str(&c.TimeZone)},
-		{"mqtt-url", "DEVICEHUB_MQTT_URL", ing.BrokerURL, "MQTT broker", str(&c.MQTTURL)},
+		{"mqtt-url", "DEVICEHUB_MQTT_URL", ing.BrokerURL,
+			"MQTT broker; a comma-separated list is a broker pool, each broker holding a share of the devices (devicehub connects to every one)",
+			brokerList(&c.MQTTURL)},
 		{"mqtt-username", "DEVICEHUB_MQTT_USERNAME", ing.Login.Username, "devicehub's login at the broker, with the dynamic-security plugin's admin rights",
 			str(&c.MQTTLogin.Username)},
 		{"mqtt-password", "DEVICEHUB_MQTT_PASSWORD", ing.Login.Password, "password of -mqtt-username", str(&c.MQTTLogin.Password)},
@@ -204,6 +207,20 @@ func origins(p *[]string) parser {
 			return err
 		},
 		get: func() string { return strings.Join(*p, ",") }}
+}
+
+// brokerList reads one broker URL or a comma-separated pool of them
+// (link.Brokers), kept as written.
+func brokerList(p *string) parser {
+	return parser{kind: "brokers", want: "a broker URL like tcp://127.0.0.1:1884, or several comma-separated",
+		parse: func(s string) error {
+			if _, err := link.Brokers(s); err != nil {
+				return err
+			}
+			*p = s
+			return nil
+		},
+		get: func() string { return *p }}
 }
 
 // level reads a log level as slog.Level does (debug, info, warn, error,

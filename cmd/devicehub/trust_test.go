@@ -48,9 +48,18 @@ type device struct{ id, secureID, key string }
 func newTrustEnv(t *testing.T) *trustEnv {
 	t.Helper()
 	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: buildBinary(t)}
+	e.start("trust", e.broker.URL())
+	return e
+}
+
+// start runs the binary with -mqtt-url brokers and creates the product.
+func (e *trustEnv) start(name, brokers string, env ...string) {
+	t := e.t
+	t.Helper()
 	var chDB, suffix string
-	e.env, chDB, suffix = testEnv(t, e.broker.URL(), "trust")
-	e.srv = startServer(t, e.bin, e.env, "trust")
+	e.env, chDB, suffix = testEnv(t, brokers, name)
+	e.env = append(e.env, env...)
+	e.srv = startServer(t, e.bin, e.env, name)
 	e.db = tsdbtest.OpenDB(t, chDB, nil)
 	t.Cleanup(func() { // before OpenDB's drop: the server stops first
 		e.srv.signal(syscall.SIGTERM)
@@ -62,7 +71,6 @@ func newTrustEnv(t *testing.T) *trustEnv {
 		"id": e.product, "name": "Trust", "classifiedId": "test", "modelFrom": "custom", "accessId": "mqtt", "deviceType": "device",
 		"metadata": `{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}}]}`})
 	e.srv.call(t, e.token, "POST", "/api/device-product/"+e.product+"/deploy", nil)
-	return e
 }
 
 // newDevice creates and deploys a device; the create response is the one

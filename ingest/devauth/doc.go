@@ -28,5 +28,11 @@
 // its login or rights change. A full sync is beginSync, every login as
 // setDevice, endSync: endSync removes what the sync did not set.
 //
-// It imports meta's types only; it must not import api.
+// With a broker pool (Options.BrokerURL, a comma-separated list) the
+// leader feeds every broker's plugin on its own connections (a feed per
+// broker: its own pending changes, full syncs and generation), and a
+// change is confirmed to its writers once every plugin holds it (tally).
+//
+// It imports meta's types and link's broker list only; it must not import
+// api.
 package devauth

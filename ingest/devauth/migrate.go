@@ -22,24 +22,27 @@ import (
 // changes.
 
 // migrate lists the legacy device clients, removes the stale ones and
-// remembers the rest (s.legacy).
-func (s *Syncer) migrate(ctx context.Context, ds *dynsec.Client) error {
+// remembers the rest (f.legacy).
+func (f *feed) migrate(ctx context.Context, ds *dynsec.Client) error {
+	s := f.s
 	lctx, cancel := context.WithTimeout(ctx, 3*s.opt.Timeout)
 	clients, err := ds.ListClients(lctx)
 	cancel()
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
 	text := dynsec.DeviceText(s.inst)
+	s.mu.Unlock()
 	legacy := map[string]string{} // device id -> username
 	for _, c := range clients {
 		if c.TextName == text && c.ClientID != "" {
 			legacy[c.ClientID] = c.Username
 		}
 	}
-	s.mu.Lock()
-	s.legacy = legacy
-	s.mu.Unlock()
+	f.mu.Lock()
+	f.legacy = legacy
+	f.mu.Unlock()
 	if len(legacy) == 0 {
 		return nil
 	}
@@ -56,17 +59,18 @@ func (s *Syncer) migrate(ctx context.Context, ds *dynsec.Client) error {
 		now[d.ID] = d
 	}
 	s.log.Info("devauth: the dynamic-security plugin holds device clients of an older devicehub", "clients", len(legacy))
-	return s.retireLegacy(ctx, ds, ids, now)
+	return f.retireLegacy(ctx, ds, ids, now)
 }
 
 // retireLegacy removes the legacy clients of the devices of ids that
 // devicehub's plugin no longer holds under the legacy username (now: what
 // meta says of them; absent means deleted).
-func (s *Syncer) retireLegacy(ctx context.Context, ds *dynsec.Client, ids []string, now map[string]meta.DeviceLogin) error {
-	s.mu.Lock()
+func (f *feed) retireLegacy(ctx context.Context, ds *dynsec.Client, ids []string, now map[string]meta.DeviceLogin) error {
+	s := f.s
+	f.mu.Lock()
 	var stale []string
 	for _, id := range ids {
-		u, ok := s.legacy[id]
+		u, ok := f.legacy[id]
 		if !ok {
 			continue
 		}
@@ -75,14 +79,17 @@ func (s *Syncer) retireLegacy(ctx context.Context, ds *dynsec.Client, ids []stri
 		}
 		stale = append(stale, id)
 	}
+	f.mu.Unlock()
+	s.mu.Lock()
+	inst := s.inst
 	s.mu.Unlock()
 	for _, id := range stale {
-		s.mu.Lock()
-		u := s.legacy[id]
-		s.mu.Unlock()
+		f.mu.Lock()
+		u := f.legacy[id]
+		f.mu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
 		rs, err := ds.Do(cctx, dynsec.Command{"command": "deleteClient", "username": u},
-			dynsec.Command{"command": "deleteRole", "rolename": dynsec.RoleName(s.inst, id)})
+			dynsec.Command{"command": "deleteRole", "rolename": dynsec.RoleName(inst, id)})
 		cancel()
 		if err != nil {
 			return err
@@ -90,9 +97,9 @@ func (s *Syncer) retireLegacy(ctx context.Context, ds *dynsec.Client, ids []stri
 		if err := rs[0].Err(); err != nil {
 			return fmt.Errorf("device %s: %w", id, err)
 		}
-		s.mu.Lock()
-		delete(s.legacy, id)
-		s.mu.Unlock()
+		f.mu.Lock()
+		delete(f.legacy, id)
+		f.mu.Unlock()
 		s.log.Info("devauth: removed a device's dynamic-security client", "device", id)
 	}
 	return nil

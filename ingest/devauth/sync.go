@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/link"
 	"devicehub/meta"
 )
 
@@ -54,8 +55,10 @@ const lockKey = 0x64796e736563 // "dynsec"
 
 // Options configure a Syncer.
 type Options struct {
-	// BrokerURL of the broker whose plugin is fed. Default
-	// "tcp://127.0.0.1:1884".
+	// BrokerURL of the broker whose plugin is fed, or of several
+	// comma-separated (a broker pool, link.Brokers): each broker's plugin
+	// is fed on its own connections, and a change is confirmed to its
+	// writers once every plugin holds it. Default "tcp://127.0.0.1:1884".
 	BrokerURL string
 	// Username and Password are devicehub's service login: one of the
 	// plugin's service_users, with the dynamic-security plugin's admin
@@ -90,18 +93,11 @@ type Syncer struct {
 	src Source
 	log *slog.Logger
 
-	mu    sync.Mutex
-	dirty map[string]struct{} // devices to apply
-	full  bool                // everything to compare
-	wake  chan struct{}
+	feeds []*feed // one per broker
+	tally *tally  // what every broker holds, of what each applied
 
+	mu   sync.Mutex
 	inst string // installation id, leader only
-	gen  int64  // generation of the last full sync, leader only
-
-	// legacy maps the device id of each dynamic-security client an older
-	// devicehub made for a device, still in that plugin, to its username
-	// (migrate.go); leader only.
-	legacy map[string]string
 
 	waiters *waiters
 
@@ -134,8 +130,7 @@ func New(src Source, opt Options) *Syncer {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	s := &Syncer{opt: opt, src: src, log: opt.Logger.With("component", "devauth"),
-		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1), waiters: newWaiters(),
+	s := &Syncer{opt: opt, src: src, log: opt.Logger.With("component", "devauth"), waiters: newWaiters(),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_commands_total",
 			Help: "Commands sent to the broker's device-login plugin, by result (ok, error)."}, []string{"result"}),
 		fulls: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_full_syncs_total",
@@ -149,6 +144,12 @@ func New(src Source, opt Options) *Syncer {
 	if opt.Registerer != nil {
 		opt.Registerer.MustRegister(s.commands, s.fulls, s.applyDur, s.held)
 	}
+	brokers := link.MustBrokers(opt.BrokerURL)
+	for i, b := range brokers {
+		s.feeds = append(s.feeds, &feed{s: s, index: i, broker: b, dirty: map[string]struct{}{},
+			wake: make(chan struct{}, 1), held: -1})
+	}
+	s.tally = newTally(len(brokers))
 	return s
 }
 
@@ -187,18 +188,46 @@ func (s *Syncer) Await(ctx context.Context, changes []meta.LoginChange) error {
 	return s.waiters.await(ctx, changes)
 }
 
-// changed marks devices to apply; none marks everything.
+// changed marks devices to apply at every broker; none marks everything.
 func (s *Syncer) changed(ids ...string) {
-	s.mu.Lock()
+	for _, f := range s.feeds {
+		f.changed(ids...)
+	}
+}
+
+// feed is the leader's work for one broker's plugin: what to apply there,
+// and what it holds.
+type feed struct {
+	s      *Syncer
+	index  int    // in Brokers' order
+	broker string // URL
+
+	mu    sync.Mutex
+	dirty map[string]struct{} // devices to apply
+	full  bool                // everything to compare
+	wake  chan struct{}
+	held  int // logins held after the last full sync; -1 before one
+
+	gen int64 // generation of the last full sync
+
+	// legacy maps the device id of each dynamic-security client an older
+	// devicehub made for a device, still in that broker's plugin, to its
+	// username (migrate.go).
+	legacy map[string]string
+}
+
+// changed marks devices to apply at this broker; none marks everything.
+func (f *feed) changed(ids ...string) {
+	f.mu.Lock()
 	if len(ids) == 0 {
-		s.full = true
+		f.full = true
 	}
 	for _, id := range ids {
-		s.dirty[id] = struct{}{}
+		f.dirty[id] = struct{}{}
 	}
-	s.mu.Unlock()
+	f.mu.Unlock()
 	select {
-	case s.wake <- struct{}{}:
+	case f.wake <- struct{}{}:
 	default:
 	}
 }
@@ -228,8 +257,13 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 		sleep(ctx, s.opt.Retry)
 	}
 	s.mu.Lock()
-	s.full, s.legacy, s.inst = true, nil, inst
+	s.inst = inst
 	s.mu.Unlock()
+	for _, f := range s.feeds {
+		f.mu.Lock()
+		f.full, f.legacy = true, nil
+		f.mu.Unlock()
+	}
 	watchDone := make(chan struct{})
 	listening := make(chan struct{}) // closed at the watch's first "anything may have changed"
 	var once sync.Once
@@ -254,7 +288,20 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 	case <-ctx.Done():
 		return
 	}
+	var wg sync.WaitGroup
+	for _, f := range s.feeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.run(ctx)
+		}()
+	}
+	wg.Wait()
+}
 
+// run feeds the broker's plugin until ctx ends (the lead is lost).
+func (f *feed) run(ctx context.Context) {
+	s := f.s
 	// The plugin's control connection, and the dynamic-security plugin's
 	// (the service login's rights, legacy device clients).
 	var cl, ds *dynsec.Client
@@ -268,16 +315,16 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 	for cl == nil || ds == nil {
 		var err error
 		if cl == nil {
-			cl, err = dynsec.DialTopic(ctx, s.mqttOptions("-0"), ControlTopic, func() { s.changed() })
+			cl, err = dynsec.DialTopic(ctx, f.mqttOptions("-0"), ControlTopic, func() { f.changed() })
 		}
 		if err == nil && ds == nil {
-			ds, err = dynsec.Dial(ctx, s.mqttOptions("-1"), nil)
+			ds, err = dynsec.Dial(ctx, f.mqttOptions("-1"), nil)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("devauth: broker not reachable; retrying", "err", err)
+			s.log.Warn("devauth: broker not reachable; retrying", "broker", link.BrokerName(f.broker), "err", err)
 			sleep(ctx, s.opt.Retry)
 		}
 	}
@@ -291,7 +338,7 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("devauth: granting the service login its rights failed; retrying", "err", err)
+		s.log.Warn("devauth: granting the service login its rights failed; retrying", "broker", link.BrokerName(f.broker), "err", err)
 		sleep(ctx, s.opt.Retry)
 	}
 
@@ -301,53 +348,55 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.wake:
+		case <-f.wake:
 		case <-retry.C:
 		}
-		s.mu.Lock()
-		full, ids := s.full, s.dirty
-		s.full, s.dirty = false, map[string]struct{}{}
-		s.mu.Unlock()
+		f.mu.Lock()
+		full, ids := f.full, f.dirty
+		f.full, f.dirty = false, map[string]struct{}{}
+		f.mu.Unlock()
 		var err error
 		if full {
-			err = s.syncAll(ctx, cl, ds)
+			err = f.syncAll(ctx, cl, ds)
 		}
 		// After a full sync too: the writers of ids wait for their
 		// versions to be confirmed.
 		if err == nil && len(ids) > 0 {
-			err = s.apply(ctx, cl, ds, ids)
+			err = f.apply(ctx, cl, ds, ids)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("devauth: sync failed; retrying", "err", err, "retry", s.opt.Retry)
-			s.mu.Lock()
-			s.full = s.full || full
+			s.log.Warn("devauth: sync failed; retrying", "broker", link.BrokerName(f.broker), "err", err, "retry", s.opt.Retry)
+			f.mu.Lock()
+			f.full = f.full || full
 			for id := range ids {
-				s.dirty[id] = struct{}{}
+				f.dirty[id] = struct{}{}
 			}
-			s.mu.Unlock()
+			f.mu.Unlock()
 			retry.Reset(s.opt.Retry)
 		}
 	}
 }
 
-func (s *Syncer) mqttOptions(suffix string) *mqtt.ClientOptions {
-	return mqtt.NewClientOptions().AddBroker(s.opt.BrokerURL).SetClientID(s.opt.ClientID + suffix).
+func (f *feed) mqttOptions(suffix string) *mqtt.ClientOptions {
+	s := f.s
+	return mqtt.NewClientOptions().AddBroker(f.broker).SetClientID(s.opt.ClientID + suffix).
 		SetUsername(s.opt.Username).SetPassword(s.opt.Password).SetConnectTimeout(10 * time.Second)
 }
 
 // syncAll gives the plugin every deployed device's login, and removes
 // what it holds besides, in one generation: the plugin keeps admitting
 // every device meanwhile (a login it holds already is not touched).
-func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
+func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
+	s := f.s
 	s.fulls.Inc()
 	start := time.Now()
 	// A generation the plugin has not seen: JSON numbers stay exact up
 	// to 2^53, so milliseconds, not nanoseconds.
-	s.gen = max(s.gen+1, time.Now().UnixMilli())
-	gen := s.gen
+	f.gen = max(f.gen+1, time.Now().UnixMilli())
+	gen := f.gen
 	// Writers may wait for changes whose announcement no syncer saw (made
 	// while none led, or before this one listened): the sync covers them,
 	// and confirms them once it is done, at the version it sent (or the
@@ -384,16 +433,20 @@ func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	if b.failedSync {
 		return errors.New("the plugin refused beginSync or endSync")
 	}
-	s.held.Set(float64(n - len(b.failed)))
-	s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
+	f.setHeld(n - len(b.failed))
+	if len(s.feeds) == 1 {
+		s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
+	} else {
+		s.log.Info("devauth: device logins synced", "broker", link.BrokerName(f.broker), "devices", n, "took", time.Since(start).Round(time.Millisecond))
+	}
 	confirmed := make([]meta.LoginChange, 0, len(recent))
 	for id, v := range recent {
 		if !b.failed[id] {
 			confirmed = append(confirmed, meta.LoginChange{ID: id, Version: v})
 		}
 	}
-	s.confirm(ctx, confirmed)
-	if err := s.migrate(ctx, ds); err != nil {
+	f.confirm(ctx, confirmed)
+	if err := f.migrate(ctx, ds); err != nil {
 		// The plugin is in step; the legacy clients are tried again at
 		// the next full sync.
 		s.log.Warn("devauth: removing the dynamic-security plugin's device clients failed", "err", err)
@@ -402,7 +455,8 @@ func (s *Syncer) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 }
 
 // apply gives the plugin what meta says now of the devices of ids.
-func (s *Syncer) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[string]struct{}) error {
+func (f *feed) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[string]struct{}) error {
+	s := f.s
 	start := time.Now()
 	list := make([]string, 0, len(ids))
 	for id := range ids {
@@ -446,16 +500,39 @@ func (s *Syncer) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[strin
 	}
 	// A legacy client would still admit a device this plugin no longer
 	// holds: gone before the change is confirmed.
-	if err := s.retireLegacy(ctx, ds, list, now); err != nil {
+	if err := f.retireLegacy(ctx, ds, list, now); err != nil {
 		return fmt.Errorf("removing a device's dynamic-security client: %w", err)
 	}
 	s.applyDur.Observe(time.Since(start).Seconds())
-	s.confirm(ctx, applied)
+	f.confirm(ctx, applied)
 	return nil
 }
 
+// confirm notes that this broker's plugin holds applied, and confirms to
+// their writers what every broker's plugin now holds.
+func (f *feed) confirm(ctx context.Context, applied []meta.LoginChange) {
+	f.s.confirm(ctx, f.s.tally.add(f.index, applied, time.Now()))
+}
+
+// setHeld records how many logins the plugin held after a full sync; the
+// gauge shows the fewest any broker's plugin held.
+func (f *feed) setHeld(n int) {
+	f.mu.Lock()
+	f.held = n
+	f.mu.Unlock()
+	least := -1
+	for _, o := range f.s.feeds {
+		o.mu.Lock()
+		if o.held >= 0 && (least < 0 || o.held < least) {
+			least = o.held
+		}
+		o.mu.Unlock()
+	}
+	f.s.held.Set(float64(least))
+}
+
 // confirm tells the writers of applied, on this instance and the others,
-// that the broker holds their changes.
+// that the brokers hold their changes.
 func (s *Syncer) confirm(ctx context.Context, applied []meta.LoginChange) {
 	if len(applied) == 0 {
 		return

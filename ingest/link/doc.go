@@ -11,7 +11,11 @@
 // the reply with that id, the request's deadline, the device going offline
 // or the connection's loss, whichever comes first; its errors (ErrOffline,
 // ErrTimeout, ErrTooBusy, DeviceError) are mapped to the spec's codes by
-// api. The MQTT helpers (mqtt.go: Login, BufferedDialer, WaitToken) are
+// api. With a broker pool (Brokers: a comma-separated broker setting)
+// Presence holds a client per broker and one view that notes, per online
+// device, the broker of its last birth: a will from another broker is
+// stale (the device moved) and ignored, and a command goes to that broker
+// only. The MQTT helpers (mqtt.go: Login, BufferedDialer, WaitToken) are
 // shared with the ingest pipeline.
 //
 // It must not import api or ingest (the uplink pipeline, which imports

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +30,9 @@ type Handler func(topic string, payload []byte)
 // PresenceOptions configure NewPresence. Zero fields take
 // DefaultPresenceOptions' values.
 type PresenceOptions struct {
-	// BrokerURL of the MQTT broker. Default "tcp://127.0.0.1:1884".
+	// BrokerURL of the MQTT broker, or of several (a broker pool), comma-
+	// separated (Brokers): one client connects to each. Default
+	// "tcp://127.0.0.1:1884".
 	BrokerURL string
 	// Login is devicehub's login at the broker.
 	Login Login
@@ -69,16 +73,26 @@ func DefaultPresenceOptions() PresenceOptions {
 // every reconnect. Its client is the instance's downlink client too:
 // Publish sends, Subscribe adds filters (e.g. command replies) that are
 // renewed on reconnect.
+//
+// With a broker pool it holds one client per broker and one view: each
+// online device is noted with the broker its last birth came from. A
+// will counts only from that broker: a device that moved from broker A
+// to broker B (its connection to A lost, its birth published on B) stays
+// online when A publishes its will later, which A does only once its
+// keep-alive expires. A device seeded from the stored state has no broker
+// until its next birth; a will from any broker takes it offline. Publish
+// sends a command to the device's broker (unknown: to every broker).
 type Presence struct {
-	opt    PresenceOptions
-	log    *slog.Logger
-	lister OnlineLister
-	client mqtt.Client
+	opt     PresenceOptions
+	log     *slog.Logger
+	lister  OnlineLister
+	brokers []string
+	clients []mqtt.Client // one per broker, in Brokers' order
 
 	mu      sync.RWMutex
-	online  map[string]struct{}
-	touched map[string]struct{} // ids changed by messages while seeding; nil otherwise
-	subs    map[string]sub      // filter -> subscription, renewed on reconnect
+	online  map[string]int8 // device -> broker of its last birth; noBroker when seeded
+	touched map[string]int8 // ids changed by messages while seeding, with the broker of the message; nil otherwise
+	subs    map[string]sub  // filter -> subscription, renewed on reconnect
 	closed  bool
 	seeded  bool
 	conns   int // connections so far: a later one ends an earlier one's reseeding
@@ -96,8 +110,15 @@ type Presence struct {
 
 type sub struct {
 	qos byte
-	h   Handler
+	h   func(broker int, topic string, payload []byte)
 }
+
+// noBroker marks a device of the view whose broker is not known: seeded
+// from the stored state, not heard since.
+const noBroker = -1
+
+// maxBrokers bounds a pool (a broker's index is an int8 in the view).
+const maxBrokers = 127
 
 // NewPresence connects, subscribes to every device's online and offline
 // topics and seeds the view from lister.
@@ -121,12 +142,20 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	if opt.Logger == nil {
 		opt.Logger = d.Logger
 	}
+	brokers, err := Brokers(opt.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("link: %w", err)
+	}
+	if len(brokers) > maxBrokers {
+		return nil, fmt.Errorf("link: %d brokers, at most %d", len(brokers), maxBrokers)
+	}
 	p := &Presence{
-		opt:    opt,
-		log:    opt.Logger.With("component", "presence"),
-		lister: lister,
-		online: make(map[string]struct{}),
-		subs:   make(map[string]sub),
+		opt:     opt,
+		log:     opt.Logger.With("component", "presence"),
+		lister:  lister,
+		brokers: brokers,
+		online:  make(map[string]int8),
+		subs:    make(map[string]sub),
 	}
 	p.seedCtx, p.seedCancel = context.WithCancel(context.Background())
 	products := opt.ProductIDs
@@ -138,47 +167,30 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		p.subs[wire.DeviceTopic(pr, "+", wire.LevelOffline)] = sub{1, p.onPresence}
 	}
 	p.mu.Lock()
-	p.touched = make(map[string]struct{}) // track from the first subscription on
+	p.touched = make(map[string]int8) // track from the first subscription on
 	p.mu.Unlock()
-	o := opt.Login.NewClientOptions(opt.BrokerURL, opt.ClientID).
-		SetCleanSession(true).
-		SetOrderMatters(true).
-		SetAutoReconnect(true).
-		SetMaxReconnectInterval(ReconnectEvery).
-		SetKeepAlive(opt.KeepAlive).
-		SetConnectTimeout(opt.ConnectTimeout).
-		SetOnConnectHandler(p.onConnect).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			p.log.Warn("presence connection lost; reconnecting", "err", err)
-			p.mu.RLock()
-			hooks := p.onLost
-			p.mu.RUnlock()
-			for _, h := range hooks {
-				h()
-			}
-		})
-	// Every command is a publish out and a reply in on this connection:
-	// buffered, a read costs one system call per batch of packets instead
-	// of several per packet, and acks and publishes leave together.
-	if fn := BufferedDialer(opt.BrokerURL, opt.ConnectTimeout); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
+	for i, broker := range brokers {
+		p.clients = append(p.clients, p.newClient(i, broker))
 	}
-	p.client = mqtt.NewClient(o)
-	t := p.client.Connect()
-	select {
-	case <-t.Done():
-	case <-ctx.Done():
-		p.Close()
-		return nil, ctx.Err()
-	}
-	if err := t.Error(); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("link: presence connect %s: %w", opt.BrokerURL, err)
+	for i, c := range p.clients {
+		t := c.Connect()
+		select {
+		case <-t.Done():
+		case <-ctx.Done():
+			p.Close()
+			return nil, ctx.Err()
+		}
+		if err := t.Error(); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("link: presence connect %s: %w", brokers[i], err)
+		}
 	}
 	// The first seed runs here, synchronously, so the view is ready on return.
-	if err := p.resubscribe(); err != nil {
-		p.Close()
-		return nil, err
+	for i := range p.clients {
+		if err := p.resubscribe(i); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
 	if err := p.seed(ctx, true); err != nil {
 		p.Close()
@@ -197,28 +209,69 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	return p, nil
 }
 
-func (p *Presence) resubscribe() error {
+// newClient is the (unconnected) client of broker i.
+func (p *Presence) newClient(i int, broker string) mqtt.Client {
+	o := p.opt.Login.NewClientOptions(broker, p.opt.ClientID).
+		SetCleanSession(true).
+		SetOrderMatters(true).
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(ReconnectEvery).
+		SetKeepAlive(p.opt.KeepAlive).
+		SetConnectTimeout(p.opt.ConnectTimeout).
+		SetOnConnectHandler(func(mqtt.Client) { p.onConnect(i) }).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			p.log.Warn("presence connection lost; reconnecting", "broker", BrokerName(broker), "err", err)
+			p.mu.RLock()
+			hooks := p.onLost
+			p.mu.RUnlock()
+			for _, h := range hooks {
+				h()
+			}
+		})
+	// Every command is a publish out and a reply in on this connection:
+	// buffered, a read costs one system call per batch of packets instead
+	// of several per packet, and acks and publishes leave together.
+	if fn := BufferedDialer(broker, p.opt.ConnectTimeout); fn != nil {
+		o.SetCustomOpenConnectionFn(fn)
+	}
+	return mqtt.NewClient(o)
+}
+
+// resubscribe renews every subscription on broker i's client.
+func (p *Presence) resubscribe(i int) error {
 	p.mu.RLock()
 	filters := make(map[string]byte, len(p.subs))
 	for f, s := range p.subs {
 		filters[f] = s.qos
 	}
 	p.mu.RUnlock()
-	if err := WaitToken(p.client.SubscribeMultiple(filters, p.route), p.opt.ConnectTimeout); err != nil {
-		return fmt.Errorf("link: presence subscribe: %w", err)
+	route := func(_ mqtt.Client, m mqtt.Message) { p.route(i, m) }
+	if err := WaitToken(p.clients[i].SubscribeMultiple(filters, route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("link: presence subscribe at %s: %w", BrokerName(p.brokers[i]), err)
 	}
 	return nil
 }
 
-// onConnect renews the subscriptions and, after a reconnect, reseeds the
-// view (changes may have been missed while disconnected).
-func (p *Presence) onConnect(mqtt.Client) {
+// onConnect renews the subscriptions of broker i's client and, after a
+// reconnect, reseeds the view (changes may have been missed while
+// disconnected).
+func (p *Presence) onConnect(i int) {
 	p.mu.Lock()
 	p.conns++
 	conn := p.conns
 	again := p.seeded && !p.closed
 	if again {
-		p.touched = make(map[string]struct{})
+		// What this broker's messages said may be out of date (a will
+		// missed while away); what the other brokers said since tracking
+		// began still wins over the seed.
+		if p.touched == nil {
+			p.touched = make(map[string]int8)
+		}
+		for id, b := range p.touched {
+			if int(b) == i {
+				delete(p.touched, id)
+			}
+		}
 		p.seedWG.Add(1)
 	}
 	p.mu.Unlock()
@@ -227,7 +280,7 @@ func (p *Presence) onConnect(mqtt.Client) {
 	}
 	go func() {
 		defer p.seedWG.Done()
-		if err := p.resubscribe(); err != nil {
+		if err := p.resubscribe(i); err != nil {
 			p.log.Error("presence resubscribe failed", "err", err)
 			return
 		}
@@ -291,7 +344,9 @@ func (p *Presence) seed(ctx context.Context, last bool) error {
 	}
 	for id := range listed {
 		if _, ok := p.touched[id]; !ok {
-			p.online[id] = struct{}{}
+			if _, ok := p.online[id]; !ok {
+				p.online[id] = noBroker
+			}
 		}
 	}
 	if last {
@@ -305,12 +360,12 @@ func (p *Presence) seed(ctx context.Context, last bool) error {
 //
 // A retained message is one the broker replays to each new subscription:
 // an old birth, will or reply, not news; it is ignored.
-func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
+func (p *Presence) route(broker int, m mqtt.Message) {
 	if m.Retained() {
 		return
 	}
 	p.mu.RLock()
-	var h Handler
+	var h func(int, string, []byte)
 	for f, s := range p.subs {
 		if topicMatch(f, m.Topic()) {
 			h = s.h
@@ -319,21 +374,30 @@ func (p *Presence) route(_ mqtt.Client, m mqtt.Message) {
 	}
 	p.mu.RUnlock()
 	if h != nil {
-		h(m.Topic(), m.Payload())
+		h(broker, m.Topic(), m.Payload())
 	}
 }
 
-func (p *Presence) onPresence(topic string, _ []byte) {
+// onPresence takes a birth or will that broker delivered. A will from
+// another broker than the one the device's last birth came from is stale
+// (the device has moved): it changes nothing.
+func (p *Presence) onPresence(broker int, topic string, _ []byte) {
 	deviceID, online, ok := wire.ParsePresenceTopic(topic)
 	if !ok {
 		return
 	}
 	p.mu.Lock()
+	if !online {
+		if at, ok := p.online[deviceID]; ok && at != noBroker && int(at) != broker {
+			p.mu.Unlock()
+			return
+		}
+	}
 	if p.touched != nil {
-		p.touched[deviceID] = struct{}{}
+		p.touched[deviceID] = int8(broker)
 	}
 	if online {
-		p.online[deviceID] = struct{}{}
+		p.online[deviceID] = int8(broker)
 	} else {
 		delete(p.online, deviceID)
 	}
@@ -378,21 +442,56 @@ func (p *Presence) OnlineCount() int {
 // on every reconnect; h must not block.
 func (p *Presence) Subscribe(filter string, qos byte, h Handler) error {
 	p.mu.Lock()
-	p.subs[filter] = sub{qos, h}
+	p.subs[filter] = sub{qos, func(_ int, topic string, payload []byte) { h(topic, payload) }}
 	p.mu.Unlock()
-	if err := WaitToken(p.client.Subscribe(filter, qos, p.route), p.opt.ConnectTimeout); err != nil {
-		return fmt.Errorf("link: subscribe %s: %w", filter, err)
+	for i, c := range p.clients {
+		route := func(_ mqtt.Client, m mqtt.Message) { p.route(i, m) }
+		if err := WaitToken(c.Subscribe(filter, qos, route), p.opt.ConnectTimeout); err != nil {
+			return fmt.Errorf("link: subscribe %s at %s: %w", filter, BrokerName(p.brokers[i]), err)
+		}
 	}
 	return nil
 }
 
 // Publish sends a message on this instance's client and waits until it is
-// sent (QoS 0) or acknowledged (QoS 1), or ctx ends.
+// sent (QoS 0) or acknowledged (QoS 1), or ctx ends. With a broker pool it
+// goes to the broker the topic's device is online at, as the view has it
+// (a device's topics are /{product}/{device}/...); when that is not known,
+// to every broker, and the first to take it answers.
 func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload []byte) error {
-	t := p.client.Publish(topic, qos, false, payload)
+	if len(p.clients) == 1 {
+		return p.publishOn(ctx, 0, topic, qos, payload)
+	}
+	p.mu.RLock()
+	at, ok := p.online[topicDevice(topic)]
+	p.mu.RUnlock()
+	if ok && at != noBroker {
+		return p.publishOn(ctx, int(at), topic, qos, payload)
+	}
+	errc := make(chan error, len(p.clients))
+	for i := range p.clients {
+		go func() { errc <- p.publishOn(ctx, i, topic, qos, payload) }()
+	}
+	var errs []error
+	for range p.clients {
+		err := <-errc
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// publishOn publishes on broker i's client and waits, as Publish.
+func (p *Presence) publishOn(ctx context.Context, i int, topic string, qos byte, payload []byte) error {
+	t := p.clients[i].Publish(topic, qos, false, payload)
 	select {
 	case <-t.Done():
 		if err := t.Error(); err != nil {
+			if len(p.clients) > 1 {
+				return fmt.Errorf("link: publish %s at %s: %w", topic, BrokerName(p.brokers[i]), err)
+			}
 			return fmt.Errorf("link: publish %s: %w", topic, err)
 		}
 		return nil
@@ -401,8 +500,32 @@ func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload 
 	}
 }
 
-// Connected reports whether the client is connected to the broker.
-func (p *Presence) Connected() bool { return p.client.IsConnectionOpen() }
+// topicDevice is the device level of a device topic /{product}/{device}/...
+func topicDevice(topic string) string {
+	parts := strings.SplitN(topic, "/", 4)
+	if len(parts) < 3 || parts[0] != "" {
+		return ""
+	}
+	return parts[2]
+}
+
+// Connected reports whether the client of every broker is connected.
+func (p *Presence) Connected() bool {
+	for _, c := range p.clients {
+		if !c.IsConnectionOpen() {
+			return false
+		}
+	}
+	return len(p.clients) > 0
+}
+
+// Brokers are the URLs of the brokers this Presence connects to, in the
+// order of its setting.
+func (p *Presence) Brokers() []string { return p.brokers }
+
+// ConnectedTo reports whether the client of broker i (Brokers' index) is
+// connected.
+func (p *Presence) ConnectedTo(i int) bool { return p.clients[i].IsConnectionOpen() }
 
 // Close disconnects and unregisters the metric.
 func (p *Presence) Close() {
@@ -413,8 +536,8 @@ func (p *Presence) Close() {
 		p.opt.Registerer.Unregister(p.onlineGauge)
 	}
 	p.seedCancel()
-	if p.client != nil {
-		p.client.Disconnect(250)
+	for _, c := range p.clients {
+		c.Disconnect(250)
 	}
 	p.seedWG.Wait()
 }

@@ -1,0 +1,143 @@
+package link
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/mqtttest"
+)
+
+func TestBrokers(t *testing.T) {
+	got, err := Brokers(" tcp://a:1883 ,tcp://b:1883")
+	if err != nil || !slices.Equal(got, []string{"tcp://a:1883", "tcp://b:1883"}) {
+		t.Fatalf("Brokers: %v %v", got, err)
+	}
+	for _, bad := range []string{"", "tcp://a:1883,", "a:1883", "tcp://a:1883,tcp://a:1883", "tcp://x:pw@"} {
+		if _, err := Brokers(bad); err == nil {
+			t.Errorf("Brokers(%q) accepted", bad)
+		}
+	}
+	if n := BrokerName("tcp://devicehub:secret@b1:1883"); n != "b1:1883" {
+		t.Fatalf("BrokerName %q", n)
+	}
+}
+
+// recorder is a client subscribed to a filter, noting the topics it gets.
+type recorder struct {
+	mu     sync.Mutex
+	topics []string
+}
+
+func (r *recorder) has(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.topics, topic)
+}
+
+func record(t *testing.T, url, filter string) *recorder {
+	t.Helper()
+	r := &recorder{}
+	gw := mqtttest.Gateway(t, url)
+	c := mqtttest.ConnectDevice(t, url, randID("rec-"), gw)
+	tok := c.Subscribe(filter, 1, func(_ mqtt.Client, m mqtt.Message) {
+		r.mu.Lock()
+		r.topics = append(r.topics, m.Topic())
+		r.mu.Unlock()
+	})
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return r
+}
+
+// TestPresencePool: one Presence over two brokers. A device that moves
+// from A to B stays online when A publishes its will after the birth on
+// B; a command goes to the broker of the device's last birth only, and to
+// both for a device known only from the stored state; a will from any
+// broker takes such a device offline; Connected covers both brokers.
+func TestPresencePool(t *testing.T) {
+	a, b := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
+	// Gateway logins, and the service login its rights at each broker.
+	gwA, gwB := mqtttest.Gateway(t, a.URL()), mqtttest.Gateway(t, b.URL())
+	product := randID("pp")
+	opt := DefaultPresenceOptions()
+	opt.BrokerURL, opt.ClientID, opt.ProductIDs = a.URL()+","+b.URL(), randID("presence-pool-"), []string{product}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := NewPresence(ctx, opt, staticLister{"seeded"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Connected() || !p.ConnectedTo(0) || !p.ConnectedTo(1) || !slices.Equal(p.Brokers(), []string{a.URL(), b.URL()}) {
+		t.Fatalf("connected %v, brokers %v", p.Connected(), p.Brokers())
+	}
+	topic := func(dev, level string) string { return "/" + product + "/" + dev + "/" + level }
+	withWill := func(gw func(*mqtt.ClientOptions), dev string) func(*mqtt.ClientOptions) {
+		return func(o *mqtt.ClientOptions) {
+			gw(o)
+			o.SetWill(topic(dev, "offline"), "{}", 1, false)
+		}
+	}
+	onA := mqtttest.ConnectDevice(t, a.URL(), randID("m-a-"), withWill(gwA, "mover"))
+	onA.MustPublish(t, topic("mover", "online"), 1, "{}")
+	waitFor(t, 5*time.Second, func() bool { return p.IsOnline("mover") }, "the mover online at A")
+	onB := mqtttest.ConnectDevice(t, b.URL(), randID("m-b-"), withWill(gwB, "mover"))
+	onB.MustPublish(t, topic("mover", "online"), 1, "{}")
+	recA, recB := record(t, a.URL(), "/"+product+"/+/properties/read"), record(t, b.URL(), "/"+product+"/+/properties/read")
+	// The birth on B is taken once a command to the mover reaches B.
+	waitFor(t, 5*time.Second, func() bool {
+		if err := p.Publish(ctx, topic("mover", "properties/read"), 1, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		return recB.has(topic("mover", "properties/read"))
+	}, "a command to the mover at B")
+	onA.Cut() // A publishes the mover's will, after its birth on B
+	// A sentinel behind the will on A: another device's birth there.
+	sentinel := mqtttest.ConnectDevice(t, a.URL(), randID("s-"), gwA)
+	sentinel.MustPublish(t, topic("sentinel", "online"), 1, "{}")
+	waitFor(t, 15*time.Second, func() bool { return p.IsOnline("sentinel") }, "the sentinel online")
+	if !p.IsOnline("mover") {
+		t.Fatal("the mover went offline with the will of the broker it left")
+	}
+	// Commands to the sentinel go to A only; the mover's earlier ones,
+	// which went to B, would have reached A's recorder before.
+	if err := p.Publish(ctx, topic("sentinel", "properties/read"), 1, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return recA.has(topic("sentinel", "properties/read")) }, "the sentinel's command at A")
+	if recA.has(topic("mover", "properties/read")) || recB.has(topic("sentinel", "properties/read")) {
+		t.Fatalf("a command went to a broker its device is not at: A %v, B %v", recA.topics, recB.topics)
+	}
+	// A device known from the stored state only: its command goes to both.
+	if !p.IsOnline("seeded") {
+		t.Fatal("the seeded device is not online")
+	}
+	if err := p.Publish(ctx, topic("seeded", "properties/read"), 1, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		return recA.has(topic("seeded", "properties/read")) && recB.has(topic("seeded", "properties/read"))
+	},
+		"the seeded device's command at both brokers")
+	// Its will, from either broker, counts.
+	onB.MustPublish(t, topic("seeded", "offline"), 1, "{}")
+	waitFor(t, 5*time.Second, func() bool { return !p.IsOnline("seeded") }, "the seeded device offline")
+	// The mover's will on B, the broker it is at, counts.
+	onB.Cut()
+	waitFor(t, 15*time.Second, func() bool { return !p.IsOnline("mover") }, "the mover offline through B's will")
+
+	b.Stop(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, func() bool { return !p.ConnectedTo(1) }, "B's client down")
+	if p.Connected() || !p.ConnectedTo(0) {
+		t.Fatalf("with B down: connected %v, to A %v", p.Connected(), p.ConnectedTo(0))
+	}
+	b.Start()
+	waitFor(t, 10*time.Second, p.Connected, "both clients connected with B back")
+}
