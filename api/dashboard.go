@@ -302,9 +302,9 @@ func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Lo
 
 // resolveDashboard looks up what a planned query needs from the metadata:
 // a product outside the caller's is not_found before any query runs; a
-// property aggregate query's device or product is looked up and its
-// properties checked against the thing model (plan.model); a history
-// query's device is looked up and handed to its Resolve (plan.resolved).
+// property aggregate query's device or product model is looked up and
+// handed to its Resolve (plan.model); a history query's device is looked
+// up and handed to its Resolve (plan.resolved).
 func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) error {
 	switch {
 	case plan.counts != nil:
@@ -313,9 +313,12 @@ func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) erro
 		}
 		return nil
 	case plan.agg != nil:
-		var err error
-		plan.model, err = s.checkNumeric(ctx, plan.at, plan.agg.ProductID, plan.agg.DeviceID, plan.sent)
-		return err
+		m, err := s.aggModel(ctx, plan.agg)
+		if err != nil {
+			return err
+		}
+		plan.model, err = plan.agg.Resolve(m, plan.sent)
+		return atField(plan.at, err)
 	}
 	dev, err := s.deviceRef(ctx, plan.history.DeviceID)
 	if err != nil {

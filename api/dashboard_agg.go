@@ -2,11 +2,9 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
-	"devicehub/schema"
 	"devicehub/tsdb"
 )
 
@@ -79,45 +77,22 @@ func aggValue(agg string, b tsdb.AggBucket) any {
 	return b.Value
 }
 
-// numericTypes are the thing-model value types whose values are numbers.
-var numericTypes = map[string]bool{schema.TypeInt: true, schema.TypeLong: true, schema.TypeFloat: true, schema.TypeDouble: true}
-
-// checkNumeric returns the thing model in force (the device's, or the
-// product's without a device), and refuses a property that it does not
-// declare, or declares with a type other than int, long, float or double.
-func (s *Server) checkNumeric(ctx context.Context, at, productID, deviceID string, props []string) (*schema.ThingModel, error) {
-	var metadata, of string
-	if deviceID != "" {
-		dev, err := s.deviceRef(ctx, deviceID)
+// aggModel looks up the thing model a property aggregate query is
+// checked against (tsdb.AggQuery.Resolve): its device's, within the
+// caller's products, or without a device its product's.
+func (s *Server) aggModel(ctx context.Context, q *tsdb.AggQuery) (tsdb.AggModel, error) {
+	if q.DeviceID != "" {
+		dev, err := s.deviceRef(ctx, q.DeviceID)
 		if err != nil {
-			return nil, err
+			return tsdb.AggModel{}, err
 		}
-		if dev.ProductID != productID {
-			return nil, schema.Invalid(at+".object", "device %q belongs to product %q, not %q", deviceID, dev.ProductID, productID)
-		}
-		metadata, of = dev.Metadata, fmt.Sprintf("device %q", deviceID)
-	} else {
-		var err error
-		if metadata, err = s.productModel(ctx, productID); err != nil {
-			return nil, err
-		}
-		of = fmt.Sprintf("product %q", productID)
+		return tsdb.AggModel{ProductID: dev.ProductID, Metadata: dev.Metadata}, nil
 	}
-	model, err := schema.ParseThingModelString(metadata)
+	metadata, err := s.productModel(ctx, q.ProductID)
 	if err != nil {
-		model = schema.EmptyThingModel() // a stored model is valid; stay robust regardless
+		return tsdb.AggModel{}, err
 	}
-	for i, id := range props {
-		field := fmt.Sprintf("%s.params.properties[%d]", at, i)
-		def, ok := model.Property(id)
-		if !ok {
-			return nil, schema.Invalid(field, "property %q is not in the thing model of %s", id, of)
-		}
-		if !numericTypes[def.ValueType.Type] {
-			return nil, schema.Invalid(field, "property %q is of type %s; aggregates need int, long, float or double", id, def.ValueType.Type)
-		}
-	}
-	return model, nil
+	return tsdb.AggModel{ProductID: q.ProductID, Metadata: metadata}, nil
 }
 
 // productModel looks up a product's thing model through the server's

@@ -165,6 +165,49 @@ func (q AggQuery) Check() error {
 	return checkPropertyNames(q.Properties)
 }
 
+// AggModel is the thing model a property aggregate query is checked
+// against, looked up by the caller (api: within the caller's products):
+// its device's when the query names one, else its product's.
+type AggModel struct {
+	ProductID string // the product of the device; without a device, the query's own
+	Metadata  string // the thing model in force, JSON
+}
+
+// Resolve checks q against m: a device must belong to q.ProductID (else a
+// *schema.ArgError of field "object"), and each property as sent must be
+// a numeric property of the model (field "params.properties[i]"; sent is
+// q.Properties before repeats were dropped, so that errors name the index
+// the client sent; nil: q.Properties). It returns the model, which names
+// and formats the answer's values. A thing model that does not parse (a
+// stored one does) counts as empty.
+func (q AggQuery) Resolve(m AggModel, sent []string) (*schema.ThingModel, error) {
+	of := fmt.Sprintf("product %q", q.ProductID)
+	if q.DeviceID != "" {
+		if m.ProductID != q.ProductID {
+			return nil, schema.Invalid("object", "device %q belongs to product %q, not %q", q.DeviceID, m.ProductID, q.ProductID)
+		}
+		of = fmt.Sprintf("device %q", q.DeviceID)
+	}
+	model, err := schema.ParseThingModelString(m.Metadata)
+	if err != nil {
+		model = schema.EmptyThingModel()
+	}
+	if sent == nil {
+		sent = q.Properties
+	}
+	for i, id := range sent {
+		field := fmt.Sprintf("params.properties[%d]", i)
+		def, ok := model.Property(id)
+		if !ok {
+			return nil, schema.Invalid(field, "property %q is not in the thing model of %s", id, of)
+		}
+		if !def.ValueType.IsNumeric() {
+			return nil, schema.Invalid(field, "property %q is of type %s; aggregates need int, long, float or double", id, def.ValueType.Type)
+		}
+	}
+	return model, nil
+}
+
 // CheckHistoryProperties checks the properties a history query names.
 func CheckHistoryProperties(props []string) error {
 	if len(props) > MaxHistoryProperties {

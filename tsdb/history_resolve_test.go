@@ -93,3 +93,42 @@ func TestHistoryRun(t *testing.T) {
 		t.Fatalf("export of %+v: %s", h.ExportQuery(), show(streamed))
 	}
 }
+
+// TestAggResolve: a property aggregate query is resolved against the
+// thing model handed in: a device of another product is refused on
+// object, a property the model lacks or that is not numeric on its index
+// as sent, and the model is handed back.
+func TestAggResolve(t *testing.T) {
+	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"label","name":"Label","valueType":{"type":"string"}}],"events":[],"functions":[],"tags":[]}`
+	f := func(q AggQuery, m AggModel, sent []string, field, msg string) {
+		t.Helper()
+		got, err := q.Resolve(m, sent)
+		if field == "" {
+			if err != nil || got == nil {
+				t.Fatalf("%+v: %v", q, err)
+			}
+			if def, ok := got.Property("temp"); m.Metadata == model && (!ok || def.Name != "Temperature") {
+				t.Fatalf("%+v: the model: %+v %v", q, def, ok)
+			}
+			return
+		}
+		var ae *schema.ArgError
+		if !errors.As(err, &ae) || ae.Field != field || !strings.Contains(ae.Msg, msg) {
+			t.Fatalf("%+v: got %v, want %s: %s", q, err, field, msg)
+		}
+	}
+	dev := AggQuery{ProductID: "p", DeviceID: "d", Properties: []string{"temp"}, Agg: AggAvg}
+	f(dev, AggModel{ProductID: "p", Metadata: model}, nil, "", "")
+	f(dev, AggModel{ProductID: "other", Metadata: model}, nil, "object", `device "d" belongs to product "other", not "p"`)
+	prod := AggQuery{ProductID: "p", Properties: []string{"temp"}, Agg: AggMax}
+	f(prod, AggModel{ProductID: "p", Metadata: model}, nil, "", "")
+	f(AggQuery{ProductID: "p", Properties: []string{"temp", "nope"}}, AggModel{ProductID: "p", Metadata: model}, nil,
+		"params.properties[1]", `property "nope" is not in the thing model of product "p"`)
+	f(AggQuery{ProductID: "p", DeviceID: "d", Properties: []string{"label"}}, AggModel{ProductID: "p", Metadata: model}, nil,
+		"params.properties[0]", `property "label" is of type string; aggregates need int, long, float or double`)
+	// Repeats were dropped from Properties; errors name the index as sent.
+	f(AggQuery{ProductID: "p", Properties: []string{"temp", "label"}}, AggModel{ProductID: "p", Metadata: model}, []string{"temp", "temp", "label"},
+		"params.properties[2]", `property "label" is of type string`)
+	// A model that does not parse counts as empty.
+	f(prod, AggModel{ProductID: "p", Metadata: "{"}, nil, "params.properties[0]", `property "temp" is not in the thing model of product "p"`)
+}
