@@ -10,6 +10,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
@@ -70,7 +71,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		return fmt.Sprintf("/%s/%s-d%d/properties/report", p, p, i%devices)
 	})
 
-	eventually(t, 20*time.Second, "some traffic stored", func() bool { return in.Stats().Stored > 300 })
+	testkit.Eventually(t, 20*time.Second, "some traffic stored", func() bool { return in.Stats().Stored > 300 })
 	// What the broker acknowledged before it stopped is in the ingester's
 	// sessions, which SIGTERM saves.
 	ackedBeforeStop := map[string]bool{}
@@ -101,7 +102,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		t.Fatalf("probe connect: %v", err)
 	}
 	defer probe.Disconnect(0)
-	eventually(t, 20*time.Second, "the ingester subscribed again after the restart", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the ingester subscribed again after the restart", func() bool {
 		if in.Stats().Dropped[DropUnknownDevice] > 0 {
 			return true
 		}
@@ -109,12 +110,13 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		time.Sleep(50 * time.Millisecond)
 		return in.Stats().Dropped[DropUnknownDevice] > 0
 	})
+
 	resubscribedIn := time.Since(restartedAt)
 	if resubscribedIn > time.Second {
 		t.Errorf("the ingester took %s to subscribe again after the broker was back", resubscribedIn.Round(time.Millisecond))
 	}
 	windowEnd := dev.Published()
-	eventually(t, 30*time.Second, "500 more messages published", func() bool { return dev.Published() >= windowEnd+500 })
+	testkit.Eventually(t, 30*time.Second, "500 more messages published", func() bool { return dev.Published() >= windowEnd+500 })
 	dev.Stop()
 
 	// Which publishes did the broker acknowledge?

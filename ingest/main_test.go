@@ -109,18 +109,6 @@ func (e *env) count(q string, args ...any) uint64 {
 	return n
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // testOptions are ingest options private to one test.
 func testOptions(products ...string) Options {
 	opt := DefaultOptions()

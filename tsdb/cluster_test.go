@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/schema"
 )
 
@@ -380,9 +381,10 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 		var total uint64
 		for _, shard := range [][2]string{{"ch11", "ch12"}, {"ch21", "ch22"}} {
 			q := "SELECT count() FROM `" + dbName + "`.`" + table + "`"
-			waitFor(t, 30*time.Second, "replicas of "+shard[0]+" in step", func() bool {
+			testkit.Eventually(t, 30*time.Second, "replicas of "+shard[0]+" in step", func() bool {
 				return c.scalar(t, shard[0], q) == c.scalar(t, shard[1], q)
 			})
+
 			n := c.scalar(t, shard[0], q)
 			if n == 0 {
 				t.Errorf("%s holds no rows of %s: not sharded", shard[0], table)
@@ -400,17 +402,6 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 		if n1, n2 := c.scalar(t, "ch11", devices), c.scalar(t, "ch21", devices); n1+n2 != 24 {
 			t.Errorf("%s: devices per shard %d + %d, want 24 in all (each on one shard)", table, n1, n2)
 		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -569,10 +560,11 @@ func TestClusterDropPartitionsBefore(t *testing.T) {
 		}
 		return c
 	}
-	waitFor(t, 30*time.Second, "the drop on every replica", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the drop on every replica", func() bool {
 		return count("SELECT count() FROM device_message") == 16 && count("SELECT count() FROM device_property") == 16 &&
 			count("SELECT sum(messages) FROM device_message_daily") == 16
 	})
+
 	for node := range c.nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.parts WHERE database = ? AND active AND partition_id IN ('202312', '202401')", db.Database()); n != 0 {
 			t.Errorf("%s keeps %d parts of dropped months", node, n)
@@ -627,10 +619,11 @@ func TestClusterZoneRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	var a, b uint64
-	waitFor(t, 10*time.Second, "the insert counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the insert counted", func() bool {
 		a, b = day(shdb, 2024, 2, 29), day(shdb, 2024, 3, 1)
 		return a == 9 && b == 9
 	})
+
 }
 
 // With a replica down, an instance starts (nothing to create, so no ON
@@ -664,9 +657,10 @@ func TestClusterStartWithReplicaDown(t *testing.T) {
 	clusterScript(t, "start", "clickhouse")
 	t.Logf("ch12 back after %s", time.Since(start))
 	q := "SELECT count() FROM `" + db.Database() + "`.device_message_local"
-	waitFor(t, 60*time.Second, "ch12 to catch up", func() bool {
+	testkit.Eventually(t, 60*time.Second, "ch12 to catch up", func() bool {
 		return c.scalar(t, "ch12", q) == c.scalar(t, "ch11", q)
 	})
+
 	t.Logf("ch12 caught up after %s", time.Since(start))
 }
 

@@ -21,6 +21,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
@@ -107,7 +108,7 @@ func TestCluster(t *testing.T) {
 	pub := startReports(t, broker.URL(), gw, product, devices)
 	until := func(n int64) {
 		t.Helper()
-		waitUntil(t, 60*time.Second, fmt.Sprintf("%d reports published", n), func() bool { return pub.published() >= n })
+		testkit.Eventually(t, 60*time.Second, fmt.Sprintf("%d reports published", n), func() bool { return pub.published() >= n })
 	}
 	until(3000)
 	killed := time.Now()
@@ -190,10 +191,11 @@ func TestCluster(t *testing.T) {
 	for _, shard := range [][2]string{{"ch11", "ch12"}, {"ch21", "ch22"}} {
 		for _, table := range []string{"device_message_local", "device_property_local"} {
 			q := "SELECT count() FROM `" + clusterDB + "`." + table
-			waitUntil(t, 90*time.Second, shard[0]+" and "+shard[1]+" in step", func() bool {
+			testkit.Eventually(t, 90*time.Second, shard[0]+" and "+shard[1]+" in step", func() bool {
 				n := cl.scalar(t, shard[0], q)
 				return n > 0 && n == cl.scalar(t, shard[1], q)
 			})
+
 		}
 	}
 
@@ -222,7 +224,7 @@ func TestCluster(t *testing.T) {
 	// --- commands: either instance, replies to either ingest ----------------
 	dev := devices[0]
 	responder := startResponder(t, broker.URL(), gw, product, dev)
-	waitUntil(t, 10*time.Second, "the device online on every instance", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the device online on every instance", func() bool {
 		for _, s := range []*instance{a, b, single} {
 			if code, _ := s.readProperty(token, dev, "temperature"); code != http.StatusOK {
 				return false
@@ -230,6 +232,7 @@ func TestCluster(t *testing.T) {
 		}
 		return true
 	})
+
 	recvA, recvB := metric(t, a, "devicehub_ingest_received_total"), metric(t, b, "devicehub_ingest_received_total")
 	for i := range 20 {
 		s := []*instance{a, b}[i%2]
@@ -248,7 +251,7 @@ func TestCluster(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, 10*time.Second, "the replies stored", func() bool { return replies() >= uint64(responder.sent()) })
+	testkit.Eventually(t, 10*time.Second, "the replies stored", func() bool { return replies() >= uint64(responder.sent()) })
 	ra, rb := metric(t, a, "devicehub_ingest_received_total")-recvA, metric(t, b, "devicehub_ingest_received_total")-recvB
 	t.Logf("20 reads answered on a and b; their replies taken by a's ingest %v, b's %v; %d replies sent, %d stored",
 		ra, rb, responder.sent(), replies())
@@ -280,7 +283,7 @@ func TestCluster(t *testing.T) {
 	b.call(t, token, "POST", "/api/device/instance/"+late+"/deploy", nil)
 	time.Sleep(2500 * time.Millisecond) // ingest caches device statuses 2 s (REFERENCE.md, Scaling out)
 	publishBurst(t, broker.URL(), gw, product, late, "late-deployed-", 40)
-	waitUntil(t, 10*time.Second, "the deployed device's reports", func() bool { return lateCount() >= 40 })
+	testkit.Eventually(t, 10*time.Second, "the deployed device's reports", func() bool { return lateCount() >= 40 })
 	a.call(t, token, "POST", "/api/device/instance/"+late+"/undeploy", nil)
 	time.Sleep(2500 * time.Millisecond)
 	publishBurst(t, broker.URL(), gw, product, late, "late-undeployed-", 40)

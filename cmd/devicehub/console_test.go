@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -165,12 +166,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The hourly average: 24 bars, this hour's the mean of both values.
 	// Live events may come before their values are stored: the chart's
 	// query waits until both are.
-	waitUntil(t, 10*time.Second, "both temperatures stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both temperatures stored", func() bool {
 		var items []json.RawMessage
 		srv.do(t, token, "POST", "/api/dashboard/_multi", []map[string]any{{"dashboard": "device", "object": product,
 			"measurement": "properties", "dimension": "history", "params": map[string]any{"deviceId": devID, "history": 10, "properties": []string{"temperature"}}}}, &items)
 		return len(items) == 2
 	})
+
 	b.run("choose hourly averages", setSelect("#chart-mode", "1h"))
 	b.poll("24 hourly bars", `document.querySelectorAll('#property-chart rect.bar').length === 24`)
 	// Both values fell in this hour (avg 22.23), or, across an hour's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -100,13 +101,14 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 	b.shot("users")
 
 	// The audit trail shows these writes, once stored (within a second).
-	waitUntil(t, 10*time.Second, "the user's changes audited", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the user's changes audited", func() bool {
 		var page struct {
 			Total int `json:"total"`
 		}
 		srv.do(t, token, "POST", "/api/audit/_query", map[string]any{"terms": []map[string]any{{"column": "route", "termType": "like", "value": "/api/user/:id%"}}}, &page)
 		return page.Total == 4
 	})
+
 	b.run("open the audit trail", chromedp.Click(chromedp.ID("nav-audit")), chromedp.WaitVisible(chromedp.ID("audit-search")))
 	b.poll("the user's changes audited", `[...document.querySelectorAll('.audit-route')].filter((e) => e.textContent === 'PUT /api/user/:id').length === 3 &&
 		[...document.querySelectorAll('.audit-route')].some((e) => e.textContent === 'PUT /api/user/:id/password')`)
@@ -164,7 +166,7 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
 		chromedp.Click(chromedp.CSS(`button[data-action=revoke][data-key=script]`)))
 	b.poll("the key gone from the list", `!document.querySelector('#keys-list tr[data-key=script]')`)
-	waitUntil(t, time.Second, "the revoked key refused", func() bool { return keyStatus() == 401 })
+	testkit.Eventually(t, time.Second, "the revoked key refused", func() bool { return keyStatus() == 401 })
 	b.run("sign out again", chromedp.Click(chromedp.ID("logout")))
 	in("sign in with the new password", user, "second-password", chromedp.WaitVisible(chromedp.ID("whoami")))
 	b.checkExceptions()

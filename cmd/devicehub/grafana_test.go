@@ -14,6 +14,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -215,10 +216,11 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 	dev.MustPublish(t, prefix+"/properties/report", 1, `{"properties":{"temperature":21.5}}`)
 	dev.MustPublish(t, prefix+"/properties/report", 1, `{"timestamp":"soon","properties":{"temperature":22}}`)
 	dev.MustPublish(t, "/"+product+"/ghost-"+suffix+"/properties/report", 1, `{"properties":{"temperature":1}}`)
-	waitUntil(t, 20*time.Second, "two reports stored and the bad timestamp counted", func() bool {
+	testkit.Eventually(t, 20*time.Second, "two reports stored and the bad timestamp counted", func() bool {
 		m := metricsText(t, srv.base)
 		return strings.Contains(m, "\ndevicehub_ingest_bad_timestamps_total 1\n") && !strings.Contains(m, "\ndevicehub_ingest_stored_total 0\n")
 	})
+
 	// The device does not answer: a read that times out.
 	req, _ := http.NewRequest("GET", srv.base+"/api/device/standard/"+device+"/property/temperature?timeout=200", nil)
 	req.Header.Set("X-Access-Token", token)

@@ -18,6 +18,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
@@ -63,10 +64,11 @@ func TestSigtermDrains(t *testing.T) {
 	topic := "/" + product + "/" + device + "/properties/report"
 	dev := mqtttest.StartPublisher(t, pub, func(int) string { return topic })
 
-	waitUntil(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
+	testkit.Eventually(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
 		got, err := stored()
 		return err == nil && len(got) > 300
 	})
+
 	atSignal := dev.Published()
 	signalled := time.Now()
 	first.signal(syscall.SIGTERM)
@@ -149,17 +151,6 @@ func randHex() string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // buildBinary builds this package's command into a temporary directory.

@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 	"devicehub/tsdb/tsdbtest"
@@ -51,9 +52,10 @@ func TestAPIOnlyInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(fleet.Close)
-	waitUntil(t, 10*time.Second, "devicehub_devices_online 1", func() bool {
+	testkit.Eventually(t, 10*time.Second, "devicehub_devices_online 1", func() bool {
 		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 1\n")
 	})
+
 	var values map[string]any
 	srv.do(t, token, "GET", "/api/device/standard/"+device+"/property/temp", nil, &values)
 	if values["temp"] != 21.5 {

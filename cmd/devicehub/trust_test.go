@@ -23,6 +23,7 @@ import (
 	_ "github.com/lib/pq"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 	"devicehub/tsdb"
@@ -182,7 +183,7 @@ func (e *trustEnv) stored(deviceID string, v float64) uint64 {
 
 func (e *trustEnv) waitStored(deviceID string, v float64) {
 	e.t.Helper()
-	waitUntil(e.t, 10*time.Second, "value stored", func() bool { return e.stored(deviceID, v) > 0 })
+	testkit.Eventually(e.t, 10*time.Second, "value stored", func() bool { return e.stored(deviceID, v) > 0 })
 }
 
 func report(v float64) string {
@@ -279,7 +280,7 @@ func TestDeviceTrust(t *testing.T) {
 		// A command to A reaches A: its subscriptions work, and B's
 		// traffic would have arrived before this.
 		e.srv.doStatus(t, e.token, "GET", "/api/device/standard/"+a.id+"/property/temp?timeout=300", nil)
-		waitUntil(t, 5*time.Second, "A's own downlink", func() bool { return own.Load() > 0 })
+		testkit.Eventually(t, 5*time.Second, "A's own downlink", func() bool { return own.Load() > 0 })
 		if n := stolen.Load(); n != 0 {
 			t.Fatalf("device A received %d messages of device B", n)
 		}
@@ -301,9 +302,10 @@ func TestDeviceTrust(t *testing.T) {
 		}
 		defer f.Close()
 		var one map[string]any
-		waitUntil(t, 5*time.Second, "device online", func() bool {
+		testkit.Eventually(t, 5*time.Second, "device online", func() bool {
 			return e.srv.doStatus(t, e.token, "GET", "/api/device/standard/"+c.id+"/property/temp", nil) == 200
 		})
+
 		e.srv.do(t, e.token, "GET", "/api/device/standard/"+c.id+"/property/temp", nil, &one)
 		var many map[string]any
 		e.srv.do(t, e.token, "POST", "/api/device/instance/"+c.id+"/properties/_read", []string{"temp"}, &many)
@@ -463,13 +465,14 @@ func TestDeviceTrust(t *testing.T) {
 		e.connectsAtOnce(probe, "a broker restart")
 		e.refused("wrong key after a broker restart", url, a.id, a.secureID, b.key)
 		e.srv = startServer(t, e.bin, e.env, "trust-2")
-		waitUntil(t, 5*time.Second, "the undeployed device refused", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the undeployed device refused", func() bool {
 			c, err := dial(url, gone.id, gone.secureID, gone.key, nil)
 			if err == nil {
 				c.Disconnect(0)
 			}
 			return err != nil
 		})
+
 		e.waitConnects(a)
 		e.waitConnects(b)
 	})
