@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -135,45 +132,15 @@ func TestClusterStatements(t *testing.T) {
 
 // --- against the local cluster (.ci/cluster test) ----------------------------
 
-// testCluster is the cluster .ci/cluster runs: its name and each node's
-// native address.
-type testCluster struct {
-	name  string
-	nodes map[string]string
-}
+// testCluster is the cluster .ci/cluster runs (testkit.Cluster).
+type testCluster struct{ testkit.Cluster }
 
-// needCluster skips the test unless DEVICEHUB_TEST_CLUSTER=1 (set by
-// `make test-cluster`), and reads the cluster from the variables
-// `.ci/cluster env` prints.
-func needCluster(t *testing.T) testCluster {
-	t.Helper()
-	if os.Getenv("DEVICEHUB_TEST_CLUSTER") != "1" {
-		t.Skip("cluster tests run with DEVICEHUB_TEST_CLUSTER=1 (make test-cluster)")
-	}
-	c := testCluster{name: os.Getenv("DEVICEHUB_CLUSTER_NAME"), nodes: map[string]string{}}
-	for _, kv := range strings.Split(os.Getenv("DEVICEHUB_CLUSTER_NODES"), ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			c.nodes[k] = v
-		}
-	}
-	if c.name == "" || len(c.nodes) != 4 {
-		t.Fatal("DEVICEHUB_CLUSTER_NAME and DEVICEHUB_CLUSTER_NODES (4 nodes) not set: run through `.ci/cluster test`")
-	}
-	return c
-}
-
-// addrs is the address list of the named nodes, in order.
-func (c testCluster) addrs(nodes ...string) string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, c.nodes[n])
-	}
-	return strings.Join(out, ",")
-}
+// needCluster skips the test unless the cluster runs (testkit.NeedCluster).
+func needCluster(t *testing.T) testCluster { return testCluster{testkit.NeedCluster(t)} }
 
 func (c testCluster) options(name string, loc *time.Location, nodes ...string) Options {
 	opt := testOptions(name, loc)
-	opt.Addr, opt.Cluster = c.addrs(nodes...), c.name
+	opt.Addr, opt.Cluster = c.Addrs(nodes...), c.Name
 	return opt
 }
 
@@ -185,7 +152,7 @@ func (c testCluster) open(t *testing.T, name string, loc *time.Location, nodes .
 	defer cancel()
 	db, err := Open(ctx, c.options(name, loc, nodes...))
 	if err != nil {
-		t.Fatalf("open on cluster %s through %v: %v", c.name, nodes, err)
+		t.Fatalf("open on cluster %s through %v: %v", c.Name, nodes, err)
 	}
 	sharedMu.Lock()
 	toDrop = append(toDrop, db)
@@ -193,23 +160,10 @@ func (c testCluster) open(t *testing.T, name string, loc *time.Location, nodes .
 	return db
 }
 
-// script runs .ci/cluster with args (kill a node, start it again).
-func clusterScript(t *testing.T, args ...string) {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("bash", append([]string{filepath.Join(root, ".ci", "cluster")}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf(".ci/cluster %v: %v\n%s", args, err, out)
-	}
-}
-
 // onNode runs a scalar query on one node, outside devicehub's database.
 func (c testCluster) scalar(t *testing.T, node, query string, args ...any) uint64 {
 	t.Helper()
-	conn, err := connect(Options{Addr: c.nodes[node], Username: "default", DialTimeout: 5 * time.Second,
+	conn, err := connect(Options{Addr: c.Nodes[node], Username: "default", DialTimeout: 5 * time.Second,
 		QueryTimeout: 30 * time.Second, MaxOpenConns: 1}, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +179,7 @@ func (c testCluster) scalar(t *testing.T, node, query string, args ...any) uint6
 // lastDDLTask is the newest ON CLUSTER task queued in ZooKeeper.
 func (c testCluster) lastDDLTask(t *testing.T) string {
 	t.Helper()
-	conn, err := connect(Options{Addr: c.nodes["ch11"], Username: "default", DialTimeout: 5 * time.Second,
+	conn, err := connect(Options{Addr: c.Nodes["ch11"], Username: "default", DialTimeout: 5 * time.Second,
 		QueryTimeout: 30 * time.Second, MaxOpenConns: 1}, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +387,7 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 		}
 	}
 	db := c.open(t, name, time.UTC, "ch21")
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		// device_message, device_property, device_message_daily,
 		// device_property_hourly and its fill mark device_property_hourly_filled.
 		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 5 {
@@ -455,9 +409,9 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	tm := time.Date(2024, 5, 1, 8, 0, 0, 250e6, time.UTC)
 	q := func(s string) string { return strings.ReplaceAll(s, "DB", "`"+db.Database()+"`") }
 	for _, s := range []string{
-		"ALTER TABLE DB.device_property_local ON CLUSTER `" + c.name + "` ADD COLUMN message_id String",
-		"DROP TABLE DB.device_property ON CLUSTER `" + c.name + "`",
-		"CREATE TABLE DB.device_property ON CLUSTER `" + c.name + "` AS DB.device_property_local ENGINE = Distributed('" + c.name + "', '" + db.Database() + "', 'device_property_local', cityHash64(device_id))",
+		"ALTER TABLE DB.device_property_local ON CLUSTER `" + c.Name + "` ADD COLUMN message_id String",
+		"DROP TABLE DB.device_property ON CLUSTER `" + c.Name + "`",
+		"CREATE TABLE DB.device_property ON CLUSTER `" + c.Name + "` AS DB.device_property_local ENGINE = Distributed('" + c.Name + "', '" + db.Database() + "', 'device_property_local', cityHash64(device_id))",
 		"INSERT INTO DB.device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)" +
 			" SELECT toDateTime(1714550400), toInt64(1714550400250), 'p', 'd', 'temp', 'number', 21.5, '', 'm1'",
 	} {
@@ -480,7 +434,7 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 			t.Fatalf("open a version 1 database with others: %v", err)
 		}
 	}
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.columns WHERE database = ? AND name = 'message_id' AND table LIKE 'device_property%'", db.Database()); n != 0 {
 			t.Errorf("%s: device_property still has message_id in %d tables", node, n)
 		}
@@ -565,7 +519,7 @@ func TestClusterDropPartitionsBefore(t *testing.T) {
 			count("SELECT sum(messages) FROM device_message_daily") == 16
 	})
 
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.parts WHERE database = ? AND active AND partition_id IN ('202312', '202401')", db.Database()); n != 0 {
 			t.Errorf("%s keeps %d parts of dropped months", node, n)
 		}
@@ -607,7 +561,7 @@ func TestClusterZoneRebuild(t *testing.T) {
 	if a, b := day(shdb, 2024, 2, 29), day(shdb, 2024, 3, 1); a != 8 || b != 8 {
 		t.Fatalf("Shanghai days after rebuild: Feb 29 %d, Mar 1 %d; want 8, 8", a, b)
 	}
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND name = ? AND create_table_query LIKE '%Asia/Shanghai%'",
 			shdb.Database(), dailyMV); n != 1 {
 			t.Errorf("%s: the per-day view is not Shanghai's", node)
@@ -637,8 +591,8 @@ func TestClusterStartWithReplicaDown(t *testing.T) {
 	ms, ps := clusterData(t)
 	insertAll(t, first, ms[:3000], nil)
 
-	clusterScript(t, "kill", "ch12")
-	t.Cleanup(func() { clusterScript(t, "start", "clickhouse") })
+	c.Script(t, "kill", "ch12")
+	t.Cleanup(func() { c.Script(t, "start", "clickhouse") })
 	start := time.Now()
 	db := c.open(t, name, shanghai, "ch12", "ch11") // ch12 first: falls back
 	if d := time.Since(start); d > 10*time.Second {
@@ -654,7 +608,7 @@ func TestClusterStartWithReplicaDown(t *testing.T) {
 	if len(ids) != len(ms) {
 		t.Fatalf("with ch12 down: %d messages stored, want %d", len(ids), len(ms))
 	}
-	clusterScript(t, "start", "clickhouse")
+	c.Script(t, "start", "clickhouse")
 	t.Logf("ch12 back after %s", time.Since(start))
 	q := "SELECT count() FROM `" + db.Database() + "`.device_message_local"
 	testkit.Eventually(t, 60*time.Second, "ch12 to catch up", func() bool {

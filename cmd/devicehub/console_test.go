@@ -41,7 +41,7 @@ import (
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "console")
 	env = append(env, "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
 	srv := startServer(t, bin, env, "console")

@@ -26,7 +26,7 @@ import (
 func TestConsoleUsersInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "consoleusers")
 	srv := startServer(t, bin, env, "console-users")
 	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
@@ -156,7 +156,7 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 		t.Fatalf("key secret %q (it must not be in the list: %q)", secret, b.text("#keys-list"))
 	}
 	keyStatus := func() int {
-		return srv.doStatus(t, secret, "POST", "/api/device-instance/_query", strings.NewReader(`{}`))
+		return srv.doStatus(t, secret, "POST", "/api/device-instance/_query", "{}")
 	}
 	if s := keyStatus(); s != 200 {
 		t.Fatalf("the console's key lists devices: %d", s)

@@ -196,7 +196,7 @@ var scrapeLabels = map[string]bool{"instance": true, "job": true}
 func TestGrafanaDashboardMetrics(t *testing.T) {
 	queries := grafanaQueries(t, "grafana-dashboard.json")
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "grafana")
 	env = append(env, "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
 	srv := startServer(t, bin, env, "grafana")

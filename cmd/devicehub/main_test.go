@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,9 +32,15 @@ import (
 // DEVICEHUB_* cannot change: on the shared broker any other devicehub
 // running on the machine would take (and, not knowing the device, drop)
 // part of the traffic. So the test runs its own Mosquitto.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testkit.RemoveBuilt()
+	os.Exit(code)
+}
+
 func TestSigtermDrains(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	const shutdownTimeout = 10 * time.Second
 	env, chDB, suffix := testEnv(t, broker.URL(), "sigterm")
 	env = append(env, "DEVICEHUB_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "DEVICEHUB_LOG_LEVEL=info")
@@ -153,23 +156,6 @@ func randHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// buildBinary builds this package's command into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go is not in PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "devicehub")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // server is one run of the binary.
 type server struct {
 	cmd    *exec.Cmd
@@ -183,24 +169,34 @@ type server struct {
 func startServer(t *testing.T, bin string, env []string, name string) *server {
 	t.Helper()
 	s := launchServer(t, bin, env, name)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	s.await(t, name+" instance", "/healthz", 30*time.Second)
+	return s
+}
+
+// await waits up to d until GET path answers 200, failing the test if the
+// process exits first or the time runs out.
+func (s *server) await(t *testing.T, name, path string, d time.Duration) {
+	t.Helper()
+	answered := testkit.Within(d, func() bool {
 		select {
 		case <-s.exited:
-			t.Fatalf("%s instance exited at start: %v\n%s", name, s.err, s.logTail())
+			return true
 		default:
 		}
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+		resp, err := http.Get(s.base + path)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s instance not healthy within 30s\n%s", name, s.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	select {
+	case <-s.exited:
+		t.Fatalf("%s exited at start: %v\n%s", name, s.err, s.logTail())
+	default:
+	}
+	if !answered {
+		t.Fatalf("%s: GET %s not 200 within %s\n%s", name, path, d, s.logTail())
 	}
 }
 
@@ -256,18 +252,14 @@ func (s *server) logTail() string {
 	return string(b)
 }
 
+// login logs the administrator in and returns its token.
 func login(t *testing.T, base string) string {
 	t.Helper()
-	var res struct {
-		Token string `json:"token"`
-	}
-	s := &server{base: base}
-	s.do(t, "", "POST", "/api/authorize/login", map[string]any{"username": "admin", "password": "admin123"}, &res)
-	if res.Token == "" {
-		t.Fatal("login: no token")
-	}
-	return res.Token
+	return testkit.Login(t, base, "admin", "admin123").Token
 }
+
+// api calls the server's API with token.
+func (s *server) api(token string) testkit.API { return testkit.API{Base: s.base, Token: token} }
 
 // deployDevice creates and deploys a product and one device of it
 // through the API.
@@ -283,46 +275,11 @@ func (s *server) deployDevice(t *testing.T, token, product, device string) {
 
 func (s *server) call(t *testing.T, token, method, path string, body any) {
 	t.Helper()
-	s.do(t, token, method, path, body, nil)
+	s.api(token).Call(t, method, path, body, nil)
 }
 
 // do sends a JSON request and decodes the envelope's result into out.
 func (s *server) do(t *testing.T, token, method, path string, body, out any) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-	}
-	if out != nil {
-		var env struct {
-			Result json.RawMessage `json:"result"`
-		}
-		if err := json.Unmarshal(raw, &env); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
-		if err := json.Unmarshal(env.Result, out); err != nil {
-			t.Fatalf("%s %s result: %v: %s", method, path, err, raw)
-		}
-	}
+	s.api(token).Call(t, method, path, body, out)
 }

@@ -23,7 +23,7 @@ import (
 // (devicehub_devices_online) and shows the command metrics.
 func TestPresenceThroughHTTP(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "presence")
 	srv := startServer(t, bin, env, "presence")
 	tsdbtest.OpenDB(t, chDB, nil)

@@ -26,7 +26,7 @@ import (
 // metric is registered and /readyz checks no ingest connection.
 func TestAPIOnlyInstance(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "apionly")
 	srv := startServer(t, bin, append(env, "DEVICEHUB_ROLES=api"), "api-only")
 	tsdbtest.OpenDB(t, chDB, nil)

@@ -7,10 +7,7 @@ import (
 	"crypto/x509"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -48,7 +45,7 @@ type device struct{ id, secureID, key string }
 
 func newTrustEnv(t *testing.T) *trustEnv {
 	t.Helper()
-	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: buildBinary(t)}
+	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: testkit.Devicehub(t)}
 	var chDB, suffix string
 	e.env, chDB, suffix = testEnv(t, e.broker.URL(), "trust")
 	e.srv = startServer(t, e.bin, e.env, "trust")
@@ -478,23 +475,6 @@ func TestDeviceTrust(t *testing.T) {
 	})
 }
 
-// doStatus sends a request and returns its HTTP status, whatever it is.
-func (s *server) doStatus(t *testing.T, token, method, path string, body io.Reader) int {
-	t.Helper()
-	req, err := http.NewRequest(method, s.base+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Access-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 func envValue(env []string, name string) string {
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, name+"="); ok {
@@ -520,20 +500,12 @@ func execSQL(t *testing.T, dsn, q string, args ...any) {
 // and envelope code.
 func (s *server) statusCode(t *testing.T, token, method, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, s.base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Access-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var env struct {
-		Code string `json:"code"`
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &env)
-	return resp.StatusCode, env.Code
+	r := s.api(token).Send(t, method, path, nil)
+	return r.HTTPStatus, r.Code
+}
+
+// doStatus sends a request and returns its HTTP status, whatever it is.
+func (s *server) doStatus(t *testing.T, token, method, path string, body any) int {
+	t.Helper()
+	return s.api(token).Send(t, method, path, body).HTTPStatus
 }
