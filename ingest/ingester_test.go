@@ -174,14 +174,13 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
 	testkit.Eventually(t, 10*time.Second, "late device dropped once", func() bool { return in.Stats().Dropped[DropUnknownDevice] == 2 })
 	e.device(late, p, "offline")
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count("SELECT count() FROM device_message WHERE device_id = ?", late) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("message of a newly created device not stored within the cache TTL")
+	testkit.Eventually(t, 10*time.Second, "a message of a newly created device stored (the negative cache entry expired)", func() bool {
+		if e.count("SELECT count() FROM device_message WHERE device_id = ?", late) > 0 {
+			return true
 		}
 		dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestPresenceBirthAndLastWill(t *testing.T) {
@@ -392,7 +391,25 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 		if err := link.WaitToken(c.Connect(), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		// The broker sends a session what it queued for it right after
+		// the CONNACK, before anything published later: a sentinel the
+		// session publishes to itself (on a downlink topic, outside the
+		// uplink filters) comes back behind whatever was queued.
+		sentinel := make(chan struct{}, 1)
+		topic := fmt.Sprintf("/%s/sentinel-%d/properties/read", p, n)
+		if err := link.WaitToken(c.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { m.Ack(); sentinel <- struct{}{} }), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := link.WaitToken(c.Publish(topic, 1, false, "sentinel"), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sentinel:
+		case <-time.After(10 * time.Second):
+			if got.Load() == 0 {
+				t.Fatalf("retired session %d: its sentinel did not come back", n)
+			}
+		}
 		c.Disconnect(0)
 		if g := got.Load(); g != 0 {
 			t.Errorf("retired session %d still got %d messages", n, g)
