@@ -100,7 +100,6 @@ func TestAgainstMosquitto(t *testing.T) {
 	expect(topic+"/properties/read", "one", 1)
 	expect(topic+"/properties/read", "two", 0)
 	// An abrupt close: the broker publishes the will.
-	time.Sleep(300 * time.Millisecond)
 	pub.Close()
 	if err := pub.Publish(topic+"/properties/read", nil, 1, false, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("publish after close: %v", err)
