@@ -15,6 +15,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
@@ -86,14 +87,8 @@ func startSim(t *testing.T, presence *link.Presence, product string, ids []strin
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range ids {
-		for !presence.IsOnline(id) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never came online", id)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, id+" online", func() bool { return presence.IsOnline(id) })
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -96,17 +97,9 @@ func TestPostgresDown(t *testing.T) {
 	}
 
 	px.Up()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := e.do("POST", "/api/device-product/_query/", `{}`, e.token)
-		if r.HTTPStatus == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("did not recover: %d %s", r.HTTPStatus, r.raw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the product list answering 200 once PostgreSQL is back", func() bool {
+		return e.do("POST", "/api/device-product/_query/", `{}`, e.token).HTTPStatus == 200
+	})
 	if log := logs.String(); strings.Contains(log, e.token) || strings.Contains(log, "admin123") {
 		t.Fatalf("the log holds a token or password:\n%s", log)
 	}

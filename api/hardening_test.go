@@ -17,6 +17,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/api/live"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -101,18 +102,6 @@ func (s *sseStream) ended(d time.Duration) (time.Time, bool) {
 	}
 }
 
-// within polls cond every 10 ms for up to d.
-func within(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
 // TestHardeningAccessLogLive: with the access log on, a live stream
 // flows (the log never reads a streamed body, which would drain it) and
 // its subscription is released when the client leaves; the line says
@@ -141,11 +130,11 @@ func TestHardeningAccessLogLive(t *testing.T) {
 		t.Fatalf("event %s %s", ev.Name, ev.Data)
 	}
 	s.body.Close()
-	if !within(2*time.Second, func() bool { return hub.Subscribers() == 0 }) {
+	if !testkit.Within(2*time.Second, func() bool { return hub.Subscribers() == 0 }) {
 		t.Fatalf("%d subscriptions 2 s after the client left", hub.Subscribers())
 	}
 	var line map[string]any
-	if !within(2*time.Second, func() bool {
+	if !testkit.Within(2*time.Second, func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(l, `"path":"/api/live"`) {
 				return json.Unmarshal([]byte(l), &line) == nil
@@ -233,7 +222,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 		if r := b.do("GET", "/api/authorize/me", nil, token); r.HTTPStatus != 200 {
 			t.Fatalf("%s: /me on B before: %s", c.name, r.raw)
 		}
-		if !within(3*time.Second, func() bool { return hubA.Subscribers() == 2 && hubB.Subscribers() == 2 }) {
+		if !testkit.Within(3*time.Second, func() bool { return hubA.Subscribers() == 2 && hubB.Subscribers() == 2 }) {
 			t.Fatalf("%s: subscriptions A %d, B %d; want 2 each", c.name, hubA.Subscribers(), hubB.Subscribers())
 		}
 		if c.notBefore > 0 {
@@ -251,12 +240,12 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 				t.Fatalf("%s: the stream on instance %c ended %s before its token expired", c.name, "AB"[i], start.Sub(at))
 			}
 		}
-		if !within(time.Until(start.Add(time.Second)), func() bool {
+		if !testkit.Within(time.Until(start.Add(time.Second)), func() bool {
 			return b.do("GET", "/api/authorize/me", nil, token).HTTPStatus == 401
 		}) {
 			t.Fatalf("%s: instance B still takes the token 1 s after it ended", c.name)
 		}
-		if !within(time.Second, func() bool { return hubA.Subscribers() == 1 && hubB.Subscribers() == 1 }) {
+		if !testkit.Within(time.Second, func() bool { return hubA.Subscribers() == 1 && hubB.Subscribers() == 1 }) {
 			t.Fatalf("%s: subscriptions A %d, B %d; want the control streams' only", c.name, hubA.Subscribers(), hubB.Subscribers())
 		}
 		t.Logf("%s: streams ended, B refuses the token", c.name)
@@ -556,13 +545,13 @@ func TestHardeningLiveClientGone(t *testing.T) {
 	}
 	left := time.Now()
 	closed.Close()
-	if !within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
 		t.Fatalf("%d subscriptions 1 s after a client closed its connection", hub.Subscribers())
 	}
 	t.Logf("subscription freed %s after the client closed", time.Since(left).Round(time.Millisecond))
 	// The slot is free for another client.
 	openLiveWithin(t, e.base, q, "", 3*time.Second)
-	if !within(time.Second, func() bool { return hub.Subscribers() == 2 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 2 }) {
 		t.Fatalf("%d subscriptions, want 2", hub.Subscribers())
 	}
 
@@ -575,7 +564,7 @@ func TestHardeningLiveClientGone(t *testing.T) {
 		t.Fatalf("the server kept the connection of a client that left 1 s ago: %v", err)
 	}
 	t.Logf("connection closed by the server %s after the client's half-close", time.Since(left).Round(time.Millisecond))
-	if !within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
 		t.Fatalf("%d subscriptions after the client left", hub.Subscribers())
 	}
 }

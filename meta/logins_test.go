@@ -535,16 +535,7 @@ func TestLoginsApplied(t *testing.T) {
 	if err := s.NotifyLoginsApplied(ctx, sent); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= len(sent) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(sent) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != len(sent) {

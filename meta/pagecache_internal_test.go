@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // livePageCache is a page cache whose watcher listens on the test server.
@@ -22,11 +24,7 @@ func livePageCache(t *testing.T, ttl time.Duration) *pageCache {
 	c := newPageCache(dsn+"/postgres?sslmode=disable", ttl)
 	t.Cleanup(c.close)
 	c.start.Do(c.watch)
-	for deadline := time.Now().Add(5 * time.Second); !c.live.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher did not listen within 5 s")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "the watcher listening", c.live.Load)
 	return c
 }
 
