@@ -22,6 +22,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -724,16 +725,12 @@ func TestPluginSnapshot(t *testing.T) {
 		ctl := plugDialCtl(t, b)
 		d := plugDev{"s-1", "prod", "u-1", "key-1"}
 		ctl.ok(d.set())
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			snap, _ := ctl.stats()["snapshot"].(map[string]any)
-			if snap["dirty"] == false && snap["saving"] == false && snap["lastSaveDevices"] == 1.0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no snapshot within 5 s: %v", snap)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var snap map[string]any
+		if !testkit.Within(5*time.Second, func() bool {
+			snap, _ = ctl.stats()["snapshot"].(map[string]any)
+			return snap["dirty"] == false && snap["saving"] == false && snap["lastSaveDevices"] == 1.0
+		}) {
+			t.Fatalf("no snapshot within 5 s: %v", snap)
 		}
 		if !strings.Contains(b.Log(), "snapshot saved in the background") {
 			t.Error("the snapshot was not written by the background writer")

@@ -109,19 +109,15 @@ func (w *world) logOut() io.Writer {
 // writer awaits.
 func (w *world) eventually(d meta.DeviceLogin, admitted bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := w.dial(d, nil)
-		if err == nil {
+	var err error
+	if !testkit.Within(10*time.Second, func() bool {
+		var c mqtt.Client
+		if c, err = w.dial(d, nil); err == nil {
 			c.Disconnect(0)
 		}
-		if (err == nil) == admitted {
-			return
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("device %s: admitted %v after 10s, want %v (%v)", d.ID, err == nil, admitted, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return (err == nil) == admitted
+	}) {
+		w.t.Fatalf("device %s: admitted %v after 10s, want %v (%v)", d.ID, err == nil, admitted, err)
 	}
 }
 
@@ -246,12 +242,10 @@ func TestSyncFollowsPostgres(t *testing.T) {
 	rs := do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
 	if rs[0].Err() == nil {
 		// The delete's notification may still be on its way: wait for it.
-		deadline := time.Now().Add(5 * time.Second)
-		for rs[0].Err() == nil && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		if !testkit.Within(5*time.Second, func() bool {
 			rs = do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
-		}
-		if rs[0].Err() == nil {
+			return rs[0].Err() != nil
+		}) {
 			t.Fatalf("the plugin still holds deleted device %s: %s", off.ID, rs[0].Data)
 		}
 	}
@@ -356,9 +350,20 @@ func TestRefusedLoginNotConfirmed(t *testing.T) {
 	id := randID("x-")
 	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', 'notActive', $2, 'takeover-key-0123456789')`, id, svc)
 	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, id)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// A sentinel: a valid login deployed after it, which the syncer
+	// applies with it or after it. Once that one is confirmed, the refused
+	// one has been tried.
+	next := randID("y-")
+	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', 'notActive', $1, 'sentinel-key-0123456789')`, next)
+	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, next)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.Await(ctx, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err == nil {
+	if err := s.Await(ctx, []meta.LoginChange{{ID: next, Version: w.version(next)}}); err != nil {
+		t.Fatalf("the login deployed after it: %v", err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end() // Await answers at once: confirmed already or not
+	if err := s.Await(ended, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err == nil {
 		t.Fatal("a login the plugin refuses was confirmed")
 	}
 	w.plugin() // the service login still logs in
@@ -392,16 +397,10 @@ func TestPostgresOutage(t *testing.T) {
 	px.Up()
 	// Back: a change is applied and confirmed again (the syncer leads,
 	// after its full sync).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := store.DB().Exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("PostgreSQL did not come back through the proxy")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "PostgreSQL back through the proxy (a deploy written)", func() bool {
+		_, err := store.DB().Exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
+		return err == nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
