@@ -161,12 +161,13 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		}
 		if err == nil && len(missing) == 0 {
 			// Only window messages are absent: give stragglers a moment,
-			// then count them as lost.
+			// then count them as lost (a known broker limitation, logged,
+			// unless the test must keep all, when their absence fails it).
 			if grace := time.Now().Add(3 * time.Second); grace.Before(waitDeadline) {
 				waitDeadline = grace
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling
 	}
 	rows, dups, dupIDs := tsdbtest.Duplicates(got)
 	s := in.Stats()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/schema"
 )
 
@@ -398,20 +399,16 @@ func TestRunRetention(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); db.RunRetention(rctx, 2, time.Hour, slog.New(slog.DiscardHandler)) }()
-	deadline := time.Now().Add(20 * time.Second)
 	var msgs, props uint64
-	for time.Now().Before(deadline) {
+	testkit.Within(20*time.Second, func() bool {
 		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_message").Scan(&msgs); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&props); err != nil {
 			t.Fatal(err)
 		}
-		if msgs == 2 && props == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return msgs == 2 && props == 0
+	})
 	cancel()
 	<-done
 	if msgs != 2 || props != 0 {

@@ -130,7 +130,7 @@ func TestCluster(t *testing.T) {
 				answered++
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // pacing of the requests; their answers are what is counted
 	}
 	t.Logf("with ch11 down: %d dashboard requests answered, %d failed", answered, failed)
 	if failed > 2 {
@@ -148,23 +148,7 @@ func TestCluster(t *testing.T) {
 		name string
 		db   *tsdb.DB
 	}{{"cluster", clusterStore}, {"single server", singleStore}} {
-		var got map[string]uint64
-		var missing []string
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			var err error
-			got, err = tsdbtest.StoredCounts(context.Background(), st.db, "up")
-			missing = missing[:0]
-			for _, id := range acked {
-				if err != nil || got[id] == 0 {
-					missing = append(missing, id)
-				}
-			}
-			if len(missing) == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		got, missing := tsdbtest.AwaitStored(st.db, "up", acked, 90*time.Second)
 		if len(missing) > 0 {
 			t.Fatalf("%s: %d acknowledged reports not stored: %s\na:\n%s\nb:\n%s", st.name, len(missing), mqtttest.IDRanges(missing), a.logTail(), b.logTail())
 		}
@@ -511,7 +495,7 @@ func startReports(t *testing.T, url string, gw func(*mqtt.ClientOptions), produc
 			r.sent = append(r.sent, mqtttest.Sent{ID: id, Tok: tok})
 			r.n++
 			r.mu.Unlock()
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing: a steady stream of reports
 		}
 	}()
 	t.Cleanup(func() { r.halt(); c.Disconnect(0) })

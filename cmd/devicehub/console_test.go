@@ -319,7 +319,7 @@ func checkVolume(t *testing.T, b *browser, srv *server, token, period string, ba
 		if time.Now().After(deadline) {
 			t.Fatalf("per %s: the chart's bars\n%v\ndiffer from endpoint 14's counts (the newest must be > 0)\n%v", period, got, want)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polling: the chart is compared again after a new click
 	}
 }
 

@@ -99,24 +99,7 @@ func TestSigtermDrains(t *testing.T) {
 	}
 
 	second := startServer(t, bin, env, "second")
-	var got map[string]uint64
-	var missing []string
-	waitDeadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err = stored()
-		missing = missing[:0]
-		if err == nil {
-			for _, id := range acked {
-				if got[id] == 0 {
-					missing = append(missing, id)
-				}
-			}
-		}
-		if err == nil && len(missing) == 0 || time.Now().After(waitDeadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	got, missing := tsdbtest.AwaitStored(db, "up", acked, 30*time.Second)
 	rows, dups, dupIDs := tsdbtest.Duplicates(got)
 	t.Logf("SIGTERM after %d published; exited 0 in %s, after %d published; published %d, acknowledged by the broker %d (failed %d, no answer %d)",
 		atSignal, exitedIn.Round(time.Millisecond), atExit, len(all), len(acked), failed, pending)

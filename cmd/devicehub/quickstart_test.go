@@ -139,7 +139,7 @@ func TestQuickStart(t *testing.T) {
 				break
 			}
 			if time.Now().Before(deadline) {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // polling: the command is retried until its deadline
 				continue
 			}
 			want := "no output"

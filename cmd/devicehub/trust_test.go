@@ -134,17 +134,15 @@ func (e *trustEnv) connect(d device, lost chan struct{}) mqtt.Client {
 // waitConnects waits (2 s, the promised bound) until d's login works.
 func (e *trustEnv) waitConnects(d device) {
 	e.t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c, err := dial(e.broker.URL(), d.id, d.secureID, d.key, nil)
-		if err == nil {
+	var err error
+	if !testkit.Within(2*time.Second, func() bool {
+		var c mqtt.Client
+		if c, err = dial(e.broker.URL(), d.id, d.secureID, d.key, nil); err == nil {
 			c.Disconnect(0)
-			return
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("device %s cannot connect 2s after its deploy: %v\n%s", d.id, err, e.srv.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		e.t.Fatalf("device %s cannot connect 2s after its deploy: %v\n%s", d.id, err, e.srv.logTail())
 	}
 }
 
