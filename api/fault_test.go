@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -67,13 +66,8 @@ func TestPostgresDown(t *testing.T) {
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registry: reg, Gatherer: reg,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	defer srv.Shutdown(context.Background())
-	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
+	base := testkit.Serve(t, srv.App().Listener, srv.Shutdown)
+	e := &env{t: t, base: base, store: store, server: srv}
 	e.token = e.login("admin", "admin123")
 	e.ok("POST", "/api/device-product/_query/", `{}`, nil)
 

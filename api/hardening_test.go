@@ -45,17 +45,7 @@ func serveStore(t *testing.T, opts api.Options, store *meta.Store, with func(dep
 		with(&deps)
 	}
 	srv := api.New(opts, deps)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
+	return testkit.Serve(t, srv.App().Listener, srv.Shutdown)
 }
 
 // openLiveWithin is openLive that fails, rather than hangs, when the

@@ -72,7 +72,8 @@ func (a API) WithToken(token string) API { a.Token = token; return a }
 
 // Request sends a request and returns the answer; an error is one of
 // transport only (any HTTP status is an answer). body is sent as it is if
-// it is a string or []byte, else as JSON; nil sends none.
+// it is a string or []byte, else as JSON; nil sends none. The request
+// says Content-Type: application/json either way, as the API's clients do.
 func (a API) Request(method, path string, body any) (Response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
@@ -92,9 +93,7 @@ func (a API) Request(method, path string, body any) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req.Header.Set("Content-Type", "application/json")
 	if a.Token != "" {
 		req.Header.Set("X-Access-Token", a.Token)
 	}
