@@ -2,14 +2,13 @@ package mqttc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"net/url"
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -30,11 +29,7 @@ func sharedBroker(t *testing.T) (addr, user, pass string) {
 	return u.Host, user, pass
 }
 
-func randID(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
+func randID(prefix string) string { return testkit.RandID(prefix) }
 
 // TestAgainstMosquitto: a subscriber and a publisher of this package on
 // the real broker: QoS 0 and 1 both ways, PUBACKs, a ping, a refused

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,11 +30,7 @@ import (
 // DEVICEHUB_* cannot change: on the shared broker any other devicehub
 // running on the machine would take (and, not knowing the device, drop)
 // part of the traffic. So the test runs its own Mosquitto.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testkit.RemoveBuilt()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func TestSigtermDrains(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
@@ -133,11 +127,7 @@ func testEnv(t *testing.T, brokerURL, name string) (env []string, chDB, suffix s
 	return env, chDB, suffix
 }
 
-func randHex() string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func randHex() string { return testkit.RandID("") }
 
 // server is one run of the binary.
 type server struct {

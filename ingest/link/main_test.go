@@ -1,14 +1,10 @@
 package link
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -18,21 +14,8 @@ import (
 // has its own product ids and client ids, so tests do not see each
 // other's traffic.
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.MainNoLeaks(m) }
 
 func brokerURL() string { return mqtttest.SharedURL() }
 
-func randID(prefix string) string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
+func randID(prefix string) string { return testkit.RandID(prefix) }
