@@ -10,15 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestConsoleInBrowser drives the built-in console (api/console) in
@@ -40,17 +37,8 @@ import (
 // screenshot of each page there.
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := findChromium(t)
-	broker := mqtttest.StartBroker(t)
-	bin := testkit.Devicehub(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "console")
-	env = append(env, "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
-	srv := startServer(t, bin, env, "console")
-	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
-	t.Cleanup(func() {            // before the drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "console", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	start := time.Now()
 
 	// The console's routes beside the API's: / is the page, an /api miss

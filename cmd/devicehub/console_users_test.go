@@ -3,15 +3,12 @@ package main
 import (
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestConsoleUsersInBrowser drives the console's Users, Audit and account
@@ -25,16 +22,8 @@ import (
 // and revokes it: the key is refused within 1 s.
 func TestConsoleUsersInBrowser(t *testing.T) {
 	chromium := findChromium(t)
-	broker := mqtttest.StartBroker(t)
-	bin := testkit.Devicehub(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "consoleusers")
-	srv := startServer(t, bin, env, "console-users")
-	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
-	t.Cleanup(func() {            // before the drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "consoleusers")
+	srv, suffix, token := own.server, own.suffix, own.token
 	user := "ann" + suffix
 	row := func(action string) string { // a button of the user's row
 		return fmt.Sprintf(`button[data-action=%s][data-user=%q]`, action, user)

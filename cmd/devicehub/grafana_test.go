@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // promqlRefs are the metric and label names a PromQL expression (or a
@@ -195,17 +193,8 @@ var scrapeLabels = map[string]bool{"instance": true, "job": true}
 // token.
 func TestGrafanaDashboardMetrics(t *testing.T) {
 	queries := grafanaQueries(t, "grafana-dashboard.json")
-	broker := mqtttest.StartBroker(t)
-	bin := testkit.Devicehub(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "grafana")
-	env = append(env, "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
-	srv := startServer(t, bin, env, "grafana")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "grafana", "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "gp"+suffix, "gd"+suffix
 	srv.deployDevice(t, token, product, device)
 

@@ -138,6 +138,31 @@ type server struct {
 	err    error // of Wait, once exited is closed
 }
 
+// ownServer is the binary on a broker of its own, a PostgreSQL database
+// of its own and a ClickHouse one dropped when the test ends, with the
+// administrator logged in.
+type ownServer struct {
+	*server
+	broker *mqtttest.Broker
+	suffix string // of its names (testEnv)
+	token  string // the administrator's
+}
+
+// startOwn starts the binary with testEnv's environment and extra; the
+// test's cleanup stops it (SIGTERM) before its database is dropped.
+func startOwn(t *testing.T, name string, extra ...string) *ownServer {
+	t.Helper()
+	broker := mqtttest.StartBroker(t)
+	env, chDB, suffix := testEnv(t, broker.URL(), name)
+	srv := startServer(t, testkit.Devicehub(t), append(env, extra...), name)
+	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
+	t.Cleanup(func() {            // runs first: the server stops before the drop
+		srv.signal(syscall.SIGTERM)
+		srv.wait(15 * time.Second)
+	})
+	return &ownServer{server: srv, broker: broker, suffix: suffix, token: login(t, srv.base)}
+}
+
 // startServer starts the binary and waits until it answers /healthz.
 func startServer(t *testing.T, bin string, env []string, name string) *server {
 	t.Helper()

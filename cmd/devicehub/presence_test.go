@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestPresenceThroughHTTP runs the real binary and a device with a last
@@ -22,16 +20,8 @@ import (
 // an offlineTime, the onlineTime kept. /metrics follows the presence view
 // (devicehub_devices_online) and shows the command metrics.
 func TestPresenceThroughHTTP(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	bin := testkit.Devicehub(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "presence")
-	srv := startServer(t, bin, env, "presence")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "presence")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "pp"+suffix, "pd"+suffix
 	srv.deployDevice(t, token, product, device)
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestAPIOnlyInstance runs the binary with -roles api on its own
@@ -25,16 +23,8 @@ import (
 // counted), while the ingest pipeline is not built: no devicehub_ingest_*
 // metric is registered and /readyz checks no ingest connection.
 func TestAPIOnlyInstance(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	bin := testkit.Devicehub(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "apionly")
-	srv := startServer(t, bin, append(env, "DEVICEHUB_ROLES=api"), "api-only")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "apionly", "DEVICEHUB_ROLES=api")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "ap"+suffix, "ad"+suffix
 	srv.deployDevice(t, token, product, device)
 
