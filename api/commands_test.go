@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"devicehub/api"
 	"devicehub/bench/sim"
 	"devicehub/bench/testkit"
@@ -72,21 +70,13 @@ func startSim(t *testing.T, presence *link.Presence, product string, ids []strin
 	t.Helper()
 	m, _ := schema.ParseThingModelString(`{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`)
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), product, ids, m
-	gw := mqtttest.Gateway(t, brokerURL())
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if prop == "temp" {
 			return 21.5, true
 		}
 		return dev + "-" + prop, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	mqtttest.StartFleet(t, opts)
 	for _, id := range ids {
 		testkit.Eventually(t, 5*time.Second, id+" online", func() bool { return presence.IsOnline(id) })
 	}

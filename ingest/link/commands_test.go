@@ -64,8 +64,6 @@ func (e *cmdEnv) fleet(t testing.TB, ids []string, opts sim.Options) *sim.Fleet 
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), e.product, ids, m
-	gw := mqtttest.Gateway(t, brokerURL())
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	if opts.ValueFunc == nil {
 		opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 			switch vt.Type {
@@ -77,13 +75,7 @@ func (e *cmdEnv) fleet(t testing.TB, ids []string, opts sim.Options) *sim.Fleet 
 			return dev + ":" + prop, true
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	f := mqtttest.StartFleet(t, opts)
 	for _, id := range ids {
 		testkit.Eventually(t, 5*time.Second, "device "+id+" online", func() bool { return e.presence.IsOnline(id) })
 	}

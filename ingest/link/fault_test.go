@@ -28,21 +28,13 @@ func startFleet(t *testing.T, url, product string, ids []string, opts sim.Option
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = url, product, ids, m
-	gw := mqtttest.Gateway(t, url)
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if vt.Type == "float" {
 			return 21.5, true
 		}
 		return dev + ":" + prop, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	f := mqtttest.StartFleet(t, opts)
 	return f
 }
 

@@ -3,7 +3,6 @@ package link
 import (
 	"testing"
 
-
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
