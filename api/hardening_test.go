@@ -71,7 +71,7 @@ func openLiveWithin(t *testing.T, base, query, token string, d time.Duration) *s
 		res.Body.Close()
 		t.Fatalf("GET /api/live?%.200s: %d %s", query, res.StatusCode, raw)
 	}
-	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 1000), pings: make(chan struct{}, 100), body: res.Body}
+	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 100000), pings: make(chan struct{}, 100), body: res.Body}
 	go readSSE(bufio.NewReader(res.Body), s.events, s.pings)
 	t.Cleanup(func() { res.Body.Close(); liveClient.CloseIdleConnections() })
 	return s

@@ -151,26 +151,7 @@ var liveClient = &http.Client{Transport: &http.Transport{}}
 // header (when not empty) and requires a stream.
 func openLive(t *testing.T, base, query, token string) *sseStream {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/api/live?"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	res, err := liveClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != 200 {
-		raw, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		t.Fatalf("GET /api/live?%.200s: %d %s", query, res.StatusCode, raw)
-	}
-	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 100000), pings: make(chan struct{}, 100), body: res.Body}
-	go readSSE(bufio.NewReader(res.Body), s.events, s.pings)
-	t.Cleanup(func() { res.Body.Close(); liveClient.CloseIdleConnections() })
-	return s
+	return openLiveWithin(t, base, query, token, 30*time.Second)
 }
 
 // readSSE parses an event stream into events (and comments into pings)

@@ -268,6 +268,17 @@ func TestDropPartitionsBefore(t *testing.T) {
 	}
 }
 
+// dayCount is db's message count of day y-m-d in its platform zone.
+func dayCount(t *testing.T, ctx context.Context, db *DB, y int, m time.Month, d int) uint64 {
+	t.Helper()
+	tm := time.Date(y, m, d, 12, 0, 0, 0, db.Location())
+	got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: tm, To: tm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[0].Count
+}
+
 // Reopening with another platform zone rebuilds the per-day view and
 // recounts the days.
 func TestDailyViewZoneRebuild(t *testing.T) {
@@ -281,15 +292,7 @@ func TestDailyViewZoneRebuild(t *testing.T) {
 	if err := utc.Insert(ctx, ms, nil); err != nil {
 		t.Fatal(err)
 	}
-	day := func(db *DB, y int, m time.Month, d int) uint64 {
-		t.Helper()
-		tm := time.Date(y, m, d, 12, 0, 0, 0, db.Location())
-		got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: tm, To: tm})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got[0].Count
-	}
+	day := func(db *DB, y int, m time.Month, d int) uint64 { t.Helper(); return dayCount(t, ctx, db, y, m, d) }
 	if a, b := day(utc, 2024, 2, 29), day(utc, 2024, 3, 1); a != 2 || b != 0 {
 		t.Fatalf("UTC days: Feb 29 %d, Mar 1 %d; want 2, 0", a, b)
 	}
