@@ -47,9 +47,9 @@ func TestLookupCache(t *testing.T) {
 	// background refreshes included, to finish.
 	settle := func(want int32) {
 		for deadline := time.Now().Add(time.Second); lookups.Load() < want && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // polling the lookup counter
 		}
-		for c.c.Loads() != 0 {
+		for c.c.Loads() != 0 { // a refresh starts within the call: a load started later is not missed
 			time.Sleep(time.Millisecond)
 		}
 	}

@@ -312,17 +312,9 @@ func TestMigrateFromDynsec(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := w.syncer()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rs := do(t, admin, dynsec.Command{"command": "getClient", "username": gone.SecureID})
-		if rs[0].Err() != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the legacy client of an undeployed device is still in the dynamic-security plugin")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the legacy client of an undeployed device gone from the dynamic-security plugin", func() bool {
+		return do(t, admin, dynsec.Command{"command": "getClient", "username": gone.SecureID})[0].Err() != nil
+	})
 	w.refused(gone)
 	select {
 	case <-lost:
