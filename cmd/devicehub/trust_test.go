@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -102,23 +101,7 @@ func (e *trustEnv) topic(id, suffix string) string { return "/" + e.product + "/
 // refusal, if any. lost, if not nil, is closed when the broker drops the
 // connection.
 func dial(url, clientID, username, password string, lost chan struct{}, configure ...func(*mqtt.ClientOptions)) (mqtt.Client, error) {
-	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(clientID).SetUsername(username).SetPassword(password).
-		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetConnectRetry(false)
-	if lost != nil {
-		o.SetConnectionLostHandler(func(mqtt.Client, error) { close(lost) })
-	}
-	for _, f := range configure {
-		f(o)
-	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return mqtttest.Dial(url, clientID, username, password, lost, configure...)
 }
 
 func (e *trustEnv) connect(d device, lost chan struct{}) mqtt.Client {

@@ -10,7 +10,6 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -174,22 +173,11 @@ func (d plugDev) prefix() string { return "/" + d.product + "/" + d.id + "/" }
 // when the broker drops the connection.
 func plugConnect(t *testing.T, b *mqtttest.Broker, clientID, user, pass string, lost chan struct{}) (mqtt.Client, error) {
 	t.Helper()
-	o := mqtt.NewClientOptions().AddBroker(b.URL()).SetClientID(clientID).SetUsername(user).SetPassword(pass).
-		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
-	if lost != nil {
-		var once sync.Once
-		o.SetConnectionLostHandler(func(mqtt.Client, error) { once.Do(func() { close(lost) }) })
+	c, err := mqtttest.Dial(b.URL(), clientID, user, pass, lost)
+	if err == nil {
+		t.Cleanup(func() { c.Disconnect(0) })
 	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { c.Disconnect(0) })
-	return c, nil
+	return c, err
 }
 
 func plugMustConnect(t *testing.T, b *mqtttest.Broker, d plugDev, lost chan struct{}) mqtt.Client {

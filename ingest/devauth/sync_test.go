@@ -3,7 +3,6 @@ package devauth_test
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -134,21 +133,11 @@ func (w *world) await(s *devauth.Syncer, id string) {
 // dial connects as d once, no retry; lost (if not nil) is closed when the
 // broker drops the connection.
 func (w *world) dial(d meta.DeviceLogin, lost chan struct{}) (mqtt.Client, error) {
-	o := mqtt.NewClientOptions().AddBroker(w.broker.URL()).SetClientID(d.ID).SetUsername(d.SecureID).
-		SetPassword(d.SecureKey).SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
-	if lost != nil {
-		o.SetConnectionLostHandler(func(mqtt.Client, error) { close(lost) })
+	c, err := mqtttest.Dial(w.broker.URL(), d.ID, d.SecureID, d.SecureKey, lost)
+	if err == nil {
+		w.t.Cleanup(func() { c.Disconnect(0) })
 	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	w.t.Cleanup(func() { c.Disconnect(0) })
-	return c, nil
+	return c, err
 }
 
 func (w *world) connects(d meta.DeviceLogin) {
