@@ -6,11 +6,12 @@
 // the local ClickHouse cluster ([NeedCluster]).
 //
 // It lives below bench because the bench is the part of the repository
-// that already builds devicehub and runs it as a child, and because bench
-// is the only top-level folder no production package imports. It imports
-// the standard library only, nothing of devicehub, so that the tests of
-// meta, tsdb, ingest and api, internal ones included, can use it without
-// an import cycle. The per-service helpers stay beside their service:
+// that already builds devicehub and runs it as a child, beside the other
+// tooling that drives the server from outside (simulated devices, load
+// generators); the server itself imports nothing below bench. It imports
+// the standard library and goleak only, nothing of devicehub, so that the
+// tests of meta, tsdb, ingest and api, internal ones included, can use it
+// without an import cycle. The per-service helpers stay beside their service:
 // meta/metatest (a fresh PostgreSQL database), tsdb/tsdbtest (ClickHouse)
 // and ingest/mqtttest (brokers and devices).
 //
