@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -184,13 +182,7 @@ func TestCommandMetricsEndpoint(t *testing.T) {
 	}
 	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl", ctl, 500, "client_offline")
 
-	res, err := http.Get(e.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	text := string(body)
+	text := e.metrics()
 	for _, series := range []string{
 		`devicehub_commands_total{kind="read",outcome="answered"} 2`,
 		`devicehub_commands_total{kind="read",outcome="offline"} 1`,

@@ -154,13 +154,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 		hubA = newLiveHub(t)
 		deps.Live, deps.LiveDevices = hubA, store
 	})
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, storeA), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, storeA)
 	hubB := newLiveHub(t)
 	baseB := serveStore(t, api.DefaultOptions(), storeB, func(deps *api.Deps) { deps.Live, deps.LiveDevices = hubB, storeB })
 	b := &env{t: t, base: baseB, store: storeB}

@@ -116,6 +116,20 @@ func storeDSN(t *testing.T, store *meta.Store) string {
 	return metatest.ServerDSN() + "/" + name + "?sslmode=disable"
 }
 
+// otherStore opens a second Store on store's database: another
+// instance's, closed when the test ends.
+func otherStore(t *testing.T, store *meta.Store) *meta.Store {
+	t.Helper()
+	mo := meta.DefaultOptions()
+	mo.DSN, mo.MaxOpenConns = storeDSN(t, store), 4
+	other, err := meta.Open(context.Background(), mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return other
+}
+
 // addLiveDevices adds a deployed product and its devices (offline).
 func addLiveDevices(t *testing.T, store *meta.Store, product string, ids ...string) {
 	t.Helper()

@@ -131,6 +131,12 @@ func (e *env) checked(method, path string, status int, raw []byte) response {
 	return r
 }
 
+// metrics is the server's /metrics page.
+func (e *env) metrics() string {
+	e.t.Helper()
+	return string(testkit.API{Base: e.base}.Send(e.t, "GET", "/metrics", nil).Raw)
+}
+
 // call is do with the admin token.
 func (e *env) call(method, path string, body any) response {
 	e.t.Helper()

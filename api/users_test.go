@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -149,13 +148,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 	if opts.TokenCacheTTL < 5*time.Second {
 		t.Fatalf("token cache TTL %s: the test needs one longer than 1 s", opts.TokenCacheTTL)
 	}
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, e.store), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, e.store)
 	b := &env{t: t, base: serveStore(t, opts, storeB, nil), store: storeB}
 
 	id, tok := e.addUser("op", meta.RoleOperator)
@@ -256,13 +249,7 @@ func TestDisabledUserEndsEverywhere(t *testing.T) {
 		addLiveDevices(t, store, product, dev)
 		deps.Live, deps.LiveDevices = hubA, store
 	})
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, e.store), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, e.store)
 	hubB := newLiveHub(t)
 	b := &env{t: t, base: serveStore(t, api.DefaultOptions(), storeB, func(deps *api.Deps) { deps.Live, deps.LiveDevices = hubB, storeB }), store: storeB}
 
