@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -149,25 +148,6 @@ func (a API) Call(t testing.TB, method, path string, body, out any) {
 	if err := a.Try(method, path, body, out); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// StatusError is an answer other than 200 to Try.
-type StatusError struct {
-	Method, Path string
-	Response
-}
-
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s %s: %d %.2000s", e.Method, e.Path, e.HTTPStatus, e.Raw)
-}
-
-// StatusOf is the HTTP status of err's answer, or 0 if err is not one.
-func StatusOf(err error) int {
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.HTTPStatus
-	}
-	return 0
 }
 
 // Login logs username in at base (endpoint 1) and returns the API with
