@@ -60,11 +60,13 @@ func (r Response) Decode(out any) error {
 type API struct {
 	Base  string
 	Token string
-	// Client sends the requests; nil is a client with a 30 s timeout.
+	// Client sends the requests; nil is a client with a 2 min timeout: far
+	// above any answer on a loaded machine (a login's password hash under
+	// the race detector), so that only a hang fails the call.
 	Client *http.Client
 }
 
-var defaultClient = &http.Client{Timeout: 30 * time.Second}
+var defaultClient = &http.Client{Timeout: 2 * time.Minute}
 
 // WithToken is a copy of a calling with token.
 func (a API) WithToken(token string) API { a.Token = token; return a }
