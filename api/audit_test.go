@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -51,7 +52,7 @@ func (e *env) audit(terms string) []auditJSON {
 func (e *env) waitAudit(terms string, n int) []auditJSON {
 	e.t.Helper()
 	var got []auditJSON
-	if !within(5*time.Second, func() bool { got = e.audit(terms); return len(got) >= n }) {
+	if !testkit.Within(5*time.Second, func() bool { got = e.audit(terms); return len(got) >= n }) {
 		e.t.Fatalf("audit %s: %d entries after 5 s, want %d: %+v", terms, len(got), n, got)
 	}
 	if len(got) != n {

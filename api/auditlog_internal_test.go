@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -41,15 +42,6 @@ func counterValue(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
-		}
-	}
 }
 
 func auditRows(t *testing.T, store *meta.Store) int {
@@ -126,9 +118,9 @@ func TestAuditLogDatabaseDown(t *testing.T) {
 	for i := range 3 {
 		a.record(entryN(i))
 	}
-	waitFor(t, "a failed flush logged", func() bool { return strings.Contains(out.String(), "audit: store entries") })
+	testkit.Eventually(t, 10*time.Second, "a failed flush logged", func() bool { return strings.Contains(out.String(), "audit: store entries") })
 	px.Up()
-	waitFor(t, "3 entries written", func() bool { return counterValue(a.written) == 3 })
+	testkit.Eventually(t, 10*time.Second, "3 entries written", func() bool { return counterValue(a.written) == 3 })
 	if n := auditRows(t, store); n != 3 || counterValue(a.dropped) != 0 {
 		t.Fatalf("%d stored, %v dropped; want 3 and 0", n, counterValue(a.dropped))
 	}

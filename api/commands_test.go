@@ -5,16 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"devicehub/api"
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
@@ -71,29 +68,15 @@ func startSim(t *testing.T, presence *link.Presence, product string, ids []strin
 	t.Helper()
 	m, _ := schema.ParseThingModelString(`{"properties":[{"id":"temp","name":"T","valueType":{"type":"float"}},{"id":"mode","name":"M","valueType":{"type":"string"}}]}`)
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), product, ids, m
-	gw := mqtttest.Gateway(t, brokerURL())
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if prop == "temp" {
 			return 21.5, true
 		}
 		return dev + "-" + prop, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	deadline := time.Now().Add(5 * time.Second)
+	mqtttest.StartFleet(t, opts)
 	for _, id := range ids {
-		for !presence.IsOnline(id) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never came online", id)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.Eventually(t, 5*time.Second, id+" online", func() bool { return presence.IsOnline(id) })
 	}
 }
 
@@ -199,13 +182,7 @@ func TestCommandMetricsEndpoint(t *testing.T) {
 	}
 	e.fails("POST", "/api/device/invoked/c2/function/DeviceCtrl", ctl, 500, "client_offline")
 
-	res, err := http.Get(e.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	text := string(body)
+	text := e.metrics()
 	for _, series := range []string{
 		`devicehub_commands_total{kind="read",outcome="answered"} 2`,
 		`devicehub_commands_total{kind="read",outcome="offline"} 1`,

@@ -252,18 +252,24 @@ func TestDashboardHistory(t *testing.T) {
 	}
 }
 
+// dashAgg is an endpoint 14 body of one message-count aggregate with params.
+func dashAgg(params string) string {
+	return `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":` + params + `}]`
+}
+
+// refusedMentioning posts body to endpoint 14 and requires 400
+// illegal_argument with a message that mentions mention.
+func (e *env) refusedMentioning(body, mention string) {
+	e.t.Helper()
+	r := e.fails("POST", "/api/dashboard/_multi", body, 400, "illegal_argument")
+	if !strings.Contains(r.Message, mention) {
+		e.t.Fatalf("%s: message %q does not mention %q", body, r.Message, mention)
+	}
+}
+
 func TestDashboardBadInput(t *testing.T) {
 	e, _ := dashEnv(t)
-	agg := func(params string) string {
-		return `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":` + params + `}]`
-	}
-	f := func(body, mention string) {
-		t.Helper()
-		r := e.fails("POST", "/api/dashboard/_multi", body, 400, "illegal_argument")
-		if !strings.Contains(r.Message, mention) {
-			t.Fatalf("%s: message %q does not mention %q", body, r.Message, mention)
-		}
-	}
+	agg, f := dashAgg, e.refusedMentioning
 	f(`{}`, "body")
 	f(`[]`, "body")
 	f(`[{"object":"message","measurement":"quantity","dimension":"agg"}]`, "[0].dashboard")
@@ -403,16 +409,7 @@ func TestDashboardDateMathZone(t *testing.T) {
 // ClickHouse's DateTime cannot hold.
 func TestDashboardInvalidArgumentFromTSDB(t *testing.T) {
 	e := aggEnv(t, shanghai)
-	agg := func(params string) string {
-		return `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","params":` + params + `}]`
-	}
-	f := func(body, mention string) {
-		t.Helper()
-		r := e.fails("POST", "/api/dashboard/_multi", body, 400, "illegal_argument")
-		if !strings.Contains(r.Message, mention) {
-			t.Fatalf("%s: message %q does not mention %q", body, r.Message, mention)
-		}
-	}
+	agg, f := dashAgg, e.refusedMentioning
 	to1971 := time.Date(1971, 6, 15, 12, 0, 0, 0, shanghai).UnixMilli()
 	f(agg(fmt.Sprintf(`{"time":"1M","to":%d,"limit":30}`, to1971)), "1970")
 	f(agg(fmt.Sprintf(`{"time":"1d","to":%d,"limit":10000}`, to1971)), "1970")

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -41,17 +41,7 @@ func BenchmarkExport(b *testing.B) {
 	store := metatest.NewStore(b)
 	srv := api.New(api.DefaultOptions(), api.Deps{Auth: store, Products: store, Roles: store, Devices: store,
 		Dashboard: db, Models: store})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	base := "http://" + ln.Addr().String()
+	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
 	post := func(path, token string, body any) []byte {
 		js, _ := json.Marshal(body)
 		req, _ := http.NewRequest("POST", base+path, bytes.NewReader(js))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -66,13 +66,8 @@ func TestPostgresDown(t *testing.T) {
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registry: reg, Gatherer: reg,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	defer srv.Shutdown(context.Background())
-	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
+	base := testkit.Serve(t, srv.App().Listener, srv.Shutdown)
+	e := &env{t: t, base: base, store: store, server: srv}
 	e.token = e.login("admin", "admin123")
 	e.ok("POST", "/api/device-product/_query/", `{}`, nil)
 
@@ -96,17 +91,9 @@ func TestPostgresDown(t *testing.T) {
 	}
 
 	px.Up()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := e.do("POST", "/api/device-product/_query/", `{}`, e.token)
-		if r.HTTPStatus == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("did not recover: %d %s", r.HTTPStatus, r.raw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the product list answering 200 once PostgreSQL is back", func() bool {
+		return e.do("POST", "/api/device-product/_query/", `{}`, e.token).HTTPStatus == 200
+	})
 	if log := logs.String(); strings.Contains(log, e.token) || strings.Contains(log, "admin123") {
 		t.Fatalf("the log holds a token or password:\n%s", log)
 	}

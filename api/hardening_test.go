@@ -17,6 +17,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/api/live"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -44,17 +45,7 @@ func serveStore(t *testing.T, opts api.Options, store *meta.Store, with func(dep
 		with(&deps)
 	}
 	srv := api.New(opts, deps)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
+	return testkit.Serve(t, srv.App().Listener, srv.Shutdown)
 }
 
 // openLiveWithin is openLive that fails, rather than hangs, when the
@@ -80,7 +71,7 @@ func openLiveWithin(t *testing.T, base, query, token string, d time.Duration) *s
 		res.Body.Close()
 		t.Fatalf("GET /api/live?%.200s: %d %s", query, res.StatusCode, raw)
 	}
-	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 1000), pings: make(chan struct{}, 100), body: res.Body}
+	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 100000), pings: make(chan struct{}, 100), body: res.Body}
 	go readSSE(bufio.NewReader(res.Body), s.events, s.pings)
 	t.Cleanup(func() { res.Body.Close(); liveClient.CloseIdleConnections() })
 	return s
@@ -97,18 +88,6 @@ func (s *sseStream) ended(d time.Duration) (time.Time, bool) {
 			}
 		case <-timeout:
 			return time.Time{}, false
-		}
-	}
-}
-
-// within polls cond every 10 ms for up to d.
-func within(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
 		}
 	}
 }
@@ -141,11 +120,11 @@ func TestHardeningAccessLogLive(t *testing.T) {
 		t.Fatalf("event %s %s", ev.Name, ev.Data)
 	}
 	s.body.Close()
-	if !within(2*time.Second, func() bool { return hub.Subscribers() == 0 }) {
+	if !testkit.Within(2*time.Second, func() bool { return hub.Subscribers() == 0 }) {
 		t.Fatalf("%d subscriptions 2 s after the client left", hub.Subscribers())
 	}
 	var line map[string]any
-	if !within(2*time.Second, func() bool {
+	if !testkit.Within(2*time.Second, func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(l, `"path":"/api/live"`) {
 				return json.Unmarshal([]byte(l), &line) == nil
@@ -175,13 +154,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 		hubA = newLiveHub(t)
 		deps.Live, deps.LiveDevices = hubA, store
 	})
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, storeA), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, storeA)
 	hubB := newLiveHub(t)
 	baseB := serveStore(t, api.DefaultOptions(), storeB, func(deps *api.Deps) { deps.Live, deps.LiveDevices = hubB, storeB })
 	b := &env{t: t, base: baseB, store: storeB}
@@ -233,7 +206,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 		if r := b.do("GET", "/api/authorize/me", nil, token); r.HTTPStatus != 200 {
 			t.Fatalf("%s: /me on B before: %s", c.name, r.raw)
 		}
-		if !within(3*time.Second, func() bool { return hubA.Subscribers() == 2 && hubB.Subscribers() == 2 }) {
+		if !testkit.Within(3*time.Second, func() bool { return hubA.Subscribers() == 2 && hubB.Subscribers() == 2 }) {
 			t.Fatalf("%s: subscriptions A %d, B %d; want 2 each", c.name, hubA.Subscribers(), hubB.Subscribers())
 		}
 		if c.notBefore > 0 {
@@ -251,12 +224,12 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 				t.Fatalf("%s: the stream on instance %c ended %s before its token expired", c.name, "AB"[i], start.Sub(at))
 			}
 		}
-		if !within(time.Until(start.Add(time.Second)), func() bool {
+		if !testkit.Within(time.Until(start.Add(time.Second)), func() bool {
 			return b.do("GET", "/api/authorize/me", nil, token).HTTPStatus == 401
 		}) {
 			t.Fatalf("%s: instance B still takes the token 1 s after it ended", c.name)
 		}
-		if !within(time.Second, func() bool { return hubA.Subscribers() == 1 && hubB.Subscribers() == 1 }) {
+		if !testkit.Within(time.Second, func() bool { return hubA.Subscribers() == 1 && hubB.Subscribers() == 1 }) {
 			t.Fatalf("%s: subscriptions A %d, B %d; want the control streams' only", c.name, hubA.Subscribers(), hubB.Subscribers())
 		}
 		t.Logf("%s: streams ended, B refuses the token", c.name)
@@ -556,13 +529,13 @@ func TestHardeningLiveClientGone(t *testing.T) {
 	}
 	left := time.Now()
 	closed.Close()
-	if !within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
 		t.Fatalf("%d subscriptions 1 s after a client closed its connection", hub.Subscribers())
 	}
 	t.Logf("subscription freed %s after the client closed", time.Since(left).Round(time.Millisecond))
 	// The slot is free for another client.
 	openLiveWithin(t, e.base, q, "", 3*time.Second)
-	if !within(time.Second, func() bool { return hub.Subscribers() == 2 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 2 }) {
 		t.Fatalf("%d subscriptions, want 2", hub.Subscribers())
 	}
 
@@ -575,7 +548,7 @@ func TestHardeningLiveClientGone(t *testing.T) {
 		t.Fatalf("the server kept the connection of a client that left 1 s ago: %v", err)
 	}
 	t.Logf("connection closed by the server %s after the client's half-close", time.Since(left).Round(time.Millisecond))
-	if !within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
+	if !testkit.Within(time.Second, func() bool { return hub.Subscribers() == 1 }) {
 		t.Fatalf("%d subscriptions after the client left", hub.Subscribers())
 	}
 }

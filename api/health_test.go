@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/ingest"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
@@ -92,9 +93,10 @@ func TestHealthzAndReadyzFollowTheBroker(t *testing.T) {
 	}
 
 	broker.Stop(syscall.SIGKILL)
-	waitFor(t, 10*time.Second, "both clients to see the broker gone", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both clients to see the broker gone", func() bool {
 		return !presence.Connected() && !ing.Connected()
 	})
+
 	if st, _ := checks("/healthz"); st != 200 {
 		t.Fatalf("/healthz with the broker down: %d, want 200 (liveness checks no dependency)", st)
 	}
@@ -107,21 +109,11 @@ func TestHealthzAndReadyzFollowTheBroker(t *testing.T) {
 	}
 
 	broker.Start()
-	waitFor(t, 30*time.Second, "/readyz to answer 200 after the broker is back", func() bool {
+	testkit.Eventually(t, 30*time.Second, "/readyz to answer 200 after the broker is back", func() bool {
 		st, res := checks("/readyz")
 		return st == 200 && reflect.DeepEqual(res, allUp)
 	})
-}
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestReadyzStoreDown: a failing store check makes /readyz 503 naming it,

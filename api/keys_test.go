@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -93,7 +94,7 @@ func TestKeyNeverExceedsItsCreator(t *testing.T) {
 	}
 	// The user loses device:write (operator): the key too, within 1 s.
 	e.ok("PUT", "/api/user/"+opID, map[string]any{"roles": []string{meta.RoleViewer}}, nil)
-	if !within(time.Second, func() bool {
+	if !testkit.Within(time.Second, func() bool {
 		return e.status("DELETE", "/api/device/instance/kd1", nil, k.Key) == 403
 	}) {
 		t.Fatal("the key still writes devices 1 s after its user lost the role granting it")
@@ -104,12 +105,12 @@ func TestKeyNeverExceedsItsCreator(t *testing.T) {
 	// Given back, the key's rights come back: they are the user's, now.
 	e.ok("PUT", "/api/user/"+opID, map[string]any{"roles": []string{meta.RoleOperator}}, nil)
 	device["id"] = "kd2"
-	if !within(time.Second, func() bool { return e.status("POST", "/api/device/instance", device, k.Key) == 200 }) {
+	if !testkit.Within(time.Second, func() bool { return e.status("POST", "/api/device/instance", device, k.Key) == 200 }) {
 		t.Fatal("the key does not write devices again 1 s after its user got the role back")
 	}
 	// A disabled user's keys are refused; a deleted user's are gone.
 	e.ok("PUT", "/api/user/"+opID, map[string]any{"state": "disabled"}, nil)
-	if !within(time.Second, func() bool { return e.status("POST", "/api/device-instance/_query", `{}`, k.Key) == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.status("POST", "/api/device-instance/_query", `{}`, k.Key) == 401 }) {
 		t.Fatal("a disabled user's key still works after 1 s")
 	}
 	e.ok("DELETE", "/api/user/"+opID, nil, nil)
@@ -135,7 +136,7 @@ func TestKeyRevokedOnEveryInstance(t *testing.T) {
 	stream := openLiveWithin(t, other, "deviceId=rd1", k.Key, 5*time.Second)
 	e.ok("DELETE", "/api/user/key/"+k.ID, nil, nil)
 	start := time.Now()
-	if !within(time.Second, func() bool { return b.status("POST", "/api/device-instance/_query", `{}`, k.Key) == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return b.status("POST", "/api/device-instance/_query", `{}`, k.Key) == 401 }) {
 		t.Fatal("a revoked key still works on another instance 1 s later")
 	}
 	if _, ended := stream.ended(time.Second - time.Since(start)); !ended {
@@ -219,7 +220,7 @@ func TestKeyExpires(t *testing.T) {
 	if s := e.status("POST", "/api/device-instance/_query", `{}`, k.Key); s != 200 {
 		t.Fatalf("before its expiry: %d", s)
 	}
-	time.Sleep(time.Until(expires))
+	time.Sleep(time.Until(expires)) // the server reads the wall clock: wait for the expiry instant itself, then assert the refusal
 	if r := e.do("POST", "/api/device-instance/_query", `{}`, k.Key); r.HTTPStatus != 401 || r.Code != "unauthorized" {
 		t.Fatalf("after its expiry: %d %s", r.HTTPStatus, r.raw)
 	}
@@ -276,7 +277,7 @@ func TestKeyListings(t *testing.T) {
 	}
 	// The administrator can.
 	e.ok("DELETE", "/api/user/key/"+kb.ID, nil, nil)
-	if !within(time.Second, func() bool { return e.status("POST", "/api/device-product/_query", `{}`, kb.Key) == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.status("POST", "/api/device-product/_query", `{}`, kb.Key) == 401 }) {
 		t.Fatal("a key revoked by the administrator still works after 1 s")
 	}
 }

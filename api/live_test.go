@@ -24,6 +24,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/api/live"
+	"devicehub/bench/testkit"
 	"devicehub/ingest"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
@@ -115,6 +116,20 @@ func storeDSN(t *testing.T, store *meta.Store) string {
 	return metatest.ServerDSN() + "/" + name + "?sslmode=disable"
 }
 
+// otherStore opens a second Store on store's database: another
+// instance's, closed when the test ends.
+func otherStore(t *testing.T, store *meta.Store) *meta.Store {
+	t.Helper()
+	mo := meta.DefaultOptions()
+	mo.DSN, mo.MaxOpenConns = storeDSN(t, store), 4
+	other, err := meta.Open(context.Background(), mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return other
+}
+
 // addLiveDevices adds a deployed product and its devices (offline).
 func addLiveDevices(t *testing.T, store *meta.Store, product string, ids ...string) {
 	t.Helper()
@@ -150,26 +165,7 @@ var liveClient = &http.Client{Transport: &http.Transport{}}
 // header (when not empty) and requires a stream.
 func openLive(t *testing.T, base, query, token string) *sseStream {
 	t.Helper()
-	req, err := http.NewRequest("GET", base+"/api/live?"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	res, err := liveClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != 200 {
-		raw, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		t.Fatalf("GET /api/live?%.200s: %d %s", query, res.StatusCode, raw)
-	}
-	s := &sseStream{t: t, header: res.Header, events: make(chan sseEvent, 100000), pings: make(chan struct{}, 100), body: res.Body}
-	go readSSE(bufio.NewReader(res.Body), s.events, s.pings)
-	t.Cleanup(func() { res.Body.Close(); liveClient.CloseIdleConnections() })
-	return s
+	return openLiveWithin(t, base, query, token, 30*time.Second)
 }
 
 // readSSE parses an event stream into events (and comments into pings)
@@ -456,13 +452,7 @@ func TestLiveStalledSubscriber(t *testing.T) {
 	})
 	stalled := stallConn(t, e.base, liveQuery(e.token, []string{dev}))
 	reader := openLive(t, e.base, liveQuery(e.token, []string{dev}), "")
-	deadline := time.Now().Add(5 * time.Second)
-	for inst.hub.Subscribers() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stalled subscription never started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the stalled subscription started", func() bool { return inst.hub.Subscribers() >= 2 })
 
 	// n reports of a 1 KB value, 1,000 a second: far more than the stalled
 	// connection's socket buffers and queue hold.
@@ -474,21 +464,18 @@ func TestLiveStalledSubscriber(t *testing.T) {
 		tok := pub.Publish("/"+product+"/"+dev+"/properties/report", 0, false, fmt.Sprintf(`{"properties":{"v":"%05d%s"}}`, i, pad))
 		if i%50 == 49 {
 			tok.Wait()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // pacing: 1,000 a second, not an assertion
 		}
 	}
 	var stored uint64
-	for {
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("all %d values stored with a stalled subscriber", n), func() bool {
 		if err := ch.Conn().QueryRow(context.Background(), "SELECT count() FROM device_property WHERE device_id = ?", dev).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
-		if stored >= n || time.Since(start) > 30*time.Second {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return stored >= n
+	})
 	if stored != n {
-		t.Fatalf("%d of %d values stored within 30 s with a stalled subscriber", stored, n)
+		t.Fatalf("%d values stored, %d published", stored, n)
 	}
 	t.Logf("%d values published and stored in %s", n, time.Since(start).Round(time.Millisecond))
 
@@ -558,13 +545,7 @@ func TestLiveAcrossInstances(t *testing.T) {
 		deps.Live, deps.LiveDevices = b.hub, store // the HTTP server is b's
 	})
 	s := openLive(t, e.base, liveQuery(e.token, []string{dev}), "")
-	deadline := time.Now().Add(5 * time.Second)
-	for !a.hub.Watching(dev) {
-		if time.Now().After(deadline) {
-			t.Fatal("a never learned that b watches the device")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "a learning that b watches the device", func() bool { return a.hub.Watching(dev) })
 	gw := mqtttest.Gateway(t, brokerURL())
 	pub := mqtttest.ConnectDevice(t, brokerURL(), "live-dev-"+liveSuffix(), gw)
 	published := time.Now()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -46,9 +47,9 @@ func TestLookupCache(t *testing.T) {
 	// background refreshes included, to finish.
 	settle := func(want int32) {
 		for deadline := time.Now().Add(time.Second); lookups.Load() < want && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // polling the lookup counter
 		}
-		for c.c.Loads() != 0 {
+		for c.c.Loads() != 0 { // a refresh starts within the call: a load started later is not missed
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -118,6 +119,10 @@ func TestLookupCache(t *testing.T) {
 // Concurrent misses of one key share one lookup; a lookup that an evict
 // or clear overtook is answered but not kept.
 func TestLookupCacheSharedMiss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { testLookupCacheSharedMiss(t) })
+}
+
+func testLookupCacheSharedMiss(t *testing.T) {
 	c := newLookupCache[string](time.Minute, 100)
 	var calls atomic.Int32
 	release := make(chan struct{})
@@ -128,11 +133,6 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 			return "", time.Time{}, meta.ErrNotFound
 		}
 		return "v-" + strings.Clone(key), time.Time{}, nil
-	}
-	waitLoading := func(key string) {
-		for c.c.Loads() == 0 {
-			time.Sleep(time.Millisecond)
-		}
 	}
 	run := func(key string, n int, meanwhile func()) (failed int) {
 		var wg sync.WaitGroup
@@ -149,8 +149,12 @@ func TestLookupCacheSharedMiss(t *testing.T) {
 				}
 			}()
 		}
-		waitLoading(key)
-		time.Sleep(50 * time.Millisecond) // let the others queue behind it
+		// Every caller blocked: the first in its lookup, the others
+		// queued behind it.
+		synctest.Wait()
+		if c.c.Loads() != 1 {
+			t.Fatalf("%d lookups under way for %q, want 1", c.c.Loads(), key)
+		}
 		meanwhile()
 		close(release)
 		wg.Wait()

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -62,17 +62,8 @@ func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, dep
 		with(store, &deps)
 	}
 	srv := api.New(opts, deps)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	e := &env{t: t, base: "http://" + ln.Addr().String(), store: store, server: srv}
+	base := testkit.Serve(t, srv.App().Listener, srv.Shutdown)
+	e := &env{t: t, base: base, store: store, server: srv}
 	e.token = e.login("admin", "admin123")
 	return e
 }
@@ -90,33 +81,8 @@ type response struct {
 
 func (e *env) do(method, path string, body any, token string) response {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = bytes.NewBufferString(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		js, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(js)
-	}
-	req, err := http.NewRequest(method, e.base+path, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return e.envelope(method, path, res)
+	r := testkit.API{Base: e.base, Token: token}.Send(e.t, method, path, body)
+	return e.checked(method, path, r.HTTPStatus, r.Raw)
 }
 
 // doOversized sends method path with the admin token, declaring a body of
@@ -145,17 +111,30 @@ func (e *env) envelope(method, path string, res *http.Response) response {
 	e.t.Helper()
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
-	r := response{HTTPStatus: res.StatusCode, raw: raw}
+	return e.checked(method, path, res.StatusCode, raw)
+}
+
+// checked decodes raw, an answer with HTTP status status, checking that
+// it is the envelope.
+func (e *env) checked(method, path string, status int, raw []byte) response {
+	e.t.Helper()
+	r := response{HTTPStatus: status, raw: raw}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		e.t.Fatalf("%s %s: body is not an envelope: %v: %s", method, path, err, raw)
 	}
-	if r.Status != res.StatusCode {
-		e.t.Fatalf("%s %s: envelope status %d != HTTP %d", method, path, r.Status, res.StatusCode)
+	if r.Status != status {
+		e.t.Fatalf("%s %s: envelope status %d != HTTP %d", method, path, r.Status, status)
 	}
 	if r.Timestamp == 0 {
 		e.t.Fatalf("%s %s: envelope without timestamp: %s", method, path, raw)
 	}
 	return r
+}
+
+// metrics is the server's /metrics page.
+func (e *env) metrics() string {
+	e.t.Helper()
+	return string(testkit.API{Base: e.base}.Send(e.t, "GET", "/metrics", nil).Raw)
 }
 
 // call is do with the admin token.

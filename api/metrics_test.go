@@ -1,8 +1,6 @@
 package api_test
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -16,13 +14,7 @@ func TestHTTPMetricsLabels(t *testing.T) {
 	e.fails("GET", "/api/device-product/missing-2", nil, 404, "not_found")
 	e.do("GET", "/api/authorize/me", nil, "")
 
-	res, err := http.Get(e.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	text := string(body)
+	text := e.metrics()
 	f := func(series string) {
 		t.Helper()
 		if !strings.Contains(text, series) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // TestListTotals checks the page fields of endpoints 7 and 1 over HTTP:
@@ -144,9 +146,7 @@ func TestListsShowWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "d1=Garage meter:1"
-	for deadline := time.Now().Add(time.Second); names() != want; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a second after another instance's rename: %q, want %q", names(), want)
-		}
+	if !testkit.Within(time.Second, func() bool { return names() == want }) {
+		t.Fatalf("a second after another instance's rename: %q, want %q", names(), want)
 	}
 }

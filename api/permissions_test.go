@@ -3,8 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -86,31 +85,12 @@ func rawCall(t *testing.T, base, method, path, token string) (int, string) {
 // rawCallBody is rawCall with body (ignored for GET and HEAD).
 func rawCallBody(t *testing.T, base, method, path, token, body string) (int, string) {
 	t.Helper()
-	var rd io.Reader
+	var send any
 	if method != "GET" && method != "HEAD" {
-		rd = strings.NewReader(body)
+		send = body
 	}
-	req, err := http.NewRequest(method, base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	var env struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(raw, &env)
-	return res.StatusCode, env.Code
+	r := testkit.API{Base: base, Token: token}.Send(t, method, path, send)
+	return r.HTTPStatus, r.Code
 }
 
 // accessCaller is one principal TestEveryRouteDeclaresAccess walks every

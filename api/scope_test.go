@@ -13,6 +13,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/api/live"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/tsdb"
 	"devicehub/tsdb/tsdbtest"
@@ -427,16 +428,9 @@ func TestScopeRoleChange(t *testing.T) {
 	}
 	within := func(what string, want []string) {
 		t.Helper()
-		deadline := time.Now().Add(time.Second)
-		for {
-			got := devices()
-			if slices.Equal(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: alice sees %v after 1 s, want %v", what, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var got []string
+		if !testkit.Within(time.Second, func() bool { got = devices(); return slices.Equal(got, want) }) {
+			t.Fatalf("%s: alice sees %v after 1 s, want %v", what, got, want)
 		}
 	}
 	within("before", []string{"a1", "a2"})

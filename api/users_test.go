@@ -1,13 +1,13 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -72,7 +72,7 @@ func TestUserAdministration(t *testing.T) {
 	if r := e.do("GET", "/api/authorize/me", nil, annTok); r.HTTPStatus != 200 {
 		t.Fatalf("the token that changed the password: %s", r.raw)
 	}
-	if !within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, other).HTTPStatus == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, other).HTTPStatus == 401 }) {
 		t.Fatal("ann's other token still works 1 s after her password changed")
 	}
 	annTok = e.login("ann", "ann-password-2")
@@ -89,7 +89,7 @@ func TestUserAdministration(t *testing.T) {
 	// Reset by the administrator: every token of ann ends.
 	e.fails("PUT", "/api/user/"+ann.ID+"/password", map[string]any{"password": "short"}, 400, "illegal_argument")
 	e.ok("PUT", "/api/user/"+ann.ID+"/password", map[string]any{"password": "reset-by-admin"}, nil)
-	if !within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, annTok).HTTPStatus == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, annTok).HTTPStatus == 401 }) {
 		t.Fatal("ann's token still works 1 s after an administrator reset her password")
 	}
 	annTok = e.login("ann", "reset-by-admin")
@@ -97,7 +97,7 @@ func TestUserAdministration(t *testing.T) {
 	// Delete.
 	e.ok("DELETE", "/api/user/"+ann.ID, nil, nil)
 	e.fails("DELETE", "/api/user/"+ann.ID, nil, 404, "not_found")
-	if !within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, annTok).HTTPStatus == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.do("GET", "/api/authorize/me", nil, annTok).HTTPStatus == 401 }) {
 		t.Fatal("a deleted user's token still works after 1 s")
 	}
 }
@@ -148,13 +148,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 	if opts.TokenCacheTTL < 5*time.Second {
 		t.Fatalf("token cache TTL %s: the test needs one longer than 1 s", opts.TokenCacheTTL)
 	}
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, e.store), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, e.store)
 	b := &env{t: t, base: serveStore(t, opts, storeB, nil), store: storeB}
 
 	id, tok := e.addUser("op", meta.RoleOperator)
@@ -174,7 +168,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 	start := time.Now()
 	e.ok("PUT", "/api/user/"+id, map[string]any{"roles": []string{"viewer"}}, nil)
 	for i, x := range []*env{e, b} {
-		if !within(time.Until(start.Add(time.Second)), func() bool { return write(x) == 403 }) {
+		if !testkit.Within(time.Until(start.Add(time.Second)), func() bool { return write(x) == 403 }) {
 			t.Fatalf("instance %c: the former operator still writes devices 1 s after its role changed", "AB"[i])
 		}
 		if s := list(x); s != 200 {
@@ -187,7 +181,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, x := range []*env{e, b} {
-		if !within(time.Until(start.Add(time.Second)), func() bool { return list(x) == 403 }) {
+		if !testkit.Within(time.Until(start.Add(time.Second)), func() bool { return list(x) == 403 }) {
 			t.Fatalf("instance %c: a user without roles still lists devices 1 s after its roles were removed", "AB"[i])
 		}
 	}
@@ -196,7 +190,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []*env{e, b} {
-		if !within(time.Second, func() bool { return list(x) == 200 }) {
+		if !testkit.Within(time.Second, func() bool { return list(x) == 200 }) {
 			t.Fatal("the viewer role given back is not seen within 1 s")
 		}
 	}
@@ -205,7 +199,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, x := range []*env{e, b} {
-		if !within(time.Until(start.Add(time.Second)), func() bool { return list(x) == 403 }) {
+		if !testkit.Within(time.Until(start.Add(time.Second)), func() bool { return list(x) == 403 }) {
 			t.Fatalf("instance %c: device:read taken from role viewer, its user still lists devices after 1 s", "AB"[i])
 		}
 	}
@@ -234,7 +228,7 @@ func TestLastAdministrator(t *testing.T) {
 	var second userJSON
 	e.ok("POST", "/api/user", map[string]any{"username": "admin2", "password": "admin2-password", "roles": []string{"admin"}}, &second)
 	e.ok("PUT", "/api/user/admin", map[string]any{"state": "disabled"}, nil)
-	if !within(time.Second, func() bool { return e.call("GET", "/api/authorize/me", nil).HTTPStatus == 401 }) {
+	if !testkit.Within(time.Second, func() bool { return e.call("GET", "/api/authorize/me", nil).HTTPStatus == 401 }) {
 		t.Fatal("the disabled admin's token still works after 1 s")
 	}
 	e.token = e.login("admin2", "admin2-password")
@@ -255,13 +249,7 @@ func TestDisabledUserEndsEverywhere(t *testing.T) {
 		addLiveDevices(t, store, product, dev)
 		deps.Live, deps.LiveDevices = hubA, store
 	})
-	mo := meta.DefaultOptions()
-	mo.DSN, mo.MaxOpenConns = storeDSN(t, e.store), 4
-	storeB, err := meta.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { storeB.Close() })
+	storeB := otherStore(t, e.store)
 	hubB := newLiveHub(t)
 	b := &env{t: t, base: serveStore(t, api.DefaultOptions(), storeB, func(deps *api.Deps) { deps.Live, deps.LiveDevices = hubB, storeB }), store: storeB}
 
@@ -287,7 +275,7 @@ func TestDisabledUserEndsEverywhere(t *testing.T) {
 			}
 		}
 		for i, x := range []*env{e, b} {
-			if !within(time.Until(start.Add(time.Second)), func() bool {
+			if !testkit.Within(time.Until(start.Add(time.Second)), func() bool {
 				s := x.do("POST", "/api/device-instance/_query", `{}`, tok).HTTPStatus
 				return s == 401 || s == 403
 			}) {

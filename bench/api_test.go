@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // TestRunAPISmall runs the api scenario at a toy size.
 func TestRunAPISmall(t *testing.T) {
-	bin := testServerBinary(t)
+	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, CachedRequests: 20, Warmup: 2, ServerBinary: bin})

@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // TestRunCommandsSmall runs the commands scenario at a toy size: the whole
 // path works and every figure is filled in.
 func TestRunCommandsSmall(t *testing.T) {
-	bin := testServerBinary(t)
+	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ServerBinary: bin})

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -58,17 +58,8 @@ func startAPI(b *testing.B, store *meta.Store) *client {
 		Auth: store, Products: store, Roles: store, Devices: store,
 		Registry: reg, Gatherer: reg,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	c := &client{b: b, base: "http://" + ln.Addr().String(), http: &http.Client{Timeout: 30 * time.Second}}
+	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
+	c := &client{b: b, base: base, http: &http.Client{Timeout: 30 * time.Second}}
 	var login struct {
 		Token string `json:"token"`
 	}

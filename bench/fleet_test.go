@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // TestRunFleetSmall runs the fleet scenario at a toy size (200 devices
@@ -17,7 +19,7 @@ func TestRunFleetSmall(t *testing.T) {
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}
-	bin := testServerBinary(t)
+	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()

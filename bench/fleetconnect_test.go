@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // TestFleetConnectSmall runs fleet-connect at 2,000 devices over a pool
@@ -19,7 +21,7 @@ func TestFleetConnectSmall(t *testing.T) {
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}
-	bin := testServerBinary(t)
+	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()

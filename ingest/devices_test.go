@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -197,13 +198,7 @@ func TestDeviceCacheHints(t *testing.T) {
 	for i := range 20 {
 		c.hint(fmt.Sprintf("%s-d%d", p, i))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.len() < 20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 20 hinted devices cached", c.len())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the 20 hinted devices cached", func() bool { return c.len() >= 20 })
 	for i := range 20 {
 		if st, found, err := c.get(ctx, fmt.Sprintf("%s-d%d", p, i)); err != nil || !found || st.ProductID != p {
 			t.Fatalf("get: %+v %v %v", st, found, err)

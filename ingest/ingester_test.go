@@ -12,6 +12,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/wire"
@@ -71,10 +72,11 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	eventually(t, 30*time.Second, "every message and property stored", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every message and property stored", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE product_id = ?", p) >= devices*perDevice &&
 			e.count("SELECT count() FROM device_property WHERE product_id = ?", p) >= uint64(wantProps)
 	})
+
 	if n := e.count("SELECT count() FROM device_message WHERE product_id = ? AND message_type = 'REPORT_PROPERTY' AND direction = 'up'", p); n != devices*perDevice {
 		t.Fatalf("%d report messages, want %d", n, devices*perDevice)
 	}
@@ -114,7 +116,7 @@ func TestReportsFromManyDevicesStored(t *testing.T) {
 	if !strings.Contains(payload, `"txt1":"v3"`) || topic != fmt.Sprintf("/%s/%s-d1/properties/report", p, p) {
 		t.Fatalf("stored payload %q topic %q", payload, topic)
 	}
-	eventually(t, 10*time.Second, "acks", func() bool { return in.Stats().Acked == devices*perDevice })
+	testkit.Eventually(t, 10*time.Second, "acks", func() bool { return in.Stats().Acked == devices*perDevice })
 	if s := in.Stats(); s.Stored != devices*perDevice || len(nonZero(s.Dropped)) != 0 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -151,9 +153,10 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	dev.MustPublish(t, "/"+p+"/"+good+"/properties/report", 1, report) // the one stored
 
 	want := map[string]uint64{DropUnknownDevice: 1, DropProductMismatch: 1, DropNotActive: 1, DropMalformed: 1, DropOversize: 1}
-	eventually(t, 20*time.Second, "drops counted and the good message stored", func() bool {
+	testkit.Eventually(t, 20*time.Second, "drops counted and the good message stored", func() bool {
 		return fmt.Sprint(nonZero(in.Stats().Dropped)) == fmt.Sprint(want) && in.Stats().Stored == 1
 	})
+
 	if n := e.count("SELECT count() FROM device_message"); n != 1 {
 		t.Fatalf("%d messages stored, want only the good one", n)
 	}
@@ -163,22 +166,21 @@ func TestDropsCountedNeverStored(t *testing.T) {
 	if n := e.count("SELECT count() FROM device_property"); n != 1 {
 		t.Fatalf("%d property rows, want 1", n)
 	}
-	eventually(t, 5*time.Second, "every message acked", func() bool { return in.Stats().Acked == 6 })
+	testkit.Eventually(t, 5*time.Second, "every message acked", func() bool { return in.Stats().Acked == 6 })
 
 	// The device cache is negative too, but expires: a device created after
 	// a dropped message is accepted within the TTL.
 	late := p + "-late"
 	dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
-	eventually(t, 10*time.Second, "late device dropped once", func() bool { return in.Stats().Dropped[DropUnknownDevice] == 2 })
+	testkit.Eventually(t, 10*time.Second, "late device dropped once", func() bool { return in.Stats().Dropped[DropUnknownDevice] == 2 })
 	e.device(late, p, "offline")
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count("SELECT count() FROM device_message WHERE device_id = ?", late) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("message of a newly created device not stored within the cache TTL")
+	testkit.Eventually(t, 10*time.Second, "a message of a newly created device stored (the negative cache entry expired)", func() bool {
+		if e.count("SELECT count() FROM device_message WHERE device_id = ?", late) > 0 {
+			return true
 		}
 		dev.MustPublish(t, "/"+p+"/"+late+"/properties/report", 1, report)
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestPresenceBirthAndLastWill(t *testing.T) {
@@ -206,19 +208,21 @@ func TestPresenceBirthAndLastWill(t *testing.T) {
 		o.SetWill("/"+p+"/"+d+"/offline", `{"reason":"will"}`, 1, false)
 	})
 	dev.MustPublish(t, "/"+p+"/"+d+"/online", 1, "")
-	eventually(t, 10*time.Second, "online in PostgreSQL and in Presence", func() bool {
+	testkit.Eventually(t, 10*time.Second, "online in PostgreSQL and in Presence", func() bool {
 		s, on, _ := state()
 		return s == "online" && on && pres.IsOnline(d)
 	})
 
 	dev.Cut() // no DISCONNECT: the broker publishes the will
-	eventually(t, 15*time.Second, "offline through the last will", func() bool {
+	testkit.Eventually(t, 15*time.Second, "offline through the last will", func() bool {
 		s, _, off := state()
 		return s == "offline" && off && !pres.IsOnline(d)
 	})
-	eventually(t, 10*time.Second, "ONLINE and OFFLINE messages stored", func() bool {
+
+	testkit.Eventually(t, 10*time.Second, "ONLINE and OFFLINE messages stored", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE device_id = ? AND message_type IN ('ONLINE','OFFLINE')", d) == 2
 	})
+
 	if s := in.Stats(); s.StateChanges != 2 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -253,9 +257,10 @@ func TestCloseDrainsAndRedelivers(t *testing.T) {
 	}
 	// A new ingester with the same client ids gets what was not acked.
 	in2 := e.startIngester(opt)
-	eventually(t, 30*time.Second, "every published message stored after restart", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every published message stored after restart", func() bool {
 		return e.count("SELECT uniqExact(message_id) FROM device_message WHERE device_id = ?", d) == n
 	})
+
 	total := e.count("SELECT count() FROM device_message WHERE device_id = ?", d)
 	t.Logf("published %d, stored %d rows (%d duplicates), second ingester received %d", n, total, total-n, in2.Stats().Received)
 }
@@ -269,9 +274,10 @@ func TestRecordDownlink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "downlink stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "downlink stored", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE message_id = 'down-1' AND direction = 'down'") == 1
 	})
+
 }
 
 // TestAcksInBrokerOrder reads a private broker's packet log: the ingester
@@ -318,10 +324,11 @@ func TestAcksInBrokerOrder(t *testing.T) {
 		return out
 	}
 	var log string
-	eventually(t, 30*time.Second, "every message stored and its PUBACK logged", func() bool {
+	testkit.Eventually(t, 30*time.Second, "every message stored and its PUBACK logged", func() bool {
 		log = broker.Log()
 		return in.Stats().Stored == n && len(mids(acked, log)) == n
 	})
+
 	want, got := mids(sent, log), mids(acked, log)
 	if len(want) != n {
 		t.Fatalf("broker sent %d publishes to %s, want %d", len(want), client, n)
@@ -366,9 +373,9 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 	one := opt
 	one.Connections = 1
 	in2 := e.startIngester(one)
-	eventually(t, 30*time.Second, "the retired sessions' queued share stored", func() bool { return stored() == 300 })
+	testkit.Eventually(t, 30*time.Second, "the retired sessions' queued share stored", func() bool { return stored() == 300 })
 	publish(100)
-	eventually(t, 30*time.Second, "new messages stored", func() bool { return stored() == 400 })
+	testkit.Eventually(t, 30*time.Second, "new messages stored", func() bool { return stored() == 400 })
 	if err := in2.Close(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -384,12 +391,30 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 		if err := link.WaitToken(c.Connect(), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		// The broker sends a session what it queued for it right after
+		// the CONNACK, before anything published later: a sentinel the
+		// session publishes to itself (on a downlink topic, outside the
+		// uplink filters) comes back behind whatever was queued.
+		sentinel := make(chan struct{}, 1)
+		topic := fmt.Sprintf("/%s/sentinel-%d/properties/read", p, n)
+		if err := link.WaitToken(c.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { m.Ack(); sentinel <- struct{}{} }), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := link.WaitToken(c.Publish(topic, 1, false, "sentinel"), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sentinel:
+		case <-time.After(10 * time.Second):
+			if got.Load() == 0 {
+				t.Fatalf("retired session %d: its sentinel did not come back", n)
+			}
+		}
 		c.Disconnect(0)
 		if g := got.Load(); g != 0 {
 			t.Errorf("retired session %d still got %d messages", n, g)
 		}
 	}
 	e.startIngester(one)
-	eventually(t, 30*time.Second, "session 0's queue stored", func() bool { return stored() == 500 })
+	testkit.Eventually(t, 30*time.Second, "session 0's queue stored", func() bool { return stored() == 500 })
 }

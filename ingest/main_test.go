@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"go.uber.org/goleak"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
@@ -28,23 +27,12 @@ import (
 // group, so tests do not see each other's traffic.
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testkit.MainNoLeaks(m, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
 }
 
 func brokerURL() string { return mqtttest.SharedURL() }
 
-func randID(prefix string) string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
+func randID(prefix string) string { return testkit.RandID(prefix) }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -107,18 +95,6 @@ func (e *env) count(q string, args ...any) uint64 {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 	return n
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // testOptions are ingest options private to one test.

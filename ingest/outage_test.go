@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"fmt"
 	"net"
@@ -81,13 +82,14 @@ func (ch *privateClickHouse) start() {
 	}
 	ch.cmd, ch.exited = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(ch.exited) }()
-	eventually(ch.t, 60*time.Second, "private ClickHouse up", func() bool {
+	testkit.Eventually(ch.t, 60*time.Second, "private ClickHouse up", func() bool {
 		c, err := net.DialTimeout("tcp", ch.addr(), time.Second)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
+
 }
 
 // kill SIGKILLs the server (only the process this test started).
@@ -146,7 +148,7 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 		}
 		pubDone <- nil
 	}()
-	eventually(t, 30*time.Second, "some traffic stored", func() bool { return in.Stats().Stored > 200 })
+	testkit.Eventually(t, 30*time.Second, "some traffic stored", func() bool { return in.Stats().Stored > 200 })
 	ch.kill()
 	killedAt := published.Load()
 	time.Sleep(2 * time.Second) // the outage itself, not an assertion
@@ -156,11 +158,12 @@ func TestClickHouseOutageLosesNothing(t *testing.T) {
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "every published message stored", func() bool {
+	testkit.Eventually(t, 90*time.Second, "every published message stored", func() bool {
 		var got uint64
 		err := db.Conn().QueryRow(context.Background(), "SELECT uniqExact(message_id) FROM device_message").Scan(&got)
 		return err == nil && got == n
 	})
+
 	total := e.count("SELECT count() FROM device_message")
 	props := e.count("SELECT uniqExact(property, num_value, str_value) FROM device_property") // each value is its message's
 	s := in.Stats()

@@ -7,6 +7,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -35,9 +36,10 @@ func TestRetainedUplinkStoredOnce(t *testing.T) {
 	if tok := dev.Publish(topic, 1, true, `{"messageId":"kept","properties":{"v":1}}`); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
-	eventually(t, 10*time.Second, "the live report stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the live report stored", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE device_id = ?", d) == 1
 	})
+
 	ctx := ctxT(t, 10*time.Second)
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -46,7 +48,7 @@ func TestRetainedUplinkStoredOnce(t *testing.T) {
 	// the retained report to.
 	for range 2 {
 		in := e.startIngester(opt())
-		eventually(t, 10*time.Second, "the replay dropped", func() bool { return in.Stats().Dropped[DropRetained] == 1 })
+		testkit.Eventually(t, 10*time.Second, "the replay dropped", func() bool { return in.Stats().Dropped[DropRetained] == 1 })
 		if err := in.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -70,9 +72,10 @@ func TestBadTimestampsCounted(t *testing.T) {
 	for _, ts := range []string{"0", "-1000", "32503680000000", `"abc"`, "null", strconv.FormatInt(good, 10)} {
 		dev.MustPublish(t, topic, 1, `{"timestamp":`+ts+`,"properties":{"v":1}}`)
 	}
-	eventually(t, 10*time.Second, "six reports stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "six reports stored", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE device_id = ?", d) == 6
 	})
+
 	if n := in.Stats().BadTimestamps; n != 4 {
 		t.Fatalf("bad timestamps counted: %v, want 4", n)
 	}
@@ -117,7 +120,7 @@ func TestStartWithBacklog(t *testing.T) {
 	if in.BacklogDrained() {
 		t.Fatalf("backlog drained at start, with %d of %d stored", in.Stats().Stored, n)
 	}
-	eventually(t, 120*time.Second, "the backlog drained", in.BacklogDrained)
+	testkit.Eventually(t, 120*time.Second, "the backlog drained", in.BacklogDrained)
 	if s := in.Stats(); s.Stored < n {
 		t.Fatalf("backlog said drained with %d of %d stored", s.Stored, n)
 	}
@@ -147,7 +150,7 @@ func TestBacklogDrainedWithoutBacklog(t *testing.T) {
 			opt := testOptions(p)
 			opt.ShareGroup, opt.QoS = tc.share, tc.qos
 			in := e.startIngester(opt)
-			eventually(t, 5*time.Second, "drained", in.BacklogDrained)
+			testkit.Eventually(t, 5*time.Second, "drained", in.BacklogDrained)
 		})
 	}
 }
@@ -173,7 +176,7 @@ func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
 		dev.MustPublish(t, "/"+p+"/"+d+"/properties/report", 1, `{"messageId":"`+id+`","properties":{"v":1}}`)
 	}
 	report(known, "k0") // looked up and cached
-	eventually(t, 10*time.Second, "the first report acknowledged", func() bool { return in.Stats().Acked == 1 })
+	testkit.Eventually(t, 10*time.Second, "the first report acknowledged", func() bool { return in.Stats().Acked == 1 })
 
 	pg.Down()
 	report(unknown, "u0")
@@ -182,9 +185,10 @@ func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
 	for i := range n {
 		report(known, "k"+strconv.Itoa(i+1))
 	}
-	eventually(t, 10*time.Second, "the known device's reports acknowledged while PostgreSQL is away", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the known device's reports acknowledged while PostgreSQL is away", func() bool {
 		return in.Stats().Acked >= 1+n
 	})
+
 	if got := e.count("SELECT count() FROM device_message WHERE device_id = ? AND message_type = 'REPORT_PROPERTY'", known); got != 1+n {
 		t.Fatalf("%d of the known device's reports stored", got)
 	}
@@ -193,15 +197,17 @@ func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
 	}
 
 	pg.Up()
-	eventually(t, 20*time.Second, "everything acknowledged once PostgreSQL is back", func() bool {
+	testkit.Eventually(t, 20*time.Second, "everything acknowledged once PostgreSQL is back", func() bool {
 		return in.Stats().Acked == 3+n
 	})
+
 	if got := e.count("SELECT count() FROM device_message WHERE device_id = ?", unknown); got != 1 {
 		t.Fatalf("the unknown device's report stored %d times", got)
 	}
-	eventually(t, 10*time.Second, "the birth written", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the birth written", func() bool {
 		var state string
 		_ = e.store.DB().Get(&state, `SELECT state FROM devices WHERE id = $1`, known)
 		return state == "online"
 	})
+
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -41,13 +42,7 @@ func TestStateBatcherBounded(t *testing.T) {
 			b.add(meta.StateChange{DeviceID: "d", Online: i%2 == 0, At: time.Now()}, func() { done.Add(1) })
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.pending() < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending, want 4", b.pending())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "4 changes pending", func() bool { return b.pending() >= 4 })
 	// 2 taken (retried), 4 buffered: 6 added, the 7th waits for room.
 	select {
 	case <-added:

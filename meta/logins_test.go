@@ -13,6 +13,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -380,18 +381,6 @@ func advisoryWaiters(t *testing.T, db *sqlx.DB) int {
 	return n
 }
 
-// waitFor polls cond until it holds, failing the test after 15 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestLock(t *testing.T) {
 	s := metatest.NewStore(t)
 	ctx := context.Background()
@@ -413,7 +402,7 @@ func TestLock(t *testing.T) {
 		lost, release, err := s.Lock(ctx, key)
 		second <- result{lost, release, err}
 	}()
-	waitFor(t, "the second Lock to wait", func() bool { return advisoryWaiters(t, s.DB()) == 1 })
+	testkit.Eventually(t, 15*time.Second, "the second Lock to wait", func() bool { return advisoryWaiters(t, s.DB()) == 1 })
 	select {
 	case r := <-second:
 		t.Fatalf("second Lock returned while the first holds the lock: %v", r.err)
@@ -427,7 +416,7 @@ func TestLock(t *testing.T) {
 		_, _, err := s.Lock(tctx, key)
 		third <- err
 	}()
-	waitFor(t, "the third Lock to wait", func() bool { return advisoryWaiters(t, s.DB()) == 2 })
+	testkit.Eventually(t, 15*time.Second, "the third Lock to wait", func() bool { return advisoryWaiters(t, s.DB()) == 2 })
 	cancel()
 	select {
 	case err := <-third:
@@ -437,7 +426,7 @@ func TestLock(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Lock did not return after its context ended")
 	}
-	waitFor(t, "the cancelled wait to end", func() bool { return advisoryWaiters(t, s.DB()) == 1 })
+	testkit.Eventually(t, 15*time.Second, "the cancelled wait to end", func() bool { return advisoryWaiters(t, s.DB()) == 1 })
 
 	// ... and the second gets the lock once the first releases it.
 	release1()
@@ -504,13 +493,14 @@ func TestLockLost(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("lost not closed within 20 s of the connection dying")
 	}
-	waitFor(t, "the lock to be free", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the lock to be free", func() bool {
 		var ok bool
 		if err := db.Get(&ok, `SELECT pg_try_advisory_lock($1)`, int64(key)); err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	})
+
 }
 
 // TestLoginsApplied: what one instance announces (NotifyLoginsApplied),
@@ -545,16 +535,7 @@ func TestLoginsApplied(t *testing.T) {
 	if err := s.NotifyLoginsApplied(ctx, sent); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= len(sent) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Within(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(sent) })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != len(sent) {

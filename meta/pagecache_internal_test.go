@@ -8,7 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"devicehub/bench/testkit"
 )
 
 // livePageCache is a page cache whose watcher listens on the test server.
@@ -21,11 +24,7 @@ func livePageCache(t *testing.T, ttl time.Duration) *pageCache {
 	c := newPageCache(dsn+"/postgres?sslmode=disable", ttl)
 	t.Cleanup(c.close)
 	c.start.Do(c.watch)
-	for deadline := time.Now().Add(5 * time.Second); !c.live.Load(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher did not listen within 5 s")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "the watcher listening", c.live.Load)
 	return c
 }
 
@@ -33,7 +32,11 @@ func livePageCache(t *testing.T, ttl time.Duration) *pageCache {
 // failure reaches them all and is not kept; a panicking load fails its
 // waiters, not the process.
 func TestPageCacheFlights(t *testing.T) {
-	c := livePageCache(t, time.Hour)
+	c := livePageCache(t, time.Hour) // its watcher outside the bubble: it waits on the network
+	synctest.Test(t, func(t *testing.T) { pageCacheFlights(t, c) })
+}
+
+func pageCacheFlights(t *testing.T, c *pageCache) {
 	ctx := context.Background()
 	var loads atomic.Int32
 	release := make(chan struct{})
@@ -52,7 +55,10 @@ func TestPageCacheFlights(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	synctest.Wait() // all 8 blocked: one in the load, 7 waiting for it
+	if n := c.pages.Loads(); n != 1 {
+		t.Fatalf("%d loads under way for 8 identical queries, want 1", n)
+	}
 	close(release)
 	wg.Wait()
 	if n := loads.Load(); n != 1 {
@@ -121,14 +127,22 @@ func TestPageCacheBounds(t *testing.T) {
 		t.Fatalf("a key past the bound was kept (%d loads)", loads)
 	}
 
+	// Time is the bubble's: the page is kept until the TTL has passed to
+	// the nanosecond, whatever the machine's load.
 	short := livePageCache(t, 20*time.Millisecond)
-	loads = 0
-	count := func(context.Context, bool) (any, int, error) { loads++; return "x", 1, nil }
-	_, _ = short.get(ctx, "device", "device\x00t", count)
-	_, _ = short.get(ctx, "device", "device\x00t", count)
-	time.Sleep(30 * time.Millisecond)
-	_, _ = short.get(ctx, "device", "device\x00t", count)
-	if loads != 2 {
-		t.Fatalf("%d loads, want 2: kept within the TTL, loaded again after it", loads)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		loads := 0
+		count := func(context.Context, bool) (any, int, error) { loads++; return "x", 1, nil }
+		_, _ = short.get(ctx, "device", "device\x00t", count)
+		time.Sleep(20*time.Millisecond - 1)
+		_, _ = short.get(ctx, "device", "device\x00t", count)
+		if loads != 1 {
+			t.Fatalf("%d loads within the TTL, want 1", loads)
+		}
+		time.Sleep(1)
+		_, _ = short.get(ctx, "device", "device\x00t", count)
+		if loads != 2 {
+			t.Fatalf("%d loads, want 2: loaded again once the TTL has passed", loads)
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -20,13 +21,7 @@ func TestWatchTokens(t *testing.T) {
 	heard := make(chan []string, 100)
 	w := s.WatchTokens(func(ids []string) { heard <- ids })
 	defer w.Stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for !w.Listening() {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher does not listen")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the watcher listening", w.Listening)
 	if ids := <-heard; ids != nil { // once listening: check everything
 		t.Fatalf("first announcement %v, want nil", ids)
 	}

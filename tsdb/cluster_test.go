@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/schema"
 )
 
@@ -134,45 +132,15 @@ func TestClusterStatements(t *testing.T) {
 
 // --- against the local cluster (.ci/cluster test) ----------------------------
 
-// testCluster is the cluster .ci/cluster runs: its name and each node's
-// native address.
-type testCluster struct {
-	name  string
-	nodes map[string]string
-}
+// testCluster is the cluster .ci/cluster runs (testkit.Cluster).
+type testCluster struct{ testkit.Cluster }
 
-// needCluster skips the test unless DEVICEHUB_TEST_CLUSTER=1 (set by
-// `make test-cluster`), and reads the cluster from the variables
-// `.ci/cluster env` prints.
-func needCluster(t *testing.T) testCluster {
-	t.Helper()
-	if os.Getenv("DEVICEHUB_TEST_CLUSTER") != "1" {
-		t.Skip("cluster tests run with DEVICEHUB_TEST_CLUSTER=1 (make test-cluster)")
-	}
-	c := testCluster{name: os.Getenv("DEVICEHUB_CLUSTER_NAME"), nodes: map[string]string{}}
-	for _, kv := range strings.Split(os.Getenv("DEVICEHUB_CLUSTER_NODES"), ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			c.nodes[k] = v
-		}
-	}
-	if c.name == "" || len(c.nodes) != 4 {
-		t.Fatal("DEVICEHUB_CLUSTER_NAME and DEVICEHUB_CLUSTER_NODES (4 nodes) not set: run through `.ci/cluster test`")
-	}
-	return c
-}
-
-// addrs is the address list of the named nodes, in order.
-func (c testCluster) addrs(nodes ...string) string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, c.nodes[n])
-	}
-	return strings.Join(out, ",")
-}
+// needCluster skips the test unless the cluster runs (testkit.NeedCluster).
+func needCluster(t *testing.T) testCluster { return testCluster{testkit.NeedCluster(t)} }
 
 func (c testCluster) options(name string, loc *time.Location, nodes ...string) Options {
 	opt := testOptions(name, loc)
-	opt.Addr, opt.Cluster = c.addrs(nodes...), c.name
+	opt.Addr, opt.Cluster = c.Addrs(nodes...), c.Name
 	return opt
 }
 
@@ -184,7 +152,7 @@ func (c testCluster) open(t *testing.T, name string, loc *time.Location, nodes .
 	defer cancel()
 	db, err := Open(ctx, c.options(name, loc, nodes...))
 	if err != nil {
-		t.Fatalf("open on cluster %s through %v: %v", c.name, nodes, err)
+		t.Fatalf("open on cluster %s through %v: %v", c.Name, nodes, err)
 	}
 	sharedMu.Lock()
 	toDrop = append(toDrop, db)
@@ -192,23 +160,10 @@ func (c testCluster) open(t *testing.T, name string, loc *time.Location, nodes .
 	return db
 }
 
-// script runs .ci/cluster with args (kill a node, start it again).
-func clusterScript(t *testing.T, args ...string) {
-	t.Helper()
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("bash", append([]string{filepath.Join(root, ".ci", "cluster")}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf(".ci/cluster %v: %v\n%s", args, err, out)
-	}
-}
-
 // onNode runs a scalar query on one node, outside devicehub's database.
 func (c testCluster) scalar(t *testing.T, node, query string, args ...any) uint64 {
 	t.Helper()
-	conn, err := connect(Options{Addr: c.nodes[node], Username: "default", DialTimeout: 5 * time.Second,
+	conn, err := connect(Options{Addr: c.Nodes[node], Username: "default", DialTimeout: 5 * time.Second,
 		QueryTimeout: 30 * time.Second, MaxOpenConns: 1}, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +179,7 @@ func (c testCluster) scalar(t *testing.T, node, query string, args ...any) uint6
 // lastDDLTask is the newest ON CLUSTER task queued in ZooKeeper.
 func (c testCluster) lastDDLTask(t *testing.T) string {
 	t.Helper()
-	conn, err := connect(Options{Addr: c.nodes["ch11"], Username: "default", DialTimeout: 5 * time.Second,
+	conn, err := connect(Options{Addr: c.Nodes["ch11"], Username: "default", DialTimeout: 5 * time.Second,
 		QueryTimeout: 30 * time.Second, MaxOpenConns: 1}, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -380,9 +335,10 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 		var total uint64
 		for _, shard := range [][2]string{{"ch11", "ch12"}, {"ch21", "ch22"}} {
 			q := "SELECT count() FROM `" + dbName + "`.`" + table + "`"
-			waitFor(t, 30*time.Second, "replicas of "+shard[0]+" in step", func() bool {
+			testkit.Eventually(t, 30*time.Second, "replicas of "+shard[0]+" in step", func() bool {
 				return c.scalar(t, shard[0], q) == c.scalar(t, shard[1], q)
 			})
+
 			n := c.scalar(t, shard[0], q)
 			if n == 0 {
 				t.Errorf("%s holds no rows of %s: not sharded", shard[0], table)
@@ -400,17 +356,6 @@ func TestClusterMatchesSingleServer(t *testing.T) {
 		if n1, n2 := c.scalar(t, "ch11", devices), c.scalar(t, "ch21", devices); n1+n2 != 24 {
 			t.Errorf("%s: devices per shard %d + %d, want 24 in all (each on one shard)", table, n1, n2)
 		}
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -442,7 +387,7 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 		}
 	}
 	db := c.open(t, name, time.UTC, "ch21")
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		// device_message, device_property, device_message_daily,
 		// device_property_hourly and its fill mark device_property_hourly_filled.
 		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 5 {
@@ -464,9 +409,9 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	tm := time.Date(2024, 5, 1, 8, 0, 0, 250e6, time.UTC)
 	q := func(s string) string { return strings.ReplaceAll(s, "DB", "`"+db.Database()+"`") }
 	for _, s := range []string{
-		"ALTER TABLE DB.device_property_local ON CLUSTER `" + c.name + "` ADD COLUMN message_id String",
-		"DROP TABLE DB.device_property ON CLUSTER `" + c.name + "`",
-		"CREATE TABLE DB.device_property ON CLUSTER `" + c.name + "` AS DB.device_property_local ENGINE = Distributed('" + c.name + "', '" + db.Database() + "', 'device_property_local', cityHash64(device_id))",
+		"ALTER TABLE DB.device_property_local ON CLUSTER `" + c.Name + "` ADD COLUMN message_id String",
+		"DROP TABLE DB.device_property ON CLUSTER `" + c.Name + "`",
+		"CREATE TABLE DB.device_property ON CLUSTER `" + c.Name + "` AS DB.device_property_local ENGINE = Distributed('" + c.Name + "', '" + db.Database() + "', 'device_property_local', cityHash64(device_id))",
 		"INSERT INTO DB.device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)" +
 			" SELECT toDateTime(1714550400), toInt64(1714550400250), 'p', 'd', 'temp', 'number', 21.5, '', 'm1'",
 	} {
@@ -489,7 +434,7 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 			t.Fatalf("open a version 1 database with others: %v", err)
 		}
 	}
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.columns WHERE database = ? AND name = 'message_id' AND table LIKE 'device_property%'", db.Database()); n != 0 {
 			t.Errorf("%s: device_property still has message_id in %d tables", node, n)
 		}
@@ -569,11 +514,12 @@ func TestClusterDropPartitionsBefore(t *testing.T) {
 		}
 		return c
 	}
-	waitFor(t, 30*time.Second, "the drop on every replica", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the drop on every replica", func() bool {
 		return count("SELECT count() FROM device_message") == 16 && count("SELECT count() FROM device_property") == 16 &&
 			count("SELECT sum(messages) FROM device_message_daily") == 16
 	})
-	for node := range c.nodes {
+
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.parts WHERE database = ? AND active AND partition_id IN ('202312', '202401')", db.Database()); n != 0 {
 			t.Errorf("%s keeps %d parts of dropped months", node, n)
 		}
@@ -599,15 +545,7 @@ func TestClusterZoneRebuild(t *testing.T) {
 	if err := utc.Insert(ctx, ms, nil); err != nil {
 		t.Fatal(err)
 	}
-	day := func(db *DB, y int, m time.Month, d int) uint64 {
-		t.Helper()
-		tm := time.Date(y, m, d, 12, 0, 0, 0, db.Location())
-		got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: tm, To: tm})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got[0].Count
-	}
+	day := func(db *DB, y int, m time.Month, d int) uint64 { t.Helper(); return dayCount(t, ctx, db, y, m, d) }
 	if a, b := day(utc, 2024, 2, 29), day(utc, 2024, 3, 1); a != 16 || b != 0 {
 		t.Fatalf("UTC days: Feb 29 %d, Mar 1 %d; want 16, 0", a, b)
 	}
@@ -615,7 +553,7 @@ func TestClusterZoneRebuild(t *testing.T) {
 	if a, b := day(shdb, 2024, 2, 29), day(shdb, 2024, 3, 1); a != 8 || b != 8 {
 		t.Fatalf("Shanghai days after rebuild: Feb 29 %d, Mar 1 %d; want 8, 8", a, b)
 	}
-	for node := range c.nodes {
+	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND name = ? AND create_table_query LIKE '%Asia/Shanghai%'",
 			shdb.Database(), dailyMV); n != 1 {
 			t.Errorf("%s: the per-day view is not Shanghai's", node)
@@ -627,10 +565,11 @@ func TestClusterZoneRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	var a, b uint64
-	waitFor(t, 10*time.Second, "the insert counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the insert counted", func() bool {
 		a, b = day(shdb, 2024, 2, 29), day(shdb, 2024, 3, 1)
 		return a == 9 && b == 9
 	})
+
 }
 
 // With a replica down, an instance starts (nothing to create, so no ON
@@ -644,8 +583,8 @@ func TestClusterStartWithReplicaDown(t *testing.T) {
 	ms, ps := clusterData(t)
 	insertAll(t, first, ms[:3000], nil)
 
-	clusterScript(t, "kill", "ch12")
-	t.Cleanup(func() { clusterScript(t, "start", "clickhouse") })
+	c.Script(t, "kill", "ch12")
+	t.Cleanup(func() { c.Script(t, "start", "clickhouse") })
 	start := time.Now()
 	db := c.open(t, name, shanghai, "ch12", "ch11") // ch12 first: falls back
 	if d := time.Since(start); d > 10*time.Second {
@@ -661,12 +600,13 @@ func TestClusterStartWithReplicaDown(t *testing.T) {
 	if len(ids) != len(ms) {
 		t.Fatalf("with ch12 down: %d messages stored, want %d", len(ids), len(ms))
 	}
-	clusterScript(t, "start", "clickhouse")
+	c.Script(t, "start", "clickhouse")
 	t.Logf("ch12 back after %s", time.Since(start))
 	q := "SELECT count() FROM `" + db.Database() + "`.device_message_local"
-	waitFor(t, 60*time.Second, "ch12 to catch up", func() bool {
+	testkit.Eventually(t, 60*time.Second, "ch12 to catch up", func() bool {
 		return c.scalar(t, "ch12", q) == c.scalar(t, "ch11", q)
 	})
+
 	t.Logf("ch12 caught up after %s", time.Since(start))
 }
 

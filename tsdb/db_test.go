@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/schema"
 )
 
@@ -267,6 +268,17 @@ func TestDropPartitionsBefore(t *testing.T) {
 	}
 }
 
+// dayCount is db's message count of day y-m-d in its platform zone.
+func dayCount(t *testing.T, ctx context.Context, db *DB, y int, m time.Month, d int) uint64 {
+	t.Helper()
+	tm := time.Date(y, m, d, 12, 0, 0, 0, db.Location())
+	got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: tm, To: tm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[0].Count
+}
+
 // Reopening with another platform zone rebuilds the per-day view and
 // recounts the days.
 func TestDailyViewZoneRebuild(t *testing.T) {
@@ -280,15 +292,7 @@ func TestDailyViewZoneRebuild(t *testing.T) {
 	if err := utc.Insert(ctx, ms, nil); err != nil {
 		t.Fatal(err)
 	}
-	day := func(db *DB, y int, m time.Month, d int) uint64 {
-		t.Helper()
-		tm := time.Date(y, m, d, 12, 0, 0, 0, db.Location())
-		got, err := db.MessageCounts(ctx, CountQuery{Interval: Day, From: tm, To: tm})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got[0].Count
-	}
+	day := func(db *DB, y int, m time.Month, d int) uint64 { t.Helper(); return dayCount(t, ctx, db, y, m, d) }
 	if a, b := day(utc, 2024, 2, 29), day(utc, 2024, 3, 1); a != 2 || b != 0 {
 		t.Fatalf("UTC days: Feb 29 %d, Mar 1 %d; want 2, 0", a, b)
 	}
@@ -398,20 +402,16 @@ func TestRunRetention(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); db.RunRetention(rctx, 2, time.Hour, slog.New(slog.DiscardHandler)) }()
-	deadline := time.Now().Add(20 * time.Second)
 	var msgs, props uint64
-	for time.Now().Before(deadline) {
+	testkit.Within(20*time.Second, func() bool {
 		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_message").Scan(&msgs); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&props); err != nil {
 			t.Fatal(err)
 		}
-		if msgs == 2 && props == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return msgs == 2 && props == 0
+	})
 	cancel()
 	<-done
 	if msgs != 2 || props != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
 )
@@ -36,17 +37,6 @@ func newBusHubs(t *testing.T, n int, opt Options) []*Hub {
 	return hubs
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // takeUntil takes events from s until it has n, or fails after d.
 func takeUntil(t *testing.T, s *Subscription, n int, d time.Duration) (lines []string, skipped uint64) {
 	t.Helper()
@@ -70,7 +60,7 @@ func TestRelay(t *testing.T) {
 	a, b, c := hubs[0], hubs[1], hubs[2]
 	sb := subscribe(t, b, []string{"d1"}, []string{"temp"})
 	sc := subscribe(t, c, []string{"d2"}, nil)
-	waitFor(t, 5*time.Second, "a to learn that b watches d1 and c d2", func() bool { return a.Watching("d1") && a.Watching("d2") })
+	testkit.Eventually(t, 5*time.Second, "a to learn that b watches d1 and c d2", func() bool { return a.Watching("d1") && a.Watching("d2") })
 	if got := len(a.relay.targets("d1")); got != 1 {
 		t.Fatalf("d1 goes to %d instances, want b only", got)
 	}
@@ -92,7 +82,7 @@ func TestRelay(t *testing.T) {
 
 	// b leaves: a stops forwarding d1 (b's bye), c still gets d2.
 	sb.Close()
-	waitFor(t, 5*time.Second, "a to forget d1", func() bool { return !a.Watching("d1") })
+	testkit.Eventually(t, 5*time.Second, "a to forget d1", func() bool { return !a.Watching("d1") })
 	if !a.Watching("d2") {
 		t.Fatal("a forgot d2, which c still watches")
 	}
@@ -114,7 +104,7 @@ func TestRelaySetParts(t *testing.T) {
 	if n := len(b.relay.setPayloads(devices)); n < 5 {
 		t.Fatalf("600 long ids in %d parts: the test needs several", n)
 	}
-	waitFor(t, 5*time.Second, "a to learn all 600 devices", func() bool {
+	testkit.Eventually(t, 5*time.Second, "a to learn all 600 devices", func() bool {
 		for _, d := range devices {
 			if !a.Watching(d) {
 				return false
@@ -122,10 +112,11 @@ func TestRelaySetParts(t *testing.T) {
 		}
 		return true
 	})
+
 	for _, s := range subs[1:] {
 		s.Close()
 	}
-	waitFor(t, 5*time.Second, "a to learn the smaller set", func() bool { return !a.Watching(devices[100]) })
+	testkit.Eventually(t, 5*time.Second, "a to learn the smaller set", func() bool { return !a.Watching(devices[100]) })
 	for _, d := range devices[:100] {
 		if !a.Watching(d) {
 			t.Fatalf("a forgot %s", d[60:])
@@ -140,16 +131,17 @@ func TestRelayLosses(t *testing.T) {
 	hubs := newBusHubs(t, 2, Options{ForwardQueue: 10, ForwardDelay: 200 * time.Millisecond})
 	a, b := hubs[0], hubs[1]
 	s := subscribe(t, b, []string{"d1"}, nil)
-	waitFor(t, 5*time.Second, "a to learn d1", func() bool { return a.Watching("d1") })
+	testkit.Eventually(t, 5*time.Second, "a to learn d1", func() bool { return a.Watching("d1") })
 
 	big := tsdb.PropertyValue{Time: t0, ProductID: "p1", DeviceID: "d1", Property: "blob", ValueType: "string", Str: strings.Repeat("x", 9000)}
 	a.Stored([]tsdb.PropertyValue{big, num("d1", "temp", 1)})
 	got, skipped := takeUntil(t, s, 1, 5*time.Second)
-	waitFor(t, 5*time.Second, "the skipped count", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the skipped count", func() bool {
 		_, k := s.Take(nil)
 		skipped += k
 		return skipped > 0
 	})
+
 	if len(got) != 1 || !strings.Contains(got[0], `"property":"temp"`) || skipped != 1 {
 		t.Fatalf("after a value too large for the bus: %q, skipped %d; want temp, skipped 1", got, skipped)
 	}
@@ -159,11 +151,12 @@ func TestRelayLosses(t *testing.T) {
 		a.Stored([]tsdb.PropertyValue{num("d1", "n", float64(i))})
 	}
 	got, skipped = nil, 0
-	waitFor(t, 5*time.Second, "10 values and 15 skipped", func() bool {
+	testkit.Eventually(t, 5*time.Second, "10 values and 15 skipped", func() bool {
 		l, k := events(s)
 		got, skipped = append(got, l...), skipped+k
 		return len(got) >= 10 && skipped >= 15
 	})
+
 	if len(got) != 10 || skipped != 15 || !strings.Contains(got[0], `"value":0,`) {
 		t.Fatalf("got %d events from %.60s, skipped %d; want the first 10, 15 skipped", len(got), got, skipped)
 	}
@@ -175,7 +168,7 @@ func TestRelayExpiry(t *testing.T) {
 	hubs := newBusHubs(t, 2, Options{})
 	a, b := hubs[0], hubs[1]
 	subscribe(t, b, []string{"d1"}, nil)
-	waitFor(t, 5*time.Second, "a to learn d1", func() bool { return a.Watching("d1") })
+	testkit.Eventually(t, 5*time.Second, "a to learn d1", func() bool { return a.Watching("d1") })
 	now := time.Now()
 	a.relay.expire(now.Add(2 * a.opt.Heartbeat))
 	if !a.Watching("d1") {
@@ -187,5 +180,5 @@ func TestRelayExpiry(t *testing.T) {
 	}
 	// A hello (a reconnecting instance's) makes b announce again.
 	a.relay.sayHello()
-	waitFor(t, 5*time.Second, "b to announce d1 again", func() bool { return a.Watching("d1") })
+	testkit.Eventually(t, 5*time.Second, "b to announce d1 again", func() bool { return a.Watching("d1") })
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	"devicehub/api"
 	"devicehub/api/live"
 	"devicehub/api/openapi"
+	"devicehub/bench/testkit"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
 	"devicehub/tsdb/tsdbtest"
@@ -332,50 +332,15 @@ func startServer(t *testing.T) (*liveServer, *tsdb.DB, *live.Hub) {
 		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
 		Registry: reg, Gatherer: reg,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return &liveServer{base: "http://" + ln.Addr().String()}, db, hub
+	base := testkit.Serve(t, srv.App().Listener, srv.Shutdown)
+	return &liveServer{base: base}, db, hub
 }
 
 // send makes a request and returns the status, headers and body.
 func (s *liveServer) send(t *testing.T, method, path, token string, body any) (int, http.Header, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, res.Header, raw
+	r := testkit.API{Base: s.base, Token: token}.Send(t, method, path, body)
+	return r.HTTPStatus, r.Header, r.Raw
 }
 
 // TestResponsesMatchDocument sends real requests and checks each response

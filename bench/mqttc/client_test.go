@@ -2,14 +2,13 @@ package mqttc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"net/url"
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -30,11 +29,7 @@ func sharedBroker(t *testing.T) (addr, user, pass string) {
 	return u.Host, user, pass
 }
 
-func randID(prefix string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
+func randID(prefix string) string { return testkit.RandID(prefix) }
 
 // TestAgainstMosquitto: a subscriber and a publisher of this package on
 // the real broker: QoS 0 and 1 both ways, PUBACKs, a ping, a refused
@@ -100,7 +95,6 @@ func TestAgainstMosquitto(t *testing.T) {
 	expect(topic+"/properties/read", "one", 1)
 	expect(topic+"/properties/read", "two", 0)
 	// An abrupt close: the broker publishes the will.
-	time.Sleep(300 * time.Millisecond)
 	pub.Close()
 	if err := pub.Publish(topic+"/properties/read", nil, 1, false, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("publish after close: %v", err)

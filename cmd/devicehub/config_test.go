@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest"
 	"devicehub/meta"
 )
@@ -313,7 +314,7 @@ func TestVersionAndExitCodes(t *testing.T) {
 // TestHelpVersionBinary runs the built command: -h and -version exit 0,
 // a malformed variable, of any kind, exits 2 naming it.
 func TestHelpVersionBinary(t *testing.T) {
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	run := func(env []string, args ...string) (string, string, int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

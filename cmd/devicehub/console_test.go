@@ -10,14 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
+	"devicehub/bench/testkit"
 )
 
 // TestConsoleInBrowser drives the built-in console (api/console) in
@@ -39,17 +37,8 @@ import (
 // screenshot of each page there.
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := findChromium(t)
-	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "console")
-	env = append(env, "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
-	srv := startServer(t, bin, env, "console")
-	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
-	t.Cleanup(func() {            // before the drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "console", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	start := time.Now()
 
 	// The console's routes beside the API's: / is the page, an /api miss
@@ -165,12 +154,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The hourly average: 24 bars, this hour's the mean of both values.
 	// Live events may come before their values are stored: the chart's
 	// query waits until both are.
-	waitUntil(t, 10*time.Second, "both temperatures stored", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both temperatures stored", func() bool {
 		var items []json.RawMessage
 		srv.do(t, token, "POST", "/api/dashboard/_multi", []map[string]any{{"dashboard": "device", "object": product,
 			"measurement": "properties", "dimension": "history", "params": map[string]any{"deviceId": devID, "history": 10, "properties": []string{"temperature"}}}}, &items)
 		return len(items) == 2
 	})
+
 	b.run("choose hourly averages", setSelect("#chart-mode", "1h"))
 	b.poll("24 hourly bars", `document.querySelectorAll('#property-chart rect.bar').length === 24`)
 	// Both values fell in this hour (avg 22.23), or, across an hour's
@@ -317,7 +307,7 @@ func checkVolume(t *testing.T, b *browser, srv *server, token, period string, ba
 		if time.Now().After(deadline) {
 			t.Fatalf("per %s: the chart's bars\n%v\ndiffer from endpoint 14's counts (the newest must be > 0)\n%v", period, got, want)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polling: the chart is compared again after a new click
 	}
 }
 

@@ -3,14 +3,12 @@ package main
 import (
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
+	"devicehub/bench/testkit"
 )
 
 // TestConsoleUsersInBrowser drives the console's Users, Audit and account
@@ -24,16 +22,8 @@ import (
 // and revokes it: the key is refused within 1 s.
 func TestConsoleUsersInBrowser(t *testing.T) {
 	chromium := findChromium(t)
-	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "consoleusers")
-	srv := startServer(t, bin, env, "console-users")
-	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
-	t.Cleanup(func() {            // before the drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "consoleusers")
+	srv, suffix, token := own.server, own.suffix, own.token
 	user := "ann" + suffix
 	row := func(action string) string { // a button of the user's row
 		return fmt.Sprintf(`button[data-action=%s][data-user=%q]`, action, user)
@@ -100,13 +90,14 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 	b.shot("users")
 
 	// The audit trail shows these writes, once stored (within a second).
-	waitUntil(t, 10*time.Second, "the user's changes audited", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the user's changes audited", func() bool {
 		var page struct {
 			Total int `json:"total"`
 		}
 		srv.do(t, token, "POST", "/api/audit/_query", map[string]any{"terms": []map[string]any{{"column": "route", "termType": "like", "value": "/api/user/:id%"}}}, &page)
 		return page.Total == 4
 	})
+
 	b.run("open the audit trail", chromedp.Click(chromedp.ID("nav-audit")), chromedp.WaitVisible(chromedp.ID("audit-search")))
 	b.poll("the user's changes audited", `[...document.querySelectorAll('.audit-route')].filter((e) => e.textContent === 'PUT /api/user/:id').length === 3 &&
 		[...document.querySelectorAll('.audit-route')].some((e) => e.textContent === 'PUT /api/user/:id/password')`)
@@ -154,7 +145,7 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 		t.Fatalf("key secret %q (it must not be in the list: %q)", secret, b.text("#keys-list"))
 	}
 	keyStatus := func() int {
-		return srv.doStatus(t, secret, "POST", "/api/device-instance/_query", strings.NewReader(`{}`))
+		return srv.doStatus(t, secret, "POST", "/api/device-instance/_query", "{}")
 	}
 	if s := keyStatus(); s != 200 {
 		t.Fatalf("the console's key lists devices: %d", s)
@@ -164,7 +155,7 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`),
 		chromedp.Click(chromedp.CSS(`button[data-action=revoke][data-key=script]`)))
 	b.poll("the key gone from the list", `!document.querySelector('#keys-list tr[data-key=script]')`)
-	waitUntil(t, time.Second, "the revoked key refused", func() bool { return keyStatus() == 401 })
+	testkit.Eventually(t, time.Second, "the revoked key refused", func() bool { return keyStatus() == 401 })
 	b.run("sign out again", chromedp.Click(chromedp.ID("logout")))
 	in("sign in with the new password", user, "second-password", chromedp.WaitVisible(chromedp.ID("whoami")))
 	b.checkExceptions()

@@ -8,14 +8,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // promqlRefs are the metric and label names a PromQL expression (or a
@@ -194,17 +193,8 @@ var scrapeLabels = map[string]bool{"instance": true, "job": true}
 // token.
 func TestGrafanaDashboardMetrics(t *testing.T) {
 	queries := grafanaQueries(t, "grafana-dashboard.json")
-	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "grafana")
-	env = append(env, "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
-	srv := startServer(t, bin, env, "grafana")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "grafana", "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "gp"+suffix, "gd"+suffix
 	srv.deployDevice(t, token, product, device)
 
@@ -215,10 +205,11 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 	dev.MustPublish(t, prefix+"/properties/report", 1, `{"properties":{"temperature":21.5}}`)
 	dev.MustPublish(t, prefix+"/properties/report", 1, `{"timestamp":"soon","properties":{"temperature":22}}`)
 	dev.MustPublish(t, "/"+product+"/ghost-"+suffix+"/properties/report", 1, `{"properties":{"temperature":1}}`)
-	waitUntil(t, 20*time.Second, "two reports stored and the bad timestamp counted", func() bool {
+	testkit.Eventually(t, 20*time.Second, "two reports stored and the bad timestamp counted", func() bool {
 		m := metricsText(t, srv.base)
 		return strings.Contains(m, "\ndevicehub_ingest_bad_timestamps_total 1\n") && !strings.Contains(m, "\ndevicehub_ingest_stored_total 0\n")
 	})
+
 	// The device does not answer: a read that times out.
 	req, _ := http.NewRequest("GET", srv.base+"/api/device/standard/"+device+"/property/temperature?timeout=200", nil)
 	req.Header.Set("X-Access-Token", token)

@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +13,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
@@ -34,9 +30,11 @@ import (
 // DEVICEHUB_* cannot change: on the shared broker any other devicehub
 // running on the machine would take (and, not knowing the device, drop)
 // part of the traffic. So the test runs its own Mosquitto.
+func TestMain(m *testing.M) { testkit.Main(m) }
+
 func TestSigtermDrains(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	const shutdownTimeout = 10 * time.Second
 	env, chDB, suffix := testEnv(t, broker.URL(), "sigterm")
 	env = append(env, "DEVICEHUB_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(), "DEVICEHUB_LOG_LEVEL=info")
@@ -63,10 +61,11 @@ func TestSigtermDrains(t *testing.T) {
 	topic := "/" + product + "/" + device + "/properties/report"
 	dev := mqtttest.StartPublisher(t, pub, func(int) string { return topic })
 
-	waitUntil(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
+	testkit.Eventually(t, 30*time.Second, "some traffic stored by the first instance", func() bool {
 		got, err := stored()
 		return err == nil && len(got) > 300
 	})
+
 	atSignal := dev.Published()
 	signalled := time.Now()
 	first.signal(syscall.SIGTERM)
@@ -94,24 +93,7 @@ func TestSigtermDrains(t *testing.T) {
 	}
 
 	second := startServer(t, bin, env, "second")
-	var got map[string]uint64
-	var missing []string
-	waitDeadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err = stored()
-		missing = missing[:0]
-		if err == nil {
-			for _, id := range acked {
-				if got[id] == 0 {
-					missing = append(missing, id)
-				}
-			}
-		}
-		if err == nil && len(missing) == 0 || time.Now().After(waitDeadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	got, missing := tsdbtest.AwaitStored(db, "up", acked, 30*time.Second)
 	rows, dups, dupIDs := tsdbtest.Duplicates(got)
 	t.Logf("SIGTERM after %d published; exited 0 in %s, after %d published; published %d, acknowledged by the broker %d (failed %d, no answer %d)",
 		atSignal, exitedIn.Round(time.Millisecond), atExit, len(all), len(acked), failed, pending)
@@ -145,39 +127,7 @@ func testEnv(t *testing.T, brokerURL, name string) (env []string, chDB, suffix s
 	return env, chDB, suffix
 }
 
-func randHex() string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// buildBinary builds this package's command into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go is not in PATH")
-	}
-	bin := filepath.Join(t.TempDir(), "devicehub")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+func randHex() string { return testkit.RandID("") }
 
 // server is one run of the binary.
 type server struct {
@@ -188,28 +138,63 @@ type server struct {
 	err    error // of Wait, once exited is closed
 }
 
+// ownServer is the binary on a broker of its own, a PostgreSQL database
+// of its own and a ClickHouse one dropped when the test ends, with the
+// administrator logged in.
+type ownServer struct {
+	*server
+	broker *mqtttest.Broker
+	suffix string // of its names (testEnv)
+	token  string // the administrator's
+}
+
+// startOwn starts the binary with testEnv's environment and extra; the
+// test's cleanup stops it (SIGTERM) before its database is dropped.
+func startOwn(t *testing.T, name string, extra ...string) *ownServer {
+	t.Helper()
+	broker := mqtttest.StartBroker(t)
+	env, chDB, suffix := testEnv(t, broker.URL(), name)
+	srv := startServer(t, testkit.Devicehub(t), append(env, extra...), name)
+	tsdbtest.OpenDB(t, chDB, nil) // drops the server's database at the end
+	t.Cleanup(func() {            // runs first: the server stops before the drop
+		srv.signal(syscall.SIGTERM)
+		srv.wait(15 * time.Second)
+	})
+	return &ownServer{server: srv, broker: broker, suffix: suffix, token: login(t, srv.base)}
+}
+
 // startServer starts the binary and waits until it answers /healthz.
 func startServer(t *testing.T, bin string, env []string, name string) *server {
 	t.Helper()
 	s := launchServer(t, bin, env, name)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	s.await(t, name+" instance", "/healthz", 30*time.Second)
+	return s
+}
+
+// await waits up to d until GET path answers 200, failing the test if the
+// process exits first or the time runs out.
+func (s *server) await(t *testing.T, name, path string, d time.Duration) {
+	t.Helper()
+	answered := testkit.Within(d, func() bool {
 		select {
 		case <-s.exited:
-			t.Fatalf("%s instance exited at start: %v\n%s", name, s.err, s.logTail())
+			return true
 		default:
 		}
-		resp, err := http.Get(s.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+		resp, err := http.Get(s.base + path)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s instance not healthy within 30s\n%s", name, s.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	select {
+	case <-s.exited:
+		t.Fatalf("%s exited at start: %v\n%s", name, s.err, s.logTail())
+	default:
+	}
+	if !answered {
+		t.Fatalf("%s: GET %s not 200 within %s\n%s", name, path, d, s.logTail())
 	}
 }
 
@@ -265,18 +250,14 @@ func (s *server) logTail() string {
 	return string(b)
 }
 
+// login logs the administrator in and returns its token.
 func login(t *testing.T, base string) string {
 	t.Helper()
-	var res struct {
-		Token string `json:"token"`
-	}
-	s := &server{base: base}
-	s.do(t, "", "POST", "/api/authorize/login", map[string]any{"username": "admin", "password": "admin123"}, &res)
-	if res.Token == "" {
-		t.Fatal("login: no token")
-	}
-	return res.Token
+	return testkit.Login(t, base, "admin", "admin123").Token
 }
+
+// api calls the server's API with token.
+func (s *server) api(token string) testkit.API { return testkit.API{Base: s.base, Token: token} }
 
 // deployDevice creates and deploys a product and one device of it
 // through the API.
@@ -292,46 +273,11 @@ func (s *server) deployDevice(t *testing.T, token, product, device string) {
 
 func (s *server) call(t *testing.T, token, method, path string, body any) {
 	t.Helper()
-	s.do(t, token, method, path, body, nil)
+	s.api(token).Call(t, method, path, body, nil)
 }
 
 // do sends a JSON request and decodes the envelope's result into out.
 func (s *server) do(t *testing.T, token, method, path string, body, out any) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-	}
-	if out != nil {
-		var env struct {
-			Result json.RawMessage `json:"result"`
-		}
-		if err := json.Unmarshal(raw, &env); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-		}
-		if err := json.Unmarshal(env.Result, out); err != nil {
-			t.Fatalf("%s %s result: %v: %s", method, path, err, raw)
-		}
-	}
+	s.api(token).Call(t, method, path, body, out)
 }

@@ -14,6 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
@@ -36,7 +37,7 @@ import (
 //     it gets the full sync: the device deployed meanwhile connects there.
 func TestBrokerPool(t *testing.T) {
 	a, b := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
-	e := &trustEnv{t: t, broker: a, bin: buildBinary(t)}
+	e := &trustEnv{t: t, broker: a, bin: testkit.Devicehub(t)}
 	e.start("pool", a.URL()+","+b.URL(), "DEVICEHUB_LOGIN_WAIT=2s")
 	t.Cleanup(func() {
 		e.srv.signal(syscall.SIGTERM)
@@ -108,7 +109,7 @@ func TestBrokerPool(t *testing.T) {
 	startSim(a, dA, 11.5)
 	startSim(b, dB, 22.5)
 	for _, d := range []device{dA, dB} {
-		waitUntil(t, 15*time.Second, d.id+" online (endpoint 8)", func() bool { return state(d.id) == "online" })
+		testkit.Eventually(t, 15*time.Second, d.id+" online (endpoint 8)", func() bool { return state(d.id) == "online" })
 	}
 	// Their reports, from each broker.
 	e.waitStored(dA.id, 11.5)
@@ -129,11 +130,11 @@ func TestBrokerPool(t *testing.T) {
 	// --- a device moving from A to B stays online -----------------------
 	cutA := cutter(t, a.URL(), dM, e.topic(dM.id, "offline"))
 	publish(t, cutA.Client, e.topic(dM.id, "online"), `{}`)
-	waitUntil(t, 15*time.Second, "the mover online at A", func() bool { return state(dM.id) == "online" })
+	testkit.Eventually(t, 15*time.Second, "the mover online at A", func() bool { return state(dM.id) == "online" })
 	startSim(b, dM, 33.5) // its birth on B
-	waitUntil(t, 15*time.Second, "the mover's birth on B stored", func() bool { return e.messages(dM.id, "/online") >= 2 })
+	testkit.Eventually(t, 15*time.Second, "the mover's birth on B stored", func() bool { return e.messages(dM.id, "/online") >= 2 })
 	cutA.Cut() // A publishes the will now, after the birth on B
-	waitUntil(t, 15*time.Second, "the will from A stored", func() bool { return e.messages(dM.id, "/offline") >= 1 })
+	testkit.Eventually(t, 15*time.Second, "the will from A stored", func() bool { return e.messages(dM.id, "/offline") >= 1 })
 	// A sentinel behind the will on A's connections: the birth on A of a
 	// device offline so far. Once a command to it is answered, the
 	// presence view has taken the will; once it is online in PostgreSQL,
@@ -141,13 +142,13 @@ func TestBrokerPool(t *testing.T) {
 	// decided before its row was stored, above).
 	dS := e.newDevice("ps-" + randHex())
 	startSim(a, dS, 44.5)
-	waitUntil(t, 15*time.Second, "a command to the sentinel answered", func() bool {
+	testkit.Eventually(t, 15*time.Second, "a command to the sentinel answered", func() bool {
 		return e.srv.doStatus(t, e.token, "GET", "/api/device/standard/"+dS.id+"/property/temp", nil) == http.StatusOK
 	})
 	if got := onlineGauge(t, e.srv.base); got != 4 {
 		t.Fatalf("devicehub_devices_online %d after the mover's stale will and the sentinel's birth, want 4 (A, B, the mover, the sentinel)", got)
 	}
-	waitUntil(t, 15*time.Second, "the sentinel online in PostgreSQL", func() bool { return state(dS.id) == "online" })
+	testkit.Eventually(t, 15*time.Second, "the sentinel online in PostgreSQL", func() bool { return state(dS.id) == "online" })
 	if s := state(dM.id); s != "online" {
 		t.Fatalf("the mover is %s after the stale will of the broker it left", s)
 	}
@@ -160,7 +161,7 @@ func TestBrokerPool(t *testing.T) {
 	// --- broker B down ----------------------------------------------------
 	b.Stop(syscall.SIGTERM)
 	nameA, nameB := link.BrokerName(a.URL()), link.BrokerName(b.URL())
-	waitUntil(t, 15*time.Second, "/readyz to name broker B down", func() bool {
+	testkit.Eventually(t, 15*time.Second, "/readyz to name broker B down", func() bool {
 		code, res := readyz(t, e.srv.base)
 		return code == http.StatusServiceUnavailable && res["mqtt@"+nameB] == "down" && res["mqtt_ingest@"+nameB] == "down"
 	})
@@ -184,7 +185,7 @@ func TestBrokerPool(t *testing.T) {
 	}
 	late := device{dL, created.Configuration.SecureID, created.Configuration.SecureKey}
 	// A holds it (the change is applied where the broker answers).
-	waitUntil(t, 5*time.Second, "the late device admitted by A", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the late device admitted by A", func() bool {
 		c, err := dial(a.URL(), late.id, late.secureID, late.key, nil)
 		if err == nil {
 			c.Disconnect(0)
@@ -193,11 +194,11 @@ func TestBrokerPool(t *testing.T) {
 	})
 
 	b.Start()
-	waitUntil(t, 30*time.Second, "/readyz up with B back", func() bool {
+	testkit.Eventually(t, 30*time.Second, "/readyz up with B back", func() bool {
 		code, _ := readyz(t, e.srv.base)
 		return code == http.StatusOK
 	})
-	waitUntil(t, 10*time.Second, "the late device admitted by B after its full sync", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the late device admitted by B after its full sync", func() bool {
 		c, err := dial(b.URL(), late.id, late.secureID, late.key, nil)
 		if err == nil {
 			c.Disconnect(0)

@@ -4,14 +4,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestPresenceThroughHTTP runs the real binary and a device with a last
@@ -21,16 +20,8 @@ import (
 // an offlineTime, the onlineTime kept. /metrics follows the presence view
 // (devicehub_devices_online) and shows the command metrics.
 func TestPresenceThroughHTTP(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "presence")
-	srv := startServer(t, bin, env, "presence")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "presence")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "pp"+suffix, "pd"+suffix
 	srv.deployDevice(t, token, product, device)
 
@@ -61,16 +52,18 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	before := time.Now().UnixMilli()
 	dev.MustPublish(t, "/"+product+"/"+device+"/online", 1, "")
 	var online view
-	waitUntil(t, 15*time.Second, "endpoint 8 to answer online", func() bool {
+	testkit.Eventually(t, 15*time.Second, "endpoint 8 to answer online", func() bool {
 		online = detail()
 		return online.State == "online"
 	})
+
 	if online.OnlineTime < before || online.OnlineTime > time.Now().UnixMilli() || online.OfflineTime != 0 {
 		t.Fatalf("online: %+v, birth published at %d", online, before)
 	}
-	waitUntil(t, 5*time.Second, "devicehub_devices_online 1", func() bool {
+	testkit.Eventually(t, 5*time.Second, "devicehub_devices_online 1", func() bool {
 		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 1\n")
 	})
+
 	for _, series := range []string{`devicehub_commands_total{kind="read",outcome="answered"} 0`,
 		`devicehub_commands_total{kind="invoke",outcome="sent"} 0`, `devicehub_commands_pending 0`} {
 		if !strings.Contains(metricsText(t, srv.base), series+"\n") {
@@ -81,16 +74,18 @@ func TestPresenceThroughHTTP(t *testing.T) {
 	cut := time.Now().UnixMilli()
 	dev.Cut() // no DISCONNECT: the broker publishes the will
 	var offline view
-	waitUntil(t, 15*time.Second, "endpoint 8 to answer offline after the last will", func() bool {
+	testkit.Eventually(t, 15*time.Second, "endpoint 8 to answer offline after the last will", func() bool {
 		offline = detail()
 		return offline.State == "offline"
 	})
+
 	if offline.OnlineTime != online.OnlineTime || offline.OfflineTime < cut || offline.OfflineTime > time.Now().UnixMilli() {
 		t.Fatalf("offline: %+v, online was %+v, connection cut at %d", offline, online, cut)
 	}
-	waitUntil(t, 5*time.Second, "devicehub_devices_online 0 after the will", func() bool {
+	testkit.Eventually(t, 5*time.Second, "devicehub_devices_online 0 after the will", func() bool {
 		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 0\n")
 	})
+
 }
 
 // metricsText is the server's /metrics page.

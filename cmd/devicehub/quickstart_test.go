@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -80,7 +81,7 @@ func TestQuickStart(t *testing.T) {
 	}
 
 	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
+	bin := testkit.Devicehub(t)
 	env, chDB, _ := testEnv(t, broker.URL(), "quickstart")
 	srv := startServer(t, bin, env, "quickstart")
 	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stops
@@ -138,7 +139,7 @@ func TestQuickStart(t *testing.T) {
 				break
 			}
 			if time.Now().Before(deadline) {
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // polling: the command is retried until its deadline
 				continue
 			}
 			want := "no output"

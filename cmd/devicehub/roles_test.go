@@ -6,16 +6,15 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
-	"devicehub/tsdb/tsdbtest"
 )
 
 // TestAPIOnlyInstance runs the binary with -roles api on its own
@@ -24,16 +23,8 @@ import (
 // counted), while the ingest pipeline is not built: no devicehub_ingest_*
 // metric is registered and /readyz checks no ingest connection.
 func TestAPIOnlyInstance(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	bin := buildBinary(t)
-	env, chDB, suffix := testEnv(t, broker.URL(), "apionly")
-	srv := startServer(t, bin, append(env, "DEVICEHUB_ROLES=api"), "api-only")
-	tsdbtest.OpenDB(t, chDB, nil)
-	t.Cleanup(func() { // runs before OpenDB's drop: the server stops first
-		srv.signal(syscall.SIGTERM)
-		srv.wait(15 * time.Second)
-	})
-	token := login(t, srv.base)
+	own := startOwn(t, "apionly", "DEVICEHUB_ROLES=api")
+	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "ap"+suffix, "ad"+suffix
 	srv.deployDevice(t, token, product, device)
 
@@ -51,9 +42,10 @@ func TestAPIOnlyInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(fleet.Close)
-	waitUntil(t, 10*time.Second, "devicehub_devices_online 1", func() bool {
+	testkit.Eventually(t, 10*time.Second, "devicehub_devices_online 1", func() bool {
 		return strings.Contains(metricsText(t, srv.base), "\ndevicehub_devices_online 1\n")
 	})
+
 	var values map[string]any
 	srv.do(t, token, "GET", "/api/device/standard/"+device+"/property/temp", nil, &values)
 	if values["temp"] != 21.5 {

@@ -7,10 +7,6 @@ import (
 	"crypto/x509"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +19,7 @@ import (
 	_ "github.com/lib/pq"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 	"devicehub/tsdb"
@@ -47,7 +44,7 @@ type device struct{ id, secureID, key string }
 
 func newTrustEnv(t *testing.T) *trustEnv {
 	t.Helper()
-	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: buildBinary(t)}
+	e := &trustEnv{t: t, broker: mqtttest.StartBrokerTLS(t), bin: testkit.Devicehub(t)}
 	e.start("trust", e.broker.URL())
 	return e
 }
@@ -112,23 +109,7 @@ func (e *trustEnv) topic(id, suffix string) string { return "/" + e.product + "/
 // refusal, if any. lost, if not nil, is closed when the broker drops the
 // connection.
 func dial(url, clientID, username, password string, lost chan struct{}, configure ...func(*mqtt.ClientOptions)) (mqtt.Client, error) {
-	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(clientID).SetUsername(username).SetPassword(password).
-		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetConnectRetry(false)
-	if lost != nil {
-		o.SetConnectionLostHandler(func(mqtt.Client, error) { close(lost) })
-	}
-	for _, f := range configure {
-		f(o)
-	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return mqtttest.Dial(url, clientID, username, password, lost, configure...)
 }
 
 func (e *trustEnv) connect(d device, lost chan struct{}) mqtt.Client {
@@ -144,17 +125,15 @@ func (e *trustEnv) connect(d device, lost chan struct{}) mqtt.Client {
 // waitConnects waits (2 s, the promised bound) until d's login works.
 func (e *trustEnv) waitConnects(d device) {
 	e.t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c, err := dial(e.broker.URL(), d.id, d.secureID, d.key, nil)
-		if err == nil {
+	var err error
+	if !testkit.Within(2*time.Second, func() bool {
+		var c mqtt.Client
+		if c, err = dial(e.broker.URL(), d.id, d.secureID, d.key, nil); err == nil {
 			c.Disconnect(0)
-			return
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("device %s cannot connect 2s after its deploy: %v\n%s", d.id, err, e.srv.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		e.t.Fatalf("device %s cannot connect 2s after its deploy: %v\n%s", d.id, err, e.srv.logTail())
 	}
 }
 
@@ -190,7 +169,7 @@ func (e *trustEnv) stored(deviceID string, v float64) uint64 {
 
 func (e *trustEnv) waitStored(deviceID string, v float64) {
 	e.t.Helper()
-	waitUntil(e.t, 10*time.Second, "value stored", func() bool { return e.stored(deviceID, v) > 0 })
+	testkit.Eventually(e.t, 10*time.Second, "value stored", func() bool { return e.stored(deviceID, v) > 0 })
 }
 
 func report(v float64) string {
@@ -287,7 +266,7 @@ func TestDeviceTrust(t *testing.T) {
 		// A command to A reaches A: its subscriptions work, and B's
 		// traffic would have arrived before this.
 		e.srv.doStatus(t, e.token, "GET", "/api/device/standard/"+a.id+"/property/temp?timeout=300", nil)
-		waitUntil(t, 5*time.Second, "A's own downlink", func() bool { return own.Load() > 0 })
+		testkit.Eventually(t, 5*time.Second, "A's own downlink", func() bool { return own.Load() > 0 })
 		if n := stolen.Load(); n != 0 {
 			t.Fatalf("device A received %d messages of device B", n)
 		}
@@ -309,9 +288,10 @@ func TestDeviceTrust(t *testing.T) {
 		}
 		defer f.Close()
 		var one map[string]any
-		waitUntil(t, 5*time.Second, "device online", func() bool {
+		testkit.Eventually(t, 5*time.Second, "device online", func() bool {
 			return e.srv.doStatus(t, e.token, "GET", "/api/device/standard/"+c.id+"/property/temp", nil) == 200
 		})
+
 		e.srv.do(t, e.token, "GET", "/api/device/standard/"+c.id+"/property/temp", nil, &one)
 		var many map[string]any
 		e.srv.do(t, e.token, "POST", "/api/device/instance/"+c.id+"/properties/_read", []string{"temp"}, &many)
@@ -471,33 +451,17 @@ func TestDeviceTrust(t *testing.T) {
 		e.connectsAtOnce(probe, "a broker restart")
 		e.refused("wrong key after a broker restart", url, a.id, a.secureID, b.key)
 		e.srv = startServer(t, e.bin, e.env, "trust-2")
-		waitUntil(t, 5*time.Second, "the undeployed device refused", func() bool {
+		testkit.Eventually(t, 5*time.Second, "the undeployed device refused", func() bool {
 			c, err := dial(url, gone.id, gone.secureID, gone.key, nil)
 			if err == nil {
 				c.Disconnect(0)
 			}
 			return err != nil
 		})
+
 		e.waitConnects(a)
 		e.waitConnects(b)
 	})
-}
-
-// doStatus sends a request and returns its HTTP status, whatever it is.
-func (s *server) doStatus(t *testing.T, token, method, path string, body io.Reader) int {
-	t.Helper()
-	req, err := http.NewRequest(method, s.base+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Access-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 func envValue(env []string, name string) string {
@@ -525,20 +489,12 @@ func execSQL(t *testing.T, dsn, q string, args ...any) {
 // and envelope code.
 func (s *server) statusCode(t *testing.T, token, method, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, s.base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Access-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var env struct {
-		Code string `json:"code"`
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &env)
-	return resp.StatusCode, env.Code
+	r := s.api(token).Send(t, method, path, nil)
+	return r.HTTPStatus, r.Code
+}
+
+// doStatus sends a request and returns its HTTP status, whatever it is.
+func (s *server) doStatus(t *testing.T, token, method, path string, body any) int {
+	t.Helper()
+	return s.api(token).Send(t, method, path, body).HTTPStatus
 }

@@ -3,17 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -52,18 +51,9 @@ func TestDeviceLogins(t *testing.T) {
 	store := metatest.NewStore(t)
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.DefaultOptions(), api.Deps{Auth: store, Products: store, Roles: store, Devices: store, Registry: reg, Gatherer: reg})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.App().Listener(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
+	base := testkit.Serve(t, srv.App().Listener, srv.Shutdown)
 	ctx := context.Background()
-	c, err := login(ctx, "http://"+ln.Addr().String(), "admin", "admin123")
+	c, err := login(ctx, base, "admin", "admin123")
 	if err != nil {
 		t.Fatal(err)
 	}

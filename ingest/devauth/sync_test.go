@@ -3,15 +3,17 @@ package devauth_test
 import (
 	"context"
 	"crypto/rand"
-	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/dynsec"
 	"devicehub/ingest/mqtttest"
@@ -27,6 +29,27 @@ type world struct {
 	t      *testing.T
 	broker *mqtttest.Broker
 	store  *meta.Store
+	logs   *logLines // if set, the syncers log here too
+}
+
+// logLines keeps what a syncer logs, for a test that waits for an event
+// only the log shows.
+type logLines struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = os.Stderr.Write(p)
+	return l.buf.Write(p)
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
 }
 
 func newWorld(t *testing.T) *world {
@@ -64,7 +87,7 @@ func (w *world) version(id string) int64 {
 func (w *world) syncer() (s *devauth.Syncer, stop func()) {
 	u, p := mqtttest.Service()
 	s = devauth.New(w.store, devauth.Options{BrokerURL: w.broker.URL(), Username: u, Password: p, Retry: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: slog.New(slog.NewTextHandler(w.logOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
@@ -73,24 +96,27 @@ func (w *world) syncer() (s *devauth.Syncer, stop func()) {
 	return s, stop
 }
 
+func (w *world) logOut() io.Writer {
+	if w.logs != nil {
+		return w.logs
+	}
+	return os.Stderr
+}
+
 // eventually waits (10 s) until d's login is admitted or, with admitted
 // false, refused: for the full sync of a syncer that starts, which no
 // writer awaits.
 func (w *world) eventually(d meta.DeviceLogin, admitted bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := w.dial(d, nil)
-		if err == nil {
+	var err error
+	if !testkit.Within(10*time.Second, func() bool {
+		var c mqtt.Client
+		if c, err = w.dial(d, nil); err == nil {
 			c.Disconnect(0)
 		}
-		if (err == nil) == admitted {
-			return
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("device %s: admitted %v after 10s, want %v (%v)", d.ID, err == nil, admitted, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return (err == nil) == admitted
+	}) {
+		w.t.Fatalf("device %s: admitted %v after 10s, want %v (%v)", d.ID, err == nil, admitted, err)
 	}
 }
 
@@ -107,21 +133,11 @@ func (w *world) await(s *devauth.Syncer, id string) {
 // dial connects as d once, no retry; lost (if not nil) is closed when the
 // broker drops the connection.
 func (w *world) dial(d meta.DeviceLogin, lost chan struct{}) (mqtt.Client, error) {
-	o := mqtt.NewClientOptions().AddBroker(w.broker.URL()).SetClientID(d.ID).SetUsername(d.SecureID).
-		SetPassword(d.SecureKey).SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
-	if lost != nil {
-		o.SetConnectionLostHandler(func(mqtt.Client, error) { close(lost) })
+	c, err := mqtttest.Dial(w.broker.URL(), d.ID, d.SecureID, d.SecureKey, lost)
+	if err == nil {
+		w.t.Cleanup(func() { c.Disconnect(0) })
 	}
-	c := mqtt.NewClient(o)
-	tok := c.Connect()
-	if !tok.WaitTimeout(10 * time.Second) {
-		return nil, errors.New("connect timed out")
-	}
-	if err := tok.Error(); err != nil {
-		return nil, err
-	}
-	w.t.Cleanup(func() { c.Disconnect(0) })
-	return c, nil
+	return c, err
 }
 
 func (w *world) connects(d meta.DeviceLogin) {
@@ -215,12 +231,10 @@ func TestSyncFollowsPostgres(t *testing.T) {
 	rs := do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
 	if rs[0].Err() == nil {
 		// The delete's notification may still be on its way: wait for it.
-		deadline := time.Now().Add(5 * time.Second)
-		for rs[0].Err() == nil && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		if !testkit.Within(5*time.Second, func() bool {
 			rs = do(t, w.plugin(), dynsec.Command{"command": "getDevice", "id": off.ID})
-		}
-		if rs[0].Err() == nil {
+			return rs[0].Err() != nil
+		}) {
 			t.Fatalf("the plugin still holds deleted device %s: %s", off.ID, rs[0].Data)
 		}
 	}
@@ -287,17 +301,9 @@ func TestMigrateFromDynsec(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := w.syncer()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rs := do(t, admin, dynsec.Command{"command": "getClient", "username": gone.SecureID})
-		if rs[0].Err() != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the legacy client of an undeployed device is still in the dynamic-security plugin")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the legacy client of an undeployed device gone from the dynamic-security plugin", func() bool {
+		return do(t, admin, dynsec.Command{"command": "getClient", "username": gone.SecureID})[0].Err() != nil
+	})
 	w.refused(gone)
 	select {
 	case <-lost:
@@ -325,9 +331,20 @@ func TestRefusedLoginNotConfirmed(t *testing.T) {
 	id := randID("x-")
 	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', 'notActive', $2, 'takeover-key-0123456789')`, id, svc)
 	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, id)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// A sentinel: a valid login deployed after it, which the syncer
+	// applies with it or after it. Once that one is confirmed, the refused
+	// one has been tried.
+	next := randID("y-")
+	w.exec(`INSERT INTO devices (id, name, product_id, state, secure_id, secure_key) VALUES ($1, $1, 'p', 'notActive', $1, 'sentinel-key-0123456789')`, next)
+	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, next)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.Await(ctx, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err == nil {
+	if err := s.Await(ctx, []meta.LoginChange{{ID: next, Version: w.version(next)}}); err != nil {
+		t.Fatalf("the login deployed after it: %v", err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end() // Await answers at once: confirmed already or not
+	if err := s.Await(ended, []meta.LoginChange{{ID: id, Version: w.version(id)}}); err == nil {
 		t.Fatal("a login the plugin refuses was confirmed")
 	}
 	w.plugin() // the service login still logs in
@@ -340,7 +357,7 @@ func TestRefusedLoginNotConfirmed(t *testing.T) {
 // leads again and follows changes.
 func TestPostgresOutage(t *testing.T) {
 	store, px := metatest.NewStoreBehindProxy(t)
-	w := &world{t: t, broker: mqtttest.StartBroker(t), store: store}
+	w := &world{t: t, broker: mqtttest.StartBroker(t), store: store, logs: &logLines{}}
 	w.exec(`INSERT INTO products (id, name, device_type, state) VALUES ('p', 'p', 'device', 1)`)
 	a, b := w.device(randID("a-"), meta.StateOffline), w.device(randID("b-"), meta.StateOffline)
 	later := w.device(randID("l-"), meta.StateNotActive)
@@ -352,22 +369,19 @@ func TestPostgresOutage(t *testing.T) {
 	}
 	px.Down()
 	// The syncer notices: its lock's connection is gone (pinged every
-	// 2 s) and it stops leading; devices keep logging in meanwhile.
-	time.Sleep(3 * time.Second) // what is proven here is that nothing happens while PostgreSQL is away
+	// 2 s) and it stops leading; devices keep logging in meanwhile, and
+	// the one connected stays (checked at the end).
+	testkit.Eventually(t, 10*time.Second, "the syncer to log that it lost the sync lock", func() bool {
+		return w.logs.has("devauth: sync lock lost")
+	})
 	w.connects(b)
 	px.Up()
 	// Back: a change is applied and confirmed again (the syncer leads,
 	// after its full sync).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := store.DB().Exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("PostgreSQL did not come back through the proxy")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, "PostgreSQL back through the proxy (a deploy written)", func() bool {
+		_, err := store.DB().Exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
+		return err == nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
 
@@ -29,13 +30,9 @@ func TestWaiters(t *testing.T) {
 	// reached its select.
 	registered := func(t *testing.T, w *waiters, n int) {
 		t.Helper()
-		for range 1000 {
-			if pending(w) == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
+		if !testkit.Within(5*time.Second, func() bool { return pending(w) == n }) {
+			t.Fatalf("%d waiters registered, want %d", pending(w), n)
 		}
-		t.Fatalf("%d waiters registered, want %d", pending(w), n)
 	}
 
 	t.Run("released by the same or a later version only", func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 )
@@ -63,8 +64,6 @@ func (e *cmdEnv) fleet(t testing.TB, ids []string, opts sim.Options) *sim.Fleet 
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = brokerURL(), e.product, ids, m
-	gw := mqtttest.Gateway(t, brokerURL())
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	if opts.ValueFunc == nil {
 		opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 			switch vt.Type {
@@ -76,15 +75,9 @@ func (e *cmdEnv) fleet(t testing.TB, ids []string, opts sim.Options) *sim.Fleet 
 			return dev + ":" + prop, true
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	f := mqtttest.StartFleet(t, opts)
 	for _, id := range ids {
-		waitFor(t, 5*time.Second, func() bool { return e.presence.IsOnline(id) }, "device "+id+" online")
+		testkit.Eventually(t, 5*time.Second, "device "+id+" online", func() bool { return e.presence.IsOnline(id) })
 	}
 	return f
 }
@@ -256,7 +249,7 @@ func TestReadRacingOffline(t *testing.T) {
 		_, err := e.cmds.ReadProperties(context.Background(), e.target("dying"), nil, 10*time.Second)
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 1 }, "the read to be pending")
+	testkit.Eventually(t, 5*time.Second, "the read to be pending", func() bool { return e.cmds.Pending() == 1 })
 	f.Device("dying").Kill() // no DISCONNECT: the broker sends the will
 	select {
 	case err := <-done:
@@ -282,7 +275,7 @@ func TestExpire(t *testing.T) {
 		_, err := e.cmds.ReadProperties(context.Background(), e.target("slow"), nil, time.Minute)
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 1 }, "the read to be pending")
+	testkit.Eventually(t, 5*time.Second, "the read to be pending", func() bool { return e.cmds.Pending() == 1 })
 	if n := e.cmds.Expire(time.Now()); n != 0 {
 		t.Fatalf("expired %d before the deadline", n)
 	}
@@ -305,7 +298,7 @@ func TestRunExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); e.cmds.RunExpiry(ctx, 10*time.Millisecond) }()
-	waitFor(t, 5*time.Second, func() bool { return e.cmds.Pending() == 0 }, "the orphan to be swept")
+	testkit.Eventually(t, 5*time.Second, "the orphan to be swept", func() bool { return e.cmds.Pending() == 0 })
 	if r := <-w.done; !errors.Is(r.err, ErrTimeout) {
 		t.Fatalf("swept waiter got %v", r.err)
 	}

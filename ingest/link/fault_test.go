@@ -10,6 +10,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/sim"
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 )
@@ -27,21 +28,13 @@ func startFleet(t *testing.T, url, product string, ids []string, opts sim.Option
 		t.Fatal(err)
 	}
 	opts.BrokerURL, opts.ProductID, opts.DeviceIDs, opts.Model = url, product, ids, m
-	gw := mqtttest.Gateway(t, url)
-	opts.Login = func(_ string, o *mqtt.ClientOptions) { gw(o) }
 	opts.ValueFunc = func(dev, prop string, vt *schema.ValueType) (any, bool) {
 		if vt.Type == "float" {
 			return 21.5, true
 		}
 		return dev + ":" + prop, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	f, err := sim.Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	f := mqtttest.StartFleet(t, opts)
 	return f
 }
 
@@ -80,7 +73,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 	startFleet(t, broker.URL(), product, silent, sim.Options{Silent: true})
 	startFleet(t, broker.URL(), product, []string{"n1"}, sim.Options{})
 	for _, id := range append(silent, "n1") {
-		waitFor(t, 5*time.Second, func() bool { return presence.IsOnline(id) }, id+" online")
+		testkit.Eventually(t, 5*time.Second, id+" online", func() bool { return presence.IsOnline(id) })
 	}
 	if _, err := cmds.ReadProperties(context.Background(), target("n1"), []string{"temp"}, 5*time.Second); err != nil {
 		t.Fatalf("read before the outage: %v", err)
@@ -101,7 +94,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 			results <- outcome{err, time.Since(start)}
 		}()
 	}
-	waitFor(t, 5*time.Second, func() bool { return cmds.Pending() == reads }, "the reads to be pending")
+	testkit.Eventually(t, 5*time.Second, "the reads to be pending", func() bool { return cmds.Pending() == reads })
 
 	broker.Stop(syscall.SIGKILL)
 	killedAt := time.Now()
@@ -131,8 +124,10 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 	// A read or invoke asked while the broker is down (the client waiting
 	// to reconnect) ends within its timeout, though the view still shows
 	// the device online.
-	waitFor(t, 5*time.Second, func() bool { return !presence.Connected() }, "presence to notice the loss")
-	time.Sleep(200 * time.Millisecond) // pacing: into the reconnect backoff
+	testkit.Eventually(t, 5*time.Second, "presence to notice the loss", func() bool { return !presence.Connected() })
+	// Pacing, not an assertion: the commands below are asked once the
+	// client is in its reconnect backoff rather than still noticing the loss.
+	time.Sleep(200 * time.Millisecond)
 	const downTimeout = 2 * time.Second
 	downDone := make(chan outcome, 2)
 	go func() {
@@ -164,7 +159,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 
 	broker.Start()
 	restartedAt := time.Now()
-	waitFor(t, 20*time.Second, presence.Connected, "presence reconnected")
+	testkit.Eventually(t, 20*time.Second, "presence reconnected", presence.Connected)
 	reconnectedIn := time.Since(restartedAt)
 
 	// The presence subscriptions are renewed asynchronously after the
@@ -176,20 +171,22 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 		t.Fatalf("probe connect: %v", err)
 	}
 	defer probe.Disconnect(0)
-	waitFor(t, 15*time.Second, func() bool {
-		if presence.IsOnline("probe") {
-			return true
-		}
-		_ = WaitToken(probe.Publish("/"+product+"/probe/online", 1, false, "{}"), time.Second)
-		time.Sleep(100 * time.Millisecond)
-		return presence.IsOnline("probe")
-	}, "presence resubscribed")
+	testkit.Eventually(t, 15*time.Second,
+
+		"presence resubscribed", func() bool {
+			if presence.IsOnline("probe") {
+				return true
+			}
+			_ = WaitToken(probe.Publish("/"+product+"/probe/online", 1, false, "{}"), time.Second)
+			return false // the next poll sees whether it was taken
+		})
+
 	// The silent devices died with the broker; the reseeded view forgets them.
-	waitFor(t, 5*time.Second, func() bool { return !presence.IsOnline("s1") }, "s1 offline after the reseed")
+	testkit.Eventually(t, 5*time.Second, "s1 offline after the reseed", func() bool { return !presence.IsOnline("s1") })
 
 	// The device reconnects; a read succeeds.
 	startFleet(t, broker.URL(), product, []string{"n1"}, sim.Options{})
-	waitFor(t, 5*time.Second, func() bool { return presence.IsOnline("n1") }, "n1 online again")
+	testkit.Eventually(t, 5*time.Second, "n1 online again", func() bool { return presence.IsOnline("n1") })
 	got, err := cmds.ReadProperties(context.Background(), target("n1"), []string{"temp"}, 5*time.Second)
 	if err != nil {
 		t.Fatalf("read after the restart: %v", err)

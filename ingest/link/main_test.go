@@ -1,15 +1,9 @@
 package link
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
 	"testing"
-	"time"
 
-	"go.uber.org/goleak"
-
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -19,32 +13,8 @@ import (
 // has its own product ids and client ids, so tests do not see each
 // other's traffic.
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.MainNoLeaks(m) }
 
 func brokerURL() string { return mqtttest.SharedURL() }
 
-func randID(prefix string) string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+func randID(prefix string) string { return testkit.RandID(prefix) }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/bench/testkit"
 )
 
 // loopback returns a bufConn over TCP and the peer's end.
@@ -77,16 +79,10 @@ func TestBufConnWriteError(t *testing.T) {
 	defer c.Close()
 	peer.(*net.TCPConn).SetLinger(0)
 	peer.Close() // a reset: the next writes fail
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := c.Write(make([]byte, 1024)); err != nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("writes to a reset connection kept succeeding")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "a write to the reset connection failing", func() bool {
+		_, err := c.Write(make([]byte, 1024))
+		return err != nil
+	})
 }
 
 // TestDialerNoDelay: the broker connection BufferedDialer opens has

@@ -10,6 +10,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -87,22 +88,22 @@ func TestPresencePool(t *testing.T) {
 	}
 	onA := mqtttest.ConnectDevice(t, a.URL(), randID("m-a-"), withWill(gwA, "mover"))
 	onA.MustPublish(t, topic("mover", "online"), 1, "{}")
-	waitFor(t, 5*time.Second, func() bool { return p.IsOnline("mover") }, "the mover online at A")
+	testkit.Eventually(t, 5*time.Second, "the mover online at A", func() bool { return p.IsOnline("mover") })
 	onB := mqtttest.ConnectDevice(t, b.URL(), randID("m-b-"), withWill(gwB, "mover"))
 	onB.MustPublish(t, topic("mover", "online"), 1, "{}")
 	recA, recB := record(t, a.URL(), "/"+product+"/+/properties/read"), record(t, b.URL(), "/"+product+"/+/properties/read")
 	// The birth on B is taken once a command to the mover reaches B.
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, "a command to the mover at B", func() bool {
 		if err := p.Publish(ctx, topic("mover", "properties/read"), 1, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 		return recB.has(topic("mover", "properties/read"))
-	}, "a command to the mover at B")
+	})
 	onA.Cut() // A publishes the mover's will, after its birth on B
 	// A sentinel behind the will on A: another device's birth there.
 	sentinel := mqtttest.ConnectDevice(t, a.URL(), randID("s-"), gwA)
 	sentinel.MustPublish(t, topic("sentinel", "online"), 1, "{}")
-	waitFor(t, 15*time.Second, func() bool { return p.IsOnline("sentinel") }, "the sentinel online")
+	testkit.Eventually(t, 15*time.Second, "the sentinel online", func() bool { return p.IsOnline("sentinel") })
 	if !p.IsOnline("mover") {
 		t.Fatal("the mover went offline with the will of the broker it left")
 	}
@@ -111,7 +112,7 @@ func TestPresencePool(t *testing.T) {
 	if err := p.Publish(ctx, topic("sentinel", "properties/read"), 1, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return recA.has(topic("sentinel", "properties/read")) }, "the sentinel's command at A")
+	testkit.Eventually(t, 5*time.Second, "the sentinel's command at A", func() bool { return recA.has(topic("sentinel", "properties/read")) })
 	if recA.has(topic("mover", "properties/read")) || recB.has(topic("sentinel", "properties/read")) {
 		t.Fatalf("a command went to a broker its device is not at: A %v, B %v", recA.topics, recB.topics)
 	}
@@ -122,22 +123,21 @@ func TestPresencePool(t *testing.T) {
 	if err := p.Publish(ctx, topic("seeded", "properties/read"), 1, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, "the seeded device's command at both brokers", func() bool {
 		return recA.has(topic("seeded", "properties/read")) && recB.has(topic("seeded", "properties/read"))
-	},
-		"the seeded device's command at both brokers")
+	})
 	// Its will, from either broker, counts.
 	onB.MustPublish(t, topic("seeded", "offline"), 1, "{}")
-	waitFor(t, 5*time.Second, func() bool { return !p.IsOnline("seeded") }, "the seeded device offline")
+	testkit.Eventually(t, 5*time.Second, "the seeded device offline", func() bool { return !p.IsOnline("seeded") })
 	// The mover's will on B, the broker it is at, counts.
 	onB.Cut()
-	waitFor(t, 15*time.Second, func() bool { return !p.IsOnline("mover") }, "the mover offline through B's will")
+	testkit.Eventually(t, 15*time.Second, "the mover offline through B's will", func() bool { return !p.IsOnline("mover") })
 
 	b.Stop(syscall.SIGTERM)
-	waitFor(t, 10*time.Second, func() bool { return !p.ConnectedTo(1) }, "B's client down")
+	testkit.Eventually(t, 10*time.Second, "B's client down", func() bool { return !p.ConnectedTo(1) })
 	if p.Connected() || !p.ConnectedTo(0) {
 		t.Fatalf("with B down: connected %v, to A %v", p.Connected(), p.ConnectedTo(0))
 	}
 	b.Start()
-	waitFor(t, 10*time.Second, p.Connected, "both clients connected with B back")
+	testkit.Eventually(t, 10*time.Second, "both clients connected with B back", p.Connected)
 }

@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -56,12 +57,12 @@ func TestPresenceView(t *testing.T) {
 		o.SetWill("/"+product+"/d1/offline", "{}", 1, false)
 	})
 	dev.MustPublish(t, "/"+product+"/d1/online", 1, "{}")
-	waitFor(t, 5*time.Second, func() bool { return p.IsOnline("d1") }, "d1 online")
+	testkit.Eventually(t, 5*time.Second, "d1 online", func() bool { return p.IsOnline("d1") })
 	if got := online(); got != 2 {
 		t.Fatalf("gauge %v with two devices online", got)
 	}
 	dev.Cut() // the broker publishes the will
-	waitFor(t, 15*time.Second, func() bool { return !p.IsOnline("d1") }, "d1 offline through its will")
+	testkit.Eventually(t, 15*time.Second, "d1 offline through its will", func() bool { return !p.IsOnline("d1") })
 	if got := online(); got != 1 {
 		t.Fatalf("gauge %v after the will", got)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/bench/testkit"
 )
 
 // The request/reply table's own logic, on a Client without a broker so
@@ -176,7 +178,7 @@ func TestOfflineFailsOnlyItsWaiters(t *testing.T) {
 	cmds := newFakeCommands(t, &fakeClient{}, DefaultCommandOptions())
 	f := cmds.client.(*fakeClient)
 	a1, a2, b := read(cmds, ids[0], time.Hour), read(cmds, ids[0], time.Hour), read(cmds, ids[1], time.Hour)
-	waitFor(t, 5*time.Second, func() bool { return cmds.Pending() == 3 }, "three reads pending")
+	testkit.Eventually(t, 5*time.Second, "three reads pending", func() bool { return cmds.Pending() == 3 })
 	f.goOffline(ids[0])
 	wantOutcome(t, a1, ErrOffline)
 	wantOutcome(t, a2, ErrOffline)
@@ -202,7 +204,7 @@ func TestTooBusy(t *testing.T) {
 	cmds := newFakeCommands(t, &fakeClient{}, opt)
 	f := cmds.client.(*fakeClient)
 	first, second := read(cmds, "a", time.Hour), read(cmds, "b", time.Hour)
-	waitFor(t, 5*time.Second, func() bool { return cmds.Pending() == 2 }, "two reads pending")
+	testkit.Eventually(t, 5*time.Second, "two reads pending", func() bool { return cmds.Pending() == 2 })
 	wantOutcome(t, read(cmds, "c", time.Hour), ErrTooBusy)
 	if got := metricValue(t, reg, "devicehub_commands_total", "kind", "read", "outcome", "busy"); got != 1 {
 		t.Fatalf("busy reads counted %v, want 1", got)
@@ -210,7 +212,7 @@ func TestTooBusy(t *testing.T) {
 	f.goOffline("a")
 	wantOutcome(t, first, ErrOffline)
 	third := read(cmds, "c", time.Hour)
-	waitFor(t, 5*time.Second, func() bool { return cmds.Pending() == 2 }, "the third read pending in the freed slot")
+	testkit.Eventually(t, 5*time.Second, "the third read pending in the freed slot", func() bool { return cmds.Pending() == 2 })
 	f.lost()
 	wantOutcome(t, second, ErrOffline)
 	wantOutcome(t, third, ErrOffline)

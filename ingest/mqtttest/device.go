@@ -1,6 +1,7 @@
 package mqtttest
 
 import (
+	"errors"
 	"net"
 	"net/url"
 	"sync"
@@ -63,4 +64,29 @@ func (d *Device) MustPublish(t testing.TB, topic string, qos byte, payload strin
 	if err := tok.Error(); err != nil {
 		t.Fatalf("publish %s: %v", topic, err)
 	}
+}
+
+// Dial connects once as clientID with a login: a clean session, no
+// retry, no reconnect. The error is the broker's refusal, if any. lost, if
+// not nil, is closed when the broker drops the connection. configure
+// adjusts the options before the connect. The caller disconnects.
+func Dial(brokerURL, clientID, username, password string, lost chan struct{}, configure ...func(*mqtt.ClientOptions)) (mqtt.Client, error) {
+	o := mqtt.NewClientOptions().AddBroker(brokerURL).SetClientID(clientID).SetUsername(username).SetPassword(password).
+		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetConnectRetry(false)
+	if lost != nil {
+		var once sync.Once
+		o.SetConnectionLostHandler(func(mqtt.Client, error) { once.Do(func() { close(lost) }) })
+	}
+	for _, f := range configure {
+		f(o)
+	}
+	c := mqtt.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		return nil, errors.New("connect timed out")
+	}
+	if err := tok.Error(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

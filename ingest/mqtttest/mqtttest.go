@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/ingest/dynsec"
 )
 
@@ -63,7 +64,7 @@ func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	}
 	dir := t.TempDir()
 	port := FreePort(t)
-	args := []string{filepath.Join(repoRoot(t), ".ci", "mosquitto-setup"), dir, strconv.Itoa(port)}
+	args := []string{filepath.Join(testkit.RepoRoot(t), ".ci", "mosquitto-setup"), dir, strconv.Itoa(port)}
 	tlsPort := 0
 	if withTLS {
 		tlsPort = FreePort(t)
@@ -184,24 +185,6 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// repoRoot is the folder holding go.mod, above the test's directory.
-func repoRoot(t testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("mqtttest: go.mod not found above the test directory")
-		}
-		dir = parent
-	}
 }
 
 // IDRanges summarizes message ids "m<n>" as ranges of n ("3 5-9 ..."),

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"devicehub/bench/testkit"
 	"devicehub/tsdb"
 )
 
@@ -55,6 +56,24 @@ func OpenDB(t testing.TB, name string, loc *time.Location) *tsdb.DB {
 // tests compare it with what was published and acknowledged.
 func StoredCounts(ctx context.Context, db *tsdb.DB, dir string) (map[string]uint64, error) {
 	return db.MessageIDCounts(ctx, dir)
+}
+
+// AwaitStored polls StoredCounts until every message id of ids is stored
+// or timeout has passed, and returns the last counts and the ids still
+// missing (all of them while the database does not answer).
+func AwaitStored(db *tsdb.DB, dir string, ids []string, timeout time.Duration) (got map[string]uint64, missing []string) {
+	testkit.Within(timeout, func() bool {
+		var err error
+		got, err = StoredCounts(context.Background(), db, dir)
+		missing = missing[:0]
+		for _, id := range ids {
+			if err != nil || got[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		return len(missing) == 0
+	})
+	return got, missing
 }
 
 // Duplicates sums counts (as StoredCounts returns them): rows stored, rows
