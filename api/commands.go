@@ -35,6 +35,9 @@ func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, link.Target, error
 	if err != nil {
 		return meta.DeviceRef{}, link.Target{}, err
 	}
+	if s.deps.Commands == nil { // a server without a device link reaches no device
+		return meta.DeviceRef{}, link.Target{}, link.ErrOffline
+	}
 	return dev, link.Target{
 		DeviceID: dev.ID, DeviceName: dev.Name, ProductID: dev.ProductID,
 		ProductName: dev.ProductName, CreatorID: dev.CreatorID,
