@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// TestDaySeries: message counts of day and longer buckets answered from
-// the totals and the closed chunks equal those read from ClickHouse for
-// each question, across DST changes and month ends; every question shares
-// one totals query and each product-month is read once; a range older
-// than the window is read as before; a local late insert shows at once
-// and re-reads only its month; a day that closes moves into its chunk.
+// TestDaySeries: message counts of 15m, 1h, day and longer buckets
+// answered from the totals and the closed chunks equal those read from
+// ClickHouse for each question, across DST changes and month ends; every
+// question shares one totals query and each product-month is read once;
+// only a range older than the window (or of 1m or 5m buckets) is read as
+// before; a local late insert shows at once and re-reads only its month;
+// a day that closes moves into its chunk.
 func TestDaySeries(t *testing.T) {
 	ctx := ctxT(t)
 	opt := testOptions("days", berlin)
@@ -37,6 +38,7 @@ func TestDaySeries(t *testing.T) {
 		add(day.Add(-time.Second), "p1") // the day before's last second
 		add(day, "p1")
 		add(day.Add(90*time.Minute), "p2")
+		add(day.Add(time.Duration(d%96)*15*time.Minute+7*time.Minute), "p2")
 		if d%7 == 0 {
 			add(day.Add(23*time.Hour+59*time.Minute), "p1")
 		}
@@ -48,23 +50,42 @@ func TestDaySeries(t *testing.T) {
 		interval string
 		from, to time.Time
 		limit    int
+		old      bool // 1m or 5m: read from ClickHouse
 	}
 	var qs []question
-	for _, iv := range []string{Day, Week, Month, Year} {
+	for _, iv := range []string{FifteenMinutes, Hour, Day, Week, Month, Year} {
 		qs = append(qs,
-			question{iv, now.AddDate(0, 0, -30), now, 0},
-			question{iv, now.AddDate(0, 0, -7), now, 0},
-			question{iv, now.AddDate(0, -12, 0), now, 0},
-			question{iv, now.AddDate(0, 0, -390), now.AddDate(0, 0, -200), 5},
-			question{iv, now.AddDate(0, 0, -399), now.AddDate(0, 0, 3), 0},
-			question{iv, now.AddDate(0, 0, -425), now, 0}, // older than the window
+			question{iv, now.AddDate(0, 0, -30), now, 0, false},
+			question{iv, now.AddDate(0, 0, -7), now, 0, false},
+			question{iv, now.AddDate(0, -12, 0), now, 0, false},
+			question{iv, now.AddDate(0, 0, -390), now.AddDate(0, 0, -200), 5, false},
+			question{iv, now.AddDate(0, 0, -399), now.AddDate(0, 0, 3), 0, false},
+			question{iv, now.AddDate(0, 0, -425), now, 0, false}, // older than the window
 		)
 	}
+	// Sub-day ranges of the past, across the last DST changes (the last
+	// Sundays of March and October).
+	for _, iv := range []string{FifteenMinutes, Hour} {
+		for _, mo := range []time.Month{time.March, time.October} {
+			last := time.Date(now.Year(), mo+1, 0, 12, 0, 0, 0, berlin)
+			for last.Weekday() != time.Sunday {
+				last = last.AddDate(0, 0, -1)
+			}
+			if last.After(now) {
+				last = last.AddDate(-1, 0, 0)
+			}
+			qs = append(qs, question{iv, last.AddDate(0, 0, -1), last.AddDate(0, 0, 1), 0, false})
+		}
+		qs = append(qs, question{iv, now.AddDate(0, 0, -2), now, 0, false},
+			question{iv, now.AddDate(0, 0, -100), now.AddDate(0, 0, -99), 0, false})
+	}
+	qs = append(qs, question{Minute, now.AddDate(0, 0, -1), now, 0, true}, question{FiveMinutes, now.AddDate(0, 0, -2), now, 0, true})
 	one := func(p string) productSet { return CountQuery{ProductID: p}.products() }
 	check := func(products ...string) {
 		t.Helper()
 		for _, p := range products {
 			for _, q := range qs {
+				read := countQueries.Load()
 				got, err := db.MessageCounts(ctx, CountQuery{Interval: q.interval, From: q.from, To: q.to, ProductID: p, Limit: q.limit})
 				if err != nil {
 					t.Fatal(err)
@@ -79,6 +100,12 @@ func TestDaySeries(t *testing.T) {
 				}
 				if !slices.Equal(got, want) {
 					t.Fatalf("%q %s %s..%s limit %d:\n got %v\nwant %v", p, q.interval, q.from.Format(time.DateOnly), q.to.Format(time.DateOnly), q.limit, got, want)
+				}
+				// Read from ClickHouse: 1m and 5m, and ranges starting
+				// before the window.
+				old := q.old || dayNumber(r.lo, berlin) < dayNumber(now, berlin)-daySeriesDays
+				if countQueries.Load() != read+1 && !old { // +1: want's
+					t.Fatalf("%q %s %s..%s: read from ClickHouse", p, q.interval, q.from.Format(time.DateOnly), q.to.Format(time.DateOnly))
 				}
 			}
 		}

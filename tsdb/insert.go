@@ -119,7 +119,7 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 		start := time.Now()
 		late := db.lateMessages(b, start)
 		err := db.insertMessages(ctx, b)
-		db.days.stored(late, start, err == nil)
+		db.days.stored(late, start, err == nil, db.loc)
 		if err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}
