@@ -69,6 +69,9 @@ type DashboardParams struct {
 	MixedMessages   int
 	MixedRequests   int
 	MixedIngestRate int
+	// MixedKinds are the kinds of distinct requests measured, each in its
+	// runs (MixedAll, MixedCounts, MixedAggs). Default MixedAll.
+	MixedKinds []string
 }
 
 // DashboardResult is the outcome of RunDashboard.
@@ -173,6 +176,9 @@ func (p DashboardParams) withDefaults() DashboardParams {
 	}
 	if p.MixedIngestRate == 0 {
 		p.MixedIngestRate = 10000
+	}
+	if len(p.MixedKinds) == 0 {
+		p.MixedKinds = []string{MixedAll}
 	}
 	if p.GenWorkers <= 0 {
 		p.GenWorkers = 2
@@ -449,6 +455,8 @@ func bucketAfter(interval string, b time.Time) time.Time {
 	switch interval {
 	case tsdb.Hour:
 		return b.Add(time.Hour)
+	case tsdb.FifteenMinutes:
+		return b.Add(15 * time.Minute)
 	case tsdb.Week:
 		return time.Date(b.Year(), b.Month(), b.Day()+7, 0, 0, 0, 0, b.Location())
 	case tsdb.Day:
