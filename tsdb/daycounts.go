@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +31,10 @@ import (
 //     one query grouping device_message_daily by product and month for the
 //     closed days and by product and day for today and later, and
 //     device_message_quarter by product and quarter-hour from today's
-//     start. It is kept under the result cache's rules: served while
-//     younger than ResultTTL from the start of its query, and dropped by
-//     every insert or drop through this DB (Invalidate).
+//     start. It is kept under the result cache's rules (daytotals.go):
+//     served while younger than ResultTTL from the start of its query;
+//     every insert through this DB adds its messages to it (or drops it),
+//     and it is read again in the background after half the TTL.
 //
 // A closed chunk is served only when its total equals the month's total in
 // a dayTotals that may be served; otherwise it is read again (Delete, then
@@ -42,10 +42,10 @@ import (
 // stored through this DB shows in the next answer, one stored through
 // another instance in every answer more than ResultTTL later):
 //
-//   - The totals: their query started after every row stored through this
-//     DB before the question (an insert drops them) and less than
-//     ResultTTL before the question, so it counts every row that rule
-//     requires; the open days and quarter-hours are read from it directly.
+//   - The totals: their query started less than ResultTTL before the
+//     question, and they count every row stored through this DB before
+//     the question (daytotals.go), so every row that rule requires; the
+//     open days and quarter-hours are read from them directly.
 //   - A chunk whose total equals its month's total counts exactly the same
 //     messages. Messages are only added (late ones included), and an
 //     insert writes device_message, then its views in the order of their
@@ -79,10 +79,10 @@ import (
 // patches what it stores, duplicates included, as device_message holds
 // them.
 //
-// So with ingest running, ClickHouse answers one totals query per insert
-// (per flush of each writer) and per ResultTTL, shared by every question
-// of every product, plus a chunk for each month that a late row stored by
-// another instance changed; questions themselves cost none. 1m and 5m
+// So with ingest running, ClickHouse answers about two totals queries per
+// ResultTTL, shared by every question of every product, plus a chunk for
+// each month that a late row stored by another instance changed;
+// questions themselves cost none, and wait for none of these. 1m and 5m
 // buckets, and ranges older than the window, read ClickHouse (through the
 // result cache).
 //
@@ -117,9 +117,9 @@ var (
 	dayChunkLoads  atomic.Uint64
 )
 
-// dayCounts keeps the totals and the closed chunks.
+// dayCounts keeps the totals (daytotals.go) and the closed chunks.
 type dayCounts struct {
-	totals  *cache.Cache[totalsKey, *dayTotals]
+	totals  *totalsHolder
 	chunks  *cache.Cache[chunkKey, *dayChunk]
 	patchMu sync.Mutex // one patch of the chunks at a time
 }
@@ -137,8 +137,10 @@ type chunkKey struct {
 // dayTotals is the message count of each product ("" included: every
 // product) per month of closed days, and per open day and quarter-hour.
 type dayTotals struct {
-	closed map[chunkKey]uint64
-	open   map[string]*dayChunk // product -> its open days and quarter-hours
+	key     totalsKey
+	started time.Time // when its query started
+	closed  map[chunkKey]uint64
+	open    map[string]*dayChunk // product -> its open days and quarter-hours
 	// sets are the series of days of sets of products summed from these
 	// totals (setDays): productSet key -> *series; setCount counts them.
 	sets     sync.Map
@@ -221,33 +223,25 @@ func daysOf(quarters series, loc *time.Location) series {
 	return out
 }
 
-// lateMessages counts the messages of b stamped before the start of
-// now's day, per product (and "") and month, per quarter-hour.
-func (db *DB) lateMessages(b *Batch, now time.Time) map[chunkKey]map[uint32]uint64 {
-	y, m, d := now.In(db.loc).Date()
-	open := localTime(y, m, d, 0, 0, 0, 0, db.loc).UnixMilli()
+// lateMessages picks from a batch's messages per product ("" included)
+// and quarter-hour (Batch.batchQuarters) those stamped before the start of
+// now's day, per product and month.
+func (db *DB) lateMessages(all map[string]map[uint32]uint64, now time.Time) map[chunkKey]map[uint32]uint64 {
+	open := dayStart(dayNumber(now, db.loc), db.loc).Unix()
 	var late map[chunkKey]map[uint32]uint64
-	for i := range b.msgs {
-		r := &b.msgs[i]
-		if r.ms >= open {
-			continue
-		}
-		if late == nil {
-			late = map[chunkKey]map[uint32]uint64{}
-		}
-		sec := r.ms / 1000
-		if r.ms < 0 && r.ms%1000 != 0 {
-			sec-- // floor, as ClickHouse's DateTime (which holds no such time)
-		}
-		q := uint32(sec / quarterSec)
-		month := dayMonth(quarterDay(q, db.loc))
-		for _, p := range []string{b.str(r.product), ""} {
-			k := chunkKey{p, month}
+	for p, qs := range all {
+		for q, n := range qs {
+			if int64(q)*quarterSec >= open {
+				continue
+			}
+			if late == nil {
+				late = map[chunkKey]map[uint32]uint64{}
+			}
+			k := chunkKey{p, dayMonth(quarterDay(q, db.loc))}
 			if late[k] == nil {
-				k.product = strings.Clone(k.product) // the arena is reused
 				late[k] = map[uint32]uint64{}
 			}
-			late[k][q]++
+			late[k][q] += n
 		}
 	}
 	return late
@@ -281,10 +275,6 @@ func (d *dayCounts) stored(late map[chunkKey]map[uint32]uint64, start time.Time,
 }
 
 func newDayCounts(ttl time.Duration) *dayCounts {
-	to := cache.DefaultOptions[totalsKey, *dayTotals]()
-	to.TTL = ttl
-	to.MaxEntries = 2  // the current window, and the last one around midnight
-	to.LoadTimeout = 0 // the query's own (Options.QueryTimeout)
 	co := cache.DefaultOptions[chunkKey, *dayChunk]()
 	co.TTL = cache.Forever
 	co.MaxEntries = maxDayChunks
@@ -293,18 +283,14 @@ func newDayCounts(ttl time.Duration) *dayCounts {
 		return 96 + len(k.product) + 12*(len(c.days.keys)+len(c.quarters.keys))
 	}
 	co.LoadTimeout = 0
-	return &dayCounts{totals: cache.New(to), chunks: cache.New(co)}
+	return &dayCounts{totals: &totalsHolder{ttl: ttl}, chunks: cache.New(co)}
 }
-
-// invalidate drops the totals: rows were stored through the DB. The
-// chunks stay; the next totals tell which are still exact.
-func (d *dayCounts) invalidate() { d.totals.Invalidate() }
 
 // dropped drops the totals and every chunk: partitions were dropped
 // through the DB (a month's partitions of device_message_quarter are cut
 // at the server's month, not the platform zone's).
 func (d *dayCounts) dropped() {
-	d.totals.Invalidate()
+	d.totals.drop()
 	d.chunks.Invalidate()
 }
 
@@ -348,9 +334,7 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 		return nil, false, nil
 	}
 	tk := totalsKey{from, cut}
-	t, err := db.days.totals.Get(ctx, tk, func(ctx context.Context, k totalsKey) (*dayTotals, error) {
-		return db.loadDayTotals(ctx, k)
-	})
+	t, err := db.days.totals.get(ctx, tk, time.Now(), db.loadDayTotals)
 	if err != nil {
 		return nil, true, err
 	}

@@ -1,8 +1,10 @@
 package tsdb
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -17,7 +19,7 @@ import (
 func TestDaySeries(t *testing.T) {
 	ctx := ctxT(t)
 	opt := testOptions("days", berlin)
-	opt.ResultTTL = time.Minute // nothing expires during the test: loads are counted
+	opt.ResultTTL = time.Hour // nothing expires (or is renewed) during the test: loads are counted
 	db, err := Open(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -124,14 +126,14 @@ func TestDaySeries(t *testing.T) {
 	if t2, c2 := loads(); t2 != t1 || c2 != c1 {
 		t.Fatalf("asked again: %d totals and %d chunks read", t2-t1, c2-c1)
 	}
-	// Through this DB, a late row shows in the next answer: the totals are
-	// read again; the chunk of its month is patched, not read again.
+	// Through this DB, a late row shows in the next answer: the totals and
+	// the chunk of its month are patched, not read again.
 	if err := db.Insert(ctx, []Message{{Time: now.AddDate(0, 0, -100), ProductID: "p2", DeviceID: "d", Direction: "up", MessageID: "late"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	check("p2", "p1", "")
-	if t3, c3 := loads(); t3-t1 != 1 || c3-c1 != 0 {
-		t.Fatalf("after a late row: %d totals and %d chunks read, want 1 and 0", t3-t1, c3-c1)
+	if t3, c3 := loads(); t3-t1 != 0 || c3-c1 != 0 {
+		t.Fatalf("after a late row: %d totals and %d chunks read, want none (both patched)", t3-t1, c3-c1)
 	}
 	// A set of products is the sum of its products' series, cut from
 	// their kept chunks (no chunk read again, no query per product), equal
@@ -174,8 +176,8 @@ func TestDaySeries(t *testing.T) {
 			}
 		}
 	}
-	if t4, c4 := loads(); t4-t1 != 1 || c4-c1 != 0 {
-		t.Fatalf("sets of products: %d totals and %d chunks read, want 1 and 0", t4-t1, c4-c1)
+	if t4, c4 := loads(); t4-t1 != 0 || c4-c1 != 0 {
+		t.Fatalf("sets of products: %d totals and %d chunks read, want none", t4-t1, c4-c1)
 	}
 	// A set's series is kept with the totals: a late row through this DB
 	// shows in the set's next answer.
@@ -221,15 +223,18 @@ func TestDaySeries(t *testing.T) {
 	}
 }
 
-// BenchmarkDistinctCounts asks 64 different day-bucket questions of one
-// product in turn, as a dashboard's users do: from the product's series
-// of days, and (ResultTTL -1) from ClickHouse each time.
+// BenchmarkDistinctCounts asks 64 different questions of one product in
+// turn, as a dashboard's users do (15m x96, 1h x24..x168, 1d, 1w, 1M and
+// 1y buckets): from the product's kept quarter-hours and days, and
+// (ResultTTL -1) from ClickHouse each time.
 func BenchmarkDistinctCounts(b *testing.B) {
 	ctx := ctxT(b)
 	now := time.Now().In(shanghai)
 	var msgs []Message
 	for d := range 400 {
-		msgs = append(msgs, Message{Time: now.AddDate(0, 0, -d), ProductID: "bench_days", DeviceID: "d", Direction: "up", MessageID: fmt.Sprint(d)})
+		for h := range 24 {
+			msgs = append(msgs, Message{Time: now.AddDate(0, 0, -d).Add(-time.Duration(h) * time.Hour), ProductID: "bench_days", DeviceID: "d", Direction: "up", MessageID: fmt.Sprint(d, "_", h)})
+		}
 	}
 	for _, c := range []struct {
 		name string
@@ -251,11 +256,129 @@ func BenchmarkDistinctCounts(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				k := i % 64
-				if _, err := db.MessageCounts(ctx, CountQuery{Interval: []string{Day, Week, Month, Year}[k%4], From: now.AddDate(0, 0, -(k+1)*5),
-					To: now, ProductID: "bench_days"}); err != nil {
+				q := CountQuery{Interval: []string{Day, Week, Month, Year}[k%4], From: now.AddDate(0, 0, -(k+1)*5), To: now, ProductID: "bench_days"}
+				switch k % 8 {
+				case 1:
+					q = CountQuery{Interval: FifteenMinutes, From: now.AddDate(0, 0, -k), Limit: 96, ProductID: "bench_days"}
+					q.To = q.From.AddDate(0, 0, 1)
+				case 3, 5:
+					q = CountQuery{Interval: Hour, From: now.AddDate(0, 0, -k), Limit: 24 * (1 + k%7), ProductID: "bench_days"}
+					q.To = q.From.AddDate(0, 0, 1+k%7)
+				}
+				if _, err := db.MessageCounts(ctx, q); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// TestTotalsHolder: the rules of daytotals.go, with a load the test
+// releases: a load is installed only if no insert was under way when it
+// started and none ended meanwhile (its callers get it either way); a
+// question after an insert ended does not share a load started before;
+// an insert patches kept totals older than its start and drops newer
+// ones; kept totals past half the TTL are served while one load renews
+// them.
+func TestTotalsHolder(t *testing.T) {
+	ctx := ctxT(t)
+	key := totalsKey{from: 20000, cut: 20400}
+	var loads atomic.Int64
+	release := make(chan struct{})
+	load := func(context.Context, totalsKey) (*dayTotals, error) {
+		loads.Add(1)
+		<-release
+		return &dayTotals{closed: map[chunkKey]uint64{{"p", 202510}: 5}, open: map[string]*dayChunk{}}, nil
+	}
+	h := &totalsHolder{ttl: time.Hour}
+	get := func() chan *dayTotals {
+		out := make(chan *dayTotals, 1)
+		go func() {
+			got, err := h.get(ctx, key, time.Now(), load)
+			if err != nil {
+				t.Error(err)
+			}
+			out <- got
+		}()
+		return out
+	}
+	waitLoads := func(n int64) {
+		t.Helper()
+		for loads.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	kept := func() *dayTotals {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.cur
+	}
+
+	// Under an insert: given, not kept.
+	h.begin()
+	a := get()
+	waitLoads(1)
+	release <- struct{}{}
+	if got := <-a; got == nil || got.closed[chunkKey{"p", 202510}] != 5 || kept() != nil {
+		t.Fatalf("a load under an insert: got %v, kept %v", got, kept())
+	}
+	h.stored(nil, time.Now(), true, time.UTC)
+
+	// An insert ending during a load: the first caller gets it (not
+	// kept), one arriving after the insert ended starts its own (kept:
+	// clean, nothing ended since), and it is then served without loading.
+	a = get()
+	waitLoads(2)
+	h.begin()
+	h.stored(nil, time.Now(), true, time.UTC)
+	b := get()
+	waitLoads(3)
+	release <- struct{}{}
+	release <- struct{}{}
+	ga, gb := <-a, <-b
+	cur := kept()
+	if ga == nil || gb == nil || ga == gb || cur != gb || cur.key != key {
+		t.Fatalf("loads overlapping an insert: kept %p, got %p and %p", cur, ga, gb)
+	}
+	if got := <-get(); got != cur || loads.Load() != 3 {
+		t.Fatalf("kept totals not served (%d loads)", loads.Load())
+	}
+
+	// An insert that started after the load: patched in (a closed month,
+	// and an open day and quarter-hour).
+	openQ := uint32(dayStart(key.cut, time.UTC).Unix()/quarterSec) + 3
+	closedQ := uint32(dayStart(key.cut-20, time.UTC).Unix() / quarterSec)
+	h.begin()
+	h.stored(map[string]map[uint32]uint64{"p": {openQ: 2, closedQ: 1}}, time.Now(), true, time.UTC)
+	p := kept()
+	month := dayMonth(key.cut - 20)
+	if p == nil || p == cur || p.closed[chunkKey{"p", month}] != cur.closed[chunkKey{"p", month}]+1 ||
+		!slices.Equal(p.open["p"].quarters.keys, []uint32{openQ}) || !slices.Equal(p.open["p"].days.counts, []uint64{2}) {
+		t.Fatalf("patched totals: %+v", p)
+	}
+	// One that started before the load's query: dropped.
+	h.begin()
+	h.stored(nil, p.started.Add(-time.Millisecond), true, time.UTC)
+	if kept() != nil {
+		t.Fatal("totals kept after an insert that started before their query")
+	}
+
+	// Past half the TTL: served, and renewed in the background.
+	h.ttl = 2 * time.Second
+	a = get()
+	waitLoads(4)
+	release <- struct{}{}
+	first := <-a
+	time.Sleep(time.Until(first.started.Add(h.ttl / 2)))
+	if got := <-get(); got != first {
+		t.Fatal("totals past half the TTL not served")
+	}
+	waitLoads(5)
+	release <- struct{}{}
+	for kept() == first {
+		time.Sleep(time.Millisecond)
+	}
+	if k := kept(); k == nil || !k.started.After(first.started) {
+		t.Fatalf("not renewed: %+v", k)
 	}
 }
