@@ -64,11 +64,14 @@ type DashboardParams struct {
 	// messages generated in <Prefix>_mixed_<n>, each with two property
 	// values. Default 1M; negative skips it. It runs with Concurrency
 	// clients (> 1), MixedRequests measured requests through the result
-	// cache (a quarter of it for each uncached run), while ingest stores
+	// cache (MixedUncachedRequests for each uncached run), while ingest stores
 	// MixedIngestRate reports/s (default 10000; negative: none).
 	MixedMessages   int
 	MixedRequests   int
 	MixedIngestRate int
+	// MixedUncachedRequests are the measured requests of each mixed run
+	// without the result cache (default a quarter of MixedRequests).
+	MixedUncachedRequests int
 	// MixedKinds are the kinds of distinct requests measured, each in its
 	// runs (MixedAll, MixedCounts, MixedAggs). Default MixedAll.
 	MixedKinds []string
@@ -176,6 +179,9 @@ func (p DashboardParams) withDefaults() DashboardParams {
 	}
 	if p.MixedIngestRate == 0 {
 		p.MixedIngestRate = 10000
+	}
+	if p.MixedUncachedRequests <= 0 {
+		p.MixedUncachedRequests = max(p.MixedRequests/4, 1)
 	}
 	if len(p.MixedKinds) == 0 {
 		p.MixedKinds = []string{MixedAll}

@@ -292,19 +292,19 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 		case MixedAll:
 			rs = []dashRun{
 				{query: mq("mixed distinct"), db: db, cached: true, requests: p.MixedRequests},
-				{query: mq("mixed distinct, rollup"), db: uncached, requests: p.MixedRequests / 4},
-				{query: mq("mixed distinct, raw tables"), db: raw, requests: p.MixedRequests / 4},
+				{query: mq("mixed distinct, rollup"), db: uncached, requests: p.MixedUncachedRequests},
+				{query: mq("mixed distinct, raw tables"), db: raw, requests: p.MixedUncachedRequests},
 			}
 		case MixedCounts:
 			rs = []dashRun{
 				{query: mq("counts distinct"), db: db, cached: true, requests: p.MixedRequests},
-				{query: mq("counts distinct"), db: uncached, requests: p.MixedRequests / 4},
+				{query: mq("counts distinct"), db: uncached, requests: p.MixedUncachedRequests},
 			}
 		case MixedAggs:
 			rs = []dashRun{
 				{query: mq("aggregates 1h x168 product-wide distinct"), db: db, cached: true, requests: p.MixedRequests},
-				{query: mq("aggregates 1h x168 product-wide distinct, rollup"), db: uncached, requests: p.MixedRequests / 4},
-				{query: mq("aggregates 1h x168 product-wide distinct, raw tables"), db: raw, requests: p.MixedRequests / 4},
+				{query: mq("aggregates 1h x168 product-wide distinct, rollup"), db: uncached, requests: p.MixedUncachedRequests},
+				{query: mq("aggregates 1h x168 product-wide distinct, raw tables"), db: raw, requests: p.MixedUncachedRequests},
 			}
 		default:
 			return res, fmt.Errorf("mixed: kind %q: want %s, %s or %s", kind, MixedAll, MixedCounts, MixedAggs)

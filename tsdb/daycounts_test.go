@@ -382,3 +382,19 @@ func TestTotalsHolder(t *testing.T) {
 		t.Fatalf("not renewed: %+v", k)
 	}
 }
+
+// TestSeriesPlus: adding counts merges keys in order, sums repeats and
+// leaves the original as it was.
+func TestSeriesPlus(t *testing.T) {
+	s := series{keys: []uint32{2, 5, 9}, counts: []uint64{1, 2, 3}}
+	got := s.plus(map[uint32]uint64{1: 7, 5: 1, 10: 4, 6: 2})
+	if !slices.Equal(got.keys, []uint32{1, 2, 5, 6, 9, 10}) || !slices.Equal(got.counts, []uint64{7, 1, 3, 2, 3, 4}) {
+		t.Fatalf("got %v", got)
+	}
+	if !slices.Equal(s.counts, []uint64{1, 2, 3}) {
+		t.Fatalf("the original changed: %v", s)
+	}
+	if e := (series{}).plus(map[uint32]uint64{3: 1}); !slices.Equal(e.keys, []uint32{3}) || !slices.Equal(e.counts, []uint64{1}) {
+		t.Fatalf("from empty: %v", e)
+	}
+}
