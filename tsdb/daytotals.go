@@ -20,17 +20,20 @@ import (
 //   - Served: totals whose query started less than the TTL ago
 //     (started), of the question's window (key), holding every insert
 //     through this DB that ended since.
+//   - Installed: a load becomes the kept totals only if no insert was
+//     under way when its query started (clean), none began (begun) or
+//     ended (epoch) while it ran, and nothing was dropped: an insert that ended meanwhile patched the
+//     totals before, and the load may lack its rows; one that began
+//     meanwhile may or may not have had rows committed before the query
+//     took its parts. (Its callers still get it.) So every insert that
+//     ends while the totals are kept began after their query had returned:
+//     they hold none of its rows, in either table.
 //   - Patched: an insert that ends adds its messages to the kept totals
-//     when their query started before the insert did (it saw none of its
-//     rows: a query reads the parts committed when it starts); otherwise
-//     (the query may have seen some of them) the totals are dropped. A
-//     failed insert drops them.
-//   - Installed: a load becomes the kept totals only if no insert ended
-//     (and nothing was dropped) since its query started (epoch): such an
-//     insert's patch went to the totals before, and the load may lack its
-//     rows. Nor if an insert was under way when it started: that insert
-//     would drop it when it ends, by the rule above. (Its callers still
-//     get it.)
+//     (it started after their query, as above; the check of its start
+//     against theirs stays as a guard, dropping them otherwise). A failed
+//     insert (some rows may be stored) drops them. A patch is applied once
+//     the insert has ended, when both of its views are written, so it
+//     does not depend on their order.
 //   - Waited for: a question without servable totals shares a load only
 //     if no insert ended since that load started (the load then saw every
 //     insert that ended before the question), else starts its own.
@@ -41,6 +44,7 @@ type totalsHolder struct {
 	cur       *dayTotals    // nil: none kept
 	flight    *totalsFlight // the newest load under way, if any
 	epoch     uint64        // bumped when an insert ends and by drops
+	begun     uint64        // inserts begun
 	inserting int           // inserts under way (begin, not yet stored)
 }
 
@@ -49,6 +53,7 @@ type totalsFlight struct {
 	key     totalsKey
 	started time.Time
 	epoch   uint64 // the holder's when it started
+	begun   uint64 // the holder's when it started
 	clean   bool   // no insert was under way when it started
 	done    chan struct{}
 	t       *dayTotals
@@ -83,7 +88,7 @@ func (h *totalsHolder) get(ctx context.Context, key totalsKey, now time.Time, lo
 // startLocked starts a load of key, detached from any caller (the load's
 // own timeout bounds it), and makes it the holder's flight.
 func (h *totalsHolder) startLocked(key totalsKey, load func(context.Context, totalsKey) (*dayTotals, error)) *totalsFlight {
-	f := &totalsFlight{key: key, started: time.Now(), epoch: h.epoch, clean: h.inserting == 0, done: make(chan struct{})}
+	f := &totalsFlight{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
 	h.flight = f
 	go func() {
 		t, err := load(context.Background(), key)
@@ -95,7 +100,7 @@ func (h *totalsHolder) startLocked(key totalsKey, load func(context.Context, tot
 		if h.flight == f {
 			h.flight = nil
 		}
-		if err == nil && f.clean && f.epoch == h.epoch && (h.cur == nil || h.cur.started.Before(f.started)) {
+		if err == nil && f.clean && f.epoch == h.epoch && f.begun == h.begun && (h.cur == nil || h.cur.started.Before(f.started)) {
 			h.cur = t
 		}
 		h.mu.Unlock()
@@ -110,6 +115,7 @@ func (h *totalsHolder) begin() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inserting++
+	h.begun++
 }
 
 // stored tells the holder an insert that started at start (after begin)
