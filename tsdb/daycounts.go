@@ -2,6 +2,7 @@ package tsdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -24,10 +25,11 @@ import (
 //   - Closed days (before today in the platform zone), per product and
 //     month: the message count of each UTC quarter-hour of that month's
 //     closed days with messages, and their sums per day (a dayChunk), read
-//     once from device_message_quarter (migration 00004) and kept
-//     (cache.Forever, within the bounds below) for as long as a check says
-//     they are still exact. Every zone offset is a multiple of 15 minutes,
-//     so a local 15m or 1h bucket, day or month is a union of quarter-hours.
+//     once from device_message_quarter (migration 00004), checked against
+//     device_message_daily, and kept (cache.Forever, within the bounds
+//     below) for as long as a check says they are still exact. Every zone
+//     offset is a multiple of 15 minutes, so a local 15m or 1h bucket, day
+//     or month is a union of quarter-hours.
 //   - The check and the open days, for every product at once (dayTotals):
 //     one query grouping device_message_daily by product and month for the
 //     closed days and by product and day for today and later, and
@@ -41,27 +43,58 @@ import (
 // a dayTotals that may be served; otherwise it is read again (Delete, then
 // a new load). Why this is exact under the result cache's rule (a row
 // stored through this DB shows in the next answer, one stored through
-// another instance in every answer more than ResultTTL later):
+// another instance in every answer more than ResultTTL later), whatever
+// the order in which an insert writes its views:
 //
+//   - The tables. Rows are only added to device_message,
+//     device_message_daily and device_message_quarter (late ones too;
+//     dropped partitions below), and a query reads the parts committed
+//     when it takes them. An insert writes device_message, then its views
+//     one after the other (parallel_view_processing off, the default), in
+//     an order nothing here knows (by the views' names on 18.16 and in
+//     Ordinary databases, by the tables' UUIDs in Atomic ones, the default
+//     since 20.10) but the same for every insert on a server. So at any
+//     moment the messages of one of the two tables are a subset of the
+//     other's: the daily table's of the quarter table's if the quarter
+//     view is written first, else the other way round.
+//   - A chunk is read by three queries, one after the other: the per-day
+//     counts of the month's closed days from device_message_daily (D1),
+//     the quarter-hours from device_message_quarter (Q), the per-day
+//     counts again (D3); it is kept only if Q's sums per day equal D1's
+//     and D3's. If the quarter view is written first, D1 is a subset of
+//     what the quarter table held when Q was read, so of Q; if the daily
+//     view is, Q is a subset of what the daily table held when Q was read,
+//     so of D3. Either way, equal counts make equal sets: Q holds exactly
+//     the messages the daily table held at one moment (D1's or D3's read),
+//     and its day sums are that table's counts. When they differ (an
+//     insert between its two views, or rows that reached one table only)
+//     the chunk is read again, at most maxChunkReads times; then the
+//     question is read from ClickHouse as one outside the window is, and
+//     MessageCountFallbacks counts it. No answer comes from a chunk that
+//     failed the check.
 //   - The totals: their query started less than ResultTTL before the
 //     question, and they count every row stored through this DB before
-//     the question (daytotals.go), so every row that rule requires; the
-//     open days and quarter-hours are read from them directly.
-//   - A chunk whose total equals its month's total counts exactly the same
-//     messages. Messages are only added (late ones included), and an
-//     insert writes device_message, then its views in the order of their
-//     names (ClickHouse 18.16 with parallel_view_processing off, its
-//     default): device_message_daily before device_message_quarter. So at
-//     any moment every message the quarter table shows, the daily table
-//     shows too. A chunk read before the totals counts a subset of what
-//     they count; equal counts make it the same set. A chunk read after
-//     them (again, after a mismatch) counts every message whose insert had
-//     ended when they were read, which is what they must count. A month
-//     whose partition is dropped (retention) has a smaller total, so its
-//     chunk is read again; a drop through this DB drops every chunk. (A
-//     drop by another instance followed by exactly as many late rows of
-//     that month as it removed, before the check, would go unseen: the
-//     retention drops months older than the window by default.)
+//     the question (daytotals.go), so every row that rule requires. The
+//     open days (device_message_daily) and quarter-hours
+//     (device_message_quarter) are served from them directly, each from
+//     one table: each counts every insert that had ended when the query
+//     started, whatever the order of its views, and a 15m or 1h answer
+//     uses only the quarter-hours, a day or longer one only the days.
+//   - A kept chunk against the totals: each holds what device_message_daily
+//     held at one moment (the chunk by the check above, the totals' closed
+//     months by their query), plus the inserts through this DB that ended
+//     after it was read (patched, below; a patch is applied once the
+//     insert has ended, both views written). So the one read first counts
+//     a subset of what the other counts, and equal counts make them the
+//     same set: a chunk read before the totals and equal to them is
+//     exact. A chunk read after them (again, after a mismatch) counts
+//     every message they count, so every one the rule requires, and is
+//     served. A month whose partition is dropped (retention) has a
+//     smaller total, so its chunk is read again; a drop through this DB
+//     drops every chunk. (A drop by another instance followed by exactly
+//     as many late rows of that month as it removed, before the check,
+//     would go unseen: the retention drops months older than the window
+//     by default.)
 //   - The day a chunk was read up to: a chunk holds the days before the
 //     day it was read; once that day closes, the month's closed total
 //     counts it, and the chunk is read again unless that day has no
@@ -70,19 +103,19 @@ import (
 // Late messages stored through this DB do not make their months be read
 // again: InsertBatch counts the batch's messages of closed days per
 // product and quarter-hour before it sends them, and once device_message
-// has taken them adds those counts to each kept chunk whose query was
-// sent before the insert started (it cannot have seen them; patches are
-// serialized), and drops a chunk read since (it may have) or of a day it
-// does not cover. A load that started before the insert and ends after
-// the patch keeps a chunk without them; the totals, read after the
-// insert, tell, and it is read again. After a failed insert (some rows
-// may be stored) the chunks of its closed days are dropped; the retry
-// patches what it stores, duplicates included, as device_message holds
-// them.
+// and both views have taken them (the insert returned) adds those counts
+// to each kept chunk whose quarter-hours' query had returned before the
+// insert started (it cannot hold them; patches are serialized), and drops
+// a chunk read since (it may hold some), one of a day it does not cover,
+// and any load of the month under way (it is not kept: it may have read
+// before the rows were committed). After a failed insert (some rows may
+// be stored) the chunks of its closed days are dropped; the retry patches
+// what it stores, duplicates included, as device_message holds them.
 //
 // So with ingest running, ClickHouse answers about two totals queries per
-// ResultTTL, shared by every question of every product, plus a chunk for
-// each month that a late row stored by another instance changed;
+// ResultTTL, shared by every question of every product, plus a chunk
+// (three queries) for each month that a late row stored by another
+// instance changed;
 // questions themselves cost none, and wait for none of these. 1m and 5m
 // buckets, and ranges older than the window, read ClickHouse (through the
 // result cache).
@@ -123,6 +156,8 @@ type dayCounts struct {
 	totals  *totalsHolder
 	chunks  *cache.Cache[chunkKey, *dayChunk]
 	patchMu sync.Mutex // one patch of the chunks at a time
+	// unsettled counts the chunk loads given up (errChunkUnsettled).
+	unsettled atomic.Uint64
 }
 
 // totalsKey is the window of a dayTotals: days from (inclusive); closed
@@ -267,7 +302,10 @@ func (d *dayCounts) stored(late map[chunkKey]map[uint32]uint64, start time.Time,
 	for k, add := range late {
 		c, ok := d.chunks.Peek(k)
 		if !ok {
-			continue // read when asked for
+			// A load under way may have read before the insert's rows
+			// were committed: it is not kept. Read when asked for.
+			d.chunks.Delete(k)
+			continue
 		}
 		patch := stored && c.loaded.Before(start)
 		end := uint32(dayStart(c.cut, loc).Unix() / quarterSec)
@@ -346,6 +384,11 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 	if err != nil {
 		return nil, true, err
 	}
+	defer func() {
+		if errors.Is(err, errChunkUnsettled) {
+			out, ok, err = nil, false, nil // read from ClickHouse
+		}
+	}()
 	// key maps a bucket's end to the key of the series that it stops
 	// before.
 	key := func(t time.Time) uint32 { return dayNumber(t, db.loc) }
@@ -561,28 +604,91 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 	return t, nil
 }
 
+// maxChunkReads bounds the reads of a chunk whose two tables disagree
+// (see the top); past it the question is read from ClickHouse. Read i+1
+// waits i*chunkReadPause first (100 ms in all): the views of an insert
+// under way are written within that as a rule.
+const (
+	maxChunkReads  = 5
+	chunkReadPause = 10 * time.Millisecond
+)
+
+// errChunkUnsettled: device_message_quarter and device_message_daily
+// disagreed on a month's closed days maxChunkReads times in a row.
+var errChunkUnsettled = errors.New("tsdb: device_message_quarter and device_message_daily disagree")
+
 // loadDayChunk reads the per-quarter-hour counts of the days of k's month
-// before cut, and sums them per day.
+// before cut and sums them per day, checked against device_message_daily
+// (see the top): errChunkUnsettled when no read of maxChunkReads agreed.
 func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChunk, error) {
+	for i := range maxChunkReads {
+		if i > 0 {
+			select {
+			case <-time.After(time.Duration(i) * chunkReadPause):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		c, ok, err := db.readDayChunk(ctx, k, cut)
+		if err != nil || ok {
+			return c, err
+		}
+	}
+	db.days.unsettled.Add(1)
+	return nil, errChunkUnsettled
+}
+
+// MessageCountFallbacks returns how many times a month's message counts
+// could not be kept in memory because device_message_quarter and
+// device_message_daily disagreed on every read (the question was then
+// read from ClickHouse): it should stay zero, a rise means rows that
+// reached only one of the two tables.
+func (db *DB) MessageCountFallbacks() uint64 { return db.days.unsettled.Load() }
+
+// readDayChunk reads the chunk of k's month as of cut by three queries,
+// one after the other: the closed days' counts from device_message_daily,
+// the quarter-hours from device_message_quarter, the days again; ok
+// reports whether the quarter-hours' per-day sums equal both reads of the
+// days.
+func (db *DB) readDayChunk(ctx context.Context, k chunkKey, cut uint32) (c *dayChunk, ok bool, err error) {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
 	dayChunkLoads.Add(1)
 	y, m := int(k.month/100), time.Month(k.month%100)
 	first := uint32(time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
 	end := min(nextMonth(first), cut)
-	sql := "SELECT (sumMap([toUInt32(slot)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_quarter WHERE slot >= toDateTime(?) AND slot < toDateTime(?)"
-	args := []any{dayStart(first, db.loc).Unix(), dayStart(end, db.loc).Unix()}
+	product, pargs := "", []any(nil)
 	if k.product != "" {
-		sql += " AND product_id = ?"
-		args = append(args, k.product)
+		product, pargs = " AND product_id = ?", []any{k.product}
 	}
-	c := &dayChunk{cut: cut, loaded: time.Now()}
+	readDays := func() (series, error) {
+		var s series
+		args := append([]any{time.Unix(int64(first)*86400, 0).UTC().Format(time.DateOnly), time.Unix(int64(end)*86400, 0).UTC().Format(time.DateOnly)}, pargs...)
+		if err := db.conn.QueryRow(ctx, "SELECT (sumMap([toUInt32(day)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_daily"+
+			" WHERE day >= toDate(?) AND day < toDate(?)"+product, args...).Scan(&s.keys, &s.counts); err != nil {
+			return series{}, fmt.Errorf("tsdb: message counts per day: %w", err)
+		}
+		if len(s.keys) != len(s.counts) {
+			return series{}, fmt.Errorf("tsdb: message counts per day: sumMap returned %d keys and %d sums", len(s.keys), len(s.counts))
+		}
+		return s, nil
+	}
+	before, err := readDays()
+	if err != nil {
+		return nil, false, err
+	}
+	c = &dayChunk{cut: cut}
 	var starts []uint32
-	if err := db.conn.QueryRow(ctx, sql, args...).Scan(&starts, &c.quarters.counts); err != nil {
-		return nil, fmt.Errorf("tsdb: message counts per quarter-hour: %w", err)
+	args := append([]any{dayStart(first, db.loc).Unix(), dayStart(end, db.loc).Unix()}, pargs...)
+	if err := db.conn.QueryRow(ctx, "SELECT (sumMap([toUInt32(slot)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_quarter"+
+		" WHERE slot >= toDateTime(?) AND slot < toDateTime(?)"+product, args...).Scan(&starts, &c.quarters.counts); err != nil {
+		return nil, false, fmt.Errorf("tsdb: message counts per quarter-hour: %w", err)
 	}
+	// Every row of an insert that starts from now on is committed after
+	// the quarter-hours' query took its parts: a patch may add it.
+	c.loaded = time.Now()
 	if len(starts) != len(c.quarters.counts) {
-		return nil, fmt.Errorf("tsdb: message counts per quarter-hour: sumMap returned %d keys and %d sums", len(starts), len(c.quarters.counts))
+		return nil, false, fmt.Errorf("tsdb: message counts per quarter-hour: sumMap returned %d keys and %d sums", len(starts), len(c.quarters.counts))
 	}
 	c.quarters.keys = starts // sumMap's keys come sorted
 	for i, s := range starts {
@@ -590,5 +696,14 @@ func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChu
 		c.total += c.quarters.counts[i]
 	}
 	c.days = daysOf(c.quarters, db.loc)
-	return c, nil
+	after, err := readDays()
+	if err != nil {
+		return nil, false, err
+	}
+	return c, c.days.equal(before) && c.days.equal(after), nil
+}
+
+// equal reports whether s and o hold the same counts.
+func (s series) equal(o series) bool {
+	return slices.Equal(s.keys, o.keys) && slices.Equal(s.counts, o.counts)
 }

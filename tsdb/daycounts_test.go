@@ -223,6 +223,135 @@ func TestDaySeries(t *testing.T) {
 	}
 }
 
+// TestDayChunkViewOrder: a closed month whose device_message_quarter and
+// device_message_daily disagree, as while an insert has written one of its
+// two views and not yet the other (either order, simulated by adding rows
+// to one table only), is never answered from the quarter-hours: each
+// answer equals ClickHouse's (the daily table for days, device_message
+// for quarter-hours) and the fallback is counted; once both tables agree
+// the month's chunk is kept and answers again.
+func TestDayChunkViewOrder(t *testing.T) {
+	ctx := ctxT(t)
+	opt := testOptions("days_order", berlin)
+	opt.ResultTTL = time.Hour // expiry is simulated (expire)
+	db, err := Open(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedMu.Lock()
+	toDrop = append(toDrop, db)
+	sharedMu.Unlock()
+
+	now := time.Now().In(berlin)
+	day := time.Date(now.Year(), now.Month(), now.Day()-45, 0, 0, 0, 0, berlin)
+	var msgs []Message
+	for i := range 8 {
+		for _, p := range []string{"pq", "pd"} {
+			msgs = append(msgs, Message{Time: day.Add(time.Duration(i) * 97 * time.Minute), ProductID: p, DeviceID: "d", Direction: "up", MessageID: fmt.Sprint(p, i)})
+		}
+	}
+	if err := db.Insert(ctx, msgs, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The rows of the simulated insert: 3 messages at 10:20 local.
+	slot := day.Add(10*time.Hour + 20*time.Minute)
+	quarterRows := func(p string) string {
+		return fmt.Sprintf("INSERT INTO device_message_quarter (slot, product_id, messages) SELECT toDateTime(%d), '%s', toUInt64(3)", slot.Unix()-slot.Unix()%quarterSec, p)
+	}
+	dailyRows := func(p string) string {
+		return fmt.Sprintf("INSERT INTO device_message_daily (day, product_id, messages) SELECT toDate('%s'), '%s', toUInt64(3)", day.Format(time.DateOnly), p)
+	}
+	// expire stands for the TTL passing: the totals (and chunks) are read
+	// again, cached answers are not served.
+	expire := func() {
+		db.days.dropped()
+		db.invalidate()
+	}
+	// check asks p's ("" every product's) 1h buckets of the day and 1d
+	// buckets around it: each must equal ClickHouse's, the 1h ones with
+	// extra messages more in slot's hour (rows in device_message_quarter
+	// but not device_message: the simulated insert wrote no raw rows).
+	check := func(p string, extra uint64) {
+		t.Helper()
+		one := CountQuery{ProductID: p}.products()
+		for _, q := range []CountQuery{
+			{Interval: Hour, From: day, To: day.AddDate(0, 0, 1), ProductID: p},
+			{Interval: Day, From: day.AddDate(0, 0, -3), To: day.AddDate(0, 0, 4), ProductID: p},
+		} {
+			got, err := db.MessageCounts(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := newBucketRange(q.Interval, q.From, q.To, berlin, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := db.messageCounts(ctx, r, one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.Interval == Hour {
+				for i, b := range want {
+					if !b.Start.After(slot) && slot.Sub(b.Start) < time.Hour {
+						want[i].Count += extra
+					}
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%q %s:\n got %v\nwant %v", p, q.Interval, got, want)
+			}
+		}
+	}
+	month := chunkKey{month: dayMonth(dayNumber(day, berlin))}
+	var all uint64 // the simulated rows in both tables, of every product
+	for _, c := range []struct {
+		product       string
+		first, second string // the simulated insert's views, in order
+	}{
+		{"pq", quarterRows("pq"), dailyRows("pq")},
+		{"pd", dailyRows("pd"), quarterRows("pd")},
+	} {
+		p := c.product
+		month.product = p
+		// Both tables agree: answered from the kept chunk.
+		expire()
+		fallbacks := db.MessageCountFallbacks()
+		check(p, 0)
+		check("", all)
+		if _, ok := db.days.chunks.Peek(month); !ok || db.MessageCountFallbacks() != fallbacks {
+			t.Fatalf("%s: chunk kept %v, %d fallbacks", p, ok, db.MessageCountFallbacks()-fallbacks)
+		}
+		// The first view written, not the second: read from ClickHouse.
+		if err := db.conn.Exec(ctx, c.first); err != nil {
+			t.Fatal(err)
+		}
+		expire()
+		check(p, 0)
+		check("", 0) // read from ClickHouse too: device_message has no simulated rows
+		if _, ok := db.days.chunks.Peek(month); ok || db.MessageCountFallbacks() == fallbacks {
+			t.Fatalf("%s, tables disagreeing: chunk kept %v, %d fallbacks", p, ok, db.MessageCountFallbacks()-fallbacks)
+		}
+		// Both written: the chunk holds them, is kept and answers.
+		if err := db.conn.Exec(ctx, c.second); err != nil {
+			t.Fatal(err)
+		}
+		expire()
+		fallbacks = db.MessageCountFallbacks()
+		check(p, 3)
+		loads := dayChunkLoads.Load()
+		check(p, 3)
+		kept, ok := db.days.chunks.Peek(month)
+		if !ok || dayChunkLoads.Load() != loads || db.MessageCountFallbacks() != fallbacks {
+			t.Fatalf("%s, tables agreeing: chunk kept %v, %d reads, %d fallbacks", p, ok, dayChunkLoads.Load()-loads, db.MessageCountFallbacks()-fallbacks)
+		}
+		if n := kept.days.counts; len(n) != 1 || n[0] != 8+3 {
+			t.Fatalf("%s: kept chunk's days %v, want [11]", p, n)
+		}
+		all += 3
+		check("", all)
+	}
+}
+
 // BenchmarkDistinctCounts asks 64 different questions of one product in
 // turn, as a dashboard's users do (15m x96, 1h x24..x168, 1d, 1w, 1M and
 // 1y buckets): from the product's kept quarter-hours and days, and

@@ -12,10 +12,12 @@ CREATE TABLE IF NOT EXISTS device_message_quarter (
 PARTITION BY toYYYYMM(slot)
 ORDER BY (product_id, slot);
 
--- Every insert into device_message from now on. ClickHouse 18.16 runs an
--- insert's views one after the other in the order of their names, so an
--- insert's rows reach device_message_daily (device_message_daily_mv)
--- before this table: tsdb/daycounts.go's exactness argument rests on it.
+-- Every insert into device_message from now on. An insert writes its
+-- views one after the other in an order that differs between releases
+-- and database engines (names, table UUIDs), so this table and
+-- device_message_daily may each be ahead of the other for a moment:
+-- tsdb/daycounts.go keeps a month read from here only when the daily
+-- table, read before and after it, counts the same messages per day.
 CREATE MATERIALIZED VIEW IF NOT EXISTS device_message_quarter_mv TO device_message_quarter AS
 SELECT toDateTime(intDiv(toUInt32(time), 900) * 900) AS slot, product_id, count() AS messages
 FROM device_message
