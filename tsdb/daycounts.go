@@ -64,14 +64,14 @@ import (
 //     and D3's. If the quarter view is written first, D1 is a subset of
 //     what the quarter table held when Q was read, so of Q; if the daily
 //     view is, Q is a subset of what the daily table held when Q was read,
-//     so of D3. Either way, equal counts make equal sets: Q holds exactly
-//     the messages the daily table held at one moment (D1's or D3's read),
-//     and its day sums are that table's counts. When they differ (an
-//     insert between its two views, or rows that reached one table only)
-//     the chunk is read again, at most maxChunkReads times; then the
-//     question is read from ClickHouse as one outside the window is, and
-//     MessageCountFallbacks counts it. No answer comes from a chunk that
-//     failed the check.
+//     so of D3. Either way equal counts make equal sets, and D1 is a
+//     subset of D3 of the same count: Q holds exactly the messages the
+//     daily table held from D1's read to D3's, and its day sums are that
+//     table's counts. When they differ (an insert between its two views,
+//     or rows that reached one table only) the chunk is read again, at
+//     most maxChunkReads times; then the question is read from ClickHouse
+//     as one outside the window is, and MessageCountFallbacks counts it.
+//     No answer comes from a chunk that failed the check.
 //   - The totals: their query started less than ResultTTL before the
 //     question, and they count every row stored through this DB before
 //     the question (daytotals.go), so every row that rule requires. The
@@ -80,13 +80,13 @@ import (
 //     one table: each counts every insert that had ended when the query
 //     started, whatever the order of its views, and a 15m or 1h answer
 //     uses only the quarter-hours, a day or longer one only the days.
-//   - A kept chunk against the totals: each holds what device_message_daily
-//     held at one moment (the chunk by the check above, the totals' closed
-//     months by their query), plus the inserts through this DB that ended
-//     after it was read (patched, below; a patch is applied once the
-//     insert has ended, both views written). So the one read first counts
-//     a subset of what the other counts, and equal counts make them the
-//     same set: a chunk read before the totals and equal to them is
+//   - A kept chunk against the totals: each holds every insert through
+//     this DB that ended (read, or patched once it ended, both views
+//     written; below), and of the other rows what device_message_daily
+//     held at one moment (the chunk by the check above, the totals'
+//     closed months by their query). So the one of the earlier moment
+//     counts a subset of what the other counts, and equal counts make them
+//     the same set: a chunk read before the totals and equal to them is
 //     exact. A chunk read after them (again, after a mismatch) counts
 //     every message they count, so every one the rule requires, and is
 //     served. A month whose partition is dropped (retention) has a
