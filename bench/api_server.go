@@ -125,13 +125,16 @@ type benchServer struct {
 	srv     *api.Server
 	db      *pgDatabase
 	closers []func()
+	// opts are the server's options: api.DefaultOptions(), which with may
+	// change.
+	opts api.Options
 }
 
 // startBenchServer creates the database, lets with add dependencies
 // (it may register closers, run after the server stops), serves and logs
 // in as admin. conns sizes the client's keep-alive pool.
 func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, with func(store *meta.Store, deps *api.Deps, s *benchServer) error) (_ *benchServer, err error) {
-	s := &benchServer{}
+	s := &benchServer{opts: api.DefaultOptions()}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -160,7 +163,7 @@ func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, w
 			return nil, err
 		}
 	}
-	s.srv = api.New(api.DefaultOptions(), deps)
+	s.srv = api.New(s.opts, deps)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

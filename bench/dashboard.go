@@ -64,11 +64,17 @@ type DashboardParams struct {
 	// messages generated in <Prefix>_mixed_<n>, each with two property
 	// values. Default 1M; negative skips it. It runs with Concurrency
 	// clients (> 1), MixedRequests measured requests through the result
-	// cache (a quarter of it for each uncached run), while ingest stores
+	// cache (MixedUncachedRequests for each uncached run), while ingest stores
 	// MixedIngestRate reports/s (default 10000; negative: none).
 	MixedMessages   int
 	MixedRequests   int
 	MixedIngestRate int
+	// MixedUncachedRequests are the measured requests of each mixed run
+	// without the result cache (default a quarter of MixedRequests).
+	MixedUncachedRequests int
+	// MixedKinds are the kinds of distinct requests measured, each in its
+	// runs (MixedAll, MixedCounts, MixedAggs). Default MixedAll.
+	MixedKinds []string
 }
 
 // DashboardResult is the outcome of RunDashboard.
@@ -173,6 +179,12 @@ func (p DashboardParams) withDefaults() DashboardParams {
 	}
 	if p.MixedIngestRate == 0 {
 		p.MixedIngestRate = 10000
+	}
+	if p.MixedUncachedRequests <= 0 {
+		p.MixedUncachedRequests = max(p.MixedRequests/4, 1)
+	}
+	if len(p.MixedKinds) == 0 {
+		p.MixedKinds = []string{MixedAll}
 	}
 	if p.GenWorkers <= 0 {
 		p.GenWorkers = 2
@@ -449,6 +461,8 @@ func bucketAfter(interval string, b time.Time) time.Time {
 	switch interval {
 	case tsdb.Hour:
 		return b.Add(time.Hour)
+	case tsdb.FifteenMinutes:
+		return b.Add(15 * time.Minute)
 	case tsdb.Week:
 		return time.Date(b.Year(), b.Month(), b.Day()+7, 0, 0, 0, 0, b.Location())
 	case tsdb.Day:

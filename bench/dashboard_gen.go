@@ -134,6 +134,7 @@ func generateClickHouse(ctx context.Context, p DashboardParams, db *tsdb.DB, n i
 		"TRUNCATE TABLE " + storageTable(db, "device_property"),
 		"TRUNCATE TABLE " + storageTable(db, "device_message_daily"),
 		"TRUNCATE TABLE " + storageTable(db, "device_property_hourly"),
+		"TRUNCATE TABLE " + storageTable(db, "device_message_quarter"),
 	} {
 		if err := conn.Exec(ctx, st); err != nil {
 			return genInfo{}, fmt.Errorf("%s: %w", st, err)

@@ -63,6 +63,11 @@ type MixedResult struct {
 	Checks    int `json:"checks"`
 	Rechecked int `json:"rechecked"`
 	Failures  int `json:"failures"`
+	// IngestAlone is the CPU ingest takes with no request running, over
+	// a few seconds before the runs (this process holds ingest, clients
+	// and server; Machine is every process of the machine, other
+	// sessions' included).
+	IngestAlone *CPUBreakdown `json:"ingestAlone,omitempty"`
 	// The bare Fiber handler and the runs, each under the same load.
 	Ceiling *LoadResult `json:"ceiling,omitempty"`
 	Runs    []DashLoad  `json:"runs"`
@@ -81,14 +86,27 @@ type mixedRequest struct {
 	limit    int
 }
 
-// mixedGen makes distinct requests.
+// Kinds of requests of a mixed run (DashboardParams.MixedKinds).
+const (
+	// MixedAll: counts and property aggregates half and half (see the
+	// top of this file).
+	MixedAll = "mixed"
+	// MixedCounts: message counts only, of 15m, 1h, 1d, 1w or 1M buckets.
+	MixedCounts = "counts"
+	// MixedAggs: property aggregates only, product-wide, 1h x168 (7 days),
+	// of a random product, property, function and end.
+	MixedAggs = "aggs"
+)
+
+// mixedGen makes distinct requests of one kind.
 type mixedGen struct {
 	mu             sync.Mutex
 	r              *rand.Rand
 	loc            *time.Location
 	startMs        int64
 	seen           map[string]bool
-	forceCountAggs bool // property aggregates use count (checker)
+	kind           string // MixedAll ("" too), MixedCounts or MixedAggs
+	forceCountAggs bool   // property aggregates use count (checker)
 }
 
 func (g *mixedGen) next() mixedRequest {
@@ -114,20 +132,35 @@ func (g *mixedGen) make() mixedRequest {
 	r := g.r
 	product := r.IntN(mixedProducts)
 	q := mixedRequest{product: fmt.Sprint("mp", product), count: r.IntN(2) == 0}
+	switch g.kind {
+	case MixedCounts:
+		q.count = true
+	case MixedAggs:
+		q.count = false
+	}
 	now := time.Now()
 	q.to = now
 	if r.IntN(2) == 0 { // a random instant of the span; else now
 		q.to = time.UnixMilli(g.startMs + r.Int64N(now.UnixMilli()-g.startMs))
 	}
-	switch r.IntN(4) {
+	n := 4
+	if g.kind == MixedCounts {
+		n = 5
+	}
+	switch r.IntN(n) {
 	case 0:
 		q.interval, q.limit = tsdb.Hour, 24+r.IntN(24*6+1) // 1 to 7 days of hours
 	case 1:
 		q.interval, q.limit = tsdb.Day, 1+r.IntN(60)
 	case 2:
 		q.interval, q.limit = tsdb.Week, 1+r.IntN(26)
-	default:
+	case 3:
 		q.interval, q.limit = tsdb.Month, 1+r.IntN(12)
+	default:
+		q.interval, q.limit = tsdb.FifteenMinutes, 4+r.IntN(4*48-3) // 1 to 48 hours of quarter-hours
+	}
+	if g.kind == MixedAggs {
+		q.interval, q.limit = tsdb.Hour, 24*7
 	}
 	q.from, _ = tsdb.RangeStart(q.interval, q.to, q.limit, g.loc)
 	if q.count {
@@ -142,7 +175,7 @@ func (g *mixedGen) make() mixedRequest {
 		q.agg = tsdb.AggCount
 	}
 	dev := ""
-	if r.IntN(3) == 0 {
+	if g.kind != MixedAggs && r.IntN(3) == 0 {
 		// One of the product's two registered devices.
 		q.device = fmt.Sprint("md", product+mixedProducts*r.IntN(2))
 		dev = fmt.Sprintf(`"deviceId":%q,`, q.device)
@@ -241,24 +274,46 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	}
 	defer raw.Close()
 
-	g := &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), loc: loc, startMs: info.startMs, seen: map[string]bool{}}
+	seen := map[string]bool{} // distinct over every run
 	warm := 2 * p.Concurrency
-	bodies := func(k int) [][]byte {
-		out := make([][]byte, k+warm)
-		for i := range out {
-			out[i] = g.next().body
+	var runs []dashRun
+	for _, kind := range p.MixedKinds {
+		g := &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)), loc: loc, startMs: info.startMs, seen: seen, kind: kind}
+		bodies := func(k int) [][]byte {
+			out := make([][]byte, k+warm)
+			for i := range out {
+				out[i] = g.next().body
+			}
+			return out
 		}
-		return out
-	}
-	mq := func(name string) dashQuery { return dashQuery{name: name} }
-	runs := []dashRun{
-		{query: mq("mixed distinct"), db: db, cached: true, requests: p.MixedRequests},
-		{query: mq("mixed distinct, rollup"), db: uncached, requests: p.MixedRequests / 4},
-		{query: mq("mixed distinct, raw tables"), db: raw, requests: p.MixedRequests / 4},
-	}
-	for i := range runs {
-		runs[i].bodies = bodies(runs[i].requests)
-		runs[i].query.body = runs[i].bodies[0]
+		mq := func(name string) dashQuery { return dashQuery{name: name} }
+		var rs []dashRun
+		switch kind {
+		case MixedAll:
+			rs = []dashRun{
+				{query: mq("mixed distinct"), db: db, cached: true, requests: p.MixedRequests},
+				{query: mq("mixed distinct, rollup"), db: uncached, requests: p.MixedUncachedRequests},
+				{query: mq("mixed distinct, raw tables"), db: raw, requests: p.MixedUncachedRequests},
+			}
+		case MixedCounts:
+			rs = []dashRun{
+				{query: mq("counts distinct"), db: db, cached: true, requests: p.MixedRequests},
+				{query: mq("counts distinct"), db: uncached, requests: p.MixedUncachedRequests},
+			}
+		case MixedAggs:
+			rs = []dashRun{
+				{query: mq("aggregates 1h x168 product-wide distinct"), db: db, cached: true, requests: p.MixedRequests},
+				{query: mq("aggregates 1h x168 product-wide distinct, rollup"), db: uncached, requests: p.MixedUncachedRequests},
+				{query: mq("aggregates 1h x168 product-wide distinct, raw tables"), db: raw, requests: p.MixedUncachedRequests},
+			}
+		default:
+			return res, fmt.Errorf("mixed: kind %q: want %s, %s or %s", kind, MixedAll, MixedCounts, MixedAggs)
+		}
+		for i := range rs {
+			rs[i].bodies = bodies(rs[i].requests)
+			rs[i].query.body = rs[i].bodies[0]
+		}
+		runs = append(runs, rs...)
 	}
 
 	// Ingest and the checker for the whole of the runs (the checker asks
@@ -266,12 +321,27 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	api.setDashboard(db)
 	ictx, stop := context.WithCancel(ctx)
 	ing := startMixedIngest(ictx, db, p.MixedIngestRate, info.startMs)
-	chk := &mixedChecker{ing: ing, api: api, db: gen, loc: loc,
-		gen: &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9)), loc: loc, startMs: info.startMs, seen: map[string]bool{}, forceCountAggs: true}}
+	label := fmt.Sprintf("mixed %d", n)
+	if p.MixedIngestRate > 0 {
+		// What ingest alone costs once it runs at its rate, before the
+		// checker and the runs start.
+		procs := append([]namedProc{{Name: "bench process (ingest alone)", PID: 0}}, clickhouseProcs(ctx, p.ClickHouseAddr, p.ClickHouseCluster)...)
+		_ = sleepCtx(ictx, 2*time.Second)
+		span, from := startCPUSpan("ingest alone", procs), ing.stored.Load()
+		_ = sleepCtx(ictx, 5*time.Second) // a cancelled run ends in the runs below
+		c := span.breakdown(span.snapshot(), ing.stored.Load()-from)
+		c.Unit = "report"
+		res.IngestAlone = &c
+		p.Logf("%s: %s", label, c)
+	}
+	chk := &mixedChecker{ing: ing, api: api, db: gen, loc: loc}
+	for _, kind := range p.MixedKinds { // requests of each kind in turn
+		chk.gens = append(chk.gens, &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9)), loc: loc, startMs: info.startMs,
+			seen: map[string]bool{}, kind: kind, forceCountAggs: true})
+	}
 	var cw sync.WaitGroup
 	cw.Add(1)
 	go func() { defer cw.Done(); chk.run(ictx) }()
-	label := fmt.Sprintf("mixed %d", n)
 	var mark ingestMark
 	for i := range runs {
 		runs[i].before = func() { mark = ing.mark() }
@@ -448,11 +518,11 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 // was asked (cache.go). An answer that fails this is asked again after
 // the result cache's TTL and must then pass.
 type mixedChecker struct {
-	ing *mixedIngest
-	api *dashAPI
-	db  *tsdb.DB
-	loc *time.Location
-	gen *mixedGen
+	ing  *mixedIngest
+	api  *dashAPI
+	db   *tsdb.DB
+	loc  *time.Location
+	gens []*mixedGen
 
 	mu                        sync.Mutex
 	checks, rechecked, failed int
@@ -471,9 +541,14 @@ func (c *mixedChecker) firstFailure() string {
 	return c.first
 }
 
+// checkPause is the checker's pause between two checks: each reads the
+// raw tables twice (at 100M messages, up to a million rows a count), so
+// that checks take a small share of the CPU the runs measure.
+const checkPause = 200 * time.Millisecond
+
 func (c *mixedChecker) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		q := c.gen.next()
+	for i := 0; ctx.Err() == nil; i++ {
+		q := c.gens[i%len(c.gens)].next()
 		ok, detail, err := c.check(ctx, q)
 		if ctx.Err() != nil {
 			return
@@ -505,7 +580,7 @@ func (c *mixedChecker) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(checkPause):
 		}
 	}
 }
@@ -566,7 +641,7 @@ func generateMixed(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, r
 		res.Reused, res.GenerateSeconds, res.Messages, res.PropertyRows = true, genSec, int64(n), 2*int64(n)
 		return old, nil
 	}
-	for _, t := range []string{"device_message", "device_property", "device_message_daily", "device_property_hourly"} {
+	for _, t := range []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter"} {
 		if err := conn.Exec(ctx, "TRUNCATE TABLE "+storageTable(db, t)); err != nil {
 			return genInfo{}, err
 		}
@@ -598,13 +673,13 @@ FROM (SELECT i, k, modulo(i, %[5]d) AS dev, toInt64(%[1]d + intDiv(i * %[2]d, %[
 		return genInfo{}, err
 	}
 	genTime := time.Since(start)
-	var msgs, props, rolled uint64
-	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM device_message), (SELECT count() FROM device_property), (SELECT countMerge(n) FROM device_property_hourly)").
-		Scan(&msgs, &props, &rolled); err != nil {
+	var msgs, props, rolled, quarters uint64
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM device_message), (SELECT count() FROM device_property), (SELECT countMerge(n) FROM device_property_hourly),"+
+		" (SELECT sum(messages) FROM device_message_quarter)").Scan(&msgs, &props, &rolled, &quarters); err != nil {
 		return genInfo{}, err
 	}
-	if msgs != uint64(n) || props != 2*uint64(n) || rolled != props {
-		return genInfo{}, fmt.Errorf("generated %d messages, %d property values (%d rolled up); want %d, %d", msgs, props, rolled, n, 2*n)
+	if msgs != uint64(n) || props != 2*uint64(n) || rolled != props || quarters != msgs {
+		return genInfo{}, fmt.Errorf("generated %d messages (%d in quarter-hours), %d property values (%d rolled up); want %d, %d", msgs, quarters, props, rolled, n, 2*n)
 	}
 	res.Messages, res.PropertyRows, res.GenerateSeconds = int64(n), int64(props), genTime.Seconds()
 	p.Logf("mixed %d: %d messages + %d property values in %s", n, msgs, props, genTime.Round(time.Millisecond))

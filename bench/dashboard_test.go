@@ -21,7 +21,7 @@ func TestRunDashboardSmall(t *testing.T) {
 	const n = 20000
 	res, err := RunDashboard(ctx, DashboardParams{
 		Sizes: []int{n}, PGSizes: []int{n}, Iterations: 4, Concurrency: 2, Requests: 40, PGIterations: 1, PropRows: 300000,
-		MixedMessages: 20000, MixedRequests: 40, MixedIngestRate: 500,
+		MixedMessages: 20000, MixedRequests: 40, MixedIngestRate: 500, MixedKinds: []string{MixedAll, MixedCounts, MixedAggs},
 		Prefix: "devicehub_benchtest_" + randHex(4), Logf: t.Logf,
 	})
 	if err != nil {
@@ -31,8 +31,10 @@ func TestRunDashboardSmall(t *testing.T) {
 		t.Fatalf("%d sizes", len(res.Sizes))
 	}
 	// The mixed scenario: answers checked under ingest, none wrong (the
-	// run fails otherwise), something stored meanwhile.
-	if m := res.Mixed; m == nil || m.Checks == 0 || m.Failures != 0 || len(m.Runs) != 3 || len(m.IngestRates) != 3 || m.IngestStored == 0 {
+	// run fails otherwise), something stored meanwhile; the runs of each
+	// kind (3 mixed, 2 counts, 3 aggregates), and ingest's own CPU.
+	if m := res.Mixed; m == nil || m.Checks == 0 || m.Failures != 0 || len(m.Runs) != 8 || len(m.IngestRates) != 8 || m.IngestStored == 0 ||
+		m.IngestAlone == nil || m.IngestAlone.Messages == 0 {
 		t.Fatalf("mixed: %+v", m)
 	}
 	s := res.Sizes[0]

@@ -76,11 +76,11 @@ func newResultCache(ttl time.Duration) *resultCache {
 // invalidate makes every answer computed so far unservable.
 func (c *resultCache) invalidate() { c.c.Invalidate() }
 
-// invalidate makes every dashboard answer computed so far unservable, and
-// the message count totals (daycounts.go): rows were stored or dropped.
+// invalidate makes every dashboard answer computed so far unservable:
+// rows were stored or dropped. (The message count totals of daycounts.go
+// are patched by inserts and dropped by drops on their own.)
 func (db *DB) invalidate() {
 	db.cache.invalidate()
-	db.days.invalidate()
 }
 
 // cacheKey joins the parts that identify a query.

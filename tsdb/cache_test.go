@@ -153,6 +153,16 @@ func TestLateRowsExact(t *testing.T) {
 		}
 		return got[len(got)-1].Count // oldest bucket: yesterday
 	}
+	// The hour (and quarter-hour) of the late rows, from the kept
+	// quarter-hours as the days (daycounts.go).
+	hour := func(db *DB, interval string) uint64 {
+		t.Helper()
+		got, err := db.MessageCounts(ctx, CountQuery{Interval: interval, From: yesterday, To: yesterday, ProductID: "late_p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0].Count
+	}
 	avg := func(db *DB) uint64 {
 		t.Helper()
 		got, err := db.PropertyAggregates(ctx, AggQuery{Interval: Hour, From: yesterday, To: time.Now(), ProductID: "late_p",
@@ -175,7 +185,7 @@ func TestLateRowsExact(t *testing.T) {
 		}
 		return time.Now()
 	}
-	if day(a) != 0 || avg(a) != 0 || day(b) != 0 {
+	if day(a) != 0 || avg(a) != 0 || day(b) != 0 || hour(a, Hour) != 0 || hour(a, FifteenMinutes) != 0 {
 		t.Fatal("not empty")
 	}
 	rollups := rollupQueries.Load()
@@ -185,23 +195,30 @@ func TestLateRowsExact(t *testing.T) {
 		}
 	}()
 	// Through the same instance: at once.
+	counts := func(db *DB) [3]uint64 { return [3]uint64{day(db), hour(db, Hour), hour(db, FifteenMinutes)} }
+	queries := countQueries.Load()
 	late(a, 1)
-	if n, m := day(a), avg(a); n != 1 || m != 1 {
-		t.Fatalf("same instance, next answer: %d messages, %d values; want 1, 1", n, m)
+	if n, m := counts(a), avg(a); n != [3]uint64{1, 1, 1} || m != 1 {
+		t.Fatalf("same instance, next answer: %v messages (day, hour, quarter-hour), %d values; want 1s, 1", n, m)
 	}
 	// Through another: a's answers are cached (a's query just ran), and
 	// every answer more than the TTL after the insert counts the row.
 	// Message counts and aggregates are kept apart: each turns from 1 to
 	// 2 on its own, never back.
 	stored := late(b, 2)
-	seenN, seenM := uint64(1), uint64(1)
+	seenN, seenM := [3]uint64{1, 1, 1}, uint64(1)
 	for {
-		n, m := day(a), avg(a)
-		if n == 2 && m == 2 {
+		n, m := counts(a), avg(a)
+		if n == [3]uint64{2, 2, 2} && m == 2 {
 			break
 		}
-		if n < seenN || m < seenM || n > 2 || m > 2 {
-			t.Fatalf("other instance: %d messages, %d values after %d, %d; want 1 (cached) or 2", n, m, seenN, seenM)
+		for i := range n {
+			if n[i] < seenN[i] || n[i] > 2 {
+				t.Fatalf("other instance: %v messages (day, hour, quarter-hour) after %v; want 1 (cached) or 2", n, seenN)
+			}
+		}
+		if m < seenM || m > 2 {
+			t.Fatalf("other instance: %d values after %d; want 1 (cached) or 2", m, seenM)
 		}
 		seenN, seenM = n, m
 		if time.Since(stored) > opt.ResultTTL+100*time.Millisecond {
@@ -209,14 +226,17 @@ func TestLateRowsExact(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling: the bound above is what is asserted
 	}
-	if day(b) != 2 {
-		t.Fatal("the storing instance does not count its own row")
+	if n := counts(b); n != [3]uint64{2, 2, 2} {
+		t.Fatalf("the storing instance counts %v of its own rows", n)
 	}
 	// The cache's clock is the wall clock here (two instances on one
 	// ClickHouse): wait until a TTL has passed since the insert, then
 	// assert that what a answers now (a fresh query) still counts the row.
 	time.Sleep(time.Until(stored.Add(time.Second)))
-	if n, m := day(a), avg(a); n != 2 || m != 2 {
-		t.Fatalf("after the TTL: %d, %d", n, m)
+	if n, m := counts(a), avg(a); n != [3]uint64{2, 2, 2} || m != 2 {
+		t.Fatalf("after the TTL: %v, %d", n, m)
+	}
+	if q := countQueries.Load(); q != queries {
+		t.Errorf("%d message counts read from ClickHouse, want none (all from the kept days and quarter-hours)", q-queries)
 	}
 }

@@ -29,7 +29,8 @@ func TestClusterStatements(t *testing.T) {
 	var creates, views, inserts int
 	for _, s := range out {
 		if strings.HasPrefix(s.sql, "INSERT INTO ") {
-			// The rollup's backfill, through the Distributed tables.
+			// The rollup's and the quarter-hours' backfills, through the
+			// Distributed tables.
 			inserts++
 			if strings.Contains(s.sql, "_local") || s.cond == "" {
 				t.Errorf("insert: %+v", s)
@@ -55,17 +56,19 @@ func TestClusterStatements(t *testing.T) {
 			daily := strings.Contains(s.sql, "TO `db1`.`device_message_daily_local`") && strings.Contains(s.sql, "FROM `db1`.`device_message_local`") &&
 				strings.Contains(s.sql, "'Asia/Shanghai'")
 			hourly := strings.Contains(s.sql, "TO `db1`.`device_property_hourly_local`") && strings.Contains(s.sql, "FROM `db1`.`device_property_local`")
-			if !daily && !hourly {
+			quarter := strings.Contains(s.sql, "TO `db1`.`device_message_quarter_local`") && strings.Contains(s.sql, "FROM `db1`.`device_message_local`")
+			if !daily && !hourly && !quarter {
 				t.Errorf("view: %s", s.sql)
 			}
 		case strings.HasPrefix(s.sql, "TRUNCATE"):
-			if s.sql != "TRUNCATE TABLE `db1`.`device_property_hourly_local` ON CLUSTER `dh`" {
+			if s.sql != "TRUNCATE TABLE `db1`.`device_property_hourly_local` ON CLUSTER `dh`" &&
+				s.sql != "TRUNCATE TABLE `db1`.`device_message_quarter_local` ON CLUSTER `dh`" {
 				t.Errorf("truncate: %s", s.sql)
 			}
 		}
 	}
-	if creates != 5 || views != 2 || inserts != 1 {
-		t.Fatalf("%d replicated tables, %d views, %d inserts; want 5, 2, 1", creates, views, inserts)
+	if creates != 7 || views != 3 || inserts != 2 {
+		t.Fatalf("%d replicated tables, %d views, %d inserts; want 7, 3, 2", creates, views, inserts)
 	}
 	want := map[string]string{
 		"device_message":                "cityHash64(device_id)",
@@ -73,6 +76,8 @@ func TestClusterStatements(t *testing.T) {
 		"device_message_daily":          "rand()",
 		"device_property_hourly":        "cityHash64(device_id)",
 		"device_property_hourly_filled": "rand()",
+		"device_message_quarter":        "rand()",
+		"device_message_quarter_filled": "rand()",
 	}
 	for table, key := range want {
 		d := "CREATE TABLE IF NOT EXISTS `db1`.`" + table + "` ON CLUSTER `dh` AS `db1`.`" + table + "_local` ENGINE = Distributed('dh', 'db1', '" + table + "_local', " + key + ")"
@@ -389,12 +394,13 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	db := c.open(t, name, time.UTC, "ch21")
 	for node := range c.Nodes {
 		// device_message, device_property, device_message_daily,
-		// device_property_hourly and its fill mark device_property_hourly_filled.
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 5 {
-			t.Errorf("%s has %d replicated tables, want 5", node, n)
+		// device_property_hourly and its fill mark device_property_hourly_filled,
+		// device_message_quarter and its fill mark device_message_quarter_filled.
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 7 {
+			t.Errorf("%s has %d replicated tables, want 7", node, n)
 		}
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 5 {
-			t.Errorf("%s has %d distributed tables, want 5", node, n)
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 7 {
+			t.Errorf("%s has %d distributed tables, want 7", node, n)
 		}
 	}
 	before := c.lastDDLTask(t)
@@ -504,8 +510,8 @@ func TestClusterDropPartitionsBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 6 {
-		t.Errorf("dropped %d partitions, want 6 (2 months x 3 tables)", n)
+	if n != 8 {
+		t.Errorf("dropped %d partitions, want 8 (2 months x 4 tables)", n)
 	}
 	count := func(q string) uint64 {
 		var c uint64
@@ -516,7 +522,7 @@ func TestClusterDropPartitionsBefore(t *testing.T) {
 	}
 	testkit.Eventually(t, 30*time.Second, "the drop on every replica", func() bool {
 		return count("SELECT count() FROM device_message") == 16 && count("SELECT count() FROM device_property") == 16 &&
-			count("SELECT sum(messages) FROM device_message_daily") == 16
+			count("SELECT sum(messages) FROM device_message_daily") == 16 && count("SELECT sum(messages) FROM device_message_quarter") == 16
 	})
 
 	for node := range c.Nodes {

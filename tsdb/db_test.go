@@ -256,12 +256,16 @@ func TestDropPartitionsBefore(t *testing.T) {
 	if err := db.Conn().QueryRow(ctx, "SELECT sum(messages) FROM device_message_daily").Scan(&daily); err != nil {
 		t.Fatal(err)
 	}
-	if count("device_message") != 2 || count("device_property") != 2 || daily != 2 {
-		t.Fatalf("after dropping %d partitions: messages %d, props %d, daily %d; want 2 each",
-			n, count("device_message"), count("device_property"), daily)
+	var quarter uint64
+	if err := db.Conn().QueryRow(ctx, "SELECT sum(messages) FROM device_message_quarter").Scan(&quarter); err != nil {
+		t.Fatal(err)
 	}
-	if n < 6 {
-		t.Fatalf("dropped %d partitions, want at least 6 (2 months x 3 tables)", n)
+	if count("device_message") != 2 || count("device_property") != 2 || daily != 2 || quarter != 2 {
+		t.Fatalf("after dropping %d partitions: messages %d, props %d, daily %d, quarter-hourly %d; want 2 each",
+			n, count("device_message"), count("device_property"), daily, quarter)
+	}
+	if n < 8 {
+		t.Fatalf("dropped %d partitions, want at least 8 (2 months x 4 tables)", n)
 	}
 	if n, err := db.DropPartitionsBefore(ctx, sh(t, "2024-02-10 00:00:00")); err != nil || n != 0 {
 		t.Fatalf("second drop: %d, %v", n, err)

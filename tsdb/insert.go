@@ -115,11 +115,15 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 	// dashboard answers no longer count them all.
 	defer db.invalidate()
 	if len(b.msgs) > 0 {
-		// Messages of closed days patch the kept per-day counts (daycounts.go).
+		// The messages patch the kept totals and those of closed days the
+		// kept months (daycounts.go, daytotals.go).
+		db.days.totals.begin()
 		start := time.Now()
-		late := db.lateMessages(b, start)
+		all := b.batchQuarters()
+		late := db.lateMessages(all, start)
 		err := db.insertMessages(ctx, b)
-		db.days.stored(late, start, err == nil)
+		db.days.stored(late, start, err == nil, db.loc)
+		db.days.totals.stored(all, start, err == nil, db.loc)
 		if err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}

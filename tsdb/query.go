@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -90,13 +91,13 @@ var dailyBucket = map[string]string{
 }
 
 // MessageCounts returns the message count of every bucket between q.From
-// and q.To, newest first, empty buckets as 0. Day and longer buckets read
-// the per-day counts: within the last daySeriesDays days, from the closed
+// and q.To, newest first, empty buckets as 0. 15m, 1h, day and longer
+// buckets within the last daySeriesDays days are cut from the closed
 // months kept and the totals every question shares (daycounts.go), under
-// the result cache's rules; older ones, and minutes and hours, read
-// ClickHouse, the answer kept in the result cache (cache.go) while its
-// query started less than Options.ResultTTL ago and nothing was inserted
-// through db since.
+// the result cache's rules; older ones, and 1m and 5m buckets, read
+// ClickHouse (device_message_daily for days and longer), the answer kept
+// in the result cache (cache.go) while its query started less than
+// Options.ResultTTL ago and nothing was inserted through db since.
 func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error) {
 	r, err := resolved(q.Range, q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
@@ -110,11 +111,10 @@ func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error)
 		}
 		return out, nil
 	}
-	if !subDay(r.interval) {
-		// Days and longer: from the kept months and totals (daycounts.go).
-		if out, ok, err := db.countsFromDays(ctx, r, ps, time.Now()); ok {
-			return out, err
-		}
+	// 15m, 1h, days and longer: from the kept months and totals
+	// (daycounts.go).
+	if out, ok, err := db.countsFromDays(ctx, r, ps, time.Now()); ok {
+		return out, err
 	}
 	key := cacheKey("counts", r.interval, r.starts[0].Unix(), len(r.starts), ps.key())
 	v, err := db.cache.get(ctx, key, func(ctx context.Context) (any, int, error) {
@@ -127,8 +127,12 @@ func (db *DB) MessageCounts(ctx context.Context, q CountQuery) ([]Bucket, error)
 	return slices.Clone(v.([]Bucket)), nil
 }
 
+// countQueries counts messageCounts' queries (tests).
+var countQueries atomic.Uint64
+
 // messageCounts reads the counts of the buckets of r.
 func (db *DB) messageCounts(ctx context.Context, r bucketRange, ps productSet) ([]Bucket, error) {
+	countQueries.Add(1)
 	counts := make(map[int64]uint64, len(r.starts))
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
@@ -285,7 +289,7 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 }
 
 // retentionTables are the tables partitioned by month (toYYYYMM).
-var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly"}
+var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter"}
 
 // DropPartitionsBefore drops the monthly partitions of every table whose
 // month ends at or before t's month starts (in the platform zone), and
@@ -322,6 +326,7 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 		return 0, fmt.Errorf("tsdb: list partitions: %w", err)
 	}
 	defer db.invalidate() // cached answers may count dropped rows
+	defer db.days.dropped()
 	for i, p := range drop {
 		if err := db.conn.Exec(ctx, "ALTER TABLE "+db.alterTarget(p.table)+" DROP PARTITION ID "+quoteString(p.id)); err != nil {
 			return i, fmt.Errorf("tsdb: drop partition %s of %s: %w", p.id, p.table, err)

@@ -109,6 +109,8 @@ type flags struct {
 	dashReqs, dashPropRows                            int
 	dashKeep                                          bool
 	dashMixedMsgs, dashMixedReqs, dashIngestRate      int
+	dashMixedKinds                                    string
+	dashMixedUncached                                 int
 	soakDuration                                      time.Duration
 	soakRate, soakDevices                             int
 	liveRate, liveDevices, liveWatched, liveSubs      int
@@ -165,8 +167,10 @@ func newFlags() *flags {
 	fs.IntVar(&f.dashPropRows, "dash-prop-rows", 1000000, "dashboard: property values of the property-aggregate scenario (0: skip it)")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
 	fs.IntVar(&f.dashMixedMsgs, "dash-mixed-msgs", 200000, "dashboard, dashboard-mixed: messages (each with 2 property values) of the mixed scenario, every request distinct under live ingest (0: skip it)")
-	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of the mixed run through the result cache (a quarter of it for each uncached run)")
+	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of each mixed run through the result cache (see -dash-mixed-uncached-requests for the others)")
 	fs.IntVar(&f.dashIngestRate, "dash-ingest-rate", 10000, "dashboard, dashboard-mixed: reports/s stored during the mixed runs (0: none)")
+	fs.IntVar(&f.dashMixedUncached, "dash-mixed-uncached-requests", 0, "dashboard, dashboard-mixed: measured requests of each mixed run without the result cache (0: a quarter of -dash-mixed-requests)")
+	fs.StringVar(&f.dashMixedKinds, "dash-mixed-kinds", "mixed", "dashboard, dashboard-mixed: comma-separated kinds of distinct requests, each in its runs: mixed (counts and property aggregates), counts (message counts only), aggs (property aggregates only, product-wide, 1h x168)")
 	fs.DurationVar(&f.soakDuration, "soak-duration", 10*time.Minute, "soak: publishing time (faults at 20%, 45% and 70% of it)")
 	fs.IntVar(&f.soakRate, "soak-rate", 2000, "soak: QoS 1 reports per second")
 	fs.IntVar(&f.soakDevices, "soak-devices", 100, "soak: devices")
@@ -227,6 +231,17 @@ func ints(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// splitList is the non-empty items of a comma-separated list.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func floats(s string) ([]float64, error) {
@@ -601,7 +616,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		r, err := bench.RunDashboard(ctx, bench.DashboardParams{Sizes: sizes, PGSizes: pgSizes, Iterations: f.dashIter,
 			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
-			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate)})
+			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate), MixedKinds: splitList(f.dashMixedKinds), MixedUncachedRequests: f.dashMixedUncached})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -642,7 +657,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 	case "dashboard-mixed":
 		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep,
 			ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
-			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate)})
+			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate), MixedKinds: splitList(f.dashMixedKinds), MixedUncachedRequests: f.dashMixedUncached})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -673,6 +688,9 @@ func mixedFigures(add func(bench.Figure), rep *bench.Report, m bench.MixedResult
 	add(bench.Figure{Name: fmt.Sprintf("mixed: sampled answers checked against a direct ClickHouse count (%d after the 1 s TTL)", m.Rechecked),
 		Value: float64(m.Checks), Unit: "answers"})
 	add(bench.Figure{Name: "mixed: sampled answers wrong", Value: float64(m.Failures), Unit: "answers", Target: "0"})
+	if m.IngestAlone != nil {
+		cpuFigures(add, "mixed: ", *m.IngestAlone)
+	}
 }
 
 // dashLoadFigures adds req/s, p50 and p99 of each concurrent dashboard run

@@ -1,0 +1,211 @@
+package tsdb
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// The totals of daycounts.go are kept here rather than in a meta/cache
+// Cache, for two things it does not do: an insert through this DB adds
+// its messages to the kept totals instead of dropping them, and the
+// totals are read again in the background once half their TTL has
+// passed. So with ingest running, a question waits for ClickHouse only
+// when the totals could not be renewed in time (a load slower than half
+// the TTL, or loads overlapping inserts the whole time), not after every
+// insert.
+//
+// Why the kept totals stay exact under the result cache's rule:
+//
+//   - Served: totals whose query started less than the TTL ago
+//     (started), of the question's window (key), holding every insert
+//     through this DB that ended since.
+//   - Installed: a load becomes the kept totals only if no insert was
+//     under way when its query started (clean), none began (begun) or
+//     ended (epoch) while it ran, and nothing was dropped: an insert that ended meanwhile patched the
+//     totals before, and the load may lack its rows; one that began
+//     meanwhile may or may not have had rows committed before the query
+//     took its parts. (Its callers still get it.) So every insert that
+//     ends while the totals are kept began after their query had returned:
+//     they hold none of its rows, in either table.
+//   - Patched: an insert that ends adds its messages to the kept totals
+//     (it started after their query, as above; the check of its start
+//     against theirs stays as a guard, dropping them otherwise). A failed
+//     insert (some rows may be stored) drops them. A patch is applied once
+//     the insert has ended, when both of its views are written, so it
+//     does not depend on their order.
+//   - Waited for: a question without servable totals shares a load only
+//     if no insert ended since that load started (the load then saw every
+//     insert that ended before the question), else starts its own.
+type totalsHolder struct {
+	ttl time.Duration
+
+	mu        sync.Mutex
+	cur       *dayTotals    // nil: none kept
+	flight    *totalsFlight // the newest load under way, if any
+	epoch     uint64        // bumped when an insert ends and by drops
+	begun     uint64        // inserts begun
+	inserting int           // inserts under way (begin, not yet stored)
+}
+
+// totalsFlight is one load of the totals.
+type totalsFlight struct {
+	key     totalsKey
+	started time.Time
+	epoch   uint64 // the holder's when it started
+	begun   uint64 // the holder's when it started
+	clean   bool   // no insert was under way when it started
+	done    chan struct{}
+	t       *dayTotals
+	err     error
+}
+
+// get returns totals of key servable at now: the kept ones, or those of a
+// load it starts or shares. Kept totals past half the TTL start a load in
+// the background.
+func (h *totalsHolder) get(ctx context.Context, key totalsKey, now time.Time, load func(context.Context, totalsKey) (*dayTotals, error)) (*dayTotals, error) {
+	h.mu.Lock()
+	if t := h.cur; t != nil && t.key == key && now.Sub(t.started) < h.ttl {
+		if now.Sub(t.started) >= h.ttl/2 && (h.flight == nil || h.flight.key != key) {
+			h.startLocked(key, load)
+		}
+		h.mu.Unlock()
+		return t, nil
+	}
+	f := h.flight
+	if f == nil || f.key != key || f.epoch != h.epoch {
+		f = h.startLocked(key, load)
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.t, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// startLocked starts a load of key, detached from any caller (the load's
+// own timeout bounds it), and makes it the holder's flight.
+func (h *totalsHolder) startLocked(key totalsKey, load func(context.Context, totalsKey) (*dayTotals, error)) *totalsFlight {
+	f := &totalsFlight{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
+	h.flight = f
+	go func() {
+		t, err := load(context.Background(), key)
+		if err == nil {
+			t.key, t.started = key, f.started
+		}
+		h.mu.Lock()
+		f.t, f.err = t, err
+		if h.flight == f {
+			h.flight = nil
+		}
+		if err == nil && f.clean && f.epoch == h.epoch && f.begun == h.begun && (h.cur == nil || h.cur.started.Before(f.started)) {
+			h.cur = t
+		}
+		h.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// begin tells the holder an insert of messages starts; stored, that it
+// ended.
+func (h *totalsHolder) begin() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inserting++
+	h.begun++
+}
+
+// stored tells the holder an insert that started at start (after begin)
+// ended: stored, with add its messages per product ("" included) and
+// quarter-hour; or failed (some rows may be stored).
+func (h *totalsHolder) stored(add map[string]map[uint32]uint64, start time.Time, stored bool, loc *time.Location) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inserting--
+	h.epoch++
+	if h.cur == nil {
+		return
+	}
+	if !stored || !h.cur.started.Before(start) {
+		h.cur = nil
+		return
+	}
+	h.cur = h.cur.plus(add, loc)
+}
+
+// drop forgets the kept totals and every load under way.
+func (h *totalsHolder) drop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.epoch++
+	h.cur = nil
+}
+
+// plus returns t with the messages of add (per product, "" included, and
+// quarter-hour) counted: in their closed month, or their open day and
+// quarter-hour. Messages before the window's first month are not
+// counted by the totals' query either.
+func (t *dayTotals) plus(add map[string]map[uint32]uint64, loc *time.Location) *dayTotals {
+	out := &dayTotals{key: t.key, started: t.started, closed: make(map[chunkKey]uint64, len(t.closed)), open: make(map[string]*dayChunk, len(t.open))}
+	for k, n := range t.closed {
+		out.closed[k] = n
+	}
+	for p, c := range t.open {
+		out.open[p] = c
+	}
+	first := dayMonth(t.key.from)
+	for p, qs := range add {
+		var days, quarters map[uint32]uint64
+		for q, n := range qs {
+			day := quarterDay(q, loc)
+			if day < t.key.cut {
+				if m := dayMonth(day); m >= first {
+					out.closed[chunkKey{p, m}] += n
+				}
+				continue
+			}
+			if days == nil {
+				days, quarters = map[uint32]uint64{}, map[uint32]uint64{}
+			}
+			days[day] += n
+			quarters[q] += n
+		}
+		if days != nil {
+			c := out.open[p]
+			if c == nil {
+				c = &dayChunk{}
+			}
+			out.open[p] = &dayChunk{days: c.days.plus(days), quarters: c.quarters.plus(quarters)}
+		}
+	}
+	return out
+}
+
+// batchQuarters counts the messages of b per product ("" for all) and
+// quarter-hour.
+func (b *Batch) batchQuarters() map[string]map[uint32]uint64 {
+	out := map[string]map[uint32]uint64{}
+	for i := range b.msgs {
+		r := &b.msgs[i]
+		sec := r.ms / 1000
+		if r.ms < 0 && r.ms%1000 != 0 {
+			sec-- // floor
+		}
+		q := uint32(sec / quarterSec)
+		p := b.str(r.product)
+		m := out[p]
+		if m == nil {
+			m = map[uint32]uint64{}
+			out[string([]byte(p))] = m // the arena is reused
+		}
+		m[q]++
+		if out[""] == nil {
+			out[""] = map[uint32]uint64{}
+		}
+		out[""][q]++
+	}
+	return out
+}
