@@ -267,13 +267,20 @@ func RunDashboard(ctx context.Context, p DashboardParams) (DashboardResult, erro
 	return res, nil
 }
 
-func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.DB, n int, loc *time.Location, res *DashboardResult) (DashboardSize, error) {
-	s := DashboardSize{Rows: int64(n), PropertyDevices: dashPropDevices}
+// genOptions are the options of ClickHouse database db of a scenario's
+// data while it is generated (statements may run 15 minutes); the
+// scenario then serves from it with QueryTimeout 0 (the default).
+func genOptions(p DashboardParams, db string, loc *time.Location) tsdb.Options {
 	opt := tsdb.DefaultOptions()
 	opt.Addr, opt.Cluster = p.ClickHouseAddr, p.ClickHouseCluster
-	opt.Database = fmt.Sprintf("%s_%d", p.Prefix, n)
-	opt.TimeZone = loc
-	opt.QueryTimeout = 15 * time.Minute // generation statements
+	opt.Database, opt.TimeZone = db, loc
+	opt.QueryTimeout = 15 * time.Minute
+	return opt
+}
+
+func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.DB, n int, loc *time.Location, res *DashboardResult) (DashboardSize, error) {
+	s := DashboardSize{Rows: int64(n), PropertyDevices: dashPropDevices}
+	opt := genOptions(p, fmt.Sprintf("%s_%d", p.Prefix, n), loc)
 	gen, err := tsdb.Open(ctx, opt)
 	if err != nil {
 		return s, err

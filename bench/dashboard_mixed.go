@@ -204,11 +204,7 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	if err != nil {
 		return res, err
 	}
-	opt := tsdb.DefaultOptions()
-	opt.Addr, opt.Cluster = p.ClickHouseAddr, p.ClickHouseCluster
-	opt.Database = fmt.Sprintf("%s_mixed_%d", p.Prefix, n)
-	opt.TimeZone = loc
-	opt.QueryTimeout = 15 * time.Minute // generation statements
+	opt := genOptions(p, fmt.Sprintf("%s_mixed_%d", p.Prefix, n), loc)
 	gen, err := tsdb.Open(ctx, opt)
 	if err != nil {
 		return res, err

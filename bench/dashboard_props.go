@@ -70,11 +70,7 @@ func runPropAggregates(ctx context.Context, p DashboardParams, api *dashAPI, loc
 		return fmt.Errorf("%d property rows: want at least %d", p.PropRows, propDevices*propProps)
 	}
 	s.Rows = int64(n)
-	opt := tsdb.DefaultOptions()
-	opt.Addr, opt.Cluster = p.ClickHouseAddr, p.ClickHouseCluster
-	opt.Database = fmt.Sprintf("%s_props_%d", p.Prefix, n)
-	opt.TimeZone = loc
-	opt.QueryTimeout = 15 * time.Minute // generation statements
+	opt := genOptions(p, fmt.Sprintf("%s_props_%d", p.Prefix, n), loc)
 	gen, err := tsdb.Open(ctx, opt)
 	if err != nil {
 		return err

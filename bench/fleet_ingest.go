@@ -100,37 +100,12 @@ func connectSide(ctx context.Context, name, url, product string, logins []fleetL
 		return s, 0, fmt.Errorf("bench: subscribe: %v", t.Error())
 	}
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var firstErr error
-	for range min(32, len(logins)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(logins) {
-					return
-				}
-				c, err := connectDevice(url, logins[i])
-				if err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
-					return
-				}
-				s.devices[i] = c
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return s, time.Since(start), firstErr
+	err := forEach(ctx, len(logins), 32, func(_ context.Context, i int) error {
+		c, err := connectDevice(url, logins[i])
+		s.devices[i] = c
+		return err
+	})
+	return s, time.Since(start), err
 }
 
 // round publishes from every device for d, closed loop with inflight

@@ -146,22 +146,10 @@ func (lc *loginChecker) result() LoginCheck {
 // checkLogins tries each login once, conc at a time.
 func checkLogins(ctx context.Context, addr string, logins []fleetLogin, conc int) LoginCheck {
 	var lc loginChecker
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(conc, len(logins)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(logins) {
-					return
-				}
-				lc.record(tryLogin(ctx, addr, logins[i], 10*time.Second))
-			}
-		}()
-	}
-	wg.Wait()
+	_ = forEach(ctx, len(logins), conc, func(ctx context.Context, i int) error {
+		lc.record(tryLogin(ctx, addr, logins[i], 10*time.Second))
+		return nil
+	})
 	return lc.result()
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -235,47 +234,22 @@ func (e *fleetEnv) provision(ctx context.Context) (*FleetProvision, error) {
 	res := &FleetProvision{Devices: len(e.logins), Calls: calls, Clients: p.Clients}
 	meter := startFleetPhase("provisioning", e.procs())
 	var (
-		hist     Histogram
-		atOnce   loginChecker
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
+		hist   Histogram
+		atOnce loginChecker
 	)
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	start := time.Now()
-	for range min(p.Clients, calls) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for cctx.Err() == nil {
-				k := int(next.Add(1) - 1)
-				if k >= calls {
-					return
-				}
-				batch := e.logins[k*p.Batch : min((k+1)*p.Batch, len(e.logins))]
-				t0 := time.Now()
-				if err := e.bulkCreate(cctx, batch); err != nil {
-					fail(err)
-					cancel()
-					return
-				}
-				hist.Record(time.Since(t0))
-				// The call has returned: the broker holds its logins.
-				l := batch[len(batch)-1]
-				atOnce.record(tryLogin(cctx, e.broker.addr(), l, 10*time.Second))
-			}
-		}()
-	}
-	wg.Wait()
+	firstErr := forEach(ctx, calls, p.Clients, func(ctx context.Context, k int) error {
+		batch := e.logins[k*p.Batch : min((k+1)*p.Batch, len(e.logins))]
+		t0 := time.Now()
+		if err := e.bulkCreate(ctx, batch); err != nil {
+			return err
+		}
+		hist.Record(time.Since(t0))
+		// The call has returned: the broker holds its logins.
+		l := batch[len(batch)-1]
+		atOnce.record(tryLogin(ctx, e.broker.addr(), l, 10*time.Second))
+		return nil
+	})
 	elapsed := time.Since(start)
 	if firstErr != nil {
 		if errors.Is(firstErr, errFleetUnavailable) {

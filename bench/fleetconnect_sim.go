@@ -285,31 +285,18 @@ func (f *connectFleet) closeAll(abrupt bool) {
 		f.cancel()
 	}
 	f.wg.Wait()
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(f.devs) {
-					return
-				}
-				d := f.devs[i]
-				d.mu.Lock()
-				c := d.c
-				d.mu.Unlock()
-				if c == nil {
-					continue
-				}
-				if abrupt {
-					_ = c.Close()
-				} else {
-					_ = c.Disconnect()
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	_ = forEach(context.Background(), len(f.devs), 32, func(_ context.Context, i int) error {
+		d := f.devs[i]
+		d.mu.Lock()
+		c := d.c
+		d.mu.Unlock()
+		switch {
+		case c == nil:
+		case abrupt:
+			_ = c.Close()
+		default:
+			_ = c.Disconnect()
+		}
+		return nil
+	})
 }

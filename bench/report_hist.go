@@ -283,43 +283,30 @@ func sustained(tl []Second, overall float64) float64 {
 // runPhase sends n requests; hist, tl and done may be nil (warm-up). An error
 // of ctx stops it; request errors are counted, not fatal.
 func runPhase(ctx context.Context, s loadSpec, n int, rate float64, hist *Histogram, tl *timeline, done func(time.Time, error)) error {
-	var next atomic.Int64
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range min(s.Concurrency, max(n, 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				t0 := time.Now()
-				if rate > 0 {
-					t0 = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-					if d := time.Until(t0); d > 0 {
-						time.Sleep(d)
-					}
-				}
-				err := s.Do(ctx, i)
-				now := time.Now()
-				if hist == nil {
-					continue
-				}
-				if err == nil {
-					d := now.Sub(t0)
-					hist.Record(d)
-					if tl != nil {
-						tl.at(now).hist.Record(d)
-					}
-				}
-				if done != nil {
-					done(now, err)
-				}
+	return forEach(ctx, n, s.Concurrency, func(ctx context.Context, i int) error {
+		t0 := time.Now()
+		if rate > 0 {
+			t0 = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			if d := time.Until(t0); d > 0 {
+				time.Sleep(d)
 			}
-		}()
-	}
-	wg.Wait()
-	return ctx.Err()
+		}
+		err := s.Do(ctx, i)
+		now := time.Now()
+		if hist == nil {
+			return nil
+		}
+		if err == nil {
+			d := now.Sub(t0)
+			hist.Record(d)
+			if tl != nil {
+				tl.at(now).hist.Record(d)
+			}
+		}
+		if done != nil {
+			done(now, err)
+		}
+		return nil
+	})
 }

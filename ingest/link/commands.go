@@ -227,15 +227,8 @@ func (c *Commands) read(ctx context.Context, start time.Time, t Target, properti
 	if properties == nil {
 		properties = []string{}
 	}
-	ids := newIDs(shardOf(t.DeviceID))
-	msg := downlink{
-		Headers:     headers(t, ids),
-		MessageID:   ids.messageID,
-		DeviceID:    t.DeviceID,
-		Timestamp:   start.UnixMilli(),
-		Properties:  properties,
-		MessageType: "READ_PROPERTY",
-	}
+	msg := newDownlink(t, start, "READ_PROPERTY")
+	msg.Properties = properties
 	return c.request(ctx, start, t, wire.LevelRead, c.opt.ReadQoS, &msg, timeout)
 }
 
@@ -256,16 +249,8 @@ func (c *Commands) invoke(ctx context.Context, start time.Time, t Target, functi
 	if inputs == nil {
 		inputs = []Input{}
 	}
-	ids := newIDs(shardOf(t.DeviceID))
-	msg := downlink{
-		Headers:     headers(t, ids),
-		MessageID:   ids.messageID,
-		DeviceID:    t.DeviceID,
-		Timestamp:   start.UnixMilli(),
-		FunctionID:  functionID,
-		Inputs:      inputs,
-		MessageType: "INVOKE_FUNCTION",
-	}
+	msg := newDownlink(t, start, "INVOKE_FUNCTION")
+	msg.FunctionID, msg.Inputs = functionID, inputs
 	// Bound the publish: while the broker is unreachable a QoS 1 publish
 	// waits for the reconnection, which could be forever.
 	ctx, cancel := context.WithDeadline(ctx, start.Add(c.opt.Timeout))
@@ -277,6 +262,19 @@ func (c *Commands) invoke(ctx context.Context, start time.Time, t Target, functi
 		return "", err
 	}
 	return msg.MessageID, nil
+}
+
+// newDownlink is a command of messageType to t made at start, with new
+// ids; its caller adds what it carries.
+func newDownlink(t Target, start time.Time, messageType string) downlink {
+	ids := newIDs(shardOf(t.DeviceID))
+	return downlink{
+		Headers:     headers(t, ids),
+		MessageID:   ids.messageID,
+		DeviceID:    t.DeviceID,
+		Timestamp:   start.UnixMilli(),
+		MessageType: messageType,
+	}
 }
 
 // downlink is the spec's downlink message (and DESIGN's invoke message).
