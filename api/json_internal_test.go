@@ -101,10 +101,6 @@ type pageJSON[T any] struct {
 	Data       []T  `json:"data"`
 }
 
-func pageOf[T any](p *meta.Page[T]) pageJSON[T] {
-	return pageJSON[T]{p.PageIndex, p.PageSize, p.Total, p.TotalExact, p.Data}
-}
-
 // TestEncoders checks that the encoders of list pages write the bytes
 // encoding/json writes, for pages of random devices and products made of
 // texts that need escapes, and for a page of roles.

@@ -30,7 +30,7 @@ func TestAPI(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /ok", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Access-Token") != "tok" || r.Header.Get("Content-Type") != "application/json" {
-			http.Error(w, `{"message":"no token","status":401,"code":"unauthorized"}`, 401)
+			http.Error(w, `{"message":"no token","status":401,"code":"unauthorized"}`, http.StatusUnauthorized)
 			return
 		}
 		w.Write([]byte(`{"message":"success","result":{"n":7},"status":200,"timestamp":1}`))
