@@ -251,14 +251,23 @@ func (m *phaseMeter) sample() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range m.procs {
-		if p.pid == nil {
-			continue
+		var pids []int
+		if p.pid != nil {
+			pids = []int{p.pid()}
+		} else {
+			pids = p.group()
 		}
-		pid := p.pid()
-		if pid <= 0 {
-			continue
+		var r int64
+		for _, pid := range pids {
+			if pid > 0 {
+				r += pidRSS(pid)
+			}
 		}
-		if r := pidRSS(pid); r > m.peak[p.name].Bytes {
+		if r > m.peak[p.name].Bytes {
+			pid := 0 // a group's RSS is its members' sum
+			if len(pids) == 1 {
+				pid = pids[0]
+			}
 			m.peak[p.name] = ProcRSS{Name: p.name, PID: pid, Bytes: r}
 		}
 	}
@@ -273,15 +282,16 @@ func (m *phaseMeter) end(msgs int64, unit string) FleetPhase {
 	end := m.span.snapshot()
 	c := m.span.breakdown(end, msgs)
 	c.Unit = unit
-	// A single process reads as itself, not as a group of one.
+	// A single process, or a group of one (a pool of one broker), reads
+	// as itself.
 	single := map[string]bool{}
 	for _, p := range m.procs {
 		single[p.name] = p.pid != nil
 	}
 	for i := range c.Procs {
-		if single[c.Procs[i].Name] {
-			c.Procs[i].Members = 0
-			c.Procs[i].PID = m.peak[c.Procs[i].Name].PID
+		pr := &c.Procs[i]
+		if pid := m.peak[pr.Name].PID; single[pr.Name] || pr.Members == 1 && pid > 0 {
+			pr.Members, pr.PID = 0, pid
 		}
 	}
 	f := FleetPhase{Name: m.name, Seconds: c.WallSeconds, CPU: c}

@@ -60,7 +60,7 @@ func TestFleetConnectSmall(t *testing.T) {
 	// child, and the connections (this process's sockets back to a few).
 	for _, ph := range []FleetPhase{res.Connect.Phase, res.Steady.Phase} {
 		for _, r := range ph.PeakRSS {
-			if strings.HasPrefix(r.Name, "mosquitto") || strings.HasPrefix(r.Name, "devicehub") {
+			if r.PID > 0 && (strings.HasPrefix(r.Name, "mosquitto") || strings.HasPrefix(r.Name, "devicehub")) { // 0: a pool's sum
 				if _, err := os.Stat(procPath(r.PID, "stat")); err == nil {
 					t.Errorf("%s (pid %d) still running", r.Name, r.PID)
 				}
