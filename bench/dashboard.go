@@ -278,6 +278,17 @@ func genOptions(p DashboardParams, db string, loc *time.Location) tsdb.Options {
 	return opt
 }
 
+// closeGenDB closes gen, dropping its database unless the run keeps its
+// data (-dash-keep).
+func closeGenDB(p DashboardParams, gen *tsdb.DB) {
+	if !p.KeepData {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = gen.DropDatabase(ctx)
+	}
+	gen.Close()
+}
+
 func runDashSize(ctx context.Context, p DashboardParams, api *dashAPI, pg *sql.DB, n int, loc *time.Location, res *DashboardResult) (DashboardSize, error) {
 	s := DashboardSize{Rows: int64(n), PropertyDevices: dashPropDevices}
 	opt := genOptions(p, fmt.Sprintf("%s_%d", p.Prefix, n), loc)

@@ -209,14 +209,7 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		if !p.KeepData {
-			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = gen.DropDatabase(dctx)
-		}
-		gen.Close()
-	}()
+	defer closeGenDB(p, gen)
 	info, err := generateMixed(ctx, p, gen, n, &res)
 	if err != nil {
 		return res, err

@@ -75,14 +75,7 @@ func runPropAggregates(ctx context.Context, p DashboardParams, api *dashAPI, loc
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if !p.KeepData {
-			dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = gen.DropDatabase(dctx)
-		}
-		gen.Close()
-	}()
+	defer closeGenDB(p, gen)
 	info, err := generateProps(ctx, p, gen, n, s)
 	if err != nil {
 		return err
