@@ -31,20 +31,7 @@ func TestOKPage(t *testing.T) {
 	app.Get("/page/products", func(c *fiber.Ctx) error { return okPage(c, &products, appendProduct) })
 	app.Get("/ok/empty", func(c *fiber.Ctx) error { return ok(c, mapPage(&empty, deviceOf)) })
 	app.Get("/page/empty", func(c *fiber.Ctx) error { return okPage(c, &empty, appendDevice) })
-	timestamp := regexp.MustCompile(`"timestamp":\d+`)
-	get := func(path string) (string, []byte) {
-		t.Helper()
-		res, err := app.Test(httptest.NewRequest("GET", path, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", path, res.StatusCode, body)
-		}
-		return res.Header.Get("Content-Type"), timestamp.ReplaceAll(body, []byte(`"timestamp":0`))
-	}
+	get := func(path string) (string, []byte) { t.Helper(); return getStamped(t, app, path) }
 	for _, kind := range []string{"devices", "products", "empty"} {
 		wantType, want := get("/ok/" + kind)
 		gotType, got := get("/page/" + kind)
@@ -52,4 +39,24 @@ func TestOKPage(t *testing.T) {
 			t.Errorf("%s:\n got %s %s\nwant %s %s", kind, gotType, got, wantType, want)
 		}
 	}
+}
+
+// stampPattern matches an envelope's timestamp, which getStamped zeroes.
+var stampPattern = regexp.MustCompile(`"timestamp":\d+`)
+
+// getStamped GETs path from app, requires 200, and returns the
+// Content-Type and the body with its timestamp zeroed (so two answers
+// compare byte by byte).
+func getStamped(t *testing.T, app *fiber.App, path string) (string, []byte) {
+	t.Helper()
+	res, err := app.Test(httptest.NewRequest("GET", path, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", path, res.StatusCode, body)
+	}
+	return res.Header.Get("Content-Type"), stampPattern.ReplaceAll(body, []byte(`"timestamp":0`))
 }

@@ -3,10 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"math/rand/v2"
-	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -478,20 +475,7 @@ func TestOKDeviceDetail(t *testing.T) {
 		i, _ := c.ParamsInt("i")
 		return okItem(c, &details[i], appendDeviceDetail)
 	})
-	timestamp := regexp.MustCompile(`"timestamp":\d+`)
-	get := func(path string) (string, []byte) {
-		t.Helper()
-		res, err := app.Test(httptest.NewRequest("GET", path, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", path, res.StatusCode, body)
-		}
-		return res.Header.Get("Content-Type"), timestamp.ReplaceAll(body, []byte(`"timestamp":0`))
-	}
+	get := func(path string) (string, []byte) { t.Helper(); return getStamped(t, app, path) }
 	for i := range details {
 		wantType, want := get("/ok/" + strconv.Itoa(i))
 		gotType, got := get("/item/" + strconv.Itoa(i))
