@@ -20,13 +20,7 @@ func TestDaySeries(t *testing.T) {
 	ctx := ctxT(t)
 	opt := testOptions("days", berlin)
 	opt.ResultTTL = time.Hour // nothing expires (or is renewed) during the test: loads are counted
-	db, err := Open(ctx, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sharedMu.Lock()
-	toDrop = append(toDrop, db)
-	sharedMu.Unlock()
+	db := openDBWith(t, opt)
 
 	now := time.Now().In(berlin)
 	var msgs []Message
@@ -234,13 +228,7 @@ func TestDayChunkViewOrder(t *testing.T) {
 	ctx := ctxT(t)
 	opt := testOptions("days_order", berlin)
 	opt.ResultTTL = time.Hour // expiry is simulated (expire)
-	db, err := Open(ctx, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sharedMu.Lock()
-	toDrop = append(toDrop, db)
-	sharedMu.Unlock()
+	db := openDBWith(t, opt)
 
 	now := time.Now().In(berlin)
 	day := time.Date(now.Year(), now.Month(), now.Day()-45, 0, 0, 0, 0, berlin)
@@ -372,13 +360,7 @@ func BenchmarkDistinctCounts(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			opt := testOptions("bench_days_"+c.name, shanghai)
 			opt.ResultTTL = c.ttl
-			db, err := Open(ctx, opt)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sharedMu.Lock()
-			toDrop = append(toDrop, db)
-			sharedMu.Unlock()
+			db := openDBWith(b, opt)
 			if err := db.Insert(ctx, msgs, nil); err != nil {
 				b.Fatal(err)
 			}

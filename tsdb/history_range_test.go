@@ -33,13 +33,6 @@ func TestHistoryRange(t *testing.T) {
 	if err := db.Insert(ctx, nil, ps); err != nil {
 		t.Fatal(err)
 	}
-	show := func(vs []PropertyValue) string {
-		var s []string
-		for _, v := range vs {
-			s = append(s, fmt.Sprintf("%s=%g", v.Property, v.Num))
-		}
-		return strings.Join(s, " ")
-	}
 	f := func(q HistoryQuery, want string) []PropertyValue {
 		t.Helper()
 		q.ProductID, q.DeviceID = "hr_p", "d1"
@@ -47,8 +40,8 @@ func TestHistoryRange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if show(got) != want {
-			t.Fatalf("%+v:\n got %s\nwant %s", q, show(got), want)
+		if numbersText(got) != want {
+			t.Fatalf("%+v:\n got %s\nwant %s", q, numbersText(got), want)
 		}
 		return got
 	}
@@ -97,4 +90,13 @@ func TestHistoryRange(t *testing.T) {
 	// An empty range.
 	f(HistoryQuery{Properties: temp, From: at(time.Second), To: at(time.Second), N: 3}, "")
 	f(HistoryQuery{Properties: temp, From: at(-time.Hour), To: at(-time.Minute), N: 3}, "")
+}
+
+// numbersText is values as "property=number ...", in order.
+func numbersText(vs []PropertyValue) string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, fmt.Sprintf("%s=%g", v.Property, v.Num))
+	}
+	return strings.Join(s, " ")
 }

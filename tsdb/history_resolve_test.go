@@ -2,7 +2,6 @@ package tsdb
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,13 +52,6 @@ func TestHistoryRun(t *testing.T) {
 	if err := db.Insert(ctx, nil, ps); err != nil {
 		t.Fatal(err)
 	}
-	show := func(vs []PropertyValue) string {
-		var s []string
-		for _, v := range vs {
-			s = append(s, fmt.Sprintf("%s=%g", v.Property, v.Num))
-		}
-		return strings.Join(s, " ")
-	}
 	run := func(q HistoryQuery, want string) History {
 		t.Helper()
 		q.ProductID, q.DeviceID, q.Properties = "hrun_p", "d1", []string{"temp"}
@@ -71,8 +63,8 @@ func TestHistoryRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if show(got) != want {
-			t.Fatalf("%+v:\n got %s\nwant %s", q, show(got), want)
+		if numbersText(got) != want {
+			t.Fatalf("%+v:\n got %s\nwant %s", q, numbersText(got), want)
 		}
 		return h
 	}
@@ -89,8 +81,8 @@ func TestHistoryRun(t *testing.T) {
 	if err := e.Each(ctx, func(v *PropertyValue) error { streamed = append(streamed, *v); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if show(streamed) != "temp=1 temp=2" {
-		t.Fatalf("export of %+v: %s", h.ExportQuery(), show(streamed))
+	if numbersText(streamed) != "temp=1 temp=2" {
+		t.Fatalf("export of %+v: %s", h.ExportQuery(), numbersText(streamed))
 	}
 }
 

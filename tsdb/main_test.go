@@ -66,9 +66,16 @@ func testOptions(name string, loc *time.Location) Options {
 // openDB opens (and registers for dropping) a database of this run.
 func openDB(t testing.TB, name string, loc *time.Location) *DB {
 	t.Helper()
+	return openDBWith(t, testOptions(name, loc))
+}
+
+// openDBWith is openDB with options of the test's own (testOptions, then
+// changed).
+func openDBWith(t testing.TB, opt Options) *DB {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := Open(ctx, testOptions(name, loc))
+	db, err := Open(ctx, opt)
 	if err != nil {
 		t.Fatalf("open ClickHouse (run .ci/services if it is down): %v", err)
 	}
