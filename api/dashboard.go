@@ -72,20 +72,26 @@ func appendItem(b []byte, size *resultBytes, item any) ([]byte, error) {
 	return append(b, js...), nil
 }
 
+// countItemPrefix is what every message-count item of group starts
+// with, up to its value (appendCountItem).
+func countItemPrefix(group string) []byte {
+	b := append([]byte(nil), `{"group":`...)
+	b = appendJSONString(b, group)
+	return append(b, `,"data":{"value":`...)
+}
+
 // appendCountItem appends a message-count bucket, the aggItem
 // {group, data: {value, timeString, timestamp: i}}, as appendItem does
-// (without reflection: TestAppendCountItem compares them), its
-// timeString start in layout; scratch holds the timeString while it is
-// written.
-func appendCountItem(b, scratch []byte, size *resultBytes, group string, value uint64, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
+// (without reflection: TestAppendCountItem compares them), prefix being
+// countItemPrefix(group) and its timeString start in layout; scratch
+// holds the timeString while it is written.
+func appendCountItem(b, scratch []byte, size *resultBytes, prefix []byte, value uint64, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
 	before := len(b)
 	if before > 0 {
 		b = append(b, ',')
 	}
 	item := len(b)
-	b = append(b, `{"group":`...)
-	b = appendJSONString(b, group)
-	b = append(b, `,"data":{"value":`...)
+	b = append(b, prefix...)
 	b = strconv.AppendUint(b, value, 10)
 	b = append(b, `,"timeString":`...)
 	scratch = layout.appendFormat(scratch[:0], start)
@@ -436,8 +442,9 @@ func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *re
 		}
 		var scratch [64]byte
 		ts := scratch[:0]
+		prefix := countItemPrefix(plan.group)
 		for i, bk := range buckets {
-			if b, ts, err = appendCountItem(b, ts, size, plan.group, bk.Count, plan.layout, bk.Start.In(loc), i); err != nil {
+			if b, ts, err = appendCountItem(b, ts, size, prefix, bk.Count, plan.layout, bk.Start.In(loc), i); err != nil {
 				return b, err
 			}
 		}

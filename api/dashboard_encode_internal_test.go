@@ -19,7 +19,7 @@ func TestAppendCountItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := []string{"", "g", "a\"b\\c", "<script>&", "日本\u2028x", "bad\xffutf8", "tab\tnl\n\x01", strings.Repeat("x", 300)}
-	patterns := []string{"yyyy-MM-dd", "yyyy-MM-dd HH:mm:ss.SSS", "MM月dd日 E a hh", "'<q>' yy MMM MMMM EEEE", "'\"'''yyyy", "y"}
+	patterns := []string{"yyyy-MM-dd", "d-M-H-h-m-s-S yy", "ddd-MMMMM-yyyyy SSSS", "yyyy-MM-dd HH:mm:ss.SSS", "MM月dd日 E a hh", "'<q>' yy MMM MMMM EEEE", "'\"'''yyyy", "y"}
 	times := []time.Time{time.Date(2024, 2, 29, 23, 59, 59, 123e6, loc), time.Date(5, 1, 2, 3, 4, 5, 0, loc), time.Date(2025, 12, 31, 12, 0, 0, 0, loc)}
 	values := []uint64{0, 1, 1<<64 - 1}
 	for _, pattern := range patterns {
@@ -36,7 +36,7 @@ func TestAppendCountItem(t *testing.T) {
 			i := 0
 			for _, tm := range times {
 				for _, v := range values {
-					if got, scratch, err = appendCountItem(got, scratch, &gotSize, group, v, layout, tm, i); err != nil {
+					if got, scratch, err = appendCountItem(got, scratch, &gotSize, countItemPrefix(group), v, layout, tm, i); err != nil {
 						t.Fatal(err)
 					}
 					item := aggItem{Group: group, Data: aggData{Value: v, TimeString: layout.format(tm), Timestamp: i}}

@@ -77,6 +77,12 @@ func (l javaLayout) format(t time.Time) string { return string(l.appendFormat(ni
 // appendFormat appends t as format writes it.
 func (l javaLayout) appendFormat(b []byte, t time.Time) []byte {
 	num := func(b []byte, v, width int) []byte {
+		if v >= 0 && v < 100 && width <= 2 { // days, hours, months...
+			if v >= 10 || width == 2 {
+				b = append(b, byte('0'+v/10))
+			}
+			return append(b, byte('0'+v%10))
+		}
 		var digits [24]byte
 		d := strconv.AppendInt(digits[:0], int64(v), 10)
 		for k := len(d); k < width; k++ {
