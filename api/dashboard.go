@@ -75,7 +75,7 @@ func appendItem(b []byte, size *resultBytes, item any) ([]byte, error) {
 // countItemPrefix is what every message-count item of group starts
 // with, up to its value (appendCountItem).
 func countItemPrefix(group string) []byte {
-	b := append([]byte(nil), `{"group":`...)
+	b := append(make([]byte, 0, len(group)+32), `{"group":`...)
 	b = appendJSONString(b, group)
 	return append(b, `,"data":{"value":`...)
 }
@@ -179,8 +179,8 @@ type historyValue struct {
 // any runs; then the request takes a slot of the dashboard gate, or is
 // refused with 503 when none comes free in time.
 func (s *Server) dashboardMulti(c *fiber.Ctx) error {
-	var qs []dashboardQuery
-	if err := decodeJSON(c, &qs); err != nil {
+	qs, err := decodeQueries(c)
+	if err != nil {
 		return err
 	}
 	if len(qs) == 0 {
@@ -301,6 +301,26 @@ var queryAts = func() []string {
 	return at
 }()
 
+// decodeQueries reads the body of endpoint 14 as decodeJSON does, without
+// reflection when decodeQueriesFast can; the queries' params alias the
+// request's body.
+func decodeQueries(c *fiber.Ctx) ([]dashboardQuery, error) {
+	body, err := checkedBody(c)
+	if err != nil {
+		return nil, err
+	}
+	if json.Valid(body) {
+		if qs, ok := decodeQueriesFast(body); ok {
+			return qs, nil
+		}
+	}
+	var qs []dashboardQuery
+	if err := jsonError(json.Unmarshal(body, &qs)); err != nil {
+		return nil, err
+	}
+	return qs, nil
+}
+
 // queryKind is what a dashboard query asks for.
 type queryKind int
 
@@ -373,27 +393,43 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// countParams are a message-count query's params.
+type countParams struct {
+	aggParams
+	bucketParams
+}
+
+// decodeCountParams decodes a message-count query's params in one pass
+// (without reflection when decodeCountParamsFast can); a failure is named
+// as decoding its aggParams, then its bucketParams, names it.
+func decodeCountParams(at string, raw json.RawMessage) (aggParams, bucketParams, error) {
+	var both countParams
+	var limit int
+	if decodeCountParamsFast(raw, &both.aggParams, &both.bucketParams, &limit) {
+		return both.aggParams, both.bucketParams, nil
+	}
+	both = countParams{}
+	if decodeParams(at, raw, &both) == nil {
+		return both.aggParams, both.bucketParams, nil
+	}
+	var p aggParams
+	var bp bucketParams
+	if err := decodeParams(at, raw, &p); err != nil {
+		return p, bp, err
+	}
+	if err := decodeParams(at, raw, &bp); err != nil {
+		return p, bp, err
+	}
+	return p, bp, schema.Invalid(at+".params", "malformed") // not reached: the two fail as the one does
+}
+
 // planMessageCounts checks a message-count query and resolves its
 // buckets.
 func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	// Both in one pass; a failure is named as decoding them in turn names
-	// it (the first of aggParams' errors, else of bucketParams').
-	var both struct {
-		aggParams
-		bucketParams
+	p, bp, err := decodeCountParams(at, q.Params)
+	if err != nil {
+		return nil, err
 	}
-	if decodeParams(at, q.Params, &both) != nil {
-		var p aggParams
-		var bp bucketParams
-		if err := decodeParams(at, q.Params, &p); err != nil {
-			return nil, err
-		}
-		if err := decodeParams(at, q.Params, &bp); err != nil {
-			return nil, err
-		}
-		return nil, schema.Invalid(at+".params", "malformed") // not reached: the two fail as the one does
-	}
-	p, bp := both.aggParams, both.bucketParams
 	b, err := planBuckets(at, bp, now, loc)
 	if err != nil {
 		return nil, err
