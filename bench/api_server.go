@@ -154,8 +154,9 @@ func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, w
 	reg := prometheus.NewRegistry()
 	deps := api.Deps{
 		Auth: s.store, Products: s.store, Roles: s.store, Devices: s.store, Models: s.store,
-		Health:   map[string]func(context.Context) error{"postgres": s.store.Ping},
-		Logger:   slog.New(slog.DiscardHandler),
+		Health: map[string]func(context.Context) error{"postgres": s.store.Ping},
+		// Errors only (a 500's cause), to stderr.
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Registry: reg, Gatherer: reg,
 	}
 	if with != nil {
