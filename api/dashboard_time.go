@@ -77,11 +77,20 @@ func (l javaLayout) format(t time.Time) string { return string(l.appendFormat(ni
 // appendFormat appends t as format writes it.
 func (l javaLayout) appendFormat(b []byte, t time.Time) []byte {
 	num := func(b []byte, v, width int) []byte {
-		if v >= 0 && v < 100 && width <= 2 { // days, hours, months...
-			if v >= 10 || width == 2 {
-				b = append(b, byte('0'+v/10))
+		if v >= 0 && v < 10000 { // years, days, hours...
+			var d [4]byte
+			n := len(d)
+			for {
+				n--
+				d[n] = byte('0' + v%10)
+				if v /= 10; v == 0 {
+					break
+				}
 			}
-			return append(b, byte('0'+v%10))
+			for k := len(d) - n; k < width; k++ {
+				b = append(b, '0')
+			}
+			return append(b, d[n:]...)
 		}
 		var digits [24]byte
 		d := strconv.AppendInt(digits[:0], int64(v), 10)
