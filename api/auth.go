@@ -198,21 +198,23 @@ func (s *Server) checkToken(c *fiber.Ctx, token string) error {
 // every check asks the store. The user is shared with the cache: nobody
 // changes it.
 func (s *Server) authenticate(ctx context.Context, token string) (*meta.User, error) {
+	// The header's bytes are fasthttp's, reused after the request: the
+	// store, and a lookup that may run after it (a refresh in the
+	// background), get a copy made before, but only when they are asked.
 	if !s.tokenWatch.Listening() {
-		u, _, err := s.deps.Auth.Authenticate(ctx, token)
+		u, _, err := s.deps.Auth.Authenticate(ctx, strings.Clone(token))
 		if err != nil {
 			return nil, err
 		}
 		return &u, nil
 	}
 	d := meta.TokenDigest(token)
-	if u, ok := s.tokens.peek(d); ok { // no lookup built for a hit
+	if u, ok := s.tokens.peek(d); ok { // a hit copies nothing
 		return u, nil
 	}
+	token = strings.Clone(token)
 	return s.tokens.get(ctx, d, func(ctx context.Context, _ [sha256.Size]byte) (*meta.User, time.Time, error) {
-		// The header's bytes are fasthttp's, reused after the request; a
-		// cache refresh may run after it.
-		u, until, err := s.deps.Auth.Authenticate(ctx, strings.Clone(token))
+		u, until, err := s.deps.Auth.Authenticate(ctx, token)
 		if err != nil {
 			return nil, until, err
 		}
