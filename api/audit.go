@@ -87,7 +87,7 @@ func (s *Server) audited(c *fiber.Ctx) error {
 		Route:   r.Path,
 		Status:  c.Response().StatusCode(),
 	}
-	if u, ok := c.Locals(userKey).(meta.User); ok {
+	if u, ok := c.Locals(userKey).(*meta.User); ok && u != nil {
 		e.UserID, e.Username, e.KeyID = u.ID, u.Username, u.KeyID
 	} else if who, ok := c.Locals(auditWhoKey).(meta.User); ok {
 		e.UserID, e.Username = who.ID, clip(who.Username)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"net/netip"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func (s *Server) logout(c *fiber.Ctx) error {
 	}
 	token := c.Get(tokenHeader)
 	id := meta.TokenID(token)
-	s.tokens.evict(id)
+	s.tokens.evict(meta.TokenDigest(token))
 	if err := s.deps.Auth.Logout(c.UserContext(), token); err != nil {
 		return err
 	}
@@ -147,7 +148,9 @@ func (s *Server) tokensEnded(ids []string) {
 		return
 	}
 	for _, id := range ids {
-		s.tokens.evict(id)
+		if d, ok := meta.ParseTokenID(id); ok {
+			s.tokens.evict(d)
+		}
 		s.streams.end(id)
 	}
 }
@@ -188,25 +191,42 @@ func (s *Server) checkToken(c *fiber.Ctx, token string) error {
 }
 
 // authenticate resolves a token to its user, through the token cache
-// (keyed by meta.TokenID, the name announcements of ended tokens use)
-// while the store's announcements are heard; without them a logout
-// through another instance could go unseen, so every check asks the
-// store.
-func (s *Server) authenticate(ctx context.Context, token string) (meta.User, error) {
-	// The header's bytes are fasthttp's, reused after the request; a
-	// cache refresh may run after it.
-	token = strings.Clone(token)
-	lookup := func(ctx context.Context, _ string) (meta.User, time.Time, error) {
-		return s.deps.Auth.Authenticate(ctx, token)
-	}
+// (keyed by meta.TokenDigest: the token is found by its SHA-256, never by
+// comparing secrets, and an announcement of ended tokens names them by
+// its hex, meta.TokenID) while the store's announcements are heard;
+// without them a logout through another instance could go unseen, so
+// every check asks the store. The user is shared with the cache: nobody
+// changes it.
+func (s *Server) authenticate(ctx context.Context, token string) (*meta.User, error) {
+	// The header's bytes are fasthttp's, reused after the request: the
+	// store, and a lookup that may run after it (a refresh in the
+	// background), get a copy made before, but only when they are asked.
 	if !s.tokenWatch.Listening() {
-		u, _, err := lookup(ctx, "")
-		return u, err
+		u, _, err := s.deps.Auth.Authenticate(ctx, strings.Clone(token))
+		if err != nil {
+			return nil, err
+		}
+		return &u, nil
 	}
-	return s.tokens.get(ctx, meta.TokenID(token), lookup)
+	d := meta.TokenDigest(token)
+	if u, ok := s.tokens.peek(d); ok { // a hit copies nothing
+		return u, nil
+	}
+	token = strings.Clone(token)
+	return s.tokens.get(ctx, d, func(ctx context.Context, _ [sha256.Size]byte) (*meta.User, time.Time, error) {
+		u, until, err := s.deps.Auth.Authenticate(ctx, token)
+		if err != nil {
+			return nil, until, err
+		}
+		return &u, until, nil
+	})
 }
 
+// currentUser is the user whose token the request came with (none: the
+// zero User).
 func currentUser(c *fiber.Ctx) meta.User {
-	u, _ := c.Locals(userKey).(meta.User)
-	return u
+	if u, _ := c.Locals(userKey).(*meta.User); u != nil {
+		return *u
+	}
+	return meta.User{}
 }

@@ -18,7 +18,7 @@ import (
 // application/json or application/*+json, in UTF-8 if a charset is named.
 // Anything else is 415.
 func checkContentType(contentType string) error {
-	if contentType == "" {
+	if contentType == "" || contentType == fiber.MIMEApplicationJSON {
 		return nil
 	}
 	mt, params, err := mime.ParseMediaType(contentType)

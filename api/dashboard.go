@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -55,16 +56,53 @@ type dashboardPlan struct {
 	resolved tsdb.History
 }
 
-// encodeItem encodes one item and counts it into size.
-func encodeItem(items []json.RawMessage, size *resultBytes, item any) ([]json.RawMessage, error) {
-	b, err := json.Marshal(item)
+// appendItem appends item as encoding/json writes it, after a comma if b
+// holds items already, and counts it into size.
+func appendItem(b []byte, size *resultBytes, item any) ([]byte, error) {
+	js, err := json.Marshal(item)
 	if err != nil {
-		return items, err
+		return b, err
 	}
-	if err := size.add(len(b) + 1); err != nil {
-		return items, err
+	if err := size.add(len(js) + 1); err != nil {
+		return b, err
 	}
-	return append(items, b), nil
+	if len(b) > 0 {
+		b = append(b, ',')
+	}
+	return append(b, js...), nil
+}
+
+// countItemPrefix is what every message-count item of group starts
+// with, up to its value (appendCountItem).
+func countItemPrefix(group string) []byte {
+	b := append(make([]byte, 0, len(group)+32), `{"group":`...)
+	b = appendJSONString(b, group)
+	return append(b, `,"data":{"value":`...)
+}
+
+// appendCountItem appends a message-count bucket, the aggItem
+// {group, data: {value, timeString, timestamp: i}}, as appendItem does
+// (without reflection: TestAppendCountItem compares them), prefix being
+// countItemPrefix(group) and its timeString start in layout; scratch
+// holds the timeString while it is written.
+func appendCountItem(b, scratch []byte, size *resultBytes, prefix []byte, value uint64, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
+	before := len(b)
+	if before > 0 {
+		b = append(b, ',')
+	}
+	item := len(b)
+	b = append(b, prefix...)
+	b = strconv.AppendUint(b, value, 10)
+	b = append(b, `,"timeString":`...)
+	scratch = layout.appendFormat(scratch[:0], start)
+	b = appendJSONBytes(b, scratch)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	b = append(b, '}', '}')
+	if err := size.add(len(b) - item + 1); err != nil {
+		return b[:before], scratch, err
+	}
+	return b, scratch, nil
 }
 
 // dashboardQuery is one item of the _multi body.
@@ -141,8 +179,8 @@ type historyValue struct {
 // any runs; then the request takes a slot of the dashboard gate, or is
 // refused with 503 when none comes free in time.
 func (s *Server) dashboardMulti(c *fiber.Ctx) error {
-	var qs []dashboardQuery
-	if err := decodeJSON(c, &qs); err != nil {
+	qs, err := decodeQueries(c)
+	if err != nil {
 		return err
 	}
 	if len(qs) == 0 {
@@ -160,7 +198,7 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	plans := make([]*dashboardPlan, len(qs))
 	var budget dashboardBudget
 	for i := range qs {
-		at := fmt.Sprintf("[%d]", i)
+		at := queryAt(i)
 		plan, err := s.planDashboard(at, &qs[i], now, loc)
 		if err != nil {
 			return err
@@ -186,27 +224,101 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	}
 	defer s.dash.release()
 	var size resultBytes
-	results := make([][]json.RawMessage, len(qs))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, plan := range plans {
-		g.Go(func() error {
-			items, err := s.runDashboard(gctx, plan, &size, loc)
-			results[i] = items
+	results := make([]*[]byte, len(plans)) // each query's items, comma-separated
+	defer func() {
+		for _, r := range results {
+			if r != nil {
+				putItemBuffer(r)
+			}
+		}
+	}()
+	if len(plans) == 1 { // no goroutine for one query
+		results[0] = getItemBuffer()
+		var err error
+		if *results[0], err = s.runDashboard(ctx, plans[0], &size, loc, *results[0]); err != nil {
 			return err
-		})
+		}
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		for i, plan := range plans {
+			results[i] = getItemBuffer()
+			g.Go(func() error {
+				var err error
+				*results[i], err = s.runDashboard(gctx, plan, &size, loc, *results[i])
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
 	}
-	if err := g.Wait(); err != nil {
-		return err
+	return okWith(c, func(b []byte) []byte {
+		b = append(b, '[')
+		first := true
+		for _, items := range results {
+			if len(*items) == 0 {
+				continue
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, *items...)
+		}
+		return append(b, ']')
+	})
+}
+
+// itemBuffers hold the items of a query of endpoint 14 until the answer
+// is written.
+var itemBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+func getItemBuffer() *[]byte {
+	b := itemBuffers.Get().(*[]byte)
+	*b = (*b)[:0]
+	return b
+}
+
+func putItemBuffer(b *[]byte) {
+	if cap(*b) <= 1<<20 {
+		itemBuffers.Put(b)
 	}
-	n := 0
-	for _, items := range results {
-		n += len(items)
+}
+
+// queryAt names the query at index i of a body in errors: [i].
+func queryAt(i int) string {
+	if i < len(queryAts) {
+		return queryAts[i]
 	}
-	out := make([]json.RawMessage, 0, n)
-	for _, items := range results {
-		out = append(out, items...)
+	return fmt.Sprintf("[%d]", i)
+}
+
+var queryAts = func() []string {
+	at := make([]string, maxDashboardQueries)
+	for i := range at {
+		at[i] = fmt.Sprintf("[%d]", i)
 	}
-	return ok(c, out)
+	return at
+}()
+
+// decodeQueries reads the body of endpoint 14 as decodeJSON does, without
+// reflection when decodeQueriesFast can; the queries' params alias the
+// request's body.
+func decodeQueries(c *fiber.Ctx) ([]dashboardQuery, error) {
+	body, err := checkedBody(c)
+	if err != nil {
+		return nil, err
+	}
+	if json.Valid(body) {
+		if qs, ok := decodeQueriesFast(body); ok {
+			return qs, nil
+		}
+	}
+	var qs []dashboardQuery
+	if err := jsonError(json.Unmarshal(body, &qs)); err != nil {
+		return nil, err
+	}
+	return qs, nil
 }
 
 // queryKind is what a dashboard query asks for.
@@ -281,15 +393,41 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// countParams are a message-count query's params.
+type countParams struct {
+	aggParams
+	bucketParams
+}
+
+// decodeCountParams decodes a message-count query's params in one pass
+// (without reflection when decodeCountParamsFast can); a failure is named
+// as decoding its aggParams, then its bucketParams, names it.
+func decodeCountParams(at string, raw json.RawMessage) (aggParams, bucketParams, error) {
+	var both countParams
+	var limit int
+	if decodeCountParamsFast(raw, &both.aggParams, &both.bucketParams, &limit) {
+		return both.aggParams, both.bucketParams, nil
+	}
+	both = countParams{}
+	if decodeParams(at, raw, &both) == nil {
+		return both.aggParams, both.bucketParams, nil
+	}
+	var p aggParams
+	var bp bucketParams
+	if err := decodeParams(at, raw, &p); err != nil {
+		return p, bp, err
+	}
+	if err := decodeParams(at, raw, &bp); err != nil {
+		return p, bp, err
+	}
+	return p, bp, schema.Invalid(at+".params", "malformed") // not reached: the two fail as the one does
+}
+
 // planMessageCounts checks a message-count query and resolves its
 // buckets.
 func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	var p aggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
+	p, bp, err := decodeCountParams(at, q.Params)
+	if err != nil {
 		return nil, err
 	}
 	b, err := planBuckets(at, bp, now, loc)
@@ -328,53 +466,52 @@ func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) erro
 	return atField(plan.at, err)
 }
 
-// runDashboard runs a resolved query, its one tsdb method, and encodes
-// its items, each counted into size; times are shown in loc.
-func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *resultBytes, loc *time.Location) ([]json.RawMessage, error) {
+// runDashboard runs a resolved query, its one tsdb method, and appends
+// its items to b, comma-separated, each counted into size; times are
+// shown in loc.
+func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *resultBytes, loc *time.Location, b []byte) ([]byte, error) {
 	switch {
 	case plan.counts != nil:
 		buckets, err := s.messageCounts(ctx, *plan.counts)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", plan.at, err)
+			return b, fmt.Errorf("%s: %w", plan.at, err)
 		}
-		items := make([]json.RawMessage, 0, len(buckets))
+		var scratch [64]byte
+		ts := scratch[:0]
+		prefix := countItemPrefix(plan.group)
 		for i, bk := range buckets {
-			if items, err = encodeItem(items, size, aggItem{Group: plan.group, Data: aggData{
-				Value: bk.Count, TimeString: plan.layout.format(bk.Start.In(loc)), Timestamp: i,
-			}}); err != nil {
-				return nil, err
+			if b, ts, err = appendCountItem(b, ts, size, prefix, bk.Count, plan.layout, bk.Start.In(loc), i); err != nil {
+				return b, err
 			}
 		}
-		return items, nil
+		return b, nil
 	case plan.agg != nil:
 		q := plan.agg
 		series, err := s.deps.Dashboard.PropertyAggregates(ctx, *q)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", plan.at, err)
+			return b, fmt.Errorf("%s: %w", plan.at, err)
 		}
-		items := make([]json.RawMessage, 0, len(series)*q.Range.Len())
 		for _, sr := range series {
 			for i, bk := range sr.Buckets {
-				if items, err = encodeItem(items, size, propAggItem{Group: plan.group, Property: sr.Property, Data: propAggData{
+				if b, err = appendItem(b, size, propAggItem{Group: plan.group, Property: sr.Property, Data: propAggData{
 					Value: aggValue(q.Agg, bk), TimeString: plan.layout.format(bk.Start.In(loc)), Timestamp: i,
 				}}); err != nil {
-					return nil, err
+					return b, err
 				}
 			}
 		}
-		return items, nil
+		return b, nil
 	}
 	values, err := plan.resolved.Run(ctx, s.deps.Dashboard)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
-	items := make([]json.RawMessage, 0, len(values))
 	for _, v := range values {
-		if items, err = encodeItem(items, size, historyItem{Group: plan.group, Data: historyEntry(v, plan.resolved.Model, loc)}); err != nil {
-			return nil, err
+		if b, err = appendItem(b, size, historyItem{Group: plan.group, Data: historyEntry(v, plan.resolved.Model, loc)}); err != nil {
+			return b, err
 		}
 	}
-	return items, nil
+	return b, nil
 }
 
 // bucketPlan is the checked bucket parameters of a query: its buckets,
@@ -383,6 +520,16 @@ type bucketPlan struct {
 	layout javaLayout
 	rng    tsdb.Range
 }
+
+// defaultLayout is the layout of the buckets' timeString without a
+// format: yyyy-MM-dd.
+var defaultLayout = func() javaLayout {
+	l, err := parseJavaPattern("yyyy-MM-dd")
+	if err != nil {
+		panic(err)
+	}
+	return l
+}()
 
 // planBuckets checks the bucket parameters: time (default 1d), format
 // (default yyyy-MM-dd), limit, and from/to, epoch ms or date math relative
@@ -395,12 +542,10 @@ func planBuckets(at string, p bucketParams, now time.Time, loc *time.Location) (
 	if err := bp.CheckInterval(); err != nil {
 		return b, atField(at, err)
 	}
-	format := p.Format
-	if format == "" {
-		format = "yyyy-MM-dd"
-	}
 	var err error
-	if b.layout, err = parseJavaPattern(format); err != nil {
+	if p.Format == "" {
+		b.layout = defaultLayout
+	} else if b.layout, err = parseJavaPattern(p.Format); err != nil {
 		return b, schema.Invalid(at+".params.format", "%v", err)
 	}
 	if err := bp.CheckLimit(); err != nil {
@@ -426,6 +571,9 @@ func absentParam(raw json.RawMessage) bool { return len(raw) == 0 || string(raw)
 // atField puts the query's position at before the field of tsdb's
 // *schema.ArgError err; other errors are returned as they are.
 func atField(at string, err error) error {
+	if err == nil {
+		return nil
+	}
 	var ae *schema.ArgError
 	if errors.As(err, &ae) {
 		return &schema.ArgError{Field: at + "." + ae.Field, Msg: ae.Msg}

@@ -72,65 +72,109 @@ func parseJavaPattern(p string) (javaLayout, error) {
 	return out, nil
 }
 
-func (l javaLayout) format(t time.Time) string {
-	var b strings.Builder
-	num := func(v, width int) {
-		s := strconv.Itoa(v)
-		for k := len(s); k < width; k++ {
-			b.WriteByte('0')
+func (l javaLayout) format(t time.Time) string { return string(l.appendFormat(nil, t)) }
+
+// appendFormat appends t as format writes it.
+func (l javaLayout) appendFormat(b []byte, t time.Time) []byte {
+	num := func(b []byte, v, width int) []byte {
+		if v >= 0 && v < 10000 { // years, days, hours...
+			var d [4]byte
+			n := len(d)
+			for {
+				n--
+				d[n] = byte('0' + v%10)
+				if v /= 10; v == 0 {
+					break
+				}
+			}
+			for k := len(d) - n; k < width; k++ {
+				b = append(b, '0')
+			}
+			return append(b, d[n:]...)
 		}
-		b.WriteString(s)
+		var digits [24]byte
+		d := strconv.AppendInt(digits[:0], int64(v), 10)
+		for k := len(d); k < width; k++ {
+			b = append(b, '0')
+		}
+		return append(b, d...)
 	}
+	year, month, day := t.Date()
+	hour, minute, second := t.Clock()
 	for _, tok := range l {
 		switch tok.letter {
 		case 0:
-			b.WriteString(tok.text)
+			b = append(b, tok.text...)
 		case 'y':
 			if tok.width == 2 {
-				num(t.Year()%100, 2)
+				b = num(b, year%100, 2)
 			} else {
-				num(t.Year(), tok.width)
+				b = num(b, year, tok.width)
 			}
 		case 'M':
 			switch {
 			case tok.width >= 4:
-				b.WriteString(t.Month().String())
+				b = append(b, month.String()...)
 			case tok.width == 3:
-				b.WriteString(t.Month().String()[:3])
+				b = append(b, month.String()[:3]...)
 			default:
-				num(int(t.Month()), tok.width)
+				b = num(b, int(month), tok.width)
 			}
 		case 'd':
-			num(t.Day(), tok.width)
+			b = num(b, day, tok.width)
 		case 'H':
-			num(t.Hour(), tok.width)
+			b = num(b, hour, tok.width)
 		case 'h':
-			h := t.Hour() % 12
+			h := hour % 12
 			if h == 0 {
 				h = 12
 			}
-			num(h, tok.width)
+			b = num(b, h, tok.width)
 		case 'm':
-			num(t.Minute(), tok.width)
+			b = num(b, minute, tok.width)
 		case 's':
-			num(t.Second(), tok.width)
+			b = num(b, second, tok.width)
 		case 'S':
-			num(t.Nanosecond()/int(time.Millisecond), tok.width)
+			b = num(b, t.Nanosecond()/int(time.Millisecond), tok.width)
 		case 'a':
-			if t.Hour() < 12 {
-				b.WriteString("AM")
+			if hour < 12 {
+				b = append(b, "AM"...)
 			} else {
-				b.WriteString("PM")
+				b = append(b, "PM"...)
 			}
 		case 'E':
 			if tok.width >= 4 {
-				b.WriteString(t.Weekday().String())
+				b = append(b, t.Weekday().String()...)
 			} else {
-				b.WriteString(t.Weekday().String()[:3])
+				b = append(b, t.Weekday().String()[:3]...)
 			}
 		}
 	}
-	return b.String()
+	return b
+}
+
+// epochMillis reads raw, a JSON number of at most 18 digits (no fraction
+// or exponent), as json.Unmarshal into an int64 does, and says whether it
+// did; anything else is left to json.Unmarshal.
+func epochMillis(raw []byte) (int64, bool) {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	var v int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(digits) < len(raw) {
+		v = -v
+	}
+	return v, true
 }
 
 // parseTimeParam reads a time parameter: epoch milliseconds (a JSON number
@@ -143,19 +187,31 @@ func parseTimeParam(field string, raw json.RawMessage, now time.Time, loc *time.
 	}
 	var t time.Time
 	var err error
-	var ms int64
-	var s string
-	switch {
-	case json.Unmarshal(raw, &ms) == nil:
+	if ms, ok := epochMillis(raw); ok {
 		t = time.UnixMilli(ms).In(loc)
 		err = tsdb.CheckTime(t)
-	case json.Unmarshal(raw, &s) == nil:
-		t, err = tsdb.ParseTime(strings.TrimSpace(s), now, loc)
-	default:
+	} else if t, ok, err = parseTimeJSON(raw, now, loc); !ok {
 		return time.Time{}, schema.Invalid(field, "must be epoch milliseconds or date math like now-7d")
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: %w", field, err)
 	}
 	return t, nil
+}
+
+// parseTimeJSON is parseTimeParam of a parameter that is not a plain
+// integer: its time, whether it is either kind of time parameter at all,
+// and the error of checking the time.
+func parseTimeJSON(raw json.RawMessage, now time.Time, loc *time.Location) (time.Time, bool, error) {
+	var ms int64
+	var s string
+	switch {
+	case json.Unmarshal(raw, &ms) == nil:
+		t := time.UnixMilli(ms).In(loc)
+		return t, true, tsdb.CheckTime(t)
+	case json.Unmarshal(raw, &s) == nil:
+		t, err := tsdb.ParseTime(strings.TrimSpace(s), now, loc)
+		return t, true, err
+	}
+	return time.Time{}, false, nil
 }

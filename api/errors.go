@@ -123,17 +123,27 @@ func safeText(s string) string {
 // and strings PostgreSQL cannot store (see checkJSONText) are input errors
 // naming the field.
 func decodeJSON(c *fiber.Ctx, v any) error {
-	body := c.Body()
-	if len(body) == 0 {
-		return schema.Invalid("body", "a JSON body is required")
-	}
-	if err := checkJSONText(body); err != nil {
+	body, err := checkedBody(c)
+	if err != nil {
 		return err
 	}
-	if !utf8.Valid(body) {
-		return schema.Invalid("body", "must be UTF-8")
-	}
 	return jsonError(json.Unmarshal(body, v))
+}
+
+// checkedBody is the request body once decodeJSON's checks before
+// decoding pass.
+func checkedBody(c *fiber.Ctx) ([]byte, error) {
+	body := c.Body()
+	if len(body) == 0 {
+		return nil, schema.Invalid("body", "a JSON body is required")
+	}
+	if err := checkJSONText(body); err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(body) {
+		return nil, schema.Invalid("body", "must be UTF-8")
+	}
+	return body, nil
 }
 
 func jsonError(err error) error {

@@ -141,6 +141,27 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendJSONBytes is appendJSONString of p's text, without a copy when
+// none of it needs escaping.
+func appendJSONBytes(b, p []byte) []byte {
+	for _, c := range p {
+		if !plainJSON[c] {
+			return appendJSONString(b, string(p))
+		}
+	}
+	b = append(b, '"')
+	b = append(b, p...)
+	return append(b, '"')
+}
+
+// plainJSON is true for the bytes appendJSONString writes as they are.
+var plainJSON = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendDevice appends a device list item (endpoint 7).
 func appendDevice(d *meta.Device, b []byte) []byte {
 	b = append(b, '{')

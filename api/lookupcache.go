@@ -21,8 +21,8 @@ import (
 // request asks again and sees the failure itself. A lookup that panics is
 // a failure (errLookupPanicked) of every request sharing it, not of the
 // process.
-type lookupCache[V any] struct {
-	c *cache.Cache[string, looked[V]]
+type lookupCache[K comparable, V any] struct {
+	c *cache.Cache[K, looked[V]]
 }
 
 // looked is an answer and the time after which it must not be used.
@@ -33,7 +33,7 @@ type looked[V any] struct {
 
 // lookupFunc answers a miss, with the time after which the answer must not
 // be used (zero: only the TTL bounds it).
-type lookupFunc[V any] func(ctx context.Context, key string) (V, time.Time, error)
+type lookupFunc[K comparable, V any] func(ctx context.Context, key K) (V, time.Time, error)
 
 // sharedLookupTimeout bounds a lookup that several requests, or none (a
 // background refresh), wait for: it runs on its own deadline, so the
@@ -43,32 +43,46 @@ const sharedLookupTimeout = 10 * time.Second
 // errLookupPanicked is what the requests sharing a lookup that panicked get.
 var errLookupPanicked = cache.ErrPanicked
 
-// lookupOptions configure the cache of a lookup: answers fresh for ttl,
-// served stale for one more while refreshed, at most max of them (a full
-// cache is emptied: the next requests look up again). Keys are copied:
-// Fiber's route parameters and headers alias reused buffers.
+// lookupOptions configure the cache of a lookup by string: answers fresh
+// for ttl, served stale for one more while refreshed, at most max of them
+// (a full cache is emptied: the next requests look up again). Keys are
+// copied: Fiber's route parameters and headers alias reused buffers.
 func lookupOptions[V any](ttl time.Duration, max int) cache.Options[string, looked[V]] {
-	o := cache.DefaultOptions[string, looked[V]]()
+	o := keyedLookupOptions[string, V](ttl, max)
+	o.CopyKey = strings.Clone
+	return o
+}
+
+// keyedLookupOptions are lookupOptions of keys the cache may keep as they
+// are given.
+func keyedLookupOptions[K comparable, V any](ttl time.Duration, max int) cache.Options[K, looked[V]] {
+	o := cache.DefaultOptions[K, looked[V]]()
 	o.TTL = ttl
 	o.Stale = ttl
 	o.MaxEntries = max
 	o.Trim = 0
 	o.Expiry = func(l looked[V]) time.Time { return l.until }
-	o.CopyKey = strings.Clone
 	o.LoadTimeout = sharedLookupTimeout
 	return o
 }
 
-func newLookupCache[V any](ttl time.Duration, max int) *lookupCache[V] {
-	return &lookupCache[V]{c: cache.New(lookupOptions[V](ttl, max))}
+func newLookupCache[V any](ttl time.Duration, max int) *lookupCache[string, V] {
+	return &lookupCache[string, V]{c: cache.New(lookupOptions[V](ttl, max))}
+}
+
+// peek is the answer kept for key if it is fresh (get without a lookup,
+// which a caller need not build for a hit).
+func (c *lookupCache[K, V]) peek(key K) (V, bool) {
+	l, ok := c.c.Peek(key)
+	return l.v, ok
 }
 
 // get answers from the cache or from lookup. key may alias a reused buffer.
-func (c *lookupCache[V]) get(ctx context.Context, key string, lookup lookupFunc[V]) (V, error) {
+func (c *lookupCache[K, V]) get(ctx context.Context, key K, lookup lookupFunc[K, V]) (V, error) {
 	if l, ok := c.c.Peek(key); ok { // a fresh hit allocates no loader
 		return l.v, nil
 	}
-	l, err := c.c.Get(ctx, key, func(ctx context.Context, key string) (looked[V], error) {
+	l, err := c.c.Get(ctx, key, func(ctx context.Context, key K) (looked[V], error) {
 		v, until, err := lookup(ctx, key)
 		return looked[V]{v, until}, err
 	})
@@ -76,7 +90,7 @@ func (c *lookupCache[V]) get(ctx context.Context, key string, lookup lookupFunc[
 }
 
 // evict forgets key; a lookup of it in flight is not kept.
-func (c *lookupCache[V]) evict(key string) { c.c.Delete(key) }
+func (c *lookupCache[K, V]) evict(key K) { c.c.Delete(key) }
 
 // clear forgets everything; lookups in flight are not kept.
-func (c *lookupCache[V]) clear() { c.c.Invalidate() }
+func (c *lookupCache[K, V]) clear() { c.c.Invalidate() }

@@ -37,10 +37,10 @@ func TestLookupCache(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Unix(1000, 0)
 	var clock atomic.Int64 // the cache's clock, unix ns
-	withClock := func(ttl time.Duration, max int) *lookupCache[string] {
+	withClock := func(ttl time.Duration, max int) *lookupCache[string, string] {
 		o := lookupOptions[string](ttl, max)
 		o.Now = func() time.Time { return time.Unix(0, clock.Load()) }
-		return &lookupCache[string]{c: cache.New(o)}
+		return &lookupCache[string, string]{c: cache.New(o)}
 	}
 	c := withClock(time.Second, 3)
 	// settle waits for the lookups a call is expected to have caused,

@@ -27,6 +27,11 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		// A fasthttp client's (BenchmarkDashboardCounts): its idle-connection
+		// cleaner ends up to its idle time after the last connection; its
+		// dialer's address cache is the process's.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/lib/pq.NewDialListener"),
 	)
 }

@@ -45,14 +45,37 @@ func (m *metrics) middleware(c *fiber.Ctx) error {
 		}
 	}
 	status := c.Response().StatusCode()
-	// fasthttp reuses the buffers behind c.Method(): labels keep copies.
-	method := strings.Clone(c.Method())
+	method := labelMethod(c.Method())
 	route := "unmatched"
 	if r := c.Route(); r != nil && r.Path != "/" && r.Path != "" {
 		route = r.Path
 	}
 	code := strconv.Itoa(status)
+	if status >= 0 && status < len(statusCodes) {
+		code = statusCodes[status]
+	}
 	m.requests.WithLabelValues(route, method, code).Inc()
 	m.latency.WithLabelValues(route, method, code).Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// statusCodes are the texts of the HTTP status codes, made once.
+var statusCodes = func() (t [600]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// labelMethod is a request's method for a label: a copy, as fasthttp
+// reuses the buffers behind c.Method() (Fiber's constants for its
+// methods).
+func labelMethod(m string) string {
+	for _, known := range []string{fiber.MethodGet, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
+		fiber.MethodDelete, fiber.MethodHead, fiber.MethodOptions} {
+		if m == known {
+			return known
+		}
+	}
+	return strings.Clone(m)
 }

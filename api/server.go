@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/meta"
+	"devicehub/meta/cache"
 	"devicehub/schema"
 )
 
@@ -116,10 +118,10 @@ type Server struct {
 	opts   Options
 	deps   Deps
 	log    *slog.Logger
-	tokens *lookupCache[meta.User]      // token checks
-	refs   *lookupCache[meta.DeviceRef] // devices behind commands and dashboard queries
-	models *lookupCache[string]         // thing models of products behind product-wide dashboard queries
-	dash   *dashboardGate               // dashboard requests in flight
+	tokens *lookupCache[[sha256.Size]byte, *meta.User] // token checks, by meta.TokenDigest
+	refs   *lookupCache[string, meta.DeviceRef]        // devices behind commands and dashboard queries
+	models *lookupCache[string, string]                // thing models of products behind product-wide dashboard queries
+	dash   *dashboardGate                              // dashboard requests in flight
 
 	tokenWatch *meta.TokenWatch // ended tokens, from every instance (auth.go tokensEnded); nil: none heard
 	streams    liveStreams      // open live streams, by token (live.go)
@@ -132,7 +134,7 @@ func New(opts Options, deps Deps) *Server {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: newLookupCache[meta.User](opts.TokenCacheTTL, 100_000),
+	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: &lookupCache[[sha256.Size]byte, *meta.User]{c: cache.New(keyedLookupOptions[[sha256.Size]byte, *meta.User](opts.TokenCacheTTL, 100_000))},
 		refs:   newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
 		models: newLookupCache[string](opts.DeviceCacheTTL, 10_000),
 		dash:   newDashboardGate(opts.DashboardConcurrency, opts.DashboardWait)}

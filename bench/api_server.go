@@ -154,8 +154,9 @@ func startBenchServer(ctx context.Context, pgServer, prefix string, conns int, w
 	reg := prometheus.NewRegistry()
 	deps := api.Deps{
 		Auth: s.store, Products: s.store, Roles: s.store, Devices: s.store, Models: s.store,
-		Health:   map[string]func(context.Context) error{"postgres": s.store.Ping},
-		Logger:   slog.New(slog.DiscardHandler),
+		Health: map[string]func(context.Context) error{"postgres": s.store.Ping},
+		// Errors only (a 500's cause), to stderr.
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Registry: reg, Gatherer: reg,
 	}
 	if with != nil {
@@ -229,13 +230,7 @@ func (s *apiClient) call(ctx context.Context, method, path string, body, out any
 // do sends one request (body nil: none) and returns the body of a 200
 // answer.
 func (s *apiClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
-	headers := make([]string, 0, 4)
-	if body != nil {
-		headers = append(headers, "Content-Type", "application/json")
-	}
-	if s.token != "" {
-		headers = append(headers, "X-Access-Token", s.token)
-	}
+	headers := s.headers(body)
 	status, raw, err := s.http.do(ctx, method, s.base+path, headers, body)
 	if err != nil {
 		return nil, err
@@ -244,4 +239,32 @@ func (s *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 		return raw, fmt.Errorf("bench: %s %s: HTTP %d: %.200s", method, path, status, raw)
 	}
 	return raw, nil
+}
+
+// send is do for a load that needs the answer to be 200 only: its body is
+// not copied (but quoted in the error of any other status).
+func (s *apiClient) send(ctx context.Context, method, path string, body []byte) error {
+	var bad error
+	err := s.http.send(ctx, method, s.base+path, s.headers(body), body, func(status int, raw []byte) {
+		if status != http.StatusOK {
+			bad = fmt.Errorf("bench: %s %s: HTTP %d: %.200s", method, path, status, raw)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return bad
+}
+
+// headers are a request's: its Content-Type with a body, the token once
+// logged in.
+func (s *apiClient) headers(body []byte) []string {
+	headers := make([]string, 0, 4)
+	if body != nil {
+		headers = append(headers, "Content-Type", "application/json")
+	}
+	if s.token != "" {
+		headers = append(headers, "X-Access-Token", s.token)
+	}
+	return headers
 }

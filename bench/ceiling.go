@@ -61,7 +61,8 @@ func (f *fiberCeiling) do(ctx context.Context, method string, i int, body []byte
 	if body != nil {
 		headers = append(headers, "Content-Type", "application/json")
 	}
-	status, _, err := f.http.do(ctx, method, f.base+"/c/d"+strconv.Itoa(i%1000)+"/property/temp", headers, body)
+	var status int
+	err := f.http.send(ctx, method, f.base+"/c/d"+strconv.Itoa(i%1000)+"/property/temp", headers, body, func(st int, _ []byte) { status = st })
 	if err != nil {
 		return err
 	}

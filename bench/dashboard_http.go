@@ -188,7 +188,7 @@ func (a *dashAPI) measureAs(ctx context.Context, cl *apiClient, body []byte, n, 
 			ds := make([]time.Duration, 0, per)
 			for range per {
 				t0 := time.Now()
-				if _, err := cl.do(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
+				if err := cl.send(ctx, "POST", "/api/dashboard/_multi", body); err != nil {
 					errs[c] = err
 					return
 				}
@@ -282,8 +282,7 @@ func (a *dashAPI) concurrentRuns(ctx context.Context, p DashboardParams, label s
 		var end cpuSnapshot
 		l, err := runLoad(ctx, loadSpec{Name: name, Concurrency: p.Concurrency, Requests: max(r.requests, 1), Warmup: warm,
 			Do: func(ctx context.Context, i int) error {
-				_, err := client.do(ctx, "POST", "/api/dashboard/_multi", bodies[(seq.Add(1)-1)%int64(len(bodies))])
-				return err
+				return client.send(ctx, "POST", "/api/dashboard/_multi", bodies[(seq.Add(1)-1)%int64(len(bodies))])
 			},
 			Measured: func() func() {
 				span = startCPUSpan(name, procs)
@@ -324,7 +323,7 @@ func (a *dashAPI) measureBodies(ctx context.Context, bodies [][]byte, n int) (La
 	start := time.Now()
 	for i := range n {
 		t0 := time.Now()
-		if _, err := a.do(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)]); err != nil {
+		if err := a.send(ctx, "POST", "/api/dashboard/_multi", bodies[i%len(bodies)]); err != nil {
 			return Latency{}, err
 		}
 		ds = append(ds, time.Since(t0))

@@ -336,14 +336,38 @@ func (s *Store) userRoles(ctx context.Context, userID string) ([]string, error) 
 }
 
 func hashToken(token string) []byte {
-	h := sha256.Sum256([]byte(token))
+	h := TokenDigest(token)
 	return h[:]
+}
+
+// TokenDigest is the SHA-256 of a token (or API key) that the tokens
+// table keeps (api_keys: of the key's secret): TokenID is its hex. A cache
+// of tokens keyed by it can find a token without comparing secrets.
+func TokenDigest(token string) [sha256.Size]byte {
+	var b [128]byte // the longest token Authenticate takes, hashed without allocating
+	if len(token) <= len(b) {
+		return sha256.Sum256(b[:copy(b[:], token)])
+	}
+	return sha256.Sum256([]byte(token))
 }
 
 // TokenID names a token without being it: the hex of the SHA-256 the
 // tokens table keeps, which the announcements of WatchTokens carry. A
 // cache of tokens keyed by it can drop what they name.
 func TokenID(token string) string { return hex.EncodeToString(hashToken(token)) }
+
+// ParseTokenID is the TokenDigest a TokenID names; false for text that is
+// no TokenID (it names no token).
+func ParseTokenID(id string) ([sha256.Size]byte, bool) {
+	var d [sha256.Size]byte
+	if len(id) != 2*len(d) {
+		return d, false
+	}
+	if _, err := hex.Decode(d[:], []byte(id)); err != nil {
+		return d, false
+	}
+	return d, true
+}
 
 // Ended tokens are announced to every instance: the triggers of
 // schema/postgres/00010_token_revocations.sql send, as the transaction

@@ -108,6 +108,7 @@ type flags struct {
 	dashIter, dashConc                                int
 	dashReqs, dashPropRows                            int
 	dashKeep                                          bool
+	dashPrefix                                        string
 	dashMixedMsgs, dashMixedReqs, dashIngestRate      int
 	dashMixedKinds                                    string
 	dashMixedUncached                                 int
@@ -166,6 +167,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.dashReqs, "dash-requests", 20000, "dashboard: measured requests of each concurrent run (a quarter of it for the runs ClickHouse answers every request of)")
 	fs.IntVar(&f.dashPropRows, "dash-prop-rows", 1000000, "dashboard: property values of the property-aggregate scenario (0: skip it)")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
+	fs.StringVar(&f.dashPrefix, "dash-prefix", "devicehub_bench", "dashboard, dashboard-mixed: prefix of the generated ClickHouse databases and of the metadata database (two benches sharing the servers each need their own)")
 	fs.IntVar(&f.dashMixedMsgs, "dash-mixed-msgs", 200000, "dashboard, dashboard-mixed: messages (each with 2 property values) of the mixed scenario, every request distinct under live ingest (0: skip it)")
 	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of each mixed run through the result cache (see -dash-mixed-uncached-requests for the others)")
 	fs.IntVar(&f.dashIngestRate, "dash-ingest-rate", 10000, "dashboard, dashboard-mixed: reports/s stored during the mixed runs (0: none)")
@@ -615,7 +617,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			propRows = -1 // skip
 		}
 		r, err := bench.RunDashboard(ctx, bench.DashboardParams{Sizes: sizes, PGSizes: pgSizes, Iterations: f.dashIter,
-			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
+			Concurrency: f.dashConc, Requests: f.dashReqs, PropRows: propRows, KeepData: f.dashKeep, Prefix: f.dashPrefix, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
 			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate), MixedKinds: splitList(f.dashMixedKinds), MixedUncachedRequests: f.dashMixedUncached})
 		rep.Results[s] = r
 		if err != nil {
@@ -655,7 +657,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			}
 		}
 	case "dashboard-mixed":
-		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep,
+		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep, Prefix: f.dashPrefix,
 			ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresDSN: f.postgres, Logf: logf,
 			MixedMessages: orSkip(f.dashMixedMsgs), MixedRequests: f.dashMixedReqs, MixedIngestRate: orSkip(f.dashIngestRate), MixedKinds: splitList(f.dashMixedKinds), MixedUncachedRequests: f.dashMixedUncached})
 		rep.Results[s] = r

@@ -1,0 +1,114 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
+	"devicehub/api"
+	"devicehub/bench/testkit"
+	"devicehub/meta/metatest"
+	"devicehub/tsdb"
+	"devicehub/tsdb/tsdbtest"
+)
+
+// BenchmarkDashboardCounts: one whole request of endpoint 14, a distinct
+// message-count query of one product (a random interval of 15m, 1h, 1d,
+// 1w or 1M, number of buckets and end, as the dashboard-mixed bench
+// sends), over a real keep-alive connection with the administrator's
+// token: Fiber, the token check, the body's checks and decoding, the
+// product scope, the counts (tsdb, from memory) and the answer's
+// encoding, with the client's side of the request in the same process
+// (allocs/op counts both). Needs PostgreSQL and ClickHouse:
+//
+//	go test -run '^$' -bench DashboardCounts -benchmem ./api/
+func BenchmarkDashboardCounts(b *testing.B) {
+	store := metatest.NewStore(b)
+	db := tsdbtest.NewDB(b, shanghai)
+	reg := prometheus.NewRegistry()
+	srv := api.New(api.DefaultOptions(), api.Deps{
+		Auth: store, Products: store, Roles: store, Devices: store, Audit: store, Models: store, Dashboard: db,
+		Registry: reg, Gatherer: reg,
+	})
+	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
+	admin := testkit.Login(b, base, "admin", "admin123")
+	admin.Call(b, "POST", "/api/device/product", map[string]any{"id": "bp", "name": "Bench product",
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, nil)
+
+	// 20,000 messages over the 90 days to now.
+	now := time.Now()
+	start := now.AddDate(0, 0, -90)
+	var msgs []tsdb.Message
+	for i := range 20000 {
+		msgs = append(msgs, tsdb.Message{Time: start.Add(time.Duration(i) * 90 * 24 * time.Hour / 20000), ProductID: "bp",
+			DeviceID: "bd", Direction: "up", MessageType: "REPORT_PROPERTY", MessageID: fmt.Sprint(i),
+			Topic: "/bp/bd/properties/report", Payload: []byte("{}")})
+	}
+	if err := db.Insert(context.Background(), msgs, nil); err != nil {
+		b.Fatal(err)
+	}
+
+	// Distinct bodies, sent in turn.
+	r := rand.New(rand.NewPCG(1, 2))
+	bodies := make([][]byte, 50000)
+	for i := range bodies {
+		interval, limit := tsdb.FifteenMinutes, 4+r.IntN(4*48-3)
+		switch r.IntN(5) {
+		case 0:
+			interval, limit = tsdb.Hour, 24+r.IntN(24*6+1)
+		case 1:
+			interval, limit = tsdb.Day, 1+r.IntN(60)
+		case 2:
+			interval, limit = tsdb.Week, 1+r.IntN(26)
+		case 3:
+			interval, limit = tsdb.Month, 1+r.IntN(12)
+		}
+		to := start.Add(time.Duration(r.Int64N(int64(now.Sub(start)))))
+		bodies[i] = fmt.Appendf(nil, `[{"dashboard":"device","object":"message","measurement":"quantity","dimension":"agg","group":"g",`+
+			`"params":{"productId":"bp","time":%q,"limit":%d,"to":%d}}]`, interval, limit, to.UnixMilli())
+	}
+	hc := &fasthttp.HostClient{Addr: strings.TrimPrefix(base, "http://"), MaxConns: 64}
+	defer hc.CloseIdleConnections()
+	ok := []byte(`{"message":"success","result":[{"group":"g","data":{"value":`)
+	// Warm-up: the tsdb's kept counts of the product are loaded.
+	for i := range 1000 {
+		res := testkit.API{Base: base, Token: admin.Token}.Send(b, "POST", "/api/dashboard/_multi", json.RawMessage(bodies[len(bodies)-1-i]))
+		if res.HTTPStatus != 200 {
+			b.Fatalf("warm-up: HTTP %d: %.300s", res.HTTPStatus, res.Raw)
+		}
+	}
+	var seq atomic.Int64
+	b.SetParallelism(16) // 16 x GOMAXPROCS clients
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(res)
+		req.SetRequestURI(base + "/api/dashboard/_multi")
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.Header.Set("X-Access-Token", admin.Token)
+		for pb.Next() {
+			req.SetBodyRaw(bodies[(seq.Add(1)-1)%int64(len(bodies))])
+			if err := hc.Do(req, res); err != nil {
+				b.Error(err)
+				return
+			}
+			if res.StatusCode() != 200 || !bytes.HasPrefix(res.Body(), ok) {
+				b.Errorf("HTTP %d: %.300s", res.StatusCode(), res.Body())
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}
