@@ -149,8 +149,8 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL),
-		days: newDayCounts(opt.ResultTTL)}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
+	db.days = db.newDayCounts()
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err

@@ -120,10 +120,10 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 		db.days.totals.begin()
 		start := time.Now()
 		all := b.batchQuarters()
-		late := db.lateMessages(all, start)
+		late := db.days.late(all, start)
 		err := db.insertMessages(ctx, b)
-		db.days.stored(late, start, err == nil, db.loc)
-		db.days.totals.stored(all, start, err == nil, db.loc)
+		db.days.stored(late, start, err == nil)
+		db.days.totals.stored(all, start, err == nil)
 		if err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}
