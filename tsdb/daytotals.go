@@ -44,9 +44,9 @@ type totalsHolder[V any] struct {
 	mu        sync.Mutex
 	cur       *totals[V]       // nil: none kept
 	flight    *totalsFlight[V] // the newest load under way, if any
-	epoch     uint64        // bumped when an insert ends and by drops
-	begun     uint64        // inserts begun
-	inserting int           // inserts under way (begin, not yet stored)
+	epoch     uint64           // bumped when an insert ends and by drops
+	begun     uint64           // inserts begun
+	inserting int              // inserts under way (begin, not yet stored)
 }
 
 // totalsFlight is one load of the totals.
