@@ -104,6 +104,10 @@ func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, 
 	if err != nil {
 		return nil, err
 	}
+	// Product-wide, whole UTC hours: from the kept partials (propaggs.go).
+	if out, ok, err := db.aggsFromMemory(ctx, r, q, props, time.Now()); ok {
+		return out, err
+	}
 	parts := []any{"agg", r.interval, r.starts[0].Unix(), len(r.starts), q.ProductID, q.DeviceID, q.Agg}
 	for _, p := range props {
 		parts = append(parts, p)

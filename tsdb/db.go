@@ -91,9 +91,10 @@ type DB struct {
 	loc     *time.Location
 	tzName  string // IANA name of loc, as written into SQL
 	version Version
-	hints   historyHints // per device, where PropertyHistory starts
-	cache   *resultCache // dashboard answers (cache.go)
-	days    *dayCounts   // message counts per day (daycounts.go)
+	hints   historyHints     // per device, where PropertyHistory starts
+	cache   *resultCache     // dashboard answers (cache.go)
+	days    *dayCounts       // message counts per day (daycounts.go)
+	props   *keeper[partial] // product-wide property partials per hour (propaggs.go)
 }
 
 // codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
@@ -150,7 +151,7 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
-	db.days = db.newDayCounts()
+	db.days, db.props = db.newDayCounts(), db.newPropAggs()
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err

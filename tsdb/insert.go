@@ -129,7 +129,16 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 		}
 	}
 	if len(b.props) > 0 {
-		if err := db.insertProps(ctx, b); err != nil {
+		// The numeric values patch the kept property totals and chunks
+		// alike (propaggs.go).
+		db.props.totals.begin()
+		start := time.Now()
+		all := b.batchHours()
+		late := db.props.late(all, start)
+		err := db.insertProps(ctx, b)
+		db.props.stored(late, start, err == nil)
+		db.props.totals.stored(all, start, err == nil)
+		if err != nil {
 			return fmt.Errorf("tsdb: insert %d property values: %w", len(b.props), err)
 		}
 	}
