@@ -78,7 +78,7 @@ func TestPropAggsFromMemory(t *testing.T) {
 			}
 			aggs := []string{AggAvg, AggMin, AggMax, AggSum, AggCount, AggFirst, AggLast}
 			memory := loc != kolkata
-			check := func(fresh bool) {
+			check := func() {
 				t.Helper()
 				for _, p := range []string{"pa", "pb", "none"} {
 					for qi, q := range aggQuestions(now, loc) {
@@ -107,16 +107,15 @@ func TestPropAggsFromMemory(t *testing.T) {
 					Properties: []string{"t"}, Agg: AggMax}); err != nil || propMemoryAnswers.Load() != answers {
 					t.Fatalf("one device: %v, from memory %v", err, propMemoryAnswers.Load() != answers)
 				}
-				_ = fresh
 			}
 			loads := func() (uint64, uint64) { return propTotalsLoads.Load(), db.props.chunkReads.Load() }
 			t0, c0 := loads()
-			check(true)
+			check()
 			t1, c1 := loads()
 			if memory && (t1-t0 != 1 || c1 == c0) {
 				t.Fatalf("%d totals and %d chunks read", t1-t0, c1-c0)
 			}
-			check(false)
+			check()
 			if t2, c2 := loads(); t2 != t1 || c2 != c1 {
 				t.Fatalf("asked again: %d totals and %d chunks read", t2-t1, c2-c1)
 			}
@@ -129,13 +128,21 @@ func TestPropAggsFromMemory(t *testing.T) {
 			for _, v := range []struct {
 				at time.Time
 				v  float64
-			}{{kept, -1000}, {kept.Add(59*time.Minute + 59*time.Second), 1000}, {kept.Add(time.Minute), 0.5}, {now.Add(-time.Minute), -7}} {
+			}{{kept, -1000}, {kept.Add(59*time.Minute + 59*time.Second), 1000}, {kept.Add(time.Minute), 0.5}, {now.Add(-time.Minute), -7},
+				{kept, 5}, {kept, -2000}, {kept.Add(59*time.Minute + 59*time.Second), 999}, {kept.Add(59*time.Minute + 59*time.Second), 2000}} {
 				late = append(late, PropertyValue{Time: v.at, ProductID: "pa", DeviceID: "d3", Property: "t", ValueType: "number", Num: v.v})
 			}
-			if err := db.Insert(ctx, nil, late); err != nil {
+			// Ties at one ms, within a batch and across inserts: first
+			// and last order by value too.
+			if err := db.Insert(ctx, nil, late[:6]); err != nil {
 				t.Fatal(err)
 			}
-			check(false)
+			for _, v := range late[6:] {
+				if err := db.Insert(ctx, nil, []PropertyValue{v}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check()
 			if t3, c3 := loads(); t3 != t1 || c3 != c1 {
 				t.Fatalf("after late values: %d totals and %d chunks read, want none (patched)", t3-t1, c3-c1)
 			}
