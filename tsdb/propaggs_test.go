@@ -1,6 +1,7 @@
 package tsdb
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -147,5 +148,113 @@ func TestPropAggsFromMemory(t *testing.T) {
 				t.Fatalf("after late values: %d totals and %d chunks read, want none (patched)", t3-t1, c3-c1)
 			}
 		})
+	}
+}
+
+// TestPropChunkViewOrder: a closed month whose
+// device_property_product_hourly and device_property_daily disagree, as
+// while an insert has written one of its two views and not yet the other
+// (either order, simulated by adding rows to one table only), is never
+// answered from the hours: each answer equals ClickHouse's and the
+// fallback is counted; once both tables agree the month's chunk is kept
+// and answers, the simulated value included.
+func TestPropChunkViewOrder(t *testing.T) {
+	ctx := ctxT(t)
+	opt := testOptions("paggs_order", berlin)
+	opt.ResultTTL = time.Hour // expiry is simulated (expire)
+	db := openDBWith(t, opt)
+
+	now := time.Now().UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day()-45, 0, 0, 0, 0, time.UTC)
+	var vals []PropertyValue
+	for i := range 8 {
+		for _, p := range []string{"pq", "pd"} {
+			vals = append(vals, PropertyValue{Time: day.Add(time.Duration(i) * 97 * time.Minute), ProductID: p, DeviceID: "d", Property: "t", ValueType: "number", Num: float64(i)})
+		}
+	}
+	if err := db.Insert(ctx, nil, vals); err != nil {
+		t.Fatal(err)
+	}
+	// The row of the simulated insert: 1000 at 10:20 UTC.
+	at := day.Add(10*time.Hour + 20*time.Minute)
+	hourRows := func(p string) string {
+		return fmt.Sprintf("INSERT INTO device_property_product_hourly (hour, product_id, property, n, v_sum, v_min, v_max, t_first, v_first, t_last, v_last)"+
+			" SELECT toDateTime(%d), '%s', 't', countState(), sumState(x), minState(x), maxState(x), minState(ts), argMinState(x, (ts, x)), maxState(ts), argMaxState(x, (ts, x))"+
+			" FROM (SELECT toFloat64(1000) AS x, toInt64(%d) AS ts)", at.Unix()-at.Unix()%hourSec, p, at.UnixMilli())
+	}
+	dailyRows := func(p string) string {
+		return fmt.Sprintf("INSERT INTO device_property_daily (day, product_id, property, n) SELECT toDate('%s'), '%s', 't', toUInt64(1)", day.Format(time.DateOnly), p)
+	}
+	expire := func() {
+		db.props.dropped()
+		db.invalidate()
+	}
+	// check asks p's 1h max and count over the day: equal to ClickHouse's
+	// (device_property has no simulated rows), plus the simulated value
+	// when extra.
+	check := func(p string, extra bool) {
+		t.Helper()
+		for _, agg := range []string{AggMax, AggCount} {
+			q := AggQuery{Interval: Hour, From: day.In(berlin), To: day.In(berlin).Add(23 * time.Hour), ProductID: p, Properties: []string{"t"}, Agg: agg}
+			got, err := db.PropertyAggregates(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := newBucketRange(q.Interval, q.From, q.To, berlin, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := db.propertyAggregates(ctx, r, q, q.Properties)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if extra {
+				for i, b := range want[0].Buckets {
+					if !b.Start.After(at) && at.Sub(b.Start) < time.Hour {
+						want[0].Buckets[i].Values++
+						want[0].Buckets[i].Value = map[string]float64{AggMax: 1000, AggCount: float64(b.Values + 1)}[agg]
+					}
+				}
+			}
+			if !slices.Equal(got[0].Buckets, want[0].Buckets) {
+				t.Fatalf("%q %s:\n got %v\nwant %v", p, agg, got[0].Buckets, want[0].Buckets)
+			}
+		}
+	}
+	month := chunkKey{month: dayMonth(dayNumber(day, time.UTC))}
+	for _, c := range []struct {
+		product       string
+		first, second string // the simulated insert's views, in order
+	}{
+		{"pq", hourRows("pq"), dailyRows("pq")},
+		{"pd", dailyRows("pd"), hourRows("pd")},
+	} {
+		p := c.product
+		month.product = propKey(p, "t")
+		expire()
+		fallbacks := db.PropertyAggregateFallbacks()
+		check(p, false)
+		if _, ok := db.props.chunks.Peek(month); !ok || db.PropertyAggregateFallbacks() != fallbacks {
+			t.Fatalf("%s: chunk kept %v, %d fallbacks", p, ok, db.PropertyAggregateFallbacks()-fallbacks)
+		}
+		// The first view written, not the second: read from ClickHouse.
+		if err := db.conn.Exec(ctx, c.first); err != nil {
+			t.Fatal(err)
+		}
+		expire()
+		check(p, false)
+		if _, ok := db.props.chunks.Peek(month); ok || db.PropertyAggregateFallbacks() == fallbacks {
+			t.Fatalf("%s, tables disagreeing: chunk kept %v, %d fallbacks", p, ok, db.PropertyAggregateFallbacks()-fallbacks)
+		}
+		// Both written: the chunk holds them, is kept and answers.
+		if err := db.conn.Exec(ctx, c.second); err != nil {
+			t.Fatal(err)
+		}
+		expire()
+		fallbacks = db.PropertyAggregateFallbacks()
+		check(p, true)
+		if kept, ok := db.props.chunks.Peek(month); !ok || db.PropertyAggregateFallbacks() != fallbacks || kept.total != 9 {
+			t.Fatalf("%s, tables agreeing: chunk kept %v, %d fallbacks", p, ok, db.PropertyAggregateFallbacks()-fallbacks)
+		}
 	}
 }
