@@ -367,8 +367,9 @@ func (k *keeper[V]) stored(late map[chunkKey]map[uint32]V, start time.Time, stor
 }
 
 // newKeeper keeps cells c in a Cache of at most maxEntries chunks and
-// maxBytes.
-func newKeeper[V any](c *cells[V], ttl time.Duration, maxEntries, maxBytes int) *keeper[V] {
+// maxBytes; exclusive: its totals hold inserts back while they load
+// (daytotals.go).
+func newKeeper[V any](c *cells[V], ttl time.Duration, maxEntries, maxBytes int, exclusive bool) *keeper[V] {
 	co := cache.DefaultOptions[chunkKey, *chunk[V]]()
 	co.TTL = cache.Forever
 	co.MaxEntries = maxEntries
@@ -377,7 +378,7 @@ func newKeeper[V any](c *cells[V], ttl time.Duration, maxEntries, maxBytes int) 
 		return 96 + len(k.product) + 12*len(ch.days.keys) + (4+c.size)*len(ch.slots.keys)
 	}
 	co.LoadTimeout = 0
-	return &keeper[V]{cells: c, totals: &totalsHolder[V]{ttl: ttl, cells: c}, chunks: cache.New(co)}
+	return &keeper[V]{cells: c, totals: &totalsHolder[V]{ttl: ttl, cells: c, exclusive: exclusive}, chunks: cache.New(co)}
 }
 
 // dropped drops the totals and every chunk: partitions were dropped
@@ -608,7 +609,7 @@ func (k *keeper[V]) chunk(ctx context.Context, key chunkKey, cut uint32, want ui
 // newDayCounts keeps the message counts of db's zone, read from
 // device_message_daily and device_message_quarter.
 func (db *DB) newDayCounts() *dayCounts {
-	k := newKeeper(countCells(db.loc), db.opt.ResultTTL, maxDayChunks, maxDayChunkBytes)
+	k := newKeeper(countCells(db.loc), db.opt.ResultTTL, maxDayChunks, maxDayChunkBytes, false)
 	k.loadTotals = db.loadDayTotals
 	dayArgs := func(first, end uint32) []any {
 		return []any{time.Unix(int64(first)*86400, 0).UTC().Format(time.DateOnly), time.Unix(int64(end)*86400, 0).UTC().Format(time.DateOnly)}

@@ -519,3 +519,60 @@ func TestSeriesPlus(t *testing.T) {
 		t.Fatalf("from empty: %v", e)
 	}
 }
+
+// TestTotalsHolderExclusive: an exclusive holder's load waits until no
+// insert is under way, holds new inserts back until it has returned, and
+// is installed although inserts kept arriving; a question shares a load
+// still waiting.
+func TestTotalsHolderExclusive(t *testing.T) {
+	ctx := ctxT(t)
+	key := totalsKey{from: 20000, cut: 20400}
+	var loads atomic.Int64
+	release := make(chan struct{})
+	load := func(context.Context, totalsKey) (*dayTotals, error) {
+		loads.Add(1)
+		<-release
+		return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
+	}
+	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true}
+	get := func() chan *dayTotals {
+		out := make(chan *dayTotals, 1)
+		go func() {
+			got, err := h.get(ctx, key, time.Now(), load)
+			if err != nil {
+				t.Error(err)
+			}
+			out <- got
+		}()
+		return out
+	}
+	h.begin() // an insert under way
+	a := get()
+	time.Sleep(20 * time.Millisecond)
+	b := get() // shares the waiting load
+	began := make(chan struct{})
+	go func() { h.begin(); close(began) }() // held back
+	time.Sleep(20 * time.Millisecond)
+	if loads.Load() != 0 {
+		t.Fatal("load started while an insert was under way")
+	}
+	h.stored(nil, time.Now(), true)
+	for loads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-began:
+		t.Fatal("an insert began during an exclusive load")
+	case <-time.After(20 * time.Millisecond):
+	}
+	release <- struct{}{}
+	ga, gb := <-a, <-b
+	<-began
+	h.mu.Lock()
+	cur := h.cur
+	h.mu.Unlock()
+	if ga == nil || ga != gb || cur != ga || loads.Load() != 1 {
+		t.Fatalf("kept %p, got %p and %p, %d loads", cur, ga, gb, loads.Load())
+	}
+	h.stored(nil, time.Now(), true)
+}

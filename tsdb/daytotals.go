@@ -37,9 +37,17 @@ import (
 //   - Waited for: a question without servable totals shares a load only
 //     if no insert ended since that load started (the load then saw every
 //     insert that ended before the question), else starts its own.
+//   - Exclusive holders (the property partials': their inserts are
+//     under way most of the time under ingest, so few loads would start
+//     clean): a load waits until no insert is under way, and holds new
+//     inserts back (begin waits) until it has returned, so every load is
+//     clean and installed; a question shares a load still waiting (it
+//     starts after every insert that ended before the question). An
+//     insert waits at most for one load, a flush of the Writer no more.
 type totalsHolder[V any] struct {
-	ttl   time.Duration
-	cells *cells[V]
+	ttl       time.Duration
+	cells     *cells[V]
+	exclusive bool
 
 	mu        sync.Mutex
 	cur       *totals[V]       // nil: none kept
@@ -47,6 +55,8 @@ type totalsHolder[V any] struct {
 	epoch     uint64           // bumped when an insert ends and by drops
 	begun     uint64           // inserts begun
 	inserting int              // inserts under way (begin, not yet stored)
+	holds     int              // exclusive loads waiting or running: begin waits
+	cond      sync.Cond        // on mu: inserting reached 0, or a hold ended
 }
 
 // totalsFlight is one load of the totals.
@@ -56,6 +66,7 @@ type totalsFlight[V any] struct {
 	epoch   uint64 // the holder's when it started
 	begun   uint64 // the holder's when it started
 	clean   bool   // no insert was under way when it started
+	waiting bool   // exclusive: waits for the inserts under way to end
 	done    chan struct{}
 	t       *totals[V]
 	err     error
@@ -74,7 +85,7 @@ func (h *totalsHolder[V]) get(ctx context.Context, key totalsKey, now time.Time,
 		return t, nil
 	}
 	f := h.flight
-	if f == nil || f.key != key || f.epoch != h.epoch {
+	if f == nil || f.key != key || f.epoch != h.epoch && !f.waiting {
 		f = h.startLocked(key, load)
 	}
 	h.mu.Unlock()
@@ -90,8 +101,20 @@ func (h *totalsHolder[V]) get(ctx context.Context, key totalsKey, now time.Time,
 // own timeout bounds it), and makes it the holder's flight.
 func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, totalsKey) (*totals[V], error)) *totalsFlight[V] {
 	f := &totalsFlight[V]{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
+	if h.exclusive {
+		h.holds++
+		f.waiting = true
+	}
 	h.flight = f
 	go func() {
+		if h.exclusive {
+			h.mu.Lock()
+			for h.inserting > 0 {
+				h.wait()
+			}
+			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, true, false
+			h.mu.Unlock()
+		}
 		t, err := load(context.Background(), key)
 		if err == nil {
 			t.key, t.started = key, f.started
@@ -104,6 +127,10 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 		if err == nil && f.clean && f.epoch == h.epoch && f.begun == h.begun && (h.cur == nil || h.cur.started.Before(f.started)) {
 			h.cur = t
 		}
+		if h.exclusive {
+			h.holds--
+			h.cond.Broadcast()
+		}
 		h.mu.Unlock()
 		close(f.done)
 	}()
@@ -115,6 +142,9 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 func (h *totalsHolder[V]) begin() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for h.holds > 0 {
+		h.wait()
+	}
 	h.inserting++
 	h.begun++
 }
@@ -127,6 +157,9 @@ func (h *totalsHolder[V]) stored(add map[string]map[uint32]V, start time.Time, s
 	defer h.mu.Unlock()
 	h.inserting--
 	h.epoch++
+	if h.inserting == 0 && h.exclusive {
+		h.cond.Broadcast()
+	}
 	if h.cur == nil {
 		return
 	}
@@ -218,4 +251,10 @@ func floorSec(ms int64) int64 {
 		sec--
 	}
 	return sec
+}
+
+// wait waits (h.mu held) for a change of inserting or holds.
+func (h *totalsHolder[V]) wait() {
+	h.cond.L = &h.mu
+	h.cond.Wait()
 }

@@ -156,7 +156,7 @@ func splitPropKey(k string) (product, property string) {
 // newPropAggs keeps the property partials, read from
 // device_property_daily and device_property_product_hourly.
 func (db *DB) newPropAggs() *keeper[partial] {
-	k := newKeeper(propCells, db.opt.ResultTTL, maxDayChunks, maxPropChunkBytes)
+	k := newKeeper(propCells, db.opt.ResultTTL, maxDayChunks, maxPropChunkBytes, true)
 	k.loadTotals = db.loadPropTotals
 	k.readDays = func(ctx context.Context, key chunkKey, first, end uint32) (series[uint64], error) {
 		product, property := splitPropKey(key.product)
