@@ -78,7 +78,7 @@ type totalsFlight[V any] struct {
 func (h *totalsHolder[V]) get(ctx context.Context, key totalsKey, now time.Time, load func(context.Context, totalsKey) (*totals[V], error)) (*totals[V], error) {
 	h.mu.Lock()
 	if t := h.cur; t != nil && t.key == key && now.Sub(t.started) < h.ttl {
-		if now.Sub(t.started) >= h.ttl/2 && (h.flight == nil || h.flight.key != key) {
+		if now.Sub(t.started) >= h.renewAfter() && (h.flight == nil || h.flight.key != key) {
 			h.startLocked(key, load)
 		}
 		h.mu.Unlock()
@@ -257,4 +257,14 @@ func floorSec(ms int64) int64 {
 func (h *totalsHolder[V]) wait() {
 	h.cond.L = &h.mu
 	h.cond.Wait()
+}
+
+// renewAfter is the age of kept totals at which a question starts a load
+// renewing them: half the TTL, a quarter for an exclusive holder (whose
+// load first waits for the insert under way to end).
+func (h *totalsHolder[V]) renewAfter() time.Duration {
+	if h.exclusive {
+		return h.ttl / 4
+	}
+	return h.ttl / 2
 }

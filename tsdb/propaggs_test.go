@@ -258,3 +258,42 @@ func TestPropChunkViewOrder(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDistinctAggs asks 64 different product-wide aggregate
+// questions in turn (1h x168, each its own end and function), as a
+// dashboard's users do: from the kept hourly partials, and (ResultTTL
+// -1) from ClickHouse each time.
+func BenchmarkDistinctAggs(b *testing.B) {
+	ctx := ctxT(b)
+	now := time.Now().In(shanghai)
+	var vals []PropertyValue
+	for h := range 100 * 24 {
+		for d := range 4 {
+			vals = append(vals, PropertyValue{Time: now.Add(-time.Duration(h)*time.Hour - time.Duration(d)*time.Minute), ProductID: "bench_aggs",
+				DeviceID: fmt.Sprint("d", d), Property: "t", ValueType: "number", Num: float64(h % 97)})
+		}
+	}
+	aggs := []string{AggAvg, AggMin, AggMax, AggSum, AggCount, AggFirst, AggLast}
+	for _, c := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"memory", time.Second}, {"clickhouse", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			opt := testOptions("bench_aggs_"+c.name, shanghai)
+			opt.ResultTTL = c.ttl
+			db := openDBWith(b, opt)
+			if err := db.Insert(ctx, nil, vals); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				k := i % 64
+				to := now.Add(-time.Duration(k*13) * time.Hour)
+				q := AggQuery{Interval: Hour, From: to.AddDate(0, 0, -7), To: to, Limit: 168, ProductID: "bench_aggs", Properties: []string{"t"}, Agg: aggs[k%7]}
+				if _, err := db.PropertyAggregates(ctx, q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
