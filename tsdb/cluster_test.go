@@ -402,12 +402,14 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	for node := range c.Nodes {
 		// device_message, device_property, device_message_daily,
 		// device_property_hourly and its fill mark device_property_hourly_filled,
-		// device_message_quarter and its fill mark device_message_quarter_filled.
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 7 {
-			t.Errorf("%s has %d replicated tables, want 7", node, n)
+		// device_message_quarter and its fill mark device_message_quarter_filled,
+		// device_property_product_hourly, device_property_daily and their
+		// fill mark device_property_product_hourly_filled.
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 10 {
+			t.Errorf("%s has %d replicated tables, want 10", node, n)
 		}
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 7 {
-			t.Errorf("%s has %d distributed tables, want 7", node, n)
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 10 {
+			t.Errorf("%s has %d distributed tables, want 10", node, n)
 		}
 	}
 	before := c.lastDDLTask(t)
