@@ -556,9 +556,16 @@ func TestTotalsHolderExclusive(t *testing.T) {
 	if loads.Load() != 0 {
 		t.Fatal("load started while an insert was under way")
 	}
+	select {
+	case <-began:
+		t.Fatal("an insert began while an exclusive load waited")
+	default:
+	}
 	h.stored(nil, time.Now(), true)
-	for loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); loads.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the load did not start once no insert was under way")
+		}
 	}
 	select {
 	case <-began:
