@@ -74,7 +74,10 @@ type AggBucket struct {
 // PropertyAggregates returns, for each property of q in request order,
 // the aggregate of its numeric values (value type "number") in every
 // bucket between q.From and q.To, newest first, empty buckets present with
-// Values 0. Buckets made of whole UTC hours (1h and longer in zones with
+// Values 0. Product-wide ones (no DeviceID) of buckets made of whole UTC
+// hours within the last daySeriesDays days are merged in memory from the
+// kept hourly partials (propaggs.go), without a query of their own.
+// Other buckets made of whole UTC hours (1h and longer in zones with
 // whole-hour offsets) read the hourly rollup (rollup.go), the same answer
 // from one row per device, property and hour; others read device_property
 // through its primary key (product, device, property, time): with a

@@ -58,8 +58,9 @@ type Options struct {
 	// MergeTree tables.
 	Cluster string
 	// NoRollup makes every property aggregate read device_property, also
-	// where the hourly rollup answers the same (rollup.go): for
-	// comparisons (tests, the bench). The rollup is kept either way.
+	// where the hourly rollup or the kept partials (propaggs.go) answer
+	// the same (rollup.go): for comparisons (tests, the bench). Both are
+	// kept either way.
 	NoRollup bool
 }
 
