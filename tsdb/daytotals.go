@@ -137,8 +137,8 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 	return f
 }
 
-// begin tells the holder an insert of messages starts; stored, that it
-// ended.
+// begin tells the holder an insert starts (an exclusive holder's waits
+// for the load under way); stored, that it ended.
 func (h *totalsHolder[V]) begin() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -150,8 +150,8 @@ func (h *totalsHolder[V]) begin() {
 }
 
 // stored tells the holder an insert that started at start (after begin)
-// ended: stored, with add its messages per product ("" included) and
-// quarter-hour; or failed (some rows may be stored).
+// ended: stored, with add its cells per product ("" included: message
+// counts) and slot; or failed (some rows may be stored).
 func (h *totalsHolder[V]) stored(add map[string]map[uint32]V, start time.Time, stored bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
