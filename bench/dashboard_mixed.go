@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -100,13 +101,13 @@ const (
 
 // mixedGen makes distinct requests of one kind.
 type mixedGen struct {
-	mu             sync.Mutex
-	r              *rand.Rand
-	loc            *time.Location
-	startMs        int64
-	seen           map[string]bool
-	kind           string // MixedAll ("" too), MixedCounts or MixedAggs
-	forceCountAggs bool   // property aggregates use count (checker)
+	mu        sync.Mutex
+	r         *rand.Rand
+	loc       *time.Location
+	startMs   int64
+	seen      map[string]bool
+	kind      string // MixedAll ("" too), MixedCounts or MixedAggs
+	checkAggs bool   // property aggregates use count, max or sum (checker)
 }
 
 func (g *mixedGen) next() mixedRequest {
@@ -171,8 +172,13 @@ func (g *mixedGen) make() mixedRequest {
 	}
 	q.property = fmt.Sprint("p", r.IntN(2))
 	q.agg = []string{tsdb.AggAvg, tsdb.AggMin, tsdb.AggMax, tsdb.AggSum, tsdb.AggCount, tsdb.AggFirst, tsdb.AggLast}[r.IntN(7)]
-	if g.forceCountAggs {
-		q.agg = tsdb.AggCount
+	if g.checkAggs {
+		// Aggregates that only grow as rows are added (mixedChecker):
+		// sums of p0, whose values are whole numbers (exact in any order).
+		q.agg = []string{tsdb.AggCount, tsdb.AggMax, tsdb.AggSum}[r.IntN(3)]
+		if q.agg == tsdb.AggSum {
+			q.property = "p0"
+		}
 	}
 	dev := ""
 	if g.kind != MixedAggs && r.IntN(3) == 0 {
@@ -326,7 +332,7 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	chk := &mixedChecker{ing: ing, api: api, db: gen, loc: loc}
 	for _, kind := range p.MixedKinds { // requests of each kind in turn
 		chk.gens = append(chk.gens, &mixedGen{r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9)), loc: loc, startMs: info.startMs,
-			seen: map[string]bool{}, kind: kind, forceCountAggs: true})
+			seen: map[string]bool{}, kind: kind, checkAggs: true})
 	}
 	var cw sync.WaitGroup
 	cw.Add(1)
@@ -497,12 +503,13 @@ func startMixedIngest(ctx context.Context, db *tsdb.DB, rate int, startMs int64)
 	return m
 }
 
-// mixedChecker compares sampled answers with a direct ClickHouse count:
-// for a distinct request (message counts, or a property count
-// aggregate), the count of the rows in its range taken before the
-// request is sent while no insert is under way (every row it counts was
-// acknowledged), the answer's total, and the count taken after it
-// arrives: before <= answer <= after, since rows are only added, and an
+// mixedChecker compares sampled answers with a direct ClickHouse query:
+// for a distinct request (message counts, or a property aggregate of
+// count, max or sum of whole numbers), the count (max, sum) of the rows
+// in its range taken before the request is sent while no insert is under
+// way (every row it counts was acknowledged), the answer's total (largest
+// bucket), and the same query taken after it arrives: before <= answer
+// <= after, since rows are only added (values are not negative), and an
 // answer counts every row stored through the serving instance before it
 // was asked (cache.go). An answer that fails this is asked again after
 // the result cache's TTL and must then pass.
@@ -581,29 +588,33 @@ func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, string,
 		return false, "", err
 	}
 	lo, hi := starts[len(starts)-1], bucketAfter(q.interval, starts[0])
-	sql := "SELECT count() FROM device_message WHERE product_id = ? AND time >= toDateTime(?) AND time < toDateTime(?)"
+	sql := "SELECT toFloat64(count()) FROM device_message WHERE product_id = ? AND time >= toDateTime(?) AND time < toDateTime(?)"
 	args := []any{q.product, lo.Unix(), hi.Unix()}
 	if !q.count {
-		sql = "SELECT count() FROM device_property WHERE product_id = ? AND property = ? AND value_type = 'number' AND time >= toDateTime(?) AND time < toDateTime(?)"
+		f := map[string]string{tsdb.AggCount: "toFloat64(count())", tsdb.AggMax: "max(num_value)", tsdb.AggSum: "sum(num_value)"}[q.agg]
+		if f == "" {
+			return false, "", fmt.Errorf("checker: aggregate %q", q.agg)
+		}
+		sql = "SELECT " + f + " FROM device_property WHERE product_id = ? AND property = ? AND value_type = 'number' AND time >= toDateTime(?) AND time < toDateTime(?)"
 		args = []any{q.product, q.property, lo.Unix(), hi.Unix()}
 		if q.device != "" {
 			sql += " AND device_id = ?"
 			args = append(args, q.device)
 		}
 	}
-	direct := func() (uint64, error) {
-		var n uint64
+	direct := func() (float64, error) {
+		var n float64
 		err := c.db.Conn().QueryRow(ctx, sql, args...).Scan(&n)
 		return n, err
 	}
-	var before uint64
+	var before float64
 	if err := c.ing.quiet(ctx, func() (err error) {
 		before, err = direct()
 		return err
 	}); err != nil {
 		return false, "", err
 	}
-	items, total, err := c.api.check(ctx, q.body)
+	items, total, err := c.answer(ctx, q)
 	if err != nil {
 		return false, "", err
 	}
@@ -614,7 +625,32 @@ func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, string,
 	if err != nil {
 		return false, "", err
 	}
-	return before <= total && total <= after, fmt.Sprintf("ClickHouse %d before, answer %d, ClickHouse %d after", before, total, after), nil
+	return before <= total && total <= after, fmt.Sprintf("%s: ClickHouse %v before, answer %v, ClickHouse %v after", q.agg, before, total, after), nil
+}
+
+// answer asks q and returns its number of buckets and their total (max:
+// the largest).
+func (c *mixedChecker) answer(ctx context.Context, q mixedRequest) (items int, total float64, err error) {
+	var res []struct {
+		Data struct {
+			Value json.RawMessage `json:"value"`
+		} `json:"data"`
+	}
+	if err := c.api.apiClient.call(ctx, "POST", "/api/dashboard/_multi", json.RawMessage(q.body), &res); err != nil {
+		return 0, 0, err
+	}
+	for _, r := range res {
+		var v float64
+		if err := json.Unmarshal(r.Data.Value, &v); err != nil {
+			return 0, 0, fmt.Errorf("bucket value %s: %w", r.Data.Value, err)
+		}
+		if !q.count && q.agg == tsdb.AggMax {
+			total = max(total, v)
+		} else {
+			total += v
+		}
+	}
+	return len(res), total, nil
 }
 
 // generateMixed fills db with n messages and 2n property values (see the
@@ -630,7 +666,8 @@ func generateMixed(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, r
 		res.Reused, res.GenerateSeconds, res.Messages, res.PropertyRows = true, genSec, int64(n), 2*int64(n)
 		return old, nil
 	}
-	for _, t := range []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter"} {
+	for _, t := range []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter",
+		"device_property_product_hourly", "device_property_daily"} {
 		if err := conn.Exec(ctx, "TRUNCATE TABLE "+storageTable(db, t)); err != nil {
 			return genInfo{}, err
 		}
@@ -662,13 +699,14 @@ FROM (SELECT i, k, modulo(i, %[5]d) AS dev, toInt64(%[1]d + intDiv(i * %[2]d, %[
 		return genInfo{}, err
 	}
 	genTime := time.Since(start)
-	var msgs, props, rolled, quarters uint64
+	var msgs, props, rolled, quarters, hours, days uint64
 	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM device_message), (SELECT count() FROM device_property), (SELECT countMerge(n) FROM device_property_hourly),"+
-		" (SELECT sum(messages) FROM device_message_quarter)").Scan(&msgs, &props, &rolled, &quarters); err != nil {
+		" (SELECT sum(messages) FROM device_message_quarter), (SELECT countMerge(n) FROM device_property_product_hourly), (SELECT sum(n) FROM device_property_daily)").
+		Scan(&msgs, &props, &rolled, &quarters, &hours, &days); err != nil {
 		return genInfo{}, err
 	}
-	if msgs != uint64(n) || props != 2*uint64(n) || rolled != props || quarters != msgs {
-		return genInfo{}, fmt.Errorf("generated %d messages (%d in quarter-hours), %d property values (%d rolled up); want %d, %d", msgs, quarters, props, rolled, n, 2*n)
+	if msgs != uint64(n) || props != 2*uint64(n) || rolled != props || quarters != msgs || hours != props || days != props {
+		return genInfo{}, fmt.Errorf("generated %d messages (%d in quarter-hours), %d property values (%d, %d and %d rolled up); want %d, %d", msgs, quarters, props, rolled, hours, days, n, 2*n)
 	}
 	res.Messages, res.PropertyRows, res.GenerateSeconds = int64(n), int64(props), genTime.Seconds()
 	p.Logf("mixed %d: %d messages + %d property values in %s", n, msgs, props, genTime.Round(time.Millisecond))

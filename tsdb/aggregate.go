@@ -74,7 +74,10 @@ type AggBucket struct {
 // PropertyAggregates returns, for each property of q in request order,
 // the aggregate of its numeric values (value type "number") in every
 // bucket between q.From and q.To, newest first, empty buckets present with
-// Values 0. Buckets made of whole UTC hours (1h and longer in zones with
+// Values 0. Product-wide ones (no DeviceID) of buckets made of whole UTC
+// hours within the last daySeriesDays days are merged in memory from the
+// kept hourly partials (propaggs.go), without a query of their own.
+// Other buckets made of whole UTC hours (1h and longer in zones with
 // whole-hour offsets) read the hourly rollup (rollup.go), the same answer
 // from one row per device, property and hour; others read device_property
 // through its primary key (product, device, property, time): with a
@@ -103,6 +106,10 @@ func (db *DB) PropertyAggregates(ctx context.Context, q AggQuery) ([]AggSeries, 
 	r, err := resolved(q.Range, q.Interval, q.From, q.To, db.loc, q.Limit)
 	if err != nil {
 		return nil, err
+	}
+	// Product-wide, whole UTC hours: from the kept partials (propaggs.go).
+	if out, ok, err := db.aggsFromMemory(ctx, r, q, props, time.Now()); ok {
+		return out, err
 	}
 	parts := []any{"agg", r.interval, r.starts[0].Unix(), len(r.starts), q.ProductID, q.DeviceID, q.Agg}
 	for _, p := range props {

@@ -176,16 +176,35 @@ func TestLateRowsExact(t *testing.T) {
 		}
 		return n
 	}
+	// The product-wide count and max of the values, from the kept hourly
+	// partials (propaggs.go).
+	wide := func(db *DB) [2]float64 {
+		t.Helper()
+		answers := propMemoryAnswers.Load()
+		var out [2]float64
+		for i, agg := range []string{AggCount, AggMax} {
+			got, err := db.PropertyAggregates(ctx, AggQuery{Interval: Hour, From: yesterday.Add(-time.Hour), To: yesterday, ProductID: "late_p",
+				Properties: []string{"t"}, Agg: agg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = got[0].Buckets[0].Value
+		}
+		if propMemoryAnswers.Load() != answers+2 {
+			t.Fatal("product-wide aggregates not answered from the kept partials")
+		}
+		return out
+	}
 	late := func(db *DB, i int) time.Time {
 		t.Helper()
 		msg := Message{Time: yesterday, ProductID: "late_p", DeviceID: "d", Direction: "up", MessageID: fmt.Sprint("late", i)}
-		val := PropertyValue{Time: yesterday, ProductID: "late_p", DeviceID: "d", Property: "t", ValueType: "number", Num: 1}
+		val := PropertyValue{Time: yesterday, ProductID: "late_p", DeviceID: "d", Property: "t", ValueType: "number", Num: float64(i)}
 		if err := db.Insert(ctx, []Message{msg}, []PropertyValue{val}); err != nil {
 			t.Fatal(err)
 		}
 		return time.Now()
 	}
-	if day(a) != 0 || avg(a) != 0 || day(b) != 0 || hour(a, Hour) != 0 || hour(a, FifteenMinutes) != 0 {
+	if day(a) != 0 || avg(a) != 0 || wide(a) != [2]float64{} || day(b) != 0 || hour(a, Hour) != 0 || hour(a, FifteenMinutes) != 0 {
 		t.Fatal("not empty")
 	}
 	rollups := rollupQueries.Load()
@@ -198,19 +217,22 @@ func TestLateRowsExact(t *testing.T) {
 	counts := func(db *DB) [3]uint64 { return [3]uint64{day(db), hour(db, Hour), hour(db, FifteenMinutes)} }
 	queries := countQueries.Load()
 	late(a, 1)
-	if n, m := counts(a), avg(a); n != [3]uint64{1, 1, 1} || m != 1 {
-		t.Fatalf("same instance, next answer: %v messages (day, hour, quarter-hour), %d values; want 1s, 1", n, m)
+	if n, m, w := counts(a), avg(a), wide(a); n != [3]uint64{1, 1, 1} || m != 1 || w != [2]float64{1, 1} {
+		t.Fatalf("same instance, next answer: %v messages (day, hour, quarter-hour), %d values, product-wide %v; want 1s, 1, [1 1]", n, m, w)
 	}
 	// Through another: a's answers are cached (a's query just ran), and
 	// every answer more than the TTL after the insert counts the row.
 	// Message counts and aggregates are kept apart: each turns from 1 to
 	// 2 on its own, never back.
 	stored := late(b, 2)
-	seenN, seenM := [3]uint64{1, 1, 1}, uint64(1)
+	seenN, seenM, seenW := [3]uint64{1, 1, 1}, uint64(1), [2]float64{1, 1}
 	for {
-		n, m := counts(a), avg(a)
-		if n == [3]uint64{2, 2, 2} && m == 2 {
+		n, m, w := counts(a), avg(a), wide(a)
+		if n == [3]uint64{2, 2, 2} && m == 2 && w == [2]float64{2, 2} {
 			break
+		}
+		if w != seenW && w != [2]float64{2, 2} {
+			t.Fatalf("other instance: product-wide count and max %v after %v; want [1 1] (cached) or [2 2]", w, seenW)
 		}
 		for i := range n {
 			if n[i] < seenN[i] || n[i] > 2 {
@@ -220,7 +242,7 @@ func TestLateRowsExact(t *testing.T) {
 		if m < seenM || m > 2 {
 			t.Fatalf("other instance: %d values after %d; want 1 (cached) or 2", m, seenM)
 		}
-		seenN, seenM = n, m
+		seenN, seenM, seenW = n, m, w
 		if time.Since(stored) > opt.ResultTTL+100*time.Millisecond {
 			t.Fatalf("another instance's late row not counted %v after it was stored", time.Since(stored))
 		}
@@ -233,8 +255,8 @@ func TestLateRowsExact(t *testing.T) {
 	// ClickHouse): wait until a TTL has passed since the insert, then
 	// assert that what a answers now (a fresh query) still counts the row.
 	time.Sleep(time.Until(stored.Add(time.Second)))
-	if n, m := counts(a), avg(a); n != [3]uint64{2, 2, 2} || m != 2 {
-		t.Fatalf("after the TTL: %v, %d", n, m)
+	if n, m, w := counts(a), avg(a), wide(a); n != [3]uint64{2, 2, 2} || m != 2 || w != [2]float64{2, 2} {
+		t.Fatalf("after the TTL: %v, %d, %v", n, m, w)
 	}
 	if q := countQueries.Load(); q != queries {
 		t.Errorf("%d message counts read from ClickHouse, want none (all from the kept days and quarter-hours)", q-queries)

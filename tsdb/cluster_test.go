@@ -29,7 +29,7 @@ func TestClusterStatements(t *testing.T) {
 	var creates, views, inserts int
 	for _, s := range out {
 		if strings.HasPrefix(s.sql, "INSERT INTO ") {
-			// The rollup's and the quarter-hours' backfills, through the
+			// The rollups', the quarter-hours' and the daily values' backfills, through the
 			// Distributed tables.
 			inserts++
 			if strings.Contains(s.sql, "_local") || s.cond == "" {
@@ -57,27 +57,34 @@ func TestClusterStatements(t *testing.T) {
 				strings.Contains(s.sql, "'Asia/Shanghai'")
 			hourly := strings.Contains(s.sql, "TO `db1`.`device_property_hourly_local`") && strings.Contains(s.sql, "FROM `db1`.`device_property_local`")
 			quarter := strings.Contains(s.sql, "TO `db1`.`device_message_quarter_local`") && strings.Contains(s.sql, "FROM `db1`.`device_message_local`")
-			if !daily && !hourly && !quarter {
+			product := (strings.Contains(s.sql, "TO `db1`.`device_property_product_hourly_local`") || strings.Contains(s.sql, "TO `db1`.`device_property_daily_local`")) &&
+				strings.Contains(s.sql, "FROM `db1`.`device_property_local`")
+			if !daily && !hourly && !quarter && !product {
 				t.Errorf("view: %s", s.sql)
 			}
 		case strings.HasPrefix(s.sql, "TRUNCATE"):
 			if s.sql != "TRUNCATE TABLE `db1`.`device_property_hourly_local` ON CLUSTER `dh`" &&
-				s.sql != "TRUNCATE TABLE `db1`.`device_message_quarter_local` ON CLUSTER `dh`" {
+				s.sql != "TRUNCATE TABLE `db1`.`device_message_quarter_local` ON CLUSTER `dh`" &&
+				s.sql != "TRUNCATE TABLE `db1`.`device_property_product_hourly_local` ON CLUSTER `dh`" &&
+				s.sql != "TRUNCATE TABLE `db1`.`device_property_daily_local` ON CLUSTER `dh`" {
 				t.Errorf("truncate: %s", s.sql)
 			}
 		}
 	}
-	if creates != 7 || views != 3 || inserts != 2 {
-		t.Fatalf("%d replicated tables, %d views, %d inserts; want 7, 3, 2", creates, views, inserts)
+	if creates != 10 || views != 5 || inserts != 4 {
+		t.Fatalf("%d replicated tables, %d views, %d inserts; want 10, 5, 4", creates, views, inserts)
 	}
 	want := map[string]string{
-		"device_message":                "cityHash64(device_id)",
-		"device_property":               "cityHash64(device_id)",
-		"device_message_daily":          "rand()",
-		"device_property_hourly":        "cityHash64(device_id)",
-		"device_property_hourly_filled": "rand()",
-		"device_message_quarter":        "rand()",
-		"device_message_quarter_filled": "rand()",
+		"device_message":                        "cityHash64(device_id)",
+		"device_property":                       "cityHash64(device_id)",
+		"device_message_daily":                  "rand()",
+		"device_property_hourly":                "cityHash64(device_id)",
+		"device_property_hourly_filled":         "rand()",
+		"device_message_quarter":                "rand()",
+		"device_message_quarter_filled":         "rand()",
+		"device_property_product_hourly":        "rand()",
+		"device_property_daily":                 "rand()",
+		"device_property_product_hourly_filled": "rand()",
 	}
 	for table, key := range want {
 		d := "CREATE TABLE IF NOT EXISTS `db1`.`" + table + "` ON CLUSTER `dh` AS `db1`.`" + table + "_local` ENGINE = Distributed('dh', 'db1', '" + table + "_local', " + key + ")"
@@ -395,12 +402,14 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	for node := range c.Nodes {
 		// device_message, device_property, device_message_daily,
 		// device_property_hourly and its fill mark device_property_hourly_filled,
-		// device_message_quarter and its fill mark device_message_quarter_filled.
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 7 {
-			t.Errorf("%s has %d replicated tables, want 7", node, n)
+		// device_message_quarter and its fill mark device_message_quarter_filled,
+		// device_property_product_hourly, device_property_daily and their
+		// fill mark device_property_product_hourly_filled.
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine LIKE 'Replicated%'", db.Database()); n != 10 {
+			t.Errorf("%s has %d replicated tables, want 10", node, n)
 		}
-		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 7 {
-			t.Errorf("%s has %d distributed tables, want 7", node, n)
+		if n := c.scalar(t, node, "SELECT count() FROM system.tables WHERE database = ? AND engine = 'Distributed'", db.Database()); n != 10 {
+			t.Errorf("%s has %d distributed tables, want 10", node, n)
 		}
 	}
 	before := c.lastDDLTask(t)

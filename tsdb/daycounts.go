@@ -129,6 +129,12 @@ import (
 // (and read again when asked for). The totals are one value (of the
 // current window).
 
+// The same mechanism keeps the property aggregates of propaggs.go: a
+// keeper is generic over the cell it keeps per slot (a message count per
+// quarter-hour here, a partial aggregate per hour there) and its own
+// tables and zone (cells); the chunks, the totals, the three-read check
+// and the patches above are the keeper's, whatever the cell.
+
 // daySeriesDays is how many days before today the chunks cover: a year of
 // days, weeks or months, and the current year.
 const daySeriesDays = 400
@@ -145,19 +151,59 @@ const (
 // a quarter-hour is numbered by its start's epoch second / quarterSec.
 const quarterSec = 900
 
-// Loads from ClickHouse (tests).
-var (
-	dayTotalsLoads atomic.Uint64
-	dayChunkLoads  atomic.Uint64
-)
+// Loads of the message count totals from ClickHouse (tests).
+var dayTotalsLoads atomic.Uint64
 
-// dayCounts keeps the totals (daytotals.go) and the closed chunks.
-type dayCounts struct {
-	totals  *totalsHolder
-	chunks  *cache.Cache[chunkKey, *dayChunk]
+// cells describes what a keeper keeps: a V per slot (slotSec seconds,
+// numbered by its start's epoch second / slotSec) and the number of rows
+// (messages, values) a V holds; days are those of loc.
+type cells[V any] struct {
+	slotSec int64
+	loc     *time.Location
+	merge   func(a, b V) V // the cell of both cells' rows
+	count   func(V) uint64
+	size    int // bytes of a V
+}
+
+// slotDay is the Date of slot q's start in c's zone.
+func (c *cells[V]) slotDay(q uint32) uint32 {
+	return dayNumber(time.Unix(int64(q)*c.slotSec, 0), c.loc)
+}
+
+// keeper keeps the totals (daytotals.go) and the closed chunks of one
+// kind of cell, with the queries reading them.
+type keeper[V any] struct {
+	cells   *cells[V]
+	totals  *totalsHolder[V]
+	chunks  *cache.Cache[chunkKey, *chunk[V]]
 	patchMu sync.Mutex // one patch of the chunks at a time
 	// unsettled counts the chunk loads given up (errChunkUnsettled).
 	unsettled atomic.Uint64
+	// chunkReads counts the reads of chunks from ClickHouse (tests).
+	chunkReads atomic.Uint64
+
+	// loadTotals reads the totals of a window; readDays the row count
+	// per day, readSlots the cells, of key's days first to end
+	// (exclusive).
+	loadTotals func(ctx context.Context, k totalsKey) (*totals[V], error)
+	readDays   func(ctx context.Context, key chunkKey, first, end uint32) (series[uint64], error)
+	readSlots  func(ctx context.Context, key chunkKey, first, end uint32) (series[V], error)
+}
+
+// dayCounts keeps the message counts; dayChunk and dayTotals are its
+// chunk and totals.
+type (
+	dayCounts = keeper[uint64]
+	dayChunk  = chunk[uint64]
+	dayTotals = totals[uint64]
+)
+
+// addCounts merges two message counts.
+func addCounts(a, b uint64) uint64 { return a + b }
+
+// countCells are the message counts: per UTC quarter-hour, days of loc.
+func countCells(loc *time.Location) *cells[uint64] {
+	return &cells[uint64]{slotSec: quarterSec, loc: loc, merge: addCounts, count: func(n uint64) uint64 { return n }, size: 8}
 }
 
 // totalsKey is the window of a dayTotals: days from (inclusive); closed
@@ -170,47 +216,48 @@ type chunkKey struct {
 	month   uint32
 }
 
-// dayTotals is the message count of each product ("" included: every
-// product) per month of closed days, and per open day and quarter-hour.
-type dayTotals struct {
+// totals is the row count of each product ("" included: every product)
+// per month of closed days, and its open days and slots.
+type totals[V any] struct {
 	key     totalsKey
 	started time.Time // when its query started
 	closed  map[chunkKey]uint64
-	open    map[string]*dayChunk // product -> its open days and quarter-hours
+	open    map[string]*chunk[V] // product -> its open days and slots
 	// sets are the series of days of sets of products summed from these
-	// totals (setDays): productSet key -> *series; setCount counts them.
+	// totals (setDays, message counts): productSet key -> *series;
+	// setCount counts them.
 	sets     sync.Map
 	setCount atomic.Int64
 }
 
-// series is a count per key (a Date day number, or a quarter-hour), keys
-// ascending, without zeros.
-type series struct {
-	keys   []uint32
-	counts []uint64
+// series is a value per key (a Date day number, or a slot), keys
+// ascending, without empty ones.
+type series[V any] struct {
+	keys []uint32
+	vals []V
 }
 
-// plus returns s with add's counts added: one merge of s with add's
-// keys sorted (a late message patches a chunk of up to 2,976
-// quarter-hours with a few).
-func (s series) plus(add map[uint32]uint64) series {
+// plus returns s with add's values merged in: one merge of s with add's
+// keys sorted (a late row patches a chunk of up to 2,976 slots with a
+// few).
+func (s series[V]) plus(add map[uint32]V, merge func(a, b V) V) series[V] {
 	keys := make([]uint32, 0, len(add))
 	for k := range add {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	out := series{keys: make([]uint32, 0, len(s.keys)+len(keys)), counts: make([]uint64, 0, len(s.keys)+len(keys))}
+	out := series[V]{keys: make([]uint32, 0, len(s.keys)+len(keys)), vals: make([]V, 0, len(s.keys)+len(keys))}
 	i, j := 0, 0
 	for i < len(s.keys) || j < len(keys) {
 		switch {
 		case j == len(keys) || i < len(s.keys) && s.keys[i] < keys[j]:
-			out.keys, out.counts = append(out.keys, s.keys[i]), append(out.counts, s.counts[i])
+			out.keys, out.vals = append(out.keys, s.keys[i]), append(out.vals, s.vals[i])
 			i++
 		case i == len(s.keys) || keys[j] < s.keys[i]:
-			out.keys, out.counts = append(out.keys, keys[j]), append(out.counts, add[keys[j]])
+			out.keys, out.vals = append(out.keys, keys[j]), append(out.vals, add[keys[j]])
 			j++
 		default:
-			out.keys, out.counts = append(out.keys, keys[j]), append(out.counts, s.counts[i]+add[keys[j]])
+			out.keys, out.vals = append(out.keys, keys[j]), append(out.vals, merge(s.vals[i], add[keys[j]]))
 			i++
 			j++
 		}
@@ -218,126 +265,128 @@ func (s series) plus(add map[uint32]uint64) series {
 	return out
 }
 
-// dayChunk is the message count of each closed day and quarter-hour of a
-// month with messages and their sum: of the days before cut, as read by
-// a query sent at loaded. In dayTotals.open it holds the open days and
-// quarter-hours.
-type dayChunk struct {
-	days     series
-	quarters series
-	total    uint64
-	cut      uint32
-	loaded   time.Time
+// chunk is the row count of each closed day and the cell of each slot of
+// a month with rows, and their count: of the days before cut, as read by
+// a query sent at loaded. In totals.open it holds the open days and
+// slots.
+type chunk[V any] struct {
+	days   series[uint64]
+	slots  series[V]
+	total  uint64
+	cut    uint32
+	loaded time.Time
 }
 
-// plus returns c with n more messages in each quarter-hour of add.
-func (c *dayChunk) plus(add map[uint32]uint64, loc *time.Location) *dayChunk {
-	out := &dayChunk{cut: c.cut, loaded: c.loaded, total: c.total, quarters: c.quarters.plus(add)}
+// plus returns ch with the cells of add merged in.
+func (ch *chunk[V]) plus(add map[uint32]V, c *cells[V]) *chunk[V] {
+	out := &chunk[V]{cut: ch.cut, loaded: ch.loaded, total: ch.total, slots: ch.slots.plus(add, c.merge)}
 	days := map[uint32]uint64{}
-	for q, n := range add {
-		days[quarterDay(q, loc)] += n
+	for q, v := range add {
+		n := c.count(v)
+		days[c.slotDay(q)] += n
 		out.total += n
 	}
-	out.days = c.days.plus(days)
+	out.days = ch.days.plus(days, addCounts)
 	return out
 }
 
-// quarterDay is the Date of quarter-hour q's start in loc.
-func quarterDay(q uint32, loc *time.Location) uint32 {
-	return dayNumber(time.Unix(int64(q)*quarterSec, 0), loc)
-}
-
-// daysOf sums quarters per day in loc (quarters ascending).
-func daysOf(quarters series, loc *time.Location) series {
-	var out series
+// daysOf sums the rows of slots per day (slots ascending).
+func (c *cells[V]) daysOf(slots series[V]) series[uint64] {
+	var out series[uint64]
 	var end int64 // the end of the last day appended, epoch seconds
-	for i, q := range quarters.keys {
-		if s := int64(q) * quarterSec; s >= end || len(out.keys) == 0 {
-			t := time.Unix(s, 0).In(loc)
-			d := dayNumber(t, loc)
-			end = dayStart(d+1, loc).Unix()
+	for i, q := range slots.keys {
+		if s := int64(q) * c.slotSec; s >= end || len(out.keys) == 0 {
+			d := dayNumber(time.Unix(s, 0), c.loc)
+			end = dayStart(d+1, c.loc).Unix()
 			if len(out.keys) == 0 || out.keys[len(out.keys)-1] != d {
 				out.keys = append(out.keys, d)
-				out.counts = append(out.counts, 0)
+				out.vals = append(out.vals, 0)
 			}
 		}
-		out.counts[len(out.counts)-1] += quarters.counts[i]
+		out.vals[len(out.vals)-1] += c.count(slots.vals[i])
 	}
 	return out
 }
 
-// lateMessages picks from a batch's messages per product ("" included)
-// and quarter-hour (Batch.batchQuarters) those stamped before the start of
-// now's day, per product and month.
-func (db *DB) lateMessages(all map[string]map[uint32]uint64, now time.Time) map[chunkKey]map[uint32]uint64 {
-	open := dayStart(dayNumber(now, db.loc), db.loc).Unix()
-	var late map[chunkKey]map[uint32]uint64
+// late picks from a batch's cells per product and slot (all) those of
+// slots before the start of now's day, per product and month.
+func (k *keeper[V]) late(all map[string]map[uint32]V, now time.Time) map[chunkKey]map[uint32]V {
+	c := k.cells
+	open := dayStart(dayNumber(now, c.loc), c.loc).Unix()
+	var late map[chunkKey]map[uint32]V
 	for p, qs := range all {
-		for q, n := range qs {
-			if int64(q)*quarterSec >= open {
+		for q, v := range qs {
+			if int64(q)*c.slotSec >= open {
 				continue
 			}
 			if late == nil {
-				late = map[chunkKey]map[uint32]uint64{}
+				late = map[chunkKey]map[uint32]V{}
 			}
-			k := chunkKey{p, dayMonth(quarterDay(q, db.loc))}
-			if late[k] == nil {
-				late[k] = map[uint32]uint64{}
+			ck := chunkKey{p, dayMonth(c.slotDay(q))}
+			if late[ck] == nil {
+				late[ck] = map[uint32]V{}
 			}
-			late[k][q] += n
+			if old, ok := late[ck][q]; ok {
+				v = c.merge(old, v)
+			}
+			late[ck][q] = v
 		}
 	}
 	return late
 }
 
-// stored patches the kept chunks with late, the late messages of an
-// insert that started at start; stored false (the insert failed, some
-// rows may be stored) drops their chunks instead.
-func (d *dayCounts) stored(late map[chunkKey]map[uint32]uint64, start time.Time, stored bool, loc *time.Location) {
+// stored patches the kept chunks with late, the late cells of an insert
+// that started at start; stored false (the insert failed, some rows may
+// be stored) drops their chunks instead.
+func (k *keeper[V]) stored(late map[chunkKey]map[uint32]V, start time.Time, stored bool) {
 	if len(late) == 0 {
 		return
 	}
-	d.patchMu.Lock()
-	defer d.patchMu.Unlock()
-	for k, add := range late {
-		c, ok := d.chunks.Peek(k)
+	c := k.cells
+	k.patchMu.Lock()
+	defer k.patchMu.Unlock()
+	for ck, add := range late {
+		ch, ok := k.chunks.Peek(ck)
 		if !ok {
 			// A load under way may have read before the insert's rows
 			// were committed: it is not kept. Read when asked for.
-			d.chunks.Delete(k)
+			k.chunks.Delete(ck)
 			continue
 		}
-		patch := stored && c.loaded.Before(start)
-		end := uint32(dayStart(c.cut, loc).Unix() / quarterSec)
+		patch := stored && ch.loaded.Before(start)
+		end := uint32(dayStart(ch.cut, c.loc).Unix() / c.slotSec)
 		for q := range add {
 			patch = patch && q < end
 		}
 		if patch {
-			d.chunks.Put(k, c.plus(add, loc))
+			k.chunks.Put(ck, ch.plus(add, c))
 		} else {
-			d.chunks.Delete(k)
+			k.chunks.Delete(ck)
 		}
 	}
 }
 
-func newDayCounts(ttl time.Duration) *dayCounts {
-	co := cache.DefaultOptions[chunkKey, *dayChunk]()
+// newKeeper keeps cells c in a Cache of at most maxEntries chunks and
+// maxBytes; exclusive: its totals hold inserts back while they load
+// (daytotals.go).
+func newKeeper[V any](c *cells[V], ttl time.Duration, maxEntries, maxBytes int, exclusive bool) *keeper[V] {
+	co := cache.DefaultOptions[chunkKey, *chunk[V]]()
 	co.TTL = cache.Forever
-	co.MaxEntries = maxDayChunks
-	co.MaxBytes = maxDayChunkBytes
-	co.Size = func(k chunkKey, c *dayChunk) int {
-		return 96 + len(k.product) + 12*(len(c.days.keys)+len(c.quarters.keys))
+	co.MaxEntries = maxEntries
+	co.MaxBytes = maxBytes
+	co.Size = func(k chunkKey, ch *chunk[V]) int {
+		return 96 + len(k.product) + 12*len(ch.days.keys) + (4+c.size)*len(ch.slots.keys)
 	}
 	co.LoadTimeout = 0
-	return &dayCounts{totals: &totalsHolder{ttl: ttl}, chunks: cache.New(co)}
+	return &keeper[V]{cells: c, totals: &totalsHolder[V]{ttl: ttl, cells: c, exclusive: exclusive}, chunks: cache.New(co)}
 }
 
 // dropped drops the totals and every chunk: partitions were dropped
-// through the DB (a month's partitions of device_message_quarter are cut
-// at the server's month, not the platform zone's).
-func (d *dayCounts) dropped() {
-	d.totals.drop()
-	d.chunks.Invalidate()
+// through the DB (a month's partitions of the slot tables are cut at the
+// server's month, not the platform zone's).
+func (k *keeper[V]) dropped() {
+	k.totals.drop()
+	k.chunks.Invalidate()
 }
 
 // dayNumber is the ClickHouse Date (days since 1970-01-01) of t's date
@@ -357,6 +406,12 @@ func dayMonth(day uint32) uint32 {
 func nextMonth(day uint32) uint32 {
 	y, m, _ := time.Unix(int64(day)*86400, 0).UTC().Date()
 	return uint32(time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
+}
+
+// monthStart is the first day of day's month.
+func monthStart(day uint32) uint32 {
+	y, m, _ := time.Unix(int64(day)*86400, 0).UTC().Date()
+	return uint32(time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
 }
 
 // countsFromDays answers the message counts of r (15m, 1h, day or longer
@@ -380,7 +435,7 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 		return nil, false, nil
 	}
 	tk := totalsKey{from, cut}
-	t, err := db.days.totals.get(ctx, tk, time.Now(), db.loadDayTotals)
+	t, err := db.days.totals.get(ctx, tk, time.Now(), db.days.loadTotals)
 	if err != nil {
 		return nil, true, err
 	}
@@ -396,7 +451,7 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 		key = func(t time.Time) uint32 { return uint32(t.Unix() / quarterSec) }
 	}
 	counts := make([]uint64, len(r.starts))
-	add := func(s series) {
+	add := func(s series[uint64]) {
 		// Buckets oldest first, each [its start, the next bucket's).
 		i := sort.Search(len(s.keys), func(i int) bool { return s.keys[i] >= key(r.lo) })
 		for k := len(r.starts) - 1; k >= 0; k-- {
@@ -406,7 +461,7 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 			}
 			last := key(end) // exclusive
 			for ; i < len(s.keys) && s.keys[i] < last; i++ {
-				counts[k] += s.counts[i]
+				counts[k] += s.vals[i]
 			}
 		}
 	}
@@ -465,30 +520,42 @@ func quarterBuckets(r bucketRange) bool {
 // (sub: per quarter-hour) of the months holding days lo to hi
 // (exclusive), oldest first: its closed months' chunks as of cut, checked
 // against the totals t, then its open days (quarter-hours).
-func (db *DB) productSeries(ctx context.Context, t *dayTotals, p string, lo, hi, cut uint32, sub bool) (series, error) {
-	var out series
+func (db *DB) productSeries(ctx context.Context, t *dayTotals, p string, lo, hi, cut uint32, sub bool) (series[uint64], error) {
+	var buf [16]*dayChunk
+	chunks, err := db.days.chunksFor(ctx, t, p, lo, hi, cut, buf[:0])
+	if err != nil {
+		return series[uint64]{}, err
+	}
+	var out series[uint64]
+	for _, c := range chunks {
+		s := c.days
+		if sub {
+			s = c.slots
+		}
+		out.keys, out.vals = append(out.keys, s.keys...), append(out.vals, s.vals...)
+	}
+	return out, nil
+}
+
+// chunksFor appends to dst product p's chunks of the months holding days
+// lo to hi (exclusive), oldest first: its closed months' chunks as of
+// cut, checked against the totals t (none for a month without rows), then
+// its open days and slots when hi > cut.
+func (k *keeper[V]) chunksFor(ctx context.Context, t *totals[V], p string, lo, hi, cut uint32, dst []*chunk[V]) ([]*chunk[V], error) {
 	for day := lo; day < min(hi, cut); day = nextMonth(day) {
 		key := chunkKey{p, dayMonth(day)}
 		if want := t.closed[key]; want > 0 {
-			c, err := db.dayChunk(ctx, key, cut, want)
+			c, err := k.chunk(ctx, key, cut, want)
 			if err != nil {
-				return series{}, err
+				return nil, err
 			}
-			s := c.days
-			if sub {
-				s = c.quarters
-			}
-			out.keys, out.counts = append(out.keys, s.keys...), append(out.counts, s.counts...)
+			dst = append(dst, c)
 		}
 	}
 	if o := t.open[p]; o != nil && hi > cut {
-		s := o.days
-		if sub {
-			s = o.quarters
-		}
-		out.keys, out.counts = append(out.keys, s.keys...), append(out.counts, s.counts...)
+		dst = append(dst, o)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // maxSetSeries bounds the sets of products whose series a dayTotals
@@ -501,42 +568,90 @@ const maxSetSeries = 1000
 // is served: each product's part is exact for t (see the top), so their
 // sum is; the next totals start a new series. Building it reads no
 // ClickHouse query per product once their chunks are kept.
-func (db *DB) setDays(ctx context.Context, t *dayTotals, ps productSet, from, cut uint32) (series, error) {
+func (db *DB) setDays(ctx context.Context, t *dayTotals, ps productSet, from, cut uint32) (series[uint64], error) {
 	key := ps.key()
 	if s, ok := t.sets.Load(key); ok {
-		return *s.(*series), nil
+		return *s.(*series[uint64]), nil
 	}
 	sum := map[uint32]uint64{}
 	for _, p := range ps.ids {
 		s, err := db.productSeries(ctx, t, p, from, cut+1, cut, false)
 		if err != nil {
-			return series{}, err
+			return series[uint64]{}, err
 		}
 		for i, d := range s.keys {
-			sum[d] += s.counts[i]
+			sum[d] += s.vals[i]
 		}
 	}
-	s := series{}.plus(sum)
+	s := series[uint64]{}.plus(sum, addCounts)
 	if t.setCount.Add(1) <= maxSetSeries {
 		if kept, loaded := t.sets.LoadOrStore(key, &s); loaded {
-			return *kept.(*series), nil
+			return *kept.(*series[uint64]), nil
 		}
 	}
 	return s, nil
 }
 
-// dayChunk returns the closed days of key's month as of cut, checked
+// chunk returns the closed days of key's month as of cut, checked
 // against want, the month's total in the current totals: a kept chunk of
 // another total is read again.
-func (db *DB) dayChunk(ctx context.Context, key chunkKey, cut uint32, want uint64) (*dayChunk, error) {
-	load := func(ctx context.Context, k chunkKey) (*dayChunk, error) { return db.loadDayChunk(ctx, k, cut) }
-	c, err := db.days.chunks.Get(ctx, key, load)
+func (k *keeper[V]) chunk(ctx context.Context, key chunkKey, cut uint32, want uint64) (*chunk[V], error) {
+	load := func(ctx context.Context, ck chunkKey) (*chunk[V], error) { return k.loadChunk(ctx, ck, cut) }
+	c, err := k.chunks.Get(ctx, key, load)
 	if err != nil || c.total == want {
 		return c, err
 	}
 	// Stale (or newer than the totals: then exact too, see the top).
-	db.days.chunks.Delete(key)
-	return db.days.chunks.Get(ctx, key, load)
+	k.chunks.Delete(key)
+	return k.chunks.Get(ctx, key, load)
+}
+
+// newDayCounts keeps the message counts of db's zone, read from
+// device_message_daily and device_message_quarter.
+func (db *DB) newDayCounts() *dayCounts {
+	k := newKeeper(countCells(db.loc), db.opt.ResultTTL, maxDayChunks, maxDayChunkBytes, false)
+	k.loadTotals = db.loadDayTotals
+	dayArgs := func(first, end uint32) []any {
+		return []any{time.Unix(int64(first)*86400, 0).UTC().Format(time.DateOnly), time.Unix(int64(end)*86400, 0).UTC().Format(time.DateOnly)}
+	}
+	k.readDays = func(ctx context.Context, key chunkKey, first, end uint32) (series[uint64], error) {
+		product, pargs := productWhere(key.product)
+		return db.readSumMap(ctx, "SELECT (sumMap([toUInt32(day)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_daily"+
+			" WHERE day >= toDate(?) AND day < toDate(?)"+product, append(dayArgs(first, end), pargs...), 1)
+	}
+	k.readSlots = func(ctx context.Context, key chunkKey, first, end uint32) (series[uint64], error) {
+		product, pargs := productWhere(key.product)
+		return db.readSumMap(ctx, "SELECT (sumMap([toUInt32(slot)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_quarter"+
+			" WHERE slot >= toDateTime(?) AND slot < toDateTime(?)"+product,
+			append([]any{dayStart(first, db.loc).Unix(), dayStart(end, db.loc).Unix()}, pargs...), quarterSec)
+	}
+	return k
+}
+
+// productWhere is the condition on product p ("" every product).
+func productWhere(p string) (string, []any) {
+	if p == "" {
+		return "", nil
+	}
+	return " AND product_id = ?", []any{p}
+}
+
+// readSumMap reads a series from a query of one row: a sumMap's keys
+// (divided by div) and sums.
+func (db *DB) readSumMap(ctx context.Context, sql string, args []any, div uint32) (series[uint64], error) {
+	ctx, cancel := db.ctx(ctx)
+	defer cancel()
+	var s series[uint64]
+	if err := db.conn.QueryRow(ctx, sql, args...).Scan(&s.keys, &s.vals); err != nil {
+		return series[uint64]{}, fmt.Errorf("tsdb: message counts: %w", err)
+	}
+	if len(s.keys) != len(s.vals) {
+		return series[uint64]{}, fmt.Errorf("tsdb: message counts: sumMap returned %d keys and %d sums", len(s.keys), len(s.vals))
+	}
+	for i := range s.keys { // sumMap's keys come sorted
+		s.keys[i] /= div
+	}
+	return s, nil
 }
 
 // loadDayTotals reads every product's message count per month of closed
@@ -546,7 +661,6 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 	defer cancel()
 	dayTotalsLoads.Add(1)
 	// Whole months, as the chunks: from the first day of from's month.
-	y, m, _ := time.Unix(int64(k.from)*86400, 0).UTC().Date()
 	// Kinds of rows: 0 a closed month (x: yyyymm), 1 an open day (x: its
 	// Date), 2 an open quarter-hour (x: its start, epoch seconds).
 	rows, err := db.conn.Query(ctx, "SELECT product_id, toUInt8(if(toUInt32(day) >= ?, 1, 0)) AS k,"+
@@ -554,7 +668,7 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 		" FROM device_message_daily WHERE day >= toDate(?) GROUP BY product_id, k, x"+
 		" UNION ALL SELECT product_id, toUInt8(2) AS k, toUInt32(slot) AS x, sum(messages) AS n"+
 		" FROM device_message_quarter WHERE slot >= toDateTime(?) GROUP BY product_id, x",
-		k.cut, time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Format(time.DateOnly), dayStart(k.cut, db.loc).Unix())
+		k.cut, time.Unix(int64(monthStart(k.from))*86400, 0).UTC().Format(time.DateOnly), dayStart(k.cut, db.loc).Unix())
 	if err != nil {
 		return nil, fmt.Errorf("tsdb: message count totals: %w", err)
 	}
@@ -593,13 +707,13 @@ func (db *DB) loadDayTotals(ctx context.Context, k totalsKey) (*dayTotals, error
 		return nil, fmt.Errorf("tsdb: message count totals: %w", err)
 	}
 	for p, d := range days {
-		t.open[p] = &dayChunk{days: series{}.plus(d)}
+		t.open[p] = &dayChunk{days: series[uint64]{}.plus(d, addCounts)}
 	}
 	for p, q := range quarters {
 		if t.open[p] == nil {
 			t.open[p] = &dayChunk{}
 		}
-		t.open[p].quarters = series{}.plus(q)
+		t.open[p].slots = series[uint64]{}.plus(q, addCounts)
 	}
 	return t, nil
 }
@@ -613,14 +727,14 @@ const (
 	chunkReadPause = 10 * time.Millisecond
 )
 
-// errChunkUnsettled: device_message_quarter and device_message_daily
-// disagreed on a month's closed days maxChunkReads times in a row.
-var errChunkUnsettled = errors.New("tsdb: device_message_quarter and device_message_daily disagree")
+// errChunkUnsettled: a month's slot table and day table disagreed on its
+// closed days maxChunkReads times in a row.
+var errChunkUnsettled = errors.New("tsdb: the slot and day tables of a month disagree")
 
-// loadDayChunk reads the per-quarter-hour counts of the days of k's month
-// before cut and sums them per day, checked against device_message_daily
-// (see the top): errChunkUnsettled when no read of maxChunkReads agreed.
-func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChunk, error) {
+// loadChunk reads the slots of the days of k's month before cut and sums
+// them per day, checked against the day table (see the top):
+// errChunkUnsettled when no read of maxChunkReads agreed.
+func (k *keeper[V]) loadChunk(ctx context.Context, ck chunkKey, cut uint32) (*chunk[V], error) {
 	for i := range maxChunkReads {
 		if i > 0 {
 			select {
@@ -629,12 +743,12 @@ func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChu
 				return nil, ctx.Err()
 			}
 		}
-		c, ok, err := db.readDayChunk(ctx, k, cut)
+		c, ok, err := k.readChunk(ctx, ck, cut)
 		if err != nil || ok {
 			return c, err
 		}
 	}
-	db.days.unsettled.Add(1)
+	k.unsettled.Add(1)
 	return nil, errChunkUnsettled
 }
 
@@ -645,65 +759,37 @@ func (db *DB) loadDayChunk(ctx context.Context, k chunkKey, cut uint32) (*dayChu
 // reached only one of the two tables.
 func (db *DB) MessageCountFallbacks() uint64 { return db.days.unsettled.Load() }
 
-// readDayChunk reads the chunk of k's month as of cut by three queries,
-// one after the other: the closed days' counts from device_message_daily,
-// the quarter-hours from device_message_quarter, the days again; ok
-// reports whether the quarter-hours' per-day sums equal both reads of the
-// days.
-func (db *DB) readDayChunk(ctx context.Context, k chunkKey, cut uint32) (c *dayChunk, ok bool, err error) {
-	ctx, cancel := db.ctx(ctx)
-	defer cancel()
-	dayChunkLoads.Add(1)
-	y, m := int(k.month/100), time.Month(k.month%100)
-	first := uint32(time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
+// readChunk reads the chunk of ck's month as of cut by three queries,
+// one after the other: the closed days' row counts from the day table,
+// the slots, the days again; ok reports whether the slots' per-day sums
+// equal both reads of the days.
+func (k *keeper[V]) readChunk(ctx context.Context, ck chunkKey, cut uint32) (c *chunk[V], ok bool, err error) {
+	k.chunkReads.Add(1)
+	first := uint32(time.Date(int(ck.month/100), time.Month(ck.month%100), 1, 0, 0, 0, 0, time.UTC).Unix() / 86400)
 	end := min(nextMonth(first), cut)
-	product, pargs := "", []any(nil)
-	if k.product != "" {
-		product, pargs = " AND product_id = ?", []any{k.product}
-	}
-	readDays := func() (series, error) {
-		var s series
-		args := append([]any{time.Unix(int64(first)*86400, 0).UTC().Format(time.DateOnly), time.Unix(int64(end)*86400, 0).UTC().Format(time.DateOnly)}, pargs...)
-		if err := db.conn.QueryRow(ctx, "SELECT (sumMap([toUInt32(day)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_daily"+
-			" WHERE day >= toDate(?) AND day < toDate(?)"+product, args...).Scan(&s.keys, &s.counts); err != nil {
-			return series{}, fmt.Errorf("tsdb: message counts per day: %w", err)
-		}
-		if len(s.keys) != len(s.counts) {
-			return series{}, fmt.Errorf("tsdb: message counts per day: sumMap returned %d keys and %d sums", len(s.keys), len(s.counts))
-		}
-		return s, nil
-	}
-	before, err := readDays()
+	before, err := k.readDays(ctx, ck, first, end)
 	if err != nil {
 		return nil, false, err
 	}
-	c = &dayChunk{cut: cut}
-	var starts []uint32
-	args := append([]any{dayStart(first, db.loc).Unix(), dayStart(end, db.loc).Unix()}, pargs...)
-	if err := db.conn.QueryRow(ctx, "SELECT (sumMap([toUInt32(slot)], [messages]) AS s).1 AS b, s.2 AS n FROM device_message_quarter"+
-		" WHERE slot >= toDateTime(?) AND slot < toDateTime(?)"+product, args...).Scan(&starts, &c.quarters.counts); err != nil {
-		return nil, false, fmt.Errorf("tsdb: message counts per quarter-hour: %w", err)
+	slots, err := k.readSlots(ctx, ck, first, end)
+	if err != nil {
+		return nil, false, err
 	}
 	// Every row of an insert that starts from now on is committed after
-	// the quarter-hours' query took its parts: a patch may add it.
-	c.loaded = time.Now()
-	if len(starts) != len(c.quarters.counts) {
-		return nil, false, fmt.Errorf("tsdb: message counts per quarter-hour: sumMap returned %d keys and %d sums", len(starts), len(c.quarters.counts))
+	// the slots' query took its parts: a patch may add it.
+	c = &chunk[V]{cut: cut, loaded: time.Now(), slots: slots}
+	for _, v := range slots.vals {
+		c.total += k.cells.count(v)
 	}
-	c.quarters.keys = starts // sumMap's keys come sorted
-	for i, s := range starts {
-		c.quarters.keys[i] = s / quarterSec
-		c.total += c.quarters.counts[i]
-	}
-	c.days = daysOf(c.quarters, db.loc)
-	after, err := readDays()
+	c.days = k.cells.daysOf(slots)
+	after, err := k.readDays(ctx, ck, first, end)
 	if err != nil {
 		return nil, false, err
 	}
-	return c, c.days.equal(before) && c.days.equal(after), nil
+	return c, countsEqual(c.days, before) && countsEqual(c.days, after), nil
 }
 
-// equal reports whether s and o hold the same counts.
-func (s series) equal(o series) bool {
-	return slices.Equal(s.keys, o.keys) && slices.Equal(s.counts, o.counts)
+// countsEqual reports whether s and o hold the same counts.
+func countsEqual(s, o series[uint64]) bool {
+	return slices.Equal(s.keys, o.keys) && slices.Equal(s.vals, o.vals)
 }

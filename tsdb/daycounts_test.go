@@ -106,7 +106,7 @@ func TestDaySeries(t *testing.T) {
 			}
 		}
 	}
-	loads := func() (uint64, uint64) { return dayTotalsLoads.Load(), dayChunkLoads.Load() }
+	loads := func() (uint64, uint64) { return dayTotalsLoads.Load(), db.days.chunkReads.Load() }
 	t0, c0 := loads()
 	check("p1", "p2", "", "none")
 	t1, c1 := loads()
@@ -326,13 +326,13 @@ func TestDayChunkViewOrder(t *testing.T) {
 		expire()
 		fallbacks = db.MessageCountFallbacks()
 		check(p, 3)
-		loads := dayChunkLoads.Load()
+		loads := db.days.chunkReads.Load()
 		check(p, 3)
 		kept, ok := db.days.chunks.Peek(month)
-		if !ok || dayChunkLoads.Load() != loads || db.MessageCountFallbacks() != fallbacks {
-			t.Fatalf("%s, tables agreeing: chunk kept %v, %d reads, %d fallbacks", p, ok, dayChunkLoads.Load()-loads, db.MessageCountFallbacks()-fallbacks)
+		if !ok || db.days.chunkReads.Load() != loads || db.MessageCountFallbacks() != fallbacks {
+			t.Fatalf("%s, tables agreeing: chunk kept %v, %d reads, %d fallbacks", p, ok, db.days.chunkReads.Load()-loads, db.MessageCountFallbacks()-fallbacks)
 		}
-		if n := kept.days.counts; len(n) != 1 || n[0] != 8+3 {
+		if n := kept.days.vals; len(n) != 1 || n[0] != 8+3 {
 			t.Fatalf("%s: kept chunk's days %v, want [11]", p, n)
 		}
 		all += 3
@@ -401,7 +401,7 @@ func TestTotalsHolder(t *testing.T) {
 		<-release
 		return &dayTotals{closed: map[chunkKey]uint64{{"p", 202510}: 5}, open: map[string]*dayChunk{}}, nil
 	}
-	h := &totalsHolder{ttl: time.Hour}
+	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC)}
 	get := func() chan *dayTotals {
 		out := make(chan *dayTotals, 1)
 		go func() {
@@ -433,7 +433,7 @@ func TestTotalsHolder(t *testing.T) {
 	if got := <-a; got == nil || got.closed[chunkKey{"p", 202510}] != 5 || kept() != nil {
 		t.Fatalf("a load under an insert: got %v, kept %v", got, kept())
 	}
-	h.stored(nil, time.Now(), true, time.UTC)
+	h.stored(nil, time.Now(), true)
 
 	// An insert ending during a load: the first caller gets it (not
 	// kept), one arriving after the insert ended starts its own (kept:
@@ -441,7 +441,7 @@ func TestTotalsHolder(t *testing.T) {
 	a = get()
 	waitLoads(2)
 	h.begin()
-	h.stored(nil, time.Now(), true, time.UTC)
+	h.stored(nil, time.Now(), true)
 	b := get()
 	waitLoads(3)
 	release <- struct{}{}
@@ -460,16 +460,16 @@ func TestTotalsHolder(t *testing.T) {
 	openQ := uint32(dayStart(key.cut, time.UTC).Unix()/quarterSec) + 3
 	closedQ := uint32(dayStart(key.cut-20, time.UTC).Unix() / quarterSec)
 	h.begin()
-	h.stored(map[string]map[uint32]uint64{"p": {openQ: 2, closedQ: 1}}, time.Now(), true, time.UTC)
+	h.stored(map[string]map[uint32]uint64{"p": {openQ: 2, closedQ: 1}}, time.Now(), true)
 	p := kept()
 	month := dayMonth(key.cut - 20)
 	if p == nil || p == cur || p.closed[chunkKey{"p", month}] != cur.closed[chunkKey{"p", month}]+1 ||
-		!slices.Equal(p.open["p"].quarters.keys, []uint32{openQ}) || !slices.Equal(p.open["p"].days.counts, []uint64{2}) {
+		!slices.Equal(p.open["p"].slots.keys, []uint32{openQ}) || !slices.Equal(p.open["p"].days.vals, []uint64{2}) {
 		t.Fatalf("patched totals: %+v", p)
 	}
 	// One that started before the load's query: dropped.
 	h.begin()
-	h.stored(nil, p.started.Add(-time.Millisecond), true, time.UTC)
+	h.stored(nil, p.started.Add(-time.Millisecond), true)
 	if kept() != nil {
 		t.Fatal("totals kept after an insert that started before their query")
 	}
@@ -482,7 +482,7 @@ func TestTotalsHolder(t *testing.T) {
 	if got := <-a; got == nil || kept() != nil {
 		t.Fatalf("a load during which an insert began: got %v, kept %v", got, kept())
 	}
-	h.stored(nil, time.Now(), true, time.UTC)
+	h.stored(nil, time.Now(), true)
 
 	// Past half the TTL: served, and renewed in the background.
 	h.ttl = 2 * time.Second
@@ -507,15 +507,79 @@ func TestTotalsHolder(t *testing.T) {
 // TestSeriesPlus: adding counts merges keys in order, sums repeats and
 // leaves the original as it was.
 func TestSeriesPlus(t *testing.T) {
-	s := series{keys: []uint32{2, 5, 9}, counts: []uint64{1, 2, 3}}
-	got := s.plus(map[uint32]uint64{1: 7, 5: 1, 10: 4, 6: 2})
-	if !slices.Equal(got.keys, []uint32{1, 2, 5, 6, 9, 10}) || !slices.Equal(got.counts, []uint64{7, 1, 3, 2, 3, 4}) {
+	s := series[uint64]{keys: []uint32{2, 5, 9}, vals: []uint64{1, 2, 3}}
+	got := s.plus(map[uint32]uint64{1: 7, 5: 1, 10: 4, 6: 2}, addCounts)
+	if !slices.Equal(got.keys, []uint32{1, 2, 5, 6, 9, 10}) || !slices.Equal(got.vals, []uint64{7, 1, 3, 2, 3, 4}) {
 		t.Fatalf("got %v", got)
 	}
-	if !slices.Equal(s.counts, []uint64{1, 2, 3}) {
+	if !slices.Equal(s.vals, []uint64{1, 2, 3}) {
 		t.Fatalf("the original changed: %v", s)
 	}
-	if e := (series{}).plus(map[uint32]uint64{3: 1}); !slices.Equal(e.keys, []uint32{3}) || !slices.Equal(e.counts, []uint64{1}) {
+	if e := (series[uint64]{}).plus(map[uint32]uint64{3: 1}, addCounts); !slices.Equal(e.keys, []uint32{3}) || !slices.Equal(e.vals, []uint64{1}) {
 		t.Fatalf("from empty: %v", e)
 	}
+}
+
+// TestTotalsHolderExclusive: an exclusive holder's load waits until no
+// insert is under way, holds new inserts back until it has returned, and
+// is installed although inserts kept arriving; a question shares a load
+// still waiting.
+func TestTotalsHolderExclusive(t *testing.T) {
+	ctx := ctxT(t)
+	key := totalsKey{from: 20000, cut: 20400}
+	var loads atomic.Int64
+	release := make(chan struct{})
+	load := func(context.Context, totalsKey) (*dayTotals, error) {
+		loads.Add(1)
+		<-release
+		return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
+	}
+	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true}
+	get := func() chan *dayTotals {
+		out := make(chan *dayTotals, 1)
+		go func() {
+			got, err := h.get(ctx, key, time.Now(), load)
+			if err != nil {
+				t.Error(err)
+			}
+			out <- got
+		}()
+		return out
+	}
+	h.begin() // an insert under way
+	a := get()
+	time.Sleep(20 * time.Millisecond)
+	b := get() // shares the waiting load
+	began := make(chan struct{})
+	go func() { h.begin(); close(began) }() // held back
+	time.Sleep(20 * time.Millisecond)
+	if loads.Load() != 0 {
+		t.Fatal("load started while an insert was under way")
+	}
+	select {
+	case <-began:
+		t.Fatal("an insert began while an exclusive load waited")
+	default:
+	}
+	h.stored(nil, time.Now(), true)
+	for deadline := time.Now().Add(5 * time.Second); loads.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the load did not start once no insert was under way")
+		}
+	}
+	select {
+	case <-began:
+		t.Fatal("an insert began during an exclusive load")
+	case <-time.After(20 * time.Millisecond):
+	}
+	release <- struct{}{}
+	ga, gb := <-a, <-b
+	<-began
+	h.mu.Lock()
+	cur := h.cur
+	h.mu.Unlock()
+	if ga == nil || ga != gb || cur != ga || loads.Load() != 1 {
+		t.Fatalf("kept %p, got %p and %p, %d loads", cur, ga, gb, loads.Load())
+	}
+	h.stored(nil, time.Now(), true)
 }

@@ -37,43 +37,55 @@ import (
 //   - Waited for: a question without servable totals shares a load only
 //     if no insert ended since that load started (the load then saw every
 //     insert that ended before the question), else starts its own.
-type totalsHolder struct {
-	ttl time.Duration
+//   - Exclusive holders (the property partials': their inserts are
+//     under way most of the time under ingest, so few loads would start
+//     clean): a load waits until no insert is under way, and holds new
+//     inserts back (begin waits) until it has returned, so every load is
+//     clean and installed; a question shares a load still waiting (it
+//     starts after every insert that ended before the question). An
+//     insert waits at most for one load, a flush of the Writer no more.
+type totalsHolder[V any] struct {
+	ttl       time.Duration
+	cells     *cells[V]
+	exclusive bool
 
 	mu        sync.Mutex
-	cur       *dayTotals    // nil: none kept
-	flight    *totalsFlight // the newest load under way, if any
-	epoch     uint64        // bumped when an insert ends and by drops
-	begun     uint64        // inserts begun
-	inserting int           // inserts under way (begin, not yet stored)
+	cur       *totals[V]       // nil: none kept
+	flight    *totalsFlight[V] // the newest load under way, if any
+	epoch     uint64           // bumped when an insert ends and by drops
+	begun     uint64           // inserts begun
+	inserting int              // inserts under way (begin, not yet stored)
+	holds     int              // exclusive loads waiting or running: begin waits
+	cond      sync.Cond        // on mu: inserting reached 0, or a hold ended
 }
 
 // totalsFlight is one load of the totals.
-type totalsFlight struct {
+type totalsFlight[V any] struct {
 	key     totalsKey
 	started time.Time
 	epoch   uint64 // the holder's when it started
 	begun   uint64 // the holder's when it started
 	clean   bool   // no insert was under way when it started
+	waiting bool   // exclusive: waits for the inserts under way to end
 	done    chan struct{}
-	t       *dayTotals
+	t       *totals[V]
 	err     error
 }
 
 // get returns totals of key servable at now: the kept ones, or those of a
 // load it starts or shares. Kept totals past half the TTL start a load in
 // the background.
-func (h *totalsHolder) get(ctx context.Context, key totalsKey, now time.Time, load func(context.Context, totalsKey) (*dayTotals, error)) (*dayTotals, error) {
+func (h *totalsHolder[V]) get(ctx context.Context, key totalsKey, now time.Time, load func(context.Context, totalsKey) (*totals[V], error)) (*totals[V], error) {
 	h.mu.Lock()
 	if t := h.cur; t != nil && t.key == key && now.Sub(t.started) < h.ttl {
-		if now.Sub(t.started) >= h.ttl/2 && (h.flight == nil || h.flight.key != key) {
+		if now.Sub(t.started) >= h.renewAfter() && (h.flight == nil || h.flight.key != key) {
 			h.startLocked(key, load)
 		}
 		h.mu.Unlock()
 		return t, nil
 	}
 	f := h.flight
-	if f == nil || f.key != key || f.epoch != h.epoch {
+	if f == nil || f.key != key || f.epoch != h.epoch && !f.waiting {
 		f = h.startLocked(key, load)
 	}
 	h.mu.Unlock()
@@ -87,10 +99,22 @@ func (h *totalsHolder) get(ctx context.Context, key totalsKey, now time.Time, lo
 
 // startLocked starts a load of key, detached from any caller (the load's
 // own timeout bounds it), and makes it the holder's flight.
-func (h *totalsHolder) startLocked(key totalsKey, load func(context.Context, totalsKey) (*dayTotals, error)) *totalsFlight {
-	f := &totalsFlight{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
+func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, totalsKey) (*totals[V], error)) *totalsFlight[V] {
+	f := &totalsFlight[V]{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
+	if h.exclusive {
+		h.holds++
+		f.waiting = true
+	}
 	h.flight = f
 	go func() {
+		if h.exclusive {
+			h.mu.Lock()
+			for h.inserting > 0 {
+				h.wait()
+			}
+			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, true, false
+			h.mu.Unlock()
+		}
 		t, err := load(context.Background(), key)
 		if err == nil {
 			t.key, t.started = key, f.started
@@ -103,29 +127,39 @@ func (h *totalsHolder) startLocked(key totalsKey, load func(context.Context, tot
 		if err == nil && f.clean && f.epoch == h.epoch && f.begun == h.begun && (h.cur == nil || h.cur.started.Before(f.started)) {
 			h.cur = t
 		}
+		if h.exclusive {
+			h.holds--
+			h.cond.Broadcast()
+		}
 		h.mu.Unlock()
 		close(f.done)
 	}()
 	return f
 }
 
-// begin tells the holder an insert of messages starts; stored, that it
-// ended.
-func (h *totalsHolder) begin() {
+// begin tells the holder an insert starts (an exclusive holder's waits
+// for the load under way); stored, that it ended.
+func (h *totalsHolder[V]) begin() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for h.holds > 0 {
+		h.wait()
+	}
 	h.inserting++
 	h.begun++
 }
 
 // stored tells the holder an insert that started at start (after begin)
-// ended: stored, with add its messages per product ("" included) and
-// quarter-hour; or failed (some rows may be stored).
-func (h *totalsHolder) stored(add map[string]map[uint32]uint64, start time.Time, stored bool, loc *time.Location) {
+// ended: stored, with add its cells per product ("" included: message
+// counts) and slot; or failed (some rows may be stored).
+func (h *totalsHolder[V]) stored(add map[string]map[uint32]V, start time.Time, stored bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.inserting--
 	h.epoch++
+	if h.inserting == 0 && h.exclusive {
+		h.cond.Broadcast()
+	}
 	if h.cur == nil {
 		return
 	}
@@ -133,52 +167,56 @@ func (h *totalsHolder) stored(add map[string]map[uint32]uint64, start time.Time,
 		h.cur = nil
 		return
 	}
-	h.cur = h.cur.plus(add, loc)
+	h.cur = h.cur.plus(add, h.cells)
 }
 
 // drop forgets the kept totals and every load under way.
-func (h *totalsHolder) drop() {
+func (h *totalsHolder[V]) drop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.epoch++
 	h.cur = nil
 }
 
-// plus returns t with the messages of add (per product, "" included, and
-// quarter-hour) counted: in their closed month, or their open day and
-// quarter-hour. Messages before the window's first month are not
-// counted by the totals' query either.
-func (t *dayTotals) plus(add map[string]map[uint32]uint64, loc *time.Location) *dayTotals {
-	out := &dayTotals{key: t.key, started: t.started, closed: make(map[chunkKey]uint64, len(t.closed)), open: make(map[string]*dayChunk, len(t.open))}
+// plus returns t with the cells of add (per product, "" included, and
+// slot) counted: in their closed month, or merged into their open day and
+// slot. Rows before the window's first month are not counted by the
+// totals' query either.
+func (t *totals[V]) plus(add map[string]map[uint32]V, c *cells[V]) *totals[V] {
+	out := &totals[V]{key: t.key, started: t.started, closed: make(map[chunkKey]uint64, len(t.closed)), open: make(map[string]*chunk[V], len(t.open))}
 	for k, n := range t.closed {
 		out.closed[k] = n
 	}
-	for p, c := range t.open {
-		out.open[p] = c
+	for p, o := range t.open {
+		out.open[p] = o
 	}
 	first := dayMonth(t.key.from)
 	for p, qs := range add {
-		var days, quarters map[uint32]uint64
-		for q, n := range qs {
-			day := quarterDay(q, loc)
+		var days map[uint32]uint64
+		var slots map[uint32]V
+		for q, v := range qs {
+			day := c.slotDay(q)
 			if day < t.key.cut {
 				if m := dayMonth(day); m >= first {
-					out.closed[chunkKey{p, m}] += n
+					out.closed[chunkKey{p, m}] += c.count(v)
 				}
 				continue
 			}
 			if days == nil {
-				days, quarters = map[uint32]uint64{}, map[uint32]uint64{}
+				days, slots = map[uint32]uint64{}, map[uint32]V{}
 			}
-			days[day] += n
-			quarters[q] += n
+			days[day] += c.count(v)
+			if old, ok := slots[q]; ok {
+				v = c.merge(old, v)
+			}
+			slots[q] = v
 		}
 		if days != nil {
-			c := out.open[p]
-			if c == nil {
-				c = &dayChunk{}
+			o := out.open[p]
+			if o == nil {
+				o = &chunk[V]{}
 			}
-			out.open[p] = &dayChunk{days: c.days.plus(days), quarters: c.quarters.plus(quarters)}
+			out.open[p] = &chunk[V]{days: o.days.plus(days, addCounts), slots: o.slots.plus(slots, c.merge)}
 		}
 	}
 	return out
@@ -190,11 +228,7 @@ func (b *Batch) batchQuarters() map[string]map[uint32]uint64 {
 	out := map[string]map[uint32]uint64{}
 	for i := range b.msgs {
 		r := &b.msgs[i]
-		sec := r.ms / 1000
-		if r.ms < 0 && r.ms%1000 != 0 {
-			sec-- // floor
-		}
-		q := uint32(sec / quarterSec)
+		q := uint32(floorSec(r.ms) / quarterSec)
 		p := b.str(r.product)
 		m := out[p]
 		if m == nil {
@@ -208,4 +242,29 @@ func (b *Batch) batchQuarters() map[string]map[uint32]uint64 {
 		out[""][q]++
 	}
 	return out
+}
+
+// floorSec is the epoch second holding epoch ms ms.
+func floorSec(ms int64) int64 {
+	sec := ms / 1000
+	if ms < 0 && ms%1000 != 0 {
+		sec--
+	}
+	return sec
+}
+
+// wait waits (h.mu held) for a change of inserting or holds.
+func (h *totalsHolder[V]) wait() {
+	h.cond.L = &h.mu
+	h.cond.Wait()
+}
+
+// renewAfter is the age of kept totals at which a question starts a load
+// renewing them: half the TTL, a quarter for an exclusive holder (whose
+// load first waits for the insert under way to end).
+func (h *totalsHolder[V]) renewAfter() time.Duration {
+	if h.exclusive {
+		return h.ttl / 4
+	}
+	return h.ttl / 2
 }

@@ -58,8 +58,9 @@ type Options struct {
 	// MergeTree tables.
 	Cluster string
 	// NoRollup makes every property aggregate read device_property, also
-	// where the hourly rollup answers the same (rollup.go): for
-	// comparisons (tests, the bench). The rollup is kept either way.
+	// where the hourly rollup or the kept partials (propaggs.go) answer
+	// the same (rollup.go): for comparisons (tests, the bench). Both are
+	// kept either way.
 	NoRollup bool
 }
 
@@ -91,9 +92,10 @@ type DB struct {
 	loc     *time.Location
 	tzName  string // IANA name of loc, as written into SQL
 	version Version
-	hints   historyHints // per device, where PropertyHistory starts
-	cache   *resultCache // dashboard answers (cache.go)
-	days    *dayCounts   // message counts per day (daycounts.go)
+	hints   historyHints     // per device, where PropertyHistory starts
+	cache   *resultCache     // dashboard answers (cache.go)
+	days    *dayCounts       // message counts per day (daycounts.go)
+	props   *keeper[partial] // product-wide property partials per hour (propaggs.go)
 }
 
 // codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
@@ -149,8 +151,8 @@ func Open(ctx context.Context, opt Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL),
-		days: newDayCounts(opt.ResultTTL)}
+	db := &DB{conn: conn, opt: opt, loc: loc, tzName: tzName, cache: newResultCache(opt.ResultTTL)}
+	db.days, db.props = db.newDayCounts(), db.newPropAggs()
 	if err := db.init(ctx); err != nil {
 		conn.Close()
 		return nil, err

@@ -120,16 +120,25 @@ func (db *DB) InsertBatch(ctx context.Context, b *Batch) error {
 		db.days.totals.begin()
 		start := time.Now()
 		all := b.batchQuarters()
-		late := db.lateMessages(all, start)
+		late := db.days.late(all, start)
 		err := db.insertMessages(ctx, b)
-		db.days.stored(late, start, err == nil, db.loc)
-		db.days.totals.stored(all, start, err == nil, db.loc)
+		db.days.stored(late, start, err == nil)
+		db.days.totals.stored(all, start, err == nil)
 		if err != nil {
 			return fmt.Errorf("tsdb: insert %d messages: %w", len(b.msgs), err)
 		}
 	}
 	if len(b.props) > 0 {
-		if err := db.insertProps(ctx, b); err != nil {
+		// The numeric values patch the kept property totals and chunks
+		// alike (propaggs.go).
+		db.props.totals.begin()
+		start := time.Now()
+		all := b.batchHours()
+		late := db.props.late(all, start)
+		err := db.insertProps(ctx, b)
+		db.props.stored(late, start, err == nil)
+		db.props.totals.stored(all, start, err == nil)
+		if err != nil {
 			return fmt.Errorf("tsdb: insert %d property values: %w", len(b.props), err)
 		}
 	}

@@ -289,7 +289,8 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 }
 
 // retentionTables are the tables partitioned by month (toYYYYMM).
-var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter"}
+var retentionTables = []string{"device_message", "device_property", "device_message_daily", "device_property_hourly", "device_message_quarter",
+	"device_property_product_hourly", "device_property_daily"}
 
 // DropPartitionsBefore drops the monthly partitions of every table whose
 // month ends at or before t's month starts (in the platform zone), and
@@ -327,6 +328,7 @@ func (db *DB) DropPartitionsBefore(ctx context.Context, t time.Time) (int, error
 	}
 	defer db.invalidate() // cached answers may count dropped rows
 	defer db.days.dropped()
+	defer db.props.dropped()
 	for i, p := range drop {
 		if err := db.conn.Exec(ctx, "ALTER TABLE "+db.alterTarget(p.table)+" DROP PARTITION ID "+quoteString(p.id)); err != nil {
 			return i, fmt.Errorf("tsdb: drop partition %s of %s: %w", p.id, p.table, err)
