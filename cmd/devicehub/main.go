@@ -103,6 +103,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer ts.Close()
+	if cfg.Roles["api"] {
+		// The dashboards' kept months, loaded before they are asked for
+		// (tsdb/warm.go), off the start's path.
+		go func() {
+			st, err := ts.Warm(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("tsdb: warming the kept months stopped; questions load the rest", "err", err, "months", st.Chunks)
+				return
+			}
+			log.Info("tsdb: kept months warmed", "months", st.Chunks, "took", st.Took.Round(time.Millisecond))
+		}()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
