@@ -378,7 +378,7 @@ func newKeeper[V any](c *cells[V], ttl time.Duration, maxEntries, maxBytes int, 
 		return 96 + len(k.product) + 12*len(ch.days.keys) + (4+c.size)*len(ch.slots.keys)
 	}
 	co.LoadTimeout = 0
-	return &keeper[V]{cells: c, totals: &totalsHolder[V]{ttl: ttl, cells: c, exclusive: exclusive}, chunks: cache.New(co)}
+	return &keeper[V]{cells: c, totals: &totalsHolder[V]{ttl: ttl, cells: c, exclusive: exclusive, hold: maxInsertHold}, chunks: cache.New(co)}
 }
 
 // dropped drops the totals and every chunk: partitions were dropped

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -534,7 +535,7 @@ func TestTotalsHolderExclusive(t *testing.T) {
 		<-release
 		return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
 	}
-	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true}
+	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: time.Hour}
 	get := func() chan *dayTotals {
 		out := make(chan *dayTotals, 1)
 		go func() {
@@ -582,4 +583,65 @@ func TestTotalsHolderExclusive(t *testing.T) {
 		t.Fatalf("kept %p, got %p and %p, %d loads", cur, ga, gb, loads.Load())
 	}
 	h.stored(nil, time.Now(), true)
+}
+
+// TestTotalsHolderHoldBound: an exclusive load holds inserts back at most
+// hold, whether it still waits for an insert under way (it then loads as
+// a holder that is not exclusive) or its query is slow; a load during
+// which an insert began is given to its callers but not kept.
+func TestTotalsHolderHoldBound(t *testing.T) {
+	key := totalsKey{from: 20000, cut: 20400}
+	const hold = 100 * time.Millisecond
+	for _, waiting := range []bool{false, true} {
+		t.Run(fmt.Sprint("waiting=", waiting), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var loads atomic.Int64
+				release := make(chan struct{})
+				load := func(context.Context, totalsKey) (*dayTotals, error) {
+					loads.Add(1)
+					<-release
+					return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
+				}
+				h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: hold}
+				if waiting {
+					h.begin() // an insert under way, longer than the hold
+				}
+				got := make(chan *dayTotals, 1)
+				go func() {
+					tt, err := h.get(context.Background(), key, time.Now(), load)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- tt
+				}()
+				synctest.Wait()
+				start := time.Now()
+				began := make(chan time.Duration, 1)
+				go func() { h.begin(); began <- time.Since(start) }()
+				synctest.Wait()
+				select {
+				case <-began:
+					t.Fatal("an insert began at once during an exclusive load")
+				default:
+				}
+				if d := <-began; d != hold {
+					t.Fatalf("the insert was held %v, want %v", d, hold)
+				}
+				synctest.Wait()
+				if loads.Load() != 1 {
+					t.Fatalf("%d loads started, want 1", loads.Load())
+				}
+				close(release)
+				if tt := <-got; tt == nil {
+					t.Fatal("the caller got no totals")
+				}
+				h.mu.Lock()
+				cur := h.cur
+				h.mu.Unlock()
+				if cur != nil {
+					t.Fatal("kept totals loaded while an insert began")
+				}
+			})
+		})
+	}
 }

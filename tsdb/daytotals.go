@@ -43,11 +43,16 @@ import (
 //     inserts back (begin waits) until it has returned, so every load is
 //     clean and installed; a question shares a load still waiting (it
 //     starts after every insert that ended before the question). An
-//     insert waits at most for one load, a flush of the Writer no more.
+//     insert waits at most for one load, and at most hold (maxInsertHold):
+//     a load still waiting then, or still running (ClickHouse slow),
+//     lets the held inserts go and goes on as a load of a holder that
+//     is not exclusive, installed only under the rules above, so ingest
+//     never waits for a slow dashboard read longer than that.
 type totalsHolder[V any] struct {
 	ttl       time.Duration
 	cells     *cells[V]
 	exclusive bool
+	hold      time.Duration // exclusive: the longest an insert is held back
 
 	mu        sync.Mutex
 	cur       *totals[V]       // nil: none kept
@@ -59,6 +64,11 @@ type totalsHolder[V any] struct {
 	cond      sync.Cond        // on mu: inserting reached 0, or a hold ended
 }
 
+// maxInsertHold bounds how long an exclusive holder's load holds inserts
+// back (see above): a few renewals of tens of milliseconds a second under
+// questions, never more than this each.
+const maxInsertHold = 200 * time.Millisecond
+
 // totalsFlight is one load of the totals.
 type totalsFlight[V any] struct {
 	key     totalsKey
@@ -67,6 +77,7 @@ type totalsFlight[V any] struct {
 	begun   uint64 // the holder's when it started
 	clean   bool   // no insert was under way when it started
 	waiting bool   // exclusive: waits for the inserts under way to end
+	holding bool   // exclusive: holds inserts back (until it returns or hold passes)
 	done    chan struct{}
 	t       *totals[V]
 	err     error
@@ -103,16 +114,23 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 	f := &totalsFlight[V]{key: key, started: time.Now(), epoch: h.epoch, begun: h.begun, clean: h.inserting == 0, done: make(chan struct{})}
 	if h.exclusive {
 		h.holds++
-		f.waiting = true
+		f.waiting, f.holding = true, true
 	}
 	h.flight = f
 	go func() {
 		if h.exclusive {
+			bound := time.AfterFunc(h.hold, func() {
+				h.mu.Lock()
+				h.unholdLocked(f)
+				h.mu.Unlock()
+			})
+			defer bound.Stop()
 			h.mu.Lock()
-			for h.inserting > 0 {
+			for h.inserting > 0 && f.holding {
 				h.wait()
 			}
-			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, true, false
+			// Clean if it still holds; else as a load that does not.
+			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, h.inserting == 0, false
 			h.mu.Unlock()
 		}
 		t, err := load(context.Background(), key)
@@ -127,14 +145,20 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 		if err == nil && f.clean && f.epoch == h.epoch && f.begun == h.begun && (h.cur == nil || h.cur.started.Before(f.started)) {
 			h.cur = t
 		}
-		if h.exclusive {
-			h.holds--
-			h.cond.Broadcast()
-		}
+		h.unholdLocked(f)
 		h.mu.Unlock()
 		close(f.done)
 	}()
 	return f
+}
+
+// unholdLocked (h.mu held) ends f's hold on inserts, if it holds them.
+func (h *totalsHolder[V]) unholdLocked(f *totalsFlight[V]) {
+	if f.holding {
+		f.holding = false
+		h.holds--
+		h.cond.Broadcast()
+	}
 }
 
 // begin tells the holder an insert starts (an exclusive holder's waits
