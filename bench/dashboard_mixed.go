@@ -361,6 +361,9 @@ func runMixed(ctx context.Context, p DashboardParams, api *dashAPI) (MixedResult
 	res.Checks, res.Rechecked, res.Failures = chk.counts()
 	p.Logf("%s: ingest %v reports/s (target %d) during the runs, %d failed inserts (%s); %d answers checked against ClickHouse, %d after the TTL, %d wrong",
 		label, res.IngestRates, p.MixedIngestRate, res.IngestFailures, res.IngestError, res.Checks, res.Rechecked, res.Failures)
+	if res.Failures > 0 {
+		p.Logf("%s: first wrong answer: %s", label, chk.firstFailure())
+	}
 	if err != nil {
 		return res, err
 	}

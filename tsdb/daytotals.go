@@ -43,11 +43,13 @@ import (
 //     inserts back (begin waits) until it has returned, so every load is
 //     clean and installed; a question shares a load still waiting (it
 //     starts after every insert that ended before the question). An
-//     insert waits at most for one load, and at most hold (maxInsertHold):
-//     a load still waiting then, or still running (ClickHouse slow),
-//     lets the held inserts go and goes on as a load of a holder that
-//     is not exclusive, installed only under the rules above, so ingest
-//     never waits for a slow dashboard read longer than that.
+//     insert waits at most for one load: for the inserts under way (a
+//     Writer sends one insert of property values at a time, so its next
+//     one waits for them anyway), then at most hold (maxInsertHold) for
+//     the query; a query still running then (ClickHouse slow) lets the
+//     held inserts go, and its totals are given to the questions waiting
+//     for them but not kept (an insert began), so ingest never waits for
+//     a slow dashboard read longer than that.
 type totalsHolder[V any] struct {
 	ttl       time.Duration
 	cells     *cells[V]
@@ -64,10 +66,10 @@ type totalsHolder[V any] struct {
 	cond      sync.Cond        // on mu: inserting reached 0, or a hold ended
 }
 
-// maxInsertHold bounds how long an exclusive holder's load holds inserts
+// maxInsertHold bounds how long an exclusive holder's query holds inserts
 // back (see above): a few renewals of tens of milliseconds a second under
 // questions, never more than this each.
-const maxInsertHold = 200 * time.Millisecond
+const maxInsertHold = 500 * time.Millisecond
 
 // totalsFlight is one load of the totals.
 type totalsFlight[V any] struct {
@@ -119,19 +121,18 @@ func (h *totalsHolder[V]) startLocked(key totalsKey, load func(context.Context, 
 	h.flight = f
 	go func() {
 		if h.exclusive {
+			h.mu.Lock()
+			for h.inserting > 0 {
+				h.wait()
+			}
+			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, true, false
+			h.mu.Unlock()
 			bound := time.AfterFunc(h.hold, func() {
 				h.mu.Lock()
 				h.unholdLocked(f)
 				h.mu.Unlock()
 			})
 			defer bound.Stop()
-			h.mu.Lock()
-			for h.inserting > 0 && f.holding {
-				h.wait()
-			}
-			// Clean if it still holds; else as a load that does not.
-			f.started, f.epoch, f.begun, f.clean, f.waiting = time.Now(), h.epoch, h.begun, h.inserting == 0, false
-			h.mu.Unlock()
 		}
 		t, err := load(context.Background(), key)
 		if err == nil {
