@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strconv"
 	"time"
@@ -42,12 +43,8 @@ type propAggData struct {
 // against the thing model of the device (or of the product, without
 // deviceId).
 func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	var p propAggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
+	p, bp, err := decodePropAggParams(at, q.Params)
+	if err != nil {
 		return nil, err
 	}
 	if err := atField(at, tsdb.AggQuery{Agg: p.Agg, Properties: p.Properties}.Check()); err != nil {
@@ -60,6 +57,24 @@ func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *ti
 	props := dedupe(p.Properties)
 	return &dashboardPlan{at: at, group: q.Group, buckets: b.rng.Len() * len(props), layout: b.layout, sent: p.Properties,
 		agg: &tsdb.AggQuery{Range: &b.rng, ProductID: q.Object, DeviceID: p.DeviceID, Properties: props, Agg: p.Agg}}, nil
+}
+
+// decodePropAggParams decodes a property aggregate query's params
+// (without reflection when decodePropAggParamsFast can); a failure is
+// named as decoding its propAggParams, then its bucketParams, names it.
+func decodePropAggParams(at string, raw json.RawMessage) (propAggParams, bucketParams, error) {
+	var p propAggParams
+	var bp bucketParams
+	var limit int
+	if decodePropAggParamsFast(raw, &p, &bp, &limit) {
+		return p, bp, nil
+	}
+	p, bp = propAggParams{}, bucketParams{}
+	if err := decodeParams(at, raw, &p); err != nil {
+		return p, bp, err
+	}
+	err := decodeParams(at, raw, &bp)
+	return p, bp, err
 }
 
 // aggValue is a bucket's value in an item: the count as an integer, the
