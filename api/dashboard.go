@@ -93,6 +93,14 @@ func appendCountItem(b, scratch []byte, size *resultBytes, prefix []byte, value 
 	item := len(b)
 	b = append(b, prefix...)
 	b = strconv.AppendUint(b, value, 10)
+	return endBucketItem(b, scratch, size, before, item, layout, start, i)
+}
+
+// endBucketItem ends a bucket's item that starts at b[item:] (b[before:]
+// with its comma) after its value: its timeString (start in layout,
+// written through scratch) and timestamp i; the item is counted into
+// size, and taken back out of b when the result's size is refused.
+func endBucketItem(b, scratch []byte, size *resultBytes, before, item int, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
 	b = append(b, `,"timeString":`...)
 	scratch = layout.appendFormat(scratch[:0], start)
 	b = appendJSONBytes(b, scratch)
@@ -491,11 +499,12 @@ func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *re
 		if err != nil {
 			return b, fmt.Errorf("%s: %w", plan.at, err)
 		}
+		var scratch [64]byte
+		ts := scratch[:0]
 		for _, sr := range series {
+			prefix := propAggItemPrefix(plan.group, sr.Property)
 			for i, bk := range sr.Buckets {
-				if b, err = appendItem(b, size, propAggItem{Group: plan.group, Property: sr.Property, Data: propAggData{
-					Value: aggValue(q.Agg, bk), TimeString: plan.layout.format(bk.Start.In(loc)), Timestamp: i,
-				}}); err != nil {
+				if b, ts, err = appendPropAggItem(b, ts, size, prefix, q.Agg, bk, plan.layout, bk.Start.In(loc), i); err != nil {
 					return b, err
 				}
 			}

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"strconv"
 	"time"
 
 	"devicehub/tsdb"
@@ -41,12 +43,8 @@ type propAggData struct {
 // against the thing model of the device (or of the product, without
 // deviceId).
 func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	var p propAggParams
-	var bp bucketParams
-	if err := decodeParams(at, q.Params, &p); err != nil {
-		return nil, err
-	}
-	if err := decodeParams(at, q.Params, &bp); err != nil {
+	p, bp, err := decodePropAggParams(at, q.Params)
+	if err != nil {
 		return nil, err
 	}
 	if err := atField(at, tsdb.AggQuery{Agg: p.Agg, Properties: p.Properties}.Check()); err != nil {
@@ -61,20 +59,95 @@ func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *ti
 		agg: &tsdb.AggQuery{Range: &b.rng, ProductID: q.Object, DeviceID: p.DeviceID, Properties: props, Agg: p.Agg}}, nil
 }
 
+// decodePropAggParams decodes a property aggregate query's params
+// (without reflection when decodePropAggParamsFast can); a failure is
+// named as decoding its propAggParams, then its bucketParams, names it.
+func decodePropAggParams(at string, raw json.RawMessage) (propAggParams, bucketParams, error) {
+	var p propAggParams
+	var bp bucketParams
+	var limit int
+	if decodePropAggParamsFast(raw, &p, &bp, &limit) {
+		return p, bp, nil
+	}
+	p, bp = propAggParams{}, bucketParams{}
+	if err := decodeParams(at, raw, &p); err != nil {
+		return p, bp, err
+	}
+	err := decodeParams(at, raw, &bp)
+	return p, bp, err
+}
+
 // aggValue is a bucket's value in an item: the count as an integer, the
 // aggregate otherwise; null where there is none (an empty bucket of an
 // aggregate other than count and sum) or JSON cannot write it (a sum past
 // the Float64 range).
 func aggValue(agg string, b tsdb.AggBucket) any {
-	switch {
-	case agg == tsdb.AggCount:
+	switch aggValueKind(agg, b) {
+	case aggCount:
 		return b.Values
-	case b.Values == 0 && agg != tsdb.AggSum:
-		return nil
-	case math.IsInf(b.Value, 0) || math.IsNaN(b.Value):
+	case aggNull:
 		return nil
 	}
 	return b.Value
+}
+
+// What aggValue makes of a bucket: b.Values, nil or b.Value.
+const (
+	aggCount = iota
+	aggNull
+	aggNumber
+)
+
+func aggValueKind(agg string, b tsdb.AggBucket) int {
+	switch {
+	case agg == tsdb.AggCount:
+		return aggCount
+	case b.Values == 0 && agg != tsdb.AggSum:
+		return aggNull
+	case math.IsInf(b.Value, 0) || math.IsNaN(b.Value):
+		return aggNull
+	}
+	return aggNumber
+}
+
+// appendAggValue appends aggValue(agg, bk) as encoding/json writes it.
+func appendAggValue(b []byte, agg string, bk tsdb.AggBucket) []byte {
+	switch aggValueKind(agg, bk) {
+	case aggCount:
+		return strconv.AppendUint(b, bk.Values, 10)
+	case aggNull:
+		return append(b, "null"...)
+	}
+	return appendJSONFloat(b, bk.Value)
+}
+
+// propAggItemPrefix is what every item of property of a property
+// aggregate query of group starts with, up to its value
+// (appendPropAggItem).
+func propAggItemPrefix(group, property string) []byte {
+	b := append(make([]byte, 0, len(group)+len(property)+48), `{"group":`...)
+	b = appendJSONString(b, group)
+	b = append(b, `,"property":`...)
+	b = appendJSONString(b, property)
+	return append(b, `,"data":{"value":`...)
+}
+
+// appendPropAggItem appends a property's bucket, the propAggItem
+// {group, property, data: {value: aggValue(agg, bk), timeString,
+// timestamp: i}}, as appendItem does (without reflection:
+// TestAppendPropAggItem compares them), prefix being
+// propAggItemPrefix(group, property) and its timeString start (bk's, in
+// the platform zone) in layout; scratch holds the timeString while it is
+// written.
+func appendPropAggItem(b, scratch []byte, size *resultBytes, prefix []byte, agg string, bk tsdb.AggBucket, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
+	before := len(b)
+	if before > 0 {
+		b = append(b, ',')
+	}
+	item := len(b)
+	b = append(b, prefix...)
+	b = appendAggValue(b, agg, bk)
+	return endBucketItem(b, scratch, size, before, item, layout, start, i)
 }
 
 // aggModel looks up the thing model a property aggregate query is

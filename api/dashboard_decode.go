@@ -236,34 +236,87 @@ func decodeCountParamsFast(raw []byte, p *aggParams, bp *bucketParams, limit *in
 		if !exact {
 			return true
 		}
-		switch string(key) {
-		case "from":
-			bp.From = json.RawMessage(v)
-			return true
-		case "to":
-			bp.To = json.RawMessage(v)
-			return true
-		case "limit":
-			n, ok := epochMillis(v) // an integer as json reads one
-			if !ok || int64(int(n)) != n {
-				return false
-			}
-			*limit = int(n)
-			bp.Limit = limit
-			return true
+		if string(key) == "productId" {
+			s, ok := plainString(v)
+			p.ProductID = string(s)
+			return ok
 		}
-		s, ok := plainString(v)
-		if !ok {
+		return decodeBucketParam(key, v, bp, limit)
+	})
+}
+
+var propAggParamFields = []string{"deviceId", "properties", "agg", "time", "format", "limit", "from", "to"}
+
+// decodePropAggParamsFast is json.Unmarshal of a property aggregate
+// query's params, valid JSON, into its propAggParams and its
+// bucketParams, when it can tell that is what encoding/json decodes (as
+// decodeQueriesFast; properties only as an array of strings without
+// escapes); false: ask encoding/json. From and To alias raw.
+func decodePropAggParamsFast(raw []byte, p *propAggParams, bp *bucketParams, limit *int) bool {
+	if len(raw) == 0 || string(raw) == "null" {
+		return true
+	}
+	return walkJSON(raw, true, func(key, v []byte) bool {
+		exact, other := knownKey(key, propAggParamFields...)
+		if other {
 			return false
 		}
-		switch string(key) {
-		case "productId":
-			p.ProductID = string(s)
-		case "time":
-			bp.Time = string(s)
-		case "format":
-			bp.Format = string(s)
+		if !exact {
+			return true
 		}
-		return true
+		switch string(key) {
+		case "properties":
+			props := []string{}
+			ok := walkJSON(v, false, func(_, elem []byte) bool {
+				s, ok := plainString(elem)
+				props = append(props, string(s))
+				return ok
+			})
+			p.Properties = props
+			return ok
+		case "deviceId", "agg":
+			s, ok := plainString(v)
+			if string(key) == "agg" {
+				p.Agg = queryText(s)
+			} else {
+				p.DeviceID = string(s)
+			}
+			return ok
+		}
+		return decodeBucketParam(key, v, bp, limit)
 	})
+}
+
+// decodeBucketParam decodes the member key: v of a query's params, key
+// being time, format, limit, from or to, into bp as encoding/json does,
+// when it can tell that is what encoding/json decodes; from and to alias
+// v, the limit is held in limit.
+func decodeBucketParam(key, v []byte, bp *bucketParams, limit *int) bool {
+	switch string(key) {
+	case "from":
+		bp.From = json.RawMessage(v)
+		return true
+	case "to":
+		bp.To = json.RawMessage(v)
+		return true
+	case "limit":
+		n, ok := epochMillis(v) // an integer as json reads one
+		if !ok || int64(int(n)) != n {
+			return false
+		}
+		*limit = int(n)
+		bp.Limit = limit
+		return true
+	}
+	s, ok := plainString(v)
+	if !ok {
+		return false
+	}
+	switch string(key) {
+	case "time":
+		bp.Time = string(s)
+	case "format":
+		bp.Format = string(s)
+	}
+	return true
 }

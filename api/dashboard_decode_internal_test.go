@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -10,8 +11,8 @@ import (
 	"testing"
 )
 
-// sameAsJSON fails t unless what decodeQueriesFast and
-// decodeCountParamsFast decode of body is what encoding/json decodes,
+// sameAsJSON fails t unless what decodeQueriesFast,
+// decodeCountParamsFast and decodePropAggParamsFast decode of body is what encoding/json decodes,
 // whenever they decode it.
 func sameAsJSON(t *testing.T, body []byte) (fast int) {
 	t.Helper()
@@ -50,8 +51,32 @@ func sameAsJSON(t *testing.T, body []byte) (fast int) {
 				t.Fatalf("params %s:\n got %+v\nwant %+v", q.Params, gp, wp)
 			}
 		}
+		fast += samePropAggParams(t, q.Params)
 	}
 	return fast
+}
+
+// samePropAggParams fails t unless what decodePropAggParamsFast decodes
+// of raw, a query's params, is what encoding/json decodes of them into
+// propAggParams and into bucketParams (decodePropAggParams), whenever it
+// decodes them.
+func samePropAggParams(t *testing.T, raw json.RawMessage) (fast int) {
+	t.Helper()
+	var gp, wp propAggParams
+	var gbp, wbp bucketParams
+	var limit int
+	if !decodePropAggParamsFast(raw, &gp, &gbp, &limit) {
+		return 0
+	}
+	if len(raw) > 0 {
+		if err := errors.Join(json.Unmarshal(raw, &wp), json.Unmarshal(raw, &wbp)); err != nil {
+			t.Fatalf("params %s: decoded, json: %v", raw, err)
+		}
+	}
+	if !reflect.DeepEqual(gp, wp) || !reflect.DeepEqual(gbp, wbp) {
+		t.Fatalf("params %s:\n got %+v %+v\nwant %+v %+v", raw, gp, gbp, wp, wbp)
+	}
+	return 1
 }
 
 var decodeSeeds = []string{
@@ -66,6 +91,11 @@ var decodeSeeds = []string{
 	`[{"params":{"limit":5,"limit":null}}]`, `[{"params":{"Limit":5}}]`, `[{"params":{"productid":"x"}}]`, `[{"params":{"productId":"a\"b"}}]`,
 	`[{"params":{"other":{"productId":"x"},"time":"1h","x":[1,{"y":"}"}]}}]`, `[{"params":[]}]`, `[{"params":"x"}]`, `[{"params":{"time":true}}]`,
 	`[{"params":{"from":{"a":1},"to":[1,2]}}]`, `[{"x":1,"y":true,"z":null,"w":"\\"}]`,
+	`[{"dashboard":"device","object":"mp3","measurement":"properties","dimension":"agg","group":"g","params":{"properties":["p1"],"agg":"sum","time":"1h","limit":168,"from":1732000000000,"to":1732600000000}}]`,
+	`[{"params":{"properties":[]}}]`, `[{"params":{"properties":null}}]`, `[{"params":{"properties":["a",null]}}]`, `[{"params":{"properties":["a\u0062"]}}]`,
+	`[{"params":{"properties":["a","b"],"properties":["c"]}}]`, `[{"params":{"properties":["a","b"],"properties":[null]}}]`, `[{"params":{"properties":"a"}}]`,
+	`[{"params":{"properties":[1]}}]`, `[{"params":{"properties":[["a"]]}}]`, `[{"params":{"Properties":["a"]}}]`, `[{"params":{"AGG":"avg"}}]`,
+	`[{"params":{"deviceid":"d"}}]`, `[{"params":{"deviceId":"d","deviceId":null}}]`, `[{"params":{"agg":"avg","agg":"max"}}]`, `[{"params":{"properties":[ "a" , "é" ]}}]`,
 }
 
 // TestDecodeQueriesFast: endpoint 14's reader without reflection decodes
@@ -79,9 +109,11 @@ func TestDecodeQueriesFast(t *testing.T) {
 		fast += sameAsJSON(t, []byte(s))
 	}
 	keys := []string{"dashboard", "object", "measurement", "dimension", "group", "params", "Group", "GROUP", "daſhboard", `\u0067roup`, "x", "paramsx", ""}
-	pkeys := []string{"productId", "time", "format", "limit", "from", "to", "ProductId", "TIME", "limiT", `\u0074ime`, "agg", "deviceId", "Ṫime"}
+	pkeys := []string{"productId", "time", "format", "limit", "from", "to", "ProductId", "TIME", "limiT", `\u0074ime`, "agg", "deviceId", "Ṫime",
+		"properties", "Properties", "deviceID", "aGG", `\u0061gg`, "propertieſ"}
 	values := []string{`"device"`, `"message"`, `"g"`, `"a b"`, `"é"`, `"a\"b"`, `"\u00e9"`, `""`, `1`, `-5`, `0`, `1.5`, `1e3`, `12345678901234567890`,
-		`-9223372036854775808`, `null`, `true`, `false`, `{}`, `[]`, `{"a":[1,"}"]}`, `["x",{"y":null}]`, `"now-7d/d"`, `1732600000000`}
+		`-9223372036854775808`, `null`, `true`, `false`, `{}`, `[]`, `{"a":[1,"}"]}`, `["x",{"y":null}]`, `"now-7d/d"`, `1732600000000`,
+		`"avg"`, `["p0"]`, `["a","b","a"]`, `[ "x" , "" ]`, `["a",null]`, `["\u0061"]`, `[1,"a"]`}
 	ws := []string{"", " ", "\n\t", "\r\n "}
 	r := rand.New(rand.NewPCG(3, 4))
 	pick := func(s []string) string { return s[r.IntN(len(s))] }
@@ -132,6 +164,9 @@ func FuzzDecodeQueriesFast(f *testing.F) {
 		var p countParams
 		var limit int
 		decodeCountParamsFast(body, &p.aggParams, &p.bucketParams, &limit) // never panics, valid or not
+		var ap propAggParams
+		var bp bucketParams
+		decodePropAggParamsFast(body, &ap, &bp, &limit)
 		decodeQueriesFast(body)
 	})
 }

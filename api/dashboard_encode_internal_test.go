@@ -3,9 +3,13 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"devicehub/tsdb"
 )
 
 // TestAppendCountItem: a message-count item and a whole answer are the
@@ -78,5 +82,100 @@ func TestEpochMillis(t *testing.T) {
 		if !ok && raw != "" && len(strings.Trim(raw, "-")) <= 18 && strings.Trim(raw, "-0123456789") == "" && werr == nil {
 			t.Errorf("%q: json reads %d, epochMillis does not", raw, want)
 		}
+	}
+}
+
+// aggTestFloats are values of every kind encoding/json writes apart:
+// zeros, integers, both sides of its switches to the exponent form
+// (1e-6, 1e21), exponents of one and of several digits, the extremes,
+// values of 17 significant digits, NaN and the infinities (null), and
+// random ones, of random bits and of every magnitude.
+func aggTestFloats() []float64 {
+	fs := []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 2.5, 19.25, 0.1 + 0.2, 1.0 / 3, -2.0 / 3, 100, 1e6, 123456789,
+		1e-6, math.Nextafter(1e-6, 0), math.Nextafter(1e-6, 1), -1e-6, 1e-7, 1e-9, 1e-10, 1.5e-300, 5e-324, -5e-324,
+		1e20, 1e21, math.Nextafter(1e21, 0), math.Nextafter(1e21, math.Inf(1)), -1e21, 1e22, 1e100, 1.7976931348623157e308,
+		-math.MaxFloat64, math.SmallestNonzeroFloat64, 1 << 53, 1<<53 + 1, -(1 << 62), 9007199254740993, 0.30000000000000004,
+		123456789012345680000, 1.2345678901234567e-5, math.Pi, -math.E, math.NaN(), math.Inf(1), math.Inf(-1)}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		fs = append(fs, math.Float64frombits(r.Uint64()))
+	}
+	for e := -330; e <= 310; e++ {
+		fs = append(fs, r.NormFloat64()*math.Pow(10, float64(e)), float64(r.Int64N(1<<53))*math.Pow(10, float64(e%25)))
+	}
+	for range 2000 {
+		fs = append(fs, float64(r.Int64()-r.Int64()), math.Round(r.NormFloat64()*1e4)/100)
+	}
+	return fs
+}
+
+// TestAppendPropAggItem: a property aggregate item is the bytes
+// encoding/json writes for it (propAggItem with aggValue), for every
+// aggregate, empty buckets and full ones, values of every kind
+// (aggTestFloats), whatever the group, the property and the timeString
+// hold, and each item is counted into the result's size as appendItem
+// counts it.
+func TestAppendPropAggItem(t *testing.T) {
+	loc, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"", "p0", "a\"b\\c", "<script>&", "日本\u2028x\u2029", "bad\xffutf8", "tab\tnl\n\x01\x7f", strings.Repeat("x", 300)}
+	layouts := []javaLayout{defaultLayout}
+	for _, pattern := range []string{"yyyy-MM-dd HH:mm", "'<q>&' MMM EEEE a", "MM月dd日 HH"} {
+		l, err := parseJavaPattern(pattern)
+		if err != nil {
+			t.Fatal(pattern, err)
+		}
+		layouts = append(layouts, l)
+	}
+	aggs := []string{tsdb.AggAvg, tsdb.AggMin, tsdb.AggMax, tsdb.AggSum, tsdb.AggCount, tsdb.AggFirst, tsdb.AggLast}
+	counts := []uint64{0, 1, 7, 1<<64 - 1}
+	start := time.Date(2024, 2, 29, 23, 0, 0, 0, loc)
+	floats := aggTestFloats()
+	n := 0
+	for ti, group := range texts {
+		for _, property := range texts {
+			var got, want, scratch []byte
+			var gotSize, wantSize resultBytes
+			prefix := propAggItemPrefix(group, property)
+			for i, f := range floats {
+				bk := tsdb.AggBucket{Start: start.Add(time.Duration(i) * time.Hour), Values: counts[i%len(counts)], Value: f}
+				agg, layout := aggs[(i+ti)%len(aggs)], layouts[i%len(layouts)]
+				if got, scratch, err = appendPropAggItem(got, scratch, &gotSize, prefix, agg, bk, layout, bk.Start, i); err != nil {
+					t.Fatal(err)
+				}
+				item := propAggItem{Group: group, Property: property, Data: propAggData{
+					Value: aggValue(agg, bk), TimeString: layout.format(bk.Start), Timestamp: i}}
+				if want, err = appendItem(want, &wantSize, item); err != nil {
+					t.Fatal(err)
+				}
+				n++
+			}
+			if !bytes.Equal(got, want) {
+				g, w := got, want
+				for len(g) > 0 && len(w) > 0 && g[0] == w[0] {
+					g, w = g[1:], w[1:]
+				}
+				t.Fatalf("group %q property %q: differ from byte %d:\n got %.200s\nwant %.200s", group, property, len(got)-len(g), g, w)
+			}
+			if gotSize.n.Load() != wantSize.n.Load() {
+				t.Fatalf("group %q property %q: size %d, want %d", group, property, gotSize.n.Load(), wantSize.n.Load())
+			}
+		}
+	}
+	t.Logf("%d items", n)
+}
+
+// TestAppendPropAggItemRefused: an item the result's size refuses is
+// taken back out of the items, as appendItem leaves them.
+func TestAppendPropAggItemRefused(t *testing.T) {
+	var size resultBytes
+	size.n.Store(maxDashboardResult - 10)
+	b := []byte(`{"x":1}`)
+	got, _, err := appendPropAggItem(b, nil, &size, propAggItemPrefix("g", "p"), tsdb.AggAvg,
+		tsdb.AggBucket{Start: time.Unix(0, 0), Values: 1, Value: 2.5}, defaultLayout, time.Unix(0, 0), 0)
+	if err == nil || string(got) != `{"x":1}` {
+		t.Fatalf("got %s, %v", got, err)
 	}
 }
