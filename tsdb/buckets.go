@@ -72,6 +72,18 @@ func step(interval string, b time.Time, n int, loc *time.Location) time.Time {
 	return truncate(interval, add(s.unit, b, n*s.n, loc), loc)
 }
 
+// subDaySpan is the length of a bucket of interval when it is shorter
+// than a day; 0 otherwise.
+func subDaySpan(interval string) time.Duration {
+	switch s := intervalSpan(interval); s.unit {
+	case 'm':
+		return time.Duration(s.n) * time.Minute
+	case 'h':
+		return time.Duration(s.n) * time.Hour
+	}
+	return 0
+}
+
 // CheckInterval refuses an interval other than 1m, 5m, 15m, 1h, 1d, 1w,
 // 1M and 1y.
 func CheckInterval(interval string) error {
@@ -122,8 +134,32 @@ func Buckets(interval string, from, to time.Time, loc *time.Location, limit int)
 	}
 	first := truncate(interval, from, loc)
 	var out []time.Time
-	for b := truncate(interval, to, loc); !b.Before(first) && len(out) < limit; b = step(interval, b, -1, loc) {
-		out = append(out, b)
+	if span := subDaySpan(interval); span > 0 {
+		// Buckets shorter than a day, at a dashboard's sizes (1h x168):
+		// within one offset of the zone a bucket starts span before the
+		// next (the local wall clock moves with the instant, so stays
+		// aligned); step, which truncates on the local clock, only where
+		// the offset changes in between. TestBucketsFast holds it to the
+		// step loop below.
+		out = make([]time.Time, 0, min(limit, int(to.Sub(from)/span)+2))
+		var zoneStart time.Time
+		zoned := false // zoneStart is that of b's offset
+		for b := truncate(interval, to, loc); !b.Before(first) && len(out) < limit; {
+			out = append(out, b)
+			if !zoned {
+				zoneStart, _ = b.ZoneBounds()
+				zoned = true
+			}
+			if prev := b.Add(-span); zoneStart.IsZero() || !prev.Before(zoneStart) {
+				b = prev
+				continue
+			}
+			b, zoned = step(interval, b, -1, loc), false
+		}
+	} else {
+		for b := truncate(interval, to, loc); !b.Before(first) && len(out) < limit; b = step(interval, b, -1, loc) {
+			out = append(out, b)
+		}
 	}
 	if oldest, end := out[len(out)-1], step(interval, out[0], 1, loc); oldest.Unix() < 0 || end.Unix() > maxDateTime {
 		return nil, fmt.Errorf("%s buckets from %s to %s: outside what ClickHouse's DateTime holds (1970-01-01 to 2106-02-07 UTC): %w",

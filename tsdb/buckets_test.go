@@ -2,6 +2,7 @@ package tsdb
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -311,6 +312,68 @@ func TestBucketsMinutes(t *testing.T) {
 		}
 		if got, _ := Buckets(iv, from, parseIn(t, berlin, "2024-10-27 02:07:00 CET"), berlin, 0); len(got) != 24 {
 			t.Fatalf("%s: RangeStart of 24 gives %d buckets", iv, len(got))
+		}
+	}
+}
+
+// TestBucketsFast: Buckets of intervals shorter than a day, which steps
+// by the bucket's length within one zone offset, equals the step loop
+// (truncate on the local clock after every step) over random ranges in
+// zones with DST, half-hour and 45-minute offsets, 30-minute DST (Lord
+// Howe) and offset changes without DST (Pyongyang 2015, Samoa 2011).
+func TestBucketsFast(t *testing.T) {
+	zones := []string{"UTC", "Europe/Berlin", "America/Santiago", "Asia/Kolkata", "Asia/Kathmandu",
+		"Australia/Lord_Howe", "Asia/Pyongyang", "Pacific/Apia", "America/St_Johns", "Asia/Beirut"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, z := range zones {
+		loc := mustLoad(z)
+		// Ranges of up to 21 days ending at random, and three days around
+		// each offset change of the zone from 2010 on.
+		type span struct{ from, to time.Time }
+		var spans []span
+		for range 60 {
+			to := time.Unix(1262304000+r.Int64N(16*365*86400), 0) // 2010..2026
+			spans = append(spans, span{to.Add(-time.Duration(r.Int64N(int64(21 * 24 * time.Hour)))), to})
+		}
+		for at := time.Unix(1262304000, 0).In(loc); at.Year() < 2027; {
+			_, end := at.ZoneBounds()
+			if end.IsZero() {
+				break
+			}
+			spans = append(spans, span{end.Add(-36*time.Hour - time.Duration(r.Int64N(int64(time.Hour)))), end.Add(36 * time.Hour)})
+			at = end
+		}
+		for _, iv := range []string{Minute, FiveMinutes, FifteenMinutes, Hour} {
+			for _, sp := range spans {
+				from, to := sp.from, sp.to
+				limit := []int{0, 1, 24, 168, 1000}[r.IntN(5)]
+				got, err := Buckets(iv, from, to, loc, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if limit <= 0 {
+					limit = MaxBuckets
+				}
+				first := truncate(iv, from, loc)
+				var want []time.Time
+				for b := truncate(iv, to, loc); !b.Before(first) && len(want) < limit; b = step(iv, b, -1, loc) {
+					want = append(want, b)
+				}
+				if !slices.EqualFunc(got, want, time.Time.Equal) {
+					t.Fatalf("%s %s %s..%s limit %d: %d buckets, want %d; first difference at %d", z, iv, from, to, limit, len(got), len(want),
+						slices.IndexFunc(got, func(b time.Time) bool { i := slices.IndexFunc(want, b.Equal); return i < 0 }))
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkBuckets is a dashboard's week of hours in a zone with DST.
+func BenchmarkBuckets(b *testing.B) {
+	to := time.Now()
+	for b.Loop() {
+		if _, err := Buckets(Hour, to.AddDate(0, 0, -7), to, berlin, 168); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
