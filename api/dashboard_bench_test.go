@@ -32,17 +32,7 @@ import (
 //
 //	go test -run '^$' -bench DashboardCounts -benchmem ./api/
 func BenchmarkDashboardCounts(b *testing.B) {
-	store := metatest.NewStore(b)
-	db := tsdbtest.NewDB(b, shanghai)
-	reg := prometheus.NewRegistry()
-	srv := api.New(api.DefaultOptions(), api.Deps{
-		Auth: store, Products: store, Roles: store, Devices: store, Audit: store, Models: store, Dashboard: db,
-		Registry: reg, Gatherer: reg,
-	})
-	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
-	admin := testkit.Login(b, base, "admin", "admin123")
-	admin.Call(b, "POST", "/api/device/product", map[string]any{"id": "bp", "name": "Bench product",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, nil)
+	db, base, admin, _ := benchServer(b, "bp")
 
 	// 20,000 messages over the 90 days to now.
 	now := time.Now()
@@ -129,18 +119,7 @@ func runDashboardBench(b *testing.B, base, token string, bodies [][]byte, ok []b
 //
 //	go test -run '^$' -bench DashboardAggregates -benchmem ./api/
 func BenchmarkDashboardAggregates(b *testing.B) {
-	store := metatest.NewStore(b)
-	db := tsdbtest.NewDB(b, shanghai)
-	reg := prometheus.NewRegistry()
-	srv := api.New(api.DefaultOptions(), api.Deps{
-		Auth: store, Products: store, Roles: store, Devices: store, Audit: store, Models: store, Dashboard: db,
-		Registry: reg, Gatherer: reg,
-	})
-	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
-	admin := testkit.Login(b, base, "admin", "admin123")
-	product := map[string]any{"id": "ap", "name": "Bench product",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}
-	admin.Call(b, "POST", "/api/device/product", product, nil)
+	db, base, admin, product := benchServer(b, "ap")
 	product["metadata"] = `{"properties":[{"id":"p0","name":"P0","valueType":{"type":"long"}},` +
 		`{"id":"p1","name":"P1","valueType":{"type":"float","scale":2}}]}`
 	admin.Call(b, "PATCH", "/api/device-product", product, nil)
@@ -173,4 +152,23 @@ func BenchmarkDashboardAggregates(b *testing.B) {
 			r.IntN(2), aggs[r.IntN(len(aggs))], from.UnixMilli(), to.UnixMilli())
 	}
 	runDashboardBench(b, base, admin.Token, bodies, []byte(`{"message":"success","result":[{"group":"g","property":"p`))
+}
+
+// benchServer serves the API of a new metadata store and tsdb over a real
+// listener, logs in as the administrator and creates product id; the
+// product's body is returned for changes.
+func benchServer(b *testing.B, id string) (*tsdb.DB, string, testkit.API, map[string]any) {
+	store := metatest.NewStore(b)
+	db := tsdbtest.NewDB(b, shanghai)
+	reg := prometheus.NewRegistry()
+	srv := api.New(api.DefaultOptions(), api.Deps{
+		Auth: store, Products: store, Roles: store, Devices: store, Audit: store, Models: store, Dashboard: db,
+		Registry: reg, Gatherer: reg,
+	})
+	base := testkit.Serve(b, srv.App().Listener, srv.Shutdown)
+	admin := testkit.Login(b, base, "admin", "admin123")
+	product := map[string]any{"id": id, "name": "Bench product",
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}
+	admin.Call(b, "POST", "/api/device/product", product, nil)
+	return db, base, admin, product
 }
