@@ -205,7 +205,8 @@ type CPUBreakdown struct {
 	SchedWait *SchedWait `json:"schedWait,omitempty"`
 }
 
-// SchedWait summarises goroutine scheduling latencies over a span.
+// SchedWait summarises goroutine scheduling latencies over a span (the
+// runtime samples a share of the wake-ups; Count is how many).
 type SchedWait struct {
 	Count uint64  `json:"count"`
 	P50Ms float64 `json:"p50Ms"` // upper bounds of the runtime's histogram buckets
@@ -237,7 +238,7 @@ func (c CPUBreakdown) String() string {
 		row(*c.Machine)
 	}
 	if w := c.SchedWait; w != nil {
-		fmt.Fprintf(&b, "\n    this process's goroutines waited for a CPU: p50 %.2f ms, p99 %.2f ms (%d wake-ups)", w.P50Ms, w.P99Ms, w.Count)
+		fmt.Fprintf(&b, "\n    this process's goroutines waited for a CPU: p50 %.2f ms, p99 %.2f ms (%d wake-ups sampled by the runtime)", w.P50Ms, w.P99Ms, w.Count)
 	}
 	return b.String()
 }

@@ -380,7 +380,7 @@ func cpuFigures(add func(bench.Figure), prefix string, cpu ...bench.CPUBreakdown
 				Value: pc.MicrosPerMsg, Unit: "µs/" + unit})
 		}
 		if w := c.SchedWait; w != nil {
-			add(bench.Figure{Name: fmt.Sprintf("%sCPU, %s: this process's goroutines waited for a CPU, p99 of %d wake-ups (p50 %.2f ms)", prefix, c.Phase, w.Count, w.P50Ms),
+			add(bench.Figure{Name: fmt.Sprintf("%sCPU, %s: this process's goroutines waited for a CPU, p99 of %d sampled wake-ups (p50 %.2f ms)", prefix, c.Phase, w.Count, w.P50Ms),
 				Value: w.P99Ms, Unit: "ms"})
 		}
 	}
