@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,6 +198,19 @@ type CPUBreakdown struct {
 	Total        ProcCPU   `json:"total"`             // sum of Procs
 	Machine      *ProcCPU  `json:"machine,omitempty"` // every process on every core
 	MachineCores int       `json:"machineCores"`
+	// SchedWait is how long this process's goroutines, once runnable,
+	// waited for a CPU (runtime/metrics /sched/latencies:seconds): where
+	// the machine's cores are the bound, a request's latency is mostly
+	// this, paid at each of its goroutines' wake-ups.
+	SchedWait *SchedWait `json:"schedWait,omitempty"`
+}
+
+// SchedWait summarises goroutine scheduling latencies over a span (the
+// runtime samples a share of the wake-ups; Count is how many).
+type SchedWait struct {
+	Count uint64  `json:"count"`
+	P50Ms float64 `json:"p50Ms"` // upper bounds of the runtime's histogram buckets
+	P99Ms float64 `json:"p99Ms"`
 }
 
 func (c CPUBreakdown) String() string {
@@ -222,7 +237,53 @@ func (c CPUBreakdown) String() string {
 	if c.Machine != nil {
 		row(*c.Machine)
 	}
+	if w := c.SchedWait; w != nil {
+		fmt.Fprintf(&b, "\n    this process's goroutines waited for a CPU: p50 %.2f ms, p99 %.2f ms (%d wake-ups sampled by the runtime)", w.P50Ms, w.P99Ms, w.Count)
+	}
 	return b.String()
+}
+
+// schedLatencies is this process's goroutine scheduling latency
+// histogram so far.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// schedWaitBetween summarises the latencies added between two histograms
+// of schedLatencies.
+func schedWaitBetween(from, to *metrics.Float64Histogram) *SchedWait {
+	if from == nil || to == nil || len(from.Counts) != len(to.Counts) {
+		return nil
+	}
+	counts := make([]uint64, len(to.Counts))
+	var n uint64
+	for i := range counts {
+		counts[i] = to.Counts[i] - from.Counts[i]
+		n += counts[i]
+	}
+	if n == 0 {
+		return nil
+	}
+	q := func(f float64) float64 {
+		var acc uint64
+		for i, c := range counts {
+			acc += c
+			if float64(acc) >= f*float64(n) {
+				upper := to.Buckets[i+1]
+				if math.IsInf(upper, 1) { // the last bucket's
+					upper = to.Buckets[i]
+				}
+				return upper * 1e3
+			}
+		}
+		return 0
+	}
+	return &SchedWait{Count: n, P50Ms: q(0.5), P99Ms: q(0.99)}
 }
 
 // cpuSnapshot is the CPU time of a set of processes at one instant.
@@ -232,6 +293,7 @@ type cpuSnapshot struct {
 	groups  map[int]map[int]time.Duration // index in procs -> member pid -> CPU time
 	machine time.Duration
 	hasMach bool
+	sched   *metrics.Float64Histogram // this process's goroutine scheduling latencies so far
 }
 
 func takeCPUSnapshot(procs []namedProc) cpuSnapshot {
@@ -255,6 +317,7 @@ func takeCPUSnapshot(procs []namedProc) cpuSnapshot {
 		}
 	}
 	s.machine, s.hasMach = machineBusy()
+	s.sched = schedLatencies()
 	return s
 }
 
@@ -317,6 +380,7 @@ func (s *cpuSpan) breakdown(end cpuSnapshot, msgs int64) CPUBreakdown {
 		sum += b - a
 	}
 	c.Total = mk("sum", 0, sum)
+	c.SchedWait = schedWaitBetween(s.start.sched, end.sched)
 	if s.start.hasMach && end.hasMach {
 		m := mk("machine (all processes)", 0, end.machine-s.start.machine)
 		c.Machine = &m

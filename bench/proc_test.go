@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"math"
 	"os"
+	"runtime/metrics"
 	"strings"
 	"testing"
 )
@@ -141,5 +143,33 @@ func TestCPUSpan(t *testing.T) {
 	}
 	if !strings.Contains(c.String(), "µs/req") {
 		t.Fatal(c.String())
+	}
+}
+
+func TestSchedWaitBetween(t *testing.T) {
+	inf := math.Inf(1)
+	h := func(counts ...uint64) *metrics.Float64Histogram {
+		return &metrics.Float64Histogram{Counts: counts, Buckets: []float64{0, 0.001, 0.002, 0.010, inf}}
+	}
+	for _, c := range []struct {
+		name     string
+		from, to *metrics.Float64Histogram
+		want     *SchedWait
+	}{
+		{"nothing new", h(5, 0, 0, 0), h(5, 0, 0, 0), nil},
+		{"only the span's wake-ups count", h(100, 0, 0, 0), h(198, 1, 0, 1),
+			&SchedWait{Count: 100, P50Ms: 1, P99Ms: 2}},
+		{"the tail in the last bucket", h(0, 0, 0, 0), h(90, 0, 5, 5),
+			&SchedWait{Count: 100, P50Ms: 1, P99Ms: 10}},
+		{"histograms of different shapes", h(1, 0, 0, 0), &metrics.Float64Histogram{Counts: []uint64{1}, Buckets: []float64{0, inf}}, nil},
+		{"no start", nil, h(1, 0, 0, 0), nil},
+	} {
+		got := schedWaitBetween(c.from, c.to)
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	if w := schedLatencies(); w == nil || len(w.Counts) == 0 {
+		t.Errorf("this process's scheduling latencies: %+v", w)
 	}
 }

@@ -360,7 +360,8 @@ func run(ctx context.Context, scenario string, f *flags) error {
 }
 
 // cpuFigures adds one figure per process of each CPU breakdown: its CPU
-// time per message or request, the CPU-seconds and cores in the name.
+// time per message or request, the CPU-seconds and cores in the name;
+// and how long this process's goroutines waited for a CPU.
 func cpuFigures(add func(bench.Figure), prefix string, cpu ...bench.CPUBreakdown) {
 	for _, c := range cpu {
 		if c.WallSeconds == 0 {
@@ -377,6 +378,10 @@ func cpuFigures(add func(bench.Figure), prefix string, cpu ...bench.CPUBreakdown
 		for _, pc := range procs {
 			add(bench.Figure{Name: fmt.Sprintf("%sCPU, %s: %s (%.2f CPU-s, %.2f of %d cores)", prefix, c.Phase, pc.Label(), pc.Seconds, pc.Cores, c.MachineCores),
 				Value: pc.MicrosPerMsg, Unit: "µs/" + unit})
+		}
+		if w := c.SchedWait; w != nil {
+			add(bench.Figure{Name: fmt.Sprintf("%sCPU, %s: this process's goroutines waited for a CPU, p99 of %d sampled wake-ups (p50 %.2f ms)", prefix, c.Phase, w.Count, w.P50Ms),
+				Value: w.P99Ms, Unit: "ms"})
 		}
 	}
 }
