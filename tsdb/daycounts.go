@@ -445,22 +445,41 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 		}
 	}()
 	// key maps a bucket's end to the key of the series that it stops
-	// before.
+	// before; ends[k] is bucket k's (buckets newest first, each [its
+	// start, the next bucket's)).
 	key := func(t time.Time) uint32 { return dayNumber(t, db.loc) }
 	if sub {
 		key = func(t time.Time) uint32 { return uint32(t.Unix() / quarterSec) }
 	}
+	ends := make([]uint32, len(r.starts))
+	ends[0] = key(r.hi)
+	for k := 1; k < len(ends); k++ {
+		ends[k] = key(r.starts[k-1])
+	}
+	first := key(r.lo)
 	counts := make([]uint64, len(r.starts))
-	add := func(s series[uint64]) {
-		// Buckets oldest first, each [its start, the next bucket's).
-		i := sort.Search(len(s.keys), func(i int) bool { return s.keys[i] >= key(r.lo) })
-		for k := len(r.starts) - 1; k >= 0; k-- {
-			end := r.hi
-			if k > 0 {
-				end = r.starts[k-1]
+	// sum adds a product's chunks (series oldest first, their keys
+	// ascending) to the buckets, reading each only from the range's
+	// first key to its last.
+	var buf [16]*dayChunk
+	sum := func(chunks []*dayChunk) {
+		k := len(ends) - 1 // the oldest bucket
+		for _, c := range chunks {
+			s := c.days
+			if sub {
+				s = c.slots
 			}
-			last := key(end) // exclusive
-			for ; i < len(s.keys) && s.keys[i] < last; i++ {
+			i := 0
+			if len(s.keys) > 0 && s.keys[0] < first {
+				i = sort.Search(len(s.keys), func(i int) bool { return s.keys[i] >= first })
+			}
+			for ; i < len(s.keys); i++ {
+				for s.keys[i] >= ends[k] {
+					if k == 0 {
+						return
+					}
+					k--
+				}
 				counts[k] += s.vals[i]
 			}
 		}
@@ -471,25 +490,25 @@ func (db *DB) countsFromDays(ctx context.Context, r bucketRange, ps productSet, 
 		if !ps.all {
 			p = ps.ids[0]
 		}
-		s, err := db.productSeries(ctx, t, p, lo, hi, cut, sub)
+		chunks, err := db.days.chunksFor(ctx, t, p, lo, hi, cut, buf[:0])
 		if err != nil {
 			return nil, true, err
 		}
-		add(s)
+		sum(chunks)
 	case sub:
 		for _, p := range ps.ids {
-			s, err := db.productSeries(ctx, t, p, lo, hi, cut, sub)
+			chunks, err := db.days.chunksFor(ctx, t, p, lo, hi, cut, buf[:0])
 			if err != nil {
 				return nil, true, err
 			}
-			add(s)
+			sum(chunks)
 		}
 	default:
 		s, err := db.setDays(ctx, t, ps, from, cut)
 		if err != nil {
 			return nil, true, err
 		}
-		add(s)
+		sum([]*dayChunk{{days: s}})
 	}
 	out = make([]Bucket, len(r.starts))
 	for k, s := range r.starts {
@@ -514,27 +533,6 @@ func quarterBuckets(r bucketRange) bool {
 		}
 	}
 	return true
-}
-
-// productSeries returns product p's ("" every product's) per-day counts
-// (sub: per quarter-hour) of the months holding days lo to hi
-// (exclusive), oldest first: its closed months' chunks as of cut, checked
-// against the totals t, then its open days (quarter-hours).
-func (db *DB) productSeries(ctx context.Context, t *dayTotals, p string, lo, hi, cut uint32, sub bool) (series[uint64], error) {
-	var buf [16]*dayChunk
-	chunks, err := db.days.chunksFor(ctx, t, p, lo, hi, cut, buf[:0])
-	if err != nil {
-		return series[uint64]{}, err
-	}
-	var out series[uint64]
-	for _, c := range chunks {
-		s := c.days
-		if sub {
-			s = c.slots
-		}
-		out.keys, out.vals = append(out.keys, s.keys...), append(out.vals, s.vals...)
-	}
-	return out, nil
 }
 
 // chunksFor appends to dst product p's chunks of the months holding days
@@ -574,13 +572,16 @@ func (db *DB) setDays(ctx context.Context, t *dayTotals, ps productSet, from, cu
 		return *s.(*series[uint64]), nil
 	}
 	sum := map[uint32]uint64{}
+	var buf [16]*dayChunk
 	for _, p := range ps.ids {
-		s, err := db.productSeries(ctx, t, p, from, cut+1, cut, false)
+		chunks, err := db.days.chunksFor(ctx, t, p, from, cut+1, cut, buf[:0])
 		if err != nil {
 			return series[uint64]{}, err
 		}
-		for i, d := range s.keys {
-			sum[d] += s.vals[i]
+		for _, c := range chunks {
+			for i, d := range c.days.keys {
+				sum[d] += c.days.vals[i]
+			}
 		}
 	}
 	s := series[uint64]{}.plus(sum, addCounts)
