@@ -3,6 +3,7 @@ package tsdb
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -385,6 +386,45 @@ func BenchmarkDistinctCounts(b *testing.B) {
 	}
 }
 
+// holderRig drives a totals holder in the holder tests: its loads count
+// themselves and block until released, then return totals of closed.
+type holderRig struct {
+	t       testing.TB
+	ctx     context.Context
+	key     totalsKey
+	h       *totalsHolder[uint64]
+	closed  map[chunkKey]uint64
+	loads   atomic.Int64
+	release chan struct{}
+}
+
+func newHolderRig(t testing.TB, ctx context.Context, key totalsKey, h *totalsHolder[uint64], closed map[chunkKey]uint64) *holderRig {
+	if closed == nil {
+		closed = map[chunkKey]uint64{}
+	}
+	return &holderRig{t: t, ctx: ctx, key: key, h: h, closed: closed, release: make(chan struct{})}
+}
+
+func (r *holderRig) load(context.Context, totalsKey) (*dayTotals, error) {
+	r.loads.Add(1)
+	<-r.release
+	return &dayTotals{closed: maps.Clone(r.closed), open: map[string]*dayChunk{}}, nil
+}
+
+// get asks the holder for the rig's key in a goroutine of its own; the
+// channel gives its totals.
+func (r *holderRig) get() chan *dayTotals {
+	out := make(chan *dayTotals, 1)
+	go func() {
+		got, err := r.h.get(r.ctx, r.key, time.Now(), r.load)
+		if err != nil {
+			r.t.Error(err)
+		}
+		out <- got
+	}()
+	return out
+}
+
 // TestTotalsHolder: the rules of daytotals.go, with a load the test
 // releases: a load is installed only if no insert was under way when it
 // started and none began or ended meanwhile (its callers get it either
@@ -395,25 +435,8 @@ func BenchmarkDistinctCounts(b *testing.B) {
 func TestTotalsHolder(t *testing.T) {
 	ctx := ctxT(t)
 	key := totalsKey{from: 20000, cut: 20400}
-	var loads atomic.Int64
-	release := make(chan struct{})
-	load := func(context.Context, totalsKey) (*dayTotals, error) {
-		loads.Add(1)
-		<-release
-		return &dayTotals{closed: map[chunkKey]uint64{{"p", 202510}: 5}, open: map[string]*dayChunk{}}, nil
-	}
-	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC)}
-	get := func() chan *dayTotals {
-		out := make(chan *dayTotals, 1)
-		go func() {
-			got, err := h.get(ctx, key, time.Now(), load)
-			if err != nil {
-				t.Error(err)
-			}
-			out <- got
-		}()
-		return out
-	}
+	rig := newHolderRig(t, ctx, key, &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC)}, map[chunkKey]uint64{{"p", 202510}: 5})
+	h, loads, release, get := rig.h, &rig.loads, rig.release, rig.get
 	waitLoads := func(n int64) {
 		t.Helper()
 		for loads.Load() < n {
@@ -528,25 +551,8 @@ func TestSeriesPlus(t *testing.T) {
 func TestTotalsHolderExclusive(t *testing.T) {
 	ctx := ctxT(t)
 	key := totalsKey{from: 20000, cut: 20400}
-	var loads atomic.Int64
-	release := make(chan struct{})
-	load := func(context.Context, totalsKey) (*dayTotals, error) {
-		loads.Add(1)
-		<-release
-		return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
-	}
-	h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: time.Hour}
-	get := func() chan *dayTotals {
-		out := make(chan *dayTotals, 1)
-		go func() {
-			got, err := h.get(ctx, key, time.Now(), load)
-			if err != nil {
-				t.Error(err)
-			}
-			out <- got
-		}()
-		return out
-	}
+	rig := newHolderRig(t, ctx, key, &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: time.Hour}, nil)
+	h, loads, release, get := rig.h, &rig.loads, rig.release, rig.get
 	h.begin() // an insert under way
 	a := get()
 	time.Sleep(20 * time.Millisecond)
@@ -595,25 +601,12 @@ func TestTotalsHolderHoldBound(t *testing.T) {
 	for _, waiting := range []bool{false, true} {
 		t.Run(fmt.Sprint("waiting=", waiting), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				var loads atomic.Int64
-				release := make(chan struct{})
-				load := func(context.Context, totalsKey) (*dayTotals, error) {
-					loads.Add(1)
-					<-release
-					return &dayTotals{closed: map[chunkKey]uint64{}, open: map[string]*dayChunk{}}, nil
-				}
-				h := &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: hold}
+				rig := newHolderRig(t, context.Background(), key, &totalsHolder[uint64]{ttl: time.Hour, cells: countCells(time.UTC), exclusive: true, hold: hold}, nil)
+				h, loads, release := rig.h, &rig.loads, rig.release
 				if waiting {
 					h.begin() // an insert under way, longer than the hold
 				}
-				got := make(chan *dayTotals, 1)
-				go func() {
-					tt, err := h.get(context.Background(), key, time.Now(), load)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- tt
-				}()
+				got := rig.get()
 				synctest.Wait()
 				began := make(chan time.Time, 1)
 				go func() { h.begin(); began <- time.Now() }()
