@@ -145,6 +145,21 @@ func knownKey(key []byte, names ...string) (exact, other bool) {
 	return false, false
 }
 
+// walkFields calls f with each member of the object data (valid JSON)
+// whose key is one of fields exactly, until f returns false; false also
+// when a key is one that encoding/json would match to a field otherwise
+// (knownKey), which is then encoding/json's to decode. Other keys are
+// skipped.
+func walkFields(data []byte, fields []string, f func(key, value []byte) bool) bool {
+	return walkJSON(data, true, func(key, v []byte) bool {
+		exact, other := knownKey(key, fields...)
+		if other {
+			return false
+		}
+		return !exact || f(key, v)
+	})
+}
+
 // queryText is the string of a query's field: the usual values without
 // allocating.
 func queryText(b []byte) string {
@@ -176,14 +191,7 @@ func decodeQueriesFast(body []byte) ([]dashboardQuery, bool) {
 	var qs []dashboardQuery
 	ok := walkJSON(body, false, func(_, elem []byte) bool {
 		var q dashboardQuery
-		ok := walkJSON(elem, true, func(key, v []byte) bool {
-			exact, other := knownKey(key, queryFields...)
-			if other {
-				return false
-			}
-			if !exact {
-				return true
-			}
+		ok := walkFields(elem, queryFields, func(key, v []byte) bool {
 			if string(key) == "params" {
 				q.Params = json.RawMessage(v)
 				return true
@@ -228,14 +236,7 @@ func decodeCountParamsFast(raw []byte, p *aggParams, bp *bucketParams, limit *in
 	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
-	return walkJSON(raw, true, func(key, v []byte) bool {
-		exact, other := knownKey(key, countParamFields...)
-		if other {
-			return false
-		}
-		if !exact {
-			return true
-		}
+	return walkFields(raw, countParamFields, func(key, v []byte) bool {
 		if string(key) == "productId" {
 			s, ok := plainString(v)
 			p.ProductID = string(s)
@@ -256,14 +257,7 @@ func decodePropAggParamsFast(raw []byte, p *propAggParams, bp *bucketParams, lim
 	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
-	return walkJSON(raw, true, func(key, v []byte) bool {
-		exact, other := knownKey(key, propAggParamFields...)
-		if other {
-			return false
-		}
-		if !exact {
-			return true
-		}
+	return walkFields(raw, propAggParamFields, func(key, v []byte) bool {
 		switch string(key) {
 		case "properties":
 			props := []string{}
