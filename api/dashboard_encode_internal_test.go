@@ -423,3 +423,43 @@ func TestAppendHistoryItemRefused(t *testing.T) {
 		t.Fatalf("got %s, %v", got, err)
 	}
 }
+
+// BenchmarkAppendHistoryItem: one history item, a float with its
+// definition (scale 2) and a string without one, written by
+// appendHistoryItem and, as the reference, by encoding/json (appendItem
+// of historyItem with historyEntry):
+//
+//	go test -run '^$' -bench AppendHistoryItem -benchmem ./api/
+func BenchmarkAppendHistoryItem(b *testing.B) {
+	model, err := schema.ParseThingModelString(historyTestModel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	values := []tsdb.PropertyValue{
+		{Time: time.UnixMilli(1732600000123), DeviceID: "device-0001", Property: "f", ValueType: "number", Num: 21.375},
+		{Time: time.UnixMilli(1732600000456), DeviceID: "device-0001", Property: "state", ValueType: "string", Str: "running <ok> & idle"},
+	}
+	b.Run("append", func(b *testing.B) {
+		var size resultBytes
+		var out, scratch []byte
+		prefix := historyItemPrefix("g")
+		b.ReportAllocs()
+		for i := range b.N {
+			size.n.Store(0)
+			if out, scratch, err = appendHistoryItem(out[:0], scratch, &size, prefix, &values[i%2], model, time.UTC); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		var size resultBytes
+		var out []byte
+		b.ReportAllocs()
+		for i := range b.N {
+			size.n.Store(0)
+			if out, err = appendItem(out[:0], &size, historyItem{Group: "g", Data: historyEntry(values[i%2], model, time.UTC)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
