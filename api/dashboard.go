@@ -656,7 +656,7 @@ func historyItemPrefix(group string) []byte {
 // holds items already, as encoding/json writes it (without reflection:
 // TestAppendHistoryItem compares them). prefix is historyItemPrefix(group);
 // the value is storedValue's, named, typed and formatted by its
-// definition in model (without one: its own name and type, fmt's text);
+// definition in model (without one: its own name and type, plainText);
 // the timeString is its time in loc, written through scratch. The item
 // is counted into size, and taken back out of b when the result's size
 // is refused; a value encoding/json refuses to write (NaN, an infinity,
@@ -708,7 +708,7 @@ func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *t
 	if known {
 		b = appendJSONString(b, def.ValueType.FormatValue(value))
 	} else {
-		b = appendSprint(b, value)
+		b = appendJSONString(b, plainText(value))
 	}
 	ms := v.Time.UnixMilli()
 	b = append(b, `,"createTime":`...)
@@ -751,23 +751,4 @@ func appendHistoryID(b []byte, v *tsdb.PropertyValue) []byte {
 	b = append(b, '"')
 	b = hex.AppendEncode(b, sum[:])
 	return append(b, '"')
-}
-
-// appendSprint appends fmt.Sprint(value) of a stored value (storedValue)
-// quoted as appendJSONString does; finite floats, bools and strings
-// without fmt.
-func appendSprint(b []byte, value any) []byte {
-	switch x := value.(type) {
-	case float64:
-		b = append(b, '"')
-		b = strconv.AppendFloat(b, x, 'g', -1, 64)
-		return append(b, '"')
-	case bool:
-		b = append(b, '"')
-		b = strconv.AppendBool(b, x)
-		return append(b, '"')
-	case string:
-		return appendJSONString(b, x)
-	}
-	return appendJSONString(b, fmt.Sprint(value))
 }

@@ -218,7 +218,7 @@ func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Loca
 		hv.Type = def.ValueType.Type
 		hv.FormatValue = def.ValueType.FormatValue(value)
 	} else {
-		hv.FormatValue = fmt.Sprint(value)
+		hv.FormatValue = plainText(value)
 	}
 	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli()}
 }
@@ -254,8 +254,8 @@ var historyTestJSON = []string{`{}`, `[]`, `null`, `true`, `0`, `-1.5e3`, `"s"`,
 // writes for it (historyItem with historyEntry), for every value kind
 // storedValue returns (numbers of every kind: aggTestFloats; bools;
 // strings; json values, valid or not), with and without the value's
-// thing-model definition (the formatValue from its ValueType, or fmt's
-// text), whatever the group, device, property and zone, and random
+// thing-model definition (the formatValue from its ValueType, or
+// plainText), whatever the group, device, property and zone, and random
 // ones; a value encoding/json refuses (NaN, infinities, invalid json) is
 // refused with encoding/json's error and leaves b as it was; each item
 // is counted into the result's size as appendItem counts it.
