@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -56,22 +57,6 @@ type dashboardPlan struct {
 	resolved tsdb.History
 }
 
-// appendItem appends item as encoding/json writes it, after a comma if b
-// holds items already, and counts it into size.
-func appendItem(b []byte, size *resultBytes, item any) ([]byte, error) {
-	js, err := json.Marshal(item)
-	if err != nil {
-		return b, err
-	}
-	if err := size.add(len(js) + 1); err != nil {
-		return b, err
-	}
-	if len(b) > 0 {
-		b = append(b, ',')
-	}
-	return append(b, js...), nil
-}
-
 // countItemPrefix is what every message-count item of group starts
 // with, up to its value (appendCountItem).
 func countItemPrefix(group string) []byte {
@@ -81,10 +66,11 @@ func countItemPrefix(group string) []byte {
 }
 
 // appendCountItem appends a message-count bucket, the aggItem
-// {group, data: {value, timeString, timestamp: i}}, as appendItem does
-// (without reflection: TestAppendCountItem compares them), prefix being
-// countItemPrefix(group) and its timeString start in layout; scratch
-// holds the timeString while it is written.
+// {group, data: {value, timeString, timestamp: i}}, as the tests'
+// appendItem (encoding/json) does (without reflection:
+// TestAppendCountItem compares them), prefix being countItemPrefix(group)
+// and its timeString start in layout; scratch holds the timeString while
+// it is written.
 func appendCountItem(b, scratch []byte, size *resultBytes, prefix []byte, value uint64, layout javaLayout, start time.Time, i int) ([]byte, []byte, error) {
 	before := len(b)
 	if before > 0 {
@@ -147,7 +133,9 @@ type historyParams struct {
 	To         json.RawMessage `json:"to"`
 }
 
-// aggItem and historyItem are the spec's result items.
+// aggItem and historyItem are the spec's result items (appendCountItem
+// and appendHistoryItem write them; encoding/json writes them in their
+// tests as the reference).
 type aggItem struct {
 	Group string  `json:"group"`
 	Data  aggData `json:"data"`
@@ -515,8 +503,11 @@ func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *re
 	if err != nil {
 		return b, err
 	}
-	for _, v := range values {
-		if b, err = appendItem(b, size, historyItem{Group: plan.group, Data: historyEntry(v, plan.resolved.Model, loc)}); err != nil {
+	var scratch [64]byte
+	ts := scratch[:0]
+	prefix := historyItemPrefix(plan.group)
+	for i := range values {
+		if b, ts, err = appendHistoryItem(b, ts, size, prefix, &values[i], plan.resolved.Model, loc); err != nil {
 			return b, err
 		}
 	}
@@ -651,28 +642,113 @@ func checkHistoryModel(at string, h tsdb.History) error {
 	return nil
 }
 
-// historyID identifies a stored value by what identifies its row: the md5
-// hex of "device-property-ms". The same value has the same id in every
-// response, and the id needs no column of its own (device_property stored
-// each value's message id for it until schema version 2).
-func historyID(v tsdb.PropertyValue) string {
-	sum := md5.Sum([]byte(v.DeviceID + "-" + v.Property + "-" + strconv.FormatInt(v.Time.UnixMilli(), 10)))
-	return hex.EncodeToString(sum[:])
+// historyItemPrefix is what every history item of group starts with, up
+// to its value's id (appendHistoryItem).
+func historyItemPrefix(group string) []byte {
+	b := append(make([]byte, 0, len(group)+40), `{"group":`...)
+	b = appendJSONString(b, group)
+	return append(b, `,"data":{"value":{"id":`...)
 }
 
-// historyEntry shapes one stored value with its thing-model definition.
-func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Location) historyData {
-	value := storedValue(&v)
-	hv := historyValue{
-		ID: historyID(v), Property: v.Property, PropertyName: v.Property,
-		Type: v.ValueType, Value: value, CreateTime: v.Time.UnixMilli(), Timestamp: v.Time.UnixMilli(),
+// appendHistoryItem appends a stored value v, the historyItem {group,
+// data: {value: {id, property, propertyName, type, value, formatValue,
+// createTime, timestamp}, timeString, timestamp}}, after a comma if b
+// holds items already, as encoding/json writes it (without reflection:
+// TestAppendHistoryItem compares them). prefix is historyItemPrefix(group);
+// the value is storedValue's, named, typed and formatted by its
+// definition in model (without one: its own name and type, plainText);
+// the timeString is its time in loc, written through scratch. The item
+// is counted into size, and taken back out of b when the result's size
+// is refused; a value encoding/json refuses to write (NaN, an infinity,
+// a json value that is not JSON) is refused with encoding/json's error.
+func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *tsdb.PropertyValue, model *schema.ThingModel, loc *time.Location) ([]byte, []byte, error) {
+	before := len(b)
+	if before > 0 {
+		b = append(b, ',')
 	}
-	if def, ok := model.Property(v.Property); ok {
-		hv.PropertyName = def.Name
-		hv.Type = def.ValueType.Type
-		hv.FormatValue = def.ValueType.FormatValue(value)
+	item := len(b)
+	value := storedValue(v)
+	def, known := model.Property(v.Property)
+	name, typ := v.Property, v.ValueType
+	if known {
+		name, typ = def.Name, def.ValueType.Type
+	}
+	b = append(b, prefix...)
+	b = appendHistoryID(b, v)
+	b = append(b, `,"property":`...)
+	b = appendJSONString(b, v.Property)
+	b = append(b, `,"propertyName":`...)
+	b = appendJSONString(b, name)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"value":`...)
+	switch x := value.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return b[:before], scratch, refusedValue(value)
+		}
+		b = appendJSONFloat(b, x)
+	case bool:
+		b = strconv.AppendBool(b, x)
+	case string:
+		b = appendJSONString(b, x)
+	case json.RawMessage:
+		switch {
+		case x == nil:
+			b = append(b, "null"...)
+		case !json.Valid(x):
+			return b[:before], scratch, refusedValue(value)
+		default:
+			b = appendCompactJSON(b, x)
+		}
+	default:
+		return b[:before], scratch, fmt.Errorf("history value of type %T", value)
+	}
+	b = append(b, `,"formatValue":`...)
+	if known {
+		b = appendJSONString(b, def.ValueType.FormatValue(value))
 	} else {
-		hv.FormatValue = fmt.Sprint(value)
+		b = appendJSONString(b, plainText(value))
 	}
-	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli()}
+	ms := v.Time.UnixMilli()
+	b = append(b, `,"createTime":`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, `},"timeString":`...)
+	scratch = v.Time.In(loc).AppendFormat(scratch[:0], time.DateTime)
+	b = appendJSONBytes(b, scratch)
+	b = append(b, `,"timestamp":`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, '}', '}')
+	if err := size.add(len(b) - item + 1); err != nil {
+		return b[:before], scratch, err
+	}
+	return b, scratch, nil
+}
+
+// refusedValue is encoding/json's error for a value it refuses to write.
+func refusedValue(value any) error {
+	if _, err := json.Marshal(value); err != nil {
+		return err
+	}
+	return fmt.Errorf("history value %v: refused", value)
+}
+
+// appendHistoryID appends a stored value's id quoted: the md5 hex of
+// "device-property-ms", what identifies its row. The same value has the
+// same id in every response, and the id needs no column of its own
+// (device_property stored each value's message id for it until schema
+// version 2).
+func appendHistoryID(b []byte, v *tsdb.PropertyValue) []byte {
+	var buf [96]byte
+	key := append(buf[:0], v.DeviceID...)
+	key = append(key, '-')
+	key = append(key, v.Property...)
+	key = append(key, '-')
+	key = strconv.AppendInt(key, v.Time.UnixMilli(), 10)
+	sum := md5.Sum(key)
+	b = append(b, '"')
+	b = hex.AppendEncode(b, sum[:])
+	return append(b, '"')
 }

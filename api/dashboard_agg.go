@@ -134,8 +134,8 @@ func propAggItemPrefix(group, property string) []byte {
 
 // appendPropAggItem appends a property's bucket, the propAggItem
 // {group, property, data: {value: aggValue(agg, bk), timeString,
-// timestamp: i}}, as appendItem does (without reflection:
-// TestAppendPropAggItem compares them), prefix being
+// timestamp: i}}, as the tests' appendItem (encoding/json) does (without
+// reflection: TestAppendPropAggItem compares them), prefix being
 // propAggItemPrefix(group, property) and its timeString start (bk's, in
 // the platform zone) in layout; scratch holds the timeString while it is
 // written.

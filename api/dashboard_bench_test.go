@@ -154,6 +154,44 @@ func BenchmarkDashboardAggregates(b *testing.B) {
 	runDashboardBench(b, base, admin.Token, bodies, []byte(`{"message":"success","result":[{"group":"g","property":"p`))
 }
 
+// BenchmarkDashboardHistory: one whole request of endpoint 14, a history
+// query of one device's latest 100 values of one property (a float with a
+// scale, or a string, in turn, both in the device's thing model), as
+// BenchmarkDashboardCounts measures it: the values are read from
+// ClickHouse on every request, then shaped with their definitions and
+// encoded. Needs PostgreSQL and ClickHouse:
+//
+//	go test -run '^$' -bench DashboardHistory -benchmem ./api/
+func BenchmarkDashboardHistory(b *testing.B) {
+	db, base, admin, product := benchServer(b, "hp")
+	product["metadata"] = `{"properties":[{"id":"p0","name":"P0","valueType":{"type":"float","scale":2}},` +
+		`{"id":"p1","name":"P1","valueType":{"type":"string"}}]}`
+	admin.Call(b, "PATCH", "/api/device-product", product, nil)
+	admin.Call(b, "POST", "/api/device/instance", map[string]any{"id": "hd", "name": "hd", "productId": "hp"}, nil)
+
+	// 20,000 values of each property over the 10 days to now.
+	now := time.Now()
+	start := now.AddDate(0, 0, -10)
+	r := rand.New(rand.NewPCG(1, 2))
+	var ps []tsdb.PropertyValue
+	for i := range 20000 {
+		at := start.Add(time.Duration(i) * 10 * 24 * time.Hour / 20000)
+		ps = append(ps,
+			tsdb.PropertyValue{Time: at, ProductID: "hp", DeviceID: "hd", Property: "p0", ValueType: "number", Num: r.NormFloat64() * 50},
+			tsdb.PropertyValue{Time: at, ProductID: "hp", DeviceID: "hd", Property: "p1", ValueType: "string", Str: fmt.Sprint("state <", r.IntN(1000), "> & more")})
+	}
+	if err := db.Insert(context.Background(), nil, ps); err != nil {
+		b.Fatal(err)
+	}
+
+	bodies := make([][]byte, 1000)
+	for i := range bodies {
+		bodies[i] = fmt.Appendf(nil, `[{"dashboard":"device","object":"hp","measurement":"properties","dimension":"history","group":"g",`+
+			`"params":{"deviceId":"hd","history":100,"properties":["p%d"]}}]`, i%2)
+	}
+	runDashboardBench(b, base, admin.Token, bodies, []byte(`{"message":"success","result":[{"group":"g","data":{"value":{"id":`))
+}
+
 // benchServer serves the API of a new metadata store and tsdb over a real
 // listener, logs in as the administrator and creates product id; the
 // product's body is returned for changes.

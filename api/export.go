@@ -387,7 +387,7 @@ func writeHistory(ctx context.Context, e *exportPlan, enc *exportEncoder) error 
 }
 
 // storedValue is a stored value as endpoint 14's history items carry it
-// (historyEntry).
+// (appendHistoryItem).
 func storedValue(v *tsdb.PropertyValue) any {
 	switch v.ValueType {
 	case "number":

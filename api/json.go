@@ -277,6 +277,13 @@ func appendRawJSON(b []byte, raw []byte) []byte {
 	if raw == nil || !json.Valid(raw) {
 		return append(b, "null"...)
 	}
+	return appendCompactJSON(b, raw)
+}
+
+// appendCompactJSON appends raw, valid JSON, as encoding/json writes a
+// json.RawMessage holding it: compacted, with <, >, & and U+2028, U+2029
+// escaped.
+func appendCompactJSON(b []byte, raw []byte) []byte {
 	start, inString, escaped := 0, false, false
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
