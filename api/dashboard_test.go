@@ -250,6 +250,24 @@ func TestDashboardHistory(t *testing.T) {
 	if fmt.Sprint(names) != "[count mode on temp]" {
 		t.Fatalf("all properties: %v", names)
 	}
+	// Values of properties the thing model does not define (any more):
+	// named and typed as stored, formatValue the value as plain text, as
+	// the export writes it.
+	if err := db.Insert(context.Background(), nil, []tsdb.PropertyValue{
+		{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "retired", ValueType: "json", Str: `{ "a": [1, 2], "h": "<b>" }`},
+		{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "big", ValueType: "number", Num: 1e6},
+		{Time: t0, ProductID: "dp", DeviceID: "dd", Property: "tiny", ValueType: "number", Num: 1e-7},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, r := range history(1, "retired", "big", "tiny") {
+		got = append(got, r.Data.Value.Property+"="+string(r.Data.Value.Value)+"|"+r.Data.Value.FormatValue+"|"+r.Data.Value.PropertyName+"|"+r.Data.Value.Type)
+	}
+	want = []string{`retired={"a":[1,2],"h":"\u003cb\u003e"}|{ "a": [1, 2], "h": "<b>" }|retired|json`, "big=1000000|1000000|big|number", "tiny=1e-7|1e-7|tiny|number"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("properties the model does not define:\n got %v\nwant %v", got, want)
+	}
 }
 
 // dashAgg is an endpoint 14 body of one message-count aggregate with params.
