@@ -86,8 +86,10 @@ test-cluster: services
 
 ## bench: every scenario of cmd/bench with its ceilings; report in bench/results/.
 ## The dashboard's mixed run (distinct queries under live ingest) is small
-## here (200,000 messages); `go run ./cmd/bench dashboard-mixed
-## -dash-mixed-msgs=1000000 -dash-mixed-requests=20000` is the full one.
+## here (200,000 messages, 5,000 requests a run); BENCHMARKS.md's figures
+## come from `go run ./cmd/bench dashboard-mixed -dash-mixed-msgs N
+## -dash-mixed-kinds counts,aggs -dash-mixed-requests 150000
+## -dash-mixed-uncached-requests 300` at 1M and, with -dash-keep, 100M.
 bench: services
 	$(GO) run ./cmd/bench all
 
