@@ -133,42 +133,6 @@ type historyParams struct {
 	To         json.RawMessage `json:"to"`
 }
 
-// aggItem and historyItem are the spec's result items (appendCountItem
-// and appendHistoryItem write them; encoding/json writes them in their
-// tests as the reference).
-type aggItem struct {
-	Group string  `json:"group"`
-	Data  aggData `json:"data"`
-}
-
-type aggData struct {
-	Value      uint64 `json:"value"`
-	TimeString string `json:"timeString"`
-	Timestamp  int    `json:"timestamp"` // position 0, 1, 2...
-}
-
-type historyItem struct {
-	Group string      `json:"group"`
-	Data  historyData `json:"data"`
-}
-
-type historyData struct {
-	Value      historyValue `json:"value"`
-	TimeString string       `json:"timeString"`
-	Timestamp  int64        `json:"timestamp"`
-}
-
-type historyValue struct {
-	ID           string `json:"id"`
-	Property     string `json:"property"`
-	PropertyName string `json:"propertyName"`
-	Type         string `json:"type"`
-	Value        any    `json:"value"`
-	FormatValue  string `json:"formatValue"`
-	CreateTime   int64  `json:"createTime"`
-	Timestamp    int64  `json:"timestamp"`
-}
-
 // dashboardMulti is endpoint 14: POST /api/dashboard/_multi. The queries
 // run concurrently; the result lists every query's items in request order.
 // Every query is checked against the limits (dashboard_limits.go) before
@@ -389,40 +353,29 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// countParams are a message-count query's params.
-type countParams struct {
-	aggParams
-	bucketParams
-}
-
-// decodeCountParams decodes a message-count query's params in one pass
-// (without reflection when decodeCountParamsFast can); a failure is named
-// as decoding its aggParams, then its bucketParams, names it.
-func decodeCountParams(at string, raw json.RawMessage) (aggParams, bucketParams, error) {
-	var both countParams
-	var limit int
-	if decodeCountParamsFast(raw, &both.aggParams, &both.bucketParams, &limit) {
-		return both.aggParams, both.bucketParams, nil
-	}
-	both = countParams{}
-	if decodeParams(at, raw, &both) == nil {
-		return both.aggParams, both.bucketParams, nil
-	}
-	var p aggParams
+// decodeQueryParams decodes a bucketed query's params, its own (P) and
+// its bucketParams, without reflection when fast can (decodeCountParamsFast,
+// decodePropAggParamsFast), else by encoding/json: a failure is named as
+// decoding P, then its bucketParams, names it.
+func decodeQueryParams[P any](at string, raw json.RawMessage, fast func([]byte, *P, *bucketParams, *int) bool) (P, bucketParams, error) {
+	var p P
 	var bp bucketParams
+	var limit int
+	if fast(raw, &p, &bp, &limit) {
+		return p, bp, nil
+	}
+	p, bp = *new(P), bucketParams{}
 	if err := decodeParams(at, raw, &p); err != nil {
 		return p, bp, err
 	}
-	if err := decodeParams(at, raw, &bp); err != nil {
-		return p, bp, err
-	}
-	return p, bp, schema.Invalid(at+".params", "malformed") // not reached: the two fail as the one does
+	err := decodeParams(at, raw, &bp)
+	return p, bp, err
 }
 
 // planMessageCounts checks a message-count query and resolves its
 // buckets.
 func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, bp, err := decodeCountParams(at, q.Params)
+	p, bp, err := decodeQueryParams(at, q.Params, decodeCountParamsFast)
 	if err != nil {
 		return nil, err
 	}

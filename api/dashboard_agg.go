@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"strconv"
 	"time"
@@ -23,27 +22,12 @@ type propAggParams struct {
 	Agg        string   `json:"agg"`
 }
 
-// propAggItem is one bucket of one property.
-type propAggItem struct {
-	Group    string      `json:"group"`
-	Property string      `json:"property"`
-	Data     propAggData `json:"data"`
-}
-
-type propAggData struct {
-	// Value is the aggregate: a number, or null for an empty bucket of
-	// avg, min, max, first and last (count and sum of nothing are 0).
-	Value      any    `json:"value"`
-	TimeString string `json:"timeString"`
-	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
-}
-
 // planPropertyAggregates checks a property aggregate query and resolves
 // its buckets; its resolve (resolveDashboard) checks the properties
 // against the thing model of the device (or of the product, without
 // deviceId).
 func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, bp, err := decodePropAggParams(at, q.Params)
+	p, bp, err := decodeQueryParams(at, q.Params, decodePropAggParamsFast)
 	if err != nil {
 		return nil, err
 	}
@@ -57,24 +41,6 @@ func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *ti
 	props := dedupe(p.Properties)
 	return &dashboardPlan{at: at, group: q.Group, buckets: b.rng.Len() * len(props), layout: b.layout, sent: p.Properties,
 		agg: &tsdb.AggQuery{Range: &b.rng, ProductID: q.Object, DeviceID: p.DeviceID, Properties: props, Agg: p.Agg}}, nil
-}
-
-// decodePropAggParams decodes a property aggregate query's params
-// (without reflection when decodePropAggParamsFast can); a failure is
-// named as decoding its propAggParams, then its bucketParams, names it.
-func decodePropAggParams(at string, raw json.RawMessage) (propAggParams, bucketParams, error) {
-	var p propAggParams
-	var bp bucketParams
-	var limit int
-	if decodePropAggParamsFast(raw, &p, &bp, &limit) {
-		return p, bp, nil
-	}
-	p, bp = propAggParams{}, bucketParams{}
-	if err := decodeParams(at, raw, &p); err != nil {
-		return p, bp, err
-	}
-	err := decodeParams(at, raw, &bp)
-	return p, bp, err
 }
 
 // aggValue is a bucket's value in an item: the count as an integer, the

@@ -170,3 +170,10 @@ func FuzzDecodeQueriesFast(f *testing.F) {
 		decodeQueriesFast(body)
 	})
 }
+
+// countParams are a message-count query's params as encoding/json
+// decodes them at once: the reference of decodeCountParamsFast.
+type countParams struct {
+	aggParams
+	bucketParams
+}

@@ -463,3 +463,54 @@ func BenchmarkAppendHistoryItem(b *testing.B) {
 		}
 	})
 }
+
+// The spec's result items as Go values: encoding/json writes them here
+// as the reference of appendCountItem (aggItem), appendPropAggItem
+// (propAggItem) and appendHistoryItem (historyItem).
+type aggItem struct {
+	Group string  `json:"group"`
+	Data  aggData `json:"data"`
+}
+
+type aggData struct {
+	Value      uint64 `json:"value"`
+	TimeString string `json:"timeString"`
+	Timestamp  int    `json:"timestamp"` // position 0, 1, 2...
+}
+
+type historyItem struct {
+	Group string      `json:"group"`
+	Data  historyData `json:"data"`
+}
+
+type historyData struct {
+	Value      historyValue `json:"value"`
+	TimeString string       `json:"timeString"`
+	Timestamp  int64        `json:"timestamp"`
+}
+
+type historyValue struct {
+	ID           string `json:"id"`
+	Property     string `json:"property"`
+	PropertyName string `json:"propertyName"`
+	Type         string `json:"type"`
+	Value        any    `json:"value"`
+	FormatValue  string `json:"formatValue"`
+	CreateTime   int64  `json:"createTime"`
+	Timestamp    int64  `json:"timestamp"`
+}
+
+// propAggItem is one bucket of one property.
+type propAggItem struct {
+	Group    string      `json:"group"`
+	Property string      `json:"property"`
+	Data     propAggData `json:"data"`
+}
+
+type propAggData struct {
+	// Value is the aggregate: a number, or null for an empty bucket of
+	// avg, min, max, first and last (count and sum of nothing are 0).
+	Value      any    `json:"value"`
+	TimeString string `json:"timeString"`
+	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
+}
