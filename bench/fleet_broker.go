@@ -23,7 +23,7 @@ import (
 // so that the shared broker on :1884 is never filled with a million
 // logins. stop ends it and removes its directory (its logins with it).
 type fleetBroker struct {
-	kind   string // brokerPlugin or brokerDynsec
+	kind   string // brokerPlugin, brokerDynsec or brokerBare
 	dir    string
 	port   int
 	cmd    *exec.Cmd
@@ -44,6 +44,10 @@ const (
 	// brokerDynsec is the same configuration without devicehub's plugin:
 	// every login, devices' included, is a dynamic-security client.
 	brokerDynsec = "dynamic security only"
+	// brokerBare is the same configuration with no plugin at all and
+	// anonymous clients allowed: what the machine gives a connect storm
+	// with no login checked (fleet-connect's ceiling without the plugin).
+	brokerBare = "no plugin"
 )
 
 // errFleetUnavailable marks what the fleet scenario needs and this tree
@@ -92,6 +96,33 @@ func withoutOtherPlugins(conf string) (out string, removed bool) {
 		b.WriteByte('\n')
 	}
 	return b.String(), removed
+}
+
+// withoutPlugins removes every plugin (with its plugin_opt_ lines) from a
+// Mosquitto configuration and allows anonymous clients.
+func withoutPlugins(conf string) string {
+	var b strings.Builder
+	skipping := false
+	sc := bufio.NewScanner(strings.NewReader(conf))
+	for sc.Scan() {
+		line := sc.Text()
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && (f[0] == "plugin" || f[0] == "auth_plugin"):
+			skipping = true
+			continue
+		case len(f) >= 1 && (strings.HasPrefix(f[0], "plugin_opt_") || strings.HasPrefix(f[0], "auth_opt_")) && skipping:
+			continue
+		case len(f) >= 1 && f[0] == "allow_anonymous":
+			skipping = false
+			continue
+		}
+		skipping = false
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	b.WriteString("allow_anonymous true\n")
+	return b.String()
 }
 
 // hasOtherPlugin reports whether conf loads a plugin besides the
@@ -147,6 +178,8 @@ func startFleetBroker(ctx context.Context, kind string, seed func(dir string) er
 		}
 	case brokerDynsec:
 		conf, _ = withoutOtherPlugins(conf)
+	case brokerBare:
+		conf = withoutPlugins(conf)
 	default:
 		return nil, fmt.Errorf("bench: unknown broker kind %q", kind)
 	}
@@ -193,6 +226,9 @@ func startFleetBroker(ctx context.Context, kind string, seed func(dir string) er
 		time.Sleep(20 * time.Millisecond)
 	}
 	b.Loaded = time.Since(start)
+	if kind == brokerBare {
+		return b, nil // no logins, no rights to give
+	}
 	// The service login's rights (downlinks, backlog markers), as a
 	// devicehub leader gives them, before anything else connects with it.
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)

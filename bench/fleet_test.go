@@ -126,6 +126,26 @@ listener 1884 127.0.0.1
 	}
 }
 
+func TestWithoutPlugins(t *testing.T) {
+	conf := `per_listener_settings false
+allow_anonymous false
+plugin /work/.data/plugin/devicehub_auth.so
+plugin_opt_service_users devicehub
+plugin /usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so
+plugin_opt_config_file /d/dynsec.json
+max_packet_size 266240
+listener 1884 127.0.0.1
+`
+	want := `per_listener_settings false
+max_packet_size 266240
+listener 1884 127.0.0.1
+allow_anonymous true
+`
+	if got := withoutPlugins(conf); got != want {
+		t.Fatalf("got:\n%s", got)
+	}
+}
+
 func TestConnectPacket(t *testing.T) {
 	for _, l := range []fleetLogin{{"d", "u", "k"}, {strings.Repeat("i", 64), strings.Repeat("u", 64), strings.Repeat("k", 200)}} {
 		pkt := connectPacket(l)

@@ -215,7 +215,7 @@ type genPool struct {
 	logins   []fleetLogin
 	sources  int
 
-	connected, acked, sent, lost, dialFailures, refused, birthsAcked genSum
+	connected, connects, acked, sent, lost, dialFailures, refused, birthsAcked genSum
 
 	// probes: devices whose reports are timed publish -> stored (every
 	// probeEvery-th device), from the report's own timestamp.
@@ -239,14 +239,17 @@ func (s genSum) Load() int64 {
 }
 
 // startGenPool starts one child per broker address, logins split evenly
-// among them in order.
-func startGenPool(ctx context.Context, addrs []string, product string, logins []fleetLogin, p FleetConnectParams) (*genPool, error) {
+// among them in order; their source addresses start sourceBase past the
+// first (a ceiling's pool uses addresses of its own, whose ports no
+// closing connection of another pool still holds).
+func startGenPool(ctx context.Context, addrs []string, product string, logins []fleetLogin, p FleetConnectParams, sourceBase int) (*genPool, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	g := &genPool{logins: logins, probeEvery: max(1, len(logins)/max(p.Probes, 1))}
 	g.connected = genSum{g, func(s *genStats) int64 { return s.Connected }}
+	g.connects = genSum{g, func(s *genStats) int64 { return s.Connects }}
 	g.acked = genSum{g, func(s *genStats) int64 { return s.Acked }}
 	g.sent = genSum{g, func(s *genStats) int64 { return s.Sent }}
 	g.lost = genSum{g, func(s *genStats) int64 { return s.Lost }}
@@ -254,7 +257,7 @@ func startGenPool(ctx context.Context, addrs []string, product string, logins []
 	g.refused = genSum{g, func(s *genStats) int64 { return s.Refused }}
 	g.birthsAcked = genSum{g, func(s *genStats) int64 { return s.BirthsAcked }}
 	k := len(addrs)
-	source := 0
+	source := sourceBase
 	for i, addr := range addrs {
 		first, last := len(logins)*i/k, len(logins)*(i+1)/k
 		n := last - first

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -29,8 +30,19 @@ func TestFleetConnectSmall(t *testing.T) {
 	res, err := RunFleetConnect(ctx, FleetConnectParams{Devices: n, Brokers: 2, Batch: 1000, Clients: 2, Interval: 2 * time.Second,
 		Steady: 3 * time.Second, Probes: 50, PerAddress: 800, Timeout: 60 * time.Second, ServerBinary: bin, Logf: t.Logf})
 	t.Logf("took %s\n%s", time.Since(start).Round(time.Millisecond), res)
-	if err != nil {
+	// Targets (storms within 1.5x their ceiling, p99 under 2 s) are the
+	// full-size run's; a busy test machine may miss them, and the run
+	// then says which (res.Missed): every phase must have run regardless.
+	if err != nil && !errors.Is(err, ErrTargetsMissed) {
 		t.Fatal(err)
+	}
+	for _, c := range []*ConnectCeiling{res.CeilingBare, res.CeilingDetached} {
+		if c == nil || c.Connect == nil || c.Connect.ToAll <= 0 || c.BrokerRestart == nil || c.BrokerRestart.ToAll <= 0 || len(c.Connect.Curve) == 0 {
+			t.Errorf("ceiling: %+v", c)
+		}
+	}
+	if res.CeilingBare != nil && res.CeilingBare.Brokers != brokerBare || res.CeilingDetached != nil && res.CeilingDetached.Brokers != brokerPlugin {
+		t.Errorf("ceilings against %q and %q", res.CeilingBare.Brokers, res.CeilingDetached.Brokers)
 	}
 	if res.SourceAddresses != 4 {
 		t.Errorf("%d source addresses, want 4 (1,000 devices a broker, 800 connections each)", res.SourceAddresses)
@@ -69,5 +81,54 @@ func TestFleetConnectSmall(t *testing.T) {
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil && len(fds) > 200 {
 		t.Errorf("%d file descriptors open after the run", len(fds))
+	}
+}
+
+// TestFleetConnectTargets: a wait whose bound passed is a missed target
+// and a figure that says "not reached", never a 0 s that reads as
+// instant; a storm is held to 1.5x its ceiling with devicehub detached,
+// and to 60 s / 90 s where that ceiling is short.
+func TestFleetConnectTargets(t *testing.T) {
+	ceil := &ConnectStorm{To99: 10, ToAll: 12}
+	r := FleetConnectResult{Params: FleetConnectParams{Devices: 100, Interval: time.Second},
+		CeilingDetached: &ConnectCeiling{Brokers: brokerPlugin, Connect: ceil, BrokerRestart: ceil},
+		Connect:         &ConnectStorm{To99: 14, ToAll: 15, StateSeconds: 17, PresenceSeconds: 17},
+		BrokerRestart: &ConnectStorm{To99: 180, ToAll: -1, StateSeconds: -1, PresenceSeconds: -1,
+			Unreached: map[string]string{waitAll: "94 of 100 connected within 3m0s", waitState: "after all connected not reached", waitPresence: "after all connected not reached"}},
+		Final: &FleetFinal{}}
+	missed := strings.Join(r.missedTargets(), "\n")
+	for _, want := range []string{"broker restart: all connected not reached (94 of 100", "broker restart: 99% connected in 180.0 s, target <= 1.5x ceiling (15.0 s), <= 60"} {
+		if !strings.Contains(missed, want) {
+			t.Errorf("missed targets lack %q:\n%s", want, missed)
+		}
+	}
+	if strings.HasPrefix(missed, "connect:") || strings.Contains(missed, "\nconnect:") {
+		t.Errorf("the connect storm (14 s against a 10 s ceiling) met its target:\n%s", missed)
+	}
+	r.Connect.StateSeconds = 19 // over 1.5 x the ceiling's 12 s all connected
+	if m := strings.Join(r.missedTargets(), "\n"); !strings.Contains(m, "connect: PostgreSQL all online in 19.0 s") {
+		t.Errorf("state over its bound not missed:\n%s", m)
+	}
+	var sawNote, sawRatio bool
+	for _, f := range r.Figures() {
+		if strings.HasPrefix(f.Name, "broker restart: all connected") {
+			sawNote = f.Note == "not reached (94 of 100 connected within 3m0s)" && f.Value == 0 && f.Ratio == 0
+		}
+		if strings.HasPrefix(f.Name, "connect all at once: 99% connected") {
+			sawRatio = f.Baseline == 10 && f.Ratio == 1.4 && f.Against != ""
+		}
+	}
+	if !sawNote || !sawRatio {
+		t.Errorf("figures: note %v, ratio %v: %+v", sawNote, sawRatio, r.Figures())
+	}
+	if md := Markdown(&Report{Figures: r.Figures()}); !strings.Contains(md, "| not reached (94 of 100 connected within 3m0s) |") {
+		t.Errorf("summary does not say not reached:\n%s", md)
+	}
+	// No ceiling measured: the broker restart's absolute bounds.
+	r.CeilingDetached = nil
+	r.BrokerRestart = &ConnectStorm{To99: 61, ToAll: 70, StateSeconds: 91, PresenceSeconds: 91}
+	m := strings.Join(r.missedTargets(), "\n")
+	if !strings.Contains(m, "99% connected in 61.0 s, target <= 60") || !strings.Contains(m, "PostgreSQL all online in 91.0 s, target <= 90") {
+		t.Errorf("absolute bounds:\n%s", m)
 	}
 }
