@@ -264,16 +264,46 @@ func TestPluginLogin(t *testing.T) {
 		}
 	})
 	t.Run("signed uppercase", func(t *testing.T) {
-		u, p := signedLogin(d.user, d.key, time.Now().Add(-time.Minute))
+		u, p := signedLogin(d.user, d.key, time.Now().Add(time.Second))
 		if _, err := plugConnect(t, b, d.id, u, strings.ToUpper(p), nil); err != nil {
 			t.Fatalf("signed login (uppercase hex) refused: %v", err)
 		}
 	})
-	t.Run("signed outside skew", func(t *testing.T) {
-		u, p := signedLogin(d.user, d.key, time.Now().Add(-6*time.Minute))
-		plugRefused(t, b, d.id, u, p, "signed 6 minutes ago")
-		u, p = signedLogin(d.user, d.key, time.Now().Add(6*time.Minute))
-		plugRefused(t, b, d.id, u, p, "signed 6 minutes ahead")
+	t.Run("signed outside the window", func(t *testing.T) {
+		// The window is signed_skew, 60 s by default.
+		u, p := signedLogin(d.user, d.key, time.Now().Add(-61*time.Second))
+		plugRefused(t, b, d.id, u, p, "signed 61 s ago")
+		u, p = signedLogin(d.user, d.key, time.Now().Add(61*time.Second))
+		plugRefused(t, b, d.id, u, p, "signed 61 s ahead")
+	})
+	t.Run("signed replay", func(t *testing.T) {
+		// A signature is used once: a time not newer than the last one
+		// admitted for the device is refused, even within the window.
+		r := plugDev{"dev-replay", "prod", "secure-replay", "replay-key-0123456789"}
+		ctl.ok(r.set())
+		at := time.Now().Add(5 * time.Second)
+		u, p := signedLogin(r.user, r.key, at)
+		if _, err := plugConnect(t, b, r.id, u, p, nil); err != nil {
+			t.Fatalf("signed login refused: %v", err)
+		}
+		plugRefused(t, b, r.id, u, p, "the same signed login again")
+		u, p = signedLogin(r.user, r.key, at.Add(-time.Second))
+		plugRefused(t, b, r.id, u, p, "an older signed login after a newer one")
+		u, p = signedLogin(r.user, r.key, at.Add(time.Millisecond))
+		if _, err := plugConnect(t, b, r.id, u, p, nil); err != nil {
+			t.Fatalf("a newer signed login refused: %v", err)
+		}
+	})
+	t.Run("signed leading zero", func(t *testing.T) {
+		// One time, one spelling: "0" + ms signs the same instant anew.
+		ms := "0" + strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10)
+		sum := md5.Sum([]byte(d.user + "|" + ms + "|" + d.key))
+		plugRefused(t, b, d.id, d.user+"|"+ms, hex.EncodeToString(sum[:]), "signed with a leading zero")
+		for _, sign := range []string{"+", "-", " "} {
+			ms := sign + strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10)
+			sum := md5.Sum([]byte(d.user + "|" + ms + "|" + d.key))
+			plugRefused(t, b, d.id, d.user+"|"+ms, hex.EncodeToString(sum[:]), "signed with "+strconv.Quote(sign))
+		}
 	})
 	t.Run("signed bad md5", func(t *testing.T) {
 		u, p := signedLogin(d.user, d.key+"x", time.Now())
@@ -735,6 +765,47 @@ func TestPluginSnapshot(t *testing.T) {
 			t.Errorf("%s is still there: %v", stale, err)
 		}
 	})
+	t.Run("installations", func(t *testing.T) {
+		// Each login keeps its installation and each installation its
+		// generation, count and digest across a restart.
+		t.Parallel()
+		b := mqtttest.StartBroker(t)
+		ctl := plugDialCtl(t, b)
+		d := plugDev{"s-1", "prod", "u-1", "key-1"}
+		set := d.set()
+		set["installation"] = "inst-a"
+		ctl.ok(map[string]any{"command": "beginSync", "generation": 9, "installation": "inst-a"}, set,
+			plugDev{"s-2", "prod", "u-2", "key-2"}.set())
+		before, _ := json.Marshal(ctl.stats()["installations"])
+		b.Stop(syscall.SIGTERM)
+		b.Start()
+		ctl = plugDialCtl(t, b)
+		after, _ := json.Marshal(ctl.stats()["installations"])
+		if string(before) != string(after) || !strings.Contains(string(after), `"inst-a":{"devices":1,`) || !strings.Contains(string(after), `"generation":9}`) {
+			t.Errorf("installations before a restart %s, after %s", before, after)
+		}
+		if r := ctl.ok(map[string]any{"command": "getDevice", "id": d.id})[0]; !strings.Contains(string(r.Data), `"installation":"inst-a"`) {
+			t.Errorf("getDevice after a restart: %s", r.Data)
+		}
+		plugMustConnect(t, b, d, nil)
+	})
+	t.Run("version 1", func(t *testing.T) {
+		// A snapshot of the plugin before installations: its logins are
+		// nobody's (installation "").
+		t.Parallel()
+		b := mqtttest.StartBroker(t)
+		b.Stop(syscall.SIGKILL)
+		d := plugDev{"s-1", "prod", "u-1", "key-1"}
+		v1 := "devicehub-auth snapshot 1\ngeneration 7\ncount 1\n7\ts-1\tprod\tu-1\tkey-1\nend\n"
+		if err := os.WriteFile(b.AuthSnapshot(), []byte(v1), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b.Start()
+		plugMustConnect(t, b, d, nil)
+		if st := plugDialCtl(t, b).stats(); st["devices"] != 1.0 || st["generation"] != 7.0 {
+			t.Errorf("stats after a version 1 snapshot: %v", st)
+		}
+	})
 	t.Run("corrupt", func(t *testing.T) {
 		t.Parallel()
 		b := mqtttest.StartBroker(t)
@@ -753,7 +824,7 @@ func TestPluginSnapshot(t *testing.T) {
 			"half a line":   body[:strings.LastIndex(body, "\t")],
 			"a line short":  body[:strings.LastIndex(strings.TrimSuffix(body, "\n"), "\n")+1] + "end\n",
 			"bad field":     strings.Replace(whole, "\tprod\t", "\tp/d\t", 1),
-			"other version": strings.Replace(whole, "snapshot 1", "snapshot 2", 1),
+			"other version": strings.Replace(whole, "snapshot 2", "snapshot 9", 1),
 			"garbage":       "\x00\x01garbage",
 		} {
 			if err := os.WriteFile(b.AuthSnapshot(), []byte(corrupt), 0o600); err != nil {

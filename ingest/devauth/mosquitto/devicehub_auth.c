@@ -8,11 +8,19 @@
  *  - CONNECT: a device logs in with client id = its id, username = its
  *    username (secureId), password = its key; or in JetLinks' signed form,
  *    username "secureId|<epoch ms>", password the hex MD5 of
- *    "secureId|<epoch ms>|key", the time within signed_skew of now.
- *    Unknown usernames and service logins are left to dynsec.
+ *    "secureId|<epoch ms>|key", the time within signed_skew of now, in
+ *    canonical digits (no leading zero) and newer than the last signed
+ *    login admitted for that device (no replay). Unknown usernames,
+ *    service logins and reserved logins (setReserved: dynsec's own
+ *    clients) are left to dynsec.
  *  - PUBLISH/SUBSCRIBE/delivery of a device: only below /{product}/{id}/,
- *    publishing only its uplinks, never retained. Everything else of a
+ *    publishing only its uplinks, never retained, subscribing to and
+ *    receiving only its downlinks (a device that took its own uplinks
+ *    could fill the broker's queues with them). Everything else of a
  *    device is refused, not deferred: dynsec never widens a device's rights.
+ *  - Logins belong to an installation (one devicehub database): a full
+ *    sync removes only its own, and a login another installation holds is
+ *    never taken over.
  *  - $CONTROL/devicehub-auth/v1: the control protocol of
  *    ingest/devauth/doc.go, only from a service login.
  *  - A snapshot file, written in a forked child every snapshot_interval
@@ -22,7 +30,7 @@
  *   service_users      comma-separated service logins (default devicehub)
  *   snapshot_file      path of the snapshot (default: none)
  *   snapshot_interval  seconds between snapshot checks (default 300)
- *   signed_skew        seconds a signed login's time may be off (default 300)
+ *   signed_skew        seconds a signed login's time may be off (default 60)
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -62,6 +70,10 @@ static struct {
 	char *snapshot_file;
 	long snapshot_interval; /* s */
 	long signed_skew;       /* s */
+	/* Usernames no device may have: dynsec's clients (setReserved),
+	 * sorted for bsearch. */
+	char **reserved;
+	size_t n_reserved;
 
 	/* snapshot state */
 	uint64_t saved_changes; /* st.changes when the file on disk was taken */
@@ -96,6 +108,17 @@ static bool is_service(const char *user)
 	return false;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_reserved(const char *user)
+{
+	if (!user || g.n_reserved == 0) return false;
+	return bsearch(&user, g.reserved, g.n_reserved, sizeof(char *), cmp_str) != NULL;
+}
+
 static bool all_digits(const char *s, size_t n)
 {
 	if (n == 0) return false;
@@ -111,7 +134,7 @@ static bool all_digits(const char *s, size_t n)
  * never defers for these usernames). */
 static const struct dev *client_device(const char *user, const char *cid)
 {
-	if (!user || !cid) return NULL;
+	if (!user || !cid || is_reserved(user)) return NULL;
 	size_t n = strlen(user);
 	const struct dev *d = store_find_user(&g.st, user, n);
 	if (!d) {
@@ -135,16 +158,21 @@ static bool key_equal(const struct dev *d, const char *pw)
 	return diff == 0;
 }
 
-static bool signed_ok(const struct dev *d, const char *ms, const char *pw)
+/* A signed login: ms canonical (digits, no leading zero: one time has
+ * one spelling, so one signature), within signed_skew of now, and newer
+ * than the last one admitted for the device (a signature is used once);
+ * *t is its time. */
+static bool signed_ok(const struct dev *d, const char *ms, const char *pw, long long *t)
 {
 	size_t n = strlen(ms);
-	if (!all_digits(ms, n) || n > 18) return false;
-	long long t = strtoll(ms, NULL, 10);
+	if (!all_digits(ms, n) || n > 18 || ms[0] == '0') return false;
+	*t = strtoll(ms, NULL, 10);
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-	long long skew = now > t ? now - t : t - now;
+	long long skew = now > *t ? now - *t : *t - now;
 	if (skew > (long long)g.signed_skew * 1000) return false;
+	if (*t <= d->signed_ms) return false;
 	if (strlen(pw) != 32) return false;
 
 	struct md5 m;
@@ -172,10 +200,10 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 	(void)userdata;
 	struct mosquitto_evt_basic_auth *e = event_data;
 	const char *user = e->username;
-	if (!user || is_service(user)) return MOSQ_ERR_PLUGIN_DEFER;
+	if (!user || is_service(user) || is_reserved(user)) return MOSQ_ERR_PLUGIN_DEFER;
 	const char *cid = mosquitto_client_id(e->client);
 	size_t n = strlen(user);
-	const struct dev *d = store_find_user(&g.st, user, n);
+	struct dev *d = store_find_user(&g.st, user, n);
 	if (d) {
 		if (cid && strcmp(cid, d->s) == 0 && e->password && key_equal(d, e->password)) {
 			return MOSQ_ERR_SUCCESS;
@@ -188,7 +216,9 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 	if (!bar) return MOSQ_ERR_PLUGIN_DEFER;
 	d = store_find_user(&g.st, user, (size_t)(bar - user));
 	if (!d) return MOSQ_ERR_PLUGIN_DEFER;
-	if (cid && strcmp(cid, d->s) == 0 && e->password && signed_ok(d, bar + 1, e->password)) {
+	long long t;
+	if (cid && strcmp(cid, d->s) == 0 && e->password && signed_ok(d, bar + 1, e->password, &t)) {
+		d->signed_ms = t;
 		return MOSQ_ERR_SUCCESS;
 	}
 	mosquitto_log_printf(MOSQ_LOG_DEBUG, LOG_PREFIX "refused signed login of device %s (client id %s)",
@@ -224,6 +254,30 @@ static bool is_uplink(const char *s)
 	return strncmp(s, "event/", 6) == 0 && s[6] != '\0' && strchr(s + 6, '/') == NULL;
 }
 
+/* The downlinks below a device's prefix: the only topics a device may
+ * subscribe to and receive. The one list of them: a new downlink (device
+ * shadow, firmware) is added here. */
+static bool is_downlink(const char *s)
+{
+	static const char *const downlinks[] = {
+		"properties/read", "properties/write", "function/invoke", /* ingest/wire, JetLinks */
+		"shadow/delta", "shadow/get/reply",                       /* device shadow */
+		"firmware/upgrade",                                       /* firmware */
+	};
+	for (size_t i = 0; i < sizeof(downlinks) / sizeof(downlinks[0]); i++) {
+		if (strcmp(s, downlinks[i]) == 0) return true;
+	}
+	return false;
+}
+
+/* A subscription filter below a device's prefix that may match a
+ * downlink: a downlink itself, or a filter with wildcards (what it
+ * delivers is checked message by message, MOSQ_ACL_READ). */
+static bool may_subscribe(const char *s)
+{
+	return is_downlink(s) || strchr(s, '+') != NULL || strchr(s, '#') != NULL;
+}
+
 static int on_acl_check(int event, void *event_data, void *userdata)
 {
 	(void)event;
@@ -253,7 +307,9 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 		 * to whoever subscribes later. */
 		return !e->retain && is_uplink(topic + n) ? MOSQ_ERR_SUCCESS : MOSQ_ERR_ACL_DENIED;
 	case MOSQ_ACL_READ:
+		return is_downlink(topic + n) ? MOSQ_ERR_SUCCESS : MOSQ_ERR_ACL_DENIED;
 	case MOSQ_ACL_SUBSCRIBE:
+		return may_subscribe(topic + n) ? MOSQ_ERR_SUCCESS : MOSQ_ERR_ACL_DENIED;
 	case MOSQ_ACL_UNSUBSCRIBE:
 		return MOSQ_ERR_SUCCESS;
 	default:
@@ -309,12 +365,59 @@ static bool generation(cJSON *cmd, uint64_t *out)
 	return true;
 }
 
+/* The installation a command names ("installation", absent: "", an older
+ * devicehub's); its index, or -1 with *why set. create adds it. */
+static int installation(cJSON *cmd, bool create, char *why, size_t whylen)
+{
+	cJSON *j = cJSON_GetObjectItemCaseSensitive(cmd, "installation");
+	if (!j) return 0;
+	if (!cJSON_IsString(j) || !j->valuestring) {
+		snprintf(why, whylen, "invalid installation (not a string)");
+		return -1;
+	}
+	size_t n = strlen(j->valuestring);
+	const char *bad = check_installation(j->valuestring, n);
+	if (bad) {
+		snprintf(why, whylen, "invalid installation: %s", bad);
+		return -1;
+	}
+	int i = store_inst(&g.st, j->valuestring, n, create);
+	if (i < 0 && create) snprintf(why, whylen, "more than %d installations", MAX_INSTALLATIONS);
+	if (i < 0 && !create) i = -2; /* unknown: holds nothing */
+	return i;
+}
+
+static const char *inst_name(int i)
+{
+	return g.st.inst[i].name;
+}
+
+/* Whether installation me may change d: its own, or one of nobody's
+ * (installation "", before installations). */
+static bool owns(int me, const struct dev *d)
+{
+	return d->inst == me || d->inst == 0;
+}
+
+/* What a command removed of its installation's logins, for the leader's
+ * digest (ingest/devauth): data {"removed":N,"removedDigest":"<16 hex>"}. */
+static cJSON *removed_data(size_t n, uint64_t sum)
+{
+	if (n == 0) return NULL;
+	char hex[17];
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)sum);
+	cJSON *data = cJSON_CreateObject();
+	cJSON_AddNumberToObject(data, "removed", (double)n);
+	cJSON_AddStringToObject(data, "removedDigest", hex);
+	return data;
+}
+
 static void set_device(cJSON *rs, cJSON *cmd, const char *corr)
 {
 	static const char *const names[F_COUNT] = {"id", "product", "username", "key"};
 	const char *f[F_COUNT];
 	size_t len[F_COUNT];
-	char why[64];
+	char why[FIELD_MAX + 128];
 	for (int i = 0; i < F_COUNT; i++) {
 		f[i] = field(cmd, names[i], i, &len[i], why, sizeof(why));
 		if (!f[i]) {
@@ -326,33 +429,64 @@ static void set_device(cJSON *rs, cJSON *cmd, const char *corr)
 		reply(rs, "setDevice", "username is a service login", corr, NULL);
 		return;
 	}
+	if (is_reserved(f[F_USER])) {
+		snprintf(why, sizeof(why), "username %s is reserved: another login of this broker (dynamic security) has it", f[F_USER]);
+		reply(rs, "setDevice", why, corr, NULL);
+		return;
+	}
+	int me = installation(cmd, true, why, sizeof(why));
+	if (me < 0) {
+		reply(rs, "setDevice", why, corr, NULL);
+		return;
+	}
 	struct dev *old = store_find_id(&g.st, f[F_ID], len[F_ID]);
 	struct dev *holder = store_find_user(&g.st, f[F_USER], len[F_USER]);
+	/* Another installation's logins are never taken over: its devicehub
+	 * would lose a device it still has. */
+	if (old && !owns(me, old)) {
+		snprintf(why, sizeof(why), "device id %s is held by another installation (%s)", f[F_ID], inst_name(old->inst));
+		reply(rs, "setDevice", why, corr, NULL);
+		return;
+	}
+	if (holder && holder != old && !owns(me, holder)) {
+		snprintf(why, sizeof(why), "username %s is held by another installation (%s)", f[F_USER], inst_name(holder->inst));
+		reply(rs, "setDevice", why, corr, NULL);
+		return;
+	}
+	size_t removed = 0;
+	uint64_t removed_sum = 0;
 	if (holder && holder != old) {
 		/* devicehub's database keeps usernames unique, so another device
-		 * holding this one has a stale login (its change to another
-		 * username, or its undeploy, is on its way in this sync): it
-		 * goes now, its session with it. */
+		 * of this installation holding this one has a stale login (its
+		 * change to another username, or its undeploy, is on its way in
+		 * this sync): it goes now, its session with it. */
+		if (holder->inst == me) {
+			removed++;
+			removed_sum += holder->sum;
+		}
 		store_remove(&g.st, holder);
 		g.st.changes++;
 		kick(holder->s);
 		free(holder);
 	}
-	if (old) {
+	uint64_t gen = g.st.inst[me].generation;
+	if (old && old->inst == me) {
 		bool same = true;
 		for (int i = F_PRODUCT; i < F_COUNT; i++) {
 			same = same && old->len[i] == len[i] && memcmp(dev_field(old, i), f[i], len[i]) == 0;
 		}
 		if (same) {
-			if (old->gen != g.st.generation) {
-				old->gen = g.st.generation;
+			if (old->gen != gen) {
+				old->gen = gen;
 				g.st.changes++;
 			}
-			reply(rs, "setDevice", NULL, corr, NULL);
+			reply(rs, "setDevice", NULL, corr, removed_data(removed + 1, removed_sum + old->sum));
 			return;
 		}
+		removed++;
+		removed_sum += old->sum;
 	}
-	struct dev *d = dev_new(f, len, g.st.generation);
+	struct dev *d = dev_new(f, len, gen, me);
 	if (!d) {
 		reply(rs, "setDevice", "out of memory", corr, NULL);
 		return;
@@ -366,47 +500,77 @@ static void set_device(cJSON *rs, cJSON *cmd, const char *corr)
 	/* A new login or new rights: the session that has the old ones ends
 	 * now, before the answer leaves. */
 	if (old) kick(d->s);
-	reply(rs, "setDevice", NULL, corr, NULL);
+	reply(rs, "setDevice", NULL, corr, removed_data(removed, removed_sum));
 }
 
 static void delete_device(cJSON *rs, cJSON *cmd, const char *corr)
 {
 	size_t n;
-	char why[64];
+	char why[FIELD_MAX + 128];
 	const char *id = field(cmd, "id", F_ID, &n, why, sizeof(why));
 	if (!id) {
 		reply(rs, "deleteDevice", why, corr, NULL);
 		return;
 	}
+	int me = installation(cmd, false, why, sizeof(why));
+	if (me == -1) {
+		reply(rs, "deleteDevice", why, corr, NULL);
+		return;
+	}
 	struct dev *d = store_find_id(&g.st, id, n);
+	if (d && (me < 0 || !owns(me, d))) {
+		snprintf(why, sizeof(why), "device id %s is held by another installation (%s)", id, inst_name(d->inst));
+		reply(rs, "deleteDevice", why, corr, NULL);
+		return;
+	}
+	cJSON *data = NULL;
 	if (d) {
+		if (d->inst == me) data = removed_data(1, d->sum);
 		store_remove(&g.st, d);
 		g.st.changes++;
 		kick(d->s);
 		free(d);
 	}
-	reply(rs, "deleteDevice", NULL, corr, NULL);
+	reply(rs, "deleteDevice", NULL, corr, data);
 }
 
 static void begin_sync(cJSON *rs, cJSON *cmd, const char *corr)
 {
 	uint64_t gen;
+	char why[FIELD_MAX + 128];
 	if (!generation(cmd, &gen)) {
 		reply(rs, "beginSync", "missing or invalid generation (an integer from 0 to 2^53)", corr, NULL);
 		return;
 	}
-	if (g.st.generation != gen) {
-		g.st.generation = gen;
+	int me = installation(cmd, true, why, sizeof(why));
+	if (me < 0) {
+		reply(rs, "beginSync", why, corr, NULL);
+		return;
+	}
+	struct inst *in = &g.st.inst[me];
+	if (in->generation != gen) {
+		in->generation = gen;
 		g.st.changes++;
 	}
-	mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "sync %llu begins (%zu devices)",
-			(unsigned long long)gen, store_count(&g.st));
+	mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "sync %llu of installation \"%s\" begins (%zu devices of its own)",
+			(unsigned long long)gen, in->name, in->count);
 	reply(rs, "beginSync", NULL, corr, NULL);
 }
 
-static bool stamped(const struct dev *d, void *arg)
+struct sweep {
+	int me;
+	uint64_t gen;
+};
+
+/* What survives installation me's endSync: other installations' logins,
+ * and its own stamped by this sync. Logins of nobody's (installation "")
+ * go at the first endSync of any installation that did not take them
+ * over: they may be devices that no database deploys any more. */
+static bool kept(const struct dev *d, void *arg)
 {
-	return d->gen == *(uint64_t *)arg;
+	const struct sweep *w = arg;
+	if (d->inst == w->me) return d->gen == w->gen;
+	return d->inst != 0;
 }
 
 static void kick_gone(const struct dev *d, void *arg)
@@ -418,24 +582,87 @@ static void kick_gone(const struct dev *d, void *arg)
 static void end_sync(cJSON *rs, cJSON *cmd, const char *corr)
 {
 	uint64_t gen;
+	char why[FIELD_MAX + 128];
 	if (!generation(cmd, &gen)) {
 		reply(rs, "endSync", "missing or invalid generation (an integer from 0 to 2^53)", corr, NULL);
 		return;
 	}
-	if (gen != g.st.generation) {
-		char why[96];
-		snprintf(why, sizeof(why), "generation %llu is not the current one (%llu)",
-				(unsigned long long)gen, (unsigned long long)g.st.generation);
+	int me = installation(cmd, false, why, sizeof(why));
+	if (me == -1) {
 		reply(rs, "endSync", why, corr, NULL);
 		return;
 	}
-	size_t removed = store_remove_if(&g.st, stamped, &gen, kick_gone, NULL);
+	if (me < 0 || gen != g.st.inst[me].generation) {
+		snprintf(why, sizeof(why), "generation %llu is not the current one (%llu)",
+				(unsigned long long)gen, me < 0 ? 0ULL : (unsigned long long)g.st.inst[me].generation);
+		reply(rs, "endSync", why, corr, NULL);
+		return;
+	}
+	struct sweep w = {me, gen};
+	size_t removed = store_remove_if(&g.st, kept, &w, kick_gone, NULL);
 	if (removed) g.st.changes++;
-	mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "sync %llu ends: %zu devices, %zu removed",
-			(unsigned long long)gen, store_count(&g.st), removed);
+	mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "sync %llu of installation \"%s\" ends: %zu devices of its own, %zu removed",
+			(unsigned long long)gen, g.st.inst[me].name, g.st.inst[me].count, removed);
 	cJSON *data = cJSON_CreateObject();
 	cJSON_AddNumberToObject(data, "removed", (double)removed);
 	reply(rs, "endSync", NULL, corr, data);
+}
+
+static void free_reserved(void)
+{
+	for (size_t i = 0; i < g.n_reserved; i++) free(g.reserved[i]);
+	free(g.reserved);
+	g.reserved = NULL;
+	g.n_reserved = 0;
+}
+
+static bool holds_reserved(const struct dev *d, void *arg)
+{
+	(void)arg;
+	return !is_reserved(dev_field(d, F_USER));
+}
+
+/* setReserved {"usernames":[...]}: the broker's other logins (dynsec's
+ * clients), which no device may have; replaces the set. A device that
+ * holds one loses it (data {"removed":N}): its installation's leader sees
+ * its digest change, syncs, and is refused. */
+static void set_reserved(cJSON *rs, cJSON *cmd, const char *corr)
+{
+	cJSON *list = cJSON_GetObjectItemCaseSensitive(cmd, "usernames");
+	if (!cJSON_IsArray(list)) {
+		reply(rs, "setReserved", "missing or invalid usernames (an array of strings)", corr, NULL);
+		return;
+	}
+	int n = cJSON_GetArraySize(list);
+	char **v = calloc((size_t)n + 1, sizeof(char *));
+	if (!v) {
+		reply(rs, "setReserved", "out of memory", corr, NULL);
+		return;
+	}
+	size_t k = 0;
+	cJSON *it;
+	cJSON_ArrayForEach(it, list) {
+		if (!cJSON_IsString(it) || !it->valuestring || !it->valuestring[0] ||
+				!(v[k] = strdup(it->valuestring))) {
+			for (size_t i = 0; i < k; i++) free(v[i]);
+			free(v);
+			reply(rs, "setReserved", "usernames holds an empty name or one that is not a string", corr, NULL);
+			return;
+		}
+		k++;
+	}
+	qsort(v, k, sizeof(char *), cmp_str);
+	free_reserved();
+	g.reserved = v;
+	g.n_reserved = k;
+	size_t removed = store_remove_if(&g.st, holds_reserved, NULL, kick_gone, NULL);
+	if (removed) {
+		g.st.changes++;
+		mosquitto_log_printf(MOSQ_LOG_WARNING, LOG_PREFIX "%zu device logins removed: their usernames are reserved", removed);
+	}
+	cJSON *data = cJSON_CreateObject();
+	cJSON_AddNumberToObject(data, "removed", (double)removed);
+	reply(rs, "setReserved", NULL, corr, data);
 }
 
 static void get_device(cJSON *rs, cJSON *cmd, const char *corr)
@@ -456,6 +683,7 @@ static void get_device(cJSON *rs, cJSON *cmd, const char *corr)
 	cJSON_AddStringToObject(data, "id", d->s);
 	cJSON_AddStringToObject(data, "product", dev_field(d, F_PRODUCT));
 	cJSON_AddStringToObject(data, "username", dev_field(d, F_USER));
+	cJSON_AddStringToObject(data, "installation", inst_name(d->inst));
 	cJSON_AddNumberToObject(data, "generation", (double)d->gen);
 	reply(rs, "getDevice", NULL, corr, data);
 }
@@ -474,7 +702,20 @@ static void get_stats(cJSON *rs, const char *corr)
 {
 	cJSON *data = cJSON_CreateObject();
 	cJSON_AddNumberToObject(data, "devices", (double)store_count(&g.st));
-	cJSON_AddNumberToObject(data, "generation", (double)g.st.generation);
+	cJSON_AddNumberToObject(data, "generation", (double)g.st.inst[0].generation);
+	cJSON_AddNumberToObject(data, "reserved", (double)g.n_reserved);
+	/* Per installation: its logins' count and digest (the sum of dev_sum,
+	 * 16 hex digits), which its leader compares with what it synced. */
+	cJSON *insts = cJSON_AddObjectToObject(data, "installations");
+	for (size_t i = 0; i < g.st.n_inst; i++) {
+		const struct inst *in = &g.st.inst[i];
+		char hex[17];
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)in->digest);
+		cJSON *o = cJSON_AddObjectToObject(insts, in->name);
+		cJSON_AddNumberToObject(o, "devices", (double)in->count);
+		cJSON_AddNumberToObject(o, "generation", (double)in->generation);
+		cJSON_AddStringToObject(o, "digest", hex);
+	}
 	cJSON_AddNumberToObject(data, "memoryBytes", (double)store_memory(&g.st));
 	cJSON_AddNumberToObject(data, "brokerRssBytes", (double)rss_bytes());
 	cJSON *snap = cJSON_AddObjectToObject(data, "snapshot");
@@ -529,6 +770,8 @@ static void handle_command(cJSON *rs, cJSON *cmd, bool allowed)
 		get_device(rs, cmd, corr);
 	} else if (strcmp(name, "getStats") == 0) {
 		get_stats(rs, corr);
+	} else if (strcmp(name, "setReserved") == 0) {
+		set_reserved(rs, cmd, corr);
 	} else {
 		reply(rs, name, "Unknown command", corr, NULL);
 	}
@@ -770,7 +1013,7 @@ EXPORT int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userd
 	memset(&g, 0, sizeof(g));
 	g.pid = identifier;
 	g.snapshot_interval = 300;
-	g.signed_skew = 300;
+	g.signed_skew = 60;
 	g.child_pipe = -1;
 	for (int i = 0; i < option_count; i++) {
 		const char *k = options[i].key, *v = options[i].value ? options[i].value : "";
@@ -803,8 +1046,8 @@ EXPORT int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userd
 		g.load_ms = (mono_s() - t0) * 1000;
 		if (r > 0) {
 			g.loaded_devices = store_count(&g.st);
-			mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "%zu devices loaded from %s in %.0f ms (generation %llu)",
-					g.loaded_devices, g.snapshot_file, g.load_ms, (unsigned long long)g.st.generation);
+			mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "%zu devices of %zu installations loaded from %s in %.0f ms",
+					g.loaded_devices, g.st.n_inst, g.snapshot_file, g.load_ms);
 		} else if (r == 0) {
 			mosquitto_log_printf(MOSQ_LOG_INFO, LOG_PREFIX "no snapshot at %s: starting empty", g.snapshot_file);
 		} else {
@@ -850,6 +1093,7 @@ EXPORT int mosquitto_plugin_cleanup(void *userdata, struct mosquitto_opt *option
 		if (g.st.changes != g.saved_changes) save_now();
 	}
 	store_free(&g.st);
+	free_reserved();
 	for (int i = 0; i < g.n_service; i++) free(g.service[i]);
 	free(g.snapshot_file);
 	memset(&g, 0, sizeof(g));
