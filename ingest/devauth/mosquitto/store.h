@@ -16,8 +16,9 @@
 
 enum { F_ID, F_PRODUCT, F_USER, F_KEY, F_COUNT };
 
-/* The most installations (devicehub databases) one broker serves. */
-#define MAX_INSTALLATIONS 64
+/* The most installations (devicehub databases) one broker serves at
+ * once; one that holds no login gives its place to a new one. */
+#define MAX_INSTALLATIONS 1024
 
 /* One device login, in a single allocation: the strings follow the
  * header, each NUL-terminated, in the order of the F_ constants. */
