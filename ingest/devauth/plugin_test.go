@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -468,6 +469,19 @@ func TestPluginTopicRights(t *testing.T) {
 		if r := plugSubResult(t, c, d.prefix()+"#"); r > 2 {
 			t.Errorf("subscription to its own prefix refused (%#x)", r)
 		}
+		// Its own uplinks: a device that took them could fill the
+		// broker's queues with its own messages.
+		for _, up := range []string{"properties/report", "online", "offline", "properties/read/reply",
+			"function/invoke/reply", "event/alarm"} {
+			if r := plugSubResult(t, c, d.prefix()+up); r != 0x80 {
+				t.Errorf("subscription to its own uplink %s granted (%#x)", up, r)
+			}
+		}
+		for _, down := range []string{"properties/read", "properties/write", "function/invoke"} {
+			if r := plugSubResult(t, c, d.prefix()+down); r > 2 {
+				t.Errorf("subscription to its downlink %s refused (%#x)", down, r)
+			}
+		}
 	})
 	t.Run("downlink delivered", func(t *testing.T) {
 		got := make(chan string, 10)
@@ -485,6 +499,32 @@ func TestPluginTopicRights(t *testing.T) {
 		case <-got:
 		case <-time.After(5 * time.Second):
 			t.Error("the device did not get its downlink")
+		}
+	})
+	t.Run("own uplinks not delivered", func(t *testing.T) {
+		// Subscribed to its whole prefix, a device receives its downlinks
+		// and never its own uplinks (each delivery is checked).
+		got := make(chan string, 100)
+		dc := plugMustConnect(t, b, d, nil)
+		tok := dc.Subscribe(d.prefix()+"#", 1, func(_ mqtt.Client, m mqtt.Message) { got <- m.Topic() })
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+		plugPublish(t, dc, d.prefix()+"properties/report", false)
+		plugPublish(t, dc, d.prefix()+"event/alarm", false)
+		svc := mqtt.NewClient(mqtttest.ServiceOptions(b.URL(), "svc-down-2").SetAutoReconnect(false))
+		if tok := svc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+		defer svc.Disconnect(0)
+		plugPublish(t, svc, d.prefix()+"function/invoke", false)
+		select {
+		case topic := <-got:
+			if topic != d.prefix()+"function/invoke" {
+				t.Errorf("the device received %s, its own uplink", topic)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the device did not get its downlink")
 		}
 	})
 	t.Run("control topic", func(t *testing.T) {
@@ -847,4 +887,131 @@ func TestPluginSnapshot(t *testing.T) {
 		b.Start()
 		plugMustConnect(t, b, d, nil)
 	})
+}
+
+// TestBrokerSecretFiles: the broker's files that hold secrets (the
+// dynamic-security plugin's password hashes, the TLS private keys, the
+// device-login snapshot, the persistence file) are readable by the user
+// the broker runs as only, also after the broker rewrote them.
+func TestBrokerSecretFiles(t *testing.T) {
+	t.Parallel()
+	b := mqtttest.StartBrokerTLS(t)
+	dir := filepath.Dir(b.AuthSnapshot())
+	ctl := plugDialCtl(t, b)
+	ctl.ok(plugDev{"f-1", "prod", "u-1", "key-1"}.set())
+	// A change the dynamic-security plugin writes its file for.
+	plugDialDynsec(t, b).ok(map[string]any{"command": "createClient", "username": "op-files", "password": "op-password"})
+	pid, err := os.ReadFile(filepath.Join(dir, "mosquitto.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var brokerUID uint32
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "Uid:" {
+			u, _ := strconv.ParseUint(f[2], 10, 32) // effective
+			brokerUID = uint32(u)
+		}
+	}
+	b.Stop(syscall.SIGTERM) // writes the snapshot and the persistence file
+	for _, name := range []string{"dynsec.json", "tls/server.key", "tls/ca.key", "devicehub-auth.snapshot", "mosquitto.db"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want -rw-------", name, fi.Mode().Perm())
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != brokerUID {
+			t.Errorf("%s is owned by uid %d, the broker runs as %d", name, uid, brokerUID)
+		}
+	}
+}
+
+// TestBrokerQueueBounds: the project's broker bounds what it keeps for a
+// client that is away (a device could otherwise make it keep messages
+// without end), above what devicehub's own sessions need across a
+// restart (REFERENCE.md "Broker settings").
+func TestBrokerQueueBounds(t *testing.T) {
+	t.Parallel()
+	b := mqtttest.StartBroker(t)
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(b.AuthSnapshot()), "mosquitto.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last line of a setting is the one Mosquitto keeps.
+	got := map[string]string{}
+	for _, l := range strings.Split(string(src), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			got[f[0]] = f[1]
+		}
+	}
+	atLeast := func(name string, min int64) {
+		t.Helper()
+		n, err := strconv.ParseInt(got[name], 10, 64)
+		if err != nil || n < min {
+			t.Errorf("%s %q: want a bound of at least %d (0 is none)", name, got[name], min)
+		}
+	}
+	atLeast("max_queued_messages", 100000)
+	atLeast("max_queued_bytes", 64<<20)
+	if v := got["persistent_client_expiration"]; v == "" {
+		t.Error("no persistent_client_expiration: sessions of clients gone for good are kept forever")
+	}
+	// And the broker runs with them: a persistent session away keeps no
+	// more than the bound (lowered here, so that the test is quick).
+	b.Stop(syscall.SIGTERM)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(b.AuthSnapshot()), "mosquitto.conf"),
+		[]byte(strings.Replace(string(src), "max_queued_messages "+got["max_queued_messages"], "max_queued_messages 50", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	ctl := plugDialCtl(t, b)
+	d := plugDev{"q-1", "prod", "u-q", "key-q"}
+	ctl.ok(d.set())
+	c, err := mqtttest.Dial(b.URL(), d.id, d.user, d.key, nil, func(o *mqtt.ClientOptions) { o.SetCleanSession(false) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := c.Subscribe(d.prefix()+"function/invoke", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	c.Disconnect(100)
+	svc := mqtt.NewClient(mqtttest.ServiceOptions(b.URL(), "svc-queue").SetAutoReconnect(false))
+	if tok := svc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer svc.Disconnect(0)
+	for i := 0; i < 200; i++ {
+		plugPublish(t, svc, d.prefix()+"function/invoke", false)
+	}
+	var mu sync.Mutex
+	n := 0
+	c, err = mqtttest.Dial(b.URL(), d.id, d.user, d.key, nil, func(o *mqtt.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { mu.Lock(); n++; mu.Unlock() })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(0)
+	marker := d.prefix() + "properties/read"
+	done := make(chan struct{})
+	if tok := c.Subscribe(marker, 1, func(mqtt.Client, mqtt.Message) { close(done) }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	plugPublish(t, svc, marker, false)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the marker never arrived")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n == 0 || n > 50 {
+		t.Errorf("the session kept %d of 200 messages sent while away, want 1 to 50", n)
+	}
 }
