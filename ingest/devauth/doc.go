@@ -42,9 +42,11 @@
 // "other_installation"}), and that device stays refused until one of the
 // two databases gives it up. Backward-readable: a command without
 // "installation" is installation "" (an older devicehub's, as are the
-// logins of a snapshot written before installations), and any
-// installation may take those over; the first endSync of an installation
-// removes those it did not take.
+// logins of a snapshot written before installations): any installation
+// may take those over, and any installation's endSync removes those it
+// did not (they may be devices no database deploys any more). So an older
+// devicehub beside a newer one on one broker loses its logins at the
+// newer one's full syncs: upgrade every devicehub of a broker.
 //
 // The check. Each login's share of its installation's digest is the first
 // 8 bytes, big-endian, of the MD5 of "id\nproduct\nusername\nkey"; the

@@ -518,7 +518,7 @@ static void delete_device(cJSON *rs, cJSON *cmd, const char *corr)
 		return;
 	}
 	struct dev *d = store_find_id(&g.st, id, n);
-	if (d && (me < 0 || !owns(me, d))) {
+	if (d && d->inst != 0 && (me < 0 || d->inst != me)) {
 		snprintf(why, sizeof(why), "device id %s is held by another installation (%s)", id, inst_name(d->inst));
 		reply(rs, "deleteDevice", why, corr, NULL);
 		return;
