@@ -131,8 +131,8 @@ type shard struct {
 
 type waiter struct {
 	productID, deviceID string // a reply counts from this device's topic only
-	deadline time.Time
-	done     chan result // buffered 1
+	deadline            time.Time
+	done                chan result // buffered 1
 	// stop ends the request's context: it interrupts a publish (a QoS 1
 	// publish caught by a broker loss waits for the reconnection, and its
 	// waiter's outcome, client_offline, must not wait with it).
