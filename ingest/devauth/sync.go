@@ -238,6 +238,13 @@ type feed struct {
 	wantSum   uint64
 	wantValid bool
 
+	// The dynamic-security plugin's client count when the reserved
+	// usernames were last sent, and checks since: the check lists its
+	// clients (verbose, every one) only when the count changed or every
+	// reserveEvery checks.
+	reservedCount  int
+	sinceReserving int
+
 	// legacy maps the device id of each dynamic-security client an older
 	// devicehub made for a device, still in that broker's plugin, to its
 	// username (migrate.go).
@@ -612,6 +619,11 @@ func (s *Syncer) installation() string {
 	return s.inst
 }
 
+// reserveEvery: the check sends the reserved usernames at least every
+// this many checks, even when the dynamic-security plugin's client count
+// did not change (one login removed, another made).
+const reserveEvery = 10
+
 // reserve tells the plugin the usernames of the broker's other logins
 // (the dynamic-security plugin's clients, but those an older devicehub
 // made for devices, migrate.go): no device may take one, and the
@@ -624,6 +636,7 @@ func (f *feed) reserve(ctx context.Context, cl, ds *dynsec.Client) error {
 	if err != nil {
 		return fmt.Errorf("listing the dynamic-security clients: %w", err)
 	}
+	f.reservedCount, f.sinceReserving = len(clients), 0
 	names := make([]string, 0, len(clients))
 	for _, c := range clients {
 		if !strings.HasPrefix(c.TextName, dynsec.DeviceText("")) {
@@ -658,8 +671,16 @@ func (f *feed) reserve(ctx context.Context, cl, ds *dynsec.Client) error {
 // command, a restored snapshot, a bug) it syncs everything again at once.
 func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
 	s := f.s
-	if err := f.reserve(ctx, cl, ds); err != nil {
-		return err
+	cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	n, err := ds.CountClients(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("counting the dynamic-security clients: %w", err)
+	}
+	if f.sinceReserving++; n != f.reservedCount || f.sinceReserving >= reserveEvery {
+		if err := f.reserve(ctx, cl, ds); err != nil {
+			return err
+		}
 	}
 	f.mu.Lock()
 	pending := f.full
@@ -674,7 +695,7 @@ func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
 		return nil
 	}
 	inst := s.installation()
-	cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	cctx, cancel = context.WithTimeout(ctx, s.opt.Timeout)
 	rs, err := cl.Do(cctx, dynsec.Command{"command": "getStats"})
 	cancel()
 	if err != nil {
