@@ -63,7 +63,8 @@
 // Reserved usernames. setReserved replaces the set of usernames no device
 // may have: the leader sends the dynamic-security plugin's clients (but
 // the device clients an older devicehub made, migrate.go) at every full
-// sync and check. setDevice refuses them; a device that holds one loses
+// sync, and at a check when that plugin's client count changed (and every
+// 10th check regardless). setDevice refuses them; a device that holds one loses
 // it; a login with one is left to the dynamic-security plugin, so an
 // operator's password keeps working whatever secureId a device is given.
 //
