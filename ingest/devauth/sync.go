@@ -113,6 +113,7 @@ type Syncer struct {
 	commands *prometheus.CounterVec
 	fulls    prometheus.Counter
 	resyncs  *prometheus.CounterVec
+	checks   prometheus.Counter
 	refused  *prometheus.CounterVec
 	applyDur prometheus.Histogram
 	held     prometheus.Gauge
@@ -152,6 +153,8 @@ func New(src Source, opt Options) *Syncer {
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_resyncs_total",
 			Help: "Full syncs the regular check started because a broker's plugin did not hold what was synced, by reason (mismatch: another count or digest; unconfirmed: an exchange failed midway)."},
 			[]string{"reason"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_checks_total",
+			Help: "Comparisons of a broker's plugin's count and digest of this installation's logins with what was synced (leader only)."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_refused_logins_total",
 			Help: "Device logins the broker's plugin refused, by reason (other_installation: its id or username is another installation's; reserved: the username is another login of the broker; invalid)."},
 			[]string{"reason"}),
@@ -162,7 +165,7 @@ func New(src Source, opt Options) *Syncer {
 			Help: "Device logins the broker's plugin held after the last full sync (leader only)."}),
 	}
 	if opt.Registerer != nil {
-		opt.Registerer.MustRegister(s.commands, s.fulls, s.resyncs, s.refused, s.applyDur, s.held)
+		opt.Registerer.MustRegister(s.commands, s.fulls, s.resyncs, s.checks, s.refused, s.applyDur, s.held)
 	}
 	brokers := link.MustBrokers(opt.BrokerURL)
 	for i, b := range brokers {
@@ -718,6 +721,7 @@ func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
 	}
 	got := stats.Installations[inst]
 	sum, _ := strconv.ParseUint(got.Digest, 16, 64)
+	s.checks.Inc()
 	if got.Devices == f.wantCount && sum == f.wantSum {
 		return nil
 	}
