@@ -9,15 +9,21 @@ import (
 	"time"
 
 	"devicehub/bench/testkit"
+	"devicehub/ingest/mqtttest"
 )
 
 // TestRunCommandsSmall runs the commands scenario at a toy size: the whole
-// path works and every figure is filled in.
+// path works and every figure is filled in. Its devicehub feeds device
+// logins to the broker's plugin (a full sync of its own database), so it
+// runs on a private broker: the shared one's logins, those of a `make
+// run` beside `make test` too, are not the test's.
 func TestRunCommandsSmall(t *testing.T) {
 	bin := testkit.Devicehub(t)
+	broker := mqtttest.StartBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ServerBinary: bin})
+	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ServerBinary: bin,
+		BrokerURL: broker.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,7 +178,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	var logins api.LoginWaiter
 	if cfg.DeviceAuth == "plugin" {
 		syncer := devauth.New(store, devauth.Options{BrokerURL: cfg.MQTTURL, Username: cfg.MQTTLogin.Username,
-			Password: cfg.MQTTLogin.Password, Logger: log, Registerer: reg})
+			Password: cfg.MQTTLogin.Password, CheckInterval: cfg.LoginCheckInterval, Logger: log, Registerer: reg})
 		logins = syncer
 		syncDone := make(chan struct{})
 		sctx, stopSync := context.WithCancel(ctx)
@@ -261,21 +261,22 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 // config is every setting, each with a default that works with `make run`;
 // the table in settings.go binds each field to its flag and variable.
 type config struct {
-	HTTPAddr         string
-	PostgresDSN      string
-	PostgresMaxConns int
-	QueryTimeout     time.Duration
-	PageCacheTTL     time.Duration
-	AdminPassword    string
-	TokenLifetime    time.Duration
-	ShutdownTimeout  time.Duration
-	LogLevel         string
-	LogFormat        string
-	AccessLog        bool
-	CommandTimeout   time.Duration
-	LoginWait        time.Duration
-	LoginMaxFailures int
-	LoginLockout     time.Duration
+	HTTPAddr           string
+	PostgresDSN        string
+	PostgresMaxConns   int
+	QueryTimeout       time.Duration
+	PageCacheTTL       time.Duration
+	AdminPassword      string
+	TokenLifetime      time.Duration
+	ShutdownTimeout    time.Duration
+	LogLevel           string
+	LogFormat          string
+	AccessLog          bool
+	CommandTimeout     time.Duration
+	LoginWait          time.Duration
+	LoginCheckInterval time.Duration
+	LoginMaxFailures   int
+	LoginLockout       time.Duration
 
 	ClickHouseAddr     string
 	ClickHouseDB       string

@@ -17,16 +17,56 @@
 // order, each echoing "command" and "correlationData" and carrying
 // "error" when the command failed and "data" when it returns any:
 //
-//	{"command":"setDevice","id":D,"product":P,"username":U,"key":K}
-//	{"command":"deleteDevice","id":D}
-//	{"command":"beginSync","generation":G}
-//	{"command":"endSync","generation":G}   data {"removed":N}
-//	{"command":"getDevice","id":D}         data {"id","product","username"}
-//	{"command":"getStats"}                 data {"devices","generation",...}
+//	{"command":"setDevice","id":D,"product":P,"username":U,"key":K,"installation":I}
+//	                                       data {"removed":N,"removedDigest":X} when it replaced any
+//	{"command":"deleteDevice","id":D,"installation":I}   data likewise
+//	{"command":"beginSync","generation":G,"installation":I}
+//	{"command":"endSync","generation":G,"installation":I}   data {"removed":N}
+//	{"command":"getDevice","id":D}         data {"id","product","username","installation","generation"}
+//	{"command":"getStats"}                 data {"devices","generation","reserved",
+//	                                             "installations":{I:{"devices","generation","digest"}},...}
+//	{"command":"setReserved","usernames":[U,...]}   data {"removed":N}
 //
 // setDevice and deleteDevice cut the device's live session at once when
 // its login or rights change. A full sync is beginSync, every login as
 // setDevice, endSync: endSync removes what the sync did not set.
+//
+// Installations. Several devicehubs (each its own database, its
+// installation id, meta's InstallationID) may feed one broker: every login
+// belongs to the installation that set it. A full sync's endSync removes
+// only that installation's logins (and those of installation "", below);
+// a setDevice whose id or username another installation holds, and a
+// deleteDevice of another installation's device, are refused ("... is
+// held by another installation (I)"), never taken over: the syncer logs
+// it, counts it (devicehub_devauth_refused_logins_total{reason=
+// "other_installation"}), and that device stays refused until one of the
+// two databases gives it up. Backward-readable: a command without
+// "installation" is installation "" (an older devicehub's, as are the
+// logins of a snapshot written before installations): any installation
+// may take those over, and any installation's endSync removes those it
+// did not (they may be devices no database deploys any more). So an older
+// devicehub beside a newer one on one broker loses its logins at the
+// newer one's full syncs: upgrade every devicehub of a broker.
+//
+// The check. Each login's share of its installation's digest is the first
+// 8 bytes, big-endian, of the MD5 of "id\nproduct\nusername\nkey"; the
+// digest is their sum modulo 2^64 (16 hex digits), so the order logins
+// came in does not matter and the plugin keeps it as it changes. setDevice
+// and deleteDevice answer what they replaced or removed of the
+// installation (removedDigest the sum of those logins' shares), so the
+// leader knows what the plugin should hold after every change without
+// keeping each login. Every Options.CheckInterval it compares getStats'
+// count and digest of its installation with that, and syncs every login
+// again at once when they differ (logged, counted in
+// devicehub_devauth_resyncs_total{reason="mismatch"}).
+//
+// Reserved usernames. setReserved replaces the set of usernames no device
+// may have: the leader sends the dynamic-security plugin's clients (but
+// the device clients an older devicehub made, migrate.go) at every full
+// sync, and at a check when that plugin's client count changed (and every
+// 10th check regardless). setDevice refuses them; a device that holds one loses
+// it; a login with one is left to the dynamic-security plugin, so an
+// operator's password keeps working whatever secureId a device is given.
 //
 // With a broker pool (Options.BrokerURL, a comma-separated list) the
 // leader feeds every broker's plugin on its own connections (a feed per

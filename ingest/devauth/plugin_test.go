@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -264,16 +265,46 @@ func TestPluginLogin(t *testing.T) {
 		}
 	})
 	t.Run("signed uppercase", func(t *testing.T) {
-		u, p := signedLogin(d.user, d.key, time.Now().Add(-time.Minute))
+		u, p := signedLogin(d.user, d.key, time.Now().Add(time.Second))
 		if _, err := plugConnect(t, b, d.id, u, strings.ToUpper(p), nil); err != nil {
 			t.Fatalf("signed login (uppercase hex) refused: %v", err)
 		}
 	})
-	t.Run("signed outside skew", func(t *testing.T) {
-		u, p := signedLogin(d.user, d.key, time.Now().Add(-6*time.Minute))
-		plugRefused(t, b, d.id, u, p, "signed 6 minutes ago")
-		u, p = signedLogin(d.user, d.key, time.Now().Add(6*time.Minute))
-		plugRefused(t, b, d.id, u, p, "signed 6 minutes ahead")
+	t.Run("signed outside the window", func(t *testing.T) {
+		// The window is signed_skew, 60 s by default.
+		u, p := signedLogin(d.user, d.key, time.Now().Add(-61*time.Second))
+		plugRefused(t, b, d.id, u, p, "signed 61 s ago")
+		u, p = signedLogin(d.user, d.key, time.Now().Add(61*time.Second))
+		plugRefused(t, b, d.id, u, p, "signed 61 s ahead")
+	})
+	t.Run("signed replay", func(t *testing.T) {
+		// A signature is used once: a time not newer than the last one
+		// admitted for the device is refused, even within the window.
+		r := plugDev{"dev-replay", "prod", "secure-replay", "replay-key-0123456789"}
+		ctl.ok(r.set())
+		at := time.Now().Add(5 * time.Second)
+		u, p := signedLogin(r.user, r.key, at)
+		if _, err := plugConnect(t, b, r.id, u, p, nil); err != nil {
+			t.Fatalf("signed login refused: %v", err)
+		}
+		plugRefused(t, b, r.id, u, p, "the same signed login again")
+		u, p = signedLogin(r.user, r.key, at.Add(-time.Second))
+		plugRefused(t, b, r.id, u, p, "an older signed login after a newer one")
+		u, p = signedLogin(r.user, r.key, at.Add(time.Millisecond))
+		if _, err := plugConnect(t, b, r.id, u, p, nil); err != nil {
+			t.Fatalf("a newer signed login refused: %v", err)
+		}
+	})
+	t.Run("signed leading zero", func(t *testing.T) {
+		// One time, one spelling: "0" + ms signs the same instant anew.
+		ms := "0" + strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10)
+		sum := md5.Sum([]byte(d.user + "|" + ms + "|" + d.key))
+		plugRefused(t, b, d.id, d.user+"|"+ms, hex.EncodeToString(sum[:]), "signed with a leading zero")
+		for _, sign := range []string{"+", "-", " "} {
+			ms := sign + strconv.FormatInt(time.Now().Add(10*time.Second).UnixMilli(), 10)
+			sum := md5.Sum([]byte(d.user + "|" + ms + "|" + d.key))
+			plugRefused(t, b, d.id, d.user+"|"+ms, hex.EncodeToString(sum[:]), "signed with "+strconv.Quote(sign))
+		}
 	})
 	t.Run("signed bad md5", func(t *testing.T) {
 		u, p := signedLogin(d.user, d.key+"x", time.Now())
@@ -438,6 +469,19 @@ func TestPluginTopicRights(t *testing.T) {
 		if r := plugSubResult(t, c, d.prefix()+"#"); r > 2 {
 			t.Errorf("subscription to its own prefix refused (%#x)", r)
 		}
+		// Its own uplinks: a device that took them could fill the
+		// broker's queues with its own messages.
+		for _, up := range []string{"properties/report", "online", "offline", "properties/read/reply",
+			"function/invoke/reply", "event/alarm"} {
+			if r := plugSubResult(t, c, d.prefix()+up); r != 0x80 {
+				t.Errorf("subscription to its own uplink %s granted (%#x)", up, r)
+			}
+		}
+		for _, down := range []string{"properties/read", "properties/write", "function/invoke"} {
+			if r := plugSubResult(t, c, d.prefix()+down); r > 2 {
+				t.Errorf("subscription to its downlink %s refused (%#x)", down, r)
+			}
+		}
 	})
 	t.Run("downlink delivered", func(t *testing.T) {
 		got := make(chan string, 10)
@@ -455,6 +499,32 @@ func TestPluginTopicRights(t *testing.T) {
 		case <-got:
 		case <-time.After(5 * time.Second):
 			t.Error("the device did not get its downlink")
+		}
+	})
+	t.Run("own uplinks not delivered", func(t *testing.T) {
+		// Subscribed to its whole prefix, a device receives its downlinks
+		// and never its own uplinks (each delivery is checked).
+		got := make(chan string, 100)
+		dc := plugMustConnect(t, b, d, nil)
+		tok := dc.Subscribe(d.prefix()+"#", 1, func(_ mqtt.Client, m mqtt.Message) { got <- m.Topic() })
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+		plugPublish(t, dc, d.prefix()+"properties/report", false)
+		plugPublish(t, dc, d.prefix()+"event/alarm", false)
+		svc := mqtt.NewClient(mqtttest.ServiceOptions(b.URL(), "svc-down-2").SetAutoReconnect(false))
+		if tok := svc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+		defer svc.Disconnect(0)
+		plugPublish(t, svc, d.prefix()+"function/invoke", false)
+		select {
+		case topic := <-got:
+			if topic != d.prefix()+"function/invoke" {
+				t.Errorf("the device received %s, its own uplink", topic)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the device did not get its downlink")
 		}
 	})
 	t.Run("control topic", func(t *testing.T) {
@@ -735,6 +805,47 @@ func TestPluginSnapshot(t *testing.T) {
 			t.Errorf("%s is still there: %v", stale, err)
 		}
 	})
+	t.Run("installations", func(t *testing.T) {
+		// Each login keeps its installation and each installation its
+		// generation, count and digest across a restart.
+		t.Parallel()
+		b := mqtttest.StartBroker(t)
+		ctl := plugDialCtl(t, b)
+		d := plugDev{"s-1", "prod", "u-1", "key-1"}
+		set := d.set()
+		set["installation"] = "inst-a"
+		ctl.ok(map[string]any{"command": "beginSync", "generation": 9, "installation": "inst-a"}, set,
+			plugDev{"s-2", "prod", "u-2", "key-2"}.set())
+		before, _ := json.Marshal(ctl.stats()["installations"])
+		b.Stop(syscall.SIGTERM)
+		b.Start()
+		ctl = plugDialCtl(t, b)
+		after, _ := json.Marshal(ctl.stats()["installations"])
+		if string(before) != string(after) || !strings.Contains(string(after), `"inst-a":{"devices":1,`) || !strings.Contains(string(after), `"generation":9}`) {
+			t.Errorf("installations before a restart %s, after %s", before, after)
+		}
+		if r := ctl.ok(map[string]any{"command": "getDevice", "id": d.id})[0]; !strings.Contains(string(r.Data), `"installation":"inst-a"`) {
+			t.Errorf("getDevice after a restart: %s", r.Data)
+		}
+		plugMustConnect(t, b, d, nil)
+	})
+	t.Run("version 1", func(t *testing.T) {
+		// A snapshot of the plugin before installations: its logins are
+		// nobody's (installation "").
+		t.Parallel()
+		b := mqtttest.StartBroker(t)
+		b.Stop(syscall.SIGKILL)
+		d := plugDev{"s-1", "prod", "u-1", "key-1"}
+		v1 := "devicehub-auth snapshot 1\ngeneration 7\ncount 1\n7\ts-1\tprod\tu-1\tkey-1\nend\n"
+		if err := os.WriteFile(b.AuthSnapshot(), []byte(v1), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b.Start()
+		plugMustConnect(t, b, d, nil)
+		if st := plugDialCtl(t, b).stats(); st["devices"] != 1.0 || st["generation"] != 7.0 {
+			t.Errorf("stats after a version 1 snapshot: %v", st)
+		}
+	})
 	t.Run("corrupt", func(t *testing.T) {
 		t.Parallel()
 		b := mqtttest.StartBroker(t)
@@ -753,7 +864,7 @@ func TestPluginSnapshot(t *testing.T) {
 			"half a line":   body[:strings.LastIndex(body, "\t")],
 			"a line short":  body[:strings.LastIndex(strings.TrimSuffix(body, "\n"), "\n")+1] + "end\n",
 			"bad field":     strings.Replace(whole, "\tprod\t", "\tp/d\t", 1),
-			"other version": strings.Replace(whole, "snapshot 1", "snapshot 2", 1),
+			"other version": strings.Replace(whole, "snapshot 2", "snapshot 9", 1),
 			"garbage":       "\x00\x01garbage",
 		} {
 			if err := os.WriteFile(b.AuthSnapshot(), []byte(corrupt), 0o600); err != nil {
@@ -776,4 +887,131 @@ func TestPluginSnapshot(t *testing.T) {
 		b.Start()
 		plugMustConnect(t, b, d, nil)
 	})
+}
+
+// TestBrokerSecretFiles: the broker's files that hold secrets (the
+// dynamic-security plugin's password hashes, the TLS private keys, the
+// device-login snapshot, the persistence file) are readable by the user
+// the broker runs as only, also after the broker rewrote them.
+func TestBrokerSecretFiles(t *testing.T) {
+	t.Parallel()
+	b := mqtttest.StartBrokerTLS(t)
+	dir := filepath.Dir(b.AuthSnapshot())
+	ctl := plugDialCtl(t, b)
+	ctl.ok(plugDev{"f-1", "prod", "u-1", "key-1"}.set())
+	// A change the dynamic-security plugin writes its file for.
+	plugDialDynsec(t, b).ok(map[string]any{"command": "createClient", "username": "op-files", "password": "op-password"})
+	pid, err := os.ReadFile(filepath.Join(dir, "mosquitto.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var brokerUID uint32
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "Uid:" {
+			u, _ := strconv.ParseUint(f[2], 10, 32) // effective
+			brokerUID = uint32(u)
+		}
+	}
+	b.Stop(syscall.SIGTERM) // writes the snapshot and the persistence file
+	for _, name := range []string{"dynsec.json", "tls/server.key", "tls/ca.key", "devicehub-auth.snapshot", "mosquitto.db"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want -rw-------", name, fi.Mode().Perm())
+		}
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != brokerUID {
+			t.Errorf("%s is owned by uid %d, the broker runs as %d", name, uid, brokerUID)
+		}
+	}
+}
+
+// TestBrokerQueueBounds: the project's broker bounds what it keeps for a
+// client that is away (a device could otherwise make it keep messages
+// without end), above what devicehub's own sessions need across a
+// restart (REFERENCE.md "Broker settings").
+func TestBrokerQueueBounds(t *testing.T) {
+	t.Parallel()
+	b := mqtttest.StartBroker(t)
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(b.AuthSnapshot()), "mosquitto.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last line of a setting is the one Mosquitto keeps.
+	got := map[string]string{}
+	for _, l := range strings.Split(string(src), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			got[f[0]] = f[1]
+		}
+	}
+	atLeast := func(name string, min int64) {
+		t.Helper()
+		n, err := strconv.ParseInt(got[name], 10, 64)
+		if err != nil || n < min {
+			t.Errorf("%s %q: want a bound of at least %d (0 is none)", name, got[name], min)
+		}
+	}
+	atLeast("max_queued_messages", 100000)
+	atLeast("max_queued_bytes", 64<<20)
+	if v := got["persistent_client_expiration"]; v == "" {
+		t.Error("no persistent_client_expiration: sessions of clients gone for good are kept forever")
+	}
+	// And the broker runs with them: a persistent session away keeps no
+	// more than the bound (lowered here, so that the test is quick).
+	b.Stop(syscall.SIGTERM)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(b.AuthSnapshot()), "mosquitto.conf"),
+		[]byte(strings.Replace(string(src), "max_queued_messages "+got["max_queued_messages"], "max_queued_messages 50", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Start()
+	ctl := plugDialCtl(t, b)
+	d := plugDev{"q-1", "prod", "u-q", "key-q"}
+	ctl.ok(d.set())
+	c, err := mqtttest.Dial(b.URL(), d.id, d.user, d.key, nil, func(o *mqtt.ClientOptions) { o.SetCleanSession(false) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := c.Subscribe(d.prefix()+"function/invoke", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	c.Disconnect(100)
+	svc := mqtt.NewClient(mqtttest.ServiceOptions(b.URL(), "svc-queue").SetAutoReconnect(false))
+	if tok := svc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer svc.Disconnect(0)
+	for i := 0; i < 200; i++ {
+		plugPublish(t, svc, d.prefix()+"function/invoke", false)
+	}
+	var mu sync.Mutex
+	n := 0
+	c, err = mqtttest.Dial(b.URL(), d.id, d.user, d.key, nil, func(o *mqtt.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { mu.Lock(); n++; mu.Unlock() })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(0)
+	marker := d.prefix() + "properties/read"
+	done := make(chan struct{})
+	if tok := c.Subscribe(marker, 1, func(mqtt.Client, mqtt.Message) { close(done) }); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	plugPublish(t, svc, marker, false)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the marker never arrived")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n == 0 || n > 50 {
+		t.Errorf("the session kept %d of 200 messages sent while away, want 1 to 50", n)
+	}
 }

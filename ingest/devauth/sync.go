@@ -2,10 +2,14 @@ package devauth
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +83,11 @@ type Options struct {
 	// written this long before it (a writer waits at most its login wait).
 	// Default 30s.
 	ConfirmWindow time.Duration
+	// CheckInterval: how often the leader asks each broker's plugin for
+	// the count and digest of this installation's logins, syncs again at
+	// once when they are not what it synced, and refreshes the usernames
+	// reserved for the broker's other logins. Default 30s.
+	CheckInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Registerer for the devicehub_devauth_* metrics; nil registers none.
@@ -103,6 +112,9 @@ type Syncer struct {
 
 	commands *prometheus.CounterVec
 	fulls    prometheus.Counter
+	resyncs  *prometheus.CounterVec
+	checks   prometheus.Counter
+	refused  *prometheus.CounterVec
 	applyDur prometheus.Histogram
 	held     prometheus.Gauge
 }
@@ -127,6 +139,9 @@ func New(src Source, opt Options) *Syncer {
 	if opt.ConfirmWindow <= 0 {
 		opt.ConfirmWindow = 30 * time.Second
 	}
+	if opt.CheckInterval <= 0 {
+		opt.CheckInterval = 30 * time.Second
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
@@ -135,6 +150,14 @@ func New(src Source, opt Options) *Syncer {
 			Help: "Commands sent to the broker's device-login plugin, by result (ok, error)."}, []string{"result"}),
 		fulls: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_full_syncs_total",
 			Help: "Full syncs of every device login into the broker's plugin."}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_resyncs_total",
+			Help: "Full syncs the regular check started because a broker's plugin did not hold what was synced, by reason (mismatch: another count or digest; unconfirmed: an exchange failed midway)."},
+			[]string{"reason"}),
+		checks: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_checks_total",
+			Help: "Comparisons of a broker's plugin's count and digest of this installation's logins with what was synced (leader only)."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_refused_logins_total",
+			Help: "Device logins the broker's plugin refused, by reason (other_installation: its id or username is another installation's; reserved: the username is another login of the broker; invalid)."},
+			[]string{"reason"}),
 		applyDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_devauth_apply_seconds",
 			Help:    "Time from reading changed device logins to the broker's plugin holding them.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -142,7 +165,7 @@ func New(src Source, opt Options) *Syncer {
 			Help: "Device logins the broker's plugin held after the last full sync (leader only)."}),
 	}
 	if opt.Registerer != nil {
-		opt.Registerer.MustRegister(s.commands, s.fulls, s.applyDur, s.held)
+		opt.Registerer.MustRegister(s.commands, s.fulls, s.resyncs, s.checks, s.refused, s.applyDur, s.held)
 	}
 	brokers := link.MustBrokers(opt.BrokerURL)
 	for i, b := range brokers {
@@ -209,6 +232,21 @@ type feed struct {
 	held  int // logins held after the last full sync; -1 before one
 
 	gen int64 // generation of the last full sync
+
+	// What this installation's logins in the plugin should be: their
+	// count and digest (the sum of loginSum), from the last full sync and
+	// the changes since, as the plugin answered them; valid once a full
+	// sync succeeded and while no exchange failed midway.
+	wantCount int64
+	wantSum   uint64
+	wantValid bool
+
+	// The dynamic-security plugin's client count when the reserved
+	// usernames were last sent, and checks since: the check lists its
+	// clients (verbose, every one) only when the count changed or every
+	// reserveEvery checks.
+	reservedCount  int
+	sinceReserving int
 
 	// legacy maps the device id of each dynamic-security client an older
 	// devicehub made for a device, still in that broker's plugin, to its
@@ -344,12 +382,21 @@ func (f *feed) run(ctx context.Context) {
 
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	check := time.NewTicker(s.opt.CheckInterval)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-f.wake:
 		case <-retry.C:
+		case <-check.C:
+			if err := f.check(ctx, cl, ds); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("devauth: checking the broker's plugin failed", "broker", link.BrokerName(f.broker), "err", err)
+			}
 		}
 		f.mu.Lock()
 		full, ids := f.full, f.dirty
@@ -368,6 +415,7 @@ func (f *feed) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			f.wantValid = false // what the plugin took of it is unknown
 			s.log.Warn("devauth: sync failed; retrying", "broker", link.BrokerName(f.broker), "err", err, "retry", s.opt.Retry)
 			f.mu.Lock()
 			f.full = f.full || full
@@ -409,20 +457,24 @@ func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	for _, c := range rc {
 		recent[c.ID] = c.Version
 	}
+	if err := f.reserve(ctx, cl, ds); err != nil {
+		return err
+	}
+	inst := s.installation()
 	b := s.newBatcher(ctx, cl)
 	n := 0
-	err = b.add(dynsec.Command{"command": "beginSync", "generation": gen})
+	err = b.add(dynsec.Command{"command": "beginSync", "generation": gen, "installation": inst}, 0)
 	if err == nil {
 		err = s.src.EachDeployedDeviceLogin(ctx, func(d meta.DeviceLogin) error {
 			n++
 			if _, ok := recent[d.ID]; ok {
 				recent[d.ID] = d.Version
 			}
-			return b.add(setDevice(d))
+			return b.add(setDevice(d, inst), loginSum(d))
 		})
 	}
 	if err == nil {
-		err = b.add(dynsec.Command{"command": "endSync", "generation": gen})
+		err = b.add(dynsec.Command{"command": "endSync", "generation": gen, "installation": inst}, 0)
 	}
 	if err == nil {
 		err = b.flush()
@@ -433,6 +485,8 @@ func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	if b.failedSync {
 		return errors.New("the plugin refused beginSync or endSync")
 	}
+	// endSync removed whatever else the plugin held of this installation.
+	f.wantCount, f.wantSum, f.wantValid = b.setCount, b.setSum, true
 	f.setHeld(n - len(b.failed))
 	if len(s.feeds) == 1 {
 		s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
@@ -470,14 +524,15 @@ func (f *feed) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[string]
 	for _, d := range logins {
 		now[d.ID] = d
 	}
+	inst := s.installation()
 	b := s.newBatcher(ctx, cl)
 	applied := make([]meta.LoginChange, 0, len(list))
 	for _, id := range list {
 		d, ok := now[id]
 		if ok && d.Deployed {
-			err = b.add(setDevice(d))
+			err = b.add(setDevice(d, inst), loginSum(d))
 		} else {
-			err = b.add(dynsec.Command{"command": "deleteDevice", "id": id})
+			err = b.add(dynsec.Command{"command": "deleteDevice", "id": id, "installation": inst}, 0)
 		}
 		if err != nil {
 			return err
@@ -489,6 +544,8 @@ func (f *feed) apply(ctx context.Context, cl, ds *dynsec.Client, ids map[string]
 	if err := b.flush(); err != nil {
 		return err
 	}
+	f.wantCount += b.deltaCount
+	f.wantSum += b.deltaSum
 	if len(b.failed) > 0 { // refused for good (logged): not confirmed to their writers
 		kept := applied[:0]
 		for _, a := range applied {
@@ -544,8 +601,136 @@ func (s *Syncer) confirm(ctx context.Context, applied []meta.LoginChange) {
 	}
 }
 
-func setDevice(d meta.DeviceLogin) dynsec.Command {
-	return dynsec.Command{"command": "setDevice", "id": d.ID, "product": d.ProductID, "username": d.SecureID, "key": d.SecureKey}
+func setDevice(d meta.DeviceLogin, installation string) dynsec.Command {
+	return dynsec.Command{"command": "setDevice", "id": d.ID, "product": d.ProductID, "username": d.SecureID, "key": d.SecureKey,
+		"installation": installation}
+}
+
+// loginSum is a login's share of its installation's digest in the plugin
+// (dev_sum in ingest/devauth/mosquitto/store.c): the first 8 bytes of the
+// MD5 of "id\nproduct\nusername\nkey". The digest, the sum of these
+// modulo 2^64, does not depend on the order the logins came in.
+func loginSum(d meta.DeviceLogin) uint64 {
+	h := md5.Sum([]byte(d.ID + "\n" + d.ProductID + "\n" + d.SecureID + "\n" + d.SecureKey))
+	return binary.BigEndian.Uint64(h[:8])
+}
+
+// installation is the installation id the leader read.
+func (s *Syncer) installation() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inst
+}
+
+// reserveEvery: the check sends the reserved usernames at least every
+// this many checks, even when the dynamic-security plugin's client count
+// did not change (one login removed, another made).
+const reserveEvery = 10
+
+// reserve tells the plugin the usernames of the broker's other logins
+// (the dynamic-security plugin's clients, but those an older devicehub
+// made for devices, migrate.go): no device may take one, and the
+// operator's own password keeps working.
+func (f *feed) reserve(ctx context.Context, cl, ds *dynsec.Client) error {
+	s := f.s
+	lctx, cancel := context.WithTimeout(ctx, 3*s.opt.Timeout)
+	clients, err := ds.ListClients(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing the dynamic-security clients: %w", err)
+	}
+	f.reservedCount, f.sinceReserving = len(clients), 0
+	names := make([]string, 0, len(clients))
+	for _, c := range clients {
+		if !strings.HasPrefix(c.TextName, dynsec.DeviceText("")) {
+			names = append(names, c.Username)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	rs, err := cl.Do(cctx, dynsec.Command{"command": "setReserved", "usernames": names})
+	cancel()
+	if err != nil {
+		return err
+	}
+	if rs[0].Error == "Unknown command" {
+		// A plugin older than reserved usernames (and installations):
+		// nothing to refresh, and the check has nothing to compare.
+		return nil
+	}
+	if err := rs[0].Err(); err != nil {
+		return err
+	}
+	var data struct{ Removed int }
+	if json.Unmarshal(rs[0].Data, &data) == nil && data.Removed > 0 {
+		s.log.Warn("devauth: the broker's plugin removed device logins whose usernames are other logins of the broker",
+			"broker", link.BrokerName(f.broker), "removed", data.Removed)
+	}
+	return nil
+}
+
+// check refreshes the reserved usernames and compares the count and
+// digest of this installation's logins in the plugin with what the leader
+// synced: on a difference (another installation's or an operator's
+// command, a restored snapshot, a bug) it syncs everything again at once.
+func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
+	s := f.s
+	cctx, cancel := context.WithTimeout(ctx, s.opt.Timeout)
+	n, err := ds.CountClients(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("counting the dynamic-security clients: %w", err)
+	}
+	if f.sinceReserving++; n != f.reservedCount || f.sinceReserving >= reserveEvery {
+		if err := f.reserve(ctx, cl, ds); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	pending := f.full
+	f.mu.Unlock()
+	if pending {
+		return nil // a full sync is on its way
+	}
+	if !f.wantValid {
+		s.resyncs.WithLabelValues("unconfirmed").Inc()
+		s.log.Warn("devauth: what the broker's plugin holds is unconfirmed; syncing every login again", "broker", link.BrokerName(f.broker))
+		f.changed()
+		return nil
+	}
+	inst := s.installation()
+	cctx, cancel = context.WithTimeout(ctx, s.opt.Timeout)
+	rs, err := cl.Do(cctx, dynsec.Command{"command": "getStats"})
+	cancel()
+	if err != nil {
+		return err
+	}
+	if err := rs[0].Err(); err != nil {
+		return err
+	}
+	var stats struct {
+		Installations map[string]struct {
+			Devices int64  `json:"devices"`
+			Digest  string `json:"digest"`
+		} `json:"installations"`
+	}
+	if err := json.Unmarshal(rs[0].Data, &stats); err != nil {
+		return fmt.Errorf("getStats: %w", err)
+	}
+	if stats.Installations == nil {
+		return nil // a plugin older than installations
+	}
+	got := stats.Installations[inst]
+	sum, _ := strconv.ParseUint(got.Digest, 16, 64)
+	s.checks.Inc()
+	if got.Devices == f.wantCount && sum == f.wantSum {
+		return nil
+	}
+	s.resyncs.WithLabelValues("mismatch").Inc()
+	s.log.Warn("devauth: the broker's plugin does not hold what was synced; syncing every login again",
+		"broker", link.BrokerName(f.broker), "installation", inst, "held", got.Devices, "synced", f.wantCount,
+		"digest", got.Digest, "want", fmt.Sprintf("%016x", f.wantSum))
+	f.changed()
+	return nil
 }
 
 // batcher sends commands in control messages of at most BatchBytes (and
@@ -556,9 +741,17 @@ type batcher struct {
 	ctx        context.Context
 	cl         *dynsec.Client
 	cmds       []dynsec.Command
+	sums       []uint64 // each setDevice's loginSum
 	bytes      int
 	failed     map[string]bool // device ids
 	failedSync bool            // beginSync or endSync
+
+	// What the commands the plugin carried out did to this
+	// installation's logins there: the setDevice ones alone (a full sync's
+	// outcome), and the change in count and digest (with what each
+	// command replaced or removed).
+	setCount, deltaCount int64
+	setSum, deltaSum     uint64
 }
 
 func (s *Syncer) newBatcher(ctx context.Context, cl *dynsec.Client) *batcher {
@@ -580,7 +773,8 @@ func approxSize(c dynsec.Command) int {
 	return n
 }
 
-func (b *batcher) add(c dynsec.Command) error {
+// add queues c; sum is a setDevice's loginSum.
+func (b *batcher) add(c dynsec.Command, sum uint64) error {
 	size := approxSize(c)
 	if len(b.cmds) > 0 && (b.bytes+size > b.s.opt.BatchBytes || len(b.cmds) >= 1000) {
 		if err := b.flush(); err != nil {
@@ -588,16 +782,29 @@ func (b *batcher) add(c dynsec.Command) error {
 		}
 	}
 	b.cmds = append(b.cmds, c)
+	b.sums = append(b.sums, sum)
 	b.bytes += size
 	return nil
+}
+
+// refusal names why the plugin refused a device's login, for the metric.
+func refusal(err error) string {
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "another installation"):
+		return "other_installation"
+	case strings.Contains(msg, "reserved"), strings.Contains(msg, "service login"):
+		return "reserved"
+	default:
+		return "invalid"
+	}
 }
 
 func (b *batcher) flush() error {
 	if len(b.cmds) == 0 {
 		return nil
 	}
-	cmds := b.cmds
-	b.cmds, b.bytes = nil, 0
+	cmds, sums := b.cmds, b.sums
+	b.cmds, b.sums, b.bytes = nil, nil, 0
 	ctx, cancel := context.WithTimeout(b.ctx, b.s.opt.Timeout)
 	rs, err := b.cl.Do(ctx, cmds...)
 	cancel()
@@ -617,10 +824,29 @@ func (b *batcher) flush() error {
 				b.failed = map[string]bool{}
 			}
 			b.failed[id] = true
+			b.s.refused.WithLabelValues(refusal(err)).Inc()
 			b.s.log.Error("devauth: the broker's plugin refused a device login", "err", err, "device", id)
 			continue
 		}
 		b.s.commands.WithLabelValues("ok").Inc()
+		var data struct {
+			Removed       int64  `json:"removed"`
+			RemovedDigest string `json:"removedDigest"`
+		}
+		if len(r.Data) > 0 && cmds[i]["command"] != "endSync" {
+			_ = json.Unmarshal(r.Data, &data)
+		}
+		removedSum, _ := strconv.ParseUint(data.RemovedDigest, 16, 64)
+		switch cmds[i]["command"] {
+		case "setDevice":
+			b.setCount++
+			b.setSum += sums[i]
+			b.deltaCount += 1 - data.Removed
+			b.deltaSum += sums[i] - removedSum
+		case "deleteDevice":
+			b.deltaCount -= data.Removed
+			b.deltaSum -= removedSum
+		}
 	}
 	return nil
 }

@@ -114,6 +114,24 @@ func (cl *Client) ListClients(ctx context.Context) ([]PluginClient, error) {
 	}
 }
 
+// CountClients is how many clients the plugin holds: one short listing.
+func (cl *Client) CountClients(ctx context.Context) (int, error) {
+	rs, err := cl.Do(ctx, Command{"command": "listClients", "verbose": false, "count": 1, "offset": 0})
+	if err != nil {
+		return 0, err
+	}
+	if err := rs[0].Err(); err != nil {
+		return 0, err
+	}
+	var body struct {
+		TotalCount int `json:"totalCount"`
+	}
+	if err := json.Unmarshal(rs[0].Data, &body); err != nil {
+		return 0, fmt.Errorf("dynsec listClients: %w", err)
+	}
+	return body.TotalCount, nil
+}
+
 // serviceCommands give the service login its rights, from what the plugin
 // has: whether ServiceRole exists (with acls) and the login holds it. A
 // change of either makes the plugin drop the login's connections, which

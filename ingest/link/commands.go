@@ -130,9 +130,9 @@ type shard struct {
 }
 
 type waiter struct {
-	deviceID string
-	deadline time.Time
-	done     chan result // buffered 1
+	productID, deviceID string // a reply counts from this device's topic only
+	deadline            time.Time
+	done                chan result // buffered 1
 	// stop ends the request's context: it interrupts a publish (a QoS 1
 	// publish caught by a broker loss waits for the reconnection, and its
 	// waiter's outcome, client_offline, must not wait with it).
@@ -324,7 +324,7 @@ func (c *Commands) request(ctx context.Context, start time.Time, t Target, suffi
 	// a QoS 1 publish waits for the reconnection, which could be forever.
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	w := &waiter{deviceID: t.DeviceID, deadline: deadline, done: make(chan result, 1), stop: cancel}
+	w := &waiter{productID: t.ProductID, deviceID: t.DeviceID, deadline: deadline, done: make(chan result, 1), stop: cancel}
 	s := &c.shards[shardOfID(msg.MessageID)]
 	if !c.add(s, msg.MessageID, w) {
 		return reply{}, ErrTooBusy
@@ -397,16 +397,23 @@ func (c *Commands) publish(ctx context.Context, kind int, t Target, suffix strin
 }
 
 // onReply hands a reply to its waiter; ids nobody here waits for (another
-// instance's, or late ones) are dropped. It runs on the client's delivery
-// goroutine and takes one shard's lock for a map lookup.
-func (c *Commands) onReply(_ string, payload []byte) {
+// instance's, or late ones) are dropped, and so is a reply on another
+// device's topic than the one the request went to: a device that learns
+// (or guesses) another's messageId cannot answer for it. It runs on the
+// client's delivery goroutine and takes one shard's lock for a map lookup.
+func (c *Commands) onReply(topic string, payload []byte) {
 	var r reply
 	if json.Unmarshal(payload, &r) != nil || r.MessageID == "" {
+		return
+	}
+	from, parsed := wire.ParseTopic(topic)
+	if !parsed {
 		return
 	}
 	s := &c.shards[shardOfID(r.MessageID)]
 	s.mu.Lock()
 	w, ok := s.waiters[r.MessageID]
+	ok = ok && w.deviceID == from.DeviceID && w.productID == from.ProductID
 	if ok {
 		delete(s.waiters, r.MessageID)
 		c.pending.Add(-1)

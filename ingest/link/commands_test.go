@@ -400,3 +400,54 @@ func BenchmarkReadProperties(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reads/s")
 }
+
+// TestReplyFromAnotherDevice: a reply counts only on the topic of the
+// device the read went to. Another device (here a gateway publishing on
+// its topic, as that device may) that sends a reply with the same
+// messageId is ignored: the read takes the genuine reply that follows.
+func TestReplyFromAnotherDevice(t *testing.T) {
+	e := newCmdEnv(t)
+	spy := downlinkSpy(t, e.product)
+	e.fleet(t, []string{"victim", "other"}, sim.Options{Silent: true})
+	o := mqtt.NewClientOptions().AddBroker(brokerURL()).SetClientID(randID("forger"))
+	mqtttest.Gateway(t, brokerURL())(o)
+	gw := mqtt.NewClient(o)
+	if tok := gw.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("gateway connect: %v", tok.Error())
+	}
+	defer gw.Disconnect(100)
+	type res struct {
+		props map[string]any
+		err   error
+	}
+	done := make(chan res, 1)
+	go func() {
+		p, err := e.cmds.ReadProperties(context.Background(), e.target("victim"), []string{"temp"}, 5*time.Second)
+		done <- res{p, err}
+	}()
+	var id string
+	select {
+	case m := <-spy:
+		var dl struct{ MessageID string }
+		if err := json.Unmarshal(m.Payload(), &dl); err != nil || dl.MessageID == "" {
+			t.Fatalf("downlink %s: %v", m.Payload(), err)
+		}
+		id = dl.MessageID
+	case <-time.After(5 * time.Second):
+		t.Fatal("no downlink")
+	}
+	send := func(device string, temp float64) {
+		t.Helper()
+		body := fmt.Sprintf(`{"messageId":%q,"deviceId":"victim","success":true,"properties":{"temp":%v}}`, id, temp)
+		tok := gw.Publish("/"+e.product+"/"+device+"/properties/read/reply", 1, false, body)
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("reply: %v", tok.Error())
+		}
+	}
+	send("other", 99)    // forged: the victim's messageId from another device
+	send("victim", 21.5) // genuine
+	r := <-done
+	if r.err != nil || fmt.Sprint(r.props) != "map[temp:21.5]" {
+		t.Fatalf("read: %v %v, want the victim's own reply", r.props, r.err)
+	}
+}

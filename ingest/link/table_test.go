@@ -58,11 +58,13 @@ func (f *fakeClient) Publish(ctx context.Context, topic string, _ byte, payload 
 	return f.publish(ctx, topic, payload)
 }
 
-func (f *fakeClient) deliver(payload string) {
+// deliver hands payload to the reply handler as the reply to the downlink
+// published on topic (on that device's reply topic).
+func (f *fakeClient) deliver(topic, payload string) {
 	f.mu.Lock()
 	h := f.reply
 	f.mu.Unlock()
-	h("/p/d/properties/read/reply", []byte(payload))
+	h(topic+"/reply", []byte(payload))
 }
 
 func (f *fakeClient) goOffline(id string) {
@@ -160,7 +162,7 @@ func TestPublishHoldsNoLock(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		go f.deliver(answer(t, payload, `{"temp":1}`))
+		go f.deliver(topic, answer(t, payload, `{"temp":1}`))
 		return nil
 	}}
 	cmds := newFakeCommands(t, f, DefaultCommandOptions())
@@ -225,9 +227,9 @@ func TestReadDeadline(t *testing.T) {
 		const timeout = 10 * time.Second
 		var replyAfter time.Duration // 0: silent
 		var f *fakeClient
-		f = &fakeClient{publish: func(_ context.Context, _ string, payload []byte) error {
+		f = &fakeClient{publish: func(_ context.Context, topic string, payload []byte) error {
 			if replyAfter > 0 {
-				time.AfterFunc(replyAfter, func() { f.deliver(answer(t, payload, `{"temp":2}`)) })
+				time.AfterFunc(replyAfter, func() { f.deliver(topic, answer(t, payload, `{"temp":2}`)) })
 			}
 			return nil
 		}}

@@ -12,6 +12,9 @@ if [ ! -s "$dynsec" ]; then
 fi
 sed -e "s#^plugin_opt_service_users .*#plugin_opt_service_users $MQTT_USERNAME#" \
 	-e "s#^max_packet_size .*#max_packet_size ${MQTT_MAX_PACKET:-266240}#" \
+	-e "s#^plugin_opt_signed_skew .*#plugin_opt_signed_skew ${MQTT_SIGNED_WINDOW:-60}#" \
 	/mosquitto/config/mosquitto.conf >/mosquitto/data/mosquitto.conf
 chown -R mosquitto:mosquitto /mosquitto/data
+# The logins' password hashes: the broker's user only.
+chmod 600 "$dynsec"
 exec mosquitto -c /mosquitto/data/mosquitto.conf

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "md5.h"
 #include "store.h"
 
 #define MIN_BUCKETS 1024
@@ -157,6 +158,30 @@ void store_init(struct store *s, size_t expect)
 	memset(s, 0, sizeof(*s));
 	table_init(&s->by_id, 0, expect);
 	table_init(&s->by_user, 1, expect);
+	s->n_inst = 1; /* "" */
+}
+
+int store_inst(struct store *s, const char *name, size_t n, bool create)
+{
+	for (size_t i = 0; i < s->n_inst; i++) {
+		if (s->inst[i].len == n && memcmp(s->inst[i].name, name, n) == 0) return (int)i;
+	}
+	if (!create || n > FIELD_MAX) return -1;
+	size_t i = s->n_inst;
+	if (i == MAX_INSTALLATIONS) {
+		/* Full: the place of one that holds no login (a test's, a
+		 * database since dropped). */
+		for (i = 1; i < s->n_inst && s->inst[i].count > 0; i++) {
+		}
+		if (i == s->n_inst) return -1;
+	} else {
+		s->n_inst++;
+	}
+	struct inst *in = &s->inst[i];
+	memset(in, 0, sizeof(*in));
+	memcpy(in->name, name, n);
+	in->len = n;
+	return (int)i;
 }
 
 static void free_dev(const struct dev *d, void *arg)
@@ -190,7 +215,22 @@ struct dev *store_find_user(const struct store *s, const char *user, size_t n)
 	return table_find(&s->by_user, hash_bytes(user, n), user, n);
 }
 
-struct dev *dev_new(const char *const f[F_COUNT], const size_t len[F_COUNT], uint64_t gen)
+uint64_t dev_sum(const char *const f[F_COUNT], const size_t len[F_COUNT])
+{
+	struct md5 m;
+	unsigned char sum[16];
+	md5_init(&m);
+	for (int i = 0; i < F_COUNT; i++) {
+		if (i) md5_update(&m, "\n", 1);
+		md5_update(&m, f[i], len[i]);
+	}
+	md5_final(&m, sum);
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++) v = v << 8 | sum[i];
+	return v;
+}
+
+struct dev *dev_new(const char *const f[F_COUNT], const size_t len[F_COUNT], uint64_t gen, int inst)
 {
 	size_t total = sizeof(struct dev);
 	for (int i = 0; i < F_COUNT; i++) total += len[i] + 1;
@@ -198,6 +238,9 @@ struct dev *dev_new(const char *const f[F_COUNT], const size_t len[F_COUNT], uin
 	if (!d) return NULL;
 	d->next[0] = d->next[1] = NULL;
 	d->gen = gen;
+	d->sum = dev_sum(f, len);
+	d->signed_ms = 0;
+	d->inst = (uint16_t)inst;
 	char *p = d->s;
 	for (int i = 0; i < F_COUNT; i++) {
 		d->len[i] = (uint16_t)len[i];
@@ -220,13 +263,22 @@ void store_insert(struct store *s, struct dev *d)
 	table_insert(&s->by_id, d);
 	table_insert(&s->by_user, d);
 	s->entry_bytes += dev_size(d);
+	s->inst[d->inst].count++;
+	s->inst[d->inst].digest += d->sum;
+}
+
+static void uncount(struct store *s, const struct dev *d)
+{
+	s->entry_bytes -= dev_size(d);
+	s->inst[d->inst].count--;
+	s->inst[d->inst].digest -= d->sum;
 }
 
 void store_remove(struct store *s, struct dev *d)
 {
 	table_remove(&s->by_id, d);
 	table_remove(&s->by_user, d);
-	s->entry_bytes -= dev_size(d);
+	uncount(s, d);
 }
 
 bool store_rehash_step(struct store *s, size_t n)
@@ -266,7 +318,7 @@ static size_t remove_chain(struct store *s, struct dev **pp, bool (*keep)(const 
 		*pp = d->next[0];
 		s->by_id.count--;
 		table_remove(&s->by_user, d);
-		s->entry_bytes -= dev_size(d);
+		uncount(s, d);
 		if (gone) gone(d, gone_arg);
 		free(d);
 		n++;
@@ -300,22 +352,31 @@ const char *check_field(int field, const char *s, size_t n)
 	return NULL;
 }
 
+const char *check_installation(const char *s, size_t n)
+{
+	return n == 0 ? NULL : check_field(F_ID, s, n);
+}
+
 /* ---- snapshot ---------------------------------------------------------
  *
  * A text file, mode 0600 (it holds keys), written as <path>.tmp.<pid>
  * and renamed over <path>:
  *
- *	devicehub-auth snapshot 1
- *	generation <current generation>
+ *	devicehub-auth snapshot 2
+ *	installations <K>
+ *	<generation>\t<installation id>                      K lines, index 0 first ("")
  *	count <N>
- *	<generation>\t<id>\t<product>\t<username>\t<key>     N lines
+ *	<generation>\t<index>\t<id>\t<product>\t<username>\t<key>     N lines
  *	end
  *
  * No field holds a control character (check_field), so tabs and newlines
  * delimit. A missing end line or another count is a truncated file.
+ * Version 1 (before installations) had "generation <G>" instead of the
+ * installations, and no index: it loads as installation "".
  */
 
-#define SNAPSHOT_MAGIC "devicehub-auth snapshot 1"
+#define SNAPSHOT_MAGIC "devicehub-auth snapshot 2"
+#define SNAPSHOT_MAGIC_1 "devicehub-auth snapshot 1"
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -365,6 +426,8 @@ static void write_dev(const struct dev *d, void *arg)
 {
 	struct writer *w = arg;
 	w_u64(w, d->gen);
+	w_put(w, "\t", 1);
+	w_u64(w, d->inst);
 	const char *p = d->s;
 	for (int i = 0; i < F_COUNT; i++) {
 		w_put(w, "\t", 1);
@@ -406,8 +469,15 @@ int snapshot_save(const struct store *s, const char *path, char *err, size_t err
 	}
 	if (fchmod(w.fd, 0600) < 0) w.err = errno; /* an old tmp file keeps its mode */
 	char head[128];
-	int n = snprintf(head, sizeof(head), SNAPSHOT_MAGIC "\ngeneration %llu\ncount %zu\n",
-			(unsigned long long)s->generation, store_count(s));
+	int n = snprintf(head, sizeof(head), SNAPSHOT_MAGIC "\ninstallations %zu\n", s->n_inst);
+	w_put(&w, head, (size_t)n);
+	for (size_t i = 0; i < s->n_inst; i++) {
+		w_u64(&w, s->inst[i].generation);
+		w_put(&w, "\t", 1);
+		w_put(&w, s->inst[i].name, s->inst[i].len);
+		w_put(&w, "\n", 1);
+	}
+	n = snprintf(head, sizeof(head), "count %zu\n", store_count(s));
 	w_put(&w, head, (size_t)n);
 	store_each(s, write_dev, &w);
 	w_put(&w, "end\n", 4);
@@ -546,13 +616,43 @@ int snapshot_load(struct store *s, const char *path, char *err, size_t errlen)
 
 	char *line;
 	size_t n, lineno = 3;
-	uint64_t gen, count;
+	uint64_t gen = 0, count, n_inst = 1;
+	struct inst *insts = calloc(MAX_INSTALLATIONS, sizeof(struct inst));
+	if (!insts) {
+		set_err(err, errlen, "%s: out of memory", path);
+		close(r.fd);
+		free(r.buf);
+		return -1;
+	}
 	line = r_line(&r, &n);
-	if (!line || strcmp(line, SNAPSHOT_MAGIC) != 0) {
-		set_err(err, errlen, "%s: not a devicehub-auth snapshot (version 1)", path);
+	bool v1 = line && strcmp(line, SNAPSHOT_MAGIC_1) == 0;
+	if (!line || (!v1 && strcmp(line, SNAPSHOT_MAGIC) != 0)) {
+		set_err(err, errlen, "%s: not a devicehub-auth snapshot (version 1 or 2)", path);
 		goto corrupt;
 	}
-	if (!header_u64(&r, "generation", &gen) || !header_u64(&r, "count", &count)) {
+	if (v1) {
+		if (!header_u64(&r, "generation", &gen)) {
+			set_err(err, errlen, "%s: bad header", path);
+			goto corrupt;
+		}
+		insts[0].generation = gen;
+	} else {
+		if (!header_u64(&r, "installations", &n_inst) || n_inst < 1 || n_inst > MAX_INSTALLATIONS) {
+			set_err(err, errlen, "%s: bad header", path);
+			goto corrupt;
+		}
+		for (uint64_t i = 0; i < n_inst; i++) {
+			lineno++;
+			line = r_line(&r, &n);
+			char *tab = line ? memchr(line, '\t', n) : NULL;
+			if (!tab || !parse_u64(line, (size_t)(tab - line), &insts[i].generation)) goto bad_line;
+			size_t nl = n - (size_t)(tab + 1 - line);
+			if (check_installation(tab + 1, nl) || (i == 0) != (nl == 0)) goto bad_line;
+			memcpy(insts[i].name, tab + 1, nl);
+			insts[i].len = nl;
+		}
+	}
+	if (!header_u64(&r, "count", &count)) {
 		set_err(err, errlen, "%s: bad header", path);
 		goto corrupt;
 	}
@@ -563,11 +663,12 @@ int snapshot_load(struct store *s, const char *path, char *err, size_t errlen)
 	}
 	store_free(s);
 	store_init(s, (size_t)count);
-	s->generation = gen;
+	memcpy(s->inst, insts, MAX_INSTALLATIONS * sizeof(struct inst));
+	s->n_inst = (size_t)n_inst;
 	for (uint64_t i = 0; i < count; i++) {
 		const char *f[F_COUNT];
 		size_t len[F_COUNT];
-		uint64_t dgen;
+		uint64_t dgen, dinst = 0;
 		lineno++;
 		line = r_line(&r, &n);
 		if (!line) {
@@ -578,6 +679,11 @@ int snapshot_load(struct store *s, const char *path, char *err, size_t errlen)
 		char *tab = memchr(line, '\t', n);
 		if (!tab || !parse_u64(line, (size_t)(tab - line), &dgen)) goto bad_line;
 		char *q = tab + 1, *lend = line + n;
+		if (!v1) {
+			tab = memchr(q, '\t', (size_t)(lend - q));
+			if (!tab || !parse_u64(q, (size_t)(tab - q), &dinst) || dinst >= n_inst) goto bad_line;
+			q = tab + 1;
+		}
 		for (int k = 0; k < F_COUNT; k++) {
 			char *t = k < F_COUNT - 1 ? memchr(q, '\t', (size_t)(lend - q)) : lend;
 			if (!t) goto bad_line;
@@ -590,7 +696,7 @@ int snapshot_load(struct store *s, const char *path, char *err, size_t errlen)
 			set_err(err, errlen, "%s: line %zu: id or username twice", path, lineno);
 			goto corrupt;
 		}
-		struct dev *d = dev_new(f, len, dgen);
+		struct dev *d = dev_new(f, len, dgen, (int)dinst);
 		if (!d) {
 			set_err(err, errlen, "%s: out of memory", path);
 			goto corrupt;
@@ -604,12 +710,14 @@ int snapshot_load(struct store *s, const char *path, char *err, size_t errlen)
 	}
 	close(r.fd);
 	free(r.buf);
+	free(insts);
 	return 1;
 bad_line:
 	set_err(err, errlen, "%s: line %zu is not an entry", path, lineno);
 corrupt:
 	close(r.fd);
 	free(r.buf);
+	free(insts);
 	store_free(s);
 	store_init(s, 0);
 	return -1;

@@ -16,13 +16,20 @@
 
 enum { F_ID, F_PRODUCT, F_USER, F_KEY, F_COUNT };
 
+/* The most installations (devicehub databases) one broker serves at
+ * once; one that holds no login gives its place to a new one. */
+#define MAX_INSTALLATIONS 1024
+
 /* One device login, in a single allocation: the strings follow the
  * header, each NUL-terminated, in the order of the F_ constants. */
 struct dev {
 	struct dev *next[2]; /* chain in the id table [0], the username table [1] */
 	uint64_t gen;        /* generation of the last setDevice */
+	uint64_t sum;        /* dev_sum of its fields: its share of its installation's digest */
+	long long signed_ms; /* the newest signed login's time admitted (ms), 0 if none */
 	uint32_t hash[2];    /* of id, of username */
 	uint16_t len[F_COUNT];
+	uint16_t inst;       /* its installation, an index into store.inst */
 	char s[];
 };
 
@@ -45,9 +52,21 @@ struct table {
 	int k;
 };
 
+/* An installation: one devicehub database whose logins the store holds.
+ * Index 0 is the installation "", the logins of a devicehub that names
+ * none (before installations, or an older devicehub): anybody's. */
+struct inst {
+	char name[FIELD_MAX + 1];
+	size_t len;
+	uint64_t generation; /* what its setDevice stamps (its beginSync) */
+	size_t count;        /* its logins */
+	uint64_t digest;     /* sum of their dev_sum, modulo 2^64 */
+};
+
 struct store {
 	struct table by_id, by_user;
-	uint64_t generation; /* what setDevice stamps (beginSync) */
+	struct inst inst[MAX_INSTALLATIONS];
+	size_t n_inst; /* at least 1 */
 	uint64_t changes;    /* bumped by every change: the snapshot is dirty
 	                        while it differs from what was saved */
 	size_t entry_bytes;  /* allocated for entries */
@@ -62,11 +81,20 @@ uint32_t hash_bytes(const char *p, size_t n);
 struct dev *store_find_id(const struct store *s, const char *id, size_t n);
 struct dev *store_find_user(const struct store *s, const char *user, size_t n);
 
+/* store_inst returns the index of installation name (n bytes), adding it
+ * when create is true and there is room; -1 if none. */
+int store_inst(struct store *s, const char *name, size_t n, bool create);
+
+/* dev_sum is the first 8 bytes (big-endian) of the MD5 of
+ * "id\nproduct\nusername\nkey": what ingest/devauth computes too. */
+uint64_t dev_sum(const char *const f[F_COUNT], const size_t len[F_COUNT]);
+
 /* dev_new copies the four fields (lengths already validated). */
-struct dev *dev_new(const char *const f[F_COUNT], const size_t len[F_COUNT], uint64_t gen);
+struct dev *dev_new(const char *const f[F_COUNT], const size_t len[F_COUNT], uint64_t gen, int inst);
 size_t dev_size(const struct dev *d);
 /* store_insert adds d, whose id and username must not be held yet;
- * store_remove unlinks d (the caller frees it). Neither bumps changes. */
+ * store_remove unlinks d (the caller frees it). Neither bumps changes;
+ * both keep d's installation's count and digest. */
 void store_insert(struct store *s, struct dev *d);
 void store_remove(struct store *s, struct dev *d);
 /* Moves up to n buckets of a growing table; false once nothing is left. */
@@ -79,8 +107,10 @@ void store_each(const struct store *s, void (*fn)(const struct dev *, void *), v
 size_t store_remove_if(struct store *s, bool (*keep)(const struct dev *, void *), void *arg,
 		void (*gone)(const struct dev *, void *), void *gone_arg);
 
-/* check_field returns NULL if s (n bytes) may be the field, else why not. */
+/* check_field returns NULL if s (n bytes) may be the field, else why not;
+ * check_installation likewise for an installation id ("" is one). */
 const char *check_field(int field, const char *s, size_t n);
+const char *check_installation(const char *s, size_t n);
 
 /* Snapshot file. save writes path.tmp.<pid>, fsyncs, renames it over path:
  * 0, or -1 with err set. load replaces an empty store's content: 1
