@@ -152,7 +152,7 @@ func New(opts Options, deps Deps) *Server {
 		ErrorHandler:          withNoSniff(errorHandler(deps.Logger)),
 	})
 	s.app.Server().HeaderReceived = bulkBodyLimits(opts.BodyLimit) // larger bodies for bulk routes only (devices_bulk.go)
-	s.app.Use(noSniff)
+	s.app.Use(baseHeaders)
 	if opts.AccessLog {
 		s.app.Use(accessLog(s.log))
 	}
@@ -175,12 +175,19 @@ func New(opts Options, deps Deps) *Server {
 	return s
 }
 
-// noSniff has every response say X-Content-Type-Options: nosniff, so
-// that no browser takes a JSON answer, which may echo text a client
+// baseHeaders has every response say X-Content-Type-Options: nosniff,
+// so that no browser takes a JSON answer, which may echo text a client
 // chose, for HTML or script; withNoSniff does the same for the answers
 // made before any handler runs (a request fasthttp cannot read).
-func noSniff(c *fiber.Ctx) error {
+//
+// It says Cache-Control: no-store too, unless the handler says otherwise
+// (the console's files, the live stream): one rule for every answer
+// that carries a secret (a login's token, an API key, a device's
+// secureKey at its creation, rotation, bulk creation or import) and for
+// every other answer of the API, which only a token may read.
+func baseHeaders(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.Next()
 }
 

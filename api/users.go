@@ -51,7 +51,11 @@ func (s *Server) queryUsers(c *fiber.Ctx) error {
 }
 
 // createUser is POST /api/user: {username, name?, password, roles}.
+// Not with an API key (403), as no user administration is (keyRefused).
 func (s *Server) createUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -75,6 +79,9 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 // its roles has its permissions read again there (within 1 s). No change
 // may leave no enabled administrator (400).
 func (s *Server) updateUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -93,6 +100,9 @@ func (s *Server) updateUser(c *fiber.Ctx) error {
 // deleteUser is DELETE /api/user/{id}: its tokens and live streams end on
 // every instance; the last administrator cannot be deleted (400).
 func (s *Server) deleteUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -135,8 +145,12 @@ type passwordReset struct {
 }
 
 // resetPassword is PUT /api/user/{id}/password: {password}, set by an
-// administrator; every token of the user ends.
+// administrator; every token and API key of the user ends. Not with an
+// API key (403).
 func (s *Server) resetPassword(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "change a password"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
