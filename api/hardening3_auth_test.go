@@ -1,8 +1,14 @@
 package api_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"devicehub/bench/testkit"
 	"devicehub/meta"
@@ -125,4 +131,90 @@ func TestHardeningKeyProducts(t *testing.T) {
 	}
 	// The user's own product is fine.
 	e.createKey(tok, map[string]any{"name": "narrow", "permissions": []string{"device:read"}, "products": []string{"ka"}})
+}
+
+// rawExchange sends head (a request's line and header, without the blank
+// line) on a new connection and reads the first answer, which must come
+// within 10 s: a server that waits for a body declared but not sent
+// fails the test. It returns the answer and the connection.
+func rawExchange(t *testing.T, base, head string) (*http.Response, net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, strings.ReplaceAll(head, "\n", "\r\n")+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%.60s: no answer: %v", head, err)
+	}
+	return res, conn, br
+}
+
+// TestHardeningBodyAfterAuth: a bulk route reads a body over the
+// server's limit (up to 16 MiB) only from a caller whose token may write
+// devices: without one, a declared 16 MiB is refused from the header at
+// once, none of it read; Expect: 100-continue gets no 100 without a
+// live token (417, the connection closed), and a signed-in caller's does.
+func TestHardeningBodyAfterAuth(t *testing.T) {
+	e := newEnv(t)
+	e.createProduct("meter", "Meter", nil)
+	_, viewer := e.addUser("viewer1", meta.RoleViewer)
+	for _, path := range []string{"/api/device/instance/batch/_create", "/api/device/instance/meter/import", "/API/device/instance/batch/_delete/"} {
+		for name, token := range map[string]string{"no token": "", "a bad token": "0123456789abcdef", "a viewer's token": viewer} {
+			res, _, _ := rawExchange(t, e.base, fmt.Sprintf("POST %s HTTP/1.1\nHost: t\nContent-Type: application/json\nX-Access-Token: %s\nContent-Length: %d", path, token, 16<<20))
+			r := e.envelope("POST", path, res)
+			if r.HTTPStatus != 400 || !strings.Contains(r.Message, "too large") {
+				t.Errorf("POST %s declaring 16 MiB with %s: %d %s, want 400 too large at once", path, name, r.HTTPStatus, r.raw)
+			}
+			// With Expect: 100-continue, no 100: 417, and the connection closes.
+			res, conn, br := rawExchange(t, e.base, fmt.Sprintf("POST %s HTTP/1.1\nHost: t\nContent-Type: application/json\nX-Access-Token: %s\nExpect: 100-continue\nContent-Length: %d", path, token, 2<<20))
+			if res.StatusCode != http.StatusExpectationFailed {
+				t.Errorf("POST %s with Expect: 100-continue and %s: %d, want 417", path, name, res.StatusCode)
+				continue
+			}
+			res.Body.Close()
+			_, _ = conn.Write([]byte("[]"))
+			if n, err := br.Read(make([]byte, 1)); err == nil {
+				t.Errorf("POST %s with Expect: 100-continue and %s: %d more bytes after 417, want the connection closed", path, name, n)
+			}
+		}
+	}
+	// A caller who may write devices still sends 2 MiB, with or without
+	// Expect: 100-continue.
+	bulk := func(id string) string {
+		return `[{"id":"` + id + `","name":"B","productId":"meter"}` + strings.Repeat(" ", 2<<20) + `]`
+	}
+	big := bulk("b1")
+	if r := e.call("POST", "/api/device/instance/batch/_create", big); r.HTTPStatus != 200 {
+		t.Fatalf("bulk create of 2 MiB by the admin: %d %.300s", r.HTTPStatus, r.raw)
+	}
+	big = bulk("b2")
+	res, conn, br := rawExchange(t, e.base, fmt.Sprintf("POST /api/device/instance/batch/_create HTTP/1.1\nHost: t\nContent-Type: application/json\nX-Access-Token: %s\nExpect: 100-continue\nContent-Length: %d", e.token, len(big)))
+	if res.StatusCode != http.StatusContinue {
+		t.Fatalf("Expect: 100-continue with the admin's token: %d, want 100", res.StatusCode)
+	}
+	if _, err := io.WriteString(conn, big); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	} else if r := e.envelope("POST", "batch/_create", res); r.HTTPStatus != 200 {
+		t.Fatalf("bulk create after 100 Continue: %d %.300s", r.HTTPStatus, r.raw)
+	}
+	// A login needs no token to be told to continue.
+	login := `{"username":"admin","password":"admin123"}`
+	res, conn, br = rawExchange(t, e.base, fmt.Sprintf("POST /api/authorize/login HTTP/1.1\nHost: t\nContent-Type: application/json\nExpect: 100-continue\nContent-Length: %d", len(login)))
+	if res.StatusCode != http.StatusContinue {
+		t.Fatalf("login with Expect: 100-continue: %d, want 100", res.StatusCode)
+	}
+	_, _ = io.WriteString(conn, login)
+	if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+		t.Fatalf("login after 100 Continue: %v %v", res, err)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/cors"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"devicehub/meta"
 	"devicehub/meta/cache"
@@ -127,6 +128,8 @@ type Server struct {
 	streams    liveStreams      // open live streams, by token (live.go)
 	access     access           // what each route needs (permissions.go)
 	audit      *auditLog        // the audit trail's writer; nil: none
+
+	bulkLimits func(*fasthttp.RequestHeader) fasthttp.RequestConfig // the bulk routes' body limit (requestLimits)
 }
 
 // New builds the server with every route registered.
@@ -151,7 +154,12 @@ func New(opts Options, deps Deps) *Server {
 		DisableStartupMessage: true,
 		ErrorHandler:          withNoSniff(errorHandler(deps.Logger)),
 	})
-	s.app.Server().HeaderReceived = bulkBodyLimits(opts.BodyLimit) // larger bodies for bulk routes only (devices_bulk.go)
+	// Larger bodies for bulk routes only (devices_bulk.go), and only to
+	// a caller who may write devices; 100 Continue only to a caller
+	// signed in (or signing in).
+	s.bulkLimits = bulkBodyLimits(opts.BodyLimit)
+	s.app.Server().HeaderReceived = s.requestLimits
+	s.app.Server().ContinueHandler = s.mayContinue
 	s.app.Use(baseHeaders)
 	if opts.AccessLog {
 		s.app.Use(accessLog(s.log))
@@ -196,6 +204,77 @@ func withNoSniff(h fiber.ErrorHandler) fiber.ErrorHandler {
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 		return h(c, err)
 	}
+}
+
+// requestLimits is the server's HeaderReceived hook, run once a
+// request's header is read and before any of its body is: a bulk route
+// may send a body up to bulkBodyLimit (bulkBodyLimits) only with the
+// token of a user who may write devices (headerUser), checked here,
+// before fasthttp reads (and allocates) the length it declares. Any
+// other caller, and every other route, keeps the server's BodyLimit,
+// refused from its Content-Length (400 too large) before its body is
+// read: without a token, nobody gets more than the small limit read.
+func (s *Server) requestLimits(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	conf := s.bulkLimits(h)
+	if conf.MaxRequestBodySize > 0 {
+		if u := s.headerUser(h); u == nil || !u.Can(permDeviceWrite) {
+			return fasthttp.RequestConfig{}
+		}
+	}
+	return conf
+}
+
+// mayContinue is the server's ContinueHandler: a request saying Expect:
+// 100-continue is told to send its body only if it carries a live token
+// (or is a login, which needs none) and declares a length within its
+// limit (requestLimits). Otherwise it gets 417 Expectation Failed, no
+// handler runs, and the connection is closed: its body is never read.
+func (s *Server) mayContinue(h *fasthttp.RequestHeader) bool {
+	limit := s.app.Server().MaxRequestBodySize
+	if conf := s.requestLimits(h); conf.MaxRequestBodySize > 0 {
+		limit = conf.MaxRequestBodySize
+	}
+	ok := h.ContentLength() <= limit && (isLogin(h) || s.headerUser(h) != nil)
+	if !ok {
+		h.SetConnectionClose()
+	}
+	return ok
+}
+
+// headerUser is the user of the token of a request's header (its
+// X-Access-Token), checked as the token check of the routes checks it;
+// nil without a live one.
+func (s *Server) headerUser(h *fasthttp.RequestHeader) *meta.User {
+	token := h.Peek(tokenHeader)
+	if len(token) == 0 || s.deps.Auth == nil {
+		return nil
+	}
+	wait := s.opts.ReadTimeout // the client waits as long for its header to be read
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	u, err := s.authenticate(ctx, string(token))
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// isLogin reports whether a request's header is one of the login route
+// (routes ignore letter case and a trailing slash).
+func isLogin(h *fasthttp.RequestHeader) bool {
+	uri := string(h.RequestURI())
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	for _, scheme := range []string{"http://", "https://"} { // absolute form
+		if rest, ok := strings.CutPrefix(uri, scheme); ok {
+			uri = rest[strings.IndexByte(rest+"/", '/'):]
+		}
+	}
+	return string(h.Method()) == fiber.MethodPost && strings.EqualFold(strings.TrimSuffix(uri, "/"), "/api/authorize/login")
 }
 
 // requestText checks the text of every request's path and query string,
