@@ -218,3 +218,63 @@ func TestHardeningBodyAfterAuth(t *testing.T) {
 		t.Fatalf("login after 100 Continue: %v %v", res, err)
 	}
 }
+
+// TestHardeningFraming: a request whose body's length two headers tell
+// differently (two Content-Length values, Content-Length with
+// Transfer-Encoding, a Transfer-Encoding other than one chunked) is
+// refused with 400 and its connection closed: a proxy in front that read
+// it the other way cannot smuggle a request behind it. Plain framings
+// still work on the same connection.
+func TestHardeningFraming(t *testing.T) {
+	e := newEnv(t)
+	login := `{"username":"admin","password":"admin123"}`
+	smuggled := "GET /api/authorize/me HTTP/1.1\nHost: t\nX-Access-Token: " + e.token
+	for _, c := range []struct{ name, head, body string }{
+		{"two lengths", fmt.Sprintf("Content-Length: %d\nContent-Length: 0", len(login)), login},
+		{"two lengths, the longer last", fmt.Sprintf("Content-Length: 0\ncontent-length: %d", len(login)), login},
+		{"length and chunked", fmt.Sprintf("Content-Length: %d\nTransfer-Encoding: chunked", len(login)), fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(login), login)},
+		{"chunked and length", fmt.Sprintf("Transfer-Encoding: chunked\nContent-Length: %d", len(login)), fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(login), login)},
+		{"two transfer codings", "Transfer-Encoding: chunked\nTransfer-Encoding: identity", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(login), login)},
+		{"gzip, chunked", "Transfer-Encoding: gzip, chunked", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(login), login)},
+	} {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		head := "POST /api/authorize/login HTTP/1.1\nHost: t\nContent-Type: application/json\n" + c.head
+		req := strings.ReplaceAll(head, "\n", "\r\n") + "\r\n\r\n" + c.body + strings.ReplaceAll(smuggled, "\n", "\r\n") + "\r\n\r\n"
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := e.envelope("POST", c.name, res)
+		if r.HTTPStatus != 400 || r.Code != "illegal_argument" || !strings.Contains(r.Message, "framing") {
+			t.Errorf("%s: %d %s, want 400 illegal_argument about the framing", c.name, r.HTTPStatus, r.raw)
+		}
+		if res, err := http.ReadResponse(br, nil); err == nil {
+			t.Errorf("%s: a second answer on the connection (%d): want it closed", c.name, res.StatusCode)
+		}
+		conn.Close()
+	}
+	// One length, or chunked alone, and the next request on the connection.
+	for _, c := range []struct{ name, head, body string }{
+		{"one length", fmt.Sprintf("Content-Length: %d", len(login)), login},
+		{"chunked", "Transfer-Encoding: chunked", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(login), login)},
+	} {
+		head := "POST /api/authorize/login HTTP/1.1\nHost: t\nContent-Type: application/json\n" + c.head
+		res, conn, br := rawExchange(t, e.base, head+"\n\n"+strings.ReplaceAll(c.body, "\r\n", "\n")+smuggled)
+		if res.StatusCode != 200 {
+			t.Errorf("%s: %d", c.name, res.StatusCode)
+		}
+		res.Body.Close()
+		_ = conn
+		if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+			t.Errorf("%s: the next request: %v %v", c.name, res, err)
+		}
+	}
+}

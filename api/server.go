@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -168,6 +169,7 @@ func New(opts Options, deps Deps) *Server {
 		s.log.Error("panic in handler", "method", c.Method(), "path", c.Path(), "panic", e)
 	}}))
 	s.app.Use(newMetrics(deps.Registry).middleware)
+	s.app.Use(framing)
 	if len(opts.CORSOrigins) > 0 {
 		s.app.Use(corsMiddleware(opts.CORSOrigins))
 	}
@@ -275,6 +277,61 @@ func isLogin(h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return string(h.Method()) == fiber.MethodPost && strings.EqualFold(strings.TrimSuffix(uri, "/"), "/api/authorize/login")
+}
+
+// framing refuses a request whose headers tell its body's length in
+// more than one way: two Content-Length values that differ (fasthttp
+// takes the last), Content-Length with Transfer-Encoding (fasthttp takes
+// the coding), or a Transfer-Encoding other than one "chunked". A proxy
+// in front may have read it the other way and sent a request hidden in
+// what fasthttp took for the body, or the other way round; so the answer
+// is 400 illegal_argument and the connection is closed after it, ending
+// whatever the client sent behind it.
+func framing(c *fiber.Ctx) error {
+	if problem := framingProblem(c.Request().Header.RawHeaders()); problem != "" {
+		c.Context().SetConnectionClose()
+		return schema.Invalid("header", "ambiguous framing: %s", problem)
+	}
+	return c.Next()
+}
+
+// framingProblem names what makes raw, a request's header lines as
+// received, frame its body ambiguously; "" if nothing does.
+func framingProblem(raw []byte) string {
+	var length []byte
+	lengths, codings := 0, 0
+	chunked := false
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte(fiber.HeaderContentLength)):
+			if lengths > 0 && !bytes.Equal(value, length) {
+				return "two different Content-Length headers"
+			}
+			length = value
+			lengths++
+		case bytes.EqualFold(name, []byte(fiber.HeaderTransferEncoding)):
+			codings++
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		}
+	}
+	switch {
+	case codings > 0 && lengths > 0:
+		return "Content-Length with Transfer-Encoding"
+	case codings > 1 || codings == 1 && !chunked:
+		return "the only Transfer-Encoding accepted is one chunked"
+	}
+	return ""
 }
 
 // requestText checks the text of every request's path and query string,
