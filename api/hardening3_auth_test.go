@@ -278,3 +278,81 @@ func TestHardeningFraming(t *testing.T) {
 		}
 	}
 }
+
+// TestHardeningPasswords: the password policy holds wherever a password
+// is set (creation, reset, one's own change): at least 8 characters, at
+// most 72 bytes, not only white space, not the username; and a change or
+// a reset ends every API key of the user as well as its tokens (a reset
+// all of them, a change all but the token that made it).
+func TestHardeningPasswords(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct{ username, password, want string }{
+		{"u1", strings.Repeat(" ", 8), "white space"},
+		{"u2", " \t \n \u00a0 \u3000 \u2003 ", "white space"},
+		{"u3", "seven77", "at least 8 characters"},
+		{"u4", "ééééééé", "at least 8 characters"}, // 14 bytes, 7 characters
+		{"u5", strings.Repeat("p", 73), "at most 72 bytes"},
+		{"carol-the-admin", "Carol-The-Admin", "username"},
+	} {
+		r := e.call("POST", "/api/user", map[string]any{"username": c.username, "password": c.password, "roles": []string{meta.RoleViewer}})
+		if r.HTTPStatus != 400 || r.Code != "illegal_argument" || !strings.Contains(r.Message, "password") || !strings.Contains(r.Message, c.want) {
+			t.Errorf("user %s with password %q: %d %s, want 400 saying %q", c.username, c.password, r.HTTPStatus, r.raw, c.want)
+		}
+	}
+	if n := e.countRows("users"); n != 1 {
+		t.Fatalf("%d users after refused creations", n)
+	}
+	e.ok("POST", "/api/user", map[string]any{"username": "dave", "password": "dave-pass-1", "roles": []string{meta.RoleOperator}}, nil)
+	id := e.userID("dave")
+	for _, pw := range []string{strings.Repeat(" ", 9), "DAVE", "dave", "short"} {
+		e.fails("PUT", "/api/user/"+id+"/password", map[string]any{"password": pw}, 400, "illegal_argument")
+	}
+	tok := e.login("dave", "dave-pass-1")
+	for _, pw := range []string{strings.Repeat(" ", 9), "Dave", "short"} {
+		if r := e.do("PUT", "/api/user/passwd", map[string]any{"oldPassword": "dave-pass-1", "newPassword": pw}, tok); r.HTTPStatus != 400 || r.Code != "illegal_argument" {
+			t.Errorf("own change to %q: %d %s", pw, r.HTTPStatus, r.raw)
+		}
+	}
+
+	// A reset ends the user's keys and tokens.
+	key := e.createKey(tok, map[string]any{"name": "k", "permissions": []string{"device:read"}}).Key
+	if s := e.status("GET", "/api/authorize/me", nil, key); s != 200 {
+		t.Fatalf("key before the reset: %d", s)
+	}
+	e.ok("PUT", "/api/user/"+id+"/password", map[string]any{"password": "reset-pass-1"}, nil)
+	testkit.Eventually(t, 5*time.Second, "the key refused after its user's password was reset", func() bool { return e.status("GET", "/api/authorize/me", nil, key) == 401 })
+	if s := e.status("GET", "/api/authorize/me", nil, tok); s != 401 {
+		t.Errorf("token after the reset: %d, want 401", s)
+	}
+	if n := e.countRows("api_keys"); n != 0 {
+		t.Errorf("%d keys after the reset", n)
+	}
+
+	// One's own change ends the keys and other tokens, not this token.
+	tok = e.login("dave", "reset-pass-1")
+	other := e.login("dave", "reset-pass-1")
+	key = e.createKey(tok, map[string]any{"name": "k2", "permissions": []string{"device:read"}}).Key
+	if r := e.do("PUT", "/api/user/passwd", map[string]any{"oldPassword": "reset-pass-1", "newPassword": "changed-pass-1"}, tok); r.HTTPStatus != 200 {
+		t.Fatalf("own change: %d %s", r.HTTPStatus, r.raw)
+	}
+	testkit.Eventually(t, 5*time.Second, "the key refused after its user changed the password", func() bool { return e.status("GET", "/api/authorize/me", nil, key) == 401 })
+	if s := e.status("GET", "/api/authorize/me", nil, other); s != 401 {
+		t.Errorf("the other token after the change: %d, want 401", s)
+	}
+	if s := e.status("GET", "/api/authorize/me", nil, tok); s != 200 {
+		t.Errorf("the token that changed the password: %d, want 200", s)
+	}
+	// The development default still signs in (set before the policy, and
+	// within it).
+	e.login("admin", "admin123")
+}
+
+// userID is the id of the user named username.
+func (e *env) userID(username string) string {
+	e.t.Helper()
+	var id string
+	if err := e.store.DB().Get(&id, `SELECT id FROM users WHERE username = $1`, username); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}

@@ -17,9 +17,10 @@ type UserStore interface {
 	AddUser(ctx context.Context, n meta.NewUser) (meta.UserDetail, error)
 	UpdateUser(ctx context.Context, id string, p meta.UserPatch) (meta.UserDetail, error)
 	DeleteUser(ctx context.Context, id string) (meta.UserDetail, error)
-	// ChangePassword checks old; the user's tokens but keepTokenID end.
+	// ChangePassword checks old; the user's tokens but keepTokenID end,
+	// and its API keys.
 	ChangePassword(ctx context.Context, id, keepTokenID, old, password string) error
-	// SetPassword ends every token of the user.
+	// SetPassword ends every token and API key of the user.
 	SetPassword(ctx context.Context, id, password string) error
 }
 
@@ -120,8 +121,8 @@ type passwordChange struct {
 }
 
 // changeOwnPassword is PUT /api/user/passwd: {oldPassword, newPassword},
-// the caller's own; its other tokens end, this one stays. Not with an API
-// key (403).
+// the caller's own; its other tokens and all its API keys end, this
+// token stays. Not with an API key (403).
 func (s *Server) changeOwnPassword(c *fiber.Ctx) error {
 	if refused, err := keyRefused(c, "change a password"); refused {
 		return err

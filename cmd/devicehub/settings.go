@@ -47,7 +47,7 @@ func settings(c *config) []setting {
 		{"query-timeout", "DEVICEHUB_QUERY_TIMEOUT", "5s", "timeout of each database call", duration(&c.QueryTimeout, false)},
 		{"page-cache-ttl", "DEVICEHUB_PAGE_CACHE_TTL", mo.PageCacheTTL.String(), "longest a product or device page is kept for the same query; pages are dropped as soon as a table they read changes; 0 keeps none",
 			duration(&c.PageCacheTTL, false)},
-		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", "admin123", "password of the admin user created on first start", str(&c.AdminPassword)},
+		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", devAdminPassword, "password of the admin user created on first start", str(&c.AdminPassword)},
 		{"token-lifetime", "DEVICEHUB_TOKEN_LIFETIME", "30m0s", "sliding lifetime of a login token", duration(&c.TokenLifetime, false)},
 		{"shutdown-timeout", "DEVICEHUB_SHUTDOWN_TIMEOUT", "15s", "how long shutdown may drain", duration(&c.ShutdownTimeout, false)},
 		{"login-max-failures", "DEVICEHUB_LOGIN_MAX_FAILURES", "5", "failed logins in a row, for one username from one client address, that lock that address out of it; 0 disables",
