@@ -356,3 +356,64 @@ func (e *env) userID(username string) string {
 	}
 	return id
 }
+
+// TestHardeningFailedLoginAudit: a flood of failed logins (most of them
+// refused by the lockout, costing no bcrypt) writes a bounded number of
+// audit rows: one per client address, name, outcome and minute, whose
+// count and first and last times grow as attempts come; every attempt is
+// counted.
+func TestHardeningFailedLoginAudit(t *testing.T) {
+	e := newAuditEnv(t)
+	one := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}, Timeout: time.Minute}
+	defer one.CloseIdleConnections()
+	flood := testkit.API{Base: e.base, Client: one}
+	const n = 400
+	start := time.Now()
+	for i := range n {
+		r := flood.Send(t, "POST", "/api/authorize/login", map[string]string{"username": "victim", "password": fmt.Sprintf("guess-%d", i)})
+		if r.HTTPStatus != 400 && r.HTTPStatus != 429 {
+			t.Fatalf("failed login %d: %d %s", i, r.HTTPStatus, r.Raw)
+		}
+	}
+	end := time.Now()
+	type row struct {
+		Time      int64  `json:"time"`
+		FirstTime int64  `json:"firstTime"`
+		Count     int    `json:"count"`
+		Username  string `json:"username"`
+		Address   string `json:"address"`
+		Status    int    `json:"status"`
+	}
+	var rows []row
+	counted := func() int {
+		var page struct {
+			Data []row `json:"data"`
+		}
+		e.ok("POST", "/api/audit/_query", `{"pageSize":1000,"terms":[{"column":"username","value":"victim"}]}`, &page)
+		rows = page.Data
+		total := 0
+		for _, r := range rows {
+			total += max(r.Count, 1)
+		}
+		return total
+	}
+	if !testkit.Within(10*time.Second, func() bool { return counted() >= n }) {
+		t.Fatalf("%d failed logins: %d counted in %d audit rows", n, counted(), len(rows))
+	}
+	if got := counted(); got != n {
+		t.Fatalf("%d failed logins counted %d times", n, got)
+	}
+	// Two outcomes (400 wrong password, 429 locked), a minute or two.
+	minutes := int(end.Truncate(time.Minute).Sub(start.Truncate(time.Minute))/time.Minute) + 1
+	if len(rows) > 2*minutes {
+		t.Fatalf("%d failed logins in %s wrote %d audit rows, want at most %d", n, end.Sub(start), len(rows), 2*minutes)
+	}
+	for _, r := range rows {
+		if r.Address != "127.0.0.1" || r.FirstTime == 0 || r.FirstTime > r.Time || r.FirstTime < start.Add(-time.Second).UnixMilli() || r.Time > end.Add(time.Second).UnixMilli() {
+			t.Errorf("row %+v: want times within the flood, first before last", r)
+		}
+	}
+	if n := e.countRows("audit WHERE username = 'victim'"); n != len(rows) {
+		t.Errorf("%d rows stored, %d listed", n, len(rows))
+	}
+}
