@@ -6,10 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"devicehub/api"
 	"devicehub/bench/testkit"
 	"devicehub/meta"
 )
@@ -415,5 +417,64 @@ func TestHardeningFailedLoginAudit(t *testing.T) {
 	}
 	if n := e.countRows("audit WHERE username = 'victim'"); n != len(rows) {
 		t.Errorf("%d rows stored, %d listed", n, len(rows))
+	}
+}
+
+// TestHardeningMetricsAccess: /metrics (fleet counts, routes, versions)
+// is served to the addresses of Options.MetricsAllow (loopback by
+// default) or with its bearer token, and to nobody else (403).
+func TestHardeningMetricsAccess(t *testing.T) {
+	get := func(base, auth string) testkit.Response {
+		t.Helper()
+		req, err := http.NewRequest("GET", base+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		return testkit.Response{HTTPStatus: res.StatusCode, Raw: raw}
+	}
+	// The default: loopback may, as make run's Prometheus on the host.
+	def := newEnv(t)
+	if r := get(def.base, ""); r.HTTPStatus != 200 || !strings.Contains(string(r.Raw), "devicehub_http_requests_total") {
+		t.Fatalf("GET /metrics from loopback by default: %d %.200s", r.HTTPStatus, r.Raw)
+	}
+	if len(api.DefaultOptions().MetricsAllow) == 0 {
+		t.Fatal("the default allows no address")
+	}
+
+	// Loopback not allowed: only the bearer token.
+	const secret = "metrics-secret-0123456789"
+	opts := api.DefaultOptions()
+	opts.MetricsAllow = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	opts.MetricsToken = secret
+	e := newEnvOpts(t, opts, nil)
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + secret + "x", "Basic " + secret, secret, "X-Access-Token " + e.token} {
+		r := get(e.base, auth)
+		if r.HTTPStatus != 403 || strings.Contains(string(r.Raw), "devicehub_") {
+			t.Errorf("GET /metrics from loopback with %q: %d %.200s, want 403", auth, r.HTTPStatus, r.Raw)
+		}
+	}
+	if r := e.do("GET", "/metrics", nil, e.token); r.HTTPStatus != 403 || r.Code != "access_denied" {
+		t.Errorf("GET /metrics with the admin's token: %d %s, want 403 access_denied", r.HTTPStatus, r.raw)
+	}
+	if r := get(e.base, "Bearer "+secret); r.HTTPStatus != 200 || !strings.Contains(string(r.Raw), "devicehub_http_requests_total") {
+		t.Errorf("GET /metrics with the bearer token: %d %.200s", r.HTTPStatus, r.Raw)
+	}
+	// No address and no token: nobody.
+	opts.MetricsAllow, opts.MetricsToken = nil, ""
+	none := newEnvOpts(t, opts, nil)
+	if r := get(none.base, ""); r.HTTPStatus != 403 {
+		t.Errorf("GET /metrics with no address allowed: %d", r.HTTPStatus)
+	}
+	if r := get(none.base, "Bearer "); r.HTTPStatus != 403 {
+		t.Errorf("GET /metrics with an empty bearer and no token set: %d", r.HTTPStatus)
 	}
 }

@@ -25,7 +25,8 @@ func (s *Server) routes() {
 	if gatherer == nil {
 		gatherer = prometheus.DefaultGatherer
 	}
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
+	// Only to allowed addresses or with the metrics token (server.go metricsAccess).
+	app.Get("/metrics", s.metricsAccess, adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
 	// /openapi.json describes every route of this function (api/openapi's
 	// tests hold it to them); /docs renders it.
 	openapi.Register(app)

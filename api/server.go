@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -65,7 +67,18 @@ type Options struct {
 	AuditBatch         int
 	AuditFlushInterval time.Duration
 	AuditQueue         int
+	// GET /metrics (fleet counts, routes, versions) is served to clients
+	// whose address (the TCP peer's; no forwarding header is trusted) is
+	// in MetricsAllow, and to any sending Authorization: Bearer
+	// MetricsToken (if not empty); to nobody else (403). See
+	// ParseAddressList.
+	MetricsAllow []netip.Prefix
+	MetricsToken string
 }
+
+// DefaultMetricsAllow is the default of Options.MetricsAllow: loopback,
+// a Prometheus on the same host.
+const DefaultMetricsAllow = "127.0.0.0/8,::1/128"
 
 // DefaultOptions returns the defaults used by `make run`.
 func DefaultOptions() Options {
@@ -82,7 +95,72 @@ func DefaultOptions() Options {
 		AuditBatch:         500,
 		AuditFlushInterval: time.Second,
 		AuditQueue:         20_000,
+
+		MetricsAllow: must(ParseAddressList(DefaultMetricsAllow)),
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// ParseAddressList reads a comma-separated list of IP addresses and
+// CIDR prefixes (10.0.0.7, 10.0.0.0/8, fd00::/8) for
+// Options.MetricsAllow; an address is the prefix of itself alone.
+// "none" alone is the empty list. Blank entries are skipped.
+func ParseAddressList(text string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(text) == "none" {
+		return []netip.Prefix{}, nil
+	}
+	var out []netip.Prefix
+	for _, a := range strings.Split(text, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if strings.Contains(a, "/") {
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want an IP address or a CIDR prefix like 10.0.0.0/8", a)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("%q: want an IP address or a CIDR prefix like 10.0.0.0/8", a)
+		}
+		out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+	}
+	if len(out) == 0 {
+		return nil, errors.New(`no address: give "none" to allow none`)
+	}
+	return out, nil
+}
+
+// metricsAccess lets GET /metrics through for the addresses of
+// Options.MetricsAllow and with its bearer token (compared in constant
+// time); anyone else is 403 access_denied.
+func (s *Server) metricsAccess(c *fiber.Ctx) error {
+	if ip, err := netip.ParseAddr(c.IP()); err == nil {
+		ip = ip.Unmap()
+		for _, p := range s.opts.MetricsAllow {
+			if p.Contains(ip) {
+				return c.Next()
+			}
+		}
+	}
+	if want := s.opts.MetricsToken; want != "" {
+		got, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			return c.Next()
+		}
+	}
+	return reply(c, fiber.StatusForbidden, codeAccessDenied,
+		"access denied: /metrics is served to the addresses of -metrics-allow, or with Authorization: Bearer and -metrics-token", nil)
 }
 
 // Deps are the stores the API calls, each through the interface the handlers

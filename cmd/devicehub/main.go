@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -219,6 +220,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		apiOpts := api.DefaultOptions()
 		apiOpts.TokenLifetime = cfg.TokenLifetime
 		apiOpts.CORSOrigins = cfg.CORSOrigins
+		apiOpts.MetricsAllow, apiOpts.MetricsToken = cfg.MetricsAllow, cfg.MetricsToken
 		apiOpts.AccessLog = cfg.AccessLog
 		apiOpts.LoginWait = cfg.LoginWait
 		// Readiness (/readyz): the stores, and the broker connections of
@@ -317,6 +319,8 @@ type config struct {
 	AuditRetention     time.Duration
 	PprofAddr          string
 	CORSOrigins        []string
+	MetricsAllow       []netip.Prefix
+	MetricsToken       string
 	MemoryLimit        int64
 	RolesText          string
 	Roles              map[string]bool

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,11 @@ func settings(c *config) []setting {
 			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
 		{"cors-origins", "DEVICEHUB_CORS_ORIGINS", "", "comma-separated browser origins allowed to call the API (CORS), e.g. https://console.example.com; empty: none, no CORS headers",
 			origins(&c.CORSOrigins)},
+		{"metrics-allow", "DEVICEHUB_METRICS_ALLOW", api.DefaultMetricsAllow,
+			"comma-separated IP addresses and CIDR prefixes whose clients may read GET /metrics without a token (the TCP peer's address); none: no address",
+			addressList(&c.MetricsAllow)},
+		{"metrics-token", "DEVICEHUB_METRICS_TOKEN", "", "a bearer token that also lets a client read GET /metrics (Authorization: Bearer <token>), from any address; empty: none",
+			str(&c.MetricsToken)},
 		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
 		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
 	}
@@ -207,6 +213,29 @@ func origins(p *[]string) parser {
 			return err
 		},
 		get: func() string { return strings.Join(*p, ",") }}
+}
+
+// addressList reads a comma-separated list of IP addresses and CIDR
+// prefixes as api.ParseAddressList does, normalised; none is none.
+func addressList(p *[]netip.Prefix) parser {
+	return parser{kind: "addresses", want: "comma-separated IP addresses or CIDR prefixes like 10.0.0.0/8,::1, or none",
+		parse: func(s string) error {
+			a, err := api.ParseAddressList(s)
+			if err == nil {
+				*p = a
+			}
+			return err
+		},
+		get: func() string {
+			if len(*p) == 0 {
+				return "none"
+			}
+			out := make([]string, len(*p))
+			for i, a := range *p {
+				out[i] = a.String()
+			}
+			return strings.Join(out, ",")
+		}}
 }
 
 // brokerList reads one broker URL or a comma-separated pool of them
