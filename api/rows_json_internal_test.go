@@ -201,19 +201,19 @@ func keyOf(x *meta.Key) keyJSON {
 }
 
 type auditJSON struct {
-	ID        int64      `json:"id"`
-	Time      millisJSON `json:"time"`
-	UserID    string     `json:"userId"`
-	Username  string     `json:"username"`
-	Address   string     `json:"address"`
-	Method    string     `json:"method"`
-	Route     string     `json:"route"`
-	ObjectID  string     `json:"objectId"`
-	Status    int        `json:"status"`
-	Code      string     `json:"code"`
-	KeyID     string     `json:"keyId"`
-	Count     int        `json:"count"`
-	FirstTime millisJSON `json:"firstTime"`
+	ID       int64      `json:"id"`
+	Time     millisJSON `json:"time"`
+	UserID   string     `json:"userId"`
+	Username string     `json:"username"`
+	Address  string     `json:"address"`
+	Method   string     `json:"method"`
+	Route    string     `json:"route"`
+	ObjectID string     `json:"objectId"`
+	Status   int        `json:"status"`
+	Code     string     `json:"code"`
+	KeyID    string     `json:"keyId"`
+	Count    int        `json:"count"`
+	First    millisJSON `json:"firstTime"`
 }
 
 func auditOf(x *meta.AuditEntry) auditJSON {

@@ -125,17 +125,17 @@ type sample struct{ a, getA, b, getB string }
 // kindSamples are, per kind of setting, samples valid for every setting of
 // that kind; settingSamples replace them for one setting.
 var kindSamples = map[string]sample{
-	"string":    {"x-test", "x-test", "y-test", "y-test"},
-	"duration":  {"7m", "7m0s", "9s", "9s"},
-	"int":       {"3", "3", "4", "4"},
-	"size":      {"3MiB", "3145728", "4KiB", "4096"},
-	"enum":      {"none", "none", "plugin", "plugin"},
-	"level":     {"debug", "debug", "error", "error"},
-	"roles":     {"ingest", "ingest", "api", "api"},
-	"bool":      {"true", "true", "0", "false"},
-	"origins":   {"https://A.example/", "https://a.example", "http://localhost:3000,https://b.example", "http://localhost:3000,https://b.example"},
-	"brokers":   {"tcp://b1:1883", "tcp://b1:1883", "tcp://b1:1883,tcp://b2:1883", "tcp://b1:1883,tcp://b2:1883"},
-	"addresses": {"10.1.2.3/8", "10.0.0.0/8", "192.168.1.7, fd00::/8", "192.168.1.7/32,fd00::/8"},
+	"string":   {"x-test", "x-test", "y-test", "y-test"},
+	"duration": {"7m", "7m0s", "9s", "9s"},
+	"int":      {"3", "3", "4", "4"},
+	"size":     {"3MiB", "3145728", "4KiB", "4096"},
+	"enum":     {"none", "none", "plugin", "plugin"},
+	"level":    {"debug", "debug", "error", "error"},
+	"roles":    {"ingest", "ingest", "api", "api"},
+	"bool":     {"true", "true", "0", "false"},
+	"origins":  {"https://A.example/", "https://a.example", "http://localhost:3000,https://b.example", "http://localhost:3000,https://b.example"},
+	"brokers":  {"tcp://b1:1883", "tcp://b1:1883", "tcp://b1:1883,tcp://b2:1883", "tcp://b1:1883,tcp://b2:1883"},
+	"addrs":    {"10.1.2.3/8", "10.0.0.0/8", "192.168.1.7, fd00::/8", "192.168.1.7/32,fd00::/8"},
 }
 
 // settingSamples are the samples of the settings whose kind's do not fit.
@@ -153,16 +153,16 @@ func samplesOf(s setting) sample {
 
 // kindMalformed are, per kind, values that are not of the kind's form.
 var kindMalformed = map[string][]string{
-	"duration":  {"7", "5 s", "soon", "1h1"},
-	"int":       {"four", "1.5", "0x10", "3 ", "99999999999999999999"},
-	"size":      {"big", "-1MiB", "1.5GiB", "10MB", "99999999999GiB"},
-	"enum":      {"ldap", "DYNSEC"},
-	"level":     {"loud", "info-"},
-	"roles":     {"web", ",", "api;ingest"},
-	"bool":      {"yes", "on", "2", "truth"},
-	"brokers":   {"broker:1883", "tcp://b1:1883,", "tcp://b1:1883,,tcp://b2:1883", "tcp://b1:1883,tcp://b1:1883"},
-	"origins":   {"console.example.com", "ftp://a.example", "https://a.example/app", "https://a.example?x=1", "https://user@a.example", "*,https://a.example"},
-	"addresses": {"localhost", "10.0.0.0/33", "10.0.0.300", "none,10.0.0.1", ",", "fe80::1%eth0"},
+	"duration": {"7", "5 s", "soon", "1h1"},
+	"int":      {"four", "1.5", "0x10", "3 ", "99999999999999999999"},
+	"size":     {"big", "-1MiB", "1.5GiB", "10MB", "99999999999GiB"},
+	"enum":     {"ldap", "DYNSEC"},
+	"level":    {"loud", "info-"},
+	"roles":    {"web", ",", "api;ingest"},
+	"bool":     {"yes", "on", "2", "truth"},
+	"brokers":  {"broker:1883", "tcp://b1:1883,", "tcp://b1:1883,,tcp://b2:1883", "tcp://b1:1883,tcp://b1:1883"},
+	"origins":  {"console.example.com", "ftp://a.example", "https://a.example/app", "https://a.example?x=1", "https://user@a.example", "*,https://a.example"},
+	"addrs":    {"localhost", "10.0.0.0/33", "10.0.0.300", "none,10.0.0.1", ",", "fe80::1%eth0"},
 }
 
 // settingOf returns c's setting of flag name.

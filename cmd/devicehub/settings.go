@@ -31,7 +31,7 @@ type setting struct {
 
 // A parser reads a setting's text into one config field.
 type parser struct {
-	kind  string             // string, duration, int, size, enum, bool, level, origins or roles
+	kind  string             // string, duration, int, size, enum, bool, level, origins, addrs or roles
 	want  string             // the expected form, as in "want a duration like 5s or 1m"
 	parse func(string) error // any error means the text is not of the expected form
 	get   func() string      // the field's value as text
@@ -218,7 +218,7 @@ func origins(p *[]string) parser {
 // addressList reads a comma-separated list of IP addresses and CIDR
 // prefixes as api.ParseAddressList does, normalised; none is none.
 func addressList(p *[]netip.Prefix) parser {
-	return parser{kind: "addresses", want: "comma-separated IP addresses or CIDR prefixes like 10.0.0.0/8,::1, or none",
+	return parser{kind: "addrs", want: "comma-separated IP addresses or CIDR prefixes like 10.0.0.0/8,::1, or none",
 		parse: func(s string) error {
 			a, err := api.ParseAddressList(s)
 			if err == nil {
