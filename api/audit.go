@@ -26,7 +26,9 @@ import (
 // device writes, bulk calls, imports, secret rotations, function
 // invokes, user administration, password changes, logout and login are
 // recorded; lists, counts, dashboards, GET routes and live streams are
-// not. Requests refused before their route's permission check (a missing
+// not. Failed logins are counted rather than stored one by one: one entry
+// per client address, name tried, outcome and minute, with how many and
+// the first and last one's times (meta.AuditEntry.Repeat). Requests refused before their route's permission check (a missing
 // or expired token, 401) are not recorded; those refused by it (403)
 // are.
 
@@ -53,6 +55,9 @@ const (
 	auditWhoKey  = "devicehub.audit.who" // who a login is for (login sets it)
 	replyCodeKey = "devicehub.code"      // the envelope code answered (reply sets it)
 )
+
+// loginRoute is the login's route, whose failures are audited as repeats.
+const loginRoute = "/api/authorize/login"
 
 // auditObjectParams are the path parameters naming the object a route
 // writes, in the order they are looked for.
@@ -86,7 +91,12 @@ func (s *Server) audited(c *fiber.Ctx) error {
 		Method:  strings.Clone(c.Method()), // fasthttp reuses the request's buffers
 		Route:   r.Path,
 		Status:  c.Response().StatusCode(),
+		Count:   1,
 	}
+	// Failed logins are counted, a row per address, name, outcome and
+	// minute (meta.AuditRepeatWindow), not stored one by one: a locked
+	// out name costs an attacker no bcrypt, and would cost a row each.
+	e.Repeat = r.Path == loginRoute && e.Status != fiber.StatusOK
 	if u, ok := c.Locals(userKey).(*meta.User); ok && u != nil {
 		e.UserID, e.Username, e.KeyID = u.ID, u.Username, u.KeyID
 	} else if who, ok := c.Locals(auditWhoKey).(meta.User); ok {

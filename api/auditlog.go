@@ -27,8 +27,9 @@ type auditLog struct {
 	batch, limit int
 	every        time.Duration
 
-	mu  sync.Mutex
-	buf []meta.AuditEntry
+	mu      sync.Mutex
+	buf     []meta.AuditEntry
+	repeats map[meta.AuditRepeatKey]int // where in buf each repeated entry is; nil after buf is swapped
 
 	kick chan struct{} // a batch is full
 	stop chan struct{}
@@ -67,13 +68,31 @@ func newAuditLog(store AuditStore, opts Options, log *slog.Logger, reg prometheu
 	return a
 }
 
-// record buffers e, or drops it (counted) if the buffer is full.
+// record buffers e, or drops it (counted) if the buffer is full. A
+// repeat (meta.AuditEntry.Repeat: a failed login) of an entry already
+// buffered is counted in it and takes no room: a flood of them cannot
+// fill the buffer and push out other entries.
 func (a *auditLog) record(e meta.AuditEntry) {
+	var key meta.AuditRepeatKey
 	a.mu.Lock()
+	if e.Repeat {
+		key = e.RepeatKey()
+		if i, ok := a.repeats[key]; ok {
+			a.buf[i].AddRepeat(e)
+			a.mu.Unlock()
+			return
+		}
+	}
 	if len(a.buf) >= a.limit {
 		a.mu.Unlock()
 		a.drop(1)
 		return
+	}
+	if e.Repeat {
+		if a.repeats == nil {
+			a.repeats = map[meta.AuditRepeatKey]int{}
+		}
+		a.repeats[key] = len(a.buf)
 	}
 	a.buf = append(a.buf, e)
 	full := len(a.buf) >= a.batch
@@ -129,7 +148,7 @@ func (a *auditLog) run() {
 func (a *auditLog) flush(ctx context.Context) error {
 	a.mu.Lock()
 	pending := a.buf
-	a.buf = nil
+	a.buf, a.repeats = nil, nil
 	a.mu.Unlock()
 	for len(pending) > 0 {
 		n := min(len(pending), a.batch)
@@ -141,7 +160,7 @@ func (a *auditLog) flush(ctx context.Context) error {
 				pending = pending[:a.limit]
 				a.drop(over)
 			}
-			a.buf = pending
+			a.buf, a.repeats = pending, nil // the store merges the repeats left apart
 			a.mu.Unlock()
 			return err
 		}
@@ -162,7 +181,7 @@ func (a *auditLog) close(ctx context.Context) {
 	if err := a.flush(ctx); err != nil {
 		a.mu.Lock()
 		n := len(a.buf)
-		a.buf = nil
+		a.buf, a.repeats = nil, nil
 		a.mu.Unlock()
 		a.drop(n)
 	}

@@ -527,6 +527,8 @@ func appendAuditEntry(e *meta.AuditEntry, b []byte) []byte {
 	b = appendIntField(b, "status", int64(e.Status))
 	b = appendStringField(b, "code", e.Code)
 	b = appendStringField(b, "keyId", e.KeyID)
+	b = appendIntField(b, "count", int64(e.Count))
+	b = appendMillisField(b, "firstTime", e.FirstTime)
 	return append(b, '}')
 }
 

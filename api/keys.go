@@ -13,9 +13,10 @@ import (
 // lists and revokes its own; an administrator (user:admin) lists and
 // revokes anyone's. A key is sent in X-Access-Token like a login's token
 // and does at most what its user may do at each request. A request made
-// with a key cannot make keys, change a password or log out
-// (keyRefused): a leaked key cannot breed others, lock its user out, or
-// outlive its revocation.
+// with a key cannot make keys, manage users or roles, change or reset a
+// password or log out (keyRefused, loginOnly): a leaked key cannot breed
+// others or new administrators, lock its user or anyone out, or outlive
+// its revocation.
 
 // KeyStore is what the key endpoints need; *meta.Store is one. The
 // AuthStore of Deps serves them when it is one too.
@@ -43,6 +44,17 @@ func keyRefused(c *fiber.Ctx, what string) (bool, error) {
 		return false, nil
 	}
 	return true, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: an API key cannot "+what+"; sign in", nil)
+}
+
+// loginOnly refuses a request made with an API key (keyRefused), for
+// routes whose handlers are not this file's (the role writes).
+func loginOnly(what string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if refused, err := keyRefused(c, what); refused {
+			return err
+		}
+		return c.Next()
+	}
 }
 
 // keyOwner is whose keys the caller may list and revoke: its own, or

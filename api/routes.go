@@ -25,7 +25,8 @@ func (s *Server) routes() {
 	if gatherer == nil {
 		gatherer = prometheus.DefaultGatherer
 	}
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
+	// Only to allowed addresses or with the metrics token (server.go metricsAccess).
+	app.Get("/metrics", s.metricsAccess, adaptor.HTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})))
 	// /openapi.json describes every route of this function (api/openapi's
 	// tests hold it to them); /docs renders it.
 	openapi.Register(app)
@@ -71,9 +72,10 @@ func (s *Server) routes() {
 
 	// Roles, with the permissions each grants and its products (roles.go).
 	api.Post("/role/_query", s.need(permUserAdmin), s.queryRoles) // 13
-	api.Post("/role", s.need(permUserAdmin), s.createRole)
-	api.Put("/role/:id", s.need(permUserAdmin), s.updateRole)
-	api.Delete("/role/:id", s.need(permUserAdmin), s.deleteRole)
+	// Not with an API key (keys.go loginOnly), as no user administration.
+	api.Post("/role", s.need(permUserAdmin), loginOnly("manage roles"), s.createRole)
+	api.Put("/role/:id", s.need(permUserAdmin), loginOnly("manage roles"), s.updateRole)
+	api.Delete("/role/:id", s.need(permUserAdmin), loginOnly("manage roles"), s.deleteRole)
 
 	// Users (users.go). /user/passwd before /user/:id, which would take it.
 	api.Post("/user/_query", s.need(permUserAdmin), s.queryUsers)

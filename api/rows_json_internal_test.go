@@ -212,11 +212,13 @@ type auditJSON struct {
 	Status   int        `json:"status"`
 	Code     string     `json:"code"`
 	KeyID    string     `json:"keyId"`
+	Count    int        `json:"count"`
+	First    millisJSON `json:"firstTime"`
 }
 
 func auditOf(x *meta.AuditEntry) auditJSON {
 	return auditJSON{x.ID, millisJSON(x.Time), x.UserID, x.Username, x.Address, x.Method, x.Route, x.ObjectID,
-		x.Status, x.Code, x.KeyID}
+		x.Status, x.Code, x.KeyID, x.Count, millisJSON(x.FirstTime)}
 }
 
 type bulkRowJSON struct {
@@ -399,7 +401,7 @@ func TestRowEncoders(t *testing.T) {
 
 		e := meta.AuditEntry{ID: r.Int64N(1e12) - 5, Time: randomMillis(r), UserID: randomText(r), Username: randomText(r),
 			Address: randomText(r), Method: randomText(r), Route: randomText(r), ObjectID: randomText(r),
-			Status: r.IntN(600), Code: randomText(r), KeyID: randomText(r)}
+			Status: r.IntN(600), Code: randomText(r), KeyID: randomText(r), Count: r.IntN(1000), FirstTime: randomMillis(r)}
 		compareJSON(t, auditOf(&e), appendAuditEntry(&e, []byte("prefix")))
 
 		var rows []meta.BulkRowError

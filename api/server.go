@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/cors"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"devicehub/meta"
 	"devicehub/meta/cache"
@@ -63,7 +67,18 @@ type Options struct {
 	AuditBatch         int
 	AuditFlushInterval time.Duration
 	AuditQueue         int
+	// GET /metrics (fleet counts, routes, versions) is served to clients
+	// whose address (the TCP peer's; no forwarding header is trusted) is
+	// in MetricsAllow, and to any sending Authorization: Bearer
+	// MetricsToken (if not empty); to nobody else (403). See
+	// ParseAddressList.
+	MetricsAllow []netip.Prefix
+	MetricsToken string
 }
+
+// DefaultMetricsAllow is the default of Options.MetricsAllow: loopback,
+// a Prometheus on the same host.
+const DefaultMetricsAllow = "127.0.0.0/8,::1/128"
 
 // DefaultOptions returns the defaults used by `make run`.
 func DefaultOptions() Options {
@@ -80,7 +95,72 @@ func DefaultOptions() Options {
 		AuditBatch:         500,
 		AuditFlushInterval: time.Second,
 		AuditQueue:         20_000,
+
+		MetricsAllow: must(ParseAddressList(DefaultMetricsAllow)),
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// ParseAddressList reads a comma-separated list of IP addresses and
+// CIDR prefixes (10.0.0.7, 10.0.0.0/8, fd00::/8) for
+// Options.MetricsAllow; an address is the prefix of itself alone.
+// "none" alone is the empty list. Blank entries are skipped.
+func ParseAddressList(text string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(text) == "none" {
+		return []netip.Prefix{}, nil
+	}
+	var out []netip.Prefix
+	for _, a := range strings.Split(text, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if strings.Contains(a, "/") {
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return nil, fmt.Errorf("%q: want an IP address or a CIDR prefix like 10.0.0.0/8", a)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("%q: want an IP address or a CIDR prefix like 10.0.0.0/8", a)
+		}
+		out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+	}
+	if len(out) == 0 {
+		return nil, errors.New(`no address: give "none" to allow none`)
+	}
+	return out, nil
+}
+
+// metricsAccess lets GET /metrics through for the addresses of
+// Options.MetricsAllow and with its bearer token (compared in constant
+// time); anyone else is 403 access_denied.
+func (s *Server) metricsAccess(c *fiber.Ctx) error {
+	if ip, err := netip.ParseAddr(c.IP()); err == nil {
+		ip = ip.Unmap()
+		for _, p := range s.opts.MetricsAllow {
+			if p.Contains(ip) {
+				return c.Next()
+			}
+		}
+	}
+	if want := s.opts.MetricsToken; want != "" {
+		got, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			return c.Next()
+		}
+	}
+	return reply(c, fiber.StatusForbidden, codeAccessDenied,
+		"access denied: /metrics is served to the addresses of -metrics-allow, or with Authorization: Bearer and -metrics-token", nil)
 }
 
 // Deps are the stores the API calls, each through the interface the handlers
@@ -127,6 +207,8 @@ type Server struct {
 	streams    liveStreams      // open live streams, by token (live.go)
 	access     access           // what each route needs (permissions.go)
 	audit      *auditLog        // the audit trail's writer; nil: none
+
+	bulkLimits func(*fasthttp.RequestHeader) fasthttp.RequestConfig // the bulk routes' body limit (requestLimits)
 }
 
 // New builds the server with every route registered.
@@ -151,8 +233,13 @@ func New(opts Options, deps Deps) *Server {
 		DisableStartupMessage: true,
 		ErrorHandler:          withNoSniff(errorHandler(deps.Logger)),
 	})
-	s.app.Server().HeaderReceived = bulkBodyLimits(opts.BodyLimit) // larger bodies for bulk routes only (devices_bulk.go)
-	s.app.Use(noSniff)
+	// Larger bodies for bulk routes only (devices_bulk.go), and only to
+	// a caller who may write devices; 100 Continue only to a caller
+	// signed in (or signing in).
+	s.bulkLimits = bulkBodyLimits(opts.BodyLimit)
+	s.app.Server().HeaderReceived = s.requestLimits
+	s.app.Server().ContinueHandler = s.mayContinue
+	s.app.Use(baseHeaders)
 	if opts.AccessLog {
 		s.app.Use(accessLog(s.log))
 	}
@@ -160,6 +247,7 @@ func New(opts Options, deps Deps) *Server {
 		s.log.Error("panic in handler", "method", c.Method(), "path", c.Path(), "panic", e)
 	}}))
 	s.app.Use(newMetrics(deps.Registry).middleware)
+	s.app.Use(framing)
 	if len(opts.CORSOrigins) > 0 {
 		s.app.Use(corsMiddleware(opts.CORSOrigins))
 	}
@@ -175,12 +263,19 @@ func New(opts Options, deps Deps) *Server {
 	return s
 }
 
-// noSniff has every response say X-Content-Type-Options: nosniff, so
-// that no browser takes a JSON answer, which may echo text a client
+// baseHeaders has every response say X-Content-Type-Options: nosniff,
+// so that no browser takes a JSON answer, which may echo text a client
 // chose, for HTML or script; withNoSniff does the same for the answers
 // made before any handler runs (a request fasthttp cannot read).
-func noSniff(c *fiber.Ctx) error {
+//
+// It says Cache-Control: no-store too, unless the handler says otherwise
+// (the console's files, the live stream): one rule for every answer
+// that carries a secret (a login's token, an API key, a device's
+// secureKey at its creation, rotation, bulk creation or import) and for
+// every other answer of the API, which only a token may read.
+func baseHeaders(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.Next()
 }
 
@@ -189,6 +284,132 @@ func withNoSniff(h fiber.ErrorHandler) fiber.ErrorHandler {
 		c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 		return h(c, err)
 	}
+}
+
+// requestLimits is the server's HeaderReceived hook, run once a
+// request's header is read and before any of its body is: a bulk route
+// may send a body up to bulkBodyLimit (bulkBodyLimits) only with the
+// token of a user who may write devices (headerUser), checked here,
+// before fasthttp reads (and allocates) the length it declares. Any
+// other caller, and every other route, keeps the server's BodyLimit,
+// refused from its Content-Length (400 too large) before its body is
+// read: without a token, nobody gets more than the small limit read.
+func (s *Server) requestLimits(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	conf := s.bulkLimits(h)
+	if conf.MaxRequestBodySize > 0 {
+		if u := s.headerUser(h); u == nil || !u.Can(permDeviceWrite) {
+			return fasthttp.RequestConfig{}
+		}
+	}
+	return conf
+}
+
+// mayContinue is the server's ContinueHandler: a request saying Expect:
+// 100-continue is told to send its body only if it carries a live token
+// (or is a login, which needs none) and declares a length within its
+// limit (requestLimits). Otherwise it gets 417 Expectation Failed, no
+// handler runs, and the connection is closed: its body is never read.
+func (s *Server) mayContinue(h *fasthttp.RequestHeader) bool {
+	limit := s.app.Server().MaxRequestBodySize
+	if conf := s.requestLimits(h); conf.MaxRequestBodySize > 0 {
+		limit = conf.MaxRequestBodySize
+	}
+	ok := h.ContentLength() <= limit && (isLogin(h) || s.headerUser(h) != nil)
+	if !ok {
+		h.SetConnectionClose()
+	}
+	return ok
+}
+
+// headerUser is the user of the token of a request's header (its
+// X-Access-Token), checked as the token check of the routes checks it;
+// nil without a live one.
+func (s *Server) headerUser(h *fasthttp.RequestHeader) *meta.User {
+	token := h.Peek(tokenHeader)
+	if len(token) == 0 || s.deps.Auth == nil {
+		return nil
+	}
+	wait := s.opts.ReadTimeout // the client waits as long for its header to be read
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	u, err := s.authenticate(ctx, string(token))
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
+// isLogin reports whether a request's header is one of the login route
+// (routes ignore letter case and a trailing slash).
+func isLogin(h *fasthttp.RequestHeader) bool {
+	uri := string(h.RequestURI())
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	for _, scheme := range []string{"http://", "https://"} { // absolute form
+		if rest, ok := strings.CutPrefix(uri, scheme); ok {
+			uri = rest[strings.IndexByte(rest+"/", '/'):]
+		}
+	}
+	return string(h.Method()) == fiber.MethodPost && strings.EqualFold(strings.TrimSuffix(uri, "/"), "/api/authorize/login")
+}
+
+// framing refuses a request whose headers tell its body's length in
+// more than one way: two Content-Length values that differ (fasthttp
+// takes the last), Content-Length with Transfer-Encoding (fasthttp takes
+// the coding), or a Transfer-Encoding other than one "chunked". A proxy
+// in front may have read it the other way and sent a request hidden in
+// what fasthttp took for the body, or the other way round; so the answer
+// is 400 illegal_argument and the connection is closed after it, ending
+// whatever the client sent behind it.
+func framing(c *fiber.Ctx) error {
+	if problem := framingProblem(c.Request().Header.RawHeaders()); problem != "" {
+		c.Context().SetConnectionClose()
+		return schema.Invalid("header", "ambiguous framing: %s", problem)
+	}
+	return c.Next()
+}
+
+// framingProblem names what makes raw, a request's header lines as
+// received, frame its body ambiguously; "" if nothing does.
+func framingProblem(raw []byte) string {
+	var length []byte
+	lengths, codings := 0, 0
+	chunked := false
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		name, value, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte(fiber.HeaderContentLength)):
+			if lengths > 0 && !bytes.Equal(value, length) {
+				return "two different Content-Length headers"
+			}
+			length = value
+			lengths++
+		case bytes.EqualFold(name, []byte(fiber.HeaderTransferEncoding)):
+			codings++
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		}
+	}
+	switch {
+	case codings > 0 && lengths > 0:
+		return "Content-Length with Transfer-Encoding"
+	case codings > 1 || codings == 1 && !chunked:
+		return "the only Transfer-Encoding accepted is one chunked"
+	}
+	return ""
 }
 
 // requestText checks the text of every request's path and query string,

@@ -17,9 +17,10 @@ type UserStore interface {
 	AddUser(ctx context.Context, n meta.NewUser) (meta.UserDetail, error)
 	UpdateUser(ctx context.Context, id string, p meta.UserPatch) (meta.UserDetail, error)
 	DeleteUser(ctx context.Context, id string) (meta.UserDetail, error)
-	// ChangePassword checks old; the user's tokens but keepTokenID end.
+	// ChangePassword checks old; the user's tokens but keepTokenID end,
+	// and its API keys.
 	ChangePassword(ctx context.Context, id, keepTokenID, old, password string) error
-	// SetPassword ends every token of the user.
+	// SetPassword ends every token and API key of the user.
 	SetPassword(ctx context.Context, id, password string) error
 }
 
@@ -51,7 +52,11 @@ func (s *Server) queryUsers(c *fiber.Ctx) error {
 }
 
 // createUser is POST /api/user: {username, name?, password, roles}.
+// Not with an API key (403), as no user administration is (keyRefused).
 func (s *Server) createUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -75,6 +80,9 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 // its roles has its permissions read again there (within 1 s). No change
 // may leave no enabled administrator (400).
 func (s *Server) updateUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -93,6 +101,9 @@ func (s *Server) updateUser(c *fiber.Ctx) error {
 // deleteUser is DELETE /api/user/{id}: its tokens and live streams end on
 // every instance; the last administrator cannot be deleted (400).
 func (s *Server) deleteUser(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "manage users"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err
@@ -110,8 +121,8 @@ type passwordChange struct {
 }
 
 // changeOwnPassword is PUT /api/user/passwd: {oldPassword, newPassword},
-// the caller's own; its other tokens end, this one stays. Not with an API
-// key (403).
+// the caller's own; its other tokens and all its API keys end, this
+// token stays. Not with an API key (403).
 func (s *Server) changeOwnPassword(c *fiber.Ctx) error {
 	if refused, err := keyRefused(c, "change a password"); refused {
 		return err
@@ -135,8 +146,12 @@ type passwordReset struct {
 }
 
 // resetPassword is PUT /api/user/{id}/password: {password}, set by an
-// administrator; every token of the user ends.
+// administrator; every token and API key of the user ends. Not with an
+// API key (403).
 func (s *Server) resetPassword(c *fiber.Ctx) error {
+	if refused, err := keyRefused(c, "change a password"); refused {
+		return err
+	}
 	store, err := s.userStore()
 	if err != nil {
 		return err

@@ -2,10 +2,12 @@ package meta
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
 
@@ -27,16 +29,65 @@ type AuditEntry struct {
 	Status   int    `db:"status"`    // the HTTP status of the answer
 	Code     string `db:"code"`      // the envelope's code; "" on success
 	KeyID    string `db:"key_id"`    // the API key the request came with; "" for a login's token
+
+	// Repeat marks an entry that is counted rather than stored alone (a
+	// failed login): repeats of it (RepeatKey) are one row, Count of
+	// them from FirstTime to Time.
+	Repeat    bool   `db:"-"`
+	Count     int    `db:"count"` // the requests the entry stands for: 1 unless it is repeats
+	FirstTime Millis `db:"-"`     // the first one's time; Time is the last one's
+}
+
+// AuditRepeatWindow is how long repeats of an entry share one row: those
+// within one window of it (the minute of their time) do.
+const AuditRepeatWindow = time.Minute
+
+// AuditRepeatKey is what repeats of an entry share: the window of their
+// time and everything but who the user was (a failed login has none)
+// and the object.
+type AuditRepeatKey struct {
+	Window                                 int64 // the window's start, epoch ms
+	Address, Username, Method, Route, Code string
+	Status                                 int
+}
+
+// RepeatKey is e's AuditRepeatKey.
+func (e *AuditEntry) RepeatKey() AuditRepeatKey {
+	return AuditRepeatKey{Window: time.Time(e.Time).Truncate(AuditRepeatWindow).UnixMilli(),
+		Address: e.Address, Username: e.Username, Method: e.Method, Route: e.Route, Code: e.Code, Status: e.Status}
+}
+
+// AddRepeat counts o, a repeat of e (the same RepeatKey), in e.
+func (e *AuditEntry) AddRepeat(o AuditEntry) {
+	e.Count = max(e.Count, 1) + max(o.Count, 1)
+	if time.Time(o.Time).After(time.Time(e.Time)) {
+		e.Time = o.Time
+	}
+	if first := o.firstTime(); time.Time(first).Before(time.Time(e.firstTime())) {
+		e.FirstTime = first
+	}
+}
+
+func (e *AuditEntry) firstTime() Millis {
+	if time.Time(e.FirstTime).IsZero() {
+		return e.Time
+	}
+	return e.FirstTime
 }
 
 type auditRow struct {
 	AuditEntry
-	At time.Time `db:"time"`
+	At    time.Time    `db:"time"`
+	First sql.NullTime `db:"first_time"`
 }
 
 func (r *auditRow) entry() AuditEntry {
 	e := r.AuditEntry
 	e.Time = Millis(r.At)
+	e.FirstTime = e.Time
+	if r.First.Valid {
+		e.FirstTime = Millis(r.First.Time)
+	}
 	return e
 }
 
@@ -57,6 +108,7 @@ var AuditResource = &Resource{
 		"status":   {Expr: "a.status", Kind: KindInt},
 		"code":     {Expr: "a.code", Kind: KindText},
 		"keyId":    {Expr: "a.key_id", Kind: KindText},
+		"count":    {Expr: "a.count", Kind: KindInt},
 	},
 	Sorts: map[string]string{
 		"time":     "a.time",
@@ -71,13 +123,47 @@ var AuditResource = &Resource{
 // QueryAudit answers POST /api/audit/_query.
 func (s *Store) QueryAudit(ctx context.Context, q *Query) (Page[AuditEntry], error) {
 	return queryPage(ctx, s, AuditResource, q,
-		"a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code, a.key_id",
+		"a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code, a.key_id, a.count, a.first_time",
 		"audit a", (*auditRow).entry)
 }
 
-// InsertAudit stores entries in one statement. Their times are theirs
-// (when the request was answered), not the insert's.
+// InsertAudit stores entries, in one transaction. Their times are theirs
+// (when the request was answered), not the insert's. Repeats (Repeat)
+// are merged by RepeatKey, here and with the row their window already
+// has, if any (00017): a flood of failed logins updates one row a
+// minute per address, name and outcome rather than adding a row each.
 func (s *Store) InsertAudit(ctx context.Context, entries []AuditEntry) error {
+	var plain, repeats []AuditEntry
+	at := map[AuditRepeatKey]int{}
+	for _, e := range entries {
+		if !e.Repeat {
+			plain = append(plain, e)
+			continue
+		}
+		k := e.RepeatKey()
+		if i, ok := at[k]; ok {
+			repeats[i].AddRepeat(e)
+			continue
+		}
+		at[k] = len(repeats)
+		repeats = append(repeats, e)
+	}
+	if len(plain) == 0 && len(repeats) == 0 {
+		return nil
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if err := insertAudit(ctx, tx, plain, false); err != nil {
+			return err
+		}
+		return insertAudit(ctx, tx, repeats, true)
+	})
+}
+
+// insertAudit stores entries in one statement; repeats (each of its own
+// RepeatKey) are added to the row of their window if it has one.
+func insertAudit(ctx context.Context, tx *sqlx.Tx, entries []AuditEntry, repeats bool) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -85,19 +171,29 @@ func (s *Store) InsertAudit(ctx context.Context, entries []AuditEntry) error {
 	times := make([]time.Time, n)
 	users, names, addrs, methods, routes, objects, codes, keys := make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	statuses := make([]int64, n)
+	statuses, counts := make([]int64, n), make([]int64, n)
+	firsts, windows := make([]*time.Time, n), make([]*time.Time, n) // NULL but for repeats
 	for i, e := range entries {
 		times[i] = time.Time(e.Time)
 		users[i], names[i], addrs[i], methods[i], routes[i], objects[i], codes[i], keys[i] =
 			e.UserID, e.Username, e.Address, e.Method, e.Route, e.ObjectID, e.Code, e.KeyID
-		statuses[i] = int64(e.Status)
+		statuses[i], counts[i] = int64(e.Status), int64(max(e.Count, 1))
+		if repeats {
+			first, window := time.Time(e.firstTime()), time.UnixMilli(e.RepeatKey().Window)
+			firsts[i], windows[i] = &first, &window
+		}
 	}
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	_, err := s.db.ExecContext(ctx, `INSERT INTO audit (time, user_id, username, address, method, route, object_id, status, code, key_id)
-		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::text[])`,
+	q := `INSERT INTO audit (time, user_id, username, address, method, route, object_id, status, code, key_id, count, first_time, window_start)
+		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[], $10::text[],
+			$11::int[], $12::timestamptz[], $13::timestamptz[])`
+	if repeats {
+		q += ` ON CONFLICT (window_start, address, username, method, route, status, code) WHERE window_start IS NOT NULL
+			DO UPDATE SET count = audit.count + EXCLUDED.count, time = GREATEST(audit.time, EXCLUDED.time),
+				first_time = LEAST(audit.first_time, EXCLUDED.first_time)`
+	}
+	_, err := tx.ExecContext(ctx, q,
 		pq.Array(times), pq.Array(users), pq.Array(names), pq.Array(addrs), pq.Array(methods), pq.Array(routes),
-		pq.Array(objects), pq.Array(statuses), pq.Array(codes), pq.Array(keys))
+		pq.Array(objects), pq.Array(statuses), pq.Array(codes), pq.Array(keys), pq.Array(counts), pq.Array(firsts), pq.Array(windows))
 	if err != nil {
 		return fmt.Errorf("meta: insert audit: %w", err)
 	}

@@ -125,8 +125,9 @@ var KeyResource = &Resource{
 }
 
 // CreateKey makes a key of user for what n asks: each permission must be
-// one user holds, on n's products if it names some (else the field is
-// refused, naming it): a key is made with no more than its user holds.
+// one user holds, on each of n's products if it names some (else the
+// field is refused, naming it): a key is made with no more than its user
+// holds, and names no product its user does not hold.
 func (s *Store) CreateKey(ctx context.Context, user User, n NewKey) (CreatedKey, error) {
 	if err := checkText("name", n.Name, 128, true); err != nil {
 		return CreatedKey{}, err
@@ -157,6 +158,18 @@ func (s *Store) CreateKey(ctx context.Context, user User, n NewKey) (CreatedKey,
 			}
 		}
 		products = sortedSet(n.Products)
+		// Each product named must be one the user holds each of the
+		// key's permissions on: one it does not would be kept, reaching
+		// nothing now, and widen the key silently the day the user is
+		// given it.
+		for i, id := range n.Products {
+			for _, p := range n.Permissions {
+				if ProductPermission(p) && !user.CanProduct(p, id) {
+					return CreatedKey{}, schema.Invalid(fmt.Sprintf("products[%d]", i),
+						"you do not hold %s on product %q: a key names only products its user holds each of its permissions on", p, id)
+				}
+			}
+		}
 	}
 	granted := user.Restrict(n.Permissions, n.Products)
 	for i, p := range n.Permissions {

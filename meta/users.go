@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
@@ -65,15 +66,28 @@ type Session struct {
 // EnsureAdmin creates the admin role and the admin user with password on
 // first start; an existing admin keeps its password. Role admin is given
 // every permission of Permissions it lacks.
+//
+// The password is held to the password policy (checkPassword) when the
+// admin is created, not after: an installation whose admin exists starts
+// whatever the setting says.
 func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
-	if len(password) < 6 {
-		return fmt.Errorf("meta: admin password must be at least 6 characters")
+	var exists bool
+	lctx, cancel := s.timeout(ctx)
+	err := s.db.GetContext(lctx, &exists, `SELECT EXISTS (SELECT 1 FROM users WHERE username = 'admin')`)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("meta: ensure admin: %w", err)
+	}
+	if !exists {
+		if err := checkPassword("admin password", password, "admin", MinPasswordLen); err != nil {
+			return fmt.Errorf("meta: %w", err)
+		}
 	}
 	hash, err := hashPassword(password)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.timeout(ctx)
+	ctx, cancel = s.timeout(ctx)
 	defer cancel()
 	stmts := []struct {
 		q    string
@@ -108,8 +122,25 @@ func hashPassword(password string) ([]byte, error) {
 	return hash, nil
 }
 
+// HasPassword reports whether the enabled user username has password
+// (one bcrypt check; the start's warning about a development default).
+func (s *Store) HasPassword(ctx context.Context, username, password string) (bool, error) {
+	var hash string
+	lctx, cancel := s.timeout(ctx)
+	err := s.db.GetContext(lctx, &hash, `SELECT password_hash FROM users WHERE username = $1 AND state = 'enabled'`, username)
+	cancel()
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("meta: check password: %w", err)
+	}
+	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) == nil, nil
+}
+
 // CreateUser adds a user with the given roles (tests and administration);
-// its name is its username. See AddUser.
+// its name is its username. See AddUser; its password may be as short as
+// 6 characters.
 func (s *Store) CreateUser(ctx context.Context, username, password string, roles ...string) (User, error) {
 	d, err := s.addUser(ctx, NewUser{Username: username, Password: password, Roles: roles}, 6)
 	if err != nil {
@@ -569,7 +600,8 @@ var UserResource = &Resource{
 // holding user:admin.
 var ErrLastAdmin = fmt.Errorf("the last administrator cannot be deleted, disabled or lose the admin role: give another enabled user the admin role first: %w", schema.ErrIllegalArgument)
 
-// Password lengths: bcrypt reads 72 bytes at most.
+// Password lengths: at least MinPasswordLen characters (Unicode code
+// points), at most maxPasswordLen bytes, all bcrypt reads.
 const (
 	MinPasswordLen = 8
 	maxPasswordLen = 72
@@ -618,9 +650,23 @@ func (s *Store) getUser(ctx context.Context, db getter, id string) (UserDetail, 
 	return r.detail(), nil
 }
 
-func checkPassword(field, password string, minLen int) error {
-	if len(password) < minLen || len(password) > maxPasswordLen {
-		return schema.Invalid(field, "must be %d to %d bytes", minLen, maxPasswordLen)
+// checkPassword is the password policy, for every password set (a
+// user's creation, a change, a reset, the admin's first): at least
+// minLen characters (MinPasswordLen but for CreateUser), at most
+// maxPasswordLen bytes (bcrypt ignores the rest, so a longer one would
+// be accepted for less than it says), not only white space, and not the
+// user's username in any letter case. A login checks none of it: a
+// password stored before keeps working.
+func checkPassword(field, password, username string, minLen int) error {
+	switch {
+	case utf8.RuneCountInString(password) < minLen:
+		return schema.Invalid(field, "must be at least %d characters", minLen)
+	case len(password) > maxPasswordLen:
+		return schema.Invalid(field, "must be at most %d bytes (bcrypt reads no more)", maxPasswordLen)
+	case strings.TrimSpace(password) == "":
+		return schema.Invalid(field, "must not be only white space")
+	case strings.EqualFold(password, username):
+		return schema.Invalid(field, "must not be the username")
 	}
 	return nil
 }
@@ -641,7 +687,7 @@ func (s *Store) addUser(ctx context.Context, n NewUser, minPassword int) (UserDe
 	if err := checkText("name", n.Name, 128, true); err != nil {
 		return UserDetail{}, err
 	}
-	if err := checkPassword("password", n.Password, minPassword); err != nil {
+	if err := checkPassword("password", n.Password, n.Username, minPassword); err != nil {
 		return UserDetail{}, err
 	}
 	hash, err := hashPassword(n.Password)
@@ -748,24 +794,28 @@ func (s *Store) DeleteUser(ctx context.Context, id string) (UserDetail, error) {
 }
 
 // ChangePassword sets the password of user id, who gave its current one
-// (old): its other tokens end (everywhere), the one of keepTokenID (a
-// TokenID) stays.
+// (old): its other tokens and all its API keys end (everywhere), the
+// token of keepTokenID (a TokenID) stays.
 func (s *Store) ChangePassword(ctx context.Context, id, keepTokenID, old, password string) error {
 	if old == "" {
 		return schema.Invalid("oldPassword", "is required")
 	}
-	if err := checkPassword("newPassword", password, MinPasswordLen); err != nil {
-		return err
+	var row struct {
+		Username string `db:"username"`
+		Hash     string `db:"password_hash"`
 	}
-	var hash string
 	lctx, cancel := s.timeout(ctx)
-	err := s.db.GetContext(lctx, &hash, `SELECT password_hash FROM users WHERE id = $1`, id)
+	err := s.db.GetContext(lctx, &row, `SELECT username, password_hash FROM users WHERE id = $1`, id)
 	cancel()
+	hash := row.Hash
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrUnauthorized
 	}
 	if err != nil {
 		return fmt.Errorf("meta: change password: %w", err)
+	}
+	if err := checkPassword("newPassword", password, row.Username, MinPasswordLen); err != nil {
+		return err
 	}
 	if len(old) > maxPasswordLen || bcrypt.CompareHashAndPassword([]byte(hash), []byte(old)) != nil {
 		return schema.Invalid("oldPassword", "is not the current password")
@@ -778,9 +828,13 @@ func (s *Store) ChangePassword(ctx context.Context, id, keepTokenID, old, passwo
 }
 
 // SetPassword sets the password of user id (an administrator's reset):
-// every token of it ends, on every instance.
+// every token and API key of it ends, on every instance.
 func (s *Store) SetPassword(ctx context.Context, id, password string) error {
-	if err := checkPassword("password", password, MinPasswordLen); err != nil {
+	u, err := s.GetUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := checkPassword("password", password, u.Username, MinPasswordLen); err != nil {
 		return err
 	}
 	return s.setPassword(ctx, id, password, nil)
@@ -803,6 +857,12 @@ func (s *Store) setPassword(ctx context.Context, id, password string, keep []byt
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM tokens WHERE user_id = $1 AND hash IS DISTINCT FROM $2`, id, keep); err != nil {
 			return fmt.Errorf("meta: set password: %w", err)
+		}
+		// Whoever knew the old password could have made keys with it: a
+		// change or reset ends every credential made before it but the
+		// token that changed it (announced as revocations, 00014).
+		if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE user_id = $1`, id); err != nil {
+			return fmt.Errorf("meta: set password: revoke keys: %w", err)
 		}
 		return nil
 	})

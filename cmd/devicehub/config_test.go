@@ -135,6 +135,7 @@ var kindSamples = map[string]sample{
 	"bool":     {"true", "true", "0", "false"},
 	"origins":  {"https://A.example/", "https://a.example", "http://localhost:3000,https://b.example", "http://localhost:3000,https://b.example"},
 	"brokers":  {"tcp://b1:1883", "tcp://b1:1883", "tcp://b1:1883,tcp://b2:1883", "tcp://b1:1883,tcp://b2:1883"},
+	"addrs":    {"10.1.2.3/8", "10.0.0.0/8", "192.168.1.7, fd00::/8", "192.168.1.7/32,fd00::/8"},
 }
 
 // settingSamples are the samples of the settings whose kind's do not fit.
@@ -161,6 +162,7 @@ var kindMalformed = map[string][]string{
 	"bool":     {"yes", "on", "2", "truth"},
 	"brokers":  {"broker:1883", "tcp://b1:1883,", "tcp://b1:1883,,tcp://b2:1883", "tcp://b1:1883,tcp://b1:1883"},
 	"origins":  {"console.example.com", "ftp://a.example", "https://a.example/app", "https://a.example?x=1", "https://user@a.example", "*,https://a.example"},
+	"addrs":    {"localhost", "10.0.0.0/33", "10.0.0.300", "none,10.0.0.1", ",", "fe80::1%eth0"},
 }
 
 // settingOf returns c's setting of flag name.

@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -71,6 +72,25 @@ func parseCommandLine(args []string, getenv func(string) string, stdout, stderr 
 	return cfg, -1
 }
 
+// devAdminPassword is the admin's password on a first start without
+// DEVICEHUB_ADMIN_PASSWORD: the one README's `make run` signs in with.
+const devAdminPassword = "admin123"
+
+// warnDefaultAdmin logs a warning at every start while the admin user's
+// password is still devAdminPassword (one bcrypt check), whatever the
+// setting says now: anyone who read README can sign in as administrator.
+func warnDefaultAdmin(ctx context.Context, store *meta.Store, log *slog.Logger) {
+	def, err := store.HasPassword(ctx, "admin", devAdminPassword)
+	if err != nil {
+		log.Warn("could not check the admin password against the development default", "err", err)
+		return
+	}
+	if def {
+		log.Warn("the admin user's password is the development default (admin/" + devAdminPassword + "): " +
+			"change it (PUT /api/user/passwd, or the console: your account) before anyone else can reach this server")
+	}
+}
+
 // run starts every component and stops them in reverse order when ctx ends.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	mopt := meta.DefaultOptions()
@@ -87,6 +107,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := store.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
 		return err
 	}
+	warnDefaultAdmin(ctx, store, log)
 
 	loc := time.Local
 	if cfg.TimeZone != "" && cfg.TimeZone != "Local" {
@@ -199,6 +220,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		apiOpts := api.DefaultOptions()
 		apiOpts.TokenLifetime = cfg.TokenLifetime
 		apiOpts.CORSOrigins = cfg.CORSOrigins
+		apiOpts.MetricsAllow, apiOpts.MetricsToken = cfg.MetricsAllow, cfg.MetricsToken
 		apiOpts.AccessLog = cfg.AccessLog
 		apiOpts.LoginWait = cfg.LoginWait
 		// Readiness (/readyz): the stores, and the broker connections of
@@ -298,6 +320,8 @@ type config struct {
 	AuditRetention     time.Duration
 	PprofAddr          string
 	CORSOrigins        []string
+	MetricsAllow       []netip.Prefix
+	MetricsToken       string
 	MemoryLimit        int64
 	RolesText          string
 	Roles              map[string]bool

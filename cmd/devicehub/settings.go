@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ type setting struct {
 
 // A parser reads a setting's text into one config field.
 type parser struct {
-	kind  string             // string, duration, int, size, enum, bool, level, origins or roles
+	kind  string             // string, duration, int, size, enum, bool, level, origins, addrs or roles
 	want  string             // the expected form, as in "want a duration like 5s or 1m"
 	parse func(string) error // any error means the text is not of the expected form
 	get   func() string      // the field's value as text
@@ -47,7 +48,7 @@ func settings(c *config) []setting {
 		{"query-timeout", "DEVICEHUB_QUERY_TIMEOUT", "5s", "timeout of each database call", duration(&c.QueryTimeout, false)},
 		{"page-cache-ttl", "DEVICEHUB_PAGE_CACHE_TTL", mo.PageCacheTTL.String(), "longest a product or device page is kept for the same query; pages are dropped as soon as a table they read changes; 0 keeps none",
 			duration(&c.PageCacheTTL, false)},
-		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", "admin123", "password of the admin user created on first start", str(&c.AdminPassword)},
+		{"admin-password", "DEVICEHUB_ADMIN_PASSWORD", devAdminPassword, "password of the admin user created on first start", str(&c.AdminPassword)},
 		{"token-lifetime", "DEVICEHUB_TOKEN_LIFETIME", "30m0s", "sliding lifetime of a login token", duration(&c.TokenLifetime, false)},
 		{"shutdown-timeout", "DEVICEHUB_SHUTDOWN_TIMEOUT", "15s", "how long shutdown may drain", duration(&c.ShutdownTimeout, false)},
 		{"login-max-failures", "DEVICEHUB_LOGIN_MAX_FAILURES", "5", "failed logins in a row, for one username from one client address, that lock that address out of it; 0 disables",
@@ -105,6 +106,11 @@ func settings(c *config) []setting {
 			size(&c.MemoryLimit, 0, math.MaxInt64, "a size like 160MiB (KiB, MiB, GiB suffixes; 0: none)")},
 		{"cors-origins", "DEVICEHUB_CORS_ORIGINS", "", "comma-separated browser origins allowed to call the API (CORS), e.g. https://console.example.com; empty: none, no CORS headers",
 			origins(&c.CORSOrigins)},
+		{"metrics-allow", "DEVICEHUB_METRICS_ALLOW", api.DefaultMetricsAllow,
+			"comma-separated IP addresses and CIDR prefixes whose clients may read GET /metrics without a token (the TCP peer's address); none: no address",
+			addressList(&c.MetricsAllow)},
+		{"metrics-token", "DEVICEHUB_METRICS_TOKEN", "", "a bearer token that also lets a client read GET /metrics (Authorization: Bearer <token>), from any address; empty: none",
+			str(&c.MetricsToken)},
 		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
 		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
 	}
@@ -210,6 +216,29 @@ func origins(p *[]string) parser {
 			return err
 		},
 		get: func() string { return strings.Join(*p, ",") }}
+}
+
+// addressList reads a comma-separated list of IP addresses and CIDR
+// prefixes as api.ParseAddressList does, normalised; none is none.
+func addressList(p *[]netip.Prefix) parser {
+	return parser{kind: "addrs", want: "comma-separated IP addresses or CIDR prefixes like 10.0.0.0/8,::1, or none",
+		parse: func(s string) error {
+			a, err := api.ParseAddressList(s)
+			if err == nil {
+				*p = a
+			}
+			return err
+		},
+		get: func() string {
+			if len(*p) == 0 {
+				return "none"
+			}
+			out := make([]string, len(*p))
+			for i, a := range *p {
+				out[i] = a.String()
+			}
+			return strings.Join(out, ",")
+		}}
 }
 
 // brokerList reads one broker URL or a comma-separated pool of them
