@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -555,10 +557,8 @@ func (e *exportEncoder) end() error {
 
 // appendCSVField appends s, quoted if it holds a comma, a quote or a
 // line break (RFC 4180), or starts or ends with a space (which readers
-// may trim). A text a spreadsheet would run as a formula (it begins with
-// =, +, -, @, a tab or a carriage return: OWASP's CSV injection) gets a
-// leading ' that makes it text, unless it is a number as it stands
-// (-3.5, +1e3: a spreadsheet reads it as that number, and runs nothing).
+// may trim). A text a spreadsheet would run as a formula (formulaLike)
+// gets a leading ' that makes it text (OWASP's CSV injection guidance).
 func appendCSVField(b []byte, s string) []byte {
 	if formulaLike(s) {
 		s = "'" + s
@@ -581,14 +581,42 @@ func appendCSVField(b []byte, s string) []byte {
 }
 
 // formulaLike reports whether a spreadsheet opening the field s would
-// take it for a formula.
+// take it for a formula: it begins with =, +, -, @, a tab or a carriage
+// return (OWASP's list), or with =, +, - or @ after leading white space
+// or invisible characters (a space, no-break space, ideographic space,
+// zero-width space, byte order mark: readers trim them, or show nothing),
+// or with the fullwidth ＝ ＋ － ＠, which Excel with an East Asian input
+// method reads as = + - @. A number as it stands (-3.5, +1e3) is no
+// formula: a spreadsheet reads it as that number, and runs nothing.
+// The console's device-logins.csv has the same guard (console/static/app.js
+// csvCell).
 func formulaLike(s string) bool {
-	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	if s == "" {
 		return false
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	return err != nil || math.IsInf(f, 0) || math.IsNaN(f) || strings.ContainsAny(s, "xXpP_")
+	if s[0] == '\t' || s[0] == '\r' {
+		return true
+	}
+	t := strings.TrimLeftFunc(s, invisibleLead)
+	r, _ := utf8.DecodeRuneInString(t)
+	switch r {
+	case '＝', '＋', '－', '＠':
+		return true
+	case '=', '+', '-', '@':
+		if len(t) != len(s) {
+			return true
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		return err != nil || math.IsInf(f, 0) || math.IsNaN(f) || strings.ContainsAny(s, "xXpP_")
+	}
+	return false
 }
+
+// invisibleLead is what formulaLike looks past at the start of a field:
+// white space (unicode.IsSpace: ASCII, no-break and ideographic spaces)
+// and format characters (unicode.Cf: zero-width space and joiners, the
+// byte order mark).
+func invisibleLead(r rune) bool { return unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) }
 
 // appendJSONFloat appends f as encoding/json writes a float64: the
 // shortest text that reads back as f, exponent form outside 1e-6..1e21.
