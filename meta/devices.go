@@ -163,34 +163,34 @@ type DeviceRelation struct {
 // deviceRow is what the device queries select; the list scans a subset
 // (deviceList.dests), leaving the other fields zero.
 type deviceRow struct {
-	ID               string         `db:"id"`
-	Name             string         `db:"name"`
-	PhotoURL         string         `db:"photo_url"`
-	Description      string         `db:"description"`
-	ProductID        string         `db:"product_id"`
-	State            string         `db:"state"`
-	SuperDeviceType  string         `db:"super_device_type"`
-	Edge             bool           `db:"edge"`
-	MediaDevice      bool           `db:"media_device"`
-	Features         []byte         `db:"features"`
-	VirtualType      string         `db:"virtual_type"`
-	ComeFrom         string         `db:"come_from"`
-	DeviceCreateType string         `db:"device_create_type"`
-	PresetType       string         `db:"preset_type"`
-	CategoryType     string         `db:"category_type"`
-	OwnModel         bool           `db:"own_model"` // the device has its own thing model
-	SecureID         string         `db:"secure_id"`
-	SecureKey        string         `db:"secure_key"`
-	ChannelID        string         `db:"channel_id"`
-	OrgID            string         `db:"org_id"`
-	StorePolicy      string         `db:"store_policy"`
-	CreatorID        string         `db:"creator_id"`
-	CreatorName      string         `db:"creator_name"`
-	ModifierID       string         `db:"modifier_id"`
-	ModifierName     string         `db:"modifier_name"`
-	CreatedAt        time.Time      `db:"create_time"`
-	ModifiedAt       time.Time      `db:"modify_time"`
-	RegistryTime     *time.Time     `db:"registry_time"`
+	ID               string     `db:"id"`
+	Name             string     `db:"name"`
+	PhotoURL         string     `db:"photo_url"`
+	Description      string     `db:"description"`
+	ProductID        string     `db:"product_id"`
+	State            string     `db:"state"`
+	SuperDeviceType  string     `db:"super_device_type"`
+	Edge             bool       `db:"edge"`
+	MediaDevice      bool       `db:"media_device"`
+	Features         []byte     `db:"features"`
+	VirtualType      string     `db:"virtual_type"`
+	ComeFrom         string     `db:"come_from"`
+	DeviceCreateType string     `db:"device_create_type"`
+	PresetType       string     `db:"preset_type"`
+	CategoryType     string     `db:"category_type"`
+	OwnModel         bool       `db:"own_model"` // the device has its own thing model
+	SecureID         string     `db:"secure_id"`
+	SecureKey        string     `db:"secure_key"`
+	ChannelID        string     `db:"channel_id"`
+	OrgID            string     `db:"org_id"`
+	StorePolicy      string     `db:"store_policy"`
+	CreatorID        string     `db:"creator_id"`
+	CreatorName      string     `db:"creator_name"`
+	ModifierID       string     `db:"modifier_id"`
+	ModifierName     string     `db:"modifier_name"`
+	CreatedAt        time.Time  `db:"create_time"`
+	ModifiedAt       time.Time  `db:"modify_time"`
+	RegistryTime     *time.Time `db:"registry_time"`
 	// Product fields.
 	ProductName string `db:"product_name"`
 	DeviceType  string `db:"device_type"`
