@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -108,6 +109,26 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// The export counts against its user's limit (UserLimits) and ends
+	// with its token, as a live stream does (live.go; auth.go
+	// tokensEnded): registered before the token is read again here, so
+	// that an end committed after that read finds it, and one committed
+	// before is seen by the read.
+	token := strings.Clone(c.Get(tokenHeader))
+	st, err := s.streams.add(token, currentUser(c).ID, kindExport)
+	if err != nil {
+		return userStreamsReply(c, err)
+	}
+	streaming := false
+	defer func() {
+		if !streaming {
+			s.streams.remove(st)
+		}
+	}()
+	expires, err := s.deps.Auth.TokenExpiry(ctx, token)
+	if err != nil {
+		return err
+	}
 	if !acquireExport(ctx) {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
@@ -130,17 +151,51 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	conn, shutdown, log := rc.Conn(), rc.Done(), s.log
 	timeout := s.opts.WriteTimeout
 	allProducts, products := meta.ProductsOf(c.UserContext())
+	check := func() (time.Time, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), liveLookup)
+		defer cancel()
+		return s.deps.Auth.TokenExpiry(ctx, token)
+	}
+	streaming = true
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() { <-exportSlots }()
+		defer s.streams.remove(st)
 		// The stream outlives the request's context; it keeps the
 		// caller's products (every product of theirs, for message counts).
 		ctx, cancel := context.WithTimeout(meta.LimitProducts(context.Background(), allProducts, products), exportTimeout)
 		defer cancel()
-		go func() { // the server's shutdown ends the export
-			select {
-			case <-shutdown:
+		var tokenEnded atomic.Bool
+		go func() {
+			// The server's shutdown ends the export; so does its token's
+			// end (logout, user disabled or deleted, key revoked, roles
+			// changed: announced, st.end; expiry, or a read again that
+			// fails), which also cuts the connection at once: a write
+			// blocked on a slow reader returns, and what the socket still
+			// holds is dropped (linger 0), not delivered.
+			expiry := time.NewTimer(untilRecheck(expires))
+			defer expiry.Stop()
+			for {
+				var err error
+				select {
+				case <-shutdown:
+					cancel()
+					return
+				case <-ctx.Done():
+					return
+				case <-st.end:
+				case <-st.recheck:
+					expires, err = check()
+				case <-expiry.C:
+					expires, err = check()
+				}
+				if err == nil && !isClosed(st.end) {
+					expiry.Reset(untilRecheck(expires))
+					continue
+				}
+				tokenEnded.Store(true)
 				cancel()
-			case <-ctx.Done():
+				cutConn(conn)
+				return
 			}
 		}()
 		enc := &exportEncoder{w: w, ndjson: format == exportNDJSON, columns: plan.columns, conn: conn, timeout: timeout}
@@ -156,13 +211,39 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 			// The status is sent: cut the connection before the body's
 			// last chunk, so that the client sees a broken transfer, not
 			// a short file.
-			log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
+			if tokenEnded.Load() {
+				log.Info("export ended with its token", "file", plan.name, "rows", enc.rows)
+			} else {
+				log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
+			}
 			if conn != nil {
 				_ = conn.Close()
 			}
 		}
 	})
 	return nil
+}
+
+// isClosed reports whether ch is closed (it is never sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// cutConn closes conn at once, dropping what its send buffer still holds
+// (SO_LINGER 0: the peer gets a reset, not the rest of the data).
+func cutConn(conn net.Conn) {
+	if conn == nil {
+		return
+	}
+	if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // acquireExport takes an export slot, waiting up to exportWait.

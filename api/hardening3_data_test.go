@@ -1,14 +1,20 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"devicehub/api"
+	"devicehub/bench/testkit"
+	"devicehub/meta"
 	"devicehub/tsdb"
 )
 
@@ -158,4 +164,202 @@ func TestHardening3MetadataBounds(t *testing.T) {
 	if r := e.call("POST", "/api/device-instance/_query/?deviceMetadata=maybe", body); r.HTTPStatus != 400 || !strings.Contains(r.Message, "deviceMetadata") {
 		t.Fatalf("?deviceMetadata=maybe: %d %s", r.HTTPStatus, r.raw)
 	}
+}
+
+// bigExportEnv is dashEnv with n values of temp stored for "dd": about n x
+// 67 bytes of CSV, more than the sockets' buffers hold for n of 300,000.
+func bigExportEnv(t *testing.T, n int) *env {
+	t.Helper()
+	e, db := dashEnv(t)
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	batch := make([]tsdb.PropertyValue, n)
+	for i := range batch {
+		batch[i] = tsdb.PropertyValue{Time: time.UnixMilli(base + int64(i)), ProductID: "dp", DeviceID: "dd", Property: "temp", ValueType: "number", Num: float64(i)}
+	}
+	if err := db.Insert(context.Background(), nil, batch); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var bigExportQuery = map[string]any{"dashboard": "device", "object": "dp", "measurement": "properties", "dimension": "history",
+	"params": map[string]any{"deviceId": "dd"}}
+
+// startExport posts bigExportQuery with token and returns the response
+// (status and headers read, body not); the test closes it.
+func startExport(t *testing.T, base, token string) *http.Response {
+	t.Helper()
+	body, _ := json.Marshal(bigExportQuery)
+	req, _ := http.NewRequest("POST", base+"/api/dashboard/_export?format=csv", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Access-Token", token)
+	client := &http.Client{Transport: &http.Transport{}} // a connection of its own
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	return res
+}
+
+// startedExport is startExport that requires 200 and reads the first
+// 64 KiB: the export is under way, held by a client that reads no more.
+func startedExport(t *testing.T, base, token string) *http.Response {
+	t.Helper()
+	res := startExport(t, base, token)
+	if res.StatusCode != 200 {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("export: %d %s", res.StatusCode, b)
+	}
+	if _, err := io.ReadFull(res.Body, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestHardening3ExportsPerUser: a user holds at most 2 exports at once
+// (429 too_many_requests for a third), while another user still gets one
+// of the instance's 4; a finished export gives its slot back.
+func TestHardening3ExportsPerUser(t *testing.T) {
+	e := bigExportEnv(t, 300_000)
+	if _, err := e.store.CreateUser(context.Background(), "vera", "password-vera", meta.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	vera := e.login("vera", "password-vera")
+	held := []*http.Response{startedExport(t, e.base, vera), startedExport(t, e.base, vera)}
+	third := startExport(t, e.base, vera)
+	if third.StatusCode == 200 {
+		t.Fatalf("a third export of one user started")
+	}
+	r := e.envelope("POST", "export", third)
+	if r.HTTPStatus != 429 || r.Code != "too_many_requests" || !strings.Contains(r.Message, "per user") || third.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third export of one user: %d %s (Retry-After %q)", r.HTTPStatus, r.raw, third.Header.Get("Retry-After"))
+	}
+	// Another user, even with the same role, is not held back by vera's.
+	admin := startedExport(t, e.base, e.token)
+	admin.Body.Close()
+	// One of vera's ends: she may start another.
+	held[0].Body.Close()
+	var again *http.Response
+	if !testkit.Within(5*time.Second, func() bool {
+		res := startExport(t, e.base, vera)
+		if res.StatusCode == 200 {
+			again = res
+			return true
+		}
+		res.Body.Close()
+		return false
+	}) {
+		t.Fatal("vera's export slot was not given back after her export ended")
+	}
+	again.Body.Close()
+	held[1].Body.Close()
+}
+
+// cutWithin reads the rest of res's body and requires it to end broken
+// (not a complete file) within d of from.
+func cutWithin(t *testing.T, what string, res *http.Response, from time.Time, d time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	var n int64
+	go func() {
+		var err error
+		n, err = io.Copy(io.Discard, res.Body)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("%s: the export ran to its end (%d more bytes) after its token ended", what, n)
+		}
+		if took := time.Since(from); took > d {
+			t.Fatalf("%s: the export was cut %s after its token ended, want within %s", what, took, d)
+		}
+		t.Logf("%s: cut after %s, %d bytes after the end: %v", what, time.Since(from).Round(time.Millisecond), n, err)
+	case <-time.After(time.Until(from.Add(d))):
+		res.Body.Close()
+		<-done
+		t.Fatalf("%s: the export still runs %s after its token ended (%d bytes read)", what, d, n)
+	}
+}
+
+// TestHardening3ExportEndsWithToken: an export in progress is cut within
+// 1 s of its user's disabling, and of its API key's revocation, like a
+// live stream; the client sees a broken transfer, never a complete file.
+func TestHardening3ExportEndsWithToken(t *testing.T) {
+	e := bigExportEnv(t, 300_000)
+	for _, u := range []string{"dora", "kim"} {
+		if _, err := e.store.CreateUser(context.Background(), u, "password-"+u, meta.RoleViewer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dora := e.login("dora", "password-dora")
+	res := startedExport(t, e.base, dora)
+	if _, err := e.store.DB().Exec(`UPDATE users SET state = 'disabled' WHERE username = 'dora'`); err != nil {
+		t.Fatal(err)
+	}
+	cutWithin(t, "user disabled", res, time.Now(), time.Second)
+
+	kim := e.login("kim", "password-kim")
+	key := e.createKey(kim, map[string]any{"name": "exports", "permissions": []string{"dashboard:read"}})
+	res = startedExport(t, e.base, key.Key)
+	if r := e.do("DELETE", "/api/user/key/"+key.ID, nil, kim); r.HTTPStatus != 200 {
+		t.Fatalf("revoke: %d %s", r.HTTPStatus, r.raw)
+	}
+	cutWithin(t, "key revoked", res, time.Now(), time.Second)
+
+	// kim's own login still exports, to its end.
+	got, _ := (&env{t: t, base: e.base, token: kim}).exportText("?format=csv", "", map[string]any{"dashboard": "device", "object": "dp",
+		"measurement": "properties", "dimension": "history", "params": map[string]any{"deviceId": "dd", "history": 10}})
+	if n := strings.Count(got, "\r\n"); n != 11 {
+		t.Fatalf("kim's export: %d lines", n)
+	}
+}
+
+// TestHardening3LiveStreamsPerUser: one user opens at most 20 live streams
+// on an instance (429 too_many_requests for the 21st, whatever token of
+// theirs it comes with), another user still opens one; a closed stream
+// gives its place back.
+func TestHardening3LiveStreamsPerUser(t *testing.T) {
+	product := "lu" + liveSuffix()
+	dev := product + "-1"
+	var hub interface{ Subscribers() int }
+	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
+		addLiveDevices(t, store, product, dev)
+		h := newLiveHub(t)
+		hub = h
+		deps.Live, deps.LiveDevices = h, store
+	})
+	if _, err := e.store.CreateUser(context.Background(), "lou", "password-lou", meta.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	lou, lou2 := e.login("lou", "password-lou"), e.login("lou", "password-lou")
+	var streams []*sseStream
+	for i := range 20 {
+		tok := lou
+		if i%2 == 1 {
+			tok = lou2
+		}
+		streams = append(streams, openLiveWithin(t, e.base, liveQuery(tok, []string{dev}), "", 5*time.Second))
+	}
+	for _, tok := range []string{lou, lou2} {
+		res, err := liveClient.Get(e.base + "/api/live?" + liveQuery(tok, []string{dev}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode == 200 { // a stream: never read to its end
+			res.Body.Close()
+			t.Fatalf("lou's 21st stream opened")
+		}
+		r := e.envelope("GET", "/api/live", res)
+		if r.HTTPStatus != 429 || r.Code != "too_many_requests" || !strings.Contains(r.Message, "per user") {
+			t.Fatalf("lou's 21st stream: %d %s", r.HTTPStatus, r.raw)
+		}
+	}
+	openLiveWithin(t, e.base, liveQuery(e.token, []string{dev}), "", 5*time.Second) // another user's
+	streams[0].body.Close()
+	if !testkit.Within(5*time.Second, func() bool { return hub.Subscribers() == 20 }) {
+		t.Fatalf("subscribers %d after one of lou's closed, want 20", hub.Subscribers())
+	}
+	openLiveWithin(t, e.base, liveQuery(lou, []string{dev}), "", 5*time.Second)
 }

@@ -226,6 +226,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
 		})
+		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
 			go store.RunAuditRetention(ctx, cfg.AuditRetention, time.Hour, log)
 		}
@@ -298,8 +299,12 @@ type config struct {
 	PprofAddr          string
 	CORSOrigins        []string
 	MemoryLimit        int64
-	RolesText          string
-	Roles              map[string]bool
+
+	LiveStreamsPerUser int // api.UserLimits
+	ExportsPerUser     int
+
+	RolesText string
+	Roles     map[string]bool
 }
 
 // connected turns a client's connection state into a readiness check.
