@@ -271,6 +271,9 @@ func importBody(c *fiber.Ctx) (body []byte, isCSV bool, deploy string, err error
 		if len(body) > bulkBodyLimit {
 			return nil, false, "", fiber.ErrRequestEntityTooLarge
 		}
+		// A file saved with a byte order mark (Windows editors, Excel's
+		// "CSV UTF-8") is read without it: JSON allows none (RFC 8259).
+		body = bytes.TrimPrefix(body, []byte("\ufeff"))
 		return body, !looksLikeJSONArray(body), c.FormValue("deploy"), nil
 	case "text/csv", "application/csv":
 		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {

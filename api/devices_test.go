@@ -371,7 +371,8 @@ func TestDeviceMetadataInheritance(t *testing.T) {
 	if err := json.Unmarshal([]byte(m), &doc); err != nil || doc["events"] == nil || doc["functions"] == nil || doc["tags"] == nil {
 		t.Fatalf("stored model not normalised: %s", m)
 	}
-	page := e.queryDevices(`{"terms":[{"column":"id","value":"d"}]}`)
+	var page devicePage // the list carries the model when asked for (hardening3_data_test.go)
+	e.ok("POST", "/api/device-instance/_query/?deviceMetadata=true", `{"terms":[{"column":"id","value":"d"}]}`, &page)
 	if page.Data[0]["deviceMetadata"] != m {
 		t.Fatalf("list deviceMetadata %v", page.Data[0]["deviceMetadata"])
 	}

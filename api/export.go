@@ -12,7 +12,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -106,6 +109,26 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// The export counts against its user's limit (UserLimits) and ends
+	// with its token, as a live stream does (live.go; auth.go
+	// tokensEnded): registered before the token is read again here, so
+	// that an end committed after that read finds it, and one committed
+	// before is seen by the read.
+	token := strings.Clone(c.Get(tokenHeader))
+	st, err := s.streams.add(token, currentUser(c).ID, kindExport)
+	if err != nil {
+		return userStreamsReply(c, err)
+	}
+	streaming := false
+	defer func() {
+		if !streaming {
+			s.streams.remove(st)
+		}
+	}()
+	expires, err := s.deps.Auth.TokenExpiry(ctx, token)
+	if err != nil {
+		return err
+	}
 	if !acquireExport(ctx) {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
@@ -128,17 +151,51 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	conn, shutdown, log := rc.Conn(), rc.Done(), s.log
 	timeout := s.opts.WriteTimeout
 	allProducts, products := meta.ProductsOf(c.UserContext())
+	check := func() (time.Time, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), liveLookup)
+		defer cancel()
+		return s.deps.Auth.TokenExpiry(ctx, token)
+	}
+	streaming = true
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer func() { <-exportSlots }()
+		defer s.streams.remove(st)
 		// The stream outlives the request's context; it keeps the
 		// caller's products (every product of theirs, for message counts).
 		ctx, cancel := context.WithTimeout(meta.LimitProducts(context.Background(), allProducts, products), exportTimeout)
 		defer cancel()
-		go func() { // the server's shutdown ends the export
-			select {
-			case <-shutdown:
+		var tokenEnded atomic.Bool
+		go func() {
+			// The server's shutdown ends the export; so does its token's
+			// end (logout, user disabled or deleted, key revoked, roles
+			// changed: announced, st.end; expiry, or a read again that
+			// fails), which also cuts the connection at once: a write
+			// blocked on a slow reader returns, and what the socket still
+			// holds is dropped (linger 0), not delivered.
+			expiry := time.NewTimer(untilRecheck(expires))
+			defer expiry.Stop()
+			for {
+				var err error
+				select {
+				case <-shutdown:
+					cancel()
+					return
+				case <-ctx.Done():
+					return
+				case <-st.end:
+				case <-st.recheck:
+					expires, err = check()
+				case <-expiry.C:
+					expires, err = check()
+				}
+				if err == nil && !isClosed(st.end) {
+					expiry.Reset(untilRecheck(expires))
+					continue
+				}
+				tokenEnded.Store(true)
 				cancel()
-			case <-ctx.Done():
+				cutConn(conn)
+				return
 			}
 		}()
 		enc := &exportEncoder{w: w, ndjson: format == exportNDJSON, columns: plan.columns, conn: conn, timeout: timeout}
@@ -154,13 +211,39 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 			// The status is sent: cut the connection before the body's
 			// last chunk, so that the client sees a broken transfer, not
 			// a short file.
-			log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
+			if tokenEnded.Load() {
+				log.Info("export ended with its token", "file", plan.name, "rows", enc.rows)
+			} else {
+				log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
+			}
 			if conn != nil {
 				_ = conn.Close()
 			}
 		}
 	})
 	return nil
+}
+
+// isClosed reports whether ch is closed (it is never sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// cutConn closes conn at once, dropping what its send buffer still holds
+// (SO_LINGER 0: the peer gets a reset, not the rest of the data).
+func cutConn(conn net.Conn) {
+	if conn == nil {
+		return
+	}
+	if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // acquireExport takes an export slot, waiting up to exportWait.
@@ -555,10 +638,8 @@ func (e *exportEncoder) end() error {
 
 // appendCSVField appends s, quoted if it holds a comma, a quote or a
 // line break (RFC 4180), or starts or ends with a space (which readers
-// may trim). A text a spreadsheet would run as a formula (it begins with
-// =, +, -, @, a tab or a carriage return: OWASP's CSV injection) gets a
-// leading ' that makes it text, unless it is a number as it stands
-// (-3.5, +1e3: a spreadsheet reads it as that number, and runs nothing).
+// may trim). A text a spreadsheet would run as a formula (formulaLike)
+// gets a leading ' that makes it text (OWASP's CSV injection guidance).
 func appendCSVField(b []byte, s string) []byte {
 	if formulaLike(s) {
 		s = "'" + s
@@ -581,14 +662,42 @@ func appendCSVField(b []byte, s string) []byte {
 }
 
 // formulaLike reports whether a spreadsheet opening the field s would
-// take it for a formula.
+// take it for a formula: it begins with =, +, -, @, a tab or a carriage
+// return (OWASP's list), or with =, +, - or @ after leading white space
+// or invisible characters (a space, no-break space, ideographic space,
+// zero-width space, byte order mark: readers trim them, or show nothing),
+// or with the fullwidth ＝ ＋ － ＠, which Excel with an East Asian input
+// method reads as = + - @. A number as it stands (-3.5, +1e3) is no
+// formula: a spreadsheet reads it as that number, and runs nothing.
+// The console's device-logins.csv has the same guard (console/static/app.js
+// csvCell).
 func formulaLike(s string) bool {
-	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+	if s == "" {
 		return false
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	return err != nil || math.IsInf(f, 0) || math.IsNaN(f) || strings.ContainsAny(s, "xXpP_")
+	if s[0] == '\t' || s[0] == '\r' {
+		return true
+	}
+	t := strings.TrimLeftFunc(s, invisibleLead)
+	r, _ := utf8.DecodeRuneInString(t)
+	switch r {
+	case '＝', '＋', '－', '＠':
+		return true
+	case '=', '+', '-', '@':
+		if len(t) != len(s) {
+			return true
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		return err != nil || math.IsInf(f, 0) || math.IsNaN(f) || strings.ContainsAny(s, "xXpP_")
+	}
+	return false
 }
+
+// invisibleLead is what formulaLike looks past at the start of a field:
+// white space (unicode.IsSpace: ASCII, no-break and ideographic spaces)
+// and format characters (unicode.Cf: zero-width space and joiners, the
+// byte order mark).
+func invisibleLead(r rune) bool { return unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) }
 
 // appendJSONFloat appends f as encoding/json writes a float64: the
 // shortest text that reads back as f, exponent form outside 1e-6..1e21.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -85,7 +86,10 @@ func (s *Server) live(c *fiber.Ctx) error {
 	// committed after that read finds it, and one committed before is
 	// seen by the read; the read also gives the expiry.
 	token, _ := c.Locals(tokenKey).(string)
-	st := s.streams.add(token)
+	st, err := s.streams.add(token, currentUser(c).ID, kindLive)
+	if err != nil {
+		return userStreamsReply(c, err)
+	}
 	ctx, cancel = context.WithTimeout(c.UserContext(), liveLookup)
 	expires, err := s.deps.Auth.TokenExpiry(ctx, token)
 	cancel()
@@ -298,40 +302,138 @@ func watchClient(conn net.Conn) (gone <-chan struct{}, stop func()) {
 	}
 }
 
-// streamEntry is an open stream as its token's end reaches it.
+// Per-user limits of long responses (UserLimits): how many live streams
+// and exports one user (a credential's owner: its logins and API keys
+// alike) may hold open on an instance at once. The instance's own limits
+// (live.Options MaxSubscribers, maxExports) stay: these keep one user
+// from taking all of them.
+const (
+	defaultUserLiveStreams = 20
+	defaultUserExports     = 2
+)
+
+// UserLimits are the per-user limits of an instance's long responses; a
+// zero field is its default (20 live streams, 2 exports).
+type UserLimits struct {
+	LiveStreams int // GET /api/live streams open at once
+	Exports     int // POST /api/dashboard/_export answers in progress
+}
+
+// DefaultUserLimits returns the defaults.
+func DefaultUserLimits() UserLimits {
+	return UserLimits{LiveStreams: defaultUserLiveStreams, Exports: defaultUserExports}
+}
+
+// SetUserLimits sets the per-user limits of live streams and exports
+// (cmd/devicehub: DEVICEHUB_LIVE_STREAMS_PER_USER,
+// DEVICEHUB_EXPORTS_PER_USER). Streams already open count against the
+// new limits; none is ended.
+func (s *Server) SetUserLimits(l UserLimits) {
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	s.streams.limits = l
+}
+
+// Kinds of streams (streamEntry.kind).
+const (
+	kindLive   = "live"
+	kindExport = "export"
+)
+
+// errUserStreams refuses a stream beyond its user's limit (429).
+type errUserStreams struct {
+	kind  string
+	limit int
+}
+
+func (e *errUserStreams) Error() string {
+	what := "live streams"
+	if e.kind == kindExport {
+		what = "exports"
+	}
+	return fmt.Sprintf("too many %s of this user at once (at most %d per user); end one and retry", what, e.limit)
+}
+
+// userStreamsReply answers a refusal of add: 429 too_many_requests.
+func userStreamsReply(c *fiber.Ctx, err error) error {
+	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
+	return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, err.Error(), nil)
+}
+
+// streamEntry is an open stream (live or export) as its token's end
+// reaches it.
 type streamEntry struct {
 	id      string        // meta.TokenID of its token
+	user    string        // its user's id, for the per-user limits
+	kind    string        // kindLive or kindExport
 	end     chan struct{} // closed when the token ended
 	once    sync.Once
 	recheck chan struct{} // a token when the token must be read again
 }
 
-// liveStreams are the open streams by the token they were opened with.
+// userKind counts one user's streams of one kind.
+type userKind struct{ user, kind string }
+
+// liveStreams are the open streams (live and exports) by the token they
+// were opened with, and their counts by user.
 type liveStreams struct {
-	mu sync.Mutex
-	m  map[string]map[*streamEntry]struct{}
+	mu     sync.Mutex
+	m      map[string]map[*streamEntry]struct{}
+	users  map[userKind]int
+	limits UserLimits
 }
 
-func (ls *liveStreams) add(token string) *streamEntry {
-	e := &streamEntry{id: meta.TokenID(token), end: make(chan struct{}), recheck: make(chan struct{}, 1)}
+// limit is the per-user limit of kind.
+func (ls *liveStreams) limit(kind string) int {
+	n := ls.limits.LiveStreams
+	if kind == kindExport {
+		n = ls.limits.Exports
+	}
+	if n > 0 {
+		return n
+	}
+	if kind == kindExport {
+		return defaultUserExports
+	}
+	return defaultUserLiveStreams
+}
+
+// add registers a stream of kind opened with token by user; an
+// *errUserStreams when user holds as many of kind as its limit.
+func (ls *liveStreams) add(token, user, kind string) (*streamEntry, error) {
+	e := &streamEntry{id: meta.TokenID(token), user: user, kind: kind, end: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	uk := userKind{user, kind}
+	if n := ls.limit(kind); ls.users[uk] >= n {
+		return nil, &errUserStreams{kind: kind, limit: n}
+	}
 	if ls.m == nil {
 		ls.m = make(map[string]map[*streamEntry]struct{})
+		ls.users = make(map[userKind]int)
 	}
 	if ls.m[e.id] == nil {
 		ls.m[e.id] = make(map[*streamEntry]struct{})
 	}
 	ls.m[e.id][e] = struct{}{}
-	return e
+	ls.users[uk]++
+	return e, nil
 }
 
+// remove forgets e; once per add.
 func (ls *liveStreams) remove(e *streamEntry) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	if _, ok := ls.m[e.id][e]; !ok {
+		return
+	}
 	delete(ls.m[e.id], e)
 	if len(ls.m[e.id]) == 0 {
 		delete(ls.m, e.id)
+	}
+	uk := userKind{e.user, e.kind}
+	if ls.users[uk]--; ls.users[uk] <= 0 {
+		delete(ls.users, uk)
 	}
 }
 

@@ -71,7 +71,7 @@ func TestProductLifecycle(t *testing.T) {
 	e.fails("POST", "/api/device/product", map[string]any{"id": "dup-1", "name": "B", "classifiedId": "c", "modelFrom": "custom", "accessId": "a", "deviceType": "gateway"}, 400, "duplicate_key")
 
 	// Patch: take the detail, edit the thing model, send it back (spec's usage rule).
-	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":1,"unit":"percent"},"expands":{"source":"device","type":["read","report"]}}],"events":[],"functions":[],"tags":[],"custom":"kept"}`
+	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float","scale":1,"unit":"percent"},"expands":{"source":"device","type":["read","report"]},"custom":"kept"}],"events":[],"functions":[],"tags":[]}` // a key of its own inside is kept; at the top it is refused (hardening3_data_test.go)
 	got["metadata"] = model
 	got["name"] = "Power meter v2"
 	e.ok("PATCH", "/api/device-product", got, nil)

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // Device states. A device is created notActive, deploy makes it offline
@@ -160,34 +163,34 @@ type DeviceRelation struct {
 // deviceRow is what the device queries select; the list scans a subset
 // (deviceList.dests), leaving the other fields zero.
 type deviceRow struct {
-	ID               string         `db:"id"`
-	Name             string         `db:"name"`
-	PhotoURL         string         `db:"photo_url"`
-	Description      string         `db:"description"`
-	ProductID        string         `db:"product_id"`
-	State            string         `db:"state"`
-	SuperDeviceType  string         `db:"super_device_type"`
-	Edge             bool           `db:"edge"`
-	MediaDevice      bool           `db:"media_device"`
-	Features         []byte         `db:"features"`
-	VirtualType      string         `db:"virtual_type"`
-	ComeFrom         string         `db:"come_from"`
-	DeviceCreateType string         `db:"device_create_type"`
-	PresetType       string         `db:"preset_type"`
-	CategoryType     string         `db:"category_type"`
-	OwnMetadata      sql.NullString `db:"own_metadata"`
-	SecureID         string         `db:"secure_id"`
-	SecureKey        string         `db:"secure_key"`
-	ChannelID        string         `db:"channel_id"`
-	OrgID            string         `db:"org_id"`
-	StorePolicy      string         `db:"store_policy"`
-	CreatorID        string         `db:"creator_id"`
-	CreatorName      string         `db:"creator_name"`
-	ModifierID       string         `db:"modifier_id"`
-	ModifierName     string         `db:"modifier_name"`
-	CreatedAt        time.Time      `db:"create_time"`
-	ModifiedAt       time.Time      `db:"modify_time"`
-	RegistryTime     *time.Time     `db:"registry_time"`
+	ID               string     `db:"id"`
+	Name             string     `db:"name"`
+	PhotoURL         string     `db:"photo_url"`
+	Description      string     `db:"description"`
+	ProductID        string     `db:"product_id"`
+	State            string     `db:"state"`
+	SuperDeviceType  string     `db:"super_device_type"`
+	Edge             bool       `db:"edge"`
+	MediaDevice      bool       `db:"media_device"`
+	Features         []byte     `db:"features"`
+	VirtualType      string     `db:"virtual_type"`
+	ComeFrom         string     `db:"come_from"`
+	DeviceCreateType string     `db:"device_create_type"`
+	PresetType       string     `db:"preset_type"`
+	CategoryType     string     `db:"category_type"`
+	OwnModel         bool       `db:"own_model"` // the device has its own thing model
+	SecureID         string     `db:"secure_id"`
+	SecureKey        string     `db:"secure_key"`
+	ChannelID        string     `db:"channel_id"`
+	OrgID            string     `db:"org_id"`
+	StorePolicy      string     `db:"store_policy"`
+	CreatorID        string     `db:"creator_id"`
+	CreatorName      string     `db:"creator_name"`
+	ModifierID       string     `db:"modifier_id"`
+	ModifierName     string     `db:"modifier_name"`
+	CreatedAt        time.Time  `db:"create_time"`
+	ModifiedAt       time.Time  `db:"modify_time"`
+	RegistryTime     *time.Time `db:"registry_time"`
 	// Product fields.
 	ProductName string `db:"product_name"`
 	DeviceType  string `db:"device_type"`
@@ -216,7 +219,7 @@ type deviceRow struct {
 
 const deviceListColumns = `d.id, d.name, d.photo_url, d.description, d.product_id, d.state, d.super_device_type,
 	d.edge, d.media_device, d.features, d.virtual_type, d.come_from, d.device_create_type, d.preset_type,
-	d.category_type, d.metadata AS own_metadata, d.secure_id, d.secure_key, d.channel_id, d.org_id,
+	d.category_type, d.metadata IS NOT NULL AS own_model, d.secure_id, d.secure_key, d.channel_id, d.org_id,
 	d.store_policy, d.creator_id, d.creator_name, d.modifier_id, d.modifier_name, d.create_time,
 	d.modify_time, d.registry_time, p.name AS product_name, p.device_type, p.regulator`
 
@@ -240,7 +243,7 @@ var deviceList = &listSpec[deviceRow, Device]{
 	dests: func(r *deviceRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
 			&r.Edge, &r.MediaDevice, &r.Features, &r.VirtualType, &r.ComeFrom, &r.DeviceCreateType, &r.PresetType,
-			&r.CategoryType, &r.OwnMetadata, &r.SecureID, &r.SecureKey, &r.ChannelID, &r.OrgID,
+			&r.CategoryType, &r.OwnModel, &r.SecureID, &r.SecureKey, &r.ChannelID, &r.OrgID,
 			&r.StorePolicy, &r.CreatorID, &r.CreatorName, &r.ModifierID, &r.ModifierName, &r.CreatedAt,
 			&r.ModifiedAt, &r.RegistryTime, &r.ProductName, &r.DeviceType, &r.Regulator}
 	},
@@ -302,7 +305,6 @@ func (r *deviceRow) device() Device {
 		PresetType:       Enum(r.PresetType),
 		CategoryType:     Enum(r.CategoryType),
 		MediaDevice:      r.MediaDevice,
-		DeviceMetadata:   r.OwnMetadata.String,
 		Configuration:    r.config(),
 		OrgID:            r.OrgID,
 		StorePolicy:      r.StorePolicy,
@@ -334,7 +336,7 @@ func (r *deviceRow) detail() DeviceDetail {
 		RegisterTime:        NullMillis(r.RegistryTime),
 		ModifyTime:          Millis(r.ModifiedAt),
 		Metadata:            r.Metadata,
-		IndependentMetadata: r.OwnMetadata.Valid,
+		IndependentMetadata: r.OwnModel,
 		Configuration:       r.config(),
 		DeviceConfiguration: conf,
 		// No session cache exists apart from the stored map: what is
@@ -393,9 +395,47 @@ var DeviceResource = &Resource{
 	TieBreak:    "d.id",
 }
 
-// QueryDevices answers endpoint 7 (see queryList for its total).
+// QueryDevices answers endpoint 7 (see queryList for its total). Its
+// items carry no DeviceMetadata: a device's own thing model (up to
+// schema.MaxThingModelBytes) is read for a page only when asked for,
+// QueryDevicesWithModels, so that neither a page nor the page cache
+// holds the models of every device listed.
 func (s *Store) QueryDevices(ctx context.Context, q *Query) (Page[Device], error) {
 	return queryList(ctx, s, deviceList, q)
+}
+
+// QueryDevicesWithModels is QueryDevices with each device's own thing
+// model (DeviceMetadata), read for the page's devices after it. The page
+// is a copy: the page cache's stays without models.
+func (s *Store) QueryDevicesWithModels(ctx context.Context, q *Query) (Page[Device], error) {
+	page, err := s.QueryDevices(ctx, q)
+	if err != nil || len(page.Data) == 0 {
+		return page, err
+	}
+	ids := make([]string, len(page.Data))
+	for i := range page.Data {
+		ids[i] = page.Data[i].ID
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var rows []struct {
+		ID       string `db:"id"`
+		Metadata string `db:"metadata"`
+	}
+	if err := s.db.SelectContext(ctx, &rows, `SELECT id, metadata FROM devices WHERE id = ANY($1) AND metadata IS NOT NULL`,
+		pq.StringArray(ids)); err != nil {
+		return Page[Device]{}, fmt.Errorf("meta: device models: %w", err)
+	}
+	models := make(map[string]string, len(rows))
+	for _, r := range rows {
+		models[r.ID] = r.Metadata
+	}
+	out := Page[Device]{PageIndex: page.PageIndex, PageSize: page.PageSize, Total: page.Total, TotalExact: page.TotalExact,
+		Data: slices.Clone(page.Data)}
+	for i := range out.Data {
+		out.Data[i].DeviceMetadata = models[out.Data[i].ID]
+	}
+	return out, nil
 }
 
 // GetDeviceDetail answers endpoint 8.

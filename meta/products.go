@@ -354,13 +354,10 @@ type ProductPatch struct {
 }
 
 // normalModel parses, validates and normalises a serialised thing model
-// for storage: the one path of product and device models alike.
+// for storage: the one path of product and device models alike (bounded:
+// schema.NormalizeThingModelInput).
 func normalModel(metadata string) (string, error) {
-	m, err := schema.ParseThingModelString(metadata)
-	if err != nil {
-		return "", err
-	}
-	return m.String(), nil
+	return schema.NormalizeThingModelInput(metadata)
 }
 
 // PatchProduct answers endpoint 4: it validates the thing model

@@ -3,6 +3,8 @@ package schema
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 )
 
 // Thing model: the product and device metadata document. It holds four
@@ -227,6 +229,41 @@ func ParseThingModel(data []byte) (*ThingModel, error) {
 // carried by the API (already unescaped by the JSON decoder).
 func ParseThingModelString(s string) (*ThingModel, error) {
 	return ParseThingModel([]byte(s))
+}
+
+// MaxThingModelBytes bounds a thing model written through the API (a
+// product's or a device's metadata): its compact JSON, as stored and as
+// every read of it carries it, at most 256 KiB. A list or a dashboard
+// query reads models whole; unbounded (up to the 1 MiB body limit), 40
+// devices with their own models made one device list 57 MB.
+const MaxThingModelBytes = 256 << 10
+
+// NormalizeThingModelInput parses and validates a thing model written
+// through the API and returns its compact form, the one stored. Beyond
+// ParseThingModel's rules it refuses a top-level key other than the four
+// arrays the spec names (properties, events, functions, tags), naming it
+// (keys inside the arrays stay the document's own: a valueType, the spec
+// says, may carry more fields), and a model whose compact form is over
+// MaxThingModelBytes. Models stored before are read with ParseThingModel,
+// which keeps what it does not know.
+func NormalizeThingModelInput(s string) (string, error) {
+	m, err := ParseThingModelString(s)
+	if err != nil {
+		return "", err
+	}
+	if len(m.Extra) > 0 {
+		keys := make([]string, 0, len(m.Extra))
+		for k := range m.Extra {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return "", vErr(keys[0], "unknown top-level key: a thing model has properties, events, functions and tags only")
+	}
+	b := m.appendJSON(nil)
+	if len(b) > MaxThingModelBytes {
+		return "", vErr("", fmt.Sprintf("the thing model is %d bytes as compact JSON; at most %d (256 KiB)", len(b), MaxThingModelBytes))
+	}
+	return string(b), nil
 }
 
 // Property returns the top-level property with the given id.

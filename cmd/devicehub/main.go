@@ -248,6 +248,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
 		})
+		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
 			go store.RunAuditRetention(ctx, cfg.AuditRetention, time.Hour, log)
 		}
@@ -323,8 +324,12 @@ type config struct {
 	MetricsAllow       []netip.Prefix
 	MetricsToken       string
 	MemoryLimit        int64
-	RolesText          string
-	Roles              map[string]bool
+
+	LiveStreamsPerUser int // api.UserLimits
+	ExportsPerUser     int
+
+	RolesText string
+	Roles     map[string]bool
 }
 
 // connected turns a client's connection state into a readiness check.

@@ -113,6 +113,12 @@ func settings(c *config) []setting {
 			str(&c.MetricsToken)},
 		{"pprof-addr", "DEVICEHUB_PPROF_ADDR", "", "serve net/http/pprof on this address, e.g. 127.0.0.1:6060; empty: off", str(&c.PprofAddr)},
 		{"roles", "DEVICEHUB_ROLES", "api,ingest", "comma-separated roles of this instance: api, ingest", roles(c)},
+		{"live-streams-per-user", "DEVICEHUB_LIVE_STREAMS_PER_USER", strconv.Itoa(api.DefaultUserLimits().LiveStreams),
+			"live streams (GET /api/live) one user, by all its logins and keys, may hold open on an instance at once; more are refused with 429",
+			integer(&c.LiveStreamsPerUser, 1, math.MaxInt, "an integer, 1 or more")},
+		{"exports-per-user", "DEVICEHUB_EXPORTS_PER_USER", strconv.Itoa(api.DefaultUserLimits().Exports),
+			"exports (POST /api/dashboard/_export) one user, by all its logins and keys, may run on an instance at once (an instance runs 4); more are refused with 429",
+			integer(&c.ExportsPerUser, 1, math.MaxInt, "an integer, 1 or more")},
 	}
 }
 

@@ -49,6 +49,23 @@
     return e;
   }
 
+  // csvCell is one cell of a CSV file the console writes (the imported
+  // devices' logins), as the API's export writes one (api/export.go
+  // appendCSVField, formulaLike): after a ' when a spreadsheet would take
+  // it for a formula (OWASP's CSV injection: a leading = + - @, tab or
+  // carriage return; also = + - @ after leading white space or invisible
+  // characters, and the fullwidth ＝ ＋ － ＠), unless it is a number as it
+  // stands; quoted when it holds a comma, a quote or a line break, or
+  // starts or ends with a space. (Tested alone: console/csvcell_test.go.)
+  function csvCell(v) {
+    let s = String(v ?? '');
+    const lead = s.replace(/^[\s\u0085\p{Cf}]+/u, '');
+    const number = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(s);
+    if (/^[\t\r]/.test(s) || /^[＝＋－＠]/.test(lead) || (/^[=+\-@]/.test(lead) && (lead !== s || !number))) s = "'" + s;
+    if (/[",\r\n]/.test(s) || /^ | $/.test(s)) s = '"' + s.replace(/"/g, '""') + '"';
+    return s;
+  }
+
   const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
 
   // Names and ids are shown in natural, case-insensitive order, as people
@@ -773,8 +790,7 @@
     // are not shown again.
     function keysLink(devices) {
       if (url) URL.revokeObjectURL(url);
-      const quote = (v) => (/[",\n\r]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v);
-      const text = 'id,secureId,secureKey\n' + devices.map((d) => [d.id, d.secureId, d.secureKey].map(quote).join(',')).join('\n') + '\n';
+      const text = 'id,secureId,secureKey\r\n' + devices.map((d) => [d.id, d.secureId, d.secureKey].map(csvCell).join(',')).join('\r\n') + '\r\n';
       url = URL.createObjectURL(new Blob([text], { type: 'text/csv' }));
       return h('p', {}, h('a', { href: url, download: 'device-logins.csv', id: 'import-keys' }, 'Download the devices\' logins (CSV)'),
         h('span', { class: 'muted small' }, ' – their keys are shown only now.'));
