@@ -78,3 +78,22 @@ func TestDashboardWhatDoesNotExist(t *testing.T) {
 	// Case aside, known keys still work (as encoding/json matches them).
 	e.ok("POST", "/api/dashboard/_multi", []any{count(map[string]any{"ProductId": "dp", "time": "1d", "limit": 1})}, nil)
 }
+
+// TestReadUndeclaredProperty: endpoints 10 and 11 refuse a property the
+// device's thing model does not define (400 naming it), before asking
+// whether the device is connected: an empty answer would read as "no
+// value yet".
+func TestReadUndeclaredProperty(t *testing.T) {
+	e, _ := dashEnv(t)
+	r := e.fails("GET", "/api/device/standard/dd/property/nosuch", nil, http.StatusBadRequest, "illegal_argument")
+	if !strings.Contains(r.Message, "property") || !strings.Contains(r.Message, `"nosuch"`) {
+		t.Errorf("endpoint 10: %s", r.raw)
+	}
+	r = e.fails("POST", "/api/device/instance/dd/properties/_read", []string{"temp", "nosuch"}, http.StatusBadRequest, "illegal_argument")
+	if !strings.Contains(r.Message, "[1]") || !strings.Contains(r.Message, `"nosuch"`) {
+		t.Errorf("endpoint 11: %s", r.raw)
+	}
+	// A declared property gets as far as the device (here: no device link).
+	e.fails("GET", "/api/device/standard/dd/property/temp", nil, http.StatusInternalServerError, "client_offline")
+	e.fails("GET", "/api/device/standard/nodevice/property/temp", nil, http.StatusNotFound, "not_found")
+}

@@ -44,7 +44,7 @@ var quickStartSteps = []quickStartStep{
 		`^\{"message":"success","result":\[` +
 			`\{"group":"latest",.*"property":"humidity","propertyName":"Humidity",.*"formatValue":"40%".*\},` +
 			`\{"group":"latest",.*"property":"temperature","propertyName":"Temperature",.*"formatValue":"21.5".*\},` +
-			`\{"group":"today","data":\{"value":1,"timeString":"[0-9-]{10}","timestamp":0\}\}\]`)},
+			`\{"group":"today","data":\{"value":1,"timeString":"[0-9-]{10}","timestamp":0,"time":[0-9]{13},"timeZone":"[^"]+"\}\}\]`)},
 	{match: "devicesim"},
 	{match: "/api/device/standard/sim-1/property/temperature", out: regexp.MustCompile(
 		`^\{"message":"success","result":\{"temperature":-?[0-9.]+\},"status":200,`)},
