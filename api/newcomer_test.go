@@ -97,3 +97,37 @@ func TestReadUndeclaredProperty(t *testing.T) {
 	e.fails("GET", "/api/device/standard/dd/property/temp", nil, http.StatusInternalServerError, "client_offline")
 	e.fails("GET", "/api/device/standard/nodevice/property/temp", nil, http.StatusNotFound, "not_found")
 }
+
+// TestAllowedColumnsWhole: an unknown column or sort is answered with
+// every column allowed in the result, where the message is cut.
+func TestAllowedColumnsWhole(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		path string
+		body any
+		want []string
+	}{
+		{"/api/device-product/_count", map[string]any{"terms": []any{map[string]any{"column": "nosuch", "value": "1"}}}, []string{"transportProtocol", "virtualType", "state"}},
+		{"/api/device-product/_query/", map[string]any{"sorts": []any{map[string]any{"name": "nosuch"}}}, []string{"createTime", "name"}},
+		{"/api/device-instance/_query/", map[string]any{"terms": []any{map[string]any{"column": "nosuch", "value": "1"}}}, []string{"productId", "state"}},
+	} {
+		r := e.fails("POST", c.path, c.body, http.StatusBadRequest, "illegal_argument")
+		var res struct {
+			Field   string   `json:"field"`
+			Allowed []string `json:"allowed"`
+		}
+		if err := json.Unmarshal(r.Result, &res); err != nil || res.Field == "" {
+			t.Errorf("%s: result %s", c.path, r.raw)
+			continue
+		}
+		for _, w := range c.want {
+			found := false
+			for _, a := range res.Allowed {
+				found = found || a == w
+			}
+			if !found {
+				t.Errorf("%s: %q not in allowed %v", c.path, w, res.Allowed)
+			}
+		}
+	}
+}
