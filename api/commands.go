@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -29,14 +30,15 @@ const (
 	maxReadProperties = 256
 )
 
-// commandTarget resolves the device and its product for the downlink.
+// commandTarget resolves the device and its product for the downlink;
+// without a device link it returns the device with link.ErrOffline.
 func (s *Server) commandTarget(c *fiber.Ctx) (meta.DeviceRef, link.Target, error) {
 	dev, err := s.deviceRef(c.UserContext(), c.Params("deviceId")) // within the caller's products
 	if err != nil {
 		return meta.DeviceRef{}, link.Target{}, err
 	}
 	if s.deps.Commands == nil { // a server without a device link reaches no device
-		return meta.DeviceRef{}, link.Target{}, link.ErrOffline
+		return dev, link.Target{}, link.ErrOffline
 	}
 	return dev, link.Target{
 		DeviceID: dev.ID, DeviceName: dev.Name, ProductID: dev.ProductID,
@@ -64,7 +66,7 @@ func (s *Server) readProperty(c *fiber.Ctx) error {
 	if property == "" || len(property) > 64 {
 		return schema.Invalid("property", "must be a property id of 1 to 64 characters")
 	}
-	values, err := s.read(c, []string{property})
+	values, err := s.read(c, []string{property}, func(int) string { return "property" })
 	if err != nil {
 		return err
 	}
@@ -91,19 +93,50 @@ func (s *Server) readProperties(c *fiber.Ctx) error {
 			return schema.Invalid(fmt.Sprintf("[%d]", i), "must be a property id of 1 to 64 characters")
 		}
 	}
-	values, err := s.read(c, props)
+	values, err := s.read(c, props, func(i int) string { return fmt.Sprintf("[%d]", i) })
 	if err != nil {
 		return err
 	}
 	return ok(c, values)
 }
 
-func (s *Server) read(c *fiber.Ctx, props []string) (map[string]any, error) {
+// modelDefines refuses (400 naming it) a property that the device's
+// thing model in force does not define: a read of it could only come
+// back empty, which reads as "no value" rather than "no such property".
+// field(i) names props[i] in the error.
+func modelDefines(metadata string, props []string, field func(i int) string) error {
+	m := schema.EmptyThingModel()
+	if metadata != "" {
+		var err error
+		if m, err = schema.ParseThingModelString(metadata); err != nil {
+			return fmt.Errorf("device thing model: %w", err)
+		}
+	}
+	for i, p := range props {
+		if _, ok := m.Property(p); !ok {
+			return schema.Invalid(field(i), "%q is not a property of the device's thing model", p)
+		}
+	}
+	return nil
+}
+
+// read reads props of the path's device; field(i) names props[i] in errors.
+func (s *Server) read(c *fiber.Ctx, props []string, field func(i int) string) (map[string]any, error) {
 	timeout, err := commandTimeout(c)
 	if err != nil {
 		return nil, err
 	}
-	_, target, err := s.commandTarget(c)
+	dev, target, err := s.commandTarget(c)
+	if err != nil && !errors.Is(err, link.ErrOffline) {
+		return nil, err
+	}
+	// The property before the device's state: a read of a property the
+	// model lacks is refused whether the device is connected or not.
+	if dev.ID != "" {
+		if err := modelDefines(dev.Metadata, props, field); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

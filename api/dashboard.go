@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ func countItemPrefix(group string) []byte {
 }
 
 // appendCountItem appends a message-count bucket, the aggItem
-// {group, data: {value, timeString, timestamp: i}}, as the tests'
+// {group, data: {value, timeString, timestamp: i, time, timeZone}}, as the tests'
 // appendItem (encoding/json) does (without reflection:
 // TestAppendCountItem compares them), prefix being countItemPrefix(group)
 // and its timeString start in layout; scratch holds the timeString while
@@ -92,11 +93,28 @@ func endBucketItem(b, scratch []byte, size *resultBytes, before, item int, layou
 	b = appendJSONBytes(b, scratch)
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, int64(i), 10)
+	b = appendBucketTime(b, start)
 	b = append(b, '}', '}')
 	if err := size.add(len(b) - item + 1); err != nil {
 		return b[:before], scratch, err
 	}
 	return b, scratch, nil
+}
+
+// appendBucketTime appends, beside the spec's fields of a bucket (whose
+// timestamp is a position), the bucket's start as epoch milliseconds and
+// the zone its timeString and boundaries follow: "time", "timeZone".
+func appendBucketTime(b []byte, start time.Time) []byte {
+	b = append(b, `,"time":`...)
+	b = strconv.AppendInt(b, start.UnixMilli(), 10)
+	return appendTimeZone(b, start.Location())
+}
+
+// appendTimeZone appends the member "timeZone": the zone's name (IANA,
+// as DEVICEHUB_TIMEZONE names it; "Local" is the server's own).
+func appendTimeZone(b []byte, loc *time.Location) []byte {
+	b = append(b, `,"timeZone":`...)
+	return appendJSONString(b, loc.String())
 }
 
 // dashboardQuery is one item of the _multi body.
@@ -353,11 +371,43 @@ func decodeParams(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// checkParamKeys refuses (400 naming it) a key of the params object raw
+// that is none of fields, as encoding/json matches them (case aside): a
+// misspelt or foreign parameter ("tz", "deviceID2") is an error, not
+// silently ignored.
+func checkParamKeys(at string, raw json.RawMessage, fields []string) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var bad string
+	walkJSON(raw, true, func(key, _ []byte) bool {
+		var k string
+		if json.Unmarshal(key, &k) != nil {
+			k = string(key)
+		}
+		for _, f := range fields {
+			if strings.EqualFold(k, f) {
+				return true
+			}
+		}
+		bad = k
+		return false
+	})
+	if bad == "" {
+		return nil
+	}
+	if len(bad) > 64 {
+		bad = bad[:64]
+	}
+	return schema.Invalid(at+".params."+bad, "is not a parameter of this query (its parameters: %s)", strings.Join(fields, ", "))
+}
+
 // decodeQueryParams decodes a bucketed query's params, its own (P) and
 // its bucketParams, without reflection when fast can (decodeCountParamsFast,
-// decodePropAggParamsFast), else by encoding/json: a failure is named as
+// decodePropAggParamsFast), else by encoding/json after checking that
+// every key is one of fields (checkParamKeys): a failure is named as
 // decoding P, then its bucketParams, names it.
-func decodeQueryParams[P any](at string, raw json.RawMessage, fast func([]byte, *P, *bucketParams, *int) bool) (P, bucketParams, error) {
+func decodeQueryParams[P any](at string, raw json.RawMessage, fields []string, fast func([]byte, *P, *bucketParams, *int) bool) (P, bucketParams, error) {
 	var p P
 	var bp bucketParams
 	var limit int
@@ -365,6 +415,9 @@ func decodeQueryParams[P any](at string, raw json.RawMessage, fast func([]byte, 
 		return p, bp, nil
 	}
 	p, bp = *new(P), bucketParams{}
+	if err := checkParamKeys(at, raw, fields); err != nil {
+		return p, bp, err
+	}
 	if err := decodeParams(at, raw, &p); err != nil {
 		return p, bp, err
 	}
@@ -375,7 +428,7 @@ func decodeQueryParams[P any](at string, raw json.RawMessage, fast func([]byte, 
 // planMessageCounts checks a message-count query and resolves its
 // buckets.
 func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, bp, err := decodeQueryParams(at, q.Params, decodeCountParamsFast)
+	p, bp, err := decodeQueryParams(at, q.Params, countParamFields, decodeCountParamsFast)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +441,8 @@ func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Lo
 }
 
 // resolveDashboard looks up what a planned query needs from the metadata:
-// a product outside the caller's is not_found before any query runs; a
+// a product outside the caller's, or that does not exist, is not_found
+// before any query runs; a
 // property aggregate query's device or product model is looked up and
 // handed to its Resolve (plan.model); a history query's device is looked
 // up and handed to its Resolve (plan.resolved).
@@ -396,7 +450,11 @@ func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) erro
 	switch {
 	case plan.counts != nil:
 		if plan.counts.ProductID != "" {
-			return productVisible(ctx, plan.counts.ProductID)
+			// A product that does not exist is not_found, as in every
+			// other dashboard query (not a row of zeros); the lookup is
+			// the thing models' cache, shared with property aggregates.
+			_, err := s.productModel(ctx, plan.counts.ProductID)
+			return err
 		}
 		return nil
 	case plan.agg != nil:
@@ -543,6 +601,9 @@ func atField(at string, err error) error {
 // default 0: every value of the range.
 func planHistory(at string, q *dashboardQuery, now time.Time, loc *time.Location, export bool) (*dashboardPlan, error) {
 	var p historyParams
+	if err := checkParamKeys(at, q.Params, historyParamFields); err != nil {
+		return nil, err
+	}
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err
 	}
@@ -605,7 +666,7 @@ func historyItemPrefix(group string) []byte {
 
 // appendHistoryItem appends a stored value v, the historyItem {group,
 // data: {value: {id, property, propertyName, type, value, formatValue,
-// createTime, timestamp}, timeString, timestamp}}, after a comma if b
+// createTime, timestamp}, timeString, timestamp, timeZone}}, after a comma if b
 // holds items already, as encoding/json writes it (without reflection:
 // TestAppendHistoryItem compares them). prefix is historyItemPrefix(group);
 // the value is storedValue's, named, typed and formatted by its
@@ -673,6 +734,7 @@ func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *t
 	b = appendJSONBytes(b, scratch)
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, ms, 10)
+	b = appendTimeZone(b, loc)
 	b = append(b, '}', '}')
 	if err := size.add(len(b) - item + 1); err != nil {
 		return b[:before], scratch, err

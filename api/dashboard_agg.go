@@ -27,7 +27,7 @@ type propAggParams struct {
 // against the thing model of the device (or of the product, without
 // deviceId).
 func planPropertyAggregates(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
-	p, bp, err := decodeQueryParams(at, q.Params, decodePropAggParamsFast)
+	p, bp, err := decodeQueryParams(at, q.Params, propAggParamFields, decodePropAggParamsFast)
 	if err != nil {
 		return nil, err
 	}

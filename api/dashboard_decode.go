@@ -160,6 +160,18 @@ func walkFields(data []byte, fields []string, f func(key, value []byte) bool) bo
 	})
 }
 
+// walkParams is walkFields for a query's params, where a key that is
+// none of fields is not skipped but refused (false): encoding/json's
+// path then names it (checkParamKeys).
+func walkParams(data []byte, fields []string, f func(key, value []byte) bool) bool {
+	return walkJSON(data, true, func(key, v []byte) bool {
+		if exact, _ := knownKey(key, fields...); !exact {
+			return false
+		}
+		return f(key, v)
+	})
+}
+
 // queryText is the string of a query's field: the usual values without
 // allocating.
 func queryText(b []byte) string {
@@ -228,6 +240,8 @@ func decodeQueriesFast(body []byte) ([]dashboardQuery, bool) {
 
 var countParamFields = []string{"productId", "time", "format", "limit", "from", "to"}
 
+var historyParamFields = []string{"deviceId", "history", "properties", "from", "to"}
+
 // decodeCountParamsFast is json.Unmarshal of a message-count query's
 // params, valid JSON, into its aggParams and bucketParams, when it can
 // tell that is what encoding/json decodes (as decodeQueriesFast); false:
@@ -236,7 +250,7 @@ func decodeCountParamsFast(raw []byte, p *aggParams, bp *bucketParams, limit *in
 	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
-	return walkFields(raw, countParamFields, func(key, v []byte) bool {
+	return walkParams(raw, countParamFields, func(key, v []byte) bool {
 		if string(key) == "productId" {
 			s, ok := plainString(v)
 			p.ProductID = string(s)
@@ -257,7 +271,7 @@ func decodePropAggParamsFast(raw []byte, p *propAggParams, bp *bucketParams, lim
 	if len(raw) == 0 || string(raw) == "null" {
 		return true
 	}
-	return walkFields(raw, propAggParamFields, func(key, v []byte) bool {
+	return walkParams(raw, propAggParamFields, func(key, v []byte) bool {
 		switch string(key) {
 		case "properties":
 			props := []string{}

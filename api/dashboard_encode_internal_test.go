@@ -66,7 +66,7 @@ func TestAppendCountItem(t *testing.T) {
 					if got, scratch, err = appendCountItem(got, scratch, &gotSize, countItemPrefix(group), v, layout, tm, i); err != nil {
 						t.Fatal(err)
 					}
-					item := aggItem{Group: group, Data: aggData{Value: v, TimeString: layout.format(tm), Timestamp: i}}
+					item := aggItem{Group: group, Data: aggData{Value: v, TimeString: layout.format(tm), Timestamp: i, Time: tm.UnixMilli(), TimeZone: tm.Location().String()}}
 					js, err := json.Marshal(item)
 					if err != nil {
 						t.Fatal(err)
@@ -169,7 +169,8 @@ func TestAppendPropAggItem(t *testing.T) {
 					t.Fatal(err)
 				}
 				item := propAggItem{Group: group, Property: property, Data: propAggData{
-					Value: aggValue(agg, bk), TimeString: layout.format(bk.Start), Timestamp: i}}
+					Value: aggValue(agg, bk), TimeString: layout.format(bk.Start), Timestamp: i,
+					Time: bk.Start.UnixMilli(), TimeZone: bk.Start.Location().String()}}
 				if want, err = appendItem(want, &wantSize, item); err != nil {
 					t.Fatal(err)
 				}
@@ -220,7 +221,7 @@ func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Loca
 	} else {
 		hv.FormatValue = plainText(value)
 	}
-	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli()}
+	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli(), TimeZone: loc.String()}
 }
 
 // historyTestModel defines a property of every value type the
@@ -476,6 +477,8 @@ type aggData struct {
 	Value      uint64 `json:"value"`
 	TimeString string `json:"timeString"`
 	Timestamp  int    `json:"timestamp"` // position 0, 1, 2...
+	Time       int64  `json:"time"`      // the bucket's start, epoch ms
+	TimeZone   string `json:"timeZone"`  // of timeString and the buckets' boundaries
 }
 
 type historyItem struct {
@@ -487,6 +490,7 @@ type historyData struct {
 	Value      historyValue `json:"value"`
 	TimeString string       `json:"timeString"`
 	Timestamp  int64        `json:"timestamp"`
+	TimeZone   string       `json:"timeZone"` // of timeString
 }
 
 type historyValue struct {
@@ -513,4 +517,6 @@ type propAggData struct {
 	Value      any    `json:"value"`
 	TimeString string `json:"timeString"`
 	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
+	Time       int64  `json:"time"`      // the bucket's start, epoch ms
+	TimeZone   string `json:"timeZone"`  // of timeString and the buckets' boundaries
 }

@@ -21,8 +21,19 @@ type javaToken struct {
 	text   string
 }
 
-// parseJavaPattern accepts the letters y, M, d, H, h, m, s, S, a, E; other
-// ASCII letters must be quoted, as in Java.
+// patternLetters are the pattern letters parseJavaPattern accepts, as
+// Java's DateTimeFormatter reads them: year, month, day, hour (0-23,
+// 1-12), minute, second, millisecond, AM/PM, weekday, and the zone: z
+// (its abbreviation, "CST"; zzzz its name, "Asia/Shanghai"), Z (+0800),
+// X (+08, Z at UTC; XX +0800, XXX +08:00), x (as X, never Z), VV (its
+// name).
+const patternLetters = "yMdHhmsSaEzZXxV"
+
+// patternHelp is the pattern error's list of what works.
+const patternHelp = "use yyyy, yy, M, MM, MMM, MMMM, d, dd, H, HH, h, hh, m, mm, s, ss, SSS, a, EEE, EEEE, z, zzzz, Z, X, XX, XXX, x, xx, xxx, VV, or quote literals"
+
+// parseJavaPattern accepts the letters of patternLetters; other ASCII
+// letters must be quoted, as in Java.
 func parseJavaPattern(p string) (javaLayout, error) {
 	if len(p) > 64 {
 		return nil, fmt.Errorf("must be at most 64 characters")
@@ -55,12 +66,18 @@ func parseJavaPattern(p string) (javaLayout, error) {
 			out = append(out, javaToken{text: lit.String()})
 			i = j + 1
 		case (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'):
-			if !strings.ContainsRune("yMdHhmsSaE", r) {
-				return nil, fmt.Errorf("unsupported pattern letter %q in %q (use yyyy, MM, dd, HH, mm, ss, SSS or quote literals)", r, p)
+			if !strings.ContainsRune(patternLetters, r) {
+				return nil, fmt.Errorf("unsupported pattern letter %q in %q (%s)", r, p, patternHelp)
 			}
 			j := i
 			for j < len(rs) && rs[j] == r {
 				j++
+			}
+			switch w := j - i; {
+			case r == 'V' && w != 2:
+				return nil, fmt.Errorf("pattern letter V must be VV (the zone's name) in %q", p)
+			case (r == 'X' || r == 'x') && w > 3, r == 'Z' && w > 3, r == 'z' && w > 4:
+				return nil, fmt.Errorf("too many pattern letters %q in %q (%s)", string(rs[i:j]), p, patternHelp)
 			}
 			out = append(out, javaToken{letter: r, width: j - i})
 			i = j
@@ -148,7 +165,43 @@ func (l javaLayout) appendFormat(b []byte, t time.Time) []byte {
 			} else {
 				b = append(b, t.Weekday().String()[:3]...)
 			}
+		case 'z':
+			if tok.width >= 4 {
+				b = append(b, t.Location().String()...)
+			} else {
+				name, _ := t.Zone()
+				b = append(b, name...)
+			}
+		case 'V':
+			b = append(b, t.Location().String()...)
+		case 'Z':
+			b = appendOffset(b, t, 2, false)
+		case 'X', 'x':
+			b = appendOffset(b, t, tok.width, tok.letter == 'X')
 		}
+	}
+	return b
+}
+
+// appendOffset appends t's offset from UTC as Java's X (zulu: "Z" at
+// UTC) or x and Z write it: width 1 "+08" (with minutes "+0530"), 2
+// "+0800", 3 "+08:00".
+func appendOffset(b []byte, t time.Time, width int, zulu bool) []byte {
+	_, off := t.Zone()
+	if off == 0 && zulu {
+		return append(b, 'Z')
+	}
+	sign := byte('+')
+	if off < 0 {
+		sign, off = '-', -off
+	}
+	h, m := off/3600, off/60%60
+	b = append(b, sign, byte('0'+h/10), byte('0'+h%10))
+	switch {
+	case width == 3:
+		b = append(b, ':', byte('0'+m/10), byte('0'+m%10))
+	case width == 2 || m != 0:
+		b = append(b, byte('0'+m/10), byte('0'+m%10))
 	}
 	return b
 }

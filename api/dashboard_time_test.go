@@ -31,6 +31,33 @@ func TestJavaPattern(t *testing.T) {
 	f("dd MMM yyyy, EEE", "09 Feb 2024, Fri")
 	f("hh a", "07 AM")
 	f("''yyyy''", "'2024'")
+	// The zone, as Java's DateTimeFormatter writes it.
+	f("HH:mm X", "07:05 Z")
+	f("HH:mm x", "07:05 +00")
+	f("HH:mm Z", "07:05 +0000")
+	f("yyyy-MM-dd'T'HH:mm:ssXXX", "2024-02-09T07:05:03Z")
+	f("HH:mm z VV zzzz", "07:05 UTC UTC UTC")
+	kolkata, err := time.LoadLocation("Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := func(pattern string, at time.Time, want string) {
+		t.Helper()
+		l, err := parseJavaPattern(pattern)
+		if err != nil {
+			t.Fatalf("%q: %v", pattern, err)
+		}
+		if got := l.format(at); got != want {
+			t.Fatalf("%q: got %q, want %q", pattern, got, want)
+		}
+	}
+	g("HH:mm X|XX|XXX|x|Z|z|VV", at.In(kolkata), "12:35 +0530|+0530|+05:30|+0530|+0530|IST|Asia/Kolkata")
+	g("HH:mm X|XX|XXX|Z|z", at.In(ny), "02:05 -05|-0500|-05:00|-0500|EST")
+	g("HH:mm XXX z", time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC).In(ny), "08:00 -04:00 EDT")
 	bad := func(pattern string) {
 		t.Helper()
 		if _, err := parseJavaPattern(pattern); err == nil {
@@ -38,6 +65,11 @@ func TestJavaPattern(t *testing.T) {
 		}
 	}
 	bad("yyyy-QQ")
+	bad("HH V")
+	bad("HH XXXX")
+	if _, err := parseJavaPattern("yyyy-QQ"); err == nil || !strings.Contains(err.Error(), "XXX") || !strings.Contains(err.Error(), "EEE") {
+		t.Fatalf("the error does not list every letter that works: %v", err)
+	}
 	bad("'unterminated")
 	bad("yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy")
 }

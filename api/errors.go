@@ -62,7 +62,11 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(bulkErr.Error()),
 				json.RawMessage(appendList(nil, bulkErr.Rows, appendBulkRowError)))
 		case errors.As(err, &argErr):
-			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), nil)
+			var result any
+			if argErr.Allowed != nil { // the whole set, where the message may be cut
+				result = argChoice{Field: argErr.Field, Allowed: argErr.Allowed}
+			}
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(argErr.Error()), result)
 		case errors.As(err, &tmErr):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "invalid thing model: "+safeText(tmErr.Error()), nil)
 		case errors.Is(err, schema.ErrIllegalArgument):
@@ -85,6 +89,13 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
 		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
 	}
+}
+
+// argChoice is the result of a 400 for a field that takes one of a set:
+// the field and every value it takes.
+type argChoice struct {
+	Field   string   `json:"field"`
+	Allowed []string `json:"allowed"`
 }
 
 func fiberError(c *fiber.Ctx, fe *fiber.Error) error {

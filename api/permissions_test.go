@@ -34,6 +34,7 @@ var rolePermissions = map[string][]meta.Permission{
 var publicRoutes = []string{
 	"GET /", "HEAD /",
 	"GET /assets/:name", "HEAD /assets/:name",
+	"GET /images/:name", "HEAD /images/:name",
 	"GET /docs", "HEAD /docs",
 	"GET /docs/:file", "HEAD /docs/:file",
 	"GET /healthz", "HEAD /healthz",
@@ -47,6 +48,7 @@ var publicRoutes = []string{
 var signedInRoutes = []string{
 	"POST /api/authorize/logout",
 	"GET /api/authorize/me", "HEAD /api/authorize/me",
+	"GET /api/settings", "HEAD /api/settings",
 	"PUT /api/user/passwd",
 	"POST /api/user/key", "POST /api/user/key/_query", "DELETE /api/user/key/:id",
 }

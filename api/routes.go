@@ -38,7 +38,8 @@ func (s *Server) routes() {
 	// Every write under /api is audited once answered (audit.go).
 	api := app.Group("/api", s.requireToken, s.audited)
 	api.Post("/authorize/logout", s.signedIn(), s.logout)
-	api.Get("/authorize/me", s.signedIn(), s.me) // the user, its roles and permissions
+	api.Get("/authorize/me", s.signedIn(), s.me)   // the user, its roles and permissions
+	api.Get("/settings", s.signedIn(), s.settings) // the platform's time zone (settings.go)
 
 	// Products.
 	api.Post("/device-product/_query", s.need(permProductRead), s.queryProducts)               // 1

@@ -432,9 +432,9 @@ func (r *Resource) orderBy(sorts []Sort) ([]OrderKey, string, error) {
 		expr, ok := r.Sorts[s.Name]
 		if !ok {
 			if s.Name == "" {
-				return nil, "", schema.Invalid(field+".name", "is required; allowed: %s", allowed(r.Sorts))
+				return nil, "", schema.InvalidChoice(field+".name", sortedKeys(r.Sorts), "is required; allowed: %s", allowed(r.Sorts))
 			}
-			return nil, "", schema.Invalid(field+".name", "unknown sort %q for %s; allowed: %s", short(s.Name), r.Name, allowed(r.Sorts))
+			return nil, "", schema.InvalidChoice(field+".name", sortedKeys(r.Sorts), "unknown sort %q for %s; allowed: %s", short(s.Name), r.Name, allowed(r.Sorts))
 		}
 		dir := " ASC"
 		switch strings.ToLower(strings.TrimSpace(s.Order)) {
@@ -546,7 +546,7 @@ func (c *compiler) cond(t *Term, field string) (string, error) {
 	}
 	col, ok := c.r.Columns[name]
 	if !ok {
-		return "", schema.Invalid(field+".column", "unknown column %q for %s; allowed: %s", short(name), c.r.Name, allowed(c.r.Columns))
+		return "", schema.InvalidChoice(field+".column", sortedKeys(c.r.Columns), "unknown column %q for %s; allowed: %s", short(name), c.r.Name, allowed(c.r.Columns))
 	}
 	tt = strings.ToLower(strings.TrimSpace(tt))
 	if tt == "" {
@@ -873,13 +873,13 @@ func parseBoolText(s string) (bool, bool) {
 }
 
 // allowed lists a map's keys, sorted, for messages.
-func allowed[V any](m map[string]V) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, ", ")
+func allowed[V any](m map[string]V) string { return strings.Join(sortedKeys(m), ", ") }
+
+// sortedKeys are a map's keys, sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	out := keys(m)
+	sort.Strings(out)
+	return out
 }
 
 // short cuts a request string for an error message.

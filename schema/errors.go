@@ -17,6 +17,10 @@ var ErrIllegalArgument = errors.New("illegal argument")
 type ArgError struct {
 	Field string // e.g. "terms[0].column", "[0].params.time"
 	Msg   string // e.g. "unknown column \"foo\""
+	// Allowed, where the field takes one of a set (a column, a sort),
+	// is the whole set: the answer carries it whole in its result, where
+	// the message may be cut.
+	Allowed []string
 }
 
 func (e *ArgError) Error() string {
@@ -28,6 +32,12 @@ func (e *ArgError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrIllegalArgument) true for every ArgError.
 func (e *ArgError) Unwrap() error { return ErrIllegalArgument }
+
+// InvalidChoice returns an *ArgError for field, which takes one of
+// allowed, with a formatted message.
+func InvalidChoice(field string, allowed []string, format string, args ...any) error {
+	return &ArgError{Field: field, Msg: fmt.Sprintf(format, args...), Allowed: allowed}
+}
 
 // Invalid returns an *ArgError for field with a formatted message.
 func Invalid(field, format string, args ...any) error {

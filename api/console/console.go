@@ -43,7 +43,8 @@ const contentSecurityPolicy = "default-src 'self'; img-src 'self' data:; style-s
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Register serves the console on r: index.html at "/", the other files of
-// static/ at /assets/<name>. Register it before the app's catch-all, which
+// static/ at /assets/<name>, and its images also at /images/<name>: a
+// product's default photoUrl is /images/device-product.png. Register it before the app's catch-all, which
 // then still answers everything else (every /api miss included).
 func Register(r fiber.Router) {
 	index, assets := load()
@@ -67,7 +68,18 @@ func Register(r fiber.Router) {
 		}
 		return serve(c, f, cache)
 	})
+	r.Get("/images/:name", func(c *fiber.Ctx) error {
+		f, ok := assets[c.Params("name")]
+		if !ok || !productImages[c.Params("name")] {
+			return c.Next()
+		}
+		return serve(c, f, "public, max-age=86400")
+	})
 }
+
+// productImages are the images served at /images/<name>: the default
+// photoUrl of products and devices points there.
+var productImages = map[string]bool{"device-product.png": true}
 
 // serve answers with f, or 304 when the client holds the same version.
 func serve(c *fiber.Ctx, f *file, cacheControl string) error {

@@ -91,10 +91,19 @@ func TestIndexLinksVersionedAssets(t *testing.T) {
 
 func TestOtherPathsFallThrough(t *testing.T) {
 	a := app()
-	for _, path := range []string{"/api/nope", "/api/", "/assets/missing.js", "/assets/index.html", "/index.html", "/assets/"} {
+	for _, path := range []string{"/api/nope", "/api/", "/assets/missing.js", "/assets/index.html", "/index.html", "/assets/", "/images/app.js", "/images/nope.png"} {
 		resp, body := get(t, a, path)
 		if resp.StatusCode != 404 || body != "api" {
 			t.Errorf("GET %s: %d %q, want the catch-all's 404", path, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestDefaultProductImage: the photoUrl every product gets by default is
+// served (a PNG), and only the images are served there.
+func TestDefaultProductImage(t *testing.T) {
+	resp, body := get(t, app(), "/images/device-product.png")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/png" || !strings.HasPrefix(body, "\x89PNG\r\n") {
+		t.Fatalf("GET /images/device-product.png: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }

@@ -24,9 +24,9 @@ var document []byte
 var docs embed.FS
 
 // StaticPrefixes are the path prefixes of static files that the document
-// does not list: the console's assets and the docs page's own files. Every
+// does not list: the console's assets and images and the docs page's own files. Every
 // other route is documented.
-var StaticPrefixes = []string{"/assets/", "/docs/"}
+var StaticPrefixes = []string{"/assets/", "/docs/", "/images/"}
 
 // Document returns the OpenAPI document, JSON. The caller must not modify it.
 func Document() []byte { return document }

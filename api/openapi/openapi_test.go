@@ -366,6 +366,8 @@ func TestResponsesMatchDocument(t *testing.T) {
 		{method: "POST", path: "/api/authorize/login", body: map[string]string{"username": "admin", "password": "wrong"}, noToken: true, status: 400},
 		{method: "GET", path: "/api/authorize/me", status: 200},
 		{method: "GET", path: "/api/authorize/me", noToken: true, status: 401},
+		{method: "GET", path: "/api/settings", status: 200},
+		{method: "GET", path: "/api/settings", noToken: true, status: 401},
 		{method: "POST", path: "/api/device/product", body: map[string]any{"id": "oa-meter", "name": "Meter", "classifiedId": "energy",
 			"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device"}, status: 200},
 		{method: "POST", path: "/api/device/product", body: map[string]any{"name": "No class"}, status: 400},

@@ -92,6 +92,8 @@ func TestCluster(t *testing.T) {
 	product := "cp" + suffix
 	a.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Cluster", "classifiedId": "test",
 		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device"})
+	a.call(t, token, "PATCH", "/api/device-product", map[string]any{"id": product, "name": "Cluster", "classifiedId": "test",
+		"accessId": "mqtt", "deviceType": map[string]any{"value": "device"}, "metadata": testModel})
 	a.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
 	var devices []string
 	for i := range 24 {

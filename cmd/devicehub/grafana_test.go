@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -279,5 +280,73 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 	}
 	if strings.Contains(string(logText), token) || strings.Contains(string(logText), "admin123") {
 		t.Errorf("the log holds the token or the admin password:\n%s", logText)
+	}
+}
+
+// TestGrafanaPanelUnits: a series is drawn in the unit of what it
+// measures: in a panel of seconds every series is a duration (a
+// *_seconds histogram quantile, sum or rate of one), unless an override
+// gives that series a unit of its own (rows per insert once showed as
+// "5 min"); a panel of errors plots errors only.
+func TestGrafanaPanelUnits(t *testing.T) {
+	raw, err := os.ReadFile("grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title       string `json:"title"`
+			FieldConfig struct {
+				Defaults struct {
+					Unit string `json:"unit"`
+				} `json:"defaults"`
+				Overrides []struct {
+					Matcher struct {
+						ID      string `json:"id"`
+						Options string `json:"options"`
+					} `json:"matcher"`
+					Properties []struct {
+						ID    string `json:"id"`
+						Value any    `json:"value"`
+					} `json:"properties"`
+				} `json:"overrides"`
+			} `json:"fieldConfig"`
+			Targets []struct {
+				Expr   string `json:"expr"`
+				Legend string `json:"legendFormat"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, p := range d.Panels {
+		unitOf := func(legend string) string {
+			for _, o := range p.FieldConfig.Overrides {
+				if o.Matcher.ID == "byName" && o.Matcher.Options == legend {
+					for _, pr := range o.Properties {
+						if pr.ID == "unit" {
+							return fmt.Sprint(pr.Value)
+						}
+					}
+				}
+			}
+			return p.FieldConfig.Defaults.Unit
+		}
+		for _, tg := range p.Targets {
+			if unitOf(tg.Legend) == "s" {
+				checked++
+				if !strings.Contains(tg.Expr, "_seconds") {
+					t.Errorf("panel %q: series %q (%s) is drawn in seconds but measures no duration", p.Title, tg.Legend, tg.Expr)
+				}
+			}
+			if strings.Contains(strings.ToLower(p.Title), "retried") && !strings.Contains(tg.Expr, "error") {
+				t.Errorf("panel %q plots %q, which is no error", p.Title, tg.Legend)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no series in seconds: the check checked nothing")
 	}
 }

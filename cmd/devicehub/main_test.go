@@ -261,11 +261,18 @@ func (s *server) api(token string) testkit.API { return testkit.API{Base: s.base
 
 // deployDevice creates and deploys a product and one device of it
 // through the API.
+// testModel is the thing model of deployDevice's products.
+const testModel = `{"properties":[{"id":"temperature","name":"Temperature","valueType":{"type":"float"}},` +
+	`{"id":"temp","name":"Temp","valueType":{"type":"float"}}],"events":[],"functions":[],"tags":[]}`
+
 func (s *server) deployDevice(t *testing.T, token, product, device string) {
 	t.Helper()
 	s.call(t, token, "POST", "/api/device/product", map[string]any{
 		"id": product, "name": "Product " + product, "classifiedId": "test", "modelFrom": "custom",
 		"accessId": "mqtt", "deviceType": "device"})
+	// The properties the tests read (endpoints 10 and 11 refuse others).
+	s.call(t, token, "PATCH", "/api/device-product", map[string]any{"id": product, "name": "Product " + product, "classifiedId": "test",
+		"accessId": "mqtt", "deviceType": map[string]any{"value": "device"}, "metadata": testModel})
 	s.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
 	s.call(t, token, "POST", "/api/device/instance", map[string]any{"id": device, "name": "Device " + device, "productId": product})
 	s.call(t, token, "POST", "/api/device/instance/"+device+"/deploy", nil)
