@@ -20,6 +20,8 @@ func TestWarnDefaultAdmin(t *testing.T) {
 	warnDefaultAdmin(ctx, store, log)
 	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "development default") {
 		t.Fatalf("admin with the default password: logged %q, want a warning", out)
+	} else if strings.Contains(out, devAdminPassword) {
+		t.Fatalf("the warning holds the password: %q", out)
 	}
 	if err := store.SetPassword(ctx, "admin", "not-the-default-1"); err != nil {
 		t.Fatal(err)

@@ -86,7 +86,8 @@ func warnDefaultAdmin(ctx context.Context, store *meta.Store, log *slog.Logger) 
 		return
 	}
 	if def {
-		log.Warn("the admin user's password is the development default (admin/" + devAdminPassword + "): " +
+		// The password itself is not logged: no password ever is.
+		log.Warn("the admin user's password is the development default, the one README gives: " +
 			"change it (PUT /api/user/passwd, or the console: your account) before anyone else can reach this server")
 	}
 }
