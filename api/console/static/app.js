@@ -494,7 +494,7 @@
             ' ',
             h('button', { type: 'button', class: 'secondary', 'data-action': 'password', 'data-user': u.username,
               onclick: () => {
-                const pw = prompt(`New password for ${u.username} (at least 8 characters). Their sessions end.`);
+                const pw = prompt(`New password for ${u.username} (at least 8 characters). Their sessions and API keys end.`);
                 if (pw) act(`Password of ${u.username} reset.`, () => api('PUT', '/api/user/' + encodeURIComponent(u.id) + '/password', { password: pw }));
               } }, 'Reset password'),
             ' ',
@@ -561,7 +561,7 @@
 
   // accountView shows the signed-in user's roles and permissions and a
   // form to change its own password (PUT /api/user/passwd, with the
-  // current one); its other sessions end, this one stays.
+  // current one); its other sessions and its API keys end, this one stays.
   function accountView(view) {
     const note = h('p', { id: 'password-note', role: 'status', class: 'muted' });
     const old = h('input', { id: 'password-old', type: 'password', required: true, autocomplete: 'current-password', 'aria-label': 'Current password', placeholder: 'Current password' });
@@ -580,7 +580,7 @@
         try {
           await api('PUT', '/api/user/passwd', { oldPassword: old.value, newPassword: pw.value });
           form.reset();
-          note.textContent = 'Password changed. Your other sessions have ended.';
+          note.textContent = 'Password changed. Your other sessions and your API keys have ended.';
           note.className = 'muted';
         } catch (err) {
           note.textContent = describe(err);
