@@ -285,22 +285,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 // config is every setting, each with a default that works with `make run`;
 // the table in settings.go binds each field to its flag and variable.
 type config struct {
-	HTTPAddr           string
-	PostgresDSN        string
-	PostgresMaxConns   int
-	QueryTimeout       time.Duration
-	PageCacheTTL       time.Duration
-	AdminPassword      string
-	TokenLifetime      time.Duration
-	ShutdownTimeout    time.Duration
-	LogLevel           string
-	LogFormat          string
-	AccessLog          bool
-	CommandTimeout     time.Duration
-	LoginWait          time.Duration
-	LoginCheckInterval time.Duration
-	LoginMaxFailures   int
-	LoginLockout       time.Duration
+	HTTPAddr         string
+	PostgresDSN      string
+	PostgresMaxConns int
+	QueryTimeout     time.Duration
+	PageCacheTTL     time.Duration
+	AdminPassword    string
+	TokenLifetime    time.Duration
+	ShutdownTimeout  time.Duration
+	LogLevel         string
+	LogFormat        string
+	AccessLog        bool
+	CommandTimeout   time.Duration
+	LoginWait        time.Duration
+	LoginMaxFailures int
+	LoginLockout     time.Duration
 
 	ClickHouseAddr     string
 	ClickHouseDB       string
@@ -312,6 +311,7 @@ type config struct {
 	MQTTClientID       string
 	MQTTLogin          link.Login
 	DeviceAuth         string
+	LoginCheckInterval time.Duration
 	MQTTShareGroup     string
 	IngestConnections  int
 	IngestWriters      int

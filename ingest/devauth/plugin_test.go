@@ -762,12 +762,23 @@ func TestPluginSnapshot(t *testing.T) {
 		gone := plugDev{"s-2", "prod", "u-2", "key-2"}
 		ctl.ok(map[string]any{"command": "beginSync", "generation": 7}, d.set(), gone.set(),
 			map[string]any{"command": "deleteDevice", "id": gone.id})
+		// A signed login made before the restart, not replayable after it
+		// (the device's last signed login is not in the snapshot).
+		su, sp := signedLogin(d.user, d.key, time.Now())
+		if _, err := plugConnect(t, b, d.id, su, sp, nil); err != nil {
+			t.Fatalf("signed login refused: %v", err)
+		}
 		b.Stop(syscall.SIGTERM)
 		if fi, err := os.Stat(b.AuthSnapshot()); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("snapshot after shutdown: %v %v", fi, err)
 		}
 		b.Start()
 		plugMustConnect(t, b, d, nil)
+		plugRefused(t, b, d.id, su, sp, "a signed login replayed after a restart")
+		fu, fp := signedLogin(d.user, d.key, time.Now().Add(time.Second))
+		if _, err := plugConnect(t, b, d.id, fu, fp, nil); err != nil {
+			t.Errorf("a fresh signed login refused after a restart: %v", err)
+		}
 		plugRefused(t, b, d.id, d.user, "wrong", "wrong key after a restart")
 		plugRefused(t, b, gone.id, gone.user, gone.key, "deleted device after a restart")
 		if st := plugDialCtl(t, b).stats(); st["devices"] != 1.0 || st["generation"] != 7.0 {

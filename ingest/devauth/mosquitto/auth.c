@@ -83,7 +83,9 @@ static bool signed_ok(const struct plugin *p, const struct dev *d, const char *m
 	long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 	long long skew = now > *t ? now - *t : *t - now;
 	if (skew > (long long)p->signed_skew * 1000) return false;
-	if (*t <= d->signed_ms) return false;
+	/* Not replayed: newer than the device's last signed login, and than
+	 * the broker's start (what a device signed before is not known). */
+	if (*t <= d->signed_ms || *t <= p->started_ms) return false;
 	if (strlen(pw) != 32) return false;
 
 	struct md5 m;

@@ -10,7 +10,8 @@
  *    username "secureId|<epoch ms>", password the hex MD5 of
  *    "secureId|<epoch ms>|key", the time within signed_skew of now, in
  *    canonical digits (no leading zero) and newer than the last signed
- *    login admitted for that device (no replay). Unknown usernames,
+ *    login admitted for that device and than the broker's start (no
+ *    replay). Unknown usernames,
  *    service logins and reserved logins (setReserved: dynsec's own
  *    clients) are left to dynsec.
  *  - PUBLISH/SUBSCRIBE/delivery of a device: only below /{product}/{id}/,
@@ -40,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "plugin.h"
 
@@ -166,6 +168,9 @@ EXPORT int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userd
 	struct plugin *p = calloc(1, sizeof(*p));
 	if (!p) return MOSQ_ERR_NOMEM;
 	p->pid = identifier;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	p->started_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 	store_init(&p->st, 0);
 	if ((rc = configure(p, options, option_count))) {
 		plugin_free(p);

@@ -39,6 +39,7 @@ struct plugin {
 	char *snapshot_file;
 	long snapshot_interval; /* s */
 	long signed_skew;       /* s */
+	long long started_ms;   /* epoch ms at init: no signed login made before counts */
 	/* Usernames no device may have: dynsec's clients (setReserved),
 	 * sorted for bsearch. */
 	char **reserved;
