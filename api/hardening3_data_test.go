@@ -155,6 +155,7 @@ func TestHardening3MetadataBounds(t *testing.T) {
 	if err := json.Unmarshal(full.Result, &page); err != nil || full.HTTPStatus != 200 || len(page.Data) != 20 {
 		t.Fatalf("list with models: %d %v", full.HTTPStatus, err)
 	}
+	t.Logf("a page of 20 devices with 200 KiB models: %d bytes, %d with ?deviceMetadata=true", len(plain.raw), len(full.raw))
 	for _, d := range page.Data {
 		m, _ := d["deviceMetadata"].(string)
 		if !strings.Contains(m, `"p199"`) {
