@@ -123,6 +123,24 @@ func TestHardening3MetadataBounds(t *testing.T) {
 		}
 	}
 	e.ok("PUT", "/api/device/instance/d00/metadata", `{"properties":[{"id":"a","name":"A","valueType":{"type":"int","extra":1},"more":2}]}`, nil)
+	// A product model stored before the bounds, with a key of its own at
+	// the top, may be sent back unchanged (the spec's usage rule of
+	// endpoint 4), not changed.
+	legacy := `{"properties":[],"events":[],"functions":[],"tags":[],"vendor":"x"}`
+	if _, err := e.store.DB().Exec(`UPDATE products SET metadata = $1 WHERE id = 'p'`, legacy); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("GET", "/api/device-product/p", nil, &p)
+	p["name"] = "P renamed"
+	e.ok("PATCH", "/api/device-product", p, nil)
+	p["metadata"] = `{"properties":[{"id":"n","name":"N","valueType":{"type":"int"}}],"vendor":"x"}`
+	if r := e.fails("PATCH", "/api/device-product", p, 400, "illegal_argument"); !strings.Contains(r.Message, "vendor: ") {
+		t.Errorf("a changed legacy model: %s", r.raw)
+	}
+	e.ok("GET", "/api/device-product/p", nil, &p)
+	if p["name"] != "P renamed" || p["metadata"] != legacy {
+		t.Fatalf("product after the patches: %v %v", p["name"], p["metadata"])
+	}
 	// Size: 300 KiB refused, 200 KiB taken.
 	over, under := bigModel(300), bigModel(200)
 	r := e.fails("PUT", "/api/device/instance/d00/metadata", over, 400, "illegal_argument")
