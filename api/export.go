@@ -188,6 +188,9 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 				case <-expiry.C:
 					expires, err = check()
 				}
+				if ctx.Err() != nil {
+					return // the export ended first: its connection may serve another request
+				}
 				if err == nil && !isClosed(st.end) {
 					expiry.Reset(untilRecheck(expires))
 					continue

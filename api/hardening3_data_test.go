@@ -123,6 +123,24 @@ func TestHardening3MetadataBounds(t *testing.T) {
 		}
 	}
 	e.ok("PUT", "/api/device/instance/d00/metadata", `{"properties":[{"id":"a","name":"A","valueType":{"type":"int","extra":1},"more":2}]}`, nil)
+	// A product model stored before the bounds, with a key of its own at
+	// the top, may be sent back unchanged (the spec's usage rule of
+	// endpoint 4), not changed.
+	legacy := `{"properties":[],"events":[],"functions":[],"tags":[],"vendor":"x"}`
+	if _, err := e.store.DB().Exec(`UPDATE products SET metadata = $1 WHERE id = 'p'`, legacy); err != nil {
+		t.Fatal(err)
+	}
+	e.ok("GET", "/api/device-product/p", nil, &p)
+	p["name"] = "P renamed"
+	e.ok("PATCH", "/api/device-product", p, nil)
+	p["metadata"] = `{"properties":[{"id":"n","name":"N","valueType":{"type":"int"}}],"vendor":"x"}`
+	if r := e.fails("PATCH", "/api/device-product", p, 400, "illegal_argument"); !strings.Contains(r.Message, "vendor: ") {
+		t.Errorf("a changed legacy model: %s", r.raw)
+	}
+	e.ok("GET", "/api/device-product/p", nil, &p)
+	if p["name"] != "P renamed" || p["metadata"] != legacy {
+		t.Fatalf("product after the patches: %v %v", p["name"], p["metadata"])
+	}
 	// Size: 300 KiB refused, 200 KiB taken.
 	over, under := bigModel(300), bigModel(200)
 	r := e.fails("PUT", "/api/device/instance/d00/metadata", over, 400, "illegal_argument")
@@ -155,6 +173,7 @@ func TestHardening3MetadataBounds(t *testing.T) {
 	if err := json.Unmarshal(full.Result, &page); err != nil || full.HTTPStatus != 200 || len(page.Data) != 20 {
 		t.Fatalf("list with models: %d %v", full.HTTPStatus, err)
 	}
+	t.Logf("a page of 20 devices with 200 KiB models: %d bytes, %d with ?deviceMetadata=true", len(plain.raw), len(full.raw))
 	for _, d := range page.Data {
 		m, _ := d["deviceMetadata"].(string)
 		if !strings.Contains(m, `"p199"`) {
@@ -362,4 +381,89 @@ func TestHardening3LiveStreamsPerUser(t *testing.T) {
 		t.Fatalf("subscribers %d after one of lou's closed, want 20", hub.Subscribers())
 	}
 	openLiveWithin(t, e.base, liveQuery(lou, []string{dev}), "", 5*time.Second)
+}
+
+// TestHardening3HiddenConflicts: a user limited to product sa who creates
+// (one device, in bulk, by import) or updates a device with an id or
+// secureId that a device of sb holds learns nothing of it from the answer:
+// not that a device holds it, nor which; the answer is the same for both
+// kinds of value and for every such device. A conflict with a device of
+// sa is named as before, and an administrator still gets the precise
+// message.
+func TestHardening3HiddenConflicts(t *testing.T) {
+	e := newScopeEnv(t)
+	// b1 is sb's; its secureId is "b1" (the id by default). sb-login is
+	// the secureId of another device of sb.
+	e.ok("POST", "/api/device/instance", map[string]any{"id": "b3", "name": "b3", "productId": "sb",
+		"configuration": map[string]any{"secureId": "sb-login"}}, nil)
+	for _, hidden := range []string{"b1", "sb-login"} {
+		for _, c := range []struct {
+			name, method, path string
+			body               any
+		}{
+			{"create id", "POST", "/api/device/instance", map[string]any{"id": hidden, "name": "N", "productId": "sa"}},
+			{"create secureId", "POST", "/api/device/instance", map[string]any{"id": "new-x", "name": "N", "productId": "sa",
+				"configuration": map[string]any{"secureId": hidden}}},
+			{"update secureId", "PUT", "/api/device/instance/a1", map[string]any{"configuration": map[string]any{"secureId": hidden}}},
+			{"bulk id", "POST", "/api/device/instance/batch/_create", []map[string]any{{"id": hidden, "name": "N", "productId": "sa"}}},
+			{"bulk secureId", "POST", "/api/device/instance/batch/_create", []map[string]any{{"id": "new-y", "name": "N", "productId": "sa",
+				"configuration": map[string]any{"secureId": hidden}}}},
+			{"import id", "POST", "/api/device/instance/sa/import", []map[string]any{{"id": hidden, "name": "N"}}},
+			{"import secureId", "POST", "/api/device/instance/sa/import", []map[string]any{{"id": "new-z", "name": "N",
+				"configuration": map[string]any{"secureId": hidden}}}},
+		} {
+			r := e.do(c.method, c.path, c.body, e.alice)
+			if r.HTTPStatus != 400 {
+				t.Fatalf("%s %q by alice: %d %s", c.name, hidden, r.HTTPStatus, r.raw)
+			}
+			text := r.Message + string(r.Result)
+			if r.Code != "illegal_argument" {
+				t.Errorf("%s %q by alice: code %s, want illegal_argument: %s", c.name, hidden, r.Code, r.raw)
+			}
+			for _, leak := range []string{"exist", "another device", "sb", "b3", "duplicate"} {
+				if strings.Contains(strings.ReplaceAll(text, hidden, "X"), leak) {
+					t.Errorf("%s %q by alice: the answer says %q: %s", c.name, hidden, leak, r.raw)
+				}
+			}
+			if !strings.Contains(text, "not available") {
+				t.Errorf("%s %q by alice: %s, want \"not available\"", c.name, hidden, r.raw)
+			}
+		}
+	}
+	// The same reason for sb's id as for sb's other device's secureId: no
+	// telling which kind of value a device of sb holds.
+	reason := func(r response) string {
+		var rows []rowError
+		if err := json.Unmarshal(r.Result, &rows); err != nil || len(rows) != 1 {
+			t.Fatalf("bad rows: %s", r.raw)
+		}
+		return rows[0].Reason
+	}
+	id := e.do("POST", "/api/device/instance/batch/_create", []map[string]any{{"id": "new-v", "name": "N", "productId": "sa",
+		"configuration": map[string]any{"secureId": "b1"}}}, e.alice)
+	sec := e.do("POST", "/api/device/instance/batch/_create", []map[string]any{{"id": "new-v", "name": "N", "productId": "sa",
+		"configuration": map[string]any{"secureId": "sb-login"}}}, e.alice)
+	if a, b := strings.ReplaceAll(reason(id), "b1", "X"), strings.ReplaceAll(reason(sec), "sb-login", "X"); a != b {
+		t.Errorf("a hidden device's id and a hidden device's secureId answer differently: %s / %s", a, b)
+	}
+	// Alice's own product: named as before.
+	r := e.do("POST", "/api/device/instance/batch/_create", []map[string]any{{"id": "a2", "name": "N", "productId": "sa"}}, e.alice)
+	if !strings.Contains(string(r.Result), "already exists") {
+		t.Errorf("a duplicate of alice's own a2: %s", r.raw)
+	}
+	if r := e.do("POST", "/api/device/instance", map[string]any{"id": "a2", "name": "N", "productId": "sa"}, e.alice); r.Code != "duplicate_key" {
+		t.Errorf("a duplicate of alice's own a2, one device: %s", r.raw)
+	}
+	// The administrator: precise.
+	r = e.call("POST", "/api/device/instance/batch/_create", []map[string]any{{"id": "b1", "name": "N", "productId": "sa"},
+		{"id": "new-w", "name": "N", "productId": "sa", "configuration": map[string]any{"secureId": "sb-login"}}})
+	if !strings.Contains(string(r.Result), `device \"b1\" already exists`) || !strings.Contains(string(r.Result), "another device's secureId") {
+		t.Errorf("the administrator's bulk create: %s", r.raw)
+	}
+	if r := e.call("POST", "/api/device/instance", map[string]any{"id": "b1", "name": "N", "productId": "sa"}); r.Code != "duplicate_key" {
+		t.Errorf("the administrator's create of b1: %s", r.raw)
+	}
+	if n := e.countRows("devices"); n != 5 {
+		t.Fatalf("%d devices, want 5", n)
+	}
 }

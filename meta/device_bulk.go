@@ -271,12 +271,14 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 	if _, ok := productState[b.ProductID]; b.ProductID != "" && !ok {
 		return BulkCreated{}, fmt.Errorf("product %q: %w", truncate(b.ProductID, 80), ErrNotFound)
 	}
-	taken, err := s.existing(ctx, tx, `SELECT id FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`, keys(ids))
+	// Each taken value with the product of the device holding it: a
+	// device the caller cannot see is not named (hiddenConflict).
+	taken, err := s.takenBy(ctx, tx, `SELECT id, product_id FROM devices JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u USING (id)`, keys(ids))
 	if err != nil {
 		return BulkCreated{}, err
 	}
 	// The predicate lets PostgreSQL use the partial unique index.
-	takenSecure, err := s.existing(ctx, tx, `SELECT secure_id FROM devices WHERE secure_id = ANY($1) AND secure_id <> ''`, keys(secureIDs))
+	takenSecure, err := s.takenBy(ctx, tx, `SELECT secure_id, product_id FROM devices WHERE secure_id = ANY($1) AND secure_id <> ''`, keys(secureIDs))
 	if err != nil {
 		return BulkCreated{}, err
 	}
@@ -291,10 +293,22 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q does not exist", truncate(r.ProductID, 64)))
 		case b.Deploy && state != 1:
 			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q is not deployed; deploy it first", truncate(r.ProductID, 64)))
-		case taken[r.ID]:
-			bad.add(row, r.ID, "id", fmt.Sprintf("device %q already exists", truncate(r.ID, 64)))
-		case takenSecure[r.SecureID]:
-			bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is another device's secureId", truncate(r.SecureID, 64)))
+		}
+		if _, ok := bad[row]; ok {
+			continue
+		}
+		if p, ok := taken[r.ID]; ok {
+			if ProductAllowed(ctx, p) {
+				bad.add(row, r.ID, "id", fmt.Sprintf("device %q already exists", truncate(r.ID, 64)))
+			} else {
+				bad.add(row, r.ID, "id", unavailableReason(r.ID))
+			}
+		} else if p, ok := takenSecure[r.SecureID]; ok {
+			if ProductAllowed(ctx, p) {
+				bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is another device's secureId", truncate(r.SecureID, 64)))
+			} else {
+				bad.add(row, r.ID, "configuration.secureId", unavailableReason(r.SecureID))
+			}
 		}
 	}
 	if err := bad.err(len(b.Devices)); err != nil {
@@ -375,14 +389,25 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 
 // existing returns which of values the query (one parameter: the array)
 // finds.
-func (s *Store) existing(ctx context.Context, q *sqlx.Tx, query string, values []string) (map[string]bool, error) {
-	var found []string
-	if err := q.SelectContext(ctx, &found, query, pq.StringArray(values)); err != nil {
+// takenBy runs query, which selects (value, product_id) pairs of the
+// devices holding any of values, and maps each value found to its
+// device's product.
+func (s *Store) takenBy(ctx context.Context, q *sqlx.Tx, query string, values []string) (map[string]string, error) {
+	rows, err := q.QueryContext(ctx, query, pq.StringArray(values))
+	if err != nil {
 		return nil, fmt.Errorf("meta: bulk check: %w", err)
 	}
-	m := make(map[string]bool, len(found))
-	for _, v := range found {
-		m[v] = true
+	defer rows.Close()
+	m := make(map[string]string)
+	for rows.Next() {
+		var v, p string
+		if err := rows.Scan(&v, &p); err != nil {
+			return nil, fmt.Errorf("meta: bulk check: %w", err)
+		}
+		m[v] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("meta: bulk check: %w", err)
 	}
 	return m, nil
 }

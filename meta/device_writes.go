@@ -120,8 +120,14 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		creator.ID, userName(creator), r.ProductID)
 	switch {
 	case isSecureIDTaken(err):
+		if err := s.hiddenConflict(ctx, "configuration.secureId", "secure_id", r.SecureID); err != nil {
+			return DeviceDetail{}, err
+		}
 		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(r.SecureID, 80), ErrDuplicateKey)
 	case isUniqueViolation(err):
+		if err := s.hiddenConflict(ctx, "id", "id", r.ID); err != nil {
+			return DeviceDetail{}, err
+		}
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", r.ID, ErrDuplicateKey)
 	case isForeignKeyViolation(err): // the product was deleted meanwhile
 		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
@@ -137,6 +143,36 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 	}
 	d.Configuration.SecureKey = r.SecureKey // shown once, to its creator
 	return d, nil
+}
+
+// hiddenConflict is the refusal of a value of field (an id or a
+// secureId, column of devices) that a device the caller cannot see holds
+// (one of a product outside ctx's limit), or that none holds any more: it
+// names neither that device nor its product, and says no more than that
+// the value is not available, the same for an id and a secureId (an
+// unlimited caller, or one who sees the device, gets nil: the precise
+// refusal). Ids and secureIds are unique across products, so that a value
+// is taken cannot be hidden; by whom, and whether as an id or a secureId,
+// is. It reads the device outside any transaction (the caller's failed).
+func (s *Store) hiddenConflict(ctx context.Context, field, column, value string) error {
+	if all, _ := ProductsOf(ctx); all {
+		return nil
+	}
+	var product string
+	err := s.db.GetContext(ctx, &product, `SELECT product_id FROM devices WHERE `+column+` = $1`, value)
+	switch {
+	case err == nil && ProductAllowed(ctx, product):
+		return nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("meta: device conflict: %w", err)
+	}
+	return schema.Invalid(field, "%s", unavailableReason(value))
+}
+
+// unavailableReason is what a caller is told of a value a device it
+// cannot see holds (hiddenConflict).
+func unavailableReason(value string) string {
+	return fmt.Sprintf("%q is not available: choose another", truncate(value, 64))
 }
 
 // isSecureIDTaken reports a second device with the same secureId (its
@@ -255,6 +291,9 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE devices SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...); err != nil {
 		if isSecureIDTaken(err) {
+			if err := s.hiddenConflict(ctx, "configuration.secureId", "secure_id", *p.Configuration.SecureID); err != nil {
+				return DeviceDetail{}, err
+			}
 			return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(*p.Configuration.SecureID, 80), ErrDuplicateKey)
 		}
 		return DeviceDetail{}, fmt.Errorf("meta: update device: %w", err)

@@ -360,6 +360,24 @@ func normalModel(metadata string) (string, error) {
 	return schema.NormalizeThingModelInput(metadata)
 }
 
+// storedModel reports whether metadata, parsed as stored models are
+// read (ParseThingModelString, without normalModel's bounds), is product
+// id's stored model, and returns that.
+func (s *Store) storedModel(ctx context.Context, id, metadata string) (string, bool) {
+	m, err := schema.ParseThingModelString(metadata)
+	if err != nil {
+		return "", false
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var stored string
+	if err := s.db.GetContext(ctx, &stored, `SELECT metadata FROM products WHERE id = $1`, id); err != nil {
+		return "", false
+	}
+	norm := m.String()
+	return norm, norm == stored
+}
+
 // PatchProduct answers endpoint 4: it validates the thing model
 // (normalModel) and stores the product's new fields in one statement.
 func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID string) error {
@@ -409,7 +427,14 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	}
 	norm, err := normalModel(meta)
 	if err != nil {
-		return err
+		// A model stored before the bounds of normalModel (a top-level
+		// key of its own, over 256 KiB) may be sent back unchanged, as
+		// the spec's usage rule of endpoint 4 does with every field.
+		stored, same := s.storedModel(ctx, p.ID, meta)
+		if !same {
+			return err
+		}
+		norm = stored
 	}
 	add("metadata", norm)
 	add("device_type", string(*p.DeviceType))
