@@ -26,6 +26,8 @@ static bool is_uplink(const char *s)
 {
 	static const char *const fixed[] = {
 		"properties/report", "online", "offline", "properties/read/reply", "function/invoke/reply",
+		"properties/write/reply", /* a write's answer (ingest/link) */
+		"shadow/get",             /* a device asks for its whole shadow (ingest/shadow) */
 	};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
 		if (strcmp(s, fixed[i]) == 0) return true;
