@@ -110,7 +110,8 @@ func TestConsoleManageInBrowser(t *testing.T) {
 	}
 
 	// A device from the form, deployed, its key shown once.
-	b.run("open the devices of the product", goTo("#/devices?product="+product), chromedp.WaitVisible(chromedp.ID("new-device")))
+	b.run("open the devices of the product", goTo("#/devices?product="+product), chromedp.WaitVisible(chromedp.ID("new-device-open")))
+	b.run("open the new device form", chromedp.Click(chromedp.ID("new-device-open")), chromedp.WaitVisible(chromedp.ID("new-device")))
 	b.poll("the products to choose from", fmt.Sprintf(`!!document.querySelector('#new-device-product option[value=%q]')`, product))
 	b.run("create a device",
 		setSelect("#new-device-product", product),
@@ -265,7 +266,7 @@ func TestConsoleManageInBrowser(t *testing.T) {
 		{"products", "#/products", `a.product-edit`},
 		{"product", "#/product/" + product, `#model-rows tr`},
 		{"devices", "#/devices?product=" + product, `a.device-link`},
-		{"device", "#/device/" + devID, `#read-card`},
+		{"device", "#/device/" + devID, `#device-properties[data-latest=loaded]`},
 	} {
 		b.run("open "+pg.name+" at 420 px", goTo(pg.hash), chromedp.WaitVisible(chromedp.CSS(pg.ready)))
 		b.narrowShot("narrow-" + pg.name)
@@ -292,9 +293,13 @@ func TestConsoleManageInBrowser(t *testing.T) {
 	if n := evalJS[int](b, `document.querySelectorAll('#product-save, #product-deploy, #product-undeploy, #model-add').length + document.querySelectorAll('#product-form input:not(:disabled)').length`); n != 0 {
 		t.Fatalf("a viewer has %d product controls", n)
 	}
+	b.run("the devices", goTo("#/devices?product="+product), chromedp.WaitVisible(chromedp.CSS(`a.device-link`)))
+	if n := evalJS[int](b, `document.querySelectorAll('#new-device-open, #import-open').length`); n != 0 {
+		t.Fatal("a viewer is offered to create devices")
+	}
 	b.run("the device", goTo("#/device/"+devID), chromedp.WaitVisible(chromedp.ID("device-name")))
 	b.poll("its properties", `document.querySelectorAll('td.value[data-property]').length === 3`)
-	if n := evalJS[int](b, `document.querySelectorAll('#device-actions, #read-card, #invoke-card, #new-device').length`); n != 0 {
+	if n := evalJS[int](b, `document.querySelectorAll('#device-actions, #read-card, #invoke-card').length`); n != 0 {
 		t.Fatalf("a viewer has %d device controls", n)
 	}
 	b.checkExceptions()

@@ -1496,25 +1496,27 @@
       const pid = h('input', { class: 'prop-id', 'aria-label': 'Property id', required: true, value: def.id || '', size: 10 });
       const name = h('input', { class: 'prop-name', 'aria-label': 'Property name', required: true, value: def.name || '', size: 12 });
       const type = h('select', { class: 'prop-type', 'aria-label': 'Type' }, TYPES.map((t) => h('option', { value: t, selected: t === vt0.type }, t)));
-      const unit = h('select', { class: 'prop-unit', 'aria-label': 'Unit' }, UNIT_IDS.map((u) => h('option', { value: u, selected: u === (vt0.unit || '') }, u ? `${u}${UNITS[u] ? ' (' + UNITS[u] + ')' : ''}` : 'no unit')));
-      const scale = h('input', { class: 'prop-scale', type: 'number', min: '0', max: '10', 'aria-label': 'Scale', placeholder: 'scale', value: vt0.scale ?? '', size: 4 });
-      const maxLength = h('input', { class: 'prop-maxlength', type: 'number', min: '1', 'aria-label': 'Max length', placeholder: 'max length', value: (vt0.expands && vt0.expands.maxLength) || '' });
+      const unit = h('select', { class: 'prop-unit', 'aria-label': 'Unit' }, UNIT_IDS.map((u) => h('option', { value: u, selected: u === (vt0.unit || ''), title: u }, u ? UNITS[u] || u : 'no unit')));
+      const scale = h('input', { class: 'prop-scale', type: 'number', min: '0', max: '10', 'aria-label': 'Scale', placeholder: 'any', value: vt0.scale ?? '' });
+      const maxLength = h('input', { class: 'prop-maxlength', type: 'number', min: '1', 'aria-label': 'Max length', placeholder: 'any', value: (vt0.expands && vt0.expands.maxLength) || '' });
       const elements = h('input', { class: 'prop-elements', 'aria-label': 'Values', placeholder: 'eco=Economy, boost=Boost',
         value: (vt0.elements || []).map((e) => `${e.value}=${e.text ?? e.value}`).join(', ') });
-      const elementType = h('select', { class: 'prop-element-type', 'aria-label': 'Element type' }, SIMPLE.map((t) => h('option', { value: t, selected: vt0.elementType && vt0.elementType.type === t }, 'of ' + t)));
+      const elementType = h('select', { class: 'prop-element-type', 'aria-label': 'Element type' }, SIMPLE.map((t) => h('option', { value: t, selected: vt0.elementType && vt0.elementType.type === t }, t)));
       const fileType = h('select', { class: 'prop-file-type', 'aria-label': 'File type' }, ['url', 'base64', 'Binary'].map((t) => h('option', { value: t, selected: vt0.fileType === t }, t)));
       const access = ACCESS.map((a) => h('label', { class: 'check' }, h('input', { type: 'checkbox', value: a, 'data-access': a, checked: ((def.expands && def.expands.type) || []).includes(a) }), ' ' + a));
-      const detail = h('span', { class: 'controls' }, unit, scale, maxLength, elements, elementType, fileType);
-      const tr = h('tr', { 'data-row': '' }, h('td', {}, pid), h('td', {}, name), h('td', {}, type), h('td', {}, detail), h('td', { class: 'nowrap' }, access),
+      const mini = (text, input) => h('label', { class: 'mini' }, text, input);
+      const wraps = { unit: mini('unit', unit), scale: mini('scale', scale), maxLength: mini('max length', maxLength), elements: mini('values', elements), elementType: mini('elements', elementType), fileType: mini('file', fileType) };
+      const detail = h('span', { class: 'detail' }, Object.values(wraps));
+      const tr = h('tr', { 'data-row': '' }, h('td', {}, pid), h('td', {}, name), h('td', {}, type), h('td', {}, detail), h('td', { class: 'access' }, access),
         h('td', {}, writable ? h('button', { type: 'button', class: 'secondary', title: 'Remove this property', onclick: () => { rows.splice(rows.indexOf(row), 1); tr.remove(); sync(); } }, '✕') : null));
       function shown() {
         const t = type.value;
-        unit.hidden = !NUMERIC.has(t);
-        scale.hidden = !(t === 'float' || t === 'double');
-        maxLength.hidden = !(t === 'string' || t === 'password');
-        elements.hidden = t !== 'enum';
-        elementType.hidden = t !== 'array';
-        fileType.hidden = t !== 'file';
+        wraps.unit.hidden = !NUMERIC.has(t);
+        wraps.scale.hidden = !(t === 'float' || t === 'double');
+        wraps.maxLength.hidden = !(t === 'string' || t === 'password');
+        wraps.elements.hidden = t !== 'enum';
+        wraps.elementType.hidden = t !== 'array';
+        wraps.fileType.hidden = t !== 'file';
       }
       type.addEventListener('change', shown);
       shown();
@@ -1677,7 +1679,14 @@
           out.replaceChildren(errorBox(err, 'Could not create the device'));
         }
       } }, productSel, did, name, h('label', { class: 'check' }, deploy, ' deploy it'), h('button', { type: 'submit', id: 'new-device-submit' }, 'Create device'));
-    const card = h('section', { class: 'card', id: 'new-device-card' }, h('div', { class: 'card-head' }, h('h2', {}, 'New device')), form, out);
+    const card = h('section', { class: 'card', id: 'new-device-card', hidden: true }, h('div', { class: 'card-head' }, h('h2', {}, 'New device')), form, out);
+    const toggle = h('button', { type: 'button', id: 'new-device-open', 'aria-expanded': 'false',
+      onclick: () => {
+        card.hidden = !card.hidden;
+        toggle.setAttribute('aria-expanded', String(!card.hidden));
+        if (!card.hidden) name.focus();
+      } }, 'New device');
+    $('.page-head', view).append(toggle);
     view.insertBefore(card, $('.page-head', view).nextSibling);
     api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] }).then((page) => {
       for (const p of (page.data || []).slice().sort(byName)) {
