@@ -6,6 +6,12 @@
 //                      an import of devices from a CSV or JSON file
 //   #/device/<id>      a device: state, properties with live values (SSE),
 //                      history and aggregate charts
+//   #/product-new, #/product/<id>
+//                      a product: create, edit, its thing model's properties
+//                      as a form beside its JSON, deploy, undeploy
+//   (new sections at the end: the platform's time zone, custom chart
+//   ranges, product pages, a new device, a device's lifecycle, key,
+//   property reads and function invokes)
 //   #/users            users (administrators only): list, create, disable,
 //                      enable, delete, assign roles, reset a password
 //   #/audit            the audit trail of writes and logins (administrators)
