@@ -77,6 +77,13 @@ func TestConsoleManageInBrowser(t *testing.T) {
 	b.run("create the product", chromedp.Click(chromedp.ID("product-save")), chromedp.WaitVisible(chromedp.ID("product-deploy")))
 	b.poll("the product's page", fmt.Sprintf(`location.hash === '#/product/%s' && document.querySelectorAll('#model-rows tr').length === 2`, product))
 
+	// A model the server refuses: its message, naming the field, on the page.
+	b.run("an enum without values",
+		fill(`#model-rows tr:nth-child(2) .prop-type`, "enum"),
+		chromedp.Click(chromedp.ID("product-save")))
+	b.poll("the refusal", `(() => { const n = document.querySelector('#product-note'); return n.className === 'error' && n.textContent.includes('elements') && n.textContent.includes('illegal_argument'); })()`)
+	b.run("back to int", fill(`#model-rows tr:nth-child(2) .prop-type`, "int"))
+
 	// Edit: a string property with a maximum length, saved (PATCH).
 	b.run("add a string property",
 		chromedp.Click(chromedp.ID("model-add")),
@@ -258,6 +265,20 @@ func TestConsoleManageInBrowser(t *testing.T) {
 		t.Fatalf("the new key: %v", err)
 	}
 	c.Disconnect(0)
+
+	// Another device's lifecycle from its page: deploy, undeploy, delete.
+	spare := "n2-" + suffix
+	b.run("open a device not deployed", goTo("#/device/"+spare), chromedp.WaitVisible(chromedp.ID("device-deploy")))
+	b.run("deploy it", chromedp.Click(chromedp.ID("device-deploy")), chromedp.WaitVisible(chromedp.ID("device-undeploy")))
+	if s := b.text("#device-state"); s != "Offline" {
+		t.Fatalf("a deployed device that never connected: %q", s)
+	}
+	b.run("undeploy it", chromedp.Click(chromedp.ID("device-undeploy")), chromedp.WaitVisible(chromedp.ID("device-deploy")))
+	b.run("delete it", chromedp.Click(chromedp.ID("device-delete")), chromedp.WaitVisible(chromedp.CSS(`a.device-link`)))
+	b.poll("the list without it", fmt.Sprintf(`location.hash === '#/devices?product=%s' && !document.querySelector('a.device-link[data-id=%q]')`, product, spare))
+	if res, err := srv.api(token).Request("GET", "/api/device/instance/"+spare+"/detail", nil); err != nil || res.HTTPStatus != 404 {
+		t.Fatalf("the deleted device answers %d (%v)", res.HTTPStatus, err)
+	}
 
 	// 420 px wide: no page is wider than the window.
 	b.run("a narrow window", chromedp.EmulateViewport(420, 860))

@@ -936,7 +936,7 @@
       }
       case 'date': {
         const n = Number(v);
-        return isFinite(n) ? new Date(n).toLocaleString() : text;
+        return isFinite(n) ? when(n) : text;
       }
     }
     return text;
@@ -1440,7 +1440,7 @@
   const ACCESS = ['read', 'write', 'report'];
   const SIMPLE = ['int', 'long', 'float', 'double', 'string', 'boolean', 'date'];
 
-  // newProductButton is the products page's "New product" link, for who
+  // productButtons adds the products page's "New product" link, for who
   // may write products.
   function productButtons(view) {
     if (!can('product:write')) return;
