@@ -237,13 +237,14 @@ func TestConsoleManageInBrowser(t *testing.T) {
 	b.poll("the invoke sent", `!!document.querySelector('#invoke-ok')`)
 	b.shot("device-commands")
 
-	// The gap rule of the line chart: a silence longer than opts.gap breaks it.
-	if n := evalJS[int](b, `(() => {
+	// The gap rules of the line chart: a silence longer than opts.gap
+	// breaks it, and so does a time the device went offline.
+	if n := evalJS[[]int](b, `(() => {
 		const pts = [0, 1, 2, 3, 60, 61, 62].map((s) => ({ t: s * 1000, v: s }));
 		const moves = (o) => (Chart.line(pts, o).querySelector('path.line').getAttribute('d').match(/M/g) || []).length;
-		return moves({ gap: 3000 }) * 10 + moves({});
-	})()`); n != 21 {
-		t.Fatalf("line segments with a gap and without: %d, want 2 and 1", n)
+		return [moves({}), moves({ gap: 3000 }), moves({ breaks: [1500] }), moves({ gap: 3000, breaks: [1500, 60500] })];
+	})()`); fmt.Sprint(n) != "[1 2 2 4]" {
+		t.Fatalf("line segments without a gap, with a silence, with an offline time, with both: %v, want [1 2 2 4]", n)
 	}
 
 	// Rotate the key: shown once; the new one logs in, the old one not.

@@ -1102,6 +1102,7 @@
         else {
           $('#device-online-time').textContent = '–';
           $('#device-offline-time').textContent = when(m.timestamp);
+          chart.offline(m.timestamp);
         }
       });
       es.addEventListener('skipped', (ev) => {
@@ -1257,7 +1258,9 @@
         caption.textContent = `${name}: the latest ${points.length} values, from ${when(points[0].t)} to ${when(last.t)} (${zoneName()}); new values are added live; a silence breaks the line.`;
         const span = last.t - points[0].t;
         const timeText = (t) => (span > 86400000 ? zoneText(t).slice(0, 10) : zoneText(t).slice(11));
-        area.replaceChildren(Chart.line(points, { width: area.clientWidth, label: name, timeText, gap: gapOf(points) }));
+        const d = getDevice();
+        const breaks = offlines.concat(d && d.offlineTime ? [d.offlineTime] : []);
+        area.replaceChildren(Chart.line(points, { width: area.clientWidth, label: name, timeText, gap: gapOf(points), breaks }));
       } else if (buckets) {
         const mode = modeSel.value === 'custom' ? range.mode() : CHART_MODES[modeSel.value];
         const agg = AGGS[aggSel.value];
@@ -1282,7 +1285,13 @@
       draw();
     }
 
-    return { setup, live, leave: () => { seq++; stopResize(); } };
+    // offline notes a time the device left: the line breaks there.
+    const offlines = [];
+    function offline(t) {
+      offlines.push(t);
+    }
+
+    return { setup, live, offline, leave: () => { seq++; stopResize(); } };
   }
 
   // ---- the platform's time zone -------------------------------------------

@@ -105,7 +105,9 @@ window.Chart = (() => {
 
   // line draws points {t (epoch ms), v (number or null), title} in time
   // order; null breaks the line, and so does a silence longer than
-  // opts.gap ms between two values (0: none). timeText formats an axis time.
+  // opts.gap ms between two values (0: none) or a time of opts.breaks
+  // (epoch ms: the device went offline) between them. timeText formats an
+  // axis time.
   function line(points, opts) {
     opts = opts || {};
     const width = Math.max(320, Math.round(opts.width || 720));
@@ -122,6 +124,7 @@ window.Chart = (() => {
     for (const p of points) {
       if (p.v === null || p.v === undefined || !isFinite(p.v)) { pen = false; continue; }
       if (pen && opts.gap > 0 && p.t - prev > opts.gap) pen = false; // a gap, drawn as one
+      if (pen && (opts.breaks || []).some((b) => b > prev && b < p.t)) pen = false; // offline in between
       d += `${pen ? 'L' : 'M'}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`;
       pen = true;
       prev = p.t;
