@@ -6,6 +6,12 @@
 //                      an import of devices from a CSV or JSON file
 //   #/device/<id>      a device: state, properties with live values (SSE),
 //                      history and aggregate charts
+//   #/product-new, #/product/<id>
+//                      a product: create, edit, its thing model's properties
+//                      as a form beside its JSON, deploy, undeploy
+//   (new sections at the end: the platform's time zone, custom chart
+//   ranges, product pages, a new device, a device's lifecycle, key,
+//   property reads and function invokes)
 //   #/users            users (administrators only): list, create, disable,
 //                      enable, delete, assign roles, reset a password
 //   #/audit            the audit trail of writes and logins (administrators)
@@ -66,7 +72,7 @@
     return s;
   }
 
-  const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
+  const when = (ms) => (ms ? zoneText(ms) : '–'); // in the platform's zone (setZone)
 
   // Names and ids are shown in natural, case-insensitive order, as people
   // read them ("Meter 1, meter 2, Meter 10"), not in the order of their
@@ -227,7 +233,7 @@
       return;
     }
     if (!me) {
-      api('GET', '/api/authorize/me').then((u) => { me = u; route(); }, (e) => {
+      Promise.all([api('GET', '/api/authorize/me'), loadZone()]).then(([u]) => { me = u; route(); }, (e) => {
         if (sessionStorage.getItem(TOKEN)) showLogin('Could not load your account: ' + describe(e));
       });
       return;
@@ -261,6 +267,12 @@
     } else if (path === '/account') {
       nav = 'account';
       current = accountView(view);
+    } else if (path === '/product-new' && can('product:write')) {
+      nav = 'products';
+      current = productView(view, null);
+    } else if ((m = path.match(/^\/product\/(.+)$/))) {
+      nav = 'products';
+      current = productView(view, decodeURIComponent(m[1]));
     } else if ((m = path.match(/^\/device\/(.+)$/))) {
       nav = 'devices';
       current = deviceView(view, decodeURIComponent(m[1]));
@@ -361,7 +373,7 @@
   const like = (text) => '%' + text + '%';
 
   function productsView(view, params) {
-    return listView(view, params, {
+    const v = listView(view, params, {
       title: 'Products', path: '/products', endpoint: '/api/device-product/_query', searchId: 'product-search',
       placeholder: 'Search products by name',
       query: (p) => ({
@@ -376,11 +388,14 @@
         { head: 'Type', cell: (p) => (p.deviceType && (p.deviceType.text || p.deviceType.value)) || '' },
         { head: 'Classification', cell: (p) => p.classifiedName || p.classifiedId || '' },
         { head: 'Created', cell: (p) => when(p.createTime) },
+        { head: 'Thing model', cell: (p) => h('a', { href: '#/product/' + encodeURIComponent(p.id), class: 'product-edit', 'data-product': p.id }, can('product:write') ? 'Edit' : 'View') },
       ],
       emptyText: (p) => p.get('q')
         ? empty(`No product name contains “${p.get('q')}”.`, 'Search looks for the text anywhere in the name.')
         : empty('No products yet.', 'Create one with POST /api/device/product (see README, Quick start), or run cmd/devicesim.'),
     });
+    productButtons(view);
+    return v;
   }
 
   function devicesView(view, params) {
@@ -403,7 +418,7 @@
         if (p.get('state')) terms.push({ column: 'state', value: p.get('state') });
         return { sorts: [{ name: 'id', order: 'asc' }], terms };
       },
-      order: byId,
+      order: () => 0, // the server's order, page after page (deviceListExtras says so)
       columns: [
         { head: 'Device', cell: (d) => [h('a', { href: '#/device/' + encodeURIComponent(d.id), class: 'strong device-link', 'data-id': d.id }, d.name || d.id), h('div', { class: 'muted small mono' }, d.id)] },
         { head: 'Product', cell: (d) => h('a', { href: '#/devices?product=' + encodeURIComponent(d.productId) }, d.productName || d.productId) },
@@ -419,6 +434,7 @@
       params.set('state', stateSel.value);
       v.reload(0);
     });
+    deviceListExtras(view, product, () => v.reload(Number(params.get('page')) || 0));
     if (!can('device:write')) return v; // no import for who may not create devices
     const imp = importForm(product, () => v.reload(0));
     const toggle = h('button', { type: 'button', id: 'import-open', class: 'secondary', 'aria-expanded': 'false',
@@ -920,7 +936,7 @@
       }
       case 'date': {
         const n = Number(v);
-        return isFinite(n) ? new Date(n).toLocaleString() : text;
+        return isFinite(n) ? when(n) : text;
       }
     }
     return text;
@@ -975,6 +991,7 @@
       }
       props = Array.isArray(model.properties) ? model.properties.filter((p) => p && p.id) : [];
       drawHead();
+      deviceManage(view, d, props, model, route);
       drawProperties();
       chart.setup();
       loadLatest();
@@ -1085,6 +1102,7 @@
         else {
           $('#device-online-time').textContent = '–';
           $('#device-offline-time').textContent = when(m.timestamp);
+          chart.offline(m.timestamp);
         }
       });
       es.addEventListener('skipped', (ev) => {
@@ -1121,7 +1139,9 @@
     const area = h('div', { class: 'chart', id: 'property-chart' });
     const caption = h('p', { class: 'muted small', id: 'property-chart-caption' });
     const csvBtn = h('button', { type: 'button', class: 'secondary', id: 'chart-csv', title: 'Download what the chart shows as CSV' }, 'Download CSV');
-    card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, aggSel, csvBtn)), caption, area);
+    const range = rangeControls(() => load());
+    modeSel.append(h('option', { value: 'custom' }, 'Custom range…'));
+    card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, range.el, aggSel, csvBtn)), caption, area);
     let numeric = [];
     let points = null; // history mode: the line's points
     let buckets = null; // aggregate mode: the bars
@@ -1150,6 +1170,14 @@
       if (!device || !p) return;
       const mode = modeSel.value;
       aggSel.hidden = mode === 'history';
+      range.el.hidden = mode !== 'custom';
+      if (mode === 'custom' && !range.valid()) {
+        seq++;
+        points = buckets = null;
+        caption.textContent = '';
+        area.replaceChildren(h('p', { class: 'error', id: 'range-error' }, 'Choose a start before the end.'));
+        return;
+      }
       const mine = ++seq;
       points = buckets = null;
       area.classList.add('loading');
@@ -1180,7 +1208,7 @@
         q.params = { deviceId: device.id, history: 100, properties: [p.id] };
       } else {
         q.dimension = 'agg';
-        q.params = Object.assign({ deviceId: device.id, properties: [p.id], agg: aggSel.value, format: 'yyyy-MM-dd HH:mm' }, CHART_MODES[modeSel.value].params);
+        q.params = Object.assign({ deviceId: device.id, properties: [p.id], agg: aggSel.value, format: 'yyyy-MM-dd HH:mm' }, modeSel.value === 'custom' ? range.params() : CHART_MODES[modeSel.value].params);
       }
       return q;
     }
@@ -1227,15 +1255,17 @@
           return;
         }
         const last = points[points.length - 1];
-        caption.textContent = `${name}: the latest ${points.length} values, from ${when(points[0].t)} to ${when(last.t)}; new values are added live.`;
+        caption.textContent = `${name}: the latest ${points.length} values, from ${when(points[0].t)} to ${when(last.t)} (${zoneName()}); new values are added live; a silence breaks the line.`;
         const span = last.t - points[0].t;
-        const timeText = (t) => (span > 86400000 ? new Date(t).toLocaleDateString() : new Date(t).toLocaleTimeString());
-        area.replaceChildren(Chart.line(points, { width: area.clientWidth, label: name, timeText }));
+        const timeText = (t) => (span > 86400000 ? zoneText(t).slice(0, 10) : zoneText(t).slice(11));
+        const d = getDevice();
+        const breaks = offlines.concat(d && d.offlineTime ? [d.offlineTime] : []);
+        area.replaceChildren(Chart.line(points, { width: area.clientWidth, label: name, timeText, gap: gapOf(points), breaks }));
       } else if (buckets) {
-        const mode = CHART_MODES[modeSel.value];
+        const mode = modeSel.value === 'custom' ? range.mode() : CHART_MODES[modeSel.value];
         const agg = AGGS[aggSel.value];
         const withData = buckets.filter((b) => b.data.value !== null && b.data.value !== undefined);
-        caption.textContent = `${agg} of ${name}, ${mode.text.toLowerCase()}; ${withData.length} of ${buckets.length} periods have values.`;
+        caption.textContent = `${agg} of ${name}, ${mode.text.toLowerCase()}; ${withData.length} of ${buckets.length} periods have values. Times in ${zoneName()}.`;
         area.replaceChildren(Chart.bars(buckets.map((b) => ({
           label: mode.label(b.data.timeString),
           value: b.data.value === null || b.data.value === undefined ? null : Number(b.data.value),
@@ -1255,7 +1285,595 @@
       draw();
     }
 
-    return { setup, live, leave: () => { seq++; stopResize(); } };
+    // offline notes a time the device left: the line breaks there.
+    const offlines = [];
+    function offline(t) {
+      offlines.push(t);
+    }
+
+    return { setup, live, offline, leave: () => { seq++; stopResize(); } };
+  }
+
+  // ---- the platform's time zone -------------------------------------------
+
+  // Every time the console shows is in the platform's zone (GET
+  // /api/settings: DEVICEHUB_TIMEZONE), the zone endpoint 14's buckets and
+  // timeStrings follow, written as they write them (yyyy-MM-dd HH:mm:ss),
+  // so a value's "Updated" time and its chart bucket read on one clock.
+  // Until the settings are loaded (or if they cannot be), the browser's.
+  let zone = null; // {timeZone, timeZoneAbbreviation, utcOffsetSeconds}
+  let zoneFmt = null; // Intl.DateTimeFormat in zone.timeZone, or null: a fixed offset
+
+  function setZone(z) {
+    zone = z && z.timeZone ? z : null;
+    zoneFmt = null;
+    if (zone && zone.timeZone !== 'Local') {
+      try {
+        zoneFmt = new Intl.DateTimeFormat('en-CA', {
+          timeZone: zone.timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit',
+          hour: '2-digit', minute: '2-digit', second: '2-digit',
+        });
+      } catch (e) {
+        zoneFmt = null; // a zone this browser does not know: the offset
+      }
+    }
+    const label = $('#zone');
+    if (label) {
+      label.textContent = zone ? 'Times: ' + zoneName() : '';
+      label.title = zone ? `Every time shown is in the platform's time zone, ${zone.timeZone} (${offsetText(zone.utcOffsetSeconds)} now), as endpoint 14's buckets are.` : '';
+    }
+  }
+
+  const pad2 = (n) => String(n).padStart(2, '0');
+
+  function offsetText(seconds) {
+    const s = Math.abs(seconds || 0);
+    return 'UTC' + (seconds < 0 ? '−' : '+') + pad2(Math.floor(s / 3600)) + ':' + pad2(Math.floor((s % 3600) / 60));
+  }
+
+  // zoneName labels the zone: "Asia/Kolkata (IST)", or the offset for the
+  // server's own zone ("Local").
+  function zoneName() {
+    if (!zone) return Intl.DateTimeFormat().resolvedOptions().timeZone + ' (this browser)';
+    const abbr = zone.timeZoneAbbreviation || offsetText(zone.utcOffsetSeconds);
+    return zone.timeZone === 'Local' ? `the server's zone (${abbr}, ${offsetText(zone.utcOffsetSeconds)})` : `${zone.timeZone} (${abbr})`;
+  }
+
+  // wall is the platform zone's calendar fields of epoch ms t.
+  function wall(t) {
+    const d = new Date(t);
+    if (zoneFmt) {
+      const f = {};
+      for (const p of zoneFmt.formatToParts(d)) f[p.type] = p.value;
+      return { y: f.year, M: f.month, d: f.day, H: f.hour === '24' ? '00' : f.hour, m: f.minute, s: f.second };
+    }
+    const off = zone ? zone.utcOffsetSeconds * 1000 : -d.getTimezoneOffset() * 60000;
+    const u = new Date(t + off);
+    return { y: String(u.getUTCFullYear()), M: pad2(u.getUTCMonth() + 1), d: pad2(u.getUTCDate()), H: pad2(u.getUTCHours()), m: pad2(u.getUTCMinutes()), s: pad2(u.getUTCSeconds()) };
+  }
+
+  // zoneText writes epoch ms t in the platform zone as yyyy-MM-dd HH:mm:ss.
+  function zoneText(t) {
+    const w = wall(t);
+    return `${w.y}-${w.M}-${w.d} ${w.H}:${w.m}:${w.s}`;
+  }
+
+  // fromWall is the epoch ms of a wall time (yyyy-MM-ddTHH:mm, as a
+  // datetime-local input gives it) in the platform zone, or NaN.
+  function fromWall(text) {
+    const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})/.exec(text || '');
+    if (!m) return NaN;
+    const asUTC = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5]);
+    // The zone's offset at that time: guess, then correct once (DST).
+    const offsetAt = (t) => {
+      const w = wall(t);
+      return Date.UTC(+w.y, +w.M - 1, +w.d, +w.H, +w.m, +w.s) - Math.floor(t / 1000) * 1000;
+    };
+    let t = asUTC - offsetAt(asUTC);
+    t = asUTC - offsetAt(t);
+    return t;
+  }
+
+  // toWall is epoch ms t as a datetime-local input's value, in the zone.
+  function toWall(t) {
+    const w = wall(t);
+    return `${w.y}-${w.M}-${w.d}T${w.H}:${w.m}`;
+  }
+
+  function loadZone() {
+    return api('GET', '/api/settings').then(setZone, () => setZone(null));
+  }
+
+  // ---- charts: a custom time range ------------------------------------------
+
+  // Buckets endpoint 14 offers, smallest first, and their length in ms
+  // (a month and a year as their longest).
+  const BUCKETS = [['1m', 60e3], ['5m', 300e3], ['15m', 900e3], ['1h', 3600e3], ['1d', 86400e3], ['1w', 7 * 86400e3], ['1M', 31 * 86400e3], ['1y', 366 * 86400e3]];
+
+  // rangeControls are a chart's from/to inputs (wall times in the
+  // platform zone) and its bucket: "auto" picks the smallest that gives
+  // at most 200 bars. changed is called on every change.
+  function rangeControls(changed) {
+    const now = Date.now();
+    const from = h('input', { type: 'datetime-local', id: 'chart-from', 'aria-label': 'From', value: toWall(now - 86400e3) });
+    const to = h('input', { type: 'datetime-local', id: 'chart-to', 'aria-label': 'To', value: toWall(now) });
+    const bucket = h('select', { id: 'chart-bucket', 'aria-label': 'Bucket' }, h('option', { value: 'auto' }, 'Auto'),
+      BUCKETS.map(([b]) => h('option', { value: b }, 'Every ' + b)));
+    const el = h('span', { class: 'range', id: 'chart-range', hidden: true }, h('label', {}, 'From ', from), h('label', {}, 'to ', to), bucket);
+    for (const i of [from, to, bucket]) i.addEventListener('change', changed);
+    function span() {
+      const f = fromWall(from.value);
+      const t = fromWall(to.value);
+      return { f, t, ok: isFinite(f) && isFinite(t) && f < t };
+    }
+    function chosen() {
+      const { f, t } = span();
+      if (bucket.value !== 'auto') return BUCKETS.find(([b]) => b === bucket.value);
+      return BUCKETS.find(([, ms]) => (t - f) / ms <= 200) || BUCKETS[BUCKETS.length - 1];
+    }
+    return {
+      el,
+      valid: () => span().ok,
+      params: () => {
+        const { f, t } = span();
+        const [b, ms] = chosen();
+        return { time: b, from: f, to: t, limit: Math.min(10000, Math.ceil((t - f) / ms) + 1) };
+      },
+      mode: () => {
+        const { f, t } = span();
+        const [b, ms] = chosen();
+        const long = t - f > 86400e3;
+        return {
+          text: `Every ${b}, ${zoneText(f).slice(0, 16)} to ${zoneText(t).slice(0, 16)}`,
+          label: ms >= 86400e3 ? (s) => s.slice(0, 10) : long ? (s) => s.slice(5) : (s) => s.slice(11),
+        };
+      },
+    };
+  }
+
+  // gapOf is the time between two values past which the history line
+  // breaks: three times the usual (median) spacing of the values, so that
+  // an offline period or a silence shows as a gap, not a straight line.
+  function gapOf(points) {
+    const d = [];
+    for (let i = 1; i < points.length; i++) d.push(points[i].t - points[i - 1].t);
+    if (d.length < 2) return 0;
+    d.sort((a, b) => a - b);
+    return Math.max(1000, 3 * d[Math.floor(d.length / 2)]);
+  }
+
+  // ---- products: create, edit, thing model, deploy ----------------------------
+
+  const TYPES = ['int', 'long', 'float', 'double', 'string', 'boolean', 'date', 'enum', 'array', 'object', 'file', 'password', 'geoPoint'];
+  const UNIT_IDS = ['', 'percent', 'count', ...Object.keys(UNITS)];
+  const ACCESS = ['read', 'write', 'report'];
+  const SIMPLE = ['int', 'long', 'float', 'double', 'string', 'boolean', 'date'];
+
+  // productButtons adds the products page's "New product" link, for who
+  // may write products.
+  function productButtons(view) {
+    if (!can('product:write')) return;
+    $('.page-head', view).append(h('a', { href: '#/product-new', id: 'product-new', class: 'button' }, 'New product'));
+  }
+
+  // productView creates (id null) or edits a product: its fields, its
+  // thing model's properties as a form with the model's JSON beside it,
+  // deploy and undeploy. The model's events, functions and tags, and
+  // fields of a property the form does not show, are kept as they are.
+  function productView(view, id) {
+    const writable = can('product:write');
+    const note = h('p', { id: 'product-note', role: 'status', class: 'muted' });
+    const say = (text, isError) => { note.textContent = text; note.className = isError ? 'error' : 'ok-text'; };
+    let product = null; // GET /api/device-product/{id}
+    let model = { properties: [], events: [], functions: [], tags: [] };
+    const f = {
+      id: h('input', { id: 'product-id', 'aria-label': 'Id', placeholder: 'Id (generated if empty)', pattern: '[A-Za-z0-9_.:\\-]{1,64}', autocomplete: 'off' }),
+      name: h('input', { id: 'product-name', 'aria-label': 'Name', required: true, placeholder: 'Name', autocomplete: 'off' }),
+      classifiedId: h('input', { id: 'product-classified', 'aria-label': 'Classification', required: true, value: 'default', placeholder: 'Classification id' }),
+      accessId: h('input', { id: 'product-access', 'aria-label': 'Access', required: true, value: 'mqtt', placeholder: 'Access id' }),
+      deviceType: h('select', { id: 'product-device-type', 'aria-label': 'Device type' }, ['device', 'gateway', 'childrenDevice'].map((v) => h('option', { value: v }, v))),
+      describe: h('input', { id: 'product-describe', 'aria-label': 'Description', placeholder: 'Description' }),
+      regulator: h('input', { type: 'checkbox', id: 'product-regulator' }),
+    };
+    const rowsBody = h('tbody', { id: 'model-rows' });
+    const json = h('pre', { class: 'json', id: 'model-json' });
+    const state = h('span', { id: 'product-state' });
+    const lifecycle = h('span', { class: 'controls' });
+    const save = h('button', { type: 'submit', id: 'product-save' }, id ? 'Save' : 'Create product');
+    const form = h('form', { id: 'product-form', onsubmit: (e) => { e.preventDefault(); submit(); } },
+      h('section', { class: 'card' },
+        h('div', { class: 'card-head' }, h('h2', {}, 'Product'), h('span', { class: 'controls' }, state, lifecycle)),
+        h('div', { class: 'fields' },
+          id ? null : h('label', {}, 'Id', f.id),
+          h('label', {}, 'Name', f.name), h('label', {}, 'Classification', f.classifiedId),
+          h('label', {}, 'Access', f.accessId), h('label', {}, 'Device type', f.deviceType),
+          h('label', {}, 'Description', f.describe),
+          h('label', { class: 'check' }, f.regulator, ' Controllers (endpoint 12 invokes)'))),
+      h('section', { class: 'card' },
+        h('div', { class: 'card-head' }, h('h2', {}, 'Thing model: properties'),
+          writable ? h('button', { type: 'button', class: 'secondary', id: 'model-add', onclick: () => { addRow({ id: '', name: '', valueType: { type: 'int' }, expands: { type: ['read', 'report'] } }); sync(); } }, 'Add property') : null),
+        h('div', { class: 'model-edit' },
+          h('div', { class: 'table-wrap' }, h('table', { class: 'list model' },
+            h('thead', {}, h('tr', {}, ['Id', 'Name', 'Type', 'Unit / scale / length / values', 'Access', ''].map((t) => h('th', {}, t)))), rowsBody)),
+          h('div', { class: 'json-wrap' }, h('div', { class: 'muted small' }, 'The thing model (metadata) as it will be sent'), json)),
+        writable ? h('div', { class: 'controls' }, save, note) : note));
+    view.append(
+      h('p', { class: 'crumbs' }, h('a', { href: '#/products' }, 'Products'), ' › ', h('span', { id: 'crumb' }, id || 'New product')),
+      h('div', { class: 'page-head' }, h('h1', { id: 'product-title' }, id ? id : 'New product'),
+        id ? h('a', { href: '#/devices?product=' + encodeURIComponent(id) }, 'Its devices') : null),
+      form);
+    const rows = []; // [{def, read()}]
+
+    // addRow adds a form row for property definition def (kept, so that
+    // fields the form does not show survive).
+    function addRow(def) {
+      const vt0 = def.valueType || {};
+      const pid = h('input', { class: 'prop-id', 'aria-label': 'Property id', required: true, value: def.id || '', size: 10 });
+      const name = h('input', { class: 'prop-name', 'aria-label': 'Property name', required: true, value: def.name || '', size: 12 });
+      const type = h('select', { class: 'prop-type', 'aria-label': 'Type' }, TYPES.map((t) => h('option', { value: t, selected: t === vt0.type }, t)));
+      const unit = h('select', { class: 'prop-unit', 'aria-label': 'Unit' }, UNIT_IDS.map((u) => h('option', { value: u, selected: u === (vt0.unit || ''), title: u }, u ? UNITS[u] || u : 'no unit')));
+      const scale = h('input', { class: 'prop-scale', type: 'number', min: '0', max: '10', 'aria-label': 'Scale', placeholder: 'any', value: vt0.scale ?? '' });
+      const maxLength = h('input', { class: 'prop-maxlength', type: 'number', min: '1', 'aria-label': 'Max length', placeholder: 'any', value: (vt0.expands && vt0.expands.maxLength) || '' });
+      const elements = h('input', { class: 'prop-elements', 'aria-label': 'Values', placeholder: 'eco=Economy, boost=Boost',
+        value: (vt0.elements || []).map((e) => `${e.value}=${e.text ?? e.value}`).join(', ') });
+      const elementType = h('select', { class: 'prop-element-type', 'aria-label': 'Element type' }, SIMPLE.map((t) => h('option', { value: t, selected: vt0.elementType && vt0.elementType.type === t }, t)));
+      const fileType = h('select', { class: 'prop-file-type', 'aria-label': 'File type' }, ['url', 'base64', 'Binary'].map((t) => h('option', { value: t, selected: vt0.fileType === t }, t)));
+      const access = ACCESS.map((a) => h('label', { class: 'check' }, h('input', { type: 'checkbox', value: a, 'data-access': a, checked: ((def.expands && def.expands.type) || []).includes(a) }), ' ' + a));
+      const mini = (text, input) => h('label', { class: 'mini' }, text, input);
+      const wraps = { unit: mini('unit', unit), scale: mini('scale', scale), maxLength: mini('max length', maxLength), elements: mini('values', elements), elementType: mini('elements', elementType), fileType: mini('file', fileType) };
+      const detail = h('span', { class: 'detail' }, Object.values(wraps));
+      const tr = h('tr', { 'data-row': '' }, h('td', {}, pid), h('td', {}, name), h('td', {}, type), h('td', {}, detail), h('td', { class: 'access' }, access),
+        h('td', {}, writable ? h('button', { type: 'button', class: 'secondary', title: 'Remove this property', onclick: () => { rows.splice(rows.indexOf(row), 1); tr.remove(); sync(); } }, '✕') : null));
+      function shown() {
+        const t = type.value;
+        wraps.unit.hidden = !NUMERIC.has(t);
+        wraps.scale.hidden = !(t === 'float' || t === 'double');
+        wraps.maxLength.hidden = !(t === 'string' || t === 'password');
+        wraps.elements.hidden = t !== 'enum';
+        wraps.elementType.hidden = t !== 'array';
+        wraps.fileType.hidden = t !== 'file';
+      }
+      type.addEventListener('change', shown);
+      shown();
+      const row = {
+        read() {
+          const out = JSON.parse(JSON.stringify(def));
+          out.id = pid.value.trim();
+          out.name = name.value.trim();
+          const t = type.value;
+          const vt = Object.assign({}, vt0, { type: t });
+          for (const k of ['unit', 'scale', 'elements', 'elementType', 'fileType', 'properties', 'trueText', 'trueValue', 'falseText', 'falseValue']) delete vt[k];
+          const vx = Object.assign({}, vt0.expands || {});
+          delete vx.maxLength;
+          if (NUMERIC.has(t) && unit.value) vt.unit = unit.value;
+          if ((t === 'float' || t === 'double') && scale.value !== '') vt.scale = Number(scale.value);
+          if ((t === 'string' || t === 'password') && maxLength.value !== '') vx.maxLength = Number(maxLength.value);
+          if (t === 'enum') {
+            vt.elements = elements.value.split(',').map((s) => s.trim()).filter(Boolean).map((s) => {
+              const i = s.indexOf('=');
+              return i < 0 ? { value: s, text: s } : { value: s.slice(0, i).trim(), text: s.slice(i + 1).trim() };
+            });
+          }
+          if (t === 'array') vt.elementType = (vt0.elementType && vt0.elementType.type === elementType.value) ? vt0.elementType : { type: elementType.value };
+          if (t === 'object') vt.properties = vt0.type === 'object' && vt0.properties ? vt0.properties : [];
+          if (t === 'file') vt.fileType = fileType.value;
+          if (t === 'boolean' && vt0.type === 'boolean') for (const k of ['trueText', 'trueValue', 'falseText', 'falseValue']) if (k in vt0) vt[k] = vt0[k];
+          if (Object.keys(vx).length) vt.expands = vx; else delete vt.expands;
+          out.valueType = vt;
+          out.expands = Object.assign({}, def.expands || {}, { type: access.map((l) => l.firstChild).filter((c) => c.checked).map((c) => c.value) });
+          return out;
+        },
+      };
+      rows.push(row);
+      rowsBody.append(tr);
+      if (!writable) tr.querySelectorAll('input, select').forEach((i) => { i.disabled = true; });
+    }
+
+    function current() {
+      return Object.assign({}, model, { properties: rows.map((r) => r.read()) });
+    }
+    function sync() {
+      json.textContent = JSON.stringify(current(), null, 2);
+    }
+    form.addEventListener('input', sync);
+    form.addEventListener('change', sync);
+
+    function drawLifecycle() {
+      if (!product) return;
+      const deployed = product.state === 1;
+      state.replaceChildren(h('span', { class: deployed ? 'badge state-online' : 'badge state-notActive', 'data-state': deployed ? 'deployed' : 'undeployed' }, deployed ? 'Deployed' : 'Not deployed'));
+      lifecycle.replaceChildren();
+      if (!writable) return;
+      lifecycle.append(h('button', { type: 'button', class: 'secondary', id: deployed ? 'product-undeploy' : 'product-deploy',
+        onclick: async () => {
+          try {
+            await api('POST', `/api/device-product/${encodeURIComponent(product.id)}/${deployed ? 'undeploy' : 'deploy'}`);
+            say(deployed ? 'Undeployed: its devices cannot connect.' : 'Deployed: its devices may be deployed and connect.');
+            await load();
+          } catch (e) {
+            say(describe(e), true);
+          }
+        } }, deployed ? 'Undeploy' : 'Deploy'));
+    }
+
+    async function load() {
+      product = await api('GET', '/api/device-product/' + encodeURIComponent(id));
+      try {
+        model = product.metadata ? JSON.parse(product.metadata) : {};
+      } catch (e) {
+        model = {};
+      }
+      for (const k of ['properties', 'events', 'functions', 'tags']) if (!Array.isArray(model[k])) model[k] = [];
+      f.name.value = product.name || '';
+      f.classifiedId.value = product.classifiedId || '';
+      f.accessId.value = product.accessId || '';
+      f.deviceType.value = (product.deviceType && (product.deviceType.value || product.deviceType)) || 'device';
+      f.describe.value = product.describe || '';
+      f.regulator.checked = !!product.regulator;
+      rows.length = 0;
+      rowsBody.replaceChildren();
+      model.properties.forEach(addRow);
+      $('#product-title').textContent = product.name || product.id;
+      $('#crumb').textContent = product.name || product.id;
+      drawLifecycle();
+      sync();
+    }
+
+    async function submit() {
+      const metadata = JSON.stringify(current());
+      const fields = {
+        name: f.name.value.trim(), classifiedId: f.classifiedId.value.trim(), accessId: f.accessId.value.trim(),
+        deviceType: f.deviceType.value, describe: f.describe.value, regulator: f.regulator.checked, metadata,
+      };
+      save.disabled = true;
+      try {
+        if (!id) {
+          const body = Object.assign({ modelFrom: 'custom' }, fields);
+          if (f.id.value.trim()) body.id = f.id.value.trim();
+          const p = await api('POST', '/api/device/product', body);
+          location.hash = '#/product/' + encodeURIComponent(p.id);
+          return;
+        }
+        await api('PATCH', '/api/device-product', Object.assign({}, product, fields));
+        await load();
+        say('Saved.');
+      } catch (e) {
+        say(describe(e), true);
+      } finally {
+        save.disabled = false;
+      }
+    }
+
+    if (!writable) Object.values(f).forEach((i) => { i.disabled = true; });
+    if (id) {
+      load().catch((e) => { form.replaceChildren(errorBox(e, `Could not load product ${id}`)); });
+    } else {
+      addRow({ id: 'temperature', name: 'Temperature', valueType: { type: 'float', scale: 1 }, expands: { type: ['read', 'report'] } });
+      sync();
+    }
+    return {};
+  }
+
+  // ---- devices: create one, its key shown once ------------------------------
+
+  // deviceListExtras adds to the devices page the note on its order and,
+  // for who may write devices, a form that creates one (its key shown
+  // once, to who holds device:secret).
+  function deviceListExtras(view, product, reload) {
+    $('.card', view).append(h('p', { class: 'muted small', id: 'device-order' },
+      'Pages in the server\'s order of ids, which compares them as text (device-10 before device-2); the API has no natural sort, and a page is not re-sorted here.'));
+    if (!can('device:write')) return;
+    const productSel = h('select', { id: 'new-device-product', required: true, 'aria-label': 'Product' }, h('option', { value: '' }, 'Choose a product'));
+    const did = h('input', { id: 'new-device-id', 'aria-label': 'Id', placeholder: 'Id (generated if empty)', autocomplete: 'off' });
+    const name = h('input', { id: 'new-device-name', 'aria-label': 'Name', placeholder: 'Name', required: true, autocomplete: 'off' });
+    const deploy = h('input', { type: 'checkbox', id: 'new-device-deploy', checked: true });
+    const out = h('div', { id: 'new-device-result', role: 'status' });
+    const form = h('form', { class: 'filters', id: 'new-device',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        out.replaceChildren();
+        try {
+          const body = { name: name.value.trim(), productId: productSel.value };
+          if (did.value.trim()) body.id = did.value.trim();
+          const d = await api('POST', '/api/device/instance', body);
+          let deployed = '';
+          if (deploy.checked) {
+            try {
+              await api('POST', `/api/device/instance/${encodeURIComponent(d.id)}/deploy`);
+              deployed = ', deployed';
+            } catch (err) {
+              deployed = ', not deployed: ' + describe(err);
+            }
+          }
+          out.replaceChildren(h('p', { class: 'ok-text' }, 'Device ', h('a', { href: '#/device/' + encodeURIComponent(d.id), id: 'new-device-link' }, d.id), ' created' + deployed + '.'),
+            secretBox(d));
+          form.reset();
+          deploy.checked = true;
+          reload();
+        } catch (err) {
+          out.replaceChildren(errorBox(err, 'Could not create the device'));
+        }
+      } }, productSel, did, name, h('label', { class: 'check' }, deploy, ' deploy it'), h('button', { type: 'submit', id: 'new-device-submit' }, 'Create device'));
+    const card = h('section', { class: 'card', id: 'new-device-card', hidden: true }, h('div', { class: 'card-head' }, h('h2', {}, 'New device')), form, out);
+    const toggle = h('button', { type: 'button', id: 'new-device-open', 'aria-expanded': 'false',
+      onclick: () => {
+        card.hidden = !card.hidden;
+        toggle.setAttribute('aria-expanded', String(!card.hidden));
+        if (!card.hidden) name.focus();
+      } }, 'New device');
+    $('.page-head', view).append(toggle);
+    view.insertBefore(card, $('.page-head', view).nextSibling);
+    api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] }).then((page) => {
+      for (const p of (page.data || []).slice().sort(byName)) {
+        productSel.append(h('option', { value: p.id, selected: p.id === product }, `${p.name || p.id} (${p.id})${p.state === 1 ? '' : ' – not deployed'}`));
+      }
+    }, (e) => out.replaceChildren(errorBox(e, 'Could not load the products')));
+  }
+
+  // secretBox shows a device's login from a create or rotate answer: its
+  // key in clear only there, once.
+  function secretBox(d) {
+    const c = d.configuration || {};
+    if (!c.secureKey || /^\*+$/.test(c.secureKey)) {
+      return h('p', { class: 'muted small' }, 'Its key is not shown: that needs the device:secret permission.');
+    }
+    return h('div', { class: 'secret', id: 'device-secret' },
+      h('p', { class: 'strong' }, 'Copy the key now: it is shown only this once. A lost key is replaced with "Rotate key".'),
+      h('dl', { class: 'facts' }, h('dt', {}, 'Client id'), h('dd', { class: 'mono' }, d.id),
+        h('dt', {}, 'User name (secureId)'), h('dd', { class: 'mono', id: 'secret-id' }, c.secureId || ''),
+        h('dt', {}, 'Password (secureKey)'), h('dd', { class: 'mono', id: 'secret-key' }, c.secureKey)));
+  }
+
+  // ---- a device: lifecycle, key, property reads, function invokes --------------
+
+  // deviceManage adds to a device page, by the user's permissions: deploy,
+  // undeploy, delete, rotate the key (the head card); read a property
+  // (endpoint 10); invoke a function (endpoint 12). device is endpoint 8's
+  // answer, props its thing model's properties, model the whole model.
+  function deviceManage(view, device, props, model, reload) {
+    const id = device.id;
+    const path = `/api/device/instance/${encodeURIComponent(id)}`;
+    const note = h('div', { id: 'device-note', role: 'status' });
+    const say = (text, isError) => note.replaceChildren(h('p', { class: isError ? 'error' : 'ok-text' }, text));
+    const buttons = h('div', { class: 'controls', id: 'device-actions' });
+    const act = (bid, text, fn) => h('button', { type: 'button', class: 'secondary', id: bid, onclick: async (e) => {
+      e.target.disabled = true;
+      try {
+        await fn();
+      } catch (err) {
+        say(describe(err), true);
+      } finally {
+        e.target.disabled = false;
+      }
+    } }, text);
+    const notActive = (device.state && device.state.value) === 'notActive';
+    if (can('device:write')) {
+      buttons.append(notActive
+        ? act('device-deploy', 'Deploy', async () => { await api('POST', path + '/deploy'); reload('Deployed: it may connect.'); })
+        : act('device-undeploy', 'Undeploy', async () => {
+          if (!confirm(`Undeploy ${id}? It is disconnected and may not connect until deployed again.`)) return;
+          await api('POST', path + '/undeploy');
+          reload('Undeployed.');
+        }));
+    }
+    if (can('device:secret')) {
+      buttons.append(act('device-rotate', 'Rotate key', async () => {
+        if (!confirm(`Give ${id} a new key? The old one stops working at once and its sessions are dropped.`)) return;
+        const d = await api('POST', path + '/secret');
+        note.replaceChildren(h('p', { class: 'ok-text' }, 'New key made; the old one no longer works.'), secretBox(d));
+      }));
+    }
+    if (can('device:write')) {
+      buttons.append(act('device-delete', 'Delete', async () => {
+        if (!confirm(`Delete ${id}? Its login ends and it is gone from every list.`)) return;
+        await api('DELETE', path);
+        location.hash = '#/devices?product=' + encodeURIComponent(device.productId);
+      }));
+    }
+    const head = $('#device-head', view);
+    if (buttons.childElementCount) head.append(buttons, note);
+    if (!can('device:command')) return;
+    view.append(readCard(id, props), invokeCard(device, model));
+  }
+
+  // readCard reads one property from the device (endpoint 10): the value
+  // it answers, or the error and its code (client_offline, time_out, the
+  // device's own).
+  function readCard(id, props) {
+    const sel = h('select', { id: 'read-property', 'aria-label': 'Property' }, props.map((p) => h('option', { value: p.id }, p.name ? `${p.name} (${p.id})` : p.id)));
+    const out = h('div', { id: 'read-result', role: 'status' });
+    const button = h('button', { type: 'submit', id: 'read-submit' }, 'Read from the device');
+    const form = h('form', { class: 'filters', onsubmit: async (e) => {
+      e.preventDefault();
+      const p = props.find((x) => x.id === sel.value);
+      button.disabled = true;
+      out.replaceChildren(h('p', { class: 'muted' }, 'Asking the device…'));
+      const t0 = Date.now();
+      try {
+        const res = await api('GET', `/api/device/standard/${encodeURIComponent(id)}/property/${encodeURIComponent(sel.value)}`);
+        const v = res ? res[sel.value] : undefined;
+        out.replaceChildren(h('p', {}, h('span', { class: 'strong', id: 'read-value', 'data-value': JSON.stringify(v ?? null) }, v === undefined ? 'no value' : formatValue(p, v)),
+          h('span', { class: 'muted small' }, ` – answered at ${zoneText(Date.now())} in ${Date.now() - t0} ms`)));
+      } catch (err) {
+        out.replaceChildren(h('p', { class: 'error', id: 'read-error', 'data-code': err.code || '' }, describe(err)));
+      } finally {
+        button.disabled = false;
+      }
+    } }, sel, button);
+    return h('section', { class: 'card', id: 'read-card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Read a property'),
+      h('span', { class: 'muted small' }, 'Asks the device now (endpoint 10); an offline or silent device answers with an error.')),
+    props.length ? form : empty('No properties to read.'), out);
+  }
+
+  // DEVICE_CTRL is endpoint 12's one function as the specification fixes
+  // it, for a thing model that does not declare DeviceCtrl's inputs.
+  const DEVICE_CTRL = {
+    id: 'DeviceCtrl', name: 'Device control', inputs: [
+      { id: 'Location', name: 'Location', valueType: { type: 'string' } },
+      { id: 'ProductID', name: 'Product id', valueType: { type: 'string' } },
+      { id: 'OperCode', name: 'Operation', valueType: { type: 'object', properties: [
+        { id: 'Switch', name: 'Switch', valueType: { type: 'enum', elements: [{ value: '0', text: 'Off' }, { value: '1', text: 'On' }] } },
+        { id: 'Temperature', name: 'Temperature', valueType: { type: 'int' } },
+      ] } },
+    ],
+  };
+
+  // invokeCard invokes a function of a controller (endpoint 12, whose only
+  // function is DeviceCtrl): a field per input of the thing model's
+  // DeviceCtrl, or of the specification's if the model has none.
+  function invokeCard(device, model) {
+    const fns = (Array.isArray(model.functions) ? model.functions : []).filter((f) => f && f.id === 'DeviceCtrl' && Array.isArray(f.inputs));
+    const fn = fns[0] || DEVICE_CTRL;
+    const out = h('div', { id: 'invoke-result', role: 'status' });
+    const fields = inputFields(fn.inputs, 'invoke', { ProductID: device.productId });
+    const button = h('button', { type: 'submit', id: 'invoke-submit' }, 'Invoke ' + fn.id);
+    const form = h('form', { class: 'invoke-form', onsubmit: async (e) => {
+      e.preventDefault();
+      button.disabled = true;
+      try {
+        const res = await api('POST', `/api/device/invoked/${encodeURIComponent(device.id)}/function/${encodeURIComponent(fn.id)}`, fields.value());
+        out.replaceChildren(h('p', { class: 'ok-text', id: 'invoke-ok' }, `Sent to the device (message ${res}); it acts on it on its own time.`));
+      } catch (err) {
+        out.replaceChildren(h('p', { class: 'error', id: 'invoke-error', 'data-code': err.code || '' }, describe(err)));
+      } finally {
+        button.disabled = false;
+      }
+    } }, fields.el, button);
+    return h('section', { class: 'card', id: 'invoke-card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Invoke a function'),
+      h('span', { class: 'muted small' }, 'Endpoint 12: for controllers (a product with "Controllers" set); sent, not awaited.')), form, out);
+  }
+
+  // inputFields is a form over a function's inputs [{id, name, valueType}]
+  // (objects nested): {el, value()} with value() the JSON to send.
+  function inputFields(inputs, prefix, defaults) {
+    const getters = [];
+    const el = h('div', { class: 'fields' });
+    for (const inp of inputs) {
+      const vt = inp.valueType || {};
+      const fid = prefix + '-' + inp.id;
+      let input;
+      let get;
+      if (vt.type === 'object') {
+        const sub = inputFields(vt.properties || [], fid, defaults);
+        el.append(h('fieldset', {}, h('legend', {}, inp.name || inp.id), sub.el));
+        getters.push([inp.id, sub.value]);
+        continue;
+      } else if (vt.type === 'enum' || vt.type === 'boolean') {
+        const opts = vt.type === 'enum' ? (vt.elements || []).map((x) => [String(x.value), x.text || String(x.value)])
+          : [['true', vt.trueText || 'true'], ['false', vt.falseText || 'false']];
+        input = h('select', { id: fid }, opts.map(([v, t]) => h('option', { value: v }, t)));
+        get = () => (vt.type === 'boolean' ? input.value === 'true' : input.value);
+      } else if (NUMERIC.has(vt.type)) {
+        input = h('input', { id: fid, type: 'number', step: vt.type === 'int' || vt.type === 'long' ? '1' : 'any', required: true });
+        get = () => Number(input.value);
+      } else {
+        input = h('input', { id: fid, required: true, value: (defaults && defaults[inp.id]) || '' });
+        get = () => input.value;
+      }
+      el.append(h('label', {}, inp.name || inp.id, input));
+      getters.push([inp.id, get]);
+    }
+    return { el, value: () => Object.fromEntries(getters.map(([k, g]) => [k, g()])) };
   }
 
   route();

@@ -104,7 +104,10 @@ window.Chart = (() => {
   }
 
   // line draws points {t (epoch ms), v (number or null), title} in time
-  // order; null breaks the line. timeText formats an axis time.
+  // order; null breaks the line, and so does a silence longer than
+  // opts.gap ms between two values (0: none) or a time of opts.breaks
+  // (epoch ms: the device went offline) between them. timeText formats an
+  // axis time.
   function line(points, opts) {
     opts = opts || {};
     const width = Math.max(320, Math.round(opts.width || 720));
@@ -117,10 +120,14 @@ window.Chart = (() => {
     const x = (t) => box.x + ((t - t0) / (t1 - t0)) * box.w;
     let d = '';
     let pen = false;
+    let prev = 0;
     for (const p of points) {
       if (p.v === null || p.v === undefined || !isFinite(p.v)) { pen = false; continue; }
+      if (pen && opts.gap > 0 && p.t - prev > opts.gap) pen = false; // a gap, drawn as one
+      if (pen && (opts.breaks || []).some((b) => b > prev && b < p.t)) pen = false; // offline in between
       d += `${pen ? 'L' : 'M'}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`;
       pen = true;
+      prev = p.t;
     }
     svg.append(el('path', { d, class: 'line' }));
     if (points.length <= 150) {
