@@ -276,6 +276,10 @@ func TestDashboardLateMessage(t *testing.T) {
 	dbB := tsdbtest.OpenDB(t, dbA.Database(), shanghai) // the other instance's handle
 	envA := newEnvWith(t, func(_ *meta.Store, deps *api.Deps) { deps.Dashboard = dbA })
 	envB := newEnvWith(t, func(_ *meta.Store, deps *api.Deps) { deps.Dashboard = dbB })
+	// A count of a product that does not exist is not_found: the product
+	// exists (in each instance's own database here).
+	envA.createProduct("late", "Late", nil)
+	envB.createProduct("late", "Late", nil)
 	yesterday := time.Now().In(shanghai).AddDate(0, 0, -1)
 	count := func(e *env) uint64 {
 		t.Helper()
