@@ -18,6 +18,7 @@ type harness struct {
 	e   *Evaluator
 	seq int
 	got []string // "kind severity value" of every transition
+	trs []Transition
 }
 
 func newHarness(t *testing.T, rules ...string) *harness {
@@ -58,6 +59,7 @@ func (h *harness) setRules(rules ...string) {
 
 func (h *harness) collect() {
 	for _, tr := range h.e.Transitions() {
+		h.trs = append(h.trs, tr)
 		h.got = append(h.got, strings.TrimSpace(tr.Kind+" "+tr.Severity+" "+tr.Value))
 	}
 }
