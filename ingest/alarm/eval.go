@@ -146,6 +146,7 @@ type stateData struct {
 	Deadline   int64   `json:"d,omitempty"` // the timer (ms), 0 none
 	Offline    bool    `json:"o,omitempty"`
 	LastSeen   int64   `json:"l,omitempty"` // nodata: the latest report
+	RaisedAt   int64   `json:"r,omitempty"` // the active alarm's raise (its record's raised time)
 }
 
 type stateKey struct{ Rule, Device string }
@@ -429,7 +430,7 @@ func (e *Evaluator) meet(st *ruleState, at int64, ev env) {
 
 func (e *Evaluator) raise(st *ruleState, at int64, ev env) {
 	s := &st.S
-	s.Active, s.Hits, s.ClearSince = true, nil, 0
+	s.Active, s.Hits, s.ClearSince, s.RaisedAt = true, nil, 0, at
 	if st.rule.Trigger.Type != TriggerOffline {
 		s.Since = 0 // an offline alarm keeps the time the device went
 	}
@@ -457,7 +458,7 @@ func (e *Evaluator) repeat(st *ruleState, at int64, ev env) {
 
 func (e *Evaluator) clearNow(st *ruleState, at int64, ev env) {
 	s := &st.S
-	s.Active, s.ClearSince, s.Since, s.Hits = false, 0, 0, nil
+	s.Active, s.ClearSince, s.Since, s.Hits, s.RaisedAt = false, 0, 0, nil, 0
 	e.setTimer(st, 0)
 	e.markDirty(st)
 	e.emit(st, KindCleared, at, ev)
@@ -735,23 +736,36 @@ func (e *Evaluator) Restore(devs []DeviceRow, states []StateRow) error {
 }
 
 // Forget marks (rule, device)'s alarm as no longer active: it was cleared
-// by hand. The next time the trigger is met raises a new alarm.
-func (e *Evaluator) Forget(ruleID, deviceID string) {
+// by hand. The next time the trigger is met raises a new alarm. A
+// non-zero raisedAt names the alarm the hand cleared: a later one (raised
+// since) is kept.
+func (e *Evaluator) Forget(ruleID, deviceID string, raisedAt time.Time) {
 	d := e.devices[deviceID]
 	if d == nil {
 		return
 	}
 	st := d.rules[ruleID]
-	if st == nil || !st.S.Active {
+	if st == nil || !st.S.Active || !raisedAt.IsZero() && raisedAt.UnixMilli() != st.S.RaisedAt {
 		return
 	}
-	st.S.Active, st.S.Sev, st.S.ClearSince = false, 0, 0
+	st.S.Active, st.S.Sev, st.S.ClearSince, st.S.RaisedAt = false, 0, 0, 0
 	st.S.Since, st.S.Hits = 0, nil
 	e.setTimer(st, 0) // a nodata rule's next deadline starts at the next report
 	if st.rule.Trigger.Type == TriggerOffline && st.S.Offline {
 		st.S.Offline = false // raised again only after a new birth and will
 	}
 	e.markDirty(st)
+}
+
+// Reraised records that (rule, device)'s active alarm is a new one raised
+// at at (the store found the one the evaluator held cleared by hand).
+func (e *Evaluator) Reraised(ruleID, deviceID string, at time.Time) {
+	if d := e.devices[deviceID]; d != nil {
+		if st := d.rules[ruleID]; st != nil && st.S.Active {
+			st.S.RaisedAt = at.UnixMilli()
+			e.markDirty(st)
+		}
+	}
 }
 
 // Active reports whether (rule, device) has an active alarm, and its

@@ -260,7 +260,7 @@ func TestEvalRepeat(t *testing.T) {
 	h.want("raised major temp=32")
 	h.report(12, "temp", 10) // manual: the trigger ending clears nothing
 	h.want()
-	h.e.Forget("r1", "d1")
+	h.e.Forget("r1", "d1", time.Time{})
 	h.report(13, "temp", 31)
 	h.want() // a new alarm needs three hits again
 }

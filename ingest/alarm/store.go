@@ -487,9 +487,11 @@ func (s *Store) byHand(ctx context.Context, id int64, by Actor, comment, kind st
 	return s.GetRecord(ctx, id)
 }
 
-// HandClear is a (rule, device) whose alarm a user cleared.
+// HandClear is a (rule, device) whose alarm a user cleared; RaisedAt
+// names that alarm (zero: the one active now).
 type HandClear struct {
 	RuleID, DeviceID string
+	RaisedAt         time.Time
 }
 
 // HandClears returns the clears by hand after transition id since, and
@@ -498,11 +500,12 @@ func (s *Store) HandClears(ctx context.Context, since int64) ([]HandClear, int64
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	var rows []struct {
-		ID     int64  `db:"id"`
-		Rule   string `db:"rule_id"`
-		Device string `db:"device_id"`
+		ID     int64     `db:"id"`
+		Rule   string    `db:"rule_id"`
+		Device string    `db:"device_id"`
+		Raised time.Time `db:"raised_time"`
 	}
-	err := s.db.SelectContext(ctx, &rows, `SELECT t.id, a.rule_id, a.device_id FROM alarm_transitions t
+	err := s.db.SelectContext(ctx, &rows, `SELECT t.id, a.rule_id, a.device_id, a.raised_time FROM alarm_transitions t
 		JOIN alarm_records a ON a.id = t.record_id
 		WHERE t.kind = 'cleared' AND t.user_id <> '' AND t.id > $1 ORDER BY t.id`, since)
 	if err != nil {
@@ -510,7 +513,7 @@ func (s *Store) HandClears(ctx context.Context, since int64) ([]HandClear, int64
 	}
 	out := make([]HandClear, len(rows))
 	for i, r := range rows {
-		out[i] = HandClear{r.Rule, r.Device}
+		out[i] = HandClear{r.Rule, r.Device, r.Raised}
 		since = r.ID
 	}
 	return out, since, nil
@@ -587,27 +590,31 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 // Write stores one batch in one transaction: the transitions the
 // evaluator decided (records raised, updated, cleared; transition rows)
 // and its changed state. It fails with ErrNotOwner when epoch is no
-// longer the owner's, writing nothing. It returns the (rule, device)s
-// whose alarm a hand cleared meanwhile (a repeat or clear found no active
-// record): the caller forgets them in its evaluator.
-func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) ([]HandClear, error) {
+// longer the owner's, writing nothing.
+//
+// A hand may have cleared an alarm the evaluator still holds active: a
+// repeat of it then raises a new alarm (the trigger met again after the
+// hand's clear), returned in Reraised with its raise time; an escalation
+// or clear of it is dropped, and the (rule, device) returned in Gone. The
+// caller tells its evaluator (Forget, Reraised).
+func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) (WriteResult, error) {
+	var res WriteResult
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("alarm: write: %w", err)
+		return res, fmt.Errorf("alarm: write: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	var cur int64
 	if err := tx.GetContext(ctx, &cur, "SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE"); err != nil {
-		return nil, fmt.Errorf("alarm: write: %w", err)
+		return res, fmt.Errorf("alarm: write: %w", err)
 	}
 	if cur != epoch {
-		return nil, ErrNotOwner
+		return res, ErrNotOwner
 	}
-	gone, err := writeTransitions(ctx, tx, trs)
-	if err != nil {
-		return nil, err
+	if res, err = writeTransitions(ctx, tx, trs); err != nil {
+		return WriteResult{}, err
 	}
 	if len(devs) > 0 {
 		ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
@@ -619,7 +626,7 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
 			pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data))
 		if err != nil {
-			return nil, fmt.Errorf("alarm: write device state: %w", err)
+			return WriteResult{}, fmt.Errorf("alarm: write device state: %w", err)
 		}
 	}
 	var upD, upR, upData, delD, delR []string
@@ -636,54 +643,44 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data`,
 			pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData))
 		if err != nil {
-			return nil, fmt.Errorf("alarm: write rule state: %w", err)
+			return WriteResult{}, fmt.Errorf("alarm: write rule state: %w", err)
 		}
 	}
 	if len(delD) > 0 {
 		_, err := tx.ExecContext(ctx, `DELETE FROM alarm_rule_state s USING unnest($1::text[], $2::text[]) AS x(d, r)
 			WHERE s.device_id = x.d AND s.rule_id = x.r`, pq.StringArray(delD), pq.StringArray(delR))
 		if err != nil {
-			return nil, fmt.Errorf("alarm: delete rule state: %w", err)
+			return WriteResult{}, fmt.Errorf("alarm: delete rule state: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("alarm: write: %w", err)
+		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
 	}
-	return gone, nil
+	return res, nil
+}
+
+// WriteResult says what a Write found cleared by hand.
+type WriteResult struct {
+	Gone     []HandClear // alarms a hand cleared: forget them
+	Reraised []HandClear // new alarms raised by a repeat of one a hand cleared
 }
 
 // writeTransitions applies trs in order. Repeats of one alarm are folded
 // into one update (count + n, the last value and time).
-func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]HandClear, error) {
-	var gone []HandClear
+func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (WriteResult, error) {
+	var res WriteResult
 	lost := map[HandClear]bool{}
 	for i := 0; i < len(trs); i++ {
 		t := trs[i]
-		k := HandClear{t.RuleID, t.DeviceID}
+		k := HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}
 		switch t.Kind {
 		case KindRaised:
 			delete(lost, k)
-			var id int64
-			err := tx.GetContext(ctx, &id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
-				count, first_value, last_value, raised_time, last_time)
-				VALUES ($1, $2, $3, $4, $5, 'active', 1, $6, $6, $7, $7)
-				ON CONFLICT (rule_id, device_id) WHERE state = 'active' DO NOTHING RETURNING id`,
-				t.RuleID, t.RuleName, t.ProductID, t.DeviceID, t.Severity, t.Value, t.At)
-			if errors.Is(err, sql.ErrNoRows) {
-				// Active already (state lost or rebuilt): one alarm, repeated.
-				t.Kind = KindRepeated
-				if _, err := repeatRecord(ctx, tx, t, 1); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("alarm: raise: %w", err)
-			}
-			if err := insertTransition(ctx, tx, id, t); err != nil {
-				return nil, err
+			if err := raiseRecord(ctx, tx, t); err != nil {
+				return res, err
 			}
 		case KindRepeated:
+			first := t
 			n := 1
 			for i+1 < len(trs) && trs[i+1].Kind == KindRepeated && trs[i+1].RuleID == t.RuleID && trs[i+1].DeviceID == t.DeviceID {
 				i++
@@ -695,11 +692,20 @@ func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Han
 			}
 			ok, err := repeatRecord(ctx, tx, t, n)
 			if err != nil {
-				return nil, err
+				return res, err
 			}
 			if !ok {
-				lost[k] = true
-				gone = append(gone, k)
+				// A hand cleared it: the trigger met again is a new alarm.
+				first.Kind = KindRaised
+				if err := raiseRecord(ctx, tx, first); err != nil {
+					return res, err
+				}
+				if n > 1 {
+					if _, err := repeatRecord(ctx, tx, t, n-1); err != nil {
+						return res, err
+					}
+				}
+				res.Reraised = append(res.Reraised, HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID, RaisedAt: first.At})
 			}
 		case KindEscalated, KindDeescalated, KindCleared:
 			if lost[k] {
@@ -715,18 +721,38 @@ func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Han
 			err := tx.GetContext(ctx, &id, q, args...)
 			if errors.Is(err, sql.ErrNoRows) {
 				lost[k] = true
-				gone = append(gone, k)
+				res.Gone = append(res.Gone, k)
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("alarm: %s: %w", t.Kind, err)
+				return res, fmt.Errorf("alarm: %s: %w", t.Kind, err)
 			}
 			if err := insertTransition(ctx, tx, id, t); err != nil {
-				return nil, err
+				return res, err
 			}
 		}
 	}
-	return gone, nil
+	return res, nil
+}
+
+// raiseRecord inserts a new active record, or (one is active already: the
+// state was lost or rebuilt) counts a repeat of it: one alarm either way.
+func raiseRecord(ctx context.Context, tx *sqlx.Tx, t Transition) error {
+	var id int64
+	err := tx.GetContext(ctx, &id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
+		count, first_value, last_value, raised_time, last_time)
+		VALUES ($1, $2, $3, $4, $5, 'active', 1, $6, $6, $7, $7)
+		ON CONFLICT (rule_id, device_id) WHERE state = 'active' DO NOTHING RETURNING id`,
+		t.RuleID, t.RuleName, t.ProductID, t.DeviceID, t.Severity, t.Value, t.At)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err := repeatRecord(ctx, tx, t, 1)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("alarm: raise: %w", err)
+	}
+	t.Kind = KindRaised
+	return insertTransition(ctx, tx, id, t)
 }
 
 func repeatRecord(ctx context.Context, tx *sqlx.Tx, t Transition, n int) (bool, error) {

@@ -53,13 +53,13 @@ func TestStoreRecordLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := func(trs ...Transition) []HandClear {
+	w := func(trs ...Transition) WriteResult {
 		t.Helper()
-		gone, err := s.Write(ctx, epoch, trs, nil, nil)
+		res, err := s.Write(ctx, epoch, trs, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return gone
+		return res
 	}
 	w(tr(KindRaised, "r1", "d1", "major", "temp=31", 1),
 		tr(KindRepeated, "r1", "d1", "major", "temp=32", 2),
@@ -99,20 +99,25 @@ func TestStoreRecordLifecycle(t *testing.T) {
 	if got, want := kinds(t, s, recs[0].ID), []string{"raised major temp=31", "acknowledged major bobseen", "cleared major bobfixed the fan"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("transitions %q, want %q", got, want)
 	}
-	// The evaluator did not know: its repeat finds no active alarm.
-	gone := w(tr(KindRepeated, "r1", "d1", "major", "temp=35", 7), tr(KindCleared, "r1", "d1", "major", "temp=1", 8))
-	if !reflect.DeepEqual(gone, []HandClear{{"r1", "d1"}}) {
-		t.Errorf("gone %v", gone)
+	// The evaluator did not know: its escalation finds no active alarm
+	// and is dropped; its repeat is a new alarm.
+	res := w(tr(KindEscalated, "r1", "d1", "critical", "temp=55", 7))
+	if !reflect.DeepEqual(res, WriteResult{Gone: []HandClear{{RuleID: "r1", DeviceID: "d1"}}}) {
+		t.Errorf("escalation of a cleared alarm: %+v", res)
+	}
+	res = w(tr(KindRepeated, "r1", "d1", "major", "temp=35", 8), tr(KindRepeated, "r1", "d1", "major", "temp=36", 9))
+	if !reflect.DeepEqual(res, WriteResult{Reraised: []HandClear{{RuleID: "r1", DeviceID: "d1", RaisedAt: at(8)}}}) {
+		t.Errorf("repeat of a cleared alarm: %+v", res)
 	}
 	hc, last, err := s.HandClears(ctx, 0)
-	if err != nil || !reflect.DeepEqual(hc, []HandClear{{"r1", "d1"}}) || last == 0 {
+	if err != nil || !reflect.DeepEqual(hc, []HandClear{{"r1", "d1", at(6)}}) || last == 0 {
 		t.Errorf("hand clears %v %d %v", hc, last, err)
 	}
 	if hc, _, _ := s.HandClears(ctx, last); len(hc) != 0 {
 		t.Errorf("hand clears after %d: %v", last, hc)
 	}
-	if n := len(records(t, s, ctx)); n != 2 {
-		t.Errorf("%d records", n)
+	if recs := records(t, s, ctx); len(recs) != 3 || recs[0].Count != 2 || recs[0].FirstValue != "temp=35" || recs[0].LastValue != "temp=36" {
+		t.Errorf("records %+v", recs)
 	}
 }
 
