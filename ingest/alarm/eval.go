@@ -187,6 +187,16 @@ func (e *Evaluator) Rules() int { return len(e.rules) }
 // Evaluations is how many (rule, message or timer) evaluations ran.
 func (e *Evaluator) Evaluations() uint64 { return e.evals }
 
+// Products lists the products with an enabled rule, sorted.
+func (e *Evaluator) Products() []string {
+	out := make([]string, 0, len(e.byProduct))
+	for p := range e.byProduct {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // HasRules reports whether product has an enabled rule.
 func (e *Evaluator) HasRules(product string) bool { return len(e.byProduct[product]) > 0 }
 

@@ -110,6 +110,8 @@ type Runner struct {
 	committed atomic.Uint64 // batches written
 
 	afterWrite func() error // tests: a crash between a write and its acks
+
+	filters atomic.Pointer[map[string]byte] // what the owner's sessions subscribe to
 }
 
 type metrics struct {
@@ -238,6 +240,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	}
 	r.log.Info("alarms: evaluating", "rules", ev.Rules(), "devices", len(devs), "epoch", epoch)
 
+	filters := r.filtersFor(ev)
+	r.filters.Store(&filters)
 	in := make(chan inbound, r.opt.Queue)
 	stop := make(chan struct{})
 	var clients []mqtt.Client
@@ -344,6 +348,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			if err == nil && v != version {
 				if nv, err := r.loadRules(ctx, ev); err == nil {
 					version = nv
+					r.resubscribe(clients, r.filtersFor(ev))
 				}
 			}
 			hc, next, err := r.store.HandClears(ctx, handSince)
@@ -406,11 +411,13 @@ func (r *Runner) loadRules(ctx context.Context, ev *Evaluator) (string, error) {
 	return version, nil
 }
 
-// filters are the uplinks the evaluator reads.
-func (r *Runner) filters() map[string]byte {
+// filtersFor are the uplinks the evaluator reads: those of the products
+// with an enabled rule (Options.ProductIDs if set). No rule, no
+// subscription: the broker sends the evaluator nothing.
+func (r *Runner) filtersFor(ev *Evaluator) map[string]byte {
 	products := r.opt.ProductIDs
 	if len(products) == 0 {
-		products = []string{"+"}
+		products = ev.Products()
 	}
 	f := map[string]byte{}
 	for _, p := range products {
@@ -421,6 +428,41 @@ func (r *Runner) filters() map[string]byte {
 	return f
 }
 
+// resubscribe subscribes the sessions to the filters of products that
+// gained a rule and unsubscribes those of products that lost their last.
+// The broker answers behind the backlog it holds: nothing waits for it.
+func (r *Runner) resubscribe(clients []mqtt.Client, next map[string]byte) {
+	prev := *r.filters.Load()
+	add := map[string]byte{}
+	var drop []string
+	for f, q := range next {
+		if _, ok := prev[f]; !ok {
+			add[f] = q
+		}
+	}
+	for f := range prev {
+		if _, ok := next[f]; !ok {
+			drop = append(drop, f)
+		}
+	}
+	r.filters.Store(&next)
+	for _, c := range clients {
+		if len(add) > 0 {
+			go r.logFailure("subscribe", c.SubscribeMultiple(add, nil))
+		}
+		if len(drop) > 0 {
+			go r.logFailure("unsubscribe", c.Unsubscribe(drop...))
+		}
+	}
+}
+
+func (r *Runner) logFailure(what string, t mqtt.Token) {
+	<-t.Done()
+	if err := t.Error(); err != nil {
+		r.log.Warn("alarms: "+what+" failed", "err", err)
+	}
+}
+
 // connect opens the owner's persistent session at broker b: QoS 1,
 // acknowledged by hand once the batch holding a message is written.
 func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-chan struct{}) (mqtt.Client, error) {
@@ -429,7 +471,6 @@ func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-c
 	if len(r.brokers) > 1 {
 		id += "-" + strconv.Itoa(b)
 	}
-	filters := r.filters()
 	var first atomic.Bool
 	first.Store(true)
 	o := r.opt.Login.NewClientOptions(broker, id).
@@ -451,7 +492,9 @@ func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-c
 			if first.Swap(false) {
 				return
 			}
-			go func() { _ = link.WaitToken(c.SubscribeMultiple(filters, nil), 30*time.Second) }()
+			if f := *r.filters.Load(); len(f) > 0 {
+				go func() { _ = link.WaitToken(c.SubscribeMultiple(f, nil), 30*time.Second) }()
+			}
 		}).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			r.log.Warn("alarms: broker connection lost; reconnecting", "broker", link.BrokerName(broker), "err", err)
@@ -472,6 +515,10 @@ func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-c
 	}
 	// A kept session is subscribed already and answers behind its
 	// backlog; a new one is waited for.
+	filters := *r.filters.Load()
+	if len(filters) == 0 {
+		return c, nil
+	}
 	st := c.SubscribeMultiple(filters, nil)
 	if !t.(*mqtt.ConnectToken).SessionPresent() {
 		if err := link.WaitToken(st, 10*time.Second); err != nil {

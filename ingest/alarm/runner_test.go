@@ -88,7 +88,7 @@ func (g *rig) runner(tweak func(*Runner)) (r *Runner, stop func()) {
 	g.t.Helper()
 	u, p := mqtttest.Service()
 	r, err := NewRunner(g.ms, Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID,
-		ProductIDs: []string{g.product}, FlushInterval: 20 * time.Millisecond, TickInterval: 50 * time.Millisecond,
+		FlushInterval: 20 * time.Millisecond, TickInterval: 50 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, Retry: 100 * time.Millisecond})
 	if err != nil {
 		g.t.Fatal(err)
@@ -362,4 +362,33 @@ func TestRunnerExact(t *testing.T) {
 	if crashNext.Load() {
 		t.Error("a crash between a write and its acks did not happen")
 	}
+}
+
+// TestRunnerRuleChanges: with no rule the evaluator subscribes to
+// nothing; a rule created while it runs is evaluated within a poll; the
+// product's last rule disabled, its subscription goes.
+func TestRunnerRuleChanges(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL())
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	if f := *r.filters.Load(); len(f) != 0 {
+		t.Errorf("subscribed with no rule: %v", f)
+	}
+	rule, err := ParseRule([]byte(`{"id":"` + g.product + `-hot","name":"Hot","productId":"` + g.product + `","severity":"minor","enabled":true,"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.store.PutRule(context.Background(), rule, true, Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	testkit.Eventually(t, 20*time.Second, "the new rule's alarm", func() bool {
+		n++
+		g.report("d1", "m"+strconv.Itoa(n), time.Now(), "temp", 40)
+		return len(g.records(nil)) == 1
+	})
+	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
 }
