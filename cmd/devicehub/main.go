@@ -239,6 +239,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Commands:  cmds,
 			Logins:    logins,
 			Audit:     store, // writes and logins (api/audit.go)
+			Alarms:    alarm.NewStore(store),
 			Health:    ready,
 			Logger:    log,
 			Registry:  reg,
