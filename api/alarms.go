@@ -37,6 +37,7 @@ type AlarmStore interface {
 	Ack(ctx context.Context, id int64, by alarm.Actor, comment string) (alarm.Record, error)
 	ClearByHand(ctx context.Context, id int64, by alarm.Actor, comment string) (alarm.Record, error)
 	ActiveCounts(ctx context.Context) (map[string]int64, error)
+	Counts(ctx context.Context, q alarm.CountQuery) ([]uint64, error)
 }
 
 var errNoAlarms = errors.New("api: no alarm store")

@@ -11,6 +11,7 @@ import (
 	"devicehub/api"
 	"devicehub/ingest/alarm"
 	"devicehub/meta"
+	"devicehub/tsdb/tsdbtest"
 )
 
 const alarmModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},
@@ -35,6 +36,7 @@ func newAlarmEnv(t *testing.T) *alarmEnv {
 	e := newEnvOpts(t, opts, func(store *meta.Store, deps *api.Deps) {
 		as = alarm.NewStore(store)
 		deps.Alarms = as
+		deps.Dashboard, deps.Models = tsdbtest.NewDB(t, time.UTC), store
 	})
 	for _, p := range []string{"pa", "pb"} {
 		e.createProduct(p, "Product "+p, map[string]any{"metadata": alarmModel})
@@ -345,5 +347,82 @@ func TestAlarmScope(t *testing.T) {
 		if st, code := status(viewer, c[0], c[1], nil); st != 403 || code != "access_denied" {
 			t.Errorf("viewer %s: %d %s, want 403", c[1], st, code)
 		}
+	}
+}
+
+// TestAlarmCountsDashboard: endpoint 14 answers alarm counts per bucket
+// as it answers message counts, narrowed by product, device, severity and
+// state, within the caller's products.
+func TestAlarmCountsDashboard(t *testing.T) {
+	e := newAlarmEnv(t)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(h, m int) time.Time { return base.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute) }
+	e.raise(alarm.Transition{Kind: "raised", RuleID: "r1", ProductID: "pa", DeviceID: "d1", Severity: "major", At: at(0, 5)},
+		alarm.Transition{Kind: "raised", RuleID: "r2", ProductID: "pa", DeviceID: "d1", Severity: "critical", At: at(0, 59)},
+		alarm.Transition{Kind: "raised", RuleID: "r1", ProductID: "pa", DeviceID: "d2", Severity: "major", At: at(2, 0)},
+		alarm.Transition{Kind: "cleared", RuleID: "r1", ProductID: "pa", DeviceID: "d2", Severity: "major", At: at(2, 1)},
+		alarm.Transition{Kind: "raised", RuleID: "r3", ProductID: "pb", DeviceID: "d3", Severity: "minor", At: at(1, 30)},
+		alarm.Transition{Kind: "raised", RuleID: "r3", ProductID: "pb", DeviceID: "d4", Severity: "minor", At: at(3, 0)}) // past the range
+	query := func(token string, params map[string]any) (response, []int) {
+		t.Helper()
+		p := map[string]any{"time": "1h", "format": "HH", "from": base.UnixMilli(), "to": at(2, 59).UnixMilli()}
+		for k, v := range params {
+			p[k] = v
+		}
+		r := e.do("POST", "/api/dashboard/_multi", []map[string]any{{"dashboard": "device", "object": "alarm", "measurement": "quantity",
+			"dimension": "agg", "group": "alarms", "params": p}}, token)
+		var items []struct {
+			Group string `json:"group"`
+			Data  struct {
+				Value      int    `json:"value"`
+				TimeString string `json:"timeString"`
+				Timestamp  int    `json:"timestamp"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(r.Result, &items)
+		var values []int
+		for i, it := range items {
+			if it.Group != "alarms" || it.Data.Timestamp != i {
+				t.Errorf("item %d: %+v", i, it)
+			}
+			values = append(values, it.Data.Value)
+		}
+		if len(items) == 3 && (items[0].Data.TimeString != "02" || items[2].Data.TimeString != "00") {
+			t.Errorf("newest first: %+v", items)
+		}
+		return r, values
+	}
+	f := func(params map[string]any, want ...int) {
+		t.Helper()
+		r, got := query(e.token, params)
+		if r.HTTPStatus != 200 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%v: %d %v, want %v", params, r.HTTPStatus, got, want)
+		}
+	}
+	f(nil, 1, 1, 2)
+	f(map[string]any{"productId": "pa"}, 1, 0, 2)
+	e.createDevice("d1", "d1", "pa", nil)
+	f(map[string]any{"deviceId": "d1"}, 0, 0, 2)
+	f(map[string]any{"severity": "critical"}, 0, 0, 1)
+	f(map[string]any{"state": "cleared"}, 1, 0, 0)
+	for _, bad := range []map[string]any{{"severity": "urgent"}, {"state": "open"}, {"time": "1x"}} {
+		if r, _ := query(e.token, bad); r.HTTPStatus != 400 || r.Code != "illegal_argument" {
+			t.Errorf("%v: %d %s", bad, r.HTTPStatus, r.raw)
+		}
+	}
+	// a user limited to pa counts pa's only; pb is absent
+	e.ok("POST", "/api/role", map[string]any{"id": "dash-a", "name": "Dashboards A", "products": []string{"pa"},
+		"permissions": []string{"dashboard:read"}}, nil)
+	_, alice := e.addUser("alice", "dash-a")
+	if _, got := query(alice, nil); fmt.Sprint(got) != "[1 0 2]" {
+		t.Errorf("alice's counts %v", got)
+	}
+	if r, _ := query(alice, map[string]any{"productId": "pb"}); r.HTTPStatus != 404 {
+		t.Errorf("alice asking for pb: %d", r.HTTPStatus)
+	}
+	// not exported
+	r := e.call("POST", "/api/dashboard/_export", map[string]any{"dashboard": "device", "object": "alarm", "measurement": "quantity", "dimension": "agg"})
+	if r.HTTPStatus != 400 {
+		t.Errorf("export of alarm counts: %d %s", r.HTTPStatus, r.raw)
 	}
 }

@@ -6,9 +6,13 @@
 // restarts and instances (runner.go).
 //
 // It must not import api (api talks to it through a small interface
-// declared in api); it uses meta only for the advisory lock and the
-// database handle, ingest/link for devicehub's MQTT login and helpers,
-// ingest/wire to decode uplinks, and schema for the thing model.
+// declared in api, AlarmStore); it uses meta for the advisory lock, the
+// database handle, the product limit of a request and the list engine
+// (meta.QueryScoped), ingest/link for devicehub's MQTT login and helpers,
+// ingest/wire to decode uplinks, ingest for the broker pool's will rule
+// (ingest.BornAt), and schema for the thing model. Nothing in ingest's
+// storage pipeline depends on it: with alarms off, or no enabled rule,
+// the pipeline runs as before and the evaluator subscribes to nothing.
 //
 // # Semantics
 //

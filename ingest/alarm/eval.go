@@ -121,12 +121,11 @@ type devData struct {
 }
 
 type propData struct {
-	Cur     value  `json:"c"`
-	At      int64  `json:"t"`
-	Prev    *value `json:"p,omitempty"`
-	PrevAt  int64  `json:"q,omitempty"`
-	inMsg   bool   // carried by the message being evaluated
-	touched bool
+	Cur    value  `json:"c"`
+	At     int64  `json:"t"`
+	Prev   *value `json:"p,omitempty"`
+	PrevAt int64  `json:"q,omitempty"`
+	inMsg  bool   // carried by the message being evaluated
 }
 
 // ruleState is the state of one rule for one device.
