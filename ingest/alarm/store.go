@@ -665,47 +665,66 @@ type WriteResult struct {
 	Reraised []HandClear // new alarms raised by a repeat of one a hand cleared
 }
 
-// writeTransitions applies trs in order. Repeats of one alarm are folded
-// into one update (count + n, the last value and time).
+// writeTransitions applies trs in order per (rule, device). Repeats are
+// the bulk of a batch (every report meeting an active alarm's trigger):
+// those of one alarm fold into one (count + n, the last value and time),
+// and all of a batch's are written by one statement at the end, or before
+// another transition of the same alarm.
 func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (WriteResult, error) {
 	var res WriteResult
 	lost := map[HandClear]bool{}
-	for i := 0; i < len(trs); i++ {
-		t := trs[i]
+	pending := map[HandClear]*repeats{}
+	var order []HandClear
+	flush := func(keys []HandClear) error {
+		var batch []*repeats
+		for _, k := range keys {
+			if r := pending[k]; r != nil {
+				batch = append(batch, r)
+				delete(pending, k)
+			}
+		}
+		gone, err := repeatRecords(ctx, tx, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range gone {
+			// A hand cleared it: the trigger met again is a new alarm.
+			first := r.first
+			first.Kind = KindRaised
+			if err := raiseRecord(ctx, tx, first); err != nil {
+				return err
+			}
+			if r.n > 1 {
+				if _, err := repeatRecord(ctx, tx, r.last, r.n-1); err != nil {
+					return err
+				}
+			}
+			res.Reraised = append(res.Reraised, HandClear{RuleID: first.RuleID, DeviceID: first.DeviceID, RaisedAt: first.At})
+		}
+		return nil
+	}
+	for _, t := range trs {
 		k := HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}
+		if t.Kind == KindRepeated {
+			if lost[k] {
+				continue
+			}
+			if r := pending[k]; r != nil {
+				r.n, r.last = r.n+1, t
+			} else {
+				pending[k] = &repeats{first: t, last: t, n: 1}
+				order = append(order, k)
+			}
+			continue
+		}
+		if err := flush([]HandClear{k}); err != nil {
+			return res, err
+		}
 		switch t.Kind {
 		case KindRaised:
 			delete(lost, k)
 			if err := raiseRecord(ctx, tx, t); err != nil {
 				return res, err
-			}
-		case KindRepeated:
-			first := t
-			n := 1
-			for i+1 < len(trs) && trs[i+1].Kind == KindRepeated && trs[i+1].RuleID == t.RuleID && trs[i+1].DeviceID == t.DeviceID {
-				i++
-				n++
-				t = trs[i]
-			}
-			if lost[k] {
-				continue
-			}
-			ok, err := repeatRecord(ctx, tx, t, n)
-			if err != nil {
-				return res, err
-			}
-			if !ok {
-				// A hand cleared it: the trigger met again is a new alarm.
-				first.Kind = KindRaised
-				if err := raiseRecord(ctx, tx, first); err != nil {
-					return res, err
-				}
-				if n > 1 {
-					if _, err := repeatRecord(ctx, tx, t, n-1); err != nil {
-						return res, err
-					}
-				}
-				res.Reraised = append(res.Reraised, HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID, RaisedAt: first.At})
 			}
 		case KindEscalated, KindDeescalated, KindCleared:
 			if lost[k] {
@@ -732,7 +751,52 @@ func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (Write
 			}
 		}
 	}
+	if err := flush(order); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// repeats are n repeats of one alarm in a batch.
+type repeats struct {
+	first, last Transition
+	n           int
+}
+
+// repeatRecords adds each batch entry's repeats to its active record in
+// one statement, and returns those that found none (cleared by hand).
+func repeatRecords(ctx context.Context, tx *sqlx.Tx, batch []*repeats) ([]*repeats, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	rules, devs, vals := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
+	ns, ats := make([]int64, len(batch)), make([]string, len(batch))
+	for i, r := range batch {
+		rules[i], devs[i], vals[i] = r.last.RuleID, r.last.DeviceID, r.last.Value
+		ns[i], ats[i] = int64(r.n), r.last.At.UTC().Format(time.RFC3339Nano)
+	}
+	var done []struct {
+		Rule   string `db:"rule_id"`
+		Device string `db:"device_id"`
+	}
+	err := tx.SelectContext(ctx, &done, `UPDATE alarm_records a SET count = a.count + x.n, last_value = x.v, last_time = greatest(a.last_time, x.t)
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[]) AS x(r, d, n, v, t)
+		WHERE a.rule_id = x.r AND a.device_id = x.d AND a.state = 'active'
+		RETURNING a.rule_id, a.device_id`, pq.StringArray(rules), pq.StringArray(devs), pq.Int64Array(ns), pq.StringArray(vals), pq.StringArray(ats))
+	if err != nil {
+		return nil, fmt.Errorf("alarm: repeats: %w", err)
+	}
+	found := make(map[HandClear]bool, len(done))
+	for _, d := range done {
+		found[HandClear{RuleID: d.Rule, DeviceID: d.Device}] = true
+	}
+	var gone []*repeats
+	for _, r := range batch {
+		if !found[HandClear{RuleID: r.last.RuleID, DeviceID: r.last.DeviceID}] {
+			gone = append(gone, r)
+		}
+	}
+	return gone, nil
 }
 
 // raiseRecord inserts a new active record, or (one is active already: the
