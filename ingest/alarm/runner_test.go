@@ -392,3 +392,42 @@ func TestRunnerRuleChanges(t *testing.T) {
 	}
 	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
 }
+
+// TestRunnerPool: with a broker pool, a will counts only from the broker
+// of the device's last birth (ingest.BornAt, the pipeline's rule): a
+// stale will from the broker it left raises no offline alarm.
+func TestRunnerPool(t *testing.T) {
+	b1, b2 := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
+	g := newRig(t, b1.URL(), `{"id":"off","trigger":{"type":"offline","for":"300ms"}}`)
+	pub2 := newRig(t, b2.URL()).pub // a publisher on the second broker (its own empty database is not used)
+	g.broker = b1.URL() + "," + b2.URL()
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	on := func(c mqtt.Client, level string) {
+		t.Helper()
+		if err := link.WaitToken(c.Publish("/"+g.product+"/d1/"+level, 1, false, ""), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	on(g.pub, "online")  // born on broker 1
+	on(pub2, "online")   // moved to broker 2
+	on(g.pub, "offline") // broker 1's will for the lost connection: stale
+	// A sentinel behind the stale will on broker 1's connection: d3 goes
+	// offline for real there. When its alarm is raised, a counted stale
+	// will (earlier, with an earlier deadline) would have raised d1's.
+	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/online", 1, false, ""), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/offline", 1, false, ""), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	recs := g.waitRecords("d3's offline alarm", func(rs []Record) bool { return len(rs) >= 1 })
+	if len(recs) != 1 || recs[0].DeviceID != "d3" {
+		t.Fatalf("a stale will raised an alarm: %+v", recs)
+	}
+	on(pub2, "offline") // d1's real will, from the broker of its last birth
+	recs = g.waitRecords("d1's offline alarm", func(rs []Record) bool { return len(rs) == 2 })
+	if recs[0].DeviceID != "d1" {
+		t.Errorf("records %+v", recs)
+	}
+}
