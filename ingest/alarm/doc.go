@@ -34,7 +34,9 @@
 // A cleared alarm is never reused: the next raise is a new record.
 //
 // The evaluator follows a device's latest values: a report older than the
-// latest one applied for the device is stored by ingest but not evaluated.
+// latest one applied for the device (by the device's own timestamps) is
+// stored by ingest but not evaluated. Durations, windows and timers run on
+// arrival (Message.Arrived), not on the device's clock.
 //
 // # Exactness: why an alarm is neither lost nor doubled
 //

@@ -58,6 +58,11 @@ type Message struct {
 	ProductID string
 	DeviceID  string
 	At        time.Time // the message's time (its own timestamp, or arrival)
+	// Arrived is when the evaluator received it (zero: At). Durations,
+	// windows, timers and transitions run on it, so that a device whose
+	// clock lags, or that sends buffered readings, is not judged by its
+	// clock; At orders a device's reports and times the change in rate.
+	Arrived time.Time
 	// Key identifies the message for redelivery: its messageId, or a hash
 	// of its payload when it has none. KeyUnique says the key is the
 	// device's own id (or the broker marked the message a redelivery):
@@ -240,9 +245,13 @@ func (e *Evaluator) Apply(m Message) bool {
 	if m.Key != "" && m.KeyUnique && slices.Contains(d.D.Keys, m.Key) {
 		return false
 	}
-	at := m.At.UnixMilli()
-	if (m.Kind == MsgReport || m.Kind == MsgEvent) && at < d.D.LastAt {
+	mt := m.At.UnixMilli()
+	if (m.Kind == MsgReport || m.Kind == MsgEvent) && mt < d.D.LastAt {
 		return false
+	}
+	at := mt
+	if !m.Arrived.IsZero() {
+		at = m.Arrived.UnixMilli()
 	}
 	if m.Key != "" {
 		if len(d.D.Keys) == recentKeys {
@@ -251,12 +260,12 @@ func (e *Evaluator) Apply(m Message) bool {
 		d.D.Keys = append(d.D.Keys, m.Key)
 	}
 	if m.Kind == MsgReport || m.Kind == MsgEvent {
-		d.D.LastAt = at
+		d.D.LastAt = mt
 	}
 	e.dirtyDev[d] = struct{}{}
 	switch m.Kind {
 	case MsgReport:
-		e.report(d, rules, at, m.Props)
+		e.report(d, rules, at, mt, m.Props)
 	case MsgEvent:
 		e.event(d, rules, at, m)
 	case MsgOnline, MsgOffline:
@@ -271,7 +280,7 @@ func (e *Evaluator) Apply(m Message) bool {
 }
 
 // report updates the device's values and evaluates its rules.
-func (e *Evaluator) report(d *devState, rules []*compiled, at int64, props []Prop) {
+func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props []Prop) {
 	wanted := func(id string) bool {
 		for _, c := range rules {
 			if c.props[id] {
@@ -295,7 +304,7 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at int64, props []Pro
 			prev := pd.Cur
 			pd.Prev, pd.PrevAt = &prev, pd.At
 		}
-		pd.Cur, pd.At, pd.inMsg = p.Value.v, at, true
+		pd.Cur, pd.At, pd.inMsg = p.Value.v, mt, true
 	}
 	defer func() {
 		for _, pd := range d.D.Props {

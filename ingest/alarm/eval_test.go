@@ -409,3 +409,27 @@ func TestEvalSetRules(t *testing.T) {
 		t.Error("the kept rule lost its alarm")
 	}
 }
+
+// TestEvalArrival: durations and timers run on arrival: a device whose
+// clock lags an hour is not judged to have held its condition for an
+// hour; the rate uses the device's own times.
+func TestEvalArrival(t *testing.T) {
+	h := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"duration":"10s"}`,
+		`{"id":"rate","trigger":{"type":"property","all":[{"property":"temp","op":"gt","of":"rate","value":0.5}]}}`)
+	send := func(deviceSec, arrivedSec, v float64) {
+		h.seq++
+		h.e.Apply(Message{Kind: MsgReport, ProductID: "p1", DeviceID: "d1", At: at(deviceSec), Arrived: at(arrivedSec),
+			Key: fmt.Sprint("m", h.seq), KeyUnique: true, Props: []Prop{{"temp", NumberValue(v)}}})
+		h.collect()
+	}
+	send(0, 3600, 20)
+	send(10, 3601, 31) // rate 11/10 s on the device's clock: 1.1
+	h.want("raised major temp=31")
+	h.tick(3610.9)
+	h.want()
+	h.tick(3611)
+	h.want("raised major temp=31")
+	if !h.trs[len(h.trs)-1].At.Equal(at(3611)) {
+		t.Errorf("raised at %v", h.trs[len(h.trs)-1].At)
+	}
+}

@@ -588,7 +588,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 	if len(rows.Msgs) == 0 {
 		return
 	}
-	msg.At = rows.Msgs[0].Time
+	msg.At, msg.Arrived = rows.Msgs[0].Time, in.at
 	msg.Key, msg.KeyUnique = messageKey(rows.Msgs[0].MessageID, m.Topic(), payload)
 	msg.KeyUnique = msg.KeyUnique || m.Duplicate()
 	ev.Apply(msg)
