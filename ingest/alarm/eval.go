@@ -185,6 +185,20 @@ func (e *Evaluator) SetRules(rules []Rule, models map[string]*schema.ThingModel)
 	e.rules, e.byProduct = next, byProduct
 }
 
+// touches reports whether a report carrying props can change c's
+// outcome: its trigger's, clear's or ladder's properties.
+func (c *compiled) touches(has func(string) bool) bool {
+	if c.trigger.touches(has) || c.clear.touches(has) {
+		return true
+	}
+	for i := range c.ladder {
+		if c.ladder[i].g.touches(has) {
+			return true
+		}
+	}
+	return false
+}
+
 // Rules is the number of enabled rules.
 func (e *Evaluator) Rules() int { return len(e.rules) }
 
@@ -319,11 +333,11 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 	for _, c := range rules {
 		switch c.Trigger.Type {
 		case TriggerProperty:
-			if !c.trigger.touches(has) && !c.clear.touches(has) {
+			if !c.touches(has) {
 				continue
 			}
 			e.evals++
-			e.step(e.state(d, c), at, c.trigger.eval(ev), ev)
+			e.step(e.state(d, c), at, c.trigger.eval(ev), c.trigger.touches(has), ev)
 		case TriggerNoData:
 			if c.Trigger.Property != "" && !has(c.Trigger.Property) {
 				continue
@@ -361,22 +375,27 @@ func (e *Evaluator) event(d *devState, rules []*compiled, at int64, m Message) {
 	}
 }
 
-// step is a property evaluation: met says whether the trigger holds.
-func (e *Evaluator) step(st *ruleState, at int64, met bool, ev env) {
+// step is a property evaluation: met says whether the trigger holds,
+// fresh whether this report carries one of the trigger's properties (only
+// then is the trigger met again: a report of a ladder's or a clear's
+// property alone re-evaluates those).
+func (e *Evaluator) step(st *ruleState, at int64, met, fresh bool, ev env) {
 	c := st.rule
 	s := &st.S
 	e.markDirty(st)
 	if !s.Active {
-		if met {
+		if met && fresh {
 			e.meet(st, at, ev)
-		} else if s.Since != 0 {
+		} else if !met && s.Since != 0 {
 			s.Since = 0
 			e.setTimer(st, 0)
 		}
 		return
 	}
-	if met {
+	if met && fresh {
 		e.repeat(st, at, ev)
+	} else if met {
+		e.regrade(st, at, ev)
 	}
 	var clear bool
 	switch c.Clear.Type {
@@ -461,9 +480,15 @@ func (e *Evaluator) raise(st *ruleState, at int64, ev env) {
 // repeat is the trigger met again while active: the record's count and
 // last value, and the severity ladder.
 func (e *Evaluator) repeat(st *ruleState, at int64, ev env) {
-	s := &st.S
 	e.markDirty(st)
 	e.emit(st, KindRepeated, at, ev)
+	e.regrade(st, at, ev)
+}
+
+// regrade moves an active alarm along the severity ladder.
+func (e *Evaluator) regrade(st *ruleState, at int64, ev env) {
+	s := &st.S
+	e.markDirty(st)
 	if sev := e.severity(st, ev); sev != s.Sev {
 		kind := KindEscalated
 		if sev < s.Sev {

@@ -275,6 +275,12 @@ func TestEvalLadder(t *testing.T) {
 	h.want("repeated critical temp=35", "deescalated minor temp=35")
 	h.report(3, "temp", 20)
 	h.want("cleared minor temp=20")
+	// a step on another property is evaluated on that property's reports
+	h.setRules(`{"severity":"minor","trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"ladder":[{"severity":"critical","all":[{"property":"mode","op":"eq","value":"manual"}]}]}`)
+	h.report(4, "temp", 35)
+	h.want("raised minor temp=35")
+	h.report(5, "mode", "manual")
+	h.want("escalated critical temp=35") // not a repeat: no new temperature
 }
 
 func TestEvalEvent(t *testing.T) {
