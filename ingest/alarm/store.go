@@ -233,9 +233,9 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by Acto
 	return s.PutRule(ctx, r.Rule, false, by)
 }
 
-// DeleteRule deletes rule id and its state; its records stay (they are
-// history), an active one is cleared by the evaluator's owner, which
-// drops the rule's state at its next reload.
+// DeleteRule deletes rule id; its records stay (they are history; an
+// active one stays active until a hand clears it), and the evaluator's
+// owner drops the rule's state at its next reload (within a second).
 func (s *Store) DeleteRule(ctx context.Context, id string) (StoredRule, error) {
 	r, err := s.GetRule(ctx, id)
 	if err != nil {
