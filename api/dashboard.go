@@ -52,6 +52,7 @@ type dashboardPlan struct {
 	agg       *tsdb.AggQuery // its properties without repeats
 	sent      []string       // agg's properties as sent (errors name their index)
 	history   *tsdb.HistoryQuery
+	alarms    *alarmCountPlan // alarm counts (alarms_dashboard.go)
 	// Set by resolveDashboard: agg's thing model in force (the device's,
 	// or the product's without a device), and history resolved.
 	model    *schema.ThingModel
@@ -306,6 +307,7 @@ const (
 	kindMessageCounts queryKind = iota
 	kindHistory
 	kindPropertyAggregates
+	kindAlarmCounts
 )
 
 // kind checks the fields that name a query (endpoint 14's and an
@@ -324,12 +326,14 @@ func (q *dashboardQuery) kind(at string) (queryKind, error) {
 	switch {
 	case q.Object == "message" && q.Measurement == "quantity" && q.Dimension == "agg":
 		return kindMessageCounts, nil
+	case q.Object == "alarm" && q.Measurement == "quantity" && q.Dimension == "agg":
+		return kindAlarmCounts, nil
 	case q.Measurement == "properties" && q.Dimension == "history":
 		return kindHistory, nil
 	case q.Measurement == "properties" && q.Dimension == "agg":
 		return kindPropertyAggregates, nil
 	}
-	return 0, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message with quantity/agg; measurement properties with history or agg)",
+	return 0, schema.Invalid(at, "unknown query %s/%s/%s (supported: object message or alarm with quantity/agg; measurement properties with history or agg)",
 		q.Object, q.Measurement, q.Dimension)
 }
 
@@ -352,6 +356,11 @@ func planQuery(at string, q *dashboardQuery, now time.Time, loc *time.Location, 
 		return planMessageCounts(at, q, now, loc)
 	case kindHistory:
 		return planHistory(at, q, now, loc, export)
+	case kindAlarmCounts:
+		if export {
+			return nil, schema.Invalid(at+".object", "alarm counts are answered by endpoint 14, not exported")
+		}
+		return planAlarmCounts(at, q, now, loc)
 	default:
 		return planPropertyAggregates(at, q, now, loc)
 	}
@@ -448,6 +457,8 @@ func planMessageCounts(at string, q *dashboardQuery, now time.Time, loc *time.Lo
 // up and handed to its Resolve (plan.resolved).
 func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) error {
 	switch {
+	case plan.alarms != nil:
+		return s.resolveAlarmCounts(ctx, plan)
 	case plan.counts != nil:
 		if plan.counts.ProductID != "" {
 			// A product that does not exist is not_found, as in every
@@ -478,6 +489,8 @@ func (s *Server) resolveDashboard(ctx context.Context, plan *dashboardPlan) erro
 // shown in loc.
 func (s *Server) runDashboard(ctx context.Context, plan *dashboardPlan, size *resultBytes, loc *time.Location, b []byte) ([]byte, error) {
 	switch {
+	case plan.alarms != nil:
+		return s.runAlarmCounts(ctx, plan, size, loc, b)
 	case plan.counts != nil:
 		buckets, err := s.messageCounts(ctx, *plan.counts)
 		if err != nil {

@@ -25,6 +25,9 @@ const (
 	permDeviceSecret  = meta.PermDeviceSecret
 	permDashboardRead = meta.PermDashboardRead
 	permUserAdmin     = meta.PermUserAdmin
+	permAlarmRead     = meta.PermAlarmRead  // alarm rules and records (alarms.go)
+	permAlarmWrite    = meta.PermAlarmWrite // acknowledge, clear by hand
+	permRuleWrite     = meta.PermRuleWrite  // alarm rules: write
 )
 
 // NeedSignedIn is what RouteAccess.Need says of a route that needs a live

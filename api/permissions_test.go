@@ -25,8 +25,8 @@ import (
 var rolePermissions = map[string][]meta.Permission{
 	meta.RoleAdmin: meta.Permissions,
 	meta.RoleOperator: {meta.PermProductRead, meta.PermDeviceRead, meta.PermDeviceWrite,
-		meta.PermDeviceCommand, meta.PermDashboardRead},
-	meta.RoleViewer: {meta.PermProductRead, meta.PermDeviceRead, meta.PermDashboardRead},
+		meta.PermDeviceCommand, meta.PermDashboardRead, meta.PermAlarmRead, meta.PermAlarmWrite},
+	meta.RoleViewer: {meta.PermProductRead, meta.PermDeviceRead, meta.PermDashboardRead, meta.PermAlarmRead},
 }
 
 // publicRoutes need no token: anything else must declare a permission
@@ -325,7 +325,7 @@ func TestBuiltinRoles(t *testing.T) {
 	if r := e.do("GET", "/api/authorize/me", nil, tok); r.HTTPStatus != 200 || json.Unmarshal(r.Result, &me) != nil {
 		t.Fatalf("me: %s", r.raw)
 	}
-	want := []string{"dashboard:read", "device:command", "device:read", "device:write", "product:read"}
+	want := []string{"alarm:read", "alarm:write", "dashboard:read", "device:command", "device:read", "device:write", "product:read"}
 	if !slices.Equal(me.Permissions, want) || !slices.Equal(me.Roles, []string{"operator", "viewer"}) {
 		t.Fatalf("me %+v: want roles operator, viewer and the union of their permissions %v", me, want)
 	}

@@ -104,6 +104,22 @@ func (s *Server) routes() {
 	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
 	api.Post("/dashboard/_export", s.need(permDashboardRead), s.dashboardExport)
 
+	// Alarm rules and records (alarms.go), product-scoped like the rest.
+	api.Post("/alarm/config/_query", s.need(permAlarmRead), s.queryAlarmRules)
+	api.Get("/alarm/config/_export/:productId", s.need(permAlarmRead), s.exportAlarmRules)
+	api.Post("/alarm/config/_import/:productId", s.need(permRuleWrite), s.importAlarmRules)
+	api.Get("/alarm/config/:id", s.need(permAlarmRead), s.getAlarmRule)
+	api.Post("/alarm/config", s.need(permRuleWrite), s.createAlarmRule)
+	api.Put("/alarm/config/:id", s.need(permRuleWrite), s.updateAlarmRule)
+	api.Delete("/alarm/config/:id", s.need(permRuleWrite), s.deleteAlarmRule)
+	api.Post("/alarm/config/:id/_enable", s.need(permRuleWrite), s.enableAlarmRule)
+	api.Post("/alarm/config/:id/_disable", s.need(permRuleWrite), s.disableAlarmRule)
+	api.Post("/alarm/record/_query", s.need(permAlarmRead), s.queryAlarmRecords)
+	api.Get("/alarm/record/_active", s.need(permAlarmRead), s.activeAlarms)
+	api.Get("/alarm/record/:id", s.need(permAlarmRead), s.getAlarmRecord)
+	api.Post("/alarm/record/:id/_ack", s.need(permAlarmWrite), s.ackAlarm)
+	api.Post("/alarm/record/:id/_clear", s.need(permAlarmWrite), s.clearAlarm)
+
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)
 

@@ -185,6 +185,9 @@ type Deps struct {
 	LiveDevices LiveDevices
 	// Audit stores the audit trail (audit.go); nil records none.
 	Audit AuditStore
+	// Alarms keeps alarm rules and records (alarms.go); nil: the alarm
+	// routes answer server_error.
+	Alarms AlarmStore
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger

@@ -42,3 +42,15 @@ func (w *bornAt) keep(id string, b int8, online bool) bool {
 	delete(w.at, id)
 	return true
 }
+
+// BornAt is the will rule for other readers of a pool's presence
+// (ingest/alarm's evaluator): Keep records a birth or will of a device
+// from broker b and reports whether it changes the device's state, the
+// same rule the pipeline applies.
+type BornAt struct{ w *bornAt }
+
+// NewBornAt returns an empty BornAt.
+func NewBornAt() *BornAt { return &BornAt{w: newBornAt()} }
+
+// Keep is bornAt.keep.
+func (b *BornAt) Keep(id string, broker int8, online bool) bool { return b.w.keep(id, broker, online) }

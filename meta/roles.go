@@ -32,11 +32,15 @@ const (
 	PermDeviceSecret  Permission = "device:secret"  // a device's secureKey: rotation, and the generated one at creation
 	PermDashboardRead Permission = "dashboard:read" // dashboard queries and exports
 	PermUserAdmin     Permission = "user:admin"     // users and their roles
+	PermAlarmRead     Permission = "alarm:read"     // alarm rules and records: list, detail, export
+	PermAlarmWrite    Permission = "alarm:write"    // alarms: acknowledge, clear by hand
+	PermRuleWrite     Permission = "rule:write"     // alarm rules: create, change, delete, enable, import
 )
 
 // Permissions lists every permission, in the order above.
 var Permissions = []Permission{PermProductRead, PermProductWrite, PermDeviceRead, PermDeviceWrite,
-	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin}
+	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin,
+	PermAlarmRead, PermAlarmWrite, PermRuleWrite}
 
 var permissionText = map[Permission]string{
 	PermProductRead:   "Read products",
@@ -47,6 +51,9 @@ var permissionText = map[Permission]string{
 	PermDeviceSecret:  "Device secrets",
 	PermDashboardRead: "Read dashboards",
 	PermUserAdmin:     "Administer users",
+	PermAlarmRead:     "Read alarms",
+	PermAlarmWrite:    "Handle alarms",
+	PermRuleWrite:     "Write alarm rules",
 }
 
 // Text is the display label of p (api writes it as the text of the

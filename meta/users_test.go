@@ -575,7 +575,7 @@ func TestUserPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"dashboard:read", "device:command", "device:read", "device:write", "product:read"}
+	want := []string{"alarm:read", "alarm:write", "dashboard:read", "device:command", "device:read", "device:write", "product:read"}
 	if !reflect.DeepEqual(u.Permissions, want) || !reflect.DeepEqual(u.Roles, []string{"operator", "viewer"}) {
 		t.Fatalf("user %+v: want roles operator, viewer with permissions %v", u, want)
 	}
@@ -585,7 +585,7 @@ func TestUserPermissions(t *testing.T) {
 	if _, err := s.DB().Exec(`UPDATE roles SET state = 'disabled' WHERE id = 'operator'`); err != nil {
 		t.Fatal(err)
 	}
-	if u, _, err = s.Authenticate(ctx, sess.Token); err != nil || !reflect.DeepEqual(u.Permissions, []string{"dashboard:read", "device:read", "product:read"}) {
+	if u, _, err = s.Authenticate(ctx, sess.Token); err != nil || !reflect.DeepEqual(u.Permissions, []string{"alarm:read", "dashboard:read", "device:read", "product:read"}) {
 		t.Fatalf("with operator disabled: %+v %v", u.Permissions, err)
 	}
 	// The admin role holds every permission.

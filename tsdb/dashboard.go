@@ -317,3 +317,8 @@ func parsedModel(s string) *schema.ThingModel {
 	}
 	return m
 }
+
+// End is the end of the range's newest bucket (exclusive): with Starts,
+// what a store other than ClickHouse (alarm counts in PostgreSQL) buckets
+// its rows between.
+func (r Range) End() time.Time { return r.r.hi }

@@ -90,3 +90,38 @@ func frame(name string, data []byte) []byte {
 func SkippedFrame(n uint64) []byte {
 	return frame(EventSkipped, append(strconv.AppendUint([]byte(`{"count":`), n, 10), '}'))
 }
+
+// EventAlarm is the event of an alarm transition (ingest/alarm): raised,
+// escalated, deescalated or cleared, delivered to the subscribers
+// watching its device, so scoped as every device's events are.
+const EventAlarm = "alarm"
+
+// AlarmEvent is the data of an alarm event.
+type AlarmEvent struct {
+	DeviceID  string `json:"deviceId"`
+	ProductID string `json:"productId"`
+	RuleID    string `json:"ruleId"`
+	RuleName  string `json:"ruleName"`
+	Kind      string `json:"kind"` // raised, escalated, deescalated, cleared
+	Severity  string `json:"severity"`
+	Value     string `json:"value,omitempty"` // what caused it, e.g. "temp=31.5"
+	Timestamp int64  `json:"timestamp"`       // the transition's time, epoch ms
+}
+
+// AlarmChanged hands the hub an alarm transition. The evaluating instance
+// announces each to every instance (cmd/devicehub relays them over
+// PostgreSQL), so it is delivered here only.
+func (h *Hub) AlarmChanged(e AlarmEvent) {
+	subs := (*h.local.Load())[e.DeviceID]
+	if len(subs) == 0 {
+		return
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	f := frame(EventAlarm, data)
+	for _, s := range subs {
+		s.offer(f)
+	}
+}

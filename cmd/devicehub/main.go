@@ -27,6 +27,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
+	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/link"
 	"devicehub/meta"
@@ -158,6 +159,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	defer stopLive()
 	presence.OnPresenceChange(hub.PresenceChanged)
+	alarmsLive, stopAlarmLive, err := startAlarmLive(ctx, cfg.PostgresDSN, hub, log)
+	if err != nil {
+		return err
+	}
+	defer stopAlarmLive()
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
@@ -208,6 +214,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer func() { stopSync(); <-syncDone }()
 	}
 
+	// Alarm rules: one instance with the ingest role evaluates at a time,
+	// on its own broker session (ingest/alarm's doc says why that is exact).
+	var alarms *alarm.Runner
+	if cfg.Alarms && ing != nil {
+		aopt := alarm.Options{BrokerURL: cfg.MQTTURL, Login: cfg.MQTTLogin, Retention: cfg.AlarmRetention,
+			Logger: log, Registerer: reg, OnTransitions: alarmsLive}
+		if alarms, err = alarm.NewRunner(store, aopt); err != nil {
+			return err
+		}
+		alarmDone := make(chan struct{})
+		actx, stopAlarms := context.WithCancel(ctx)
+		go func() { defer close(alarmDone); alarms.Run(actx) }()
+		defer func() { stopAlarms(); <-alarmDone }()
+	}
+
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
 	}
@@ -241,6 +262,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Commands:  cmds,
 			Logins:    logins,
 			Audit:     store, // writes and logins (api/audit.go)
+			Alarms:    alarm.NewStore(store),
 			Health:    ready,
 			Logger:    log,
 			Registry:  reg,
@@ -320,6 +342,8 @@ type config struct {
 	FlushInterval      time.Duration
 	RetentionMonths    int
 	AuditRetention     time.Duration
+	Alarms             bool
+	AlarmRetention     time.Duration
 	PprofAddr          string
 	CORSOrigins        []string
 	MetricsAllow       []netip.Prefix

@@ -1,0 +1,448 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"devicehub/ingest/alarm"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// Alarms (ingest/alarm): rules per product at /api/alarm/config, records
+// at /api/alarm/record. Rules are validated against their product's thing
+// model here; the store keeps them, and the evaluator's owner reads them.
+// Every route is product-scoped: a rule or record of a product outside
+// the caller's is 404, as if absent; lists cover the caller's products.
+
+// AlarmStore is what the alarm routes need; *alarm.Store is one.
+type AlarmStore interface {
+	QueryRules(ctx context.Context, q *meta.Query) (meta.Page[alarm.StoredRule], error)
+	GetRule(ctx context.Context, id string) (alarm.StoredRule, error)
+	PutRule(ctx context.Context, r alarm.Rule, create bool, by alarm.Actor) (alarm.StoredRule, error)
+	SetEnabled(ctx context.Context, id string, enabled bool, by alarm.Actor) (alarm.StoredRule, error)
+	DeleteRule(ctx context.Context, id string) (alarm.StoredRule, error)
+	ProductRules(ctx context.Context, product string) ([]alarm.Rule, error)
+	ImportRules(ctx context.Context, product string, m *schema.ThingModel, rules []alarm.Rule, by alarm.Actor) error
+	QueryRecords(ctx context.Context, q *meta.Query) (meta.Page[alarm.Record], error)
+	GetRecord(ctx context.Context, id int64) (alarm.Record, error)
+	Transitions(ctx context.Context, id int64) ([]alarm.TransitionRow, error)
+	Ack(ctx context.Context, id int64, by alarm.Actor, comment string) (alarm.Record, error)
+	ClearByHand(ctx context.Context, id int64, by alarm.Actor, comment string) (alarm.Record, error)
+	ActiveCounts(ctx context.Context) (map[string]int64, error)
+	Counts(ctx context.Context, q alarm.CountQuery) ([]uint64, error)
+}
+
+var errNoAlarms = errors.New("api: no alarm store")
+
+func (s *Server) alarms() (AlarmStore, error) {
+	if s.deps.Alarms == nil {
+		return nil, errNoAlarms
+	}
+	return s.deps.Alarms, nil
+}
+
+func actor(c *fiber.Ctx) alarm.Actor {
+	u := currentUser(c)
+	name := u.Username
+	if name == "" {
+		name = u.Name
+	}
+	return alarm.Actor{ID: u.ID, Name: name}
+}
+
+// ruleJSON is a rule as the API writes it: the rule and its bookkeeping.
+type ruleJSON struct {
+	alarm.Rule
+	CreatorID  string `json:"creatorId"`
+	ModifierID string `json:"modifierId"`
+	CreateTime int64  `json:"createTime"`
+	ModifyTime int64  `json:"modifyTime"`
+}
+
+func ruleView(r *alarm.StoredRule) ruleJSON {
+	return ruleJSON{Rule: r.Rule, CreatorID: r.CreatorID, ModifierID: r.ModifierID,
+		CreateTime: r.CreateTime.UnixMilli(), ModifyTime: r.ModifyTime.UnixMilli()}
+}
+
+func appendRule(r *alarm.StoredRule, b []byte) []byte {
+	j, _ := json.Marshal(ruleView(r)) // a stored, valid rule: cannot fail
+	return append(b, j...)
+}
+
+// recordJSON is a record as the API writes it, times in epoch ms (0: not
+// yet).
+type recordJSON struct {
+	alarm.Record
+	RaisedTime   int64 `json:"raisedTime"`
+	LastTime     int64 `json:"lastTime"`
+	ClearedTime  int64 `json:"clearedTime"`
+	AckedTime    int64 `json:"acknowledgedTime"`
+	SeverityRank int   `json:"severityRank"` // 5 critical .. 1 info, for sorting by hand
+}
+
+func recordView(r *alarm.Record) recordJSON {
+	ms := func(t *time.Time) int64 {
+		if t == nil {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	rank := 0
+	for i, sev := range alarm.Severities() {
+		if sev == r.Severity {
+			rank = 5 - i
+		}
+	}
+	return recordJSON{Record: *r, RaisedTime: r.RaisedTime.UnixMilli(), LastTime: r.LastTime.UnixMilli(),
+		ClearedTime: ms(r.ClearedTime), AckedTime: ms(r.AckedTime), SeverityRank: rank}
+}
+
+func appendRecord(r *alarm.Record, b []byte) []byte {
+	j, _ := json.Marshal(recordView(r))
+	return append(b, j...)
+}
+
+func (s *Server) queryAlarmRules(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	q, err := queryBody(c)
+	if err != nil {
+		return err
+	}
+	page, err := store.QueryRules(c.UserContext(), q)
+	if err != nil {
+		return err
+	}
+	return okPage(c, &page, appendRule)
+}
+
+func (s *Server) getAlarmRule(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	r, err := store.GetRule(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return okItem(c, &r, appendRule)
+}
+
+// alarmProductModel is the thing model of product (meta.ErrNotFound outside
+// the caller's products).
+func (s *Server) alarmProductModel(ctx context.Context, product string) (*schema.ThingModel, error) {
+	p, err := s.deps.Products.GetProduct(ctx, product)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(p.Metadata) == "" {
+		return schema.EmptyThingModel(), nil
+	}
+	return schema.ParseThingModelString(p.Metadata)
+}
+
+// ruleBody reads and validates a rule against its product's thing model.
+func (s *Server) ruleBody(c *fiber.Ctx) (alarm.Rule, error) {
+	body, err := checkedBody(c)
+	if err != nil {
+		return alarm.Rule{}, err
+	}
+	r, err := alarm.ParseRule(body)
+	if err != nil {
+		return alarm.Rule{}, err
+	}
+	if r.ProductID == "" {
+		return alarm.Rule{}, schema.Invalid("productId", "required")
+	}
+	m, err := s.alarmProductModel(c.UserContext(), r.ProductID)
+	if err != nil {
+		return alarm.Rule{}, err
+	}
+	if err := r.Validate(m); err != nil {
+		return alarm.Rule{}, err
+	}
+	return r, nil
+}
+
+func (s *Server) createAlarmRule(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	r, err := s.ruleBody(c)
+	if err != nil {
+		return err
+	}
+	out, err := store.PutRule(c.UserContext(), r, true, actor(c))
+	if err != nil {
+		return err
+	}
+	return okItem(c, &out, appendRule)
+}
+
+func (s *Server) updateAlarmRule(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	var probe struct {
+		ID string `json:"id"`
+	}
+	if err := decodeJSON(c, &probe); err != nil {
+		return err
+	}
+	id := c.Params("id")
+	if probe.ID == "" {
+		// the path names the rule; the body may leave its id out
+		var raw map[string]json.RawMessage
+		_ = json.Unmarshal(c.Body(), &raw)
+		raw["id"], _ = json.Marshal(id)
+		b, _ := json.Marshal(raw)
+		c.Request().SetBody(b)
+	} else if probe.ID != id {
+		return schema.Invalid("id", "%q is not the rule of the path, %q", probe.ID, id)
+	}
+	r, err := s.ruleBody(c)
+	if err != nil {
+		return err
+	}
+	out, err := store.PutRule(c.UserContext(), r, false, actor(c))
+	if err != nil {
+		return err
+	}
+	return okItem(c, &out, appendRule)
+}
+
+func (s *Server) deleteAlarmRule(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	r, err := store.DeleteRule(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return okItem(c, &r, appendRule)
+}
+
+func (s *Server) enableAlarmRule(c *fiber.Ctx) error  { return s.setAlarmRuleEnabled(c, true) }
+func (s *Server) disableAlarmRule(c *fiber.Ctx) error { return s.setAlarmRuleEnabled(c, false) }
+
+func (s *Server) setAlarmRuleEnabled(c *fiber.Ctx, enabled bool) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	r, err := store.SetEnabled(c.UserContext(), c.Params("id"), enabled, actor(c))
+	if err != nil {
+		return err
+	}
+	return okItem(c, &r, appendRule)
+}
+
+// ruleDocument is a product's rules as one document (export, import).
+type ruleDocument struct {
+	ProductID string       `json:"productId,omitempty"`
+	Rules     []alarm.Rule `json:"rules"`
+}
+
+func (s *Server) exportAlarmRules(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	product := c.Params("productId")
+	if _, err := s.deps.Products.GetProduct(c.UserContext(), product); err != nil {
+		return err
+	}
+	rules, err := store.ProductRules(c.UserContext(), product)
+	if err != nil {
+		return err
+	}
+	return ok(c, ruleDocument{ProductID: product, Rules: rules})
+}
+
+// importError is one rule's refusal in an import's result.
+type importError struct {
+	Index   int    `json:"index"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// importAlarmRules validates a document's rules as one set against the
+// product's thing model and writes all of them (into this product) or
+// none: a refusal is 400 with each refused rule's index, field and
+// message.
+func (s *Server) importAlarmRules(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	product := c.Params("productId")
+	body, err := checkedBody(c)
+	if err != nil {
+		return err
+	}
+	var doc struct {
+		Rules []json.RawMessage `json:"rules"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return schema.Invalid("body", "a document {\"rules\": [...]}")
+	}
+	m, err := s.alarmProductModel(c.UserContext(), product)
+	if err != nil {
+		return err
+	}
+	rules := make([]alarm.Rule, len(doc.Rules))
+	var refused []importError
+	for i, raw := range doc.Rules {
+		r, err := alarm.ParseRule(raw)
+		if err != nil {
+			refused = append(refused, refusal(i, err))
+			continue
+		}
+		rules[i] = r
+	}
+	if len(refused) == 0 {
+		err = store.ImportRules(c.UserContext(), product, m, rules, actor(c))
+		var ie *alarm.ImportError
+		if errors.As(err, &ie) {
+			for i, e := range ie.Errors {
+				refused = append(refused, refusal(i, e))
+			}
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(refused) > 0 {
+		sort.Slice(refused, func(a, b int) bool { return refused[a].Index < refused[b].Index })
+		return reply(c, fiber.StatusBadRequest, codeIllegalArgument,
+			"rules["+strconv.Itoa(refused[0].Index)+"]."+refused[0].Field+": "+safeText(refused[0].Message)+" (nothing imported)", refused)
+	}
+	return ok(c, map[string]int{"imported": len(rules)})
+}
+
+func refusal(i int, err error) importError {
+	var ae *schema.ArgError
+	if errors.As(err, &ae) {
+		return importError{Index: i, Field: ae.Field, Message: ae.Msg}
+	}
+	return importError{Index: i, Message: err.Error()}
+}
+
+func (s *Server) queryAlarmRecords(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	q, err := queryBody(c)
+	if err != nil {
+		return err
+	}
+	page, err := store.QueryRecords(c.UserContext(), q)
+	if err != nil {
+		return err
+	}
+	return okPage(c, &page, appendRecord)
+}
+
+// activeAlarms is the number of active alarms by severity, within the
+// caller's products.
+func (s *Server) activeAlarms(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	counts, err := store.ActiveCounts(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return ok(c, counts)
+}
+
+func recordID(c *fiber.Ctx) (int64, error) {
+	id, err := strconv.ParseInt(c.Params("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, meta.ErrNotFound // no such record
+	}
+	return id, nil
+}
+
+func (s *Server) getAlarmRecord(c *fiber.Ctx) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	id, err := recordID(c)
+	if err != nil {
+		return err
+	}
+	r, err := store.GetRecord(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	trs, err := store.Transitions(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	type transitionJSON struct {
+		alarm.TransitionRow
+		Time int64 `json:"time"`
+	}
+	out := struct {
+		recordJSON
+		Transitions []transitionJSON `json:"transitions"`
+	}{recordJSON: recordView(&r), Transitions: []transitionJSON{}}
+	for _, t := range trs {
+		out.Transitions = append(out.Transitions, transitionJSON{TransitionRow: t, Time: t.Time.UnixMilli()})
+	}
+	return ok(c, out)
+}
+
+// MaxAlarmComment bounds an ack's or clear's comment.
+const MaxAlarmComment = 1024
+
+func (s *Server) ackAlarm(c *fiber.Ctx) error   { return s.handleAlarm(c, false) }
+func (s *Server) clearAlarm(c *fiber.Ctx) error { return s.handleAlarm(c, true) }
+
+func (s *Server) handleAlarm(c *fiber.Ctx, clear bool) error {
+	store, err := s.alarms()
+	if err != nil {
+		return err
+	}
+	id, err := recordID(c)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Comment string `json:"comment"`
+	}
+	if len(c.Body()) > 0 {
+		if err := decodeJSON(c, &body); err != nil {
+			return err
+		}
+	}
+	if len(body.Comment) > MaxAlarmComment {
+		return schema.Invalid("comment", "longer than %d bytes", MaxAlarmComment)
+	}
+	var r alarm.Record
+	if clear {
+		r, err = store.ClearByHand(c.UserContext(), id, actor(c), body.Comment)
+	} else {
+		r, err = store.Ack(c.UserContext(), id, actor(c), body.Comment)
+	}
+	if err != nil {
+		return err
+	}
+	return okItem(c, &r, appendRecord)
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/bench/testkit"
+	"devicehub/ingest/link"
+	"devicehub/ingest/mqtttest"
+	"devicehub/tsdb/tsdbtest"
+)
+
+const alarmTestModel = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}}],"events":[],"functions":[],"tags":[]}`
+
+// metricValue reads one sample of the server's /metrics ("" labels: the
+// unlabelled one), 0 if absent.
+func (s *server) metricValue(t *testing.T, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, sample+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+type alarmRecord struct {
+	DeviceID string `json:"deviceId"`
+	State    string `json:"state"`
+	Count    int    `json:"count"`
+}
+
+func (s *server) alarmRecords(t *testing.T, token string) ([]alarmRecord, error) {
+	t.Helper()
+	var page struct {
+		Total int           `json:"total"`
+		Data  []alarmRecord `json:"data"`
+	}
+	r, err := s.api(token).Request("POST", "/api/alarm/record/_query", map[string]any{"pageSize": 1000})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Decode(&page); err != nil {
+		return nil, err
+	}
+	return page.Data, nil
+}
+
+// TestAlarmsSIGKILL: two devicehub processes share ingest and the alarm
+// evaluation; 100 devices cross a threshold in rounds while the
+// evaluating process is SIGKILLed and then the broker restarts. Every
+// device ends with exactly one alarm whose count is its number of reports
+// above the threshold: none lost, none doubled. The alarm transitions
+// reach /api/live on the other instance.
+func TestAlarmsSIGKILL(t *testing.T) {
+	broker := mqtttest.StartBroker(t)
+	bin := testkit.Devicehub(t)
+	env, chDB, suffix := testEnv(t, broker.URL(), "alarms")
+	group := "alarms-test-" + suffix
+	envA := append(append([]string(nil), env...), "DEVICEHUB_MQTT_SHARE_GROUP="+group, "DEVICEHUB_MQTT_CLIENT_ID=a-"+suffix, "DEVICEHUB_LOG_LEVEL=warn")
+	envB := append(append([]string(nil), env...), "DEVICEHUB_MQTT_SHARE_GROUP="+group, "DEVICEHUB_MQTT_CLIENT_ID=b-"+suffix, "DEVICEHUB_LOG_LEVEL=warn")
+	a := startServer(t, bin, envA, "a")
+	tsdbtest.OpenDB(t, chDB, nil)
+	b := startServer(t, bin, envB, "b")
+	t.Cleanup(func() {
+		for _, s := range []*server{a, b} {
+			s.signal(syscall.SIGTERM)
+			s.wait(15 * time.Second)
+		}
+	})
+	token := login(t, a.base)
+	product := "meter" + suffix[:6]
+	a.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Meter", "classifiedId": "test",
+		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": alarmTestModel})
+	a.call(t, token, "POST", "/api/device/instance", map[string]any{"id": "dev000", "name": "dev000", "productId": product})
+	a.call(t, token, "POST", "/api/alarm/config", map[string]any{"id": "hot-" + suffix, "name": "Hot", "productId": product, "severity": "major",
+		"enabled": true, "trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 30}}},
+		"clear": map[string]any{"type": "manual"}})
+	// The owner: whichever process took the alarm lock; it subscribes
+	// within a rules poll of the rule's creation.
+	var owner, other *server
+	testkit.Eventually(t, 30*time.Second, "an alarm owner", func() bool {
+		switch {
+		case a.metricValue(t, "devicehub_alarm_owner") == 1:
+			owner, other = a, b
+		case b.metricValue(t, "devicehub_alarm_owner") == 1:
+			owner, other = b, a
+		}
+		return owner != nil
+	})
+	// A live stream on the other instance follows dev000.
+	events := make(chan string, 64)
+	req, _ := http.NewRequest("GET", other.base+"/api/live?deviceId=dev000&token="+token, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("live: %d %s", resp.StatusCode, b)
+	}
+	defer resp.Body.Close()
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		var ev string
+		for sc.Scan() {
+			l := sc.Text()
+			if v, ok := strings.CutPrefix(l, "event: "); ok {
+				ev = v
+			}
+			if v, ok := strings.CutPrefix(l, "data: "); ok && ev == "alarm" {
+				events <- v
+			}
+		}
+	}()
+
+	gw := mqtttest.Gateway(t, broker.URL())
+	o := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true).
+		SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
+	gw(o)
+	pub := mqtt.NewClient(o)
+	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Disconnect(0)
+	// The rule is evaluated once its subscription is in place: a probe
+	// device's crossing raises its alarm.
+	n := 0
+	testkit.Eventually(t, 30*time.Second, "the owner to evaluate", func() bool {
+		n++
+		_ = link.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
+			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
+		recs, _ := owner.alarmRecords(t, token)
+		return len(recs) == 1
+	})
+
+	const devices, rounds = 100, 10
+	start := time.Now().Add(-time.Hour)
+	above := 0
+	for round := range rounds {
+		v := 31.0
+		if round%4 == 3 {
+			v = 10
+		} else {
+			above++
+		}
+		var toks []mqtt.Token
+		for d := range devices {
+			toks = append(toks, pub.Publish(fmt.Sprintf("/%s/dev%03d/properties/report", product, d), 1, false,
+				fmt.Sprintf(`{"messageId":"m%d","timestamp":%d,"properties":{"temp":%v}}`, round, start.Add(time.Duration(round)*time.Second).UnixMilli(), v)))
+		}
+		for _, tok := range toks {
+			if err := link.WaitToken(tok, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch round {
+		case 3: // SIGKILL the evaluating process mid-stream
+			_ = syscall.Kill(-owner.cmd.Process.Pid, syscall.SIGKILL)
+			<-owner.exited
+			testkit.Eventually(t, 30*time.Second, "the other instance to take over", func() bool {
+				return other.metricValue(t, "devicehub_alarm_owner") == 1
+			})
+		case 6: // the broker restarts
+			broker.Stop(syscall.SIGTERM)
+			broker.Start()
+			testkit.Eventually(t, 20*time.Second, "the publisher back", pub.IsConnectionOpen)
+		}
+	}
+	var recs []alarmRecord
+	ok := testkit.Within(60*time.Second, func() bool {
+		recs, err = other.alarmRecords(t, token)
+		if err != nil || len(recs) < devices+1 {
+			return false
+		}
+		for _, r := range recs {
+			if r.DeviceID != "probe" && r.Count < above {
+				return false
+			}
+		}
+		return true
+	})
+	counts := map[string]int{}
+	for _, r := range recs {
+		if r.DeviceID == "probe" {
+			continue
+		}
+		counts[r.DeviceID]++
+		if r.Count != above || r.State != "active" {
+			t.Errorf("%s: count %d (%s), want %d", r.DeviceID, r.Count, r.State, above)
+		}
+	}
+	t.Logf("%d devices' alarms, each counting %d reports above the threshold, after a SIGKILL of the evaluating process and a broker restart", len(counts), above)
+	if !ok || len(counts) != devices {
+		t.Errorf("%d devices with alarms, want %d (settled: %v)", len(counts), devices, ok)
+	}
+	for d, n := range counts {
+		if n != 1 {
+			t.Errorf("%s has %d alarms", d, n)
+		}
+	}
+	// Prometheus: evaluations counted, the active alarms by severity.
+	if other.metricValue(t, "devicehub_alarm_evaluations_total") < devices {
+		t.Errorf("evaluations: %v", other.metricValue(t, "devicehub_alarm_evaluations_total"))
+	}
+	testkit.Eventually(t, 10*time.Second, "the active alarms gauge", func() bool {
+		return other.metricValue(t, `devicehub_alarms_active{severity="major"}`) == devices+1
+	})
+	if other.metricValue(t, "devicehub_alarm_evaluation_lag_seconds_count") == 0 {
+		t.Error("no evaluation lag observed")
+	}
+	select {
+	case e := <-events:
+		var ev struct {
+			DeviceID, Kind, Severity string
+		}
+		if json.Unmarshal([]byte(e), &ev) != nil || ev.DeviceID != "dev000" || ev.Kind != "raised" || ev.Severity != "major" {
+			t.Errorf("live alarm event %s", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no alarm event on /api/live")
+	}
+	if t.Failed() {
+		b, _ := os.ReadFile(other.logf)
+		t.Logf("survivor's log:\n%s", b)
+	}
+}

@@ -1,0 +1,100 @@
+// Package alarm owns alarm rules and their evaluation: the rule model and
+// its validation against a product's thing model (rule.go), a pure,
+// deterministic evaluator (compile.go, eval.go), the PostgreSQL store of
+// rules, rule state, alarm records and their transitions (store.go), and
+// the runner that feeds the evaluator from MQTT and makes it exact across
+// restarts and instances (runner.go).
+//
+// It must not import api (api talks to it through a small interface
+// declared in api, AlarmStore); it uses meta for the advisory lock, the
+// database handle, the product limit of a request and the list engine
+// (meta.QueryScoped), ingest/link for devicehub's MQTT login and helpers,
+// ingest/wire to decode uplinks, ingest for the broker pool's will rule
+// (ingest.BornAt), and schema for the thing model. Nothing in ingest's
+// storage pipeline depends on it: with alarms off, or no enabled rule,
+// the pipeline runs as before and the evaluator subscribes to nothing.
+//
+// # Semantics
+//
+// A rule belongs to a product. Its trigger is one of: conditions on
+// reported properties (gt ge lt le eq ne between changed, against the
+// value or its change or rate since the previous report; all/any nested
+// one level; thresholds may name another property of the device or a
+// tag); a thing-model event (optional conditions on its fields); offline
+// for at least D; no report (of a property, or of anything) for D. The
+// alarm is raised when the trigger is met, or once it has held for
+// duration, or once it was met repeat.count times within repeat.within.
+// While active, each further time the trigger is met updates the record
+// (count, last value, last time) and recomputes the severity from the
+// ladder (the highest step that holds, else the rule's severity):
+// escalations and de-escalations stay one alarm. It clears when the
+// trigger stops holding (optionally for clear.for), when its own clear
+// condition holds (hysteresis: raise above 30, clear below 28), or only
+// by hand; an event alarm clears when no such event came for clear.for.
+// A cleared alarm is never reused: the next raise is a new record.
+//
+// The evaluator follows a device's latest values: a report older than the
+// latest one applied for the device (by the device's own timestamps) is
+// stored by ingest but not evaluated. Durations, windows and timers run on
+// arrival (Message.Arrived), not on the device's clock.
+//
+// # Exactness: why an alarm is neither lost nor doubled
+//
+// One owner. Of all instances, one evaluates: the holder of a PostgreSQL
+// advisory lock (meta.Store.Lock, as the devauth syncer is elected). On
+// taking it, the owner increments an epoch (Store.Claim); every write
+// names its epoch and is refused once another owner claimed
+// (ErrNotOwner), so a stale owner that has not yet noticed its lost lock
+// writes nothing. Rule state thus lives in one place at a time: the
+// evaluator's memory of the one owner, and PostgreSQL.
+//
+// One persistent session. The owner reads the uplinks (reports, events,
+// births, wills) on its own MQTT session: clean session false, QoS 1,
+// acknowledged by hand, a client id every owner shares
+// ("devicehub-alarms-<installation id>"). The broker keeps that session
+// while no owner is connected and a new owner resumes it: what the
+// previous owner did not acknowledge, and what arrived between owners,
+// is delivered to the next. Ingest's storage pipeline is untouched: it has
+// its own sessions. A device's messages come from one broker connection,
+// in order, and are evaluated in that order by one goroutine.
+//
+// Write, then acknowledge. Messages are evaluated in memory; every
+// FlushInterval the transitions decided and the changed state (each
+// touched device's row: the latest message time and the keys of its
+// recent messages; each touched (rule, device)'s row) are written in ONE
+// transaction (Store.Write); only after its commit are the batch's
+// messages acknowledged, in order. So:
+//   - a crash (SIGKILL, a lost lock) before the commit loses the batch's
+//     effects and its acks alike: the messages come again, to a state that
+//     has not seen them, and are evaluated once;
+//   - a crash after the commit and before the acks (or acks lost with the
+//     connection) brings back messages whose effects are stored. Each is
+//     recognised: a report or event older than the device's latest applied
+//     one is not evaluated (the evaluator follows latest values), and one
+//     at the same time is skipped when its key is among the device's
+//     recent keys: its messageId, or, for a device that sends none, a hash
+//     of topic and payload trusted only when the broker marks the message
+//     a redelivery (DUP). A birth or will applied twice changes nothing (a
+//     state already offline stays offline since its first will);
+//   - a timer that fired is part of the state written with the alarm it
+//     raised; timers are restored from that state, and one past due fires
+//     at the first tick.
+//
+// One record. Whatever an evaluator believes, PostgreSQL holds at most one
+// active alarm per (rule, device) (a partial unique index); a raise that
+// meets an active one counts as a repeat of it. A clear by hand is seen by
+// the owner within PollInterval, or at the next write that finds the
+// record cleared; the next time the trigger is met is a new alarm.
+//
+// TestRunnerExact breaks this on purpose: two runners sharing the work,
+// the owner killed with a batch in memory, killed between a commit and its
+// acks (twice), the broker restarted; 100 devices each end with one alarm
+// whose count is exactly the number of their reports above the threshold.
+// Without the key check the counts double; acknowledging before the
+// write loses reports (both seen failing).
+//
+// Timers. Offline-for-D, no-data-for-D, durations and clear delays are
+// deadlines in one heap per owner (each (rule, device) state in it at most
+// once, moved in place when a report pushes its deadline), checked every
+// TickInterval: never a goroutine or a query per device.
+package alarm

@@ -1,0 +1,916 @@
+package alarm
+
+import (
+	"container/heap"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"devicehub/schema"
+)
+
+// Transition kinds: what happened to a (rule, device)'s alarm.
+const (
+	KindRaised      = "raised"
+	KindRepeated    = "repeated" // the trigger was met again while active: count, last value, last time
+	KindEscalated   = "escalated"
+	KindDeescalated = "deescalated"
+	KindCleared     = "cleared"
+	KindAcked       = "acknowledged" // by hand only (Store.Ack)
+)
+
+// Transition is one change of an alarm, as the evaluator decided it.
+type Transition struct {
+	Kind      string
+	RuleID    string
+	RuleName  string
+	ProductID string
+	DeviceID  string
+	Severity  string
+	At        time.Time
+	// Value says what caused it: "temp=31.5", "event fault",
+	// "offline since ...", "no data since ...".
+	Value string
+}
+
+// MsgKind is the kind of a device message the evaluator takes.
+type MsgKind uint8
+
+// Message kinds.
+const (
+	MsgReport MsgKind = iota + 1
+	MsgEvent
+	MsgOnline
+	MsgOffline
+)
+
+// Prop is one reported property value.
+type Prop struct {
+	ID    string
+	Value Value
+}
+
+// Message is one device message, decoded.
+type Message struct {
+	Kind      MsgKind
+	ProductID string
+	DeviceID  string
+	At        time.Time // the message's time (its own timestamp, or arrival)
+	// Arrived is when the evaluator received it (zero: At). Durations,
+	// windows, timers and transitions run on it, so that a device whose
+	// clock lags, or that sends buffered readings, is not judged by its
+	// clock; At orders a device's reports and times the change in rate.
+	Arrived time.Time
+	// Key identifies the message for redelivery: its messageId, or a hash
+	// of its payload when it has none. KeyUnique says the key is the
+	// device's own id (or the broker marked the message a redelivery):
+	// only then is a message whose key was applied recently skipped.
+	Key       string
+	KeyUnique bool
+	Props     []Prop           // MsgReport
+	Event     string           // MsgEvent: the event id
+	Fields    map[string]Value // MsgEvent: the fields of its data object
+}
+
+// Refs gives device values that thresholds name ("tag.<id>"); nil gives
+// none. Property refs are the device's own latest reports.
+type Refs func(deviceID, kind, id string) (Value, bool)
+
+// recentKeys is how many message keys per device are kept to recognise a
+// redelivery: the messages of the last few batches, those whose acks may
+// not have reached the broker.
+const recentKeys = 32
+
+// Evaluator evaluates rules over device messages and timers. It is pure:
+// time comes from the messages and from Tick's now; it does no I/O and
+// starts no goroutine, and it is not safe for concurrent use. Its state
+// is read back with Dirty and restored with Restore.
+type Evaluator struct {
+	rules     map[string]*compiled   // by id
+	byProduct map[string][]*compiled // enabled rules by product
+	devices   map[string]*devState
+	timers    timerHeap
+	refs      Refs
+	out       []Transition
+	dirtyDev  map[*devState]struct{}
+	dropped   []stateKey // states of removed rules, to delete
+	evals     uint64
+}
+
+// New returns an evaluator with no rules.
+func New(refs Refs) *Evaluator {
+	return &Evaluator{
+		rules:     map[string]*compiled{},
+		byProduct: map[string][]*compiled{},
+		devices:   map[string]*devState{},
+		refs:      refs,
+		dirtyDev:  map[*devState]struct{}{},
+	}
+}
+
+// devState is a device's part: the last message applied, recent message
+// keys, the latest values of the properties its rules read, and its rule
+// states.
+type devState struct {
+	id, product string
+	D           devData
+	rules       map[string]*ruleState // by rule id
+}
+
+type devData struct {
+	LastAt int64                `json:"t,omitempty"` // ms of the latest report or event applied
+	Keys   []string             `json:"k,omitempty"` // recent message keys, oldest first
+	Props  map[string]*propData `json:"p,omitempty"`
+}
+
+type propData struct {
+	Cur    value  `json:"c"`
+	At     int64  `json:"t"`
+	Prev   *value `json:"p,omitempty"`
+	PrevAt int64  `json:"q,omitempty"`
+	inMsg  bool   // carried by the message being evaluated
+}
+
+// ruleState is the state of one rule for one device.
+type ruleState struct {
+	rule *compiled
+	dev  *devState
+	S    stateData
+	idx  int // in the timer heap, -1 when not there
+}
+
+type stateData struct {
+	Since      int64   `json:"s,omitempty"` // trigger holding since (ms), for duration and offline
+	Hits       []int64 `json:"h,omitempty"` // times the trigger was met within the repeat window
+	Active     bool    `json:"a,omitempty"`
+	Sev        uint8   `json:"v,omitempty"` // severity rank while active
+	ClearSince int64   `json:"c,omitempty"` // clear condition holding since (ms)
+	Deadline   int64   `json:"d,omitempty"` // the timer (ms), 0 none
+	Offline    bool    `json:"o,omitempty"`
+	LastSeen   int64   `json:"l,omitempty"` // nodata: the latest report
+	RaisedAt   int64   `json:"r,omitempty"` // the active alarm's raise (its record's raised time)
+}
+
+type stateKey struct{ Rule, Device string }
+
+// SetRules replaces the rules: rules are compiled against their
+// product's thing model (models by product id). The state of a rule that
+// stays (same id) is kept; the state of a rule that goes is dropped (and
+// deleted by the next Dirty). Rules must be valid (Rule.Validate).
+func (e *Evaluator) SetRules(rules []Rule, models map[string]*schema.ThingModel) {
+	next := map[string]*compiled{}
+	byProduct := map[string][]*compiled{}
+	for _, r := range rules {
+		if !r.Enabled {
+			continue
+		}
+		c := compile(r, models[r.ProductID])
+		next[r.ID] = c
+		byProduct[r.ProductID] = append(byProduct[r.ProductID], c)
+	}
+	for _, d := range e.devices {
+		for id, st := range d.rules {
+			c, ok := next[id]
+			if !ok || c.ProductID != d.product || c.Trigger.Type != st.rule.Trigger.Type {
+				e.timers.remove(st)
+				delete(d.rules, id)
+				e.dropped = append(e.dropped, stateKey{id, d.id})
+				continue
+			}
+			st.rule = c
+		}
+	}
+	e.rules, e.byProduct = next, byProduct
+}
+
+// touches reports whether a report carrying props can change c's
+// outcome: its trigger's, clear's or ladder's properties.
+func (c *compiled) touches(has func(string) bool) bool {
+	if c.trigger.touches(has) || c.clear.touches(has) {
+		return true
+	}
+	for i := range c.ladder {
+		if c.ladder[i].g.touches(has) {
+			return true
+		}
+	}
+	return false
+}
+
+// Rules is the number of enabled rules.
+func (e *Evaluator) Rules() int { return len(e.rules) }
+
+// Evaluations is how many (rule, message or timer) evaluations ran.
+func (e *Evaluator) Evaluations() uint64 { return e.evals }
+
+// Products lists the products with an enabled rule, sorted.
+func (e *Evaluator) Products() []string {
+	out := make([]string, 0, len(e.byProduct))
+	for p := range e.byProduct {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// HasRules reports whether product has an enabled rule.
+func (e *Evaluator) HasRules(product string) bool { return len(e.byProduct[product]) > 0 }
+
+func (e *Evaluator) device(product, id string) *devState {
+	d := e.devices[id]
+	if d == nil || d.product != product {
+		if d != nil { // the device moved to another product: start over
+			e.dropDevice(d)
+		}
+		d = &devState{id: id, product: product, rules: map[string]*ruleState{}}
+		e.devices[id] = d
+	}
+	return d
+}
+
+func (e *Evaluator) dropDevice(d *devState) {
+	for id, st := range d.rules {
+		e.timers.remove(st)
+		e.dropped = append(e.dropped, stateKey{id, d.id})
+	}
+	delete(e.devices, d.id)
+}
+
+func (e *Evaluator) state(d *devState, c *compiled) *ruleState {
+	st := d.rules[c.ID]
+	if st == nil {
+		st = &ruleState{rule: c, dev: d, idx: -1}
+		d.rules[c.ID] = st
+	}
+	return st
+}
+
+// Apply evaluates one message. It returns false when the message was
+// skipped: a redelivery of one applied already, or a report older than
+// the latest applied (the evaluator follows a device's latest values).
+func (e *Evaluator) Apply(m Message) bool {
+	rules := e.byProduct[m.ProductID]
+	if len(rules) == 0 {
+		return true
+	}
+	d := e.device(m.ProductID, m.DeviceID)
+	if m.Key != "" && m.KeyUnique && slices.Contains(d.D.Keys, m.Key) {
+		return false
+	}
+	mt := m.At.UnixMilli()
+	if (m.Kind == MsgReport || m.Kind == MsgEvent) && mt < d.D.LastAt {
+		return false
+	}
+	at := mt
+	if !m.Arrived.IsZero() {
+		at = m.Arrived.UnixMilli()
+	}
+	if m.Key != "" {
+		if len(d.D.Keys) == recentKeys {
+			d.D.Keys = append(d.D.Keys[:0], d.D.Keys[1:]...)
+		}
+		d.D.Keys = append(d.D.Keys, m.Key)
+	}
+	if m.Kind == MsgReport || m.Kind == MsgEvent {
+		d.D.LastAt = mt
+	}
+	e.dirtyDev[d] = struct{}{}
+	switch m.Kind {
+	case MsgReport:
+		e.report(d, rules, at, mt, m.Props)
+	case MsgEvent:
+		e.event(d, rules, at, m)
+	case MsgOnline, MsgOffline:
+		for _, c := range rules {
+			if c.Trigger.Type == TriggerOffline {
+				e.evals++
+				e.presence(e.state(d, c), at, m.Kind == MsgOffline)
+			}
+		}
+	}
+	return true
+}
+
+// report updates the device's values and evaluates its rules.
+func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props []Prop) {
+	wanted := func(id string) bool {
+		for _, c := range rules {
+			if c.props[id] {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range props {
+		if !wanted(p.ID) {
+			continue
+		}
+		if d.D.Props == nil {
+			d.D.Props = map[string]*propData{}
+		}
+		pd := d.D.Props[p.ID]
+		if pd == nil {
+			pd = &propData{}
+			d.D.Props[p.ID] = pd
+		} else {
+			prev := pd.Cur
+			pd.Prev, pd.PrevAt = &prev, pd.At
+		}
+		pd.Cur, pd.At, pd.inMsg = p.Value.v, mt, true
+	}
+	defer func() {
+		for _, pd := range d.D.Props {
+			pd.inMsg = false
+		}
+	}()
+	has := func(id string) bool {
+		pd := d.D.Props[id]
+		return pd != nil && pd.inMsg
+	}
+	ev := &reportEnv{e: e, d: d}
+	for _, c := range rules {
+		switch c.Trigger.Type {
+		case TriggerProperty:
+			if !c.touches(has) {
+				continue
+			}
+			e.evals++
+			e.step(e.state(d, c), at, c.trigger.eval(ev), c.trigger.touches(has), ev)
+		case TriggerNoData:
+			if c.Trigger.Property != "" && !has(c.Trigger.Property) {
+				continue
+			}
+			if c.Trigger.Property == "" && len(props) == 0 {
+				continue
+			}
+			e.evals++
+			e.data(e.state(d, c), at)
+		}
+	}
+}
+
+// event evaluates the event rules of m.Event.
+func (e *Evaluator) event(d *devState, rules []*compiled, at int64, m Message) {
+	ev := &fieldEnv{e: e, d: d, f: m.Fields}
+	for _, c := range rules {
+		if c.Trigger.Type != TriggerEvent || c.Trigger.Event != m.Event {
+			continue
+		}
+		e.evals++
+		met := len(c.trigger.items) == 0 || c.trigger.eval(ev)
+		if !met {
+			continue
+		}
+		st := e.state(d, c)
+		if !st.S.Active {
+			e.meet(st, at, ev)
+		} else {
+			e.repeat(st, at, ev)
+		}
+		if st.S.Active && c.Clear.Type != ClearManual {
+			e.setTimer(st, at+int64(c.Clear.For.D()/time.Millisecond)) // quiet for clear.for
+		}
+	}
+}
+
+// step is a property evaluation: met says whether the trigger holds,
+// fresh whether this report carries one of the trigger's properties (only
+// then is the trigger met again: a report of a ladder's or a clear's
+// property alone re-evaluates those).
+func (e *Evaluator) step(st *ruleState, at int64, met, fresh bool, ev env) {
+	c := st.rule
+	s := &st.S
+	e.markDirty(st)
+	if !s.Active {
+		if met && fresh {
+			e.meet(st, at, ev)
+		} else if !met && s.Since != 0 {
+			s.Since = 0
+			e.setTimer(st, 0)
+		}
+		return
+	}
+	if met && fresh {
+		e.repeat(st, at, ev)
+	} else if met {
+		e.regrade(st, at, ev)
+	}
+	var clear bool
+	switch c.Clear.Type {
+	case "", ClearTrigger:
+		clear = !met
+	case ClearCondition:
+		clear = c.clear.eval(ev)
+	}
+	e.clearing(st, at, clear, ev)
+}
+
+// clearing follows the clear condition: cleared at once, or once it has
+// held for clear.for.
+func (e *Evaluator) clearing(st *ruleState, at int64, clear bool, ev env) {
+	s := &st.S
+	forMs := int64(st.rule.Clear.For.D() / time.Millisecond)
+	switch {
+	case !clear:
+		if s.ClearSince != 0 {
+			s.ClearSince = 0
+			e.setTimer(st, 0)
+		}
+	case forMs == 0:
+		e.clearNow(st, at, ev)
+	case s.ClearSince == 0:
+		s.ClearSince = at
+		e.setTimer(st, at+forMs)
+	case at-s.ClearSince >= forMs:
+		e.clearNow(st, s.ClearSince+forMs, ev)
+	}
+}
+
+// meet is the trigger met while no alarm is active: raise now, or once
+// it has held for duration, or once met repeat.count times within
+// repeat.within.
+func (e *Evaluator) meet(st *ruleState, at int64, ev env) {
+	c := st.rule
+	s := &st.S
+	e.markDirty(st)
+	switch {
+	case c.Duration > 0:
+		dur := int64(c.Duration.D() / time.Millisecond)
+		if s.Since == 0 {
+			s.Since = at
+			e.setTimer(st, at+dur)
+			return
+		}
+		if at-s.Since < dur {
+			return
+		}
+		e.raise(st, s.Since+dur, ev)
+	case c.Repeat != nil:
+		w := int64(c.Repeat.Within.D() / time.Millisecond)
+		keep := s.Hits[:0]
+		for _, h := range s.Hits {
+			if h > at-w {
+				keep = append(keep, h)
+			}
+		}
+		s.Hits = append(keep, at)
+		if len(s.Hits) < c.Repeat.Count {
+			return
+		}
+		e.raise(st, at, ev)
+	default:
+		e.raise(st, at, ev)
+	}
+}
+
+func (e *Evaluator) raise(st *ruleState, at int64, ev env) {
+	s := &st.S
+	s.Active, s.Hits, s.ClearSince, s.RaisedAt = true, nil, 0, at
+	if st.rule.Trigger.Type != TriggerOffline {
+		s.Since = 0 // an offline alarm keeps the time the device went
+	}
+	s.Sev = e.severity(st, ev)
+	e.setTimer(st, 0)
+	e.markDirty(st)
+	e.emit(st, KindRaised, at, ev)
+}
+
+// repeat is the trigger met again while active: the record's count and
+// last value, and the severity ladder.
+func (e *Evaluator) repeat(st *ruleState, at int64, ev env) {
+	e.markDirty(st)
+	e.emit(st, KindRepeated, at, ev)
+	e.regrade(st, at, ev)
+}
+
+// regrade moves an active alarm along the severity ladder.
+func (e *Evaluator) regrade(st *ruleState, at int64, ev env) {
+	s := &st.S
+	e.markDirty(st)
+	if sev := e.severity(st, ev); sev != s.Sev {
+		kind := KindEscalated
+		if sev < s.Sev {
+			kind = KindDeescalated
+		}
+		s.Sev = sev
+		e.emit(st, kind, at, ev)
+	}
+}
+
+func (e *Evaluator) clearNow(st *ruleState, at int64, ev env) {
+	s := &st.S
+	s.Active, s.ClearSince, s.Since, s.Hits, s.RaisedAt = false, 0, 0, nil, 0
+	e.setTimer(st, 0)
+	e.markDirty(st)
+	e.emit(st, KindCleared, at, ev)
+	s.Sev = 0
+}
+
+// severity is the highest ladder step that holds, else the base.
+func (e *Evaluator) severity(st *ruleState, ev env) uint8 {
+	c := st.rule
+	sev := c.base
+	if ev == nil {
+		return sev
+	}
+	for i := range c.ladder {
+		if c.ladder[i].g.eval(ev) {
+			sev = c.ladder[i].rank
+		}
+	}
+	return sev
+}
+
+// presence is a birth (offline false) or will for an offline rule.
+func (e *Evaluator) presence(st *ruleState, at int64, offline bool) {
+	s := &st.S
+	c := st.rule
+	if offline == s.Offline {
+		return // a repeated birth or will changes nothing (idempotent)
+	}
+	e.markDirty(st)
+	s.Offline = offline
+	if offline {
+		s.Since = at
+		s.ClearSince = 0
+		if !s.Active {
+			e.setTimer(st, at+int64(c.Trigger.For.D()/time.Millisecond))
+		} else {
+			e.setTimer(st, 0)
+			e.emit(st, KindRepeated, at, nil)
+		}
+		return
+	}
+	s.Since = 0
+	if !s.Active {
+		e.setTimer(st, 0)
+		return
+	}
+	if c.Clear.Type != ClearManual {
+		e.clearing(st, at, true, nil)
+	}
+}
+
+// data is a report for a nodata rule.
+func (e *Evaluator) data(st *ruleState, at int64) {
+	s := &st.S
+	c := st.rule
+	if at <= s.LastSeen {
+		return
+	}
+	s.LastSeen = at
+	e.markDirty(st)
+	if s.Active {
+		if c.Clear.Type != ClearManual {
+			e.clearNow(st, at, nil)
+			e.setTimer(st, at+int64(c.Trigger.For.D()/time.Millisecond))
+		}
+		return
+	}
+	e.setTimer(st, at+int64(c.Trigger.For.D()/time.Millisecond))
+}
+
+// Tick fires the timers due at now: durations held, clears held, offline
+// and no data for D, event alarms quiet for clear.for. It returns how
+// many fired.
+func (e *Evaluator) Tick(now time.Time) int {
+	ms := now.UnixMilli()
+	n := 0
+	for len(e.timers) > 0 && e.timers[0].S.Deadline <= ms {
+		st := e.timers[0]
+		at := st.S.Deadline
+		e.setTimer(st, 0)
+		n++
+		e.evals++
+		e.fire(st, at)
+	}
+	return n
+}
+
+// NextDeadline is the earliest timer, zero when none.
+func (e *Evaluator) NextDeadline() time.Time {
+	if len(e.timers) == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(e.timers[0].S.Deadline)
+}
+
+func (e *Evaluator) fire(st *ruleState, at int64) {
+	s := &st.S
+	c := st.rule
+	e.markDirty(st)
+	ev := env(&reportEnv{e: e, d: st.dev})
+	switch c.Trigger.Type {
+	case TriggerProperty:
+		switch {
+		case !s.Active && s.Since != 0:
+			e.raise(st, at, ev)
+		case s.Active && s.ClearSince != 0:
+			e.clearNow(st, at, ev)
+		}
+	case TriggerEvent:
+		if s.Active {
+			e.clearNow(st, at, nil)
+		}
+	case TriggerOffline:
+		switch {
+		case !s.Active && s.Offline:
+			e.raise(st, at, nil)
+		case s.Active && !s.Offline && s.ClearSince != 0:
+			e.clearNow(st, at, nil)
+		}
+	case TriggerNoData:
+		if !s.Active {
+			e.raise(st, at, nil)
+		}
+	}
+}
+
+func (e *Evaluator) markDirty(st *ruleState) { e.dirtyDev[st.dev] = struct{}{} }
+
+func (e *Evaluator) setTimer(st *ruleState, at int64) {
+	st.S.Deadline = at
+	if at == 0 {
+		e.timers.remove(st)
+		return
+	}
+	if st.idx >= 0 {
+		heap.Fix(&e.timers, st.idx)
+		return
+	}
+	heap.Push(&e.timers, st)
+}
+
+func (e *Evaluator) emit(st *ruleState, kind string, at int64, ev env) {
+	c := st.rule
+	sev := st.S.Sev
+	if sev == 0 {
+		sev = c.base
+	}
+	e.out = append(e.out, Transition{
+		Kind: kind, RuleID: c.ID, RuleName: c.Name, ProductID: st.dev.product, DeviceID: st.dev.id,
+		Severity: severityByRank[sev], At: time.UnixMilli(at), Value: e.describe(st, ev),
+	})
+}
+
+// describe says what caused a transition.
+func (e *Evaluator) describe(st *ruleState, ev env) string {
+	c := st.rule
+	switch c.Trigger.Type {
+	case TriggerOffline:
+		if st.S.Offline {
+			return "offline since " + time.UnixMilli(st.S.Since).UTC().Format(time.RFC3339Nano)
+		}
+		return "online"
+	case TriggerNoData:
+		if st.S.LastSeen == 0 {
+			return "no data"
+		}
+		return "no data since " + time.UnixMilli(st.S.LastSeen).UTC().Format(time.RFC3339Nano)
+	case TriggerEvent:
+		if fe, ok := ev.(*fieldEnv); ok {
+			var b strings.Builder
+			b.WriteString("event " + c.Trigger.Event)
+			c.trigger.leaves(func(l *leaf) {
+				if v, ok := fe.current(l.prop); ok {
+					fmt.Fprintf(&b, " %s=%s", l.prop, v.text())
+				}
+			})
+			return b.String()
+		}
+		return "no event " + c.Trigger.Event + " for " + c.Clear.For.D().String()
+	}
+	if ev == nil {
+		return ""
+	}
+	var parts []string
+	seen := map[string]bool{}
+	add := func(l *leaf) {
+		if seen[l.prop] {
+			return
+		}
+		seen[l.prop] = true
+		if v, ok := ev.current(l.prop); ok {
+			parts = append(parts, l.prop+"="+v.text())
+		}
+	}
+	c.trigger.leaves(add)
+	c.clear.leaves(add)
+	return strings.Join(parts, " ")
+}
+
+// Transitions returns and forgets the transitions decided since the last
+// call, in order.
+func (e *Evaluator) Transitions() []Transition {
+	out := e.out
+	e.out = nil
+	return out
+}
+
+// StateRow is the persisted state of a (rule, device); DeviceRow a
+// device's. Data is compact JSON.
+type StateRow struct {
+	RuleID, DeviceID string
+	Data             []byte // nil: delete the row
+}
+
+// DeviceRow is a device's persisted part.
+type DeviceRow struct {
+	DeviceID, ProductID string
+	Data                []byte
+}
+
+// Dirty returns the rows changed since the last call (states of removed
+// rules as deletions) and forgets them.
+func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
+	var devs []DeviceRow
+	var states []StateRow
+	for _, k := range e.dropped {
+		states = append(states, StateRow{RuleID: k.Rule, DeviceID: k.Device})
+	}
+	e.dropped = nil
+	for d := range e.dirtyDev {
+		b, _ := json.Marshal(&d.D)
+		devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
+		for id, st := range d.rules {
+			b, _ := json.Marshal(&st.S)
+			states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
+		}
+	}
+	clear(e.dirtyDev)
+	slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
+	slices.SortFunc(states, func(a, b StateRow) int {
+		if c := strings.Compare(a.DeviceID, b.DeviceID); c != 0 {
+			return c
+		}
+		return strings.Compare(a.RuleID, b.RuleID)
+	})
+	return devs, states
+}
+
+// Restore loads persisted rows (after SetRules): states of rules that are
+// gone are dropped, timers are rebuilt. Timers already due fire at the
+// next Tick.
+func (e *Evaluator) Restore(devs []DeviceRow, states []StateRow) error {
+	for _, r := range devs {
+		d := e.device(r.ProductID, r.DeviceID)
+		if err := json.Unmarshal(r.Data, &d.D); err != nil {
+			return fmt.Errorf("alarm: device %s state: %w", r.DeviceID, err)
+		}
+	}
+	for _, r := range states {
+		d := e.devices[r.DeviceID]
+		c := e.rules[r.RuleID]
+		if d == nil || c == nil || c.ProductID != d.product {
+			e.dropped = append(e.dropped, stateKey{r.RuleID, r.DeviceID})
+			continue
+		}
+		st := e.state(d, c)
+		if err := json.Unmarshal(r.Data, &st.S); err != nil {
+			return fmt.Errorf("alarm: rule %s device %s state: %w", r.RuleID, r.DeviceID, err)
+		}
+		if st.S.Deadline != 0 {
+			heap.Push(&e.timers, st)
+		}
+	}
+	return nil
+}
+
+// Forget marks (rule, device)'s alarm as no longer active: it was cleared
+// by hand. The next time the trigger is met raises a new alarm. A
+// non-zero raisedAt names the alarm the hand cleared: a later one (raised
+// since) is kept.
+func (e *Evaluator) Forget(ruleID, deviceID string, raisedAt time.Time) {
+	d := e.devices[deviceID]
+	if d == nil {
+		return
+	}
+	st := d.rules[ruleID]
+	if st == nil || !st.S.Active || !raisedAt.IsZero() && raisedAt.UnixMilli() != st.S.RaisedAt {
+		return
+	}
+	st.S.Active, st.S.Sev, st.S.ClearSince, st.S.RaisedAt = false, 0, 0, 0
+	st.S.Since, st.S.Hits = 0, nil
+	e.setTimer(st, 0) // a nodata rule's next deadline starts at the next report
+	if st.rule.Trigger.Type == TriggerOffline && st.S.Offline {
+		st.S.Offline = false // raised again only after a new birth and will
+	}
+	e.markDirty(st)
+}
+
+// Reraised records that (rule, device)'s active alarm is a new one raised
+// at at (the store found the one the evaluator held cleared by hand).
+func (e *Evaluator) Reraised(ruleID, deviceID string, at time.Time) {
+	if d := e.devices[deviceID]; d != nil {
+		if st := d.rules[ruleID]; st != nil && st.S.Active {
+			st.S.RaisedAt = at.UnixMilli()
+			e.markDirty(st)
+		}
+	}
+}
+
+// Active reports whether (rule, device) has an active alarm, and its
+// severity.
+func (e *Evaluator) Active(ruleID, deviceID string) (bool, string) {
+	d := e.devices[deviceID]
+	if d == nil || d.rules[ruleID] == nil {
+		return false, ""
+	}
+	s := d.rules[ruleID].S
+	return s.Active, severityByRank[s.Sev]
+}
+
+// reportEnv reads a device's latest property values.
+type reportEnv struct {
+	e *Evaluator
+	d *devState
+}
+
+func (r *reportEnv) current(prop string) (value, bool) {
+	pd := r.d.D.Props[prop]
+	if pd == nil {
+		return value{}, false
+	}
+	return pd.Cur, true
+}
+
+func (r *reportEnv) fresh(prop string) (cur, prev value, dt float64, ok, hasPrev bool) {
+	pd := r.d.D.Props[prop]
+	if pd == nil || !pd.inMsg {
+		return value{}, value{}, 0, false, false
+	}
+	if pd.Prev == nil {
+		return pd.Cur, value{}, 0, true, false
+	}
+	return pd.Cur, *pd.Prev, float64(pd.At-pd.PrevAt) / 1000, true, true
+}
+
+func (r *reportEnv) ref(kind, id string) (value, bool) {
+	if kind == "property" {
+		return r.current(id)
+	}
+	if r.e.refs == nil {
+		return value{}, false
+	}
+	v, ok := r.e.refs(r.d.id, kind, id)
+	return v.v, ok
+}
+
+// fieldEnv reads an event's fields.
+type fieldEnv struct {
+	e *Evaluator
+	d *devState
+	f map[string]Value
+}
+
+func (f *fieldEnv) current(prop string) (value, bool) {
+	v, ok := f.f[prop]
+	return v.v, ok
+}
+
+func (f *fieldEnv) fresh(string) (cur, prev value, dt float64, ok, hasPrev bool) {
+	return value{}, value{}, 0, false, false
+}
+
+func (f *fieldEnv) ref(kind, id string) (value, bool) {
+	if kind != "tag" || f.e.refs == nil {
+		return value{}, false
+	}
+	v, ok := f.e.refs(f.d.id, kind, id)
+	return v.v, ok
+}
+
+// timerHeap orders rule states by deadline; each state is in it at most
+// once (idx), so a device reporting often moves its entry instead of
+// adding one.
+type timerHeap []*ruleState
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	return h[i].S.Deadline < h[j].S.Deadline
+}
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *timerHeap) Push(x any) {
+	st := x.(*ruleState)
+	st.idx = len(*h)
+	*h = append(*h, st)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	st := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	st.idx = -1
+	return st
+}
+
+func (h *timerHeap) remove(st *ruleState) {
+	if st.idx >= 0 {
+		heap.Remove(h, st.idx)
+	}
+}

@@ -1,0 +1,643 @@
+package alarm
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/ingest"
+	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// lockKey elects the evaluator's one owner among instances.
+const lockKey = 0x616c61726d73 // "alarms"
+
+// Options configure a Runner.
+type Options struct {
+	// BrokerURL is one broker or a comma-separated pool (link.Brokers).
+	// Default tcp://127.0.0.1:1884.
+	BrokerURL string
+	// Login is devicehub's service login. Default link.DefaultLogin.
+	Login link.Login
+	// ClientID of the owner's persistent session ("-<n>" added per broker
+	// of a pool). Every owner uses the same id, so that a new owner
+	// resumes the session and its queued messages. Default
+	// "devicehub-alarms-<installation id>".
+	ClientID string
+	// ProductIDs narrows the subscriptions to these products (tests);
+	// default every product.
+	ProductIDs []string
+	// FlushInterval: how often evaluated messages are written and then
+	// acknowledged. Default 50ms.
+	FlushInterval time.Duration
+	// TickInterval: how often timers are checked. Default 100ms.
+	TickInterval time.Duration
+	// PollInterval: how often rule changes and clears by hand are read.
+	// Default 1s.
+	PollInterval time.Duration
+	// Retention of cleared alarms; 0 keeps them. Default 90 days.
+	Retention time.Duration
+	// Queue bounds the messages taken but not yet evaluated. Default 4096.
+	Queue int
+	// Retry: how long a failed write waits. Default 500ms.
+	Retry time.Duration
+	// OnTransitions, if set, is given each batch's transitions once they
+	// are committed (the live feed).
+	OnTransitions func([]Transition)
+	// Refs gives tag values for thresholds; nil gives none.
+	Refs       Refs
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o Options) withDefaults() Options {
+	if o.BrokerURL == "" {
+		o.BrokerURL = "tcp://127.0.0.1:1884"
+	}
+	if o.Login == (link.Login{}) {
+		o.Login = link.DefaultLogin
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 50 * time.Millisecond
+	}
+	if o.TickInterval <= 0 {
+		o.TickInterval = 100 * time.Millisecond
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.Queue <= 0 {
+		o.Queue = 4096
+	}
+	if o.Retry <= 0 {
+		o.Retry = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// DefaultRetention of cleared alarms.
+const DefaultRetention = 90 * 24 * time.Hour
+
+// Runner runs the evaluator on the one instance that holds the alarm
+// lock: see the package doc for why that is exact.
+type Runner struct {
+	opt     Options
+	ms      *meta.Store
+	store   *Store
+	log     *slog.Logger
+	m       *metrics
+	brokers []string
+
+	owner     atomic.Bool
+	ready     atomic.Bool   // the owner's sessions are connected and subscribed
+	committed atomic.Uint64 // batches written
+
+	afterWrite func() error // tests: a crash between a write and its acks
+
+	filters atomic.Pointer[map[string]byte] // what the owner's sessions subscribe to
+}
+
+type metrics struct {
+	evals  prometheus.Counter
+	lag    prometheus.Histogram
+	active *prometheus.GaugeVec
+	owner  prometheus.Gauge
+}
+
+// NewRunner returns a runner over ms's database.
+func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
+	opt = opt.withDefaults()
+	brokers, err := link.Brokers(opt.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("alarm: %w", err)
+	}
+	r := &Runner{opt: opt, ms: ms, store: NewStore(ms), log: opt.Logger.With("component", "alarms"), brokers: brokers}
+	r.m = &metrics{
+		evals: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_alarm_evaluations_total",
+			Help: "Rule evaluations (a rule over a message, or a timer that fired) on this instance."}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_alarm_evaluation_lag_seconds",
+			Help:    "From a message's arrival at the evaluator to the commit of what it changed.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "devicehub_alarms_active",
+			Help: "Active alarms by severity (as the evaluator's owner last read them)."}, []string{"severity"}),
+		owner: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devicehub_alarm_owner",
+			Help: "1 while this instance evaluates the alarm rules."}),
+	}
+	if opt.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.m.evals, r.m.lag, r.m.active, r.m.owner} {
+			if err := opt.Registerer.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// Store is the runner's store (for the API).
+func (r *Runner) Store() *Store { return r.store }
+
+// Owner reports whether this instance evaluates now.
+func (r *Runner) Owner() bool { return r.owner.Load() }
+
+// Ready reports whether this instance evaluates and its broker sessions
+// are subscribed.
+func (r *Runner) Ready() bool { return r.ready.Load() }
+
+// Batches is how many batches this instance committed.
+func (r *Runner) Batches() uint64 { return r.committed.Load() }
+
+// Run waits for the alarm lock and evaluates while it holds it, until ctx
+// ends. A lost lock (its database session gone) ends the turn; the
+// runner then waits for the lock again.
+func (r *Runner) Run(ctx context.Context) {
+	if r.opt.ClientID == "" {
+		for ctx.Err() == nil {
+			id, err := r.ms.InstallationID(ctx)
+			if err == nil {
+				r.opt.ClientID = "devicehub-alarms-" + id
+				break
+			}
+			r.log.Warn("alarms: reading the installation id failed; retrying", "err", err)
+			sleepCtx(ctx, r.opt.Retry)
+		}
+	}
+	for ctx.Err() == nil {
+		lost, release, err := r.ms.Lock(ctx, lockKey)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("alarms: waiting for the evaluator lock", "err", err)
+				sleepCtx(ctx, r.opt.Retry)
+			}
+			continue
+		}
+		r.owner.Store(true)
+		r.m.owner.Set(1)
+		err = r.lead(ctx, lost)
+		r.owner.Store(false)
+		r.m.owner.Set(0)
+		release()
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("alarms: evaluator stepped down", "err", err)
+			sleepCtx(ctx, r.opt.Retry)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// inbound is one message taken from a broker.
+type inbound struct {
+	m      mqtt.Message
+	broker int8
+	at     time.Time // arrival
+}
+
+// lead is one turn as the owner.
+func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
+	epoch, err := r.store.Claim(ctx)
+	if err != nil {
+		return err
+	}
+	ev := New(r.opt.Refs)
+	version, err := r.loadRules(ctx, ev)
+	if err != nil {
+		return err
+	}
+	handSince, err := r.store.LastTransitionID(ctx)
+	if err != nil {
+		return err
+	}
+	devs, states, err := r.store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if err := ev.Restore(devs, states); err != nil {
+		return err
+	}
+	r.log.Info("alarms: evaluating", "rules", ev.Rules(), "devices", len(devs), "epoch", epoch)
+
+	filters := r.filtersFor(ev)
+	r.filters.Store(&filters)
+	in := make(chan inbound, r.opt.Queue)
+	stop := make(chan struct{})
+	var clients []mqtt.Client
+	defer func() {
+		r.ready.Store(false)
+		close(stop) // callbacks blocked on a full queue let go, unacknowledged
+		for _, c := range clients {
+			c.Disconnect(0) // the session stays: unacknowledged messages go to the next owner
+		}
+	}()
+	for b := range r.brokers {
+		c, err := r.connect(ctx, b, in, stop)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+	}
+	r.ready.Store(true)
+	var born *ingest.BornAt
+	if len(r.brokers) > 1 {
+		born = ingest.NewBornAt()
+	}
+
+	flush := time.NewTicker(r.opt.FlushInterval)
+	defer flush.Stop()
+	tick := time.NewTicker(r.opt.TickInterval)
+	defer tick.Stop()
+	poll := time.NewTicker(r.opt.PollInterval)
+	defer poll.Stop()
+	var pending []inbound
+	var lastPurge time.Time
+	var evals uint64
+	write := func() error {
+		trs := ev.Transitions()
+		devs, states := ev.Dirty()
+		if len(trs)+len(devs)+len(states) > 0 {
+			for {
+				res, err := r.store.Write(ctx, epoch, trs, devs, states)
+				if err == nil {
+					for _, g := range res.Gone {
+						ev.Forget(g.RuleID, g.DeviceID, time.Time{})
+					}
+					for _, g := range res.Reraised {
+						ev.Reraised(g.RuleID, g.DeviceID, g.RaisedAt)
+					}
+					break
+				}
+				if errors.Is(err, ErrNotOwner) || ctx.Err() != nil {
+					return err
+				}
+				r.log.Warn("alarms: writing a batch failed; retrying", "err", err)
+				select {
+				case <-lost:
+					return errors.New("alarm lock lost")
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(r.opt.Retry):
+				}
+			}
+			r.committed.Add(1)
+			if r.afterWrite != nil {
+				if err := r.afterWrite(); err != nil {
+					return err
+				}
+			}
+		}
+		now := time.Now()
+		for _, p := range pending {
+			p.m.Ack()
+			r.m.lag.Observe(now.Sub(p.at).Seconds())
+		}
+		pending = pending[:0]
+		if n := ev.Evaluations(); n != evals {
+			r.m.evals.Add(float64(n - evals))
+			evals = n
+		}
+		if len(trs) > 0 && r.opt.OnTransitions != nil {
+			r.opt.OnTransitions(trs)
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil // nothing acknowledged that is not written
+		case <-lost:
+			return errors.New("alarm lock lost")
+		case m := <-in:
+			pending = append(pending, m)
+			r.apply(ev, born, m)
+			if len(pending) >= 10000 {
+				if err := write(); err != nil {
+					return err
+				}
+			}
+		case now := <-tick.C:
+			ev.Tick(now)
+		case <-flush.C:
+			if err := write(); err != nil {
+				return err
+			}
+		case <-poll.C:
+			v, err := r.store.RulesVersion(ctx)
+			if err == nil && v != version {
+				if nv, err := r.loadRules(ctx, ev); err == nil {
+					version = nv
+					r.resubscribe(clients, r.filtersFor(ev))
+				}
+			}
+			hc, next, err := r.store.HandClears(ctx, handSince)
+			if err == nil {
+				handSince = next
+				for _, h := range hc {
+					ev.Forget(h.RuleID, h.DeviceID, h.RaisedAt)
+				}
+			}
+			if counts, err := r.store.ActiveCounts(ctx); err == nil {
+				for s, n := range counts {
+					r.m.active.WithLabelValues(s).Set(float64(n))
+				}
+			}
+			if r.opt.Retention > 0 && time.Since(lastPurge) > time.Hour {
+				lastPurge = time.Now()
+				if n, err := r.store.Purge(ctx, lastPurge.Add(-r.opt.Retention)); err == nil && n > 0 {
+					r.log.Info("alarms: cleared alarms past retention deleted", "records", n)
+				}
+			}
+		}
+	}
+}
+
+// loadRules reads every rule and its product's thing model into ev.
+func (r *Runner) loadRules(ctx context.Context, ev *Evaluator) (string, error) {
+	version, err := r.store.RulesVersion(ctx)
+	if err != nil {
+		return "", err
+	}
+	rules, err := r.store.AllRules(ctx)
+	if err != nil {
+		return "", err
+	}
+	models := map[string]*schema.ThingModel{}
+	var keep []Rule
+	for _, rule := range rules {
+		if !rule.Enabled {
+			continue
+		}
+		m, ok := models[rule.ProductID]
+		if !ok {
+			p, err := r.ms.GetProduct(ctx, rule.ProductID)
+			switch {
+			case errors.Is(err, meta.ErrNotFound):
+			case err != nil:
+				return "", err
+			default:
+				m, _ = schema.ParseThingModelString(p.Metadata)
+			}
+			models[rule.ProductID] = m
+		}
+		if m == nil {
+			r.log.Warn("alarms: rule of a product that is gone ignored", "rule", rule.ID, "product", rule.ProductID)
+			continue
+		}
+		keep = append(keep, rule)
+	}
+	ev.SetRules(keep, models)
+	return version, nil
+}
+
+// filtersFor are the uplinks the evaluator reads: those of the products
+// with an enabled rule (Options.ProductIDs if set). No rule, no
+// subscription: the broker sends the evaluator nothing.
+func (r *Runner) filtersFor(ev *Evaluator) map[string]byte {
+	products := r.opt.ProductIDs
+	if len(products) == 0 {
+		products = ev.Products()
+	}
+	f := map[string]byte{}
+	for _, p := range products {
+		for _, l := range []string{wire.LevelReport, wire.LevelEvent + "+", wire.LevelOnline, wire.LevelOffline} {
+			f[wire.DeviceTopic(p, "+", l)] = 1
+		}
+	}
+	return f
+}
+
+// resubscribe subscribes the sessions to the filters of products that
+// gained a rule and unsubscribes those of products that lost their last.
+// The broker answers behind the backlog it holds: nothing waits for it.
+func (r *Runner) resubscribe(clients []mqtt.Client, next map[string]byte) {
+	prev := *r.filters.Load()
+	add := map[string]byte{}
+	var drop []string
+	for f, q := range next {
+		if _, ok := prev[f]; !ok {
+			add[f] = q
+		}
+	}
+	for f := range prev {
+		if _, ok := next[f]; !ok {
+			drop = append(drop, f)
+		}
+	}
+	r.filters.Store(&next)
+	for _, c := range clients {
+		if len(add) > 0 {
+			go r.logFailure("subscribe", c.SubscribeMultiple(add, nil))
+		}
+		if len(drop) > 0 {
+			go r.logFailure("unsubscribe", c.Unsubscribe(drop...))
+		}
+	}
+}
+
+func (r *Runner) logFailure(what string, t mqtt.Token) {
+	<-t.Done()
+	if err := t.Error(); err != nil {
+		r.log.Warn("alarms: "+what+" failed", "err", err)
+	}
+}
+
+// connect opens the owner's persistent session at broker b: QoS 1,
+// acknowledged by hand once the batch holding a message is written.
+func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-chan struct{}) (mqtt.Client, error) {
+	broker := r.brokers[b]
+	id := r.opt.ClientID
+	if len(r.brokers) > 1 {
+		id += "-" + strconv.Itoa(b)
+	}
+	var first atomic.Bool
+	first.Store(true)
+	o := r.opt.Login.NewClientOptions(broker, id).
+		SetCleanSession(false). // a new owner resumes the session and what it queued
+		SetAutoAckDisabled(true).
+		SetOrderMatters(true). // in order; a full queue blocks the broker's flow
+		SetAutoReconnect(true).
+		SetConnectRetry(false).
+		SetMaxReconnectInterval(link.ReconnectEvery).
+		SetKeepAlive(10 * time.Second).
+		SetConnectTimeout(10 * time.Second).
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
+			select {
+			case in <- inbound{m: m, broker: int8(b), at: time.Now()}:
+			case <-stop: // not acknowledged: the broker delivers it again
+			}
+		}).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			if first.Swap(false) {
+				return
+			}
+			if f := *r.filters.Load(); len(f) > 0 {
+				go func() { _ = link.WaitToken(c.SubscribeMultiple(f, nil), 30*time.Second) }()
+			}
+		}).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+			r.log.Warn("alarms: broker connection lost; reconnecting", "broker", link.BrokerName(broker), "err", err)
+		})
+	if fn := link.BufferedDialer(broker, 10*time.Second); fn != nil {
+		o.SetCustomOpenConnectionFn(fn)
+	}
+	c := mqtt.NewClient(o)
+	t := c.Connect()
+	select {
+	case <-t.Done():
+	case <-ctx.Done():
+		c.Disconnect(0)
+		return nil, ctx.Err()
+	}
+	if err := t.Error(); err != nil {
+		return nil, fmt.Errorf("alarm: connect %s as %s: %w", link.BrokerName(broker), id, err)
+	}
+	// A kept session is subscribed already and answers behind its
+	// backlog; a new one is waited for.
+	filters := *r.filters.Load()
+	if len(filters) == 0 {
+		return c, nil
+	}
+	st := c.SubscribeMultiple(filters, nil)
+	if !t.(*mqtt.ConnectToken).SessionPresent() {
+		if err := link.WaitToken(st, 10*time.Second); err != nil {
+			c.Disconnect(0)
+			return nil, fmt.Errorf("alarm: subscribe as %s: %w", id, err)
+		}
+	}
+	return c, nil
+}
+
+// apply decodes one message and evaluates it.
+func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
+	m := in.m
+	if m.Retained() {
+		return
+	}
+	t, ok := wire.ParseTopic(m.Topic())
+	if !ok || !ev.HasRules(t.ProductID) {
+		return
+	}
+	payload := m.Payload()
+	var rows wire.Rows
+	msg := Message{ProductID: t.ProductID, DeviceID: t.DeviceID}
+	switch t.Kind {
+	case wire.KindReport:
+		if wire.DecodeReport(&rows, t, payload, in.at) != nil {
+			return
+		}
+		msg.Kind = MsgReport
+		for _, p := range rows.Props {
+			var v Value
+			switch p.ValueType {
+			case "number":
+				v = NumberValue(p.Num)
+			case "bool":
+				v = BoolValue(p.Num != 0)
+			case "json":
+				v = JSONValue(p.Str)
+			case "string":
+				v = StringValue(p.Str)
+			default:
+				continue // null
+			}
+			msg.Props = append(msg.Props, Prop{ID: p.Property, Value: v})
+		}
+	case wire.KindEvent:
+		if wire.DecodeEvent(&rows, t, payload, in.at) != nil {
+			return
+		}
+		msg.Kind, msg.Event = MsgEvent, t.EventID
+		msg.Fields = eventFields(payload)
+	case wire.KindOnline, wire.KindOffline:
+		if _, err := wire.DecodePresence(&rows, t, payload, in.at); err != nil {
+			return
+		}
+		online := t.Kind == wire.KindOnline
+		if born != nil && !born.Keep(t.DeviceID, in.broker, online) {
+			return // a will from another broker than the last birth's
+		}
+		msg.Kind = MsgOffline
+		if online {
+			msg.Kind = MsgOnline
+		}
+	default:
+		return
+	}
+	if len(rows.Msgs) == 0 {
+		return
+	}
+	msg.At, msg.Arrived = rows.Msgs[0].Time, in.at
+	msg.Key, msg.KeyUnique = messageKey(rows.Msgs[0].MessageID, m.Topic(), payload)
+	msg.KeyUnique = msg.KeyUnique || m.Duplicate()
+	ev.Apply(msg)
+}
+
+// messageKey is the device's messageId when the payload has one, else a
+// hash of topic and payload (then not unique: two equal reports are two
+// reports unless the broker marks one a redelivery).
+func messageKey(id, topic string, payload []byte) (string, bool) {
+	if id != "" && bytes.Contains(payload, []byte(`"messageId"`)) {
+		return "i" + id, true
+	}
+	h := fnv.New64a()
+	h.Write([]byte(topic))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return "h" + hex.EncodeToString(h.Sum(nil)), false
+}
+
+// eventFields reads an event's data object into fields.
+func eventFields(payload []byte) map[string]Value {
+	var body struct {
+		Data map[string]json.RawMessage `json:"data"`
+	}
+	if json.Unmarshal(payload, &body) != nil || len(body.Data) == 0 {
+		return nil
+	}
+	out := make(map[string]Value, len(body.Data))
+	for k, raw := range body.Data {
+		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 {
+			continue
+		}
+		switch raw[0] {
+		case '"':
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				out[k] = StringValue(s)
+			}
+		case 't', 'f':
+			out[k] = BoolValue(raw[0] == 't')
+		case 'n':
+		case '{', '[':
+			out[k] = JSONValue(string(raw))
+		default:
+			if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
+				out[k] = NumberValue(f)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,433 @@
+package alarm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/bench/testkit"
+	"devicehub/ingest/link"
+	"devicehub/ingest/mqtttest"
+	"devicehub/meta"
+	"devicehub/meta/metatest"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// rig is a product with rules in a database of its own, a gateway login
+// publishing for its devices, and runners evaluating it through a broker.
+type rig struct {
+	t        *testing.T
+	ms       *meta.Store
+	store    *Store
+	product  string
+	broker   string
+	clientID string
+	pub      mqtt.Client
+}
+
+func newRig(t *testing.T, broker string, rules ...string) *rig {
+	t.Helper()
+	ctx := context.Background()
+	g := &rig{t: t, ms: metatest.NewStore(t), product: testkit.RandID("alarm"), broker: broker, clientID: testkit.RandID("test-alarms-")}
+	g.store = NewStore(g.ms)
+	if _, err := g.ms.CreateProduct(ctx, meta.NewProduct{ID: g.product, Name: "Meter", ClassifiedID: "c", AccessID: "mqtt",
+		ModelFrom: "custom", DeviceType: "device", Metadata: testModel}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range rules {
+		r, err := ParseRule([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ID == "" {
+			r.ID = "r" + strconv.Itoa(i+1)
+		}
+		r.ID = g.product + "-" + r.ID
+		r.Name, r.ProductID, r.Enabled = "rule "+r.ID, g.product, true
+		if r.Severity == "" {
+			r.Severity = SeverityMajor
+		}
+		if err := r.Validate(model(t)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.store.PutRule(ctx, r, true, Actor{ID: "u1", Name: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw := mqtttest.Gateway(t, broker)
+	o := mqtt.NewClientOptions().AddBroker(broker).SetClientID(testkit.RandID("test-gw-")).SetCleanSession(true).SetAutoReconnect(true).
+		SetMaxReconnectInterval(250 * time.Millisecond).SetConnectRetry(true)
+	gw(o)
+	g.pub = mqtt.NewClient(o)
+	if err := link.WaitToken(g.pub.Connect(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.pub.Disconnect(0)
+		// remove the owners' persistent session from the broker
+		o := mqtttest.ServiceOptions(broker, g.clientID).SetCleanSession(true)
+		c := mqtt.NewClient(o)
+		if c.Connect().WaitTimeout(5*time.Second) && c.IsConnected() {
+			c.Disconnect(0)
+		}
+	})
+	return g
+}
+
+// runner starts a runner; stop cancels it and waits for it to return.
+func (g *rig) runner(tweak func(*Runner)) (r *Runner, stop func()) {
+	g.t.Helper()
+	u, p := mqtttest.Service()
+	r, err := NewRunner(g.ms, Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID,
+		FlushInterval: 20 * time.Millisecond, TickInterval: 50 * time.Millisecond,
+		PollInterval: 200 * time.Millisecond, Retry: 100 * time.Millisecond})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if tweak != nil {
+		tweak(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	g.t.Cleanup(stop)
+	return r, stop
+}
+
+func (g *rig) publish(dev, level, payload string) {
+	g.t.Helper()
+	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/"+dev+"/"+level, 1, false, payload), 10*time.Second); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// report publishes {"messageId", "timestamp", "properties": {prop: v}}.
+func (g *rig) report(dev, id string, ts time.Time, prop string, v float64) {
+	g.t.Helper()
+	g.publish(dev, "properties/report", fmt.Sprintf(`{"messageId":%q,"timestamp":%d,"properties":{%q:%v}}`, id, ts.UnixMilli(), prop, v))
+}
+
+func (g *rig) records(q *meta.Query) []Record {
+	g.t.Helper()
+	if q == nil {
+		q = &meta.Query{Paging: new(bool)}
+	}
+	p, err := g.store.QueryRecords(context.Background(), q)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return p.Data
+}
+
+func (g *rig) waitRecords(what string, cond func([]Record) bool) []Record {
+	g.t.Helper()
+	var recs []Record
+	testkit.Eventually(g.t, 20*time.Second, what, func() bool {
+		recs = g.records(nil)
+		return cond(recs)
+	})
+	return recs
+}
+
+func (g *rig) waitOwner(r *Runner) {
+	g.t.Helper()
+	testkit.Eventually(g.t, 20*time.Second, "the runner to own the evaluation", r.Ready)
+}
+
+// TestRunnerProperty: through the broker, a crossing raises, repeats
+// count, a ladder escalates and steps down, the trigger ending clears;
+// a hand's clear makes the next crossing a new alarm.
+func TestRunnerProperty(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"ladder":[{"severity":"critical","all":[{"property":"temp","op":"gt","value":50}]}]}`)
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Minute)
+	g.report("d1", "a", base, "temp", 25)
+	g.report("d1", "b", base.Add(time.Second), "temp", 31)
+	recs := g.waitRecords("the alarm", func(rs []Record) bool { return len(rs) == 1 })
+	if recs[0].State != StateActive || recs[0].Severity != SeverityMajor || recs[0].DeviceID != "d1" || recs[0].LastValue != "temp=31" {
+		t.Fatalf("record %+v", recs[0])
+	}
+	g.report("d1", "c", base.Add(2*time.Second), "temp", 55)
+	g.waitRecords("the escalation", func(rs []Record) bool { return rs[0].Severity == SeverityCritical && rs[0].Count == 2 })
+	g.report("d1", "d", base.Add(3*time.Second), "temp", 35)
+	g.waitRecords("the step down", func(rs []Record) bool { return rs[0].Severity == SeverityMajor && rs[0].Count == 3 })
+	g.report("d1", "e", base.Add(4*time.Second), "temp", 20)
+	recs = g.waitRecords("the clear", func(rs []Record) bool { return rs[0].State == StateCleared })
+	if got := kinds(t, g.store, recs[0].ID); fmt.Sprint(got) != "[raised major temp=31 escalated critical temp=55 deescalated major temp=35 cleared major temp=20]" {
+		t.Errorf("transitions %q", got)
+	}
+	// by hand: acknowledged and cleared, then a new alarm
+	g.report("d1", "f", base.Add(5*time.Second), "temp", 40)
+	recs = g.waitRecords("a second alarm", func(rs []Record) bool { return len(rs) == 2 })
+	if _, err := g.store.Ack(context.Background(), recs[0].ID, Actor{ID: "u1", Name: "ann"}, "on it"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.store.ClearByHand(context.Background(), recs[0].ID, Actor{ID: "u1", Name: "ann"}, "reset"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(0) // the owner learns of the clear by its poll; the next crossing must not repeat the cleared alarm
+	g.report("d1", "g", base.Add(6*time.Second), "temp", 41)
+	recs = g.waitRecords("a third alarm after the hand's clear", func(rs []Record) bool { return len(rs) == 3 && rs[0].State == StateActive })
+	if recs[1].Count != 1 || recs[1].ClearedBy != "ann" || !recs[1].Acked {
+		t.Errorf("the hand-cleared alarm: %+v", recs[1])
+	}
+}
+
+// TestRunnerTimers: offline for D and no data for D fire within a second
+// of their deadline; a birth and a report clear them.
+func TestRunnerTimers(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"id":"off","trigger":{"type":"offline","for":"1s"}}`,
+		`{"id":"quiet","trigger":{"type":"nodata","for":"1500ms","property":"temp"}}`,
+		`{"id":"fault","trigger":{"type":"event","event":"fault","all":[{"property":"code","op":"ge","value":500}]},"clear":{"for":"1s"}}`)
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	g.publish("d1", "online", "")
+	g.publish("d1", "offline", "")
+	offAt := time.Now()
+	g.report("d2", "x", time.Now(), "temp", 1)
+	dataAt := time.Now()
+	g.publish("d3", "event/fault", `{"messageId":"e1","data":{"code":404}}`)
+	g.publish("d3", "event/fault", `{"messageId":"e2","data":{"code":503,"text":"overheat"}}`)
+	seen := map[string]time.Time{}
+	testkit.Eventually(t, 20*time.Second, "offline, no-data and event alarms", func() bool {
+		for _, rec := range g.records(nil) {
+			if _, ok := seen[rec.RuleID]; !ok {
+				seen[rec.RuleID] = time.Now()
+			}
+		}
+		return len(seen) == 3
+	})
+	if late := seen[g.product+"-off"].Sub(offAt.Add(time.Second)); late > time.Second {
+		t.Errorf("offline alarm %v after its deadline", late)
+	}
+	if late := seen[g.product+"-quiet"].Sub(dataAt.Add(1500 * time.Millisecond)); late > time.Second {
+		t.Errorf("no-data alarm %v after its deadline", late)
+	}
+	g.publish("d1", "online", "")
+	g.report("d2", "y", time.Now(), "temp", 2)
+	recs := g.waitRecords("the clears", func(rs []Record) bool {
+		for _, r := range rs {
+			if r.State != StateCleared {
+				return false
+			}
+		}
+		return true // the event alarm clears after a quiet second
+	})
+	for _, r := range recs {
+		if r.RuleID == g.product+"-fault" && r.FirstValue != "event fault code=503" {
+			t.Errorf("event alarm %+v", r)
+		}
+	}
+}
+
+// TestRunnerBounce: a value bouncing around the threshold 10 times a
+// second with hysteresis is one alarm whose count grows.
+func TestRunnerBounce(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"clear":{"type":"condition","all":[{"property":"temp","op":"lt","value":28}]}}`)
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Minute)
+	const n = 100
+	for i := range n {
+		v := 29.5
+		if i%2 == 0 {
+			v = 30.5
+		}
+		g.report("d1", strconv.Itoa(i), base.Add(time.Duration(i)*100*time.Millisecond), "temp", v)
+	}
+	recs := g.waitRecords("every crossing counted", func(rs []Record) bool { return len(rs) == 1 && rs[0].Count == n/2 })
+	if recs[0].State != StateActive {
+		t.Errorf("%+v", recs[0])
+	}
+}
+
+// TestRunnerExact is the exactness argument broken on purpose: two
+// runners share the evaluation of many devices that cross at once; the
+// owner dies mid-stream three ways (before a write, between a write and
+// its acks, and with its database session gone), the broker restarts;
+// every device ends with exactly one alarm whose count is the number of
+// its reports above the threshold: none lost, none doubled.
+func TestRunnerExact(t *testing.T) {
+	b := mqtttest.StartBroker(t)
+	g := newRig(t, b.URL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"clear":{"type":"manual"}}`)
+	var crashNext atomic.Bool // the owner's next write is committed, then it dies before its acks
+	type live struct {
+		r    *Runner
+		stop func()
+	}
+	var runners []live
+	start := func() {
+		r, stop := g.runner(func(r *Runner) {
+			r.afterWrite = func() error {
+				if crashNext.CompareAndSwap(true, false) {
+					return errors.New("test crash between a write and its acks")
+				}
+				return nil
+			}
+		})
+		runners = append(runners, live{r, stop})
+	}
+	owner := func() int {
+		var i int
+		testkit.Eventually(t, 20*time.Second, "an owner", func() bool {
+			for i = range runners {
+				if runners[i].r.Ready() {
+					return true
+				}
+			}
+			return false
+		})
+		return i
+	}
+	start()
+	owner()
+	start()
+	const devices, rounds = 100, 12
+	base := time.Now().Add(-time.Hour)
+	above := 0
+	for round := range rounds {
+		v := 31.0
+		if round%3 == 2 {
+			v = 20 // not counted
+		} else {
+			above++
+		}
+		if round == 3 || round == 7 { // committed, not acknowledged: the next owner gets it again
+			crashNext.Store(true)
+		}
+		var toks []mqtt.Token
+		for d := range devices {
+			topic := fmt.Sprintf("/%s/dev%03d/properties/report", g.product, d)
+			payload := fmt.Sprintf(`{"messageId":"m%d","timestamp":%d,"properties":{"temp":%v}}`, round, base.Add(time.Duration(round)*time.Second).UnixMilli(), v)
+			toks = append(toks, g.pub.Publish(topic, 1, false, payload))
+		}
+		for _, tok := range toks {
+			if err := link.WaitToken(tok, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 3 || round == 7 {
+			// The crashed batch ends with this round's reports, counted
+			// ones whose redelivery only their message ids tell apart.
+			testkit.Eventually(t, 20*time.Second, "the crash", func() bool { return !crashNext.Load() })
+		}
+		switch round {
+		case 4, 10: // the owner dies with its batch in memory only; another takes over
+			i := owner()
+			runners[i].stop()
+			runners = append(runners[:i], runners[i+1:]...)
+			start()
+		case 5: // the broker restarts under the owner
+			b.Stop(syscall.SIGTERM)
+			b.Start()
+			testkit.Eventually(t, 20*time.Second, "the publisher back", g.pub.IsConnectionOpen)
+		}
+	}
+	var recs []Record
+	ok := testkit.Within(30*time.Second, func() bool {
+		recs = g.records(nil)
+		if len(recs) != devices {
+			return len(recs) > devices // more is a failure at once
+		}
+		for _, r := range recs {
+			if r.Count != int64(above) {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok || len(recs) != devices {
+		t.Errorf("%d alarms for %d devices", len(recs), devices)
+	}
+	for _, r := range recs {
+		if r.Count != int64(above) || r.State != StateActive {
+			t.Errorf("%s: count %d state %s, want %d active", r.DeviceID, r.Count, r.State, above)
+		}
+	}
+	if crashNext.Load() {
+		t.Error("a crash between a write and its acks did not happen")
+	}
+}
+
+// TestRunnerRuleChanges: with no rule the evaluator subscribes to
+// nothing; a rule created while it runs is evaluated within a poll; the
+// product's last rule disabled, its subscription goes.
+func TestRunnerRuleChanges(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL())
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	if f := *r.filters.Load(); len(f) != 0 {
+		t.Errorf("subscribed with no rule: %v", f)
+	}
+	rule, err := ParseRule([]byte(`{"id":"` + g.product + `-hot","name":"Hot","productId":"` + g.product + `","severity":"minor","enabled":true,"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.store.PutRule(context.Background(), rule, true, Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	testkit.Eventually(t, 20*time.Second, "the new rule's alarm", func() bool {
+		n++
+		g.report("d1", "m"+strconv.Itoa(n), time.Now(), "temp", 40)
+		return len(g.records(nil)) == 1
+	})
+	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
+}
+
+// TestRunnerPool: with a broker pool, a will counts only from the broker
+// of the device's last birth (ingest.BornAt, the pipeline's rule): a
+// stale will from the broker it left raises no offline alarm.
+func TestRunnerPool(t *testing.T) {
+	b1, b2 := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
+	g := newRig(t, b1.URL(), `{"id":"off","trigger":{"type":"offline","for":"300ms"}}`)
+	pub2 := newRig(t, b2.URL()).pub // a publisher on the second broker (its own empty database is not used)
+	g.broker = b1.URL() + "," + b2.URL()
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	on := func(c mqtt.Client, level string) {
+		t.Helper()
+		if err := link.WaitToken(c.Publish("/"+g.product+"/d1/"+level, 1, false, ""), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	on(g.pub, "online")  // born on broker 1
+	on(pub2, "online")   // moved to broker 2
+	on(g.pub, "offline") // broker 1's will for the lost connection: stale
+	// A sentinel behind the stale will on broker 1's connection: d3 goes
+	// offline for real there. When its alarm is raised, a counted stale
+	// will (earlier, with an earlier deadline) would have raised d1's.
+	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/online", 1, false, ""), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/offline", 1, false, ""), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	recs := g.waitRecords("d3's offline alarm", func(rs []Record) bool { return len(rs) >= 1 })
+	if len(recs) != 1 || recs[0].DeviceID != "d3" {
+		t.Fatalf("a stale will raised an alarm: %+v", recs)
+	}
+	on(pub2, "offline") // d1's real will, from the broker of its last birth
+	recs = g.waitRecords("d1's offline alarm", func(rs []Record) bool { return len(rs) == 2 })
+	if recs[0].DeviceID != "d1" {
+		t.Errorf("records %+v", recs)
+	}
+}

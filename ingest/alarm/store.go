@@ -1,0 +1,932 @@
+package alarm
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// Store keeps rules, alarm records, their transitions and the evaluator's
+// state in PostgreSQL (schema/postgres/00019_alarms.sql). Reads and writes
+// of rules and records see only the products of ctx
+// (meta.LimitProducts): others are meta.ErrNotFound, as if absent.
+type Store struct {
+	ms      *meta.Store
+	db      *sqlx.DB
+	timeout time.Duration
+}
+
+// NewStore is a store over ms's database.
+func NewStore(ms *meta.Store) *Store {
+	return &Store{ms: ms, db: ms.DB(), timeout: 10 * time.Second}
+}
+
+// ErrNotOwner: another instance became the evaluator's owner; this one's
+// writes are refused (its epoch is stale).
+var ErrNotOwner = errors.New("alarm: no longer the evaluator's owner")
+
+// Actor is who acts by hand.
+type Actor struct {
+	ID, Name string
+}
+
+// StoredRule is a rule with its bookkeeping.
+type StoredRule struct {
+	Rule
+	CreatorID  string
+	ModifierID string
+	CreateTime time.Time
+	ModifyTime time.Time
+}
+
+type ruleRow struct {
+	Body       []byte    `db:"body"`
+	Enabled    bool      `db:"enabled"`
+	CreatorID  string    `db:"creator_id"`
+	ModifierID string    `db:"modifier_id"`
+	CreateTime time.Time `db:"create_time"`
+	ModifyTime time.Time `db:"modify_time"`
+}
+
+func (r *ruleRow) rule() StoredRule {
+	var out StoredRule
+	_ = json.Unmarshal(r.Body, &out.Rule) // written by this package from a valid rule
+	out.Enabled = r.Enabled
+	out.CreatorID, out.ModifierID, out.CreateTime, out.ModifyTime = r.CreatorID, r.ModifierID, r.CreateTime, r.ModifyTime
+	return out
+}
+
+const ruleColumns = "r.body, r.enabled, r.creator_id, r.modifier_id, r.create_time, r.modify_time"
+
+// RuleResource is the list engine's view of rules: terms on id, name,
+// productId, severity, enabled, createTime, modifyTime.
+var RuleResource = &meta.Resource{
+	Name: "alarm rule",
+	Columns: map[string]meta.Column{
+		"id":         {Expr: "r.id", Kind: meta.KindText},
+		"name":       {Expr: "r.name", Kind: meta.KindText},
+		"productId":  {Expr: "r.product_id", Kind: meta.KindText},
+		"severity":   {Expr: "r.severity", Kind: meta.KindText},
+		"enabled":    {Expr: "r.enabled", Kind: meta.KindBool},
+		"createTime": {Expr: "r.create_time", Kind: meta.KindTime},
+		"modifyTime": {Expr: "r.modify_time", Kind: meta.KindTime},
+	},
+	Sorts: map[string]string{
+		"id": "r.id", "name": "r.name", "productId": "r.product_id", "severity": "r.severity",
+		"createTime": "r.create_time", "modifyTime": "r.modify_time",
+	},
+	DefaultSort: "r.create_time DESC, r.id",
+	TieBreak:    "r.id",
+	Product:     "r.product_id",
+}
+
+// QueryRules answers a query body over the rules of ctx's products.
+func (s *Store) QueryRules(ctx context.Context, q *meta.Query) (meta.Page[StoredRule], error) {
+	return meta.QueryScoped(ctx, s.ms, RuleResource, q, ruleColumns, "alarm_rules r", (*ruleRow).rule)
+}
+
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// GetRule returns rule id, meta.ErrNotFound when absent or outside ctx's
+// products.
+func (s *Store) GetRule(ctx context.Context, id string) (StoredRule, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var row ruleRow
+	err := s.db.GetContext(ctx, &row, "SELECT "+ruleColumns+" FROM alarm_rules r WHERE r.id = $1", id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return StoredRule{}, fmt.Errorf("alarm rule %q: %w", id, meta.ErrNotFound)
+	}
+	if err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: get rule: %w", err)
+	}
+	r := row.rule()
+	if !meta.ProductAllowed(ctx, r.ProductID) {
+		return StoredRule{}, fmt.Errorf("alarm rule %q: %w", id, meta.ErrNotFound)
+	}
+	return r, nil
+}
+
+// AllRules returns every rule (the runner's; no product limit).
+func (s *Store) AllRules(ctx context.Context) ([]Rule, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var rows []ruleRow
+	if err := s.db.SelectContext(ctx, &rows, "SELECT "+ruleColumns+" FROM alarm_rules r ORDER BY r.id"); err != nil {
+		return nil, fmt.Errorf("alarm: rules: %w", err)
+	}
+	out := make([]Rule, len(rows))
+	for i := range rows {
+		out[i] = rows[i].rule().Rule
+	}
+	return out, nil
+}
+
+// ProductRules returns product's rules, by id.
+func (s *Store) ProductRules(ctx context.Context, product string) ([]Rule, error) {
+	if !meta.ProductAllowed(ctx, product) {
+		return nil, fmt.Errorf("product %q: %w", product, meta.ErrNotFound)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var rows []ruleRow
+	if err := s.db.SelectContext(ctx, &rows, "SELECT "+ruleColumns+" FROM alarm_rules r WHERE r.product_id = $1 ORDER BY r.id", product); err != nil {
+		return nil, fmt.Errorf("alarm: rules: %w", err)
+	}
+	out := make([]Rule, len(rows))
+	for i := range rows {
+		out[i] = rows[i].rule().Rule
+	}
+	return out, nil
+}
+
+// RulesVersion changes whenever a rule is created, changed or deleted:
+// the runner reloads its rules when it does.
+func (s *Store) RulesVersion(ctx context.Context) (string, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var v string
+	err := s.db.GetContext(ctx, &v, `SELECT count(*)::text || '/' || coalesce(max(modify_time)::text, '') || '/' ||
+		coalesce(sum(hashtext(id || enabled::text || modify_time::text))::text, '') FROM alarm_rules`)
+	if err != nil {
+		return "", fmt.Errorf("alarm: rules version: %w", err)
+	}
+	return v, nil
+}
+
+// PutRule creates r (create true: meta.ErrDuplicateKey if its id is
+// taken) or replaces it (meta.ErrNotFound if absent). r must be valid;
+// its product must be within ctx's products, and on update so must the
+// stored rule's.
+func (s *Store) PutRule(ctx context.Context, r Rule, create bool, by Actor) (StoredRule, error) {
+	if !meta.ProductAllowed(ctx, r.ProductID) {
+		return StoredRule{}, fmt.Errorf("product %q: %w", r.ProductID, meta.ErrNotFound)
+	}
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: put rule: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := putRule(ctx, tx, r, create, by); err != nil {
+		return StoredRule{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: put rule: %w", err)
+	}
+	return s.GetRule(ctx, r.ID)
+}
+
+func putRule(ctx context.Context, tx *sqlx.Tx, r Rule, create bool, by Actor) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if create {
+		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_rules (id, product_id, name, severity, enabled, body, creator_id, modifier_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, r.ID, r.ProductID, r.Name, r.Severity, r.Enabled, body, by.ID)
+		var pe *pq.Error
+		if errors.As(err, &pe) && pe.Code == "23505" {
+			return fmt.Errorf("alarm rule %q: %w", r.ID, meta.ErrDuplicateKey)
+		}
+		if err != nil {
+			return fmt.Errorf("alarm: create rule: %w", err)
+		}
+		return nil
+	}
+	var old string
+	err = tx.GetContext(ctx, &old, "SELECT product_id FROM alarm_rules WHERE id = $1 FOR UPDATE", r.ID)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !meta.ProductAllowed(ctx, old) {
+		return fmt.Errorf("alarm rule %q: %w", r.ID, meta.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("alarm: update rule: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE alarm_rules SET product_id = $2, name = $3, severity = $4, enabled = $5, body = $6,
+		modifier_id = $7, modify_time = clock_timestamp() WHERE id = $1`, r.ID, r.ProductID, r.Name, r.Severity, r.Enabled, body, by.ID)
+	if err != nil {
+		return fmt.Errorf("alarm: update rule: %w", err)
+	}
+	return nil
+}
+
+// SetEnabled enables or disables rule id.
+func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by Actor) (StoredRule, error) {
+	r, err := s.GetRule(ctx, id)
+	if err != nil {
+		return StoredRule{}, err
+	}
+	r.Enabled = enabled
+	return s.PutRule(ctx, r.Rule, false, by)
+}
+
+// DeleteRule deletes rule id; its records stay (they are history; an
+// active one stays active until a hand clears it), and the evaluator's
+// owner drops the rule's state at its next reload (within a second).
+func (s *Store) DeleteRule(ctx context.Context, id string) (StoredRule, error) {
+	r, err := s.GetRule(ctx, id)
+	if err != nil {
+		return StoredRule{}, err
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM alarm_rules WHERE id = $1", id); err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: delete rule: %w", err)
+	}
+	return r, nil
+}
+
+// ImportError is a refused import: the errors of each rule, by index.
+type ImportError struct {
+	Errors map[int]error
+}
+
+func (e *ImportError) Error() string {
+	idx := slices.Sorted(maps.Keys(e.Errors))
+	parts := make([]string, len(idx))
+	for n, i := range idx {
+		parts[n] = fmt.Sprintf("rules[%d].%v", i, e.Errors[i])
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap makes an ImportError an illegal argument.
+func (e *ImportError) Unwrap() error { return schema.ErrIllegalArgument }
+
+// ImportRules validates rules as one set against m and writes them all
+// or none into product (their productId is set to it): an id taken by
+// another product's rule is an error of that rule; one of product's
+// replaces it.
+func (s *Store) ImportRules(ctx context.Context, product string, m *schema.ThingModel, rules []Rule, by Actor) error {
+	if !meta.ProductAllowed(ctx, product) {
+		return fmt.Errorf("product %q: %w", product, meta.ErrNotFound)
+	}
+	errs := map[int]error{}
+	seen := map[string]int{}
+	for i := range rules {
+		rules[i].ProductID = product
+		if err := rules[i].Validate(m); err != nil {
+			errs[i] = err
+			continue
+		}
+		if j, ok := seen[rules[i].ID]; ok {
+			errs[i] = schema.Invalid("id", "the same id as rules[%d]", j)
+		}
+		seen[rules[i].ID] = i
+	}
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("alarm: import: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids := make([]string, len(rules))
+	for i := range rules {
+		ids[i] = rules[i].ID
+	}
+	var owners []struct {
+		ID      string `db:"id"`
+		Product string `db:"product_id"`
+	}
+	if err := tx.SelectContext(ctx, &owners, "SELECT id, product_id FROM alarm_rules WHERE id = ANY($1) FOR UPDATE", pq.StringArray(ids)); err != nil {
+		return fmt.Errorf("alarm: import: %w", err)
+	}
+	exists := map[string]bool{}
+	for _, o := range owners {
+		if o.Product != product {
+			if i, ok := seen[o.ID]; ok && errs[i] == nil {
+				errs[i] = schema.Invalid("id", "taken by a rule of another product")
+			}
+			continue
+		}
+		exists[o.ID] = true
+	}
+	if len(errs) > 0 {
+		return &ImportError{Errors: errs}
+	}
+	for _, r := range rules {
+		if err := putRule(ctx, tx, r, !exists[r.ID], by); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("alarm: import: %w", err)
+	}
+	return nil
+}
+
+// Record is an alarm record.
+type Record struct {
+	ID          int64      `db:"id" json:"id,string"`
+	RuleID      string     `db:"rule_id" json:"ruleId"`
+	RuleName    string     `db:"rule_name" json:"ruleName"`
+	ProductID   string     `db:"product_id" json:"productId"`
+	DeviceID    string     `db:"device_id" json:"deviceId"`
+	Severity    string     `db:"severity" json:"severity"`
+	State       string     `db:"state" json:"state"`
+	Count       int64      `db:"count" json:"count"`
+	FirstValue  string     `db:"first_value" json:"firstValue"`
+	LastValue   string     `db:"last_value" json:"lastValue"`
+	RaisedTime  time.Time  `db:"raised_time" json:"-"`
+	LastTime    time.Time  `db:"last_time" json:"-"`
+	ClearedTime *time.Time `db:"cleared_time" json:"-"`
+	ClearedBy   string     `db:"cleared_by" json:"clearedBy,omitempty"`
+	ClearValue  string     `db:"clear_value" json:"clearValue,omitempty"`
+	Acked       bool       `db:"acked" json:"acknowledged"`
+	AckedTime   *time.Time `db:"acked_time" json:"-"`
+	AckedBy     string     `db:"acked_by" json:"acknowledgedBy,omitempty"`
+	AckComment  string     `db:"ack_comment" json:"ackComment,omitempty"`
+}
+
+// Record states.
+const (
+	StateActive  = "active"
+	StateCleared = "cleared"
+)
+
+const recordColumns = `a.id, a.rule_id, a.rule_name, a.product_id, a.device_id, a.severity, a.state, a.count,
+	a.first_value, a.last_value, a.raised_time, a.last_time, a.cleared_time, a.cleared_by, a.clear_value,
+	a.acked, a.acked_time, a.acked_by, a.ack_comment`
+
+// RecordResource: terms on state, severity, productId, deviceId, ruleId,
+// acknowledged and the times; newest first.
+var RecordResource = &meta.Resource{
+	Name: "alarm record",
+	Columns: map[string]meta.Column{
+		"id":           {Expr: "a.id", Kind: meta.KindInt},
+		"state":        {Expr: "a.state", Kind: meta.KindText},
+		"severity":     {Expr: "a.severity", Kind: meta.KindText},
+		"productId":    {Expr: "a.product_id", Kind: meta.KindText},
+		"deviceId":     {Expr: "a.device_id", Kind: meta.KindText},
+		"ruleId":       {Expr: "a.rule_id", Kind: meta.KindText},
+		"acknowledged": {Expr: "a.acked", Kind: meta.KindBool},
+		"raisedTime":   {Expr: "a.raised_time", Kind: meta.KindTime},
+		"lastTime":     {Expr: "a.last_time", Kind: meta.KindTime},
+		"clearedTime":  {Expr: "a.cleared_time", Kind: meta.KindTime},
+	},
+	Sorts: map[string]string{
+		"raisedTime": "a.raised_time", "lastTime": "a.last_time", "severity": "a.severity", "count": "a.count",
+	},
+	DefaultSort: "a.raised_time DESC, a.id DESC",
+	TieBreak:    "a.id",
+	Product:     "a.product_id",
+}
+
+func recordConv(r *Record) Record { return *r }
+
+// QueryRecords answers a query body over the records of ctx's products,
+// newest first.
+func (s *Store) QueryRecords(ctx context.Context, q *meta.Query) (meta.Page[Record], error) {
+	return meta.QueryScoped(ctx, s.ms, RecordResource, q, recordColumns, "alarm_records a", recordConv)
+}
+
+// GetRecord returns record id (meta.ErrNotFound outside ctx's products).
+func (s *Store) GetRecord(ctx context.Context, id int64) (Record, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var r Record
+	err := s.db.GetContext(ctx, &r, "SELECT "+recordColumns+" FROM alarm_records a WHERE a.id = $1", id)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !meta.ProductAllowed(ctx, r.ProductID) {
+		return Record{}, fmt.Errorf("alarm record %d: %w", id, meta.ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("alarm: record: %w", err)
+	}
+	return r, nil
+}
+
+// TransitionRow is a stored transition.
+type TransitionRow struct {
+	ID       int64     `db:"id" json:"id,string"`
+	RecordID int64     `db:"record_id" json:"recordId,string"`
+	Time     time.Time `db:"time" json:"-"`
+	Kind     string    `db:"kind" json:"kind"`
+	Severity string    `db:"severity" json:"severity"`
+	Value    string    `db:"value" json:"value,omitempty"`
+	UserID   string    `db:"user_id" json:"userId,omitempty"`
+	Username string    `db:"username" json:"username,omitempty"`
+	Comment  string    `db:"comment" json:"comment,omitempty"`
+}
+
+// Transitions returns record id's transitions, oldest first.
+func (s *Store) Transitions(ctx context.Context, id int64) ([]TransitionRow, error) {
+	if _, err := s.GetRecord(ctx, id); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	out := []TransitionRow{}
+	err := s.db.SelectContext(ctx, &out, "SELECT id, record_id, time, kind, severity, value, user_id, username, comment FROM alarm_transitions WHERE record_id = $1 ORDER BY id", id)
+	if err != nil {
+		return nil, fmt.Errorf("alarm: transitions: %w", err)
+	}
+	return out, nil
+}
+
+// ErrNotActive: a clear of an alarm that is cleared already.
+var ErrNotActive = fmt.Errorf("alarm is not active: %w", schema.ErrIllegalArgument)
+
+// Ack acknowledges record id (again: the latest ack's who and comment
+// win; each is a transition).
+func (s *Store) Ack(ctx context.Context, id int64, by Actor, comment string) (Record, error) {
+	return s.byHand(ctx, id, by, comment, KindAcked)
+}
+
+// ClearByHand clears active record id. The evaluator's owner learns of it
+// within a second (HandClears) and raises a new alarm the next time the
+// trigger is met.
+func (s *Store) ClearByHand(ctx context.Context, id int64, by Actor, comment string) (Record, error) {
+	return s.byHand(ctx, id, by, comment, KindCleared)
+}
+
+func (s *Store) byHand(ctx context.Context, id int64, by Actor, comment, kind string) (Record, error) {
+	if _, err := s.GetRecord(ctx, id); err != nil {
+		return Record{}, err
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return Record{}, fmt.Errorf("alarm: %s: %w", kind, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var q string
+	if kind == KindAcked {
+		q = `UPDATE alarm_records SET acked = true, acked_time = now(), acked_by = $2, ack_comment = $3 WHERE id = $1 RETURNING severity`
+	} else {
+		q = `UPDATE alarm_records SET state = 'cleared', cleared_time = now(), cleared_by = $2, clear_value = $3
+			WHERE id = $1 AND state = 'active' RETURNING severity`
+	}
+	var sev string
+	err = tx.GetContext(ctx, &sev, q, id, by.Name, comment)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, fmt.Errorf("alarm record %d: %w", id, ErrNotActive)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("alarm: %s: %w", kind, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO alarm_transitions (record_id, time, kind, severity, user_id, username, comment)
+		VALUES ($1, now(), $2, $3, $4, $5, $6)`, id, kind, sev, by.ID, by.Name, comment); err != nil {
+		return Record{}, fmt.Errorf("alarm: %s: %w", kind, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Record{}, fmt.Errorf("alarm: %s: %w", kind, err)
+	}
+	return s.GetRecord(ctx, id)
+}
+
+// HandClear is a (rule, device) whose alarm a user cleared; RaisedAt
+// names that alarm (zero: the one active now).
+type HandClear struct {
+	RuleID, DeviceID string
+	RaisedAt         time.Time
+}
+
+// HandClears returns the clears by hand after transition id since, and
+// the id to ask from next.
+func (s *Store) HandClears(ctx context.Context, since int64) ([]HandClear, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var rows []struct {
+		ID     int64     `db:"id"`
+		Rule   string    `db:"rule_id"`
+		Device string    `db:"device_id"`
+		Raised time.Time `db:"raised_time"`
+	}
+	err := s.db.SelectContext(ctx, &rows, `SELECT t.id, a.rule_id, a.device_id, a.raised_time FROM alarm_transitions t
+		JOIN alarm_records a ON a.id = t.record_id
+		WHERE t.kind = 'cleared' AND t.user_id <> '' AND t.id > $1 ORDER BY t.id`, since)
+	if err != nil {
+		return nil, since, fmt.Errorf("alarm: hand clears: %w", err)
+	}
+	out := make([]HandClear, len(rows))
+	for i, r := range rows {
+		out[i] = HandClear{r.Rule, r.Device, r.Raised}
+		since = r.ID
+	}
+	return out, since, nil
+}
+
+// LastTransitionID is where HandClears starts for a new owner: the state
+// it loads already says what earlier hand clears did (Load applies them).
+func (s *Store) LastTransitionID(ctx context.Context) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var id int64
+	err := s.db.GetContext(ctx, &id, "SELECT coalesce(max(id), 0) FROM alarm_transitions")
+	return id, err
+}
+
+// Claim makes the caller the evaluator's owner: it returns the new epoch,
+// which every later Write names. A previous owner's writes fail with
+// ErrNotOwner from then on.
+func (s *Store) Claim(ctx context.Context) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var epoch int64
+	err := s.db.GetContext(ctx, &epoch, "UPDATE alarm_owner SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
+	if err != nil {
+		return 0, fmt.Errorf("alarm: claim: %w", err)
+	}
+	return epoch, nil
+}
+
+// Load reads the evaluator's persisted state. Rule states whose alarm a
+// hand cleared (the state says active, no record is) come back inactive.
+func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var devs []struct {
+		Device  string `db:"device_id"`
+		Product string `db:"product_id"`
+		Data    []byte `db:"data"`
+	}
+	if err := s.db.SelectContext(ctx, &devs, "SELECT device_id, product_id, data FROM alarm_device_state"); err != nil {
+		return nil, nil, fmt.Errorf("alarm: load: %w", err)
+	}
+	var states []struct {
+		Device string `db:"device_id"`
+		Rule   string `db:"rule_id"`
+		Data   []byte `db:"data"`
+		Active bool   `db:"active"`
+	}
+	err := s.db.SelectContext(ctx, &states, `SELECT s.device_id, s.rule_id, s.data,
+		EXISTS (SELECT 1 FROM alarm_records a WHERE a.rule_id = s.rule_id AND a.device_id = s.device_id AND a.state = 'active') AS active
+		FROM alarm_rule_state s`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alarm: load: %w", err)
+	}
+	dr := make([]DeviceRow, len(devs))
+	for i, d := range devs {
+		dr[i] = DeviceRow{DeviceID: d.Device, ProductID: d.Product, Data: d.Data}
+	}
+	sr := make([]StateRow, 0, len(states))
+	for _, st := range states {
+		data := st.Data
+		if !st.Active {
+			var sd stateData
+			if json.Unmarshal(data, &sd) == nil && sd.Active {
+				sd.Active, sd.Sev, sd.ClearSince, sd.Deadline = false, 0, 0, 0
+				data, _ = json.Marshal(&sd)
+			}
+		}
+		sr = append(sr, StateRow{RuleID: st.Rule, DeviceID: st.Device, Data: data})
+	}
+	return dr, sr, nil
+}
+
+// Write stores one batch in one transaction: the transitions the
+// evaluator decided (records raised, updated, cleared; transition rows)
+// and its changed state. It fails with ErrNotOwner when epoch is no
+// longer the owner's, writing nothing.
+//
+// A hand may have cleared an alarm the evaluator still holds active: a
+// repeat of it then raises a new alarm (the trigger met again after the
+// hand's clear), returned in Reraised with its raise time; an escalation
+// or clear of it is dropped, and the (rule, device) returned in Gone. The
+// caller tells its evaluator (Forget, Reraised).
+func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) (WriteResult, error) {
+	var res WriteResult
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return res, fmt.Errorf("alarm: write: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var cur int64
+	if err := tx.GetContext(ctx, &cur, "SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE"); err != nil {
+		return res, fmt.Errorf("alarm: write: %w", err)
+	}
+	if cur != epoch {
+		return res, ErrNotOwner
+	}
+	if res, err = writeTransitions(ctx, tx, trs); err != nil {
+		return WriteResult{}, err
+	}
+	if len(devs) > 0 {
+		ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
+		for i, d := range devs {
+			ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_device_state (device_id, product_id, data)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
+			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
+			pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data))
+		if err != nil {
+			return WriteResult{}, fmt.Errorf("alarm: write device state: %w", err)
+		}
+	}
+	var upD, upR, upData, delD, delR []string
+	for _, st := range states {
+		if st.Data == nil {
+			delD, delR = append(delD, st.DeviceID), append(delR, st.RuleID)
+			continue
+		}
+		upD, upR, upData = append(upD, st.DeviceID), append(upR, st.RuleID), append(upData, string(st.Data))
+	}
+	if len(upD) > 0 {
+		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_rule_state (device_id, rule_id, data)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
+			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data`,
+			pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData))
+		if err != nil {
+			return WriteResult{}, fmt.Errorf("alarm: write rule state: %w", err)
+		}
+	}
+	if len(delD) > 0 {
+		_, err := tx.ExecContext(ctx, `DELETE FROM alarm_rule_state s USING unnest($1::text[], $2::text[]) AS x(d, r)
+			WHERE s.device_id = x.d AND s.rule_id = x.r`, pq.StringArray(delD), pq.StringArray(delR))
+		if err != nil {
+			return WriteResult{}, fmt.Errorf("alarm: delete rule state: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
+	}
+	return res, nil
+}
+
+// WriteResult says what a Write found cleared by hand.
+type WriteResult struct {
+	Gone     []HandClear // alarms a hand cleared: forget them
+	Reraised []HandClear // new alarms raised by a repeat of one a hand cleared
+}
+
+// writeTransitions applies trs in order per (rule, device). Repeats are
+// the bulk of a batch (every report meeting an active alarm's trigger):
+// those of one alarm fold into one (count + n, the last value and time),
+// and all of a batch's are written by one statement at the end, or before
+// another transition of the same alarm.
+func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (WriteResult, error) {
+	var res WriteResult
+	lost := map[HandClear]bool{}
+	pending := map[HandClear]*repeats{}
+	var order []HandClear
+	flush := func(keys []HandClear) error {
+		var batch []*repeats
+		for _, k := range keys {
+			if r := pending[k]; r != nil {
+				batch = append(batch, r)
+				delete(pending, k)
+			}
+		}
+		gone, err := repeatRecords(ctx, tx, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range gone {
+			// A hand cleared it: the trigger met again is a new alarm.
+			first := r.first
+			first.Kind = KindRaised
+			if err := raiseRecord(ctx, tx, first); err != nil {
+				return err
+			}
+			if r.n > 1 {
+				if _, err := repeatRecord(ctx, tx, r.last, r.n-1); err != nil {
+					return err
+				}
+			}
+			res.Reraised = append(res.Reraised, HandClear{RuleID: first.RuleID, DeviceID: first.DeviceID, RaisedAt: first.At})
+		}
+		return nil
+	}
+	for _, t := range trs {
+		k := HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}
+		if t.Kind == KindRepeated {
+			if lost[k] {
+				continue
+			}
+			if r := pending[k]; r != nil {
+				r.n, r.last = r.n+1, t
+			} else {
+				pending[k] = &repeats{first: t, last: t, n: 1}
+				order = append(order, k)
+			}
+			continue
+		}
+		if err := flush([]HandClear{k}); err != nil {
+			return res, err
+		}
+		switch t.Kind {
+		case KindRaised:
+			delete(lost, k)
+			if err := raiseRecord(ctx, tx, t); err != nil {
+				return res, err
+			}
+		case KindEscalated, KindDeescalated, KindCleared:
+			if lost[k] {
+				continue
+			}
+			q := `UPDATE alarm_records SET severity = $3, last_time = greatest(last_time, $4) WHERE rule_id = $1 AND device_id = $2 AND state = 'active' RETURNING id`
+			args := []any{t.RuleID, t.DeviceID, t.Severity, t.At}
+			if t.Kind == KindCleared {
+				args = []any{t.RuleID, t.DeviceID, t.At, t.Value}
+				q = `UPDATE alarm_records SET state = 'cleared', cleared_time = $3, clear_value = $4 WHERE rule_id = $1 AND device_id = $2 AND state = 'active' RETURNING id`
+			}
+			var id int64
+			err := tx.GetContext(ctx, &id, q, args...)
+			if errors.Is(err, sql.ErrNoRows) {
+				lost[k] = true
+				res.Gone = append(res.Gone, k)
+				continue
+			}
+			if err != nil {
+				return res, fmt.Errorf("alarm: %s: %w", t.Kind, err)
+			}
+			if err := insertTransition(ctx, tx, id, t); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := flush(order); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// repeats are n repeats of one alarm in a batch.
+type repeats struct {
+	first, last Transition
+	n           int
+}
+
+// repeatRecords adds each batch entry's repeats to its active record in
+// one statement, and returns those that found none (cleared by hand).
+func repeatRecords(ctx context.Context, tx *sqlx.Tx, batch []*repeats) ([]*repeats, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	rules, devs, vals := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
+	ns, ats := make([]int64, len(batch)), make([]string, len(batch))
+	for i, r := range batch {
+		rules[i], devs[i], vals[i] = r.last.RuleID, r.last.DeviceID, r.last.Value
+		ns[i], ats[i] = int64(r.n), r.last.At.UTC().Format(time.RFC3339Nano)
+	}
+	var done []struct {
+		Rule   string `db:"rule_id"`
+		Device string `db:"device_id"`
+	}
+	err := tx.SelectContext(ctx, &done, `UPDATE alarm_records a SET count = a.count + x.n, last_value = x.v, last_time = greatest(a.last_time, x.t)
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[]) AS x(r, d, n, v, t)
+		WHERE a.rule_id = x.r AND a.device_id = x.d AND a.state = 'active'
+		RETURNING a.rule_id, a.device_id`, pq.StringArray(rules), pq.StringArray(devs), pq.Int64Array(ns), pq.StringArray(vals), pq.StringArray(ats))
+	if err != nil {
+		return nil, fmt.Errorf("alarm: repeats: %w", err)
+	}
+	found := make(map[HandClear]bool, len(done))
+	for _, d := range done {
+		found[HandClear{RuleID: d.Rule, DeviceID: d.Device}] = true
+	}
+	var gone []*repeats
+	for _, r := range batch {
+		if !found[HandClear{RuleID: r.last.RuleID, DeviceID: r.last.DeviceID}] {
+			gone = append(gone, r)
+		}
+	}
+	return gone, nil
+}
+
+// raiseRecord inserts a new active record, or (one is active already: the
+// state was lost or rebuilt) counts a repeat of it: one alarm either way.
+func raiseRecord(ctx context.Context, tx *sqlx.Tx, t Transition) error {
+	var id int64
+	err := tx.GetContext(ctx, &id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
+		count, first_value, last_value, raised_time, last_time)
+		VALUES ($1, $2, $3, $4, $5, 'active', 1, $6, $6, $7, $7)
+		ON CONFLICT (rule_id, device_id) WHERE state = 'active' DO NOTHING RETURNING id`,
+		t.RuleID, t.RuleName, t.ProductID, t.DeviceID, t.Severity, t.Value, t.At)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err := repeatRecord(ctx, tx, t, 1)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("alarm: raise: %w", err)
+	}
+	t.Kind = KindRaised
+	return insertTransition(ctx, tx, id, t)
+}
+
+func repeatRecord(ctx context.Context, tx *sqlx.Tx, t Transition, n int) (bool, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE alarm_records SET count = count + $3, last_value = $4, last_time = greatest(last_time, $5)
+		WHERE rule_id = $1 AND device_id = $2 AND state = 'active'`, t.RuleID, t.DeviceID, n, t.Value, t.At)
+	if err != nil {
+		return false, fmt.Errorf("alarm: repeat: %w", err)
+	}
+	k, _ := res.RowsAffected()
+	return k == 1, nil
+}
+
+func insertTransition(ctx context.Context, tx *sqlx.Tx, record int64, t Transition) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO alarm_transitions (record_id, time, kind, severity, value) VALUES ($1, $2, $3, $4, $5)`,
+		record, t.At, t.Kind, t.Severity, t.Value)
+	if err != nil {
+		return fmt.Errorf("alarm: transition: %w", err)
+	}
+	return nil
+}
+
+// Purge deletes cleared records cleared before before (retention), with
+// their transitions; it returns how many.
+func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	res, err := s.db.ExecContext(ctx, "DELETE FROM alarm_records WHERE state = 'cleared' AND cleared_time < $1", before)
+	if err != nil {
+		return 0, fmt.Errorf("alarm: purge: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// ActiveCounts is the number of active alarms by severity within ctx's
+// products.
+func (s *Store) ActiveCounts(ctx context.Context) (map[string]int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	all, products := meta.ProductsOf(ctx)
+	var arg any
+	if !all {
+		arg = pq.StringArray(products)
+	}
+	var rows []struct {
+		Severity string `db:"severity"`
+		N        int64  `db:"n"`
+	}
+	err := s.db.SelectContext(ctx, &rows, `SELECT severity, count(*) AS n FROM alarm_records
+		WHERE state = 'active' AND ($1::text[] IS NULL OR product_id = ANY($1::text[])) GROUP BY severity`, arg)
+	if err != nil {
+		return nil, fmt.Errorf("alarm: active counts: %w", err)
+	}
+	out := map[string]int64{}
+	for _, s := range Severities() {
+		out[s] = 0
+	}
+	for _, r := range rows {
+		out[r.Severity] = r.N
+	}
+	return out, nil
+}
+
+// CountQuery counts alarms raised in buckets: Starts are the buckets'
+// starts, newest first, End the end of the newest; the other fields narrow
+// it when set. The product limit comes from ctx.
+type CountQuery struct {
+	Starts    []time.Time
+	End       time.Time
+	ProductID string
+	DeviceID  string
+	Severity  string
+	State     string
+}
+
+// Counts returns the number of alarms raised in each bucket of q, newest
+// first (endpoint 14's alarm counts), within ctx's products.
+func (s *Store) Counts(ctx context.Context, q CountQuery) ([]uint64, error) {
+	out := make([]uint64, len(q.Starts))
+	if len(q.Starts) == 0 {
+		return out, nil
+	}
+	all, products := meta.ProductsOf(ctx)
+	var limit any
+	if !all {
+		limit = pq.StringArray(products)
+	}
+	asc := make([]string, len(q.Starts))
+	for i, t := range q.Starts {
+		asc[len(asc)-1-i] = t.UTC().Format(time.RFC3339Nano)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var rows []struct {
+		B int   `db:"b"`
+		N int64 `db:"n"`
+	}
+	err := s.db.SelectContext(ctx, &rows, `SELECT width_bucket(raised_time, $1::timestamptz[]) AS b, count(*) AS n
+		FROM alarm_records
+		WHERE raised_time >= $2 AND raised_time < $3
+			AND ($4 = '' OR product_id = $4) AND ($5 = '' OR device_id = $5)
+			AND ($6 = '' OR severity = $6) AND ($7 = '' OR state = $7)
+			AND ($8::text[] IS NULL OR product_id = ANY($8::text[]))
+		GROUP BY b`, pq.StringArray(asc), q.Starts[len(q.Starts)-1], q.End, q.ProductID, q.DeviceID, q.Severity, q.State, limit)
+	if err != nil {
+		return nil, fmt.Errorf("alarm: counts: %w", err)
+	}
+	for _, r := range rows {
+		if i := len(out) - r.B; r.B >= 1 && i >= 0 {
+			out[i] = uint64(r.N)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,297 @@
+package alarm
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"devicehub/meta"
+	"devicehub/meta/metatest"
+	"devicehub/schema"
+)
+
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	return NewStore(metatest.NewStore(t))
+}
+
+func tr(kind, rule, dev, sev, val string, sec float64) Transition {
+	return Transition{Kind: kind, RuleID: rule, RuleName: "rule " + rule, ProductID: "p1", DeviceID: dev, Severity: sev, At: at(sec), Value: val}
+}
+
+func kinds(t *testing.T, s *Store, id int64) []string {
+	t.Helper()
+	rows, err := s.Transitions(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Kind+" "+r.Severity+" "+r.Value+r.Username+r.Comment)
+	}
+	return out
+}
+
+func records(t *testing.T, s *Store, ctx context.Context) []Record {
+	t.Helper()
+	p, err := s.QueryRecords(ctx, &meta.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Data
+}
+
+// TestStoreRecordLifecycle: raised, repeats folded into the count,
+// escalated, cleared by a value, a new alarm after it; acknowledged and
+// cleared by hand with who and a comment; every transition kept.
+func TestStoreRecordLifecycle(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	epoch, err := s.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := func(trs ...Transition) WriteResult {
+		t.Helper()
+		res, err := s.Write(ctx, epoch, trs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	w(tr(KindRaised, "r1", "d1", "major", "temp=31", 1),
+		tr(KindRepeated, "r1", "d1", "major", "temp=32", 2),
+		tr(KindRepeated, "r1", "d1", "major", "temp=33", 3))
+	w(tr(KindRepeated, "r1", "d1", "major", "temp=45", 4), tr(KindEscalated, "r1", "d1", "critical", "temp=45", 4))
+	recs := records(t, s, ctx)
+	if len(recs) != 1 {
+		t.Fatalf("records %+v", recs)
+	}
+	r := recs[0]
+	if r.State != StateActive || r.Count != 4 || r.Severity != "critical" || r.FirstValue != "temp=31" || r.LastValue != "temp=45" || !r.LastTime.Equal(at(4)) {
+		t.Errorf("record %+v", r)
+	}
+	w(tr(KindCleared, "r1", "d1", "critical", "temp=20", 5), tr(KindRaised, "r1", "d1", "major", "temp=31", 6))
+	recs = records(t, s, ctx)
+	if len(recs) != 2 || recs[0].State != StateActive || recs[1].State != StateCleared || recs[1].ClearValue != "temp=20" {
+		t.Fatalf("after a clear and a raise: %+v", recs)
+	}
+	if got, want := kinds(t, s, r.ID), []string{"raised major temp=31", "escalated critical temp=45", "cleared critical temp=20"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("transitions %q, want %q", got, want)
+	}
+	// by hand
+	bob := Actor{ID: "u1", Name: "bob"}
+	if _, err := s.Ack(ctx, recs[0].ID, bob, "seen"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClearByHand(ctx, recs[0].ID, bob, "fixed the fan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Acked || c.AckedBy != "bob" || c.AckComment != "seen" || c.State != StateCleared || c.ClearedBy != "bob" || c.ClearValue != "fixed the fan" {
+		t.Errorf("by hand: %+v", c)
+	}
+	if _, err := s.ClearByHand(ctx, recs[0].ID, bob, "again"); !errors.Is(err, ErrNotActive) {
+		t.Errorf("second clear: %v", err)
+	}
+	if got, want := kinds(t, s, recs[0].ID), []string{"raised major temp=31", "acknowledged major bobseen", "cleared major bobfixed the fan"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("transitions %q, want %q", got, want)
+	}
+	// The evaluator did not know: its escalation finds no active alarm
+	// and is dropped; its repeat is a new alarm.
+	res := w(tr(KindEscalated, "r1", "d1", "critical", "temp=55", 7))
+	if !reflect.DeepEqual(res, WriteResult{Gone: []HandClear{{RuleID: "r1", DeviceID: "d1"}}}) {
+		t.Errorf("escalation of a cleared alarm: %+v", res)
+	}
+	res = w(tr(KindRepeated, "r1", "d1", "major", "temp=35", 8), tr(KindRepeated, "r1", "d1", "major", "temp=36", 9))
+	if !reflect.DeepEqual(res, WriteResult{Reraised: []HandClear{{RuleID: "r1", DeviceID: "d1", RaisedAt: at(8)}}}) {
+		t.Errorf("repeat of a cleared alarm: %+v", res)
+	}
+	hc, last, err := s.HandClears(ctx, 0)
+	if err != nil || !reflect.DeepEqual(hc, []HandClear{{"r1", "d1", at(6)}}) || last == 0 {
+		t.Errorf("hand clears %v %d %v", hc, last, err)
+	}
+	if hc, _, _ := s.HandClears(ctx, last); len(hc) != 0 {
+		t.Errorf("hand clears after %d: %v", last, hc)
+	}
+	if recs := records(t, s, ctx); len(recs) != 3 || recs[0].Count != 2 || recs[0].FirstValue != "temp=35" || recs[0].LastValue != "temp=36" {
+		t.Errorf("records %+v", recs)
+	}
+}
+
+// TestStoreOneActive: the database holds at most one active alarm per
+// (rule, device), whatever the writers believe: a second raise is a
+// repeat of the first; a row inserted past the store is refused.
+func TestStoreOneActive(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	epoch, _ := s.Claim(ctx)
+	for range 2 {
+		if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := records(t, s, ctx)
+	if len(recs) != 1 || recs[0].Count != 2 {
+		t.Fatalf("records %+v", recs)
+	}
+	_, err := s.db.Exec(`INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state, raised_time, last_time)
+		VALUES ('r1', 'x', 'p1', 'd1', 'major', 'active', now(), now())`)
+	if err == nil {
+		t.Error("a second active alarm of (r1, d1) was stored")
+	}
+}
+
+// TestStoreFencing: once another owner claimed, the old owner's writes
+// are refused and change nothing.
+func TestStoreFencing(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	old, _ := s.Claim(ctx)
+	if _, err := s.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Write(ctx, old, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)},
+		[]DeviceRow{{DeviceID: "d1", ProductID: "p1", Data: []byte(`{}`)}}, nil)
+	if !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("stale owner's write: %v", err)
+	}
+	if n := len(records(t, s, ctx)); n != 0 {
+		t.Errorf("%d records written by a stale owner", n)
+	}
+}
+
+// TestStoreState: the evaluator's state goes in with a batch and comes
+// back; a state whose alarm a hand cleared comes back inactive.
+func TestStoreState(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	epoch, _ := s.Claim(ctx)
+	h := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`,
+		`{"id":"off","trigger":{"type":"offline","for":"1m"}}`)
+	h.report(1, "temp", 31)
+	h.presence(2, false)
+	devs, states := h.e.Dirty()
+	if _, err := s.Write(ctx, epoch, h.trs, devs, states); err != nil {
+		t.Fatal(err)
+	}
+	ld, ls, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`,
+		`{"id":"off","trigger":{"type":"offline","for":"1m"}}`)
+	if err := h2.e.Restore(ld, ls); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := h2.e.Active("r1", "d1"); !ok {
+		t.Error("the active alarm was not restored")
+	}
+	if !h2.e.NextDeadline().Equal(at(62)) {
+		t.Errorf("the offline timer came back as %v", h2.e.NextDeadline())
+	}
+	// a hand clears it while no owner runs
+	recs := records(t, s, ctx)
+	if _, err := s.ClearByHand(ctx, recs[0].ID, Actor{ID: "u", Name: "u"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	ld, ls, _ = s.Load(ctx)
+	h3 := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	if err := h3.e.Restore(ld, ls); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := h3.e.Active("r1", "d1"); ok {
+		t.Error("an alarm cleared by hand came back active")
+	}
+	// and the removed rule's state is deleted by the next write
+	devs, states = h3.e.Dirty()
+	if _, err := s.Write(ctx, epoch, nil, devs, states); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	_ = s.db.Get(&n, "SELECT count(*) FROM alarm_rule_state WHERE rule_id = 'off'")
+	if n != 0 {
+		t.Error("the state of a rule that is gone stayed")
+	}
+}
+
+// TestStoreRules: create, duplicate, update, enable, delete, query and
+// import, each within the caller's products only.
+func TestStoreRules(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	m := model(t)
+	rule := func(id, product string) Rule {
+		r, err := ParseRule([]byte(`{"id":"` + id + `","name":"Hot","productId":"` + product + `","severity":"major","trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	by := Actor{ID: "u1", Name: "bob"}
+	if _, err := s.PutRule(ctx, rule("a", "p1"), true, by); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutRule(ctx, rule("a", "p1"), true, by); !errors.Is(err, meta.ErrDuplicateKey) {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, err := s.PutRule(ctx, rule("b", "p2"), true, by); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutRule(ctx, rule("zz", "p1"), false, by); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("update of a missing rule: %v", err)
+	}
+	v1, _ := s.RulesVersion(ctx)
+	got, err := s.SetEnabled(ctx, "a", true, by)
+	if err != nil || !got.Enabled {
+		t.Fatalf("enable: %+v %v", got, err)
+	}
+	if v2, _ := s.RulesVersion(ctx); v2 == v1 {
+		t.Error("the rules version did not change")
+	}
+	// scoped to p1
+	p1 := meta.LimitProducts(ctx, false, []string{"p1"})
+	if _, err := s.GetRule(p1, "b"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("p2's rule seen from p1: %v", err)
+	}
+	if _, err := s.PutRule(p1, rule("b", "p1"), false, by); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("p2's rule moved from p1: %v", err)
+	}
+	if _, err := s.DeleteRule(p1, "b"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("p2's rule deleted from p1: %v", err)
+	}
+	page, err := s.QueryRules(p1, &meta.Query{})
+	if err != nil || page.Total != 1 || page.Data[0].ID != "a" {
+		t.Errorf("p1's query: %+v %v", page, err)
+	}
+	if err := s.ImportRules(p1, "p2", m, []Rule{rule("c", "x")}, by); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("import into p2 from p1: %v", err)
+	}
+	// import: all or nothing, errors per rule
+	bad := rule("d", "")
+	bad.Trigger.All[0].Property = "nope"
+	err = s.ImportRules(ctx, "p1", m, []Rule{rule("c", "x"), bad, rule("b", "")}, by)
+	var ie *ImportError
+	if !errors.As(err, &ie) || !errors.Is(err, schema.ErrIllegalArgument) || len(ie.Errors) != 2 || ie.Errors[1] == nil || ie.Errors[2] == nil {
+		t.Fatalf("import: %v", err)
+	}
+	if _, err := s.GetRule(ctx, "c"); !errors.Is(err, meta.ErrNotFound) {
+		t.Error("a refused import wrote a rule")
+	}
+	if err := s.ImportRules(ctx, "p3", m, []Rule{rule("c", "x"), rule("e", "y")}, by); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.ProductRules(ctx, "p3")
+	if err != nil || len(rs) != 2 || rs[0].ProductID != "p3" {
+		t.Errorf("p3's rules %+v %v", rs, err)
+	}
+	if _, err := s.DeleteRule(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetRule(ctx, "a"); !errors.Is(err, meta.ErrNotFound) {
+		t.Error("a deleted rule is there")
+	}
+	_ = time.Second
+}
