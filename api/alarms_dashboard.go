@@ -27,7 +27,14 @@ type alarmCountPlan struct {
 	q alarm.CountQuery
 }
 
+// alarmCountParamFields are an alarm-count query's params: the message
+// counts' and the alarms' own.
+var alarmCountParamFields = append(slices.Clone(countParamFields), "deviceId", "severity", "state")
+
 func planAlarmCounts(at string, q *dashboardQuery, now time.Time, loc *time.Location) (*dashboardPlan, error) {
+	if err := checkParamKeys(at, q.Params, alarmCountParamFields); err != nil {
+		return nil, err
+	}
 	var p alarmCountParams
 	if err := decodeParams(at, q.Params, &p); err != nil {
 		return nil, err

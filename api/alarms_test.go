@@ -405,7 +405,7 @@ func TestAlarmCountsDashboard(t *testing.T) {
 	f(map[string]any{"deviceId": "d1"}, 0, 0, 2)
 	f(map[string]any{"severity": "critical"}, 0, 0, 1)
 	f(map[string]any{"state": "cleared"}, 1, 0, 0)
-	for _, bad := range []map[string]any{{"severity": "urgent"}, {"state": "open"}, {"time": "1x"}} {
+	for _, bad := range []map[string]any{{"severity": "urgent"}, {"state": "open"}, {"time": "1x"}, {"tz": "UTC"}} {
 		if r, _ := query(e.token, bad); r.HTTPStatus != 400 || r.Code != "illegal_argument" {
 			t.Errorf("%v: %d %s", bad, r.HTTPStatus, r.raw)
 		}
