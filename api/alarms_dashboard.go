@@ -62,8 +62,8 @@ func planAlarmCounts(at string, q *dashboardQuery, now time.Time, loc *time.Loca
 // not_found before the query runs.
 func (s *Server) resolveAlarmCounts(ctx context.Context, plan *dashboardPlan) error {
 	q := &plan.alarms.q
-	if q.ProductID != "" {
-		if err := productVisible(ctx, q.ProductID); err != nil {
+	if q.ProductID != "" { // outside the caller's products, or none such: not_found
+		if _, err := s.productModel(ctx, q.ProductID); err != nil {
 			return err
 		}
 	}

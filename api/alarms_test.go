@@ -420,6 +420,9 @@ func TestAlarmCountsDashboard(t *testing.T) {
 	if r, _ := query(alice, map[string]any{"productId": "pb"}); r.HTTPStatus != 404 {
 		t.Errorf("alice asking for pb: %d", r.HTTPStatus)
 	}
+	if r, _ := query(e.token, map[string]any{"productId": "nope"}); r.HTTPStatus != 404 {
+		t.Errorf("a product that does not exist: %d", r.HTTPStatus)
+	}
 	// not exported
 	r := e.call("POST", "/api/dashboard/_export", map[string]any{"dashboard": "device", "object": "alarm", "measurement": "quantity", "dimension": "agg"})
 	if r.HTTPStatus != 400 {
