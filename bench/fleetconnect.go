@@ -161,7 +161,8 @@ type ConnectStorm struct {
 	// Unreached: each wait whose bound passed, with what it had then
 	// ("94,569 of 100,000 connected within 3m0s"); its seconds are -1.
 	Unreached map[string]string `json:"unreached,omitempty"`
-	// Curve: devices connected at the end of each second of the storm.
+	// Curve: devices connected at the end of each second of the storm,
+	// and at its end.
 	Curve []int64 `json:"curve,omitempty"`
 	Phase FleetPhase
 }
@@ -830,6 +831,7 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 	}
 	close(stop)
 	<-done
+	st.Curve = append(st.Curve, connected()) // the end, also of a storm under a second
 	if len(st.Unreached) == 0 {
 		st.Unreached = nil
 	}
