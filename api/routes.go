@@ -95,6 +95,8 @@ func (s *Server) routes() {
 	api.Get("/device/standard/:deviceId/property/:property", s.need(permDeviceCommand), s.readProperty)     // 10
 	api.Post("/device/instance/:deviceId/properties/_read", s.need(permDeviceCommand), s.readProperties)    // 11
 	api.Post("/device/invoked/:deviceId/function/:functionId", s.need(permDeviceCommand), s.invokeFunction) // 12
+	// Property writes (property_write.go): WRITE_PROPERTY, answered like reads.
+	api.Put("/device/instance/:deviceId/property", s.need(permDeviceCommand), s.writeProperties)
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14
