@@ -36,16 +36,18 @@ func (s *Server) writeProperties(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// The device first: one outside the caller's products is not_found,
+	// whatever the body.
+	dev, err := s.deviceRef(c.UserContext(), c.Params("deviceId"))
+	if err != nil {
+		return err
+	}
 	raw, err := decodeValueMap(c)
 	if err != nil {
 		return err
 	}
 	if len(raw) == 0 {
 		return schema.Invalid("body", "name at least one property")
-	}
-	dev, err := s.deviceRef(c.UserContext(), c.Params("deviceId"))
-	if err != nil {
-		return err
 	}
 	model, err := schema.ParseThingModelString(dev.Metadata)
 	if err != nil {

@@ -97,6 +97,10 @@ func (s *Server) routes() {
 	api.Post("/device/invoked/:deviceId/function/:functionId", s.need(permDeviceCommand), s.invokeFunction) // 12
 	// Property writes (property_write.go): WRITE_PROPERTY, answered like reads.
 	api.Put("/device/instance/:deviceId/property", s.need(permDeviceCommand), s.writeProperties)
+	// Desired state (shadow.go): read with device:read, set with device:write.
+	api.Get("/device/instance/:id/shadow", s.need(permDeviceRead), s.getShadow)
+	api.Put("/device/instance/:id/shadow", s.need(permDeviceWrite), s.putShadow)
+	api.Post("/device/instance/batch/_shadow", s.need(permDeviceWrite), s.bulkShadow)
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14
