@@ -101,6 +101,8 @@ func (s *Server) routes() {
 	api.Get("/device/instance/:id/shadow", s.need(permDeviceRead), s.getShadow)
 	api.Put("/device/instance/:id/shadow", s.need(permDeviceWrite), s.putShadow)
 	api.Post("/device/instance/batch/_shadow", s.need(permDeviceWrite), s.bulkShadow)
+	api.Get("/device-product/:id/shadow", s.need(permProductRead), s.getShadowSettings)
+	api.Put("/device-product/:id/shadow", s.need(permProductWrite), s.putShadowSettings)
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14

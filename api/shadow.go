@@ -20,6 +20,8 @@ type ShadowService interface {
 	View(ctx context.Context, ref meta.DeviceRef) (shadow.View, error)
 	Set(ctx context.Context, refs []meta.DeviceRef, ch shadow.Change) ([]shadow.View, error)
 	DeviceRefs(ctx context.Context, ids []string, productID string) ([]meta.DeviceRef, error)
+	Settings(ctx context.Context, productID string) (shadow.Settings, error)
+	SetSettings(ctx context.Context, productID string, st shadow.Settings) error
 }
 
 func (s *Server) shadows() (ShadowService, error) {
@@ -244,4 +246,52 @@ func (s *Server) bulkShadowRefs(ctx context.Context, svc ShadowService, ids []st
 		return nil, meta.NewBulkError(bad, len(ids))
 	}
 	return out, nil
+}
+
+// getShadowSettings is GET /api/device-product/{id}/shadow: what the
+// product's shadows do with a desired value once reported.
+func (s *Server) getShadowSettings(c *fiber.Ctx) error {
+	id := c.Params("id")
+	if err := productVisible(c.UserContext(), id); err != nil {
+		return err
+	}
+	if _, err := s.deps.Products.GetProduct(c.UserContext(), id); err != nil {
+		return err
+	}
+	svc, err := s.shadows()
+	if err != nil {
+		return err
+	}
+	st, err := svc.Settings(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, st)
+}
+
+// putShadowSettings is PUT /api/device-product/{id}/shadow
+// {"clearReached": bool}.
+func (s *Server) putShadowSettings(c *fiber.Ctx) error {
+	id := c.Params("id")
+	if err := productVisible(c.UserContext(), id); err != nil {
+		return err
+	}
+	var b struct {
+		ClearReached *bool `json:"clearReached"`
+	}
+	if err := decodeJSON(c, &b); err != nil {
+		return err
+	}
+	if b.ClearReached == nil {
+		return schema.Invalid("clearReached", "is required: true (a reported desired value leaves desired) or false (it stays as the target)")
+	}
+	svc, err := s.shadows()
+	if err != nil {
+		return err
+	}
+	st := shadow.Settings{ClearReached: *b.ClearReached}
+	if err := svc.SetSettings(c.UserContext(), id, st); err != nil {
+		return err
+	}
+	return ok(c, st)
 }

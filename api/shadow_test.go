@@ -287,6 +287,26 @@ func TestShadowDeltaEmpties(t *testing.T) {
 	if before, answer := dev.askShadow("ask"); len(before) != 0 || answer.Version != 1 {
 		t.Fatalf("a device with an empty delta got %+v, then %+v", before, answer)
 	}
+	// The product's other setting: a reported desired value leaves
+	// desired, a change of it (version 2).
+	var set struct{ ClearReached bool }
+	se.ok("GET", "/api/device-product/"+se.product+"/shadow", nil, &set)
+	if set.ClearReached {
+		t.Fatal("clearReached is on by default")
+	}
+	se.ok("PUT", "/api/device-product/"+se.product+"/shadow", `{"clearReached":true}`, &set)
+	if v := se.shadow("r1"); v.Version != 2 || len(v.Desired) != 0 || len(v.Delta) != 0 {
+		t.Fatalf("reached properties kept in desired with clearReached: %+v", v)
+	}
+	se.ok("PUT", "/api/device/instance/r1/shadow", `{"desired":{"target":23,"fan":1}}`, nil)
+	dev.publish(wire.LevelReport, `{"properties":{"target":23}}`)
+	testkit.Eventually(t, 10*time.Second, "target cleared once reached", func() bool {
+		v := se.shadow("r1")
+		_, has := v.Desired["target"]
+		return !has && len(v.Desired) == 1 && v.Version == 4 && len(v.Delta) == 1
+	})
+	se.fails("PUT", "/api/device-product/"+se.product+"/shadow", `{}`, 400, "illegal_argument")
+	se.fails("PUT", "/api/device-product/nope/shadow", `{"clearReached":true}`, 404, "not_found")
 }
 
 // TestShadowBulk: one bulk change reaches every device of a product, each

@@ -182,12 +182,47 @@ func (s *Service) view(ctx context.Context, ref meta.DeviceRef, st State, all bo
 			}
 		}
 	}
+	var reached []string
 	for id, f := range st.Desired {
 		if r, ok := v.Reported[id]; !ok || !sameValue(f.Value, r.Value) {
 			v.Delta[id] = f.Value
+		} else {
+			reached = append(reached, id)
 		}
 	}
+	if len(reached) > 0 {
+		return s.clearReached(ctx, ref, v, reached)
+	}
 	return v, nil
+}
+
+// clearReached takes the reached properties out of desired where the
+// device's product says so (Settings.ClearReached): every view of a
+// shadow passes here, so none shows a reached property in desired. The
+// change is conditional on the version read: if the shadow changed
+// meanwhile, the view stays as read, and the next one clears them.
+func (s *Service) clearReached(ctx context.Context, ref meta.DeviceRef, v View, reached []string) (View, error) {
+	set, err := s.store.Settings(ctx, ref.ProductID)
+	if err != nil || !set.ClearReached {
+		return v, err
+	}
+	sort.Strings(reached)
+	st, ok, err := s.store.ClearReached(ctx, ref.ID, v.Version, reached)
+	if err != nil || !ok {
+		return v, err
+	}
+	v.Version, v.Desired, v.UpdateTime = st.Version, st.Desired, st.UpdateTime.UnixMilli()
+	return v, nil
+}
+
+// Settings reads a product's shadow settings.
+func (s *Service) Settings(ctx context.Context, productID string) (Settings, error) {
+	return s.store.Settings(ctx, productID)
+}
+
+// SetSettings stores a product's shadow settings.
+func (s *Service) SetSettings(ctx context.Context, productID string, st Settings) error {
+	return s.store.SetSettings(ctx, productID, st)
 }
 
 // reportedJSON is a stored value as the JSON the device sent.

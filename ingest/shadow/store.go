@@ -238,3 +238,60 @@ func (s *Store) DeviceRefs(ctx context.Context, ids []string, productID string) 
 	}
 	return out, nil
 }
+
+// Settings are a product's shadow settings.
+type Settings struct {
+	// ClearReached: a desired property the device reports is taken out of
+	// desired (a change: the version grows); otherwise it stays as the
+	// target, out of the delta while the reported value equals it.
+	ClearReached bool `json:"clearReached"`
+}
+
+// Settings reads a product's settings (the defaults when it has none).
+func (s *Store) Settings(ctx context.Context, productID string) (Settings, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var st Settings
+	err := s.db.GetContext(ctx, &st.ClearReached, `SELECT clear_reached FROM product_shadow_settings WHERE product_id = $1`, productID)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Settings{}, fmt.Errorf("shadow: settings: %w", err)
+	}
+	return st, nil
+}
+
+// SetSettings stores a product's settings.
+func (s *Store) SetSettings(ctx context.Context, productID string, st Settings) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, `INSERT INTO product_shadow_settings (product_id, clear_reached) VALUES ($1, $2)
+		ON CONFLICT (product_id) DO UPDATE SET clear_reached = EXCLUDED.clear_reached`, productID, st.ClearReached)
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "23503" { // foreign_key_violation
+		return fmt.Errorf("product %q: %w", productID, meta.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("shadow: settings: %w", err)
+	}
+	return nil
+}
+
+// ClearReached takes the reached properties out of a device's desired
+// state if it is still at version: one change, one version. It returns
+// the new state, or ok false when the shadow changed meanwhile (the next
+// read clears them).
+func (s *Store) ClearReached(ctx context.Context, deviceID string, version int64, props []string) (State, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var rows []row
+	err := s.db.SelectContext(ctx, &rows, `UPDATE device_shadows SET desired = desired - $3::text[], version = version + 1,
+		update_time = now() WHERE device_id = $1 AND version = $2 RETURNING device_id, version, desired, update_time`,
+		deviceID, version, pq.Array(props))
+	if err != nil {
+		return State{}, false, fmt.Errorf("shadow: clear reached: %w", err)
+	}
+	if len(rows) == 0 {
+		return State{}, false, nil
+	}
+	st, err := rows[0].state()
+	return st, err == nil, err
+}
