@@ -45,13 +45,24 @@ type linkEnv struct {
 
 func newLinkEnv(t *testing.T, with func(store *meta.Store, deps *api.Deps)) *linkEnv {
 	t.Helper()
+	return newLinkEnvPool(t, []*mqtttest.Broker{mqtttest.StartBroker(t)}, with)
+}
+
+// newLinkEnvPool is newLinkEnv on a broker pool: the device link connects
+// to every broker; broker and gateway are the first's.
+func newLinkEnvPool(t *testing.T, brokers []*mqtttest.Broker, with func(store *meta.Store, deps *api.Deps)) *linkEnv {
+	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	le := &linkEnv{broker: mqtttest.StartBroker(t)}
+	le := &linkEnv{broker: brokers[0]}
+	urls := make([]string, len(brokers))
+	for i, br := range brokers {
+		urls[i] = br.URL()
+	}
 	le.env = newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
 		popt := link.DefaultPresenceOptions()
-		popt.BrokerURL, popt.ClientID = le.broker.URL(), "api-test-"+suffix
+		popt.BrokerURL, popt.ClientID = strings.Join(urls, ","), "api-test-"+suffix
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var err error

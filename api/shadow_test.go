@@ -17,6 +17,7 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest"
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/shadow"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
@@ -41,8 +42,15 @@ type shadowEnv struct {
 
 func newShadowEnv(t *testing.T) *shadowEnv {
 	t.Helper()
+	return newShadowEnvPool(t, []*mqtttest.Broker{mqtttest.StartBroker(t)})
+}
+
+// newShadowEnvPool is newShadowEnv on a broker pool: the device link and
+// ingest connect to every broker.
+func newShadowEnvPool(t *testing.T, brokers []*mqtttest.Broker) *shadowEnv {
+	t.Helper()
 	se := &shadowEnv{ch: tsdbtest.NewDB(t, time.UTC)}
-	se.linkEnv = newLinkEnv(t, func(store *meta.Store, deps *api.Deps) {
+	se.linkEnv = newLinkEnvPool(t, brokers, func(store *meta.Store, deps *api.Deps) {
 		se.store = store
 		svc := shadow.New(shadow.NewStore(store.DB(), 0), se.ch, deps.Commands.(*link.Commands), store, shadow.Options{})
 		t.Cleanup(svc.Close)
@@ -50,7 +58,11 @@ func newShadowEnv(t *testing.T) *shadowEnv {
 	})
 	se.ok("POST", "/api/device-product/"+se.product+"/deploy", nil, nil)
 	se.iopt = ingest.DefaultOptions()
-	se.iopt.BrokerURL = se.broker.URL()
+	urls := make([]string, len(brokers))
+	for i, br := range brokers {
+		urls[i] = br.URL()
+	}
+	se.iopt.BrokerURL = strings.Join(urls, ",")
 	se.iopt.ClientID = testkit.RandID("shadow-ingest-")
 	se.iopt.ProductIDs = []string{se.product}
 	se.iopt.Writer.FlushInterval = 50 * time.Millisecond
@@ -377,4 +389,29 @@ func TestShadowBulk(t *testing.T) {
 	}
 	se.fails("POST", "/api/device/instance/batch/_shadow", `{"productId":"nope","desired":{"target":1}}`, 404, "not_found")
 	se.fails("POST", "/api/device/instance/batch/_shadow", `{"productId":"x","deviceIds":["b0001"],"desired":{"target":1}}`, 400, "illegal_argument")
+}
+
+// TestShadowBrokerPool: a device that was connected to one broker of the
+// pool, and is offline while its desired state changes three times, gets
+// one delta with the last version when it connects to another broker.
+func TestShadowBrokerPool(t *testing.T) {
+	a, b := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
+	se := newShadowEnvPool(t, []*mqtttest.Broker{a, b})
+	gwB := mqtttest.Gateway(t, b.URL())
+	se.addDeployed("p1")
+	dev := connectTestDevice(t, a.URL(), se.product, "p1", se.gateway)
+	testkit.Eventually(t, 10*time.Second, "p1 online", func() bool { return se.presence.IsOnline("p1") })
+	dev.disconnect()
+	testkit.Eventually(t, 10*time.Second, "p1 offline", func() bool { return !se.presence.IsOnline("p1") })
+	for _, body := range []string{`{"desired":{"fan":1}}`, `{"desired":{"fan":2,"target":20}}`, `{"desired":{"fan":3}}`} {
+		se.ok("PUT", "/api/device/instance/p1/shadow", body, nil)
+	}
+	dev = connectTestDevice(t, b.URL(), se.product, "p1", gwB)
+	before, answer := dev.askShadow("ask-b")
+	if len(before) != 1 || before[0].Version != 3 || before[0].State["fan"] != 3.0 || before[0].State["target"] != 20.0 {
+		t.Fatalf("on the other broker the device got %+v before its answer, want one delta at version 3", before)
+	}
+	if answer.Version != 3 {
+		t.Fatalf("answer: %+v", answer)
+	}
 }
