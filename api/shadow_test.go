@@ -330,7 +330,7 @@ func TestShadowBulk(t *testing.T) {
 	for i := range devices {
 		devices[i] = map[string]any{"id": fmt.Sprintf("b%04d", i), "name": "b", "productId": se.product}
 	}
-	se.ok("POST", "/api/device/instance/batch/_create", devices, nil)
+	se.ok("POST", "/api/device/instance/batch/_create?deploy=true", devices, nil)
 	se.ok("PUT", "/api/device/instance/b0007/shadow", `{"desired":{"fan":1}}`, nil) // b0007 at version 1 before
 
 	// One client stands in for the devices (the gateway login): it sees
@@ -356,6 +356,14 @@ func TestShadowBulk(t *testing.T) {
 		t.Fatal(tok.Error())
 	}
 
+	// b0003 already reports the value the bulk change desires: its delta
+	// is empty (the reported values of the bulk's devices are read in a
+	// batch).
+	if tok := c.Publish(wire.DeviceTopic(se.product, "b0003", wire.LevelReport), 1, false, `{"properties":{"target":19.5}}`); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	testkit.Eventually(t, 10*time.Second, "b0003's report stored", func() bool { return len(se.shadow("b0003").Reported) == 1 })
+
 	var res struct{ Total, Changed int }
 	se.ok("POST", "/api/device/instance/batch/_shadow", map[string]any{"productId": se.product, "desired": map[string]any{"target": 19.5}}, &res)
 	if res.Total != n || res.Changed != n {
@@ -370,6 +378,12 @@ func TestShadowBulk(t *testing.T) {
 		want := int64(1)
 		if id == "b0007" {
 			want = 2
+		}
+		if id == "b0003" {
+			if m.Version != 1 || len(m.State) != 0 {
+				t.Fatalf("b0003 reports the desired value, its delta: %+v", m)
+			}
+			continue
 		}
 		if m.Version != want || m.State["target"] != 19.5 {
 			t.Fatalf("%s: %+v", id, m)

@@ -31,6 +31,14 @@ type ReportedReader interface {
 	PropertyHistory(ctx context.Context, productID, deviceID string, properties []string, n int) ([]tsdb.PropertyValue, error)
 }
 
+// BatchReader reads the latest values of many devices at once
+// (*tsdb.DB.LatestValues); a ReportedReader that is one serves the
+// deltas of a bulk change and of a storm of births in a query per 1,000
+// devices instead of one per device.
+type BatchReader interface {
+	LatestValues(ctx context.Context, productID string, deviceIDs, properties []string) ([]tsdb.PropertyValue, error)
+}
+
 // Sender sends a shadow message to a device (*link.Commands.SendShadow).
 type Sender interface {
 	SendShadow(ctx context.Context, t link.Target, m link.ShadowMessage) (string, error)
@@ -145,12 +153,53 @@ func (s *Service) View(ctx context.Context, ref meta.DeviceRef) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	return s.view(ctx, ref, st, true)
+	return s.view(ctx, ref, st, true, nil)
+}
+
+// reportedOf is what a batch read of reported values found, by device;
+// a device without an entry reported none of the properties asked for.
+type reportedOf map[string]map[string]Reported
+
+// reportedMany reads the reported values of the desired properties of
+// states (devices of one product) in a batch, when the reader can; nil
+// otherwise (each view reads its own).
+func (s *Service) reportedMany(ctx context.Context, productID string, states []State) (reportedOf, error) {
+	br, ok := s.reported.(BatchReader)
+	if !ok || len(states) < 2 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(states))
+	seen := map[string]bool{}
+	var props []string
+	for _, st := range states {
+		ids = append(ids, st.DeviceID)
+		for id := range st.Desired {
+			if !seen[id] {
+				props, seen[id] = append(props, id), true
+			}
+		}
+	}
+	sort.Strings(props)
+	values, err := br.LatestValues(ctx, productID, ids, props)
+	if err != nil {
+		return nil, fmt.Errorf("shadow: reported values: %w", err)
+	}
+	out := make(reportedOf, len(states))
+	for _, id := range ids {
+		out[id] = map[string]Reported{}
+	}
+	for _, pv := range values {
+		if raw, ok := reportedJSON(pv); ok {
+			out[pv.DeviceID][pv.Property] = Reported{Value: raw, Time: pv.Time.UnixMilli()}
+		}
+	}
+	return out, nil
 }
 
 // view completes st with reported values: of every property of the model
-// when all, else of the desired ones only (what a delta needs).
-func (s *Service) view(ctx context.Context, ref meta.DeviceRef, st State, all bool) (View, error) {
+// when all, else of the desired ones only (what a delta needs), taken
+// from pre when it has the device.
+func (s *Service) view(ctx context.Context, ref meta.DeviceRef, st State, all bool, pre reportedOf) (View, error) {
 	v := View{DeviceID: ref.ID, Version: st.Version, Desired: st.Desired, Reported: map[string]Reported{},
 		Delta: map[string]json.RawMessage{}}
 	if !st.UpdateTime.IsZero() {
@@ -171,7 +220,13 @@ func (s *Service) view(ctx context.Context, ref meta.DeviceRef, st State, all bo
 		}
 	}
 	sort.Strings(props)
-	if len(props) > 0 && s.reported != nil {
+	if rep, ok := pre[ref.ID]; ok && !all {
+		for id, r := range rep {
+			if seen[id] {
+				v.Reported[id] = r
+			}
+		}
+	} else if len(props) > 0 && s.reported != nil {
 		values, err := s.reported.PropertyHistory(ctx, ref.ProductID, ref.ID, props, 1)
 		if err != nil {
 			return View{}, fmt.Errorf("shadow: reported values: %w", err)
@@ -271,6 +326,26 @@ func (s *Service) Set(ctx context.Context, refs []meta.DeviceRef, ch Change) ([]
 	for i, st := range changed {
 		pos[st.DeviceID] = i
 	}
+	var pre reportedOf
+	if len(refs) > 1 && len(changed) > 0 {
+		// A bulk change reaches one product's devices (or a list): the
+		// reported values of each product's devices in batches.
+		byProduct := map[string][]State{}
+		for _, st := range changed {
+			pid := byID[st.DeviceID].ProductID
+			byProduct[pid] = append(byProduct[pid], st)
+		}
+		pre = reportedOf{}
+		for pid, sts := range byProduct {
+			got, err := s.reportedMany(ctx, pid, sts)
+			if err != nil {
+				return nil, err
+			}
+			for id, r := range got {
+				pre[id] = r
+			}
+		}
+	}
 	views := make([]View, len(changed))
 	errs := make([]error, len(changed))
 	sem := make(chan struct{}, s.opt.Workers)
@@ -281,7 +356,7 @@ func (s *Service) Set(ctx context.Context, refs []meta.DeviceRef, ch Change) ([]
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			ref := byID[st.DeviceID]
-			v, err := s.view(ctx, ref, st, len(refs) == 1)
+			v, err := s.view(ctx, ref, st, len(refs) == 1, pre)
 			if err == nil {
 				err = s.sendDelta(ctx, ref, v, true)
 			}
@@ -398,6 +473,24 @@ func (s *Service) try(batch []request) []request {
 		s.log.Warn("shadow: reading shadows for births failed; retrying", "devices", len(batch), "err", err)
 		return batch
 	}
+	// The births' reported values in a batch per product.
+	byProduct := map[string][]State{}
+	for _, r := range batch {
+		if st, has := states[r.deviceID]; has && !r.get {
+			byProduct[r.productID] = append(byProduct[r.productID], st)
+		}
+	}
+	pre := reportedOf{}
+	for pid, sts := range byProduct {
+		got, err := s.reportedMany(ctx, pid, sts)
+		if err != nil {
+			s.log.Warn("shadow: reading reported values for births failed; retrying", "devices", len(sts), "err", err)
+			return batch
+		}
+		for id, r := range got {
+			pre[id] = r
+		}
+	}
 	var failed []request
 	for _, r := range batch {
 		st, has := states[r.deviceID]
@@ -405,7 +498,7 @@ func (s *Service) try(batch []request) []request {
 			r.done() // no shadow, no delta: most births
 			continue
 		}
-		if err := s.answer(ctx, r, st, has); err != nil {
+		if err := s.answer(ctx, r, st, has, pre); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("shadow: answering a device failed; retrying", "device", r.deviceID, "err", err)
 			}
@@ -418,7 +511,7 @@ func (s *Service) try(batch []request) []request {
 }
 
 // answer sends a born device its delta, or a requesting one its shadow.
-func (s *Service) answer(ctx context.Context, r request, st State, has bool) error {
+func (s *Service) answer(ctx context.Context, r request, st State, has bool, pre reportedOf) error {
 	ref, err := s.devices.GetDeviceRef(ctx, r.deviceID)
 	if errors.Is(err, meta.ErrNotFound) || (err == nil && ref.ProductID != r.productID) {
 		return nil // gone, or not this product's: nothing to send
@@ -429,7 +522,7 @@ func (s *Service) answer(ctx context.Context, r request, st State, has bool) err
 	if !has {
 		st = State{DeviceID: r.deviceID, Desired: map[string]Field{}}
 	}
-	v, err := s.view(ctx, ref, st, r.get)
+	v, err := s.view(ctx, ref, st, r.get, pre)
 	if err != nil {
 		return err
 	}
