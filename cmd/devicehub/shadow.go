@@ -16,7 +16,7 @@ import (
 func newShadows(store *meta.Store, ts *tsdb.DB, cfg config) (*shadow.Service, *lateSender) {
 	send := &lateSender{ready: make(chan struct{})}
 	opt := shadow.DefaultOptions()
-	svc := shadow.New(shadow.NewStore(store.DB(), cfg.QueryTimeout), ts, send, store, opt)
+	svc := shadow.New(shadow.NewStore(store.DB(), cfg.QueryTimeout), ts, send, opt)
 	return svc, send
 }
 

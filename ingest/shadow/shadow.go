@@ -3,7 +3,6 @@ package shadow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -44,12 +43,6 @@ type Sender interface {
 	SendShadow(ctx context.Context, t link.Target, m link.ShadowMessage) (string, error)
 }
 
-// Devices looks a device up (*meta.Store.GetDeviceRef): its product, its
-// thing model and the names the messages' headers carry.
-type Devices interface {
-	GetDeviceRef(ctx context.Context, id string) (meta.DeviceRef, error)
-}
-
 // Options configure a Service. Zero fields take DefaultOptions' values.
 type Options struct {
 	// Workers handle births and shadow requests from ingest, and send the
@@ -78,7 +71,6 @@ type Service struct {
 	store    *Store
 	reported ReportedReader
 	send     Sender // nil: nothing is sent (an instance without a device link)
-	devices  Devices
 	opt      Options
 	log      *slog.Logger
 
@@ -96,7 +88,7 @@ type request struct {
 }
 
 // New starts a service's workers; Close stops them.
-func New(store *Store, reported ReportedReader, send Sender, devices Devices, opt Options) *Service {
+func New(store *Store, reported ReportedReader, send Sender, opt Options) *Service {
 	d := DefaultOptions()
 	if opt.Workers <= 0 {
 		opt.Workers = d.Workers
@@ -110,7 +102,7 @@ func New(store *Store, reported ReportedReader, send Sender, devices Devices, op
 	if opt.Logger == nil {
 		opt.Logger = d.Logger
 	}
-	s := &Service{store: store, reported: reported, send: send, devices: devices, opt: opt,
+	s := &Service{store: store, reported: reported, send: send, opt: opt,
 		log: opt.Logger.With("component", "shadow"), queue: make(chan request, opt.Queue)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range opt.Workers {
@@ -491,33 +483,76 @@ func (s *Service) try(batch []request) []request {
 			pre[id] = r
 		}
 	}
-	var failed []request
+	// The devices to answer, in one query; one absent is gone.
+	var need []string
 	for _, r := range batch {
-		st, has := states[r.deviceID]
-		if !has && !r.get {
-			r.done() // no shadow, no delta: most births
-			continue
+		if _, has := states[r.deviceID]; has || r.get {
+			need = append(need, r.deviceID)
 		}
-		if err := s.answer(ctx, r, st, has, pre); err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("shadow: answering a device failed; retrying", "device", r.deviceID, "err", err)
-			}
-			failed = append(failed, r)
-			continue
-		}
-		r.done()
 	}
+	refs := map[string]meta.DeviceRef{}
+	if len(need) > 0 {
+		rs, err := s.store.DeviceRefs(ctx, need, "")
+		if err != nil {
+			s.log.Warn("shadow: reading devices for births failed; retrying", "devices", len(need), "err", err)
+			return batch
+		}
+		for _, r := range rs {
+			refs[r.ID] = r
+		}
+	}
+	// Devices are answered side by side (each answer waits for the
+	// broker's PUBACK), a device's requests in their order.
+	var order []string
+	byDevice := map[string][]request{}
+	for _, r := range batch {
+		if _, ok := byDevice[r.deviceID]; !ok {
+			order = append(order, r.deviceID)
+		}
+		byDevice[r.deviceID] = append(byDevice[r.deviceID], r)
+	}
+	var (
+		mu     sync.Mutex
+		failed []request
+		wg     sync.WaitGroup
+	)
+	sem := make(chan struct{}, sendsInFlight)
+	for _, id := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(rs []request) {
+			defer func() { <-sem; wg.Done() }()
+			for i, r := range rs {
+				st, has := states[r.deviceID]
+				if !has && !r.get {
+					r.done() // no shadow, no delta: most births
+					continue
+				}
+				if err := s.answer(ctx, r, refs, st, has, pre); err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("shadow: answering a device failed; retrying", "device", r.deviceID, "err", err)
+					}
+					mu.Lock()
+					failed = append(failed, rs[i:]...) // the rest after it, in order
+					mu.Unlock()
+					return
+				}
+				r.done()
+			}
+		}(byDevice[id])
+	}
+	wg.Wait()
 	return failed
 }
 
+// sendsInFlight bounds the devices one worker answers at once.
+const sendsInFlight = 32
+
 // answer sends a born device its delta, or a requesting one its shadow.
-func (s *Service) answer(ctx context.Context, r request, st State, has bool, pre reportedOf) error {
-	ref, err := s.devices.GetDeviceRef(ctx, r.deviceID)
-	if errors.Is(err, meta.ErrNotFound) || (err == nil && ref.ProductID != r.productID) {
+func (s *Service) answer(ctx context.Context, r request, refs map[string]meta.DeviceRef, st State, has bool, pre reportedOf) error {
+	ref, ok := refs[r.deviceID]
+	if !ok || ref.ProductID != r.productID {
 		return nil // gone, or not this product's: nothing to send
-	}
-	if err != nil {
-		return err
 	}
 	if !has {
 		st = State{DeviceID: r.deviceID, Desired: map[string]Field{}}
