@@ -265,7 +265,7 @@ func (c *Commands) write(ctx context.Context, start time.Time, t Target, values 
 	return c.request(ctx, start, kindWrite, t, wire.LevelWrite, c.opt.InvokeQoS, &msg, timeout)
 }
 
-// ShadowMessage is a message about a device's shadow (meta/shadow) that
+// ShadowMessage is a message about a device's shadow (ingest/shadow) that
 // devicehub sends the device: its delta, or the answer to its request for
 // the whole shadow. Every one carries the shadow's version.
 type ShadowMessage struct {
