@@ -284,10 +284,10 @@ type ShadowMessage struct {
 
 // SendShadow publishes m to the device t, recorded as a downlink, and
 // returns its messageId. Unlike a command it is sent whether or not the
-// device is online as this instance sees it: a device that subscribed
-// before its birth reached this instance's view must not miss it, and a
-// broker drops what nobody is subscribed to. The publish waits at most
-// the default timeout.
+// device is online as this instance sees it, and to every broker of a
+// pool: a device that subscribed before its birth reached this instance's
+// view must not miss it, and a broker drops what nobody is subscribed to.
+// The publish waits at most the default timeout.
 func (c *Commands) SendShadow(ctx context.Context, t Target, m ShadowMessage) (string, error) {
 	msg := newDownlink(t, time.Now(), m.MessageType)
 	if m.ReplyTo != "" {
@@ -452,13 +452,26 @@ func (r result) outcome() (reply, error) {
 	return r.reply, nil
 }
 
+// everywhere is a Client that can publish to every broker of a pool
+// (*Presence): shadow messages go there.
+type everywhere interface {
+	PublishEverywhere(ctx context.Context, topic string, qos byte, payload []byte) error
+}
+
 func (c *Commands) publish(ctx context.Context, kind int, t Target, suffix string, qos byte, msg *downlink) error {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("link: encode downlink: %w", err)
 	}
 	topic := wire.DeviceTopic(t.ProductID, t.DeviceID, suffix)
-	if err := c.client.Publish(ctx, topic, qos, body); err != nil {
+	send := c.client.Publish
+	if e, ok := c.client.(everywhere); ok && kind == kindShadow {
+		// A device that just moved to another broker of the pool may
+		// have published its birth there before this instance's view
+		// knew: sent to its old broker only, a delta could miss it.
+		send = e.PublishEverywhere
+	}
+	if err := send(ctx, topic, qos, body); err != nil {
 		return err
 	}
 	c.m.sent(kind)

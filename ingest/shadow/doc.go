@@ -39,8 +39,9 @@
 //     another of its share group: a delta is never lost to a restart, and
 //     a device offline through several changes gets one delta at its next
 //     connection, on whichever broker of the pool (each broker's births
-//     reach ingest's session at that broker; the delta is published to the
-//     device's broker as the presence view knows it, else to every broker).
+//     reach ingest's session at that broker; a delta is published to every
+//     broker of the pool, as the presence view may not know yet that the
+//     device moved: the brokers it is not connected to drop it).
 //   - Repeats are possible and harmless: a redelivered birth, a change and a
 //     birth racing each other, or a devicehub restart send the same delta
 //     twice, with the same version; every message carries the version, so a
