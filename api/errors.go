@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/shadow"
 	"devicehub/meta"
 	"devicehub/schema"
 )
@@ -30,6 +31,7 @@ const (
 	codeTooManyRequests = "too_many_requests"
 	codeUnsupportedType = "unsupported_media_type"
 	codeBrokerTimeout   = "broker_timeout"
+	codeVersionConflict = "version_conflict"
 )
 
 // errorHandler is the one place where errors become envelope codes. It is
@@ -73,6 +75,10 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			// The caller names the field; the sentinel's own text adds nothing.
 			msg := strings.TrimSuffix(err.Error(), ": "+schema.ErrIllegalArgument.Error())
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(msg), nil)
+		case errors.Is(err, shadow.ErrVersionConflict):
+			return reply(c, fiber.StatusConflict, codeVersionConflict, safeText(err.Error()), nil)
+		case errors.Is(err, shadow.ErrTooLarge):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, "desired: "+safeText(err.Error()), nil)
 		case errors.Is(err, errBrokerTimeout):
 			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, err.Error(), nil)
 		case errors.Is(err, link.ErrOffline):

@@ -98,6 +98,14 @@ func (s *Server) routes() {
 	api.Get("/device/standard/:deviceId/property/:property", s.need(permDeviceCommand), s.readProperty)     // 10
 	api.Post("/device/instance/:deviceId/properties/_read", s.need(permDeviceCommand), s.readProperties)    // 11
 	api.Post("/device/invoked/:deviceId/function/:functionId", s.need(permDeviceCommand), s.invokeFunction) // 12
+	// Property writes (property_write.go): WRITE_PROPERTY, answered like reads.
+	api.Put("/device/instance/:deviceId/property", s.need(permDeviceCommand), s.writeProperties)
+	// Desired state (shadow.go): read with device:read, set with device:write.
+	api.Get("/device/instance/:id/shadow", s.need(permDeviceRead), s.getShadow)
+	api.Put("/device/instance/:id/shadow", s.need(permDeviceWrite), s.putShadow)
+	api.Post("/device/instance/batch/_shadow", s.need(permDeviceWrite), s.bulkShadow)
+	api.Get("/device-product/:id/shadow", s.need(permProductRead), s.getShadowSettings)
+	api.Put("/device-product/:id/shadow", s.need(permProductWrite), s.putShadowSettings)
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14

@@ -176,6 +176,9 @@ type Deps struct {
 	Models    DeviceModels
 	// Commands sends property reads and function invokes (endpoints 10-12).
 	Commands Commander
+	// Shadows keeps devices' desired state (shadow.go); nil leaves its
+	// routes answering server_error.
+	Shadows ShadowService
 	// Logins confirms that the broker holds device login changes
 	// (logins.go); nil confirms at once (the broker reads them itself).
 	Logins LoginWaiter

@@ -15,6 +15,10 @@
 // role runs alone; Ingester records the link's downlinks
 // (link.DownlinkRecorder).
 //
+// Births and devices' requests for their shadow are also handed to
+// Options.Shadow (ingest/shadow, through ShadowHook), and acknowledged
+// only once it has answered them (shadowhook.go).
+//
 // Several brokers (Options.BrokerURL with a comma-separated list, a
 // broker pool each holding a share of the devices) feed one pipeline:
 // each broker has its own subscriber connections, and a will counts only

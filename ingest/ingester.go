@@ -125,6 +125,9 @@ type Options struct {
 	// Live, if set, is handed the property values of the devices it
 	// watches as soon as they are decoded, before storage (livefeed.go).
 	Live LiveFeed
+	// Shadow, if set, is handed births and devices' shadow requests
+	// (shadowhook.go); their acknowledgement waits for it.
+	Shadow ShadowHook
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -732,9 +735,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		in.badTimes.Add(uint64(rows.BadTimes))
 		in.m.badTimes.Add(float64(rows.BadTimes))
 	}
+	hooked := in.opt.Shadow != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindShadowGet)
 	var done func()
 	held := 0 // bytes of the paho message kept until done
-	if it.order == nil && at.IsZero() {
+	if it.order == nil && at.IsZero() && !hooked {
 		// QoS 0 and no state change: nothing goes back to the broker and
 		// nothing waits for a second part, so such messages share one
 		// callback. Neither it nor the writer, which copies the rows, keeps
@@ -749,7 +753,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		var left atomic.Int32
 		left.Store(1)
 		if !at.IsZero() {
-			left.Store(2)
+			left.Add(1)
+		}
+		if hooked {
+			left.Add(1)
 		}
 		done = func() {
 			if left.Add(-1) == 0 {
@@ -758,6 +765,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 				in.settle(it, true)
 			}
 		}
+	}
+	if hooked && at.IsZero() {
+		detach(&it) // its ack waits for the shadow: later messages' do not
 	}
 	if !at.IsZero() {
 		// Its ack waits for PostgreSQL too: detached, so that later
@@ -774,6 +784,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		// The broker delivers a device's birth and will in order, and so
 		// do the workers (one per device): arrival order is their order.
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == wire.KindOnline, At: it.at}, done)
+	}
+	if hooked {
+		in.toShadow(t, rows, done) // shadowhook.go
 	}
 	in.liveDecoded(t.DeviceID, rows.Props) // live updates, before storage (livefeed.go)
 	if err := w.AddHolding(in.runCtx, rows.Msgs, rows.Props, held, done); err != nil {

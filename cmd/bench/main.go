@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -22,6 +22,9 @@
 // lost (bench/fleetconnect.go). A bound not reached is reported as such
 // and the later phases still run; it exits 1 naming the missed targets.
 // -fc-* flags size it.
+// shadow (not part of all) measures a storm of devices reconnecting,
+// each with a pending delta, against the same storm without
+// (bench/shadow.go); -shadow-devices sizes it.
 package main
 
 import (
@@ -44,7 +47,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -133,6 +136,8 @@ type flags struct {
 	fcProbes                                          int
 	fcInterval, fcSteady, fcTimeout                   time.Duration
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
+	shadowDevices                                     int
+	shadowTimeout                                     time.Duration
 }
 
 func newFlags() *flags {
@@ -215,6 +220,8 @@ func newFlags() *flags {
 	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
 	fs.BoolVar(&f.fcSkipDevicehub, "fc-skip-devicehub-restart", false, "fleet-connect: no devicehub restart")
 	fs.BoolVar(&f.fcSkipCeilings, "fc-skip-ceilings", false, "fleet-connect: no ceilings (the same storms without devicehub, against brokers without the plugin and with it)")
+	fs.IntVar(&f.shadowDevices, "shadow-devices", 10000, "shadow: devices reconnecting at once, each storm")
+	fs.DurationVar(&f.shadowTimeout, "shadow-timeout", 5*time.Minute, "shadow: bound of each wait (a storm drained, every delta delivered)")
 	return f
 }
 
@@ -275,13 +282,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -535,6 +542,21 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		if r.Churn != nil {
 			rep.Timelines["fleet: PUBACK of a connected device, quiet then churn"] = r.Churn.Timeline
 			rep.Timelines["fleet: churn calls"] = r.Churn.Ops.Timeline
+		}
+		if err != nil {
+			return err
+		}
+	case "shadow":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunShadow(ctx, bench.ShadowParams{Devices: f.shadowDevices, Timeout: f.shadowTimeout,
+			PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
 		}
 		if err != nil {
 			return err

@@ -164,6 +164,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer stopAlarmLive()
+	// Devices' shadows (cmd/devicehub/shadow.go): closed after ingest.
+	shadows, shadowSend := newShadows(store, ts, cfg)
+	defer shadows.Close()
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
@@ -179,6 +182,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		}
 		iopt.ShareGroup = cfg.MQTTShareGroup
 		iopt.Live = hub
+		iopt.Shadow = shadows // births and shadow requests
 		iopt.Writer.MaxRows, iopt.Writer.MaxBytes, iopt.Writer.FlushInterval = cfg.BatchRows, int(cfg.BatchBytes), cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
@@ -198,6 +202,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	go cmds.RunExpiry(ctx, time.Second)
+	shadowSend.set(cmds)
 
 	// The broker's device logins follow PostgreSQL: one instance feeds
 	// devicehub's broker plugin at a time (the others wait to take over);
@@ -260,6 +265,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Dashboard: ts,
 			Models:    store,
 			Commands:  cmds,
+			Shadows:   shadows, // desired state (api/shadow.go)
 			Logins:    logins,
 			Audit:     store, // writes and logins (api/audit.go)
 			Alarms:    alarm.NewStore(store),

@@ -41,6 +41,9 @@ func ServiceACLs() []ACL {
 	return []ACL{
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelRead), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelInvoke), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelWrite), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelShadowDelta), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelShadowGetReply), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", wire.MarkerDevice, wire.LevelOnline), Allow: true},
 		{Type: "subscribePattern", Topic: "#", Allow: true},
 	}

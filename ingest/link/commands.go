@@ -187,7 +187,8 @@ func NewCommands(client Client, rec DownlinkRecorder, opt CommandOptions) (*Comm
 	// them through its own QoS 1 subscription. If this connection is lost,
 	// its waiters fail at once (client_offline); a reply the broker drops
 	// under load ends its request in time_out, as a lost read does.
-	for _, f := range []string{wire.DeviceTopic("+", "+", wire.LevelReadReply), wire.DeviceTopic("+", "+", wire.LevelInvokeReply)} {
+	for _, f := range []string{wire.DeviceTopic("+", "+", wire.LevelReadReply), wire.DeviceTopic("+", "+", wire.LevelInvokeReply),
+		wire.DeviceTopic("+", "+", wire.LevelWriteReply)} {
 		if err := client.Subscribe(f, 0, c.onReply); err != nil {
 			if opt.Registerer != nil {
 				c.m.unregister(opt.Registerer)
@@ -229,7 +230,80 @@ func (c *Commands) read(ctx context.Context, start time.Time, t Target, properti
 	}
 	msg := newDownlink(t, start, "READ_PROPERTY")
 	msg.Properties = properties
-	return c.request(ctx, start, t, wire.LevelRead, c.opt.ReadQoS, &msg, timeout)
+	return c.request(ctx, start, kindRead, t, wire.LevelRead, c.opt.ReadQoS, &msg, timeout)
+}
+
+// WriteProperties sends WRITE_PROPERTY with values (property id to value,
+// checked by the caller against the thing model) on .../properties/write
+// and waits for the reply, as ReadProperties does: the same table, the
+// same client_offline and time_out rules. It returns the reply's
+// properties (the values the device now holds, when it says), never nil.
+func (c *Commands) WriteProperties(ctx context.Context, t Target, values map[string]any, timeout time.Duration) (map[string]any, error) {
+	start := time.Now()
+	r, err := c.write(ctx, start, t, values, timeout)
+	c.m.observe(kindWrite, start, err)
+	if err != nil {
+		return nil, err
+	}
+	if r.Properties == nil {
+		r.Properties = map[string]any{}
+	}
+	return r.Properties, nil
+}
+
+func (c *Commands) write(ctx context.Context, start time.Time, t Target, values map[string]any, timeout time.Duration) (reply, error) {
+	if !c.client.IsOnline(t.DeviceID) {
+		return reply{}, ErrOffline
+	}
+	if values == nil {
+		values = map[string]any{}
+	}
+	msg := newDownlink(t, start, "WRITE_PROPERTY")
+	msg.Properties = values
+	// A write changes the device: its publish is confirmed by the broker
+	// (the invokes' QoS), and its reply says it was applied.
+	return c.request(ctx, start, kindWrite, t, wire.LevelWrite, c.opt.InvokeQoS, &msg, timeout)
+}
+
+// ShadowMessage is a message about a device's shadow (ingest/shadow) that
+// devicehub sends the device: its delta, or the answer to its request for
+// the whole shadow. Every one carries the shadow's version.
+type ShadowMessage struct {
+	// Level is the topic level: wire.LevelShadowDelta or
+	// wire.LevelShadowGetReply.
+	Level string
+	// MessageType is the message's messageType (SHADOW_DELTA,
+	// SHADOW_GET_REPLY).
+	MessageType string
+	// ReplyTo, when set, is the messageId of the device's request, which
+	// the message carries instead of a fresh one.
+	ReplyTo string
+	Version int64
+	State   any // the delta's properties, or the whole shadow
+}
+
+// SendShadow publishes m to the device t, recorded as a downlink, and
+// returns its messageId. Unlike a command it is sent whether or not the
+// device is online as this instance sees it, and to every broker of a
+// pool: a device that subscribed before its birth reached this instance's
+// view must not miss it, and a broker drops what nobody is subscribed to.
+// The publish waits at most the default timeout.
+func (c *Commands) SendShadow(ctx context.Context, t Target, m ShadowMessage) (string, error) {
+	msg := newDownlink(t, time.Now(), m.MessageType)
+	if m.ReplyTo != "" {
+		msg.MessageID = m.ReplyTo
+	}
+	v := m.Version
+	msg.Version, msg.State = &v, m.State
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	if err := c.publish(ctx, kindShadow, t, m.Level, c.opt.InvokeQoS, &msg); err != nil {
+		if ctx.Err() != nil {
+			return "", ErrTimeout
+		}
+		return "", err
+	}
+	return msg.MessageID, nil
 }
 
 // InvokeFunction publishes INVOKE_FUNCTION and returns its messageId at
@@ -283,10 +357,12 @@ type downlink struct {
 	MessageID   string          `json:"messageId"`
 	DeviceID    string          `json:"deviceId"`
 	Timestamp   int64           `json:"timestamp"`
-	Properties  []string        `json:"properties,omitempty"`
+	Properties  any             `json:"properties,omitempty"` // a read's ids ([]string), a write's values (map)
 	FunctionID  string          `json:"functionId,omitempty"`
 	Inputs      []Input         `json:"inputs,omitempty"`
 	MessageType string          `json:"messageType"`
+	Version     *int64          `json:"version,omitempty"` // shadow messages
+	State       any             `json:"state,omitempty"`   // shadow messages
 }
 
 // downlinkHeaders are the downlink's headers, fields in the order of
@@ -315,7 +391,7 @@ func headers(t Target, ids requestIDs) downlinkHeaders {
 // waits for the reply, the deadline, the device going offline or ctx,
 // whichever comes first. The request's context is its only timer: it
 // bounds the publish and the wait, and is stopped when the request ends.
-func (c *Commands) request(ctx context.Context, start time.Time, t Target, suffix string, qos byte, msg *downlink, timeout time.Duration) (reply, error) {
+func (c *Commands) request(ctx context.Context, start time.Time, kind int, t Target, suffix string, qos byte, msg *downlink, timeout time.Duration) (reply, error) {
 	if timeout <= 0 {
 		timeout = c.opt.Timeout
 	}
@@ -331,7 +407,7 @@ func (c *Commands) request(ctx context.Context, start time.Time, t Target, suffi
 	}
 	defer c.forget(s, msg.MessageID)
 
-	if err := c.publish(ctx, kindRead, t, suffix, qos, msg); err != nil {
+	if err := c.publish(ctx, kind, t, suffix, qos, msg); err != nil {
 		select {
 		case r := <-w.done: // failed while publishing
 			return r.outcome()
@@ -376,13 +452,26 @@ func (r result) outcome() (reply, error) {
 	return r.reply, nil
 }
 
+// everywhere is a Client that can publish to every broker of a pool
+// (*Presence): shadow messages go there.
+type everywhere interface {
+	PublishEverywhere(ctx context.Context, topic string, qos byte, payload []byte) error
+}
+
 func (c *Commands) publish(ctx context.Context, kind int, t Target, suffix string, qos byte, msg *downlink) error {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("link: encode downlink: %w", err)
 	}
 	topic := wire.DeviceTopic(t.ProductID, t.DeviceID, suffix)
-	if err := c.client.Publish(ctx, topic, qos, body); err != nil {
+	send := c.client.Publish
+	if e, ok := c.client.(everywhere); ok && kind == kindShadow {
+		// A device that just moved to another broker of the pool may
+		// have published its birth there before this instance's view
+		// knew: sent to its old broker only, a delta could miss it.
+		send = e.PublishEverywhere
+	}
+	if err := send(ctx, topic, qos, body); err != nil {
 		return err
 	}
 	c.m.sent(kind)

@@ -1,7 +1,8 @@
 // Package link is how a command reaches a device and its answer comes
 // back: every instance's own MQTT client, its view of which devices are
-// online, and the request/reply table of property reads and function
-// invokes.
+// online, and the request/reply table of property reads, property writes
+// and function invokes; it also carries the shadow's messages to devices
+// (SendShadow: deltas and answers, sent without a reply to wait for).
 //
 // Presence (presence.go) is the instance's plain (not shared) client: it
 // keeps the in-memory online view from birth and last-will messages,

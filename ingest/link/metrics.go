@@ -11,9 +11,11 @@ import (
 const (
 	kindRead   = 0 // property reads, "read"
 	kindInvoke = 1 // function invokes, "invoke"
+	kindWrite  = 2 // property writes, "write"
+	kindShadow = 3 // shadow messages (delta, get reply), "shadow": sent only
 )
 
-var kindNames = [...]string{kindRead: "read", kindInvoke: "invoke"}
+var kindNames = [...]string{kindRead: "read", kindInvoke: "invoke", kindWrite: "write", kindShadow: "shadow"}
 
 // Command outcomes, the outcome label of the command metrics.
 const (
@@ -34,6 +36,8 @@ var outcomeNames = [outcomeCount]string{"answered", "failed", "sent", "timeout",
 var kindOutcomes = [...][]int{
 	kindRead:   {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
 	kindInvoke: {outcomeSent, outcomeTimeout, outcomeOffline, outcomeError},
+	kindWrite:  {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
+	kindShadow: {},
 }
 
 // commandMetrics are the command path's metrics. The series are looked up
@@ -52,7 +56,7 @@ type commandMetrics struct {
 func newCommandMetrics(c *Commands) *commandMetrics {
 	m := &commandMetrics{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_commands_total",
-			Help: "Commands by kind (read, invoke) and outcome (answered, failed, sent, timeout, offline, busy, error)."},
+			Help: "Commands by kind (read, invoke, write) and outcome (answered, failed, sent, timeout, offline, busy, error)."},
 			[]string{"kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "devicehub_command_duration_seconds",
 			Help:    "Time from a command's call to its outcome, by kind and outcome; a read's is its round trip to the device.",
@@ -61,7 +65,7 @@ func newCommandMetrics(c *Commands) *commandMetrics {
 		sentVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_commands_sent_total",
 			Help: "Downlinks published to the broker, by kind."}, []string{"kind"}),
 		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_commands_pending",
-			Help: "Property reads waiting for their reply."}, func() float64 { return float64(c.Pending()) }),
+			Help: "Property reads and writes waiting for their reply."}, func() float64 { return float64(c.Pending()) }),
 	}
 	for k, outcomes := range kindOutcomes {
 		for _, o := range outcomes {
@@ -112,13 +116,13 @@ func outcomeOf(kind int, err error) int {
 		return outcomeSent
 	case err == nil:
 		return outcomeAnswered
-	case errors.As(err, &de) && kind == kindRead:
+	case errors.As(err, &de) && (kind == kindRead || kind == kindWrite):
 		return outcomeFailed
 	case errors.Is(err, ErrTimeout):
 		return outcomeTimeout
 	case errors.Is(err, ErrOffline):
 		return outcomeOffline
-	case errors.Is(err, ErrTooBusy) && kind == kindRead:
+	case errors.Is(err, ErrTooBusy) && (kind == kindRead || kind == kindWrite):
 		return outcomeBusy
 	}
 	return outcomeError

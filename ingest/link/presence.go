@@ -483,6 +483,28 @@ func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload 
 	return errors.Join(errs...)
 }
 
+// PublishEverywhere publishes to every broker of the pool and waits as
+// Publish does; it fails if any broker did not take it. For messages that
+// must reach a device whose broker the view may not know yet (a device
+// that has just moved: ingest/shadow's deltas); a broker the device is not
+// connected to drops it.
+func (p *Presence) PublishEverywhere(ctx context.Context, topic string, qos byte, payload []byte) error {
+	if len(p.clients) == 1 {
+		return p.publishOn(ctx, 0, topic, qos, payload)
+	}
+	errc := make(chan error, len(p.clients))
+	for i := range p.clients {
+		go func() { errc <- p.publishOn(ctx, i, topic, qos, payload) }()
+	}
+	var errs []error
+	for range p.clients {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // publishOn publishes on broker i's client and waits, as Publish.
 func (p *Presence) publishOn(ctx context.Context, i int, topic string, qos byte, payload []byte) error {
 	t := p.clients[i].Publish(topic, qos, false, payload)

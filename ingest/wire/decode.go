@@ -71,8 +71,11 @@ func Decode(dst *Rows, t Topic, payload []byte, now time.Time, rep *Reply) error
 	case KindOnline, KindOffline:
 		_, err := DecodePresence(dst, t, payload, now)
 		return err
-	case KindReadReply, KindInvokeReply:
+	case KindReadReply, KindInvokeReply, KindWriteReply:
 		return DecodeReply(dst, t, payload, now, rep)
+	case KindShadowGet:
+		_, err := DecodePresence(dst, t, payload, now) // a header and nothing to store but the message
+		return err
 	}
 	return fmt.Errorf("topic %q: %w", t.Name, ErrMalformed)
 }

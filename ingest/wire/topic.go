@@ -13,6 +13,16 @@ const (
 	LevelInvokeReply = "function/invoke/reply"
 	LevelRead        = "properties/read"
 	LevelInvoke      = "function/invoke"
+
+	// Property writes and the device shadow (meta/shadow): the write's
+	// reply and the device's request for its whole shadow are uplinks;
+	// the write, the shadow's delta and the answer to the request are
+	// downlinks.
+	LevelWriteReply     = "properties/write/reply"
+	LevelShadowGet      = "shadow/get"
+	LevelWrite          = "properties/write"
+	LevelShadowDelta    = "shadow/delta"
+	LevelShadowGetReply = "shadow/get/reply"
 )
 
 // MarkerDevice is the device level of the ingest sessions' backlog
@@ -38,6 +48,8 @@ const (
 	KindOffline          // /{p}/{d}/offline (last will)
 	KindReadReply        // /{p}/{d}/properties/read/reply
 	KindInvokeReply      // /{p}/{d}/function/invoke/reply
+	KindWriteReply       // /{p}/{d}/properties/write/reply
+	KindShadowGet        // /{p}/{d}/shadow/get
 )
 
 var messageTypes = [...]string{
@@ -48,6 +60,8 @@ var messageTypes = [...]string{
 	KindOffline:     "OFFLINE",
 	KindReadReply:   "READ_PROPERTY_REPLY",
 	KindInvokeReply: "INVOKE_FUNCTION_REPLY",
+	KindWriteReply:  "WRITE_PROPERTY_REPLY",
+	KindShadowGet:   "SHADOW_GET",
 }
 
 // MessageType is the message_type stored for the kind.
@@ -68,7 +82,7 @@ func UplinkFilters(productIDs ...string) []string {
 	}
 	var out []string
 	for _, p := range productIDs {
-		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply} {
+		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet} {
 			out = append(out, DeviceTopic(p, "+", l))
 		}
 	}
@@ -111,6 +125,10 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 		t.Kind = KindReadReply
 	case LevelInvokeReply:
 		t.Kind = KindInvokeReply
+	case LevelWriteReply:
+		t.Kind = KindWriteReply
+	case LevelShadowGet:
+		t.Kind = KindShadowGet
 	default:
 		ev, found := strings.CutPrefix(rest, LevelEvent)
 		if !found || ev == "" || strings.IndexByte(ev, '/') >= 0 {

@@ -35,6 +35,8 @@ func TestDeviceTopic(t *testing.T) {
 	}{
 		{LevelReport, KindReport}, {LevelEvent + "alarm", KindEvent}, {LevelOnline, KindOnline}, {LevelOffline, KindOffline},
 		{LevelReadReply, KindReadReply}, {LevelInvokeReply, KindInvokeReply}, {LevelRead, KindUnknown}, {LevelInvoke, KindUnknown},
+		{LevelWriteReply, KindWriteReply}, {LevelShadowGet, KindShadowGet},
+		{LevelWrite, KindUnknown}, {LevelShadowDelta, KindUnknown}, {LevelShadowGetReply, KindUnknown},
 	} {
 		s := DeviceTopic("meter", "meter-1", c.level)
 		tp, ok := ParseTopic(s)
@@ -42,7 +44,7 @@ func TestDeviceTopic(t *testing.T) {
 			t.Errorf("ParseTopic(%q) = %+v, %v; want kind %v", s, tp, ok, c.kind)
 		}
 	}
-	if got := UplinkFilters("p"); len(got) != 6 || got[0] != "/p/+/properties/report" || got[1] != "/p/+/event/+" {
+	if got := UplinkFilters("p"); len(got) != 8 || got[0] != "/p/+/properties/report" || got[1] != "/p/+/event/+" {
 		t.Errorf("UplinkFilters: %q", got)
 	}
 }

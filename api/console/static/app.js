@@ -1059,6 +1059,7 @@
     const head = h('section', { class: 'card', id: 'device-head' }, h('p', { class: 'muted' }, 'Loading the device…'));
     const propsBody = h('div', { class: 'table-wrap', id: 'device-properties' });
     const chartCard = h('section', { class: 'card', id: 'device-chart-card' });
+    const shadowSection = h('section', { class: 'card', id: 'device-shadow' });
     const live = h('span', { class: 'live', id: 'live-status' }, 'Live updates: connecting…');
     const notes = h('p', { class: 'muted small', id: 'live-notes' });
     view.append(
@@ -1069,10 +1070,12 @@
         h('p', { class: 'muted small' }, 'The latest value of each property of the thing model; new values appear as the device reports them.'),
         propsBody, notes),
       chartCard,
+      shadowSection,
     );
 
     const chart = deviceChart(chartCard, () => device, () => props);
     if (can('alarm:read')) deviceAlarms(view, head, id);
+    const shadow = shadowCard(shadowSection, () => device, () => props);
 
     api('GET', `/api/device/instance/${encodeURIComponent(id)}/detail`).then((d) => {
       if (closed) return;
@@ -1088,6 +1091,7 @@
       deviceManage(view, d, props, model, route);
       drawProperties();
       chart.setup();
+      shadow.load();
       loadLatest();
       connect();
     }, (e) => {
@@ -1220,6 +1224,95 @@
         chart.leave();
       },
     };
+  }
+
+  // shadowCard is the device page's desired state: each desired property
+  // against its reported value, those of the delta marked, and a form to
+  // set a desired value (PUT .../shadow, conditional on the version shown)
+  // or write a property now (PUT .../property).
+  function shadowCard(card, getDevice, getProps) {
+    let version = 0;
+    const body = h('div', { class: 'table-wrap', id: 'shadow-table' });
+    const propSel = h('select', { id: 'shadow-property', 'aria-label': 'Property' });
+    const valueIn = h('input', { id: 'shadow-value', placeholder: 'value (JSON or text)', 'aria-label': 'Value' });
+    const setBtn = h('button', { id: 'shadow-set', type: 'button' }, 'Set desired');
+    const writeBtn = h('button', { id: 'shadow-write', type: 'button', class: 'secondary' }, 'Write now');
+    const msg = h('p', { class: 'muted small', id: 'shadow-message' });
+    const versionText = h('span', { class: 'muted small', id: 'shadow-version' });
+    card.append(
+      h('div', { class: 'card-head' }, h('h2', {}, 'Desired state'), versionText),
+      h('p', { class: 'muted small' }, 'What the device should hold, against what it last reported; properties still to apply (the delta) are marked. The device gets its delta now if connected, else when it next connects.'),
+      body,
+      h('form', { id: 'shadow-form', onsubmit: (e) => e.preventDefault() }, propSel, valueIn, setBtn, writeBtn),
+      msg,
+    );
+    const parseValue = (text) => {
+      try {
+        return JSON.parse(text);
+      } catch (e) {
+        return text;
+      }
+    };
+    const writable = () => getProps().filter((p) => p.expands && Array.isArray(p.expands.type) && p.expands.type.includes('write'));
+    async function load() {
+      const d = getDevice();
+      propSel.replaceChildren(...writable().map((p) => h('option', { value: p.id }, p.name || p.id)));
+      const can = propSel.options.length > 0;
+      setBtn.disabled = writeBtn.disabled = !can;
+      if (!can) msg.textContent = 'No property of this thing model is writable (expands.type write).';
+      try {
+        const sh = await api('GET', `/api/device/instance/${encodeURIComponent(d.id)}/shadow`);
+        draw(sh);
+      } catch (e) {
+        body.replaceChildren(errorBox(e, 'Could not load the desired state'));
+      }
+    }
+    function draw(sh) {
+      version = sh.version;
+      versionText.textContent = `version ${sh.version}`;
+      const ids = Object.keys(sh.desired || {}).sort();
+      if (ids.length === 0) {
+        body.replaceChildren(empty('Nothing desired.', 'Set a desired value below.'));
+        body.dataset.version = String(sh.version);
+        return;
+      }
+      const tbody = h('tbody');
+      for (const id of ids) {
+        const prop = getProps().find((p) => p.id === id);
+        const rep = (sh.reported || {})[id];
+        const pending = Object.prototype.hasOwnProperty.call(sh.delta || {}, id);
+        tbody.append(h('tr', { 'data-property': id, class: pending ? 'delta' : '' },
+          h('td', {}, h('div', { class: 'strong' }, (prop && prop.name) || id), h('div', { class: 'muted small mono' }, id)),
+          h('td', { class: 'value desired' }, formatValue(prop, sh.desired[id].value)),
+          h('td', { class: 'value reported' }, rep ? formatValue(prop, rep.value) : h('span', { class: 'muted' }, 'not reported')),
+          h('td', {}, pending ? h('span', { class: 'badge warn' }, 'to apply') : h('span', { class: 'badge ok' }, 'applied'))));
+      }
+      body.replaceChildren(h('table', { class: 'list' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Property'), h('th', {}, 'Desired'), h('th', {}, 'Reported'), h('th', {}, ''))), tbody));
+      body.dataset.version = String(sh.version);
+    }
+    setBtn.addEventListener('click', async () => {
+      const d = getDevice();
+      msg.textContent = '';
+      try {
+        const sh = await api('PUT', `/api/device/instance/${encodeURIComponent(d.id)}/shadow`, { desired: { [propSel.value]: parseValue(valueIn.value) }, version });
+        draw(sh);
+        msg.textContent = `Desired ${propSel.value} set (version ${sh.version}).`;
+      } catch (e) {
+        msg.replaceChildren(errorBox(e, 'Could not set the desired value'));
+      }
+    });
+    writeBtn.addEventListener('click', async () => {
+      const d = getDevice();
+      msg.textContent = '';
+      try {
+        await api('PUT', `/api/device/instance/${encodeURIComponent(d.id)}/property`, { [propSel.value]: parseValue(valueIn.value) });
+        msg.textContent = `The device took ${propSel.value}.`;
+      } catch (e) {
+        msg.replaceChildren(errorBox(e, 'Could not write the property'));
+      }
+    });
+    return { load };
   }
 
   // deviceChart is the device page's chart of one numeric property: its
