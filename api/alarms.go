@@ -115,15 +115,21 @@ func (s *Server) queryAlarmRules(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	return queryPage(c, store.QueryRules, appendRule)
+}
+
+// queryPage answers a list query: the query body, decoded, run by query
+// within the request's products, the page written item by item.
+func queryPage[T any](c *fiber.Ctx, query func(context.Context, *meta.Query) (meta.Page[T], error), item func(*T, []byte) []byte) error {
 	q, err := queryBody(c)
 	if err != nil {
 		return err
 	}
-	page, err := store.QueryRules(c.UserContext(), q)
+	page, err := query(c.UserContext(), q)
 	if err != nil {
 		return err
 	}
-	return okPage(c, &page, appendRule)
+	return okPage(c, &page, item)
 }
 
 func (s *Server) getAlarmRule(c *fiber.Ctx) error {
@@ -345,15 +351,7 @@ func (s *Server) queryAlarmRecords(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	q, err := queryBody(c)
-	if err != nil {
-		return err
-	}
-	page, err := store.QueryRecords(c.UserContext(), q)
-	if err != nil {
-		return err
-	}
-	return okPage(c, &page, appendRecord)
+	return queryPage(c, store.QueryRecords, appendRecord)
 }
 
 // activeAlarms is the number of active alarms by severity, within the
