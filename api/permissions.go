@@ -25,6 +25,7 @@ const (
 	permDeviceSecret  = meta.PermDeviceSecret
 	permDashboardRead = meta.PermDashboardRead
 	permUserAdmin     = meta.PermUserAdmin
+	permNotifyAdmin   = meta.PermNotifyAdmin
 )
 
 // NeedSignedIn is what RouteAccess.Need says of a route that needs a live

@@ -101,6 +101,19 @@ func (s *Server) routes() {
 	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
 	api.Post("/dashboard/_export", s.need(permDashboardRead), s.dashboardExport)
 
+	// Notifications (notify.go): channels, subscriptions, dead letters.
+	api.Post("/notify/channel/_query", s.need(permNotifyAdmin), s.queryChannels)
+	api.Post("/notify/channel", s.need(permNotifyAdmin), s.write(s.createChannel))
+	api.Put("/notify/channel/:id", s.need(permNotifyAdmin), s.write(s.updateChannel))
+	api.Delete("/notify/channel/:id", s.need(permNotifyAdmin), s.write(s.deleteChannel))
+	api.Post("/notify/channel/:id/_test", s.need(permNotifyAdmin), s.write(s.testChannel))
+	api.Post("/notify/subscription/_query", s.need(permNotifyAdmin), s.querySubscriptions)
+	api.Post("/notify/subscription", s.need(permNotifyAdmin), s.write(s.createSubscription))
+	api.Put("/notify/subscription/:id", s.need(permNotifyAdmin), s.write(s.updateSubscription))
+	api.Delete("/notify/subscription/:id", s.need(permNotifyAdmin), s.write(s.deleteSubscription))
+	api.Post("/notify/dead/_query", s.need(permNotifyAdmin), s.queryDead)
+	api.Post("/notify/dead/:id/_replay", s.need(permNotifyAdmin), s.write(s.replayDead))
+
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)
 

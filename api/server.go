@@ -105,6 +105,9 @@ type Deps struct {
 	LiveDevices LiveDevices
 	// Audit stores the audit trail (audit.go); nil records none.
 	Audit AuditStore
+	// Notify keeps notification channels, subscriptions and dead letters
+	// (notify.go); nil answers those routes with a server error.
+	Notify NotifyStore
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger

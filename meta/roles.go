@@ -32,11 +32,13 @@ const (
 	PermDeviceSecret  Permission = "device:secret"  // a device's secureKey: rotation, and the generated one at creation
 	PermDashboardRead Permission = "dashboard:read" // dashboard queries and exports
 	PermUserAdmin     Permission = "user:admin"     // users and their roles
+	PermNotifyAdmin   Permission = "notify:admin"   // notification channels, subscriptions, dead letters (ingest/notify)
 )
 
 // Permissions lists every permission, in the order above.
 var Permissions = []Permission{PermProductRead, PermProductWrite, PermDeviceRead, PermDeviceWrite,
-	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin}
+	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin,
+	PermNotifyAdmin}
 
 var permissionText = map[Permission]string{
 	PermProductRead:   "Read products",
@@ -47,6 +49,7 @@ var permissionText = map[Permission]string{
 	PermDeviceSecret:  "Device secrets",
 	PermDashboardRead: "Read dashboards",
 	PermUserAdmin:     "Administer users",
+	PermNotifyAdmin:   "Administer notifications",
 }
 
 // Text is the display label of p (api writes it as the text of the

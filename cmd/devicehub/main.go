@@ -29,6 +29,7 @@ import (
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/link"
+	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -207,6 +208,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer func() { stopAlarms(); <-alarmDone }()
 	}
 
+	// Alarm notifications: every instance with -notify delivers from the
+	// shared outbox (ingest/notify's doc says why none is lost or doubled).
+	if cfg.Notify {
+		nopt := notify.DefaultOptions()
+		nopt.Workers, nopt.MaxAttempts, nopt.Logger, nopt.Registerer = cfg.NotifyWorkers, cfg.NotifyMaxAttempts, log, reg
+		dispatcher := notify.NewDispatcher(store, nopt)
+		notifyDone := make(chan struct{})
+		nctx, stopNotify := context.WithCancel(ctx)
+		go func() { defer close(notifyDone); dispatcher.Run(nctx) }()
+		defer func() { stopNotify(); <-notifyDone }()
+	}
+
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
 	}
@@ -246,6 +259,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
+
+			Notify: notify.NewStore(store), // channels, subscriptions, dead letters (api/notify.go)
 		})
 		if cfg.AuditRetention > 0 {
 			go store.RunAuditRetention(ctx, cfg.AuditRetention, time.Hour, log)
@@ -318,6 +333,9 @@ type config struct {
 	AuditRetention     time.Duration
 	Alarms             bool
 	AlarmRetention     time.Duration
+	Notify             bool
+	NotifyWorkers      int
+	NotifyMaxAttempts  int
 	PprofAddr          string
 	CORSOrigins        []string
 	MemoryLimit        int64
