@@ -188,7 +188,7 @@ func (s *Server) saveSubscription(c *fiber.Ctx, create bool) error {
 	if err != nil {
 		return err
 	}
-	var sub notify.Subscription
+	sub := notify.Subscription{Enabled: true} // absent: enabled
 	if err := decodeJSON(c, &sub); err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func TestNotifyAPI(t *testing.T) {
 	}
 	var sub notify.Subscription
 	e.ok("POST", "/api/notify/subscription", map[string]any{"id": "s-b", "name": "B", "products": []string{"np-b"}, "channels": []string{"hook"}}, &sub)
-	if sub.MinSeverity != "info" || len(sub.Kinds) != 1 || !slicesEq(sub.Rules, []string{}) {
+	if !sub.Enabled || sub.MinSeverity != "info" || len(sub.Kinds) != 1 || !slicesEq(sub.Rules, []string{}) {
 		t.Fatalf("subscription %+v", sub)
 	}
 	r = e.fails("POST", "/api/notify/subscription", map[string]any{"name": "X", "products": []string{"np-a"}, "channels": []string{"hook", "hook"}}, 400, "illegal_argument")
