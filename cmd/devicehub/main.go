@@ -213,6 +213,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if cfg.Notify {
 		nopt := notify.DefaultOptions()
 		nopt.Workers, nopt.MaxAttempts, nopt.Logger, nopt.Registerer = cfg.NotifyWorkers, cfg.NotifyMaxAttempts, log, reg
+		nopt.DSN = cfg.PostgresDSN // woken by the outbox trigger
 		dispatcher := notify.NewDispatcher(store, nopt)
 		notifyDone := make(chan struct{})
 		nctx, stopNotify := context.WithCancel(ctx)

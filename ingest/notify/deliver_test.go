@@ -10,6 +10,8 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/notify"
+	"devicehub/meta"
+	"devicehub/meta/metatest"
 )
 
 // checkOrder fails t unless, per alarm record, the first arrival of each
@@ -296,4 +298,41 @@ func TestEscalationAndReminders(t *testing.T) {
 	if n := g.outboxCount(t, "step LIKE 'e%' OR step LIKE 'r%'"); n != 4 {
 		t.Fatalf("%d escalation and reminder rows, want 4", n)
 	}
+}
+
+// With the database's DSN, workers are woken by the trigger's
+// announcement at commit, and by a replay, not by their poll (an hour
+// here). (Fails without the trigger's pg_notify: nothing is delivered
+// within the wait.)
+func TestWokenByTrigger(t *testing.T) {
+	dsn := metatest.NewDatabase(t)
+	opts := meta.DefaultOptions()
+	opts.DSN = dsn
+	ms, err := meta.Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ms.Close() })
+	g := rig{ms: ms, store: notify.NewStore(ms), alarms: alarms{t: t, db: ms.DB()}}
+	rcv := newReceiver(t)
+	rcv.set(http.StatusNotFound, 0)
+	ch := g.webhook(t, rcv.URL("/w"), "")
+	g.subscribe(t, notify.Subscription{Products: []string{"p1"}, Channels: []string{ch.ID}})
+	o := fast()
+	o.Poll, o.MaxAttempts, o.DSN = time.Hour, 1, dsn
+	g.run(t, o)
+	time.Sleep(300 * time.Millisecond) // the workers' first look has passed; they now wait for an hour or a wake
+	for i := range 3 {
+		g.alarms.raise("r1", fmt.Sprintf("d%d", i), "p1", "major")
+		testkit.Eventually(t, 3*time.Second, "a delivery attempt", func() bool { return len(rcv.requests()) == i+1 })
+	}
+	rcv.set(http.StatusOK, 0)
+	dead, _, err := g.store.DeadLetters(context.Background(), notify.DeadQuery{})
+	if err != nil || len(dead) != 3 {
+		t.Fatalf("%d dead letters, %v", len(dead), err)
+	}
+	if err := g.store.Replay(context.Background(), dead[0].ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 3*time.Second, "the replay's delivery", func() bool { return g.outboxCount(t, "state = 'delivered'") == 1 })
 }

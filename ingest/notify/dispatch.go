@@ -30,8 +30,12 @@ type Options struct {
 	BackoffBase time.Duration // the first retry's delay; doubled each attempt (1s)
 	BackoffMax  time.Duration // the longest retry delay (10m)
 	Retention   time.Duration // delivered rows kept this long (168h); 0 keeps them
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer
+	// DSN of the database (lib/pq form): when set, workers are woken by
+	// the outbox trigger's announcement (LISTEN devicehub_notify) instead
+	// of waiting for their next poll.
+	DSN        string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // DefaultOptions are the defaults of every option.
@@ -76,7 +80,7 @@ func NewDispatcher(ms *meta.Store, opt Options) *Dispatcher {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{ms: ms, store: NewStore(ms), opt: opt, log: opt.Logger, m: newMetrics(opt.Registerer), wake: make(chan struct{}, 1)}
+	return &Dispatcher{ms: ms, store: NewStore(ms), opt: opt, log: opt.Logger, m: newMetrics(opt.Registerer), wake: make(chan struct{}, opt.Workers)}
 }
 
 // Run delivers and schedules until ctx ends.
@@ -89,14 +93,31 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	wg.Add(2)
 	go func() { defer wg.Done(); d.schedule(ctx) }()
 	go func() { defer wg.Done(); d.gauge(ctx) }()
+	if d.opt.DSN != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := meta.Listen(d.opt.DSN, []string{wakeChannel}, meta.ListenHandler{
+				Notify: func(string, string) { d.Wake() }, Listening: d.Wake}, ctx.Done())
+			if err != nil {
+				d.log.Warn("notify: listen (workers poll instead)", "err", err)
+			}
+		}()
+	}
 	wg.Wait()
 }
 
-// Wake makes an idle worker look for due rows now.
+// wakeChannel is announced by the outbox trigger and by a replay.
+const wakeChannel = "devicehub_notify"
+
+// Wake makes the idle workers look for due rows now.
 func (d *Dispatcher) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
+	for range d.opt.Workers {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+			return
+		}
 	}
 }
 

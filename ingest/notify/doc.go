@@ -43,6 +43,11 @@
 // that has seen the key can drop the duplicate. Only a 2xx answer (an
 // SMTP server's acceptance, an MQTT PUBACK) marks a row delivered.
 //
+// Woken, not only polled. The trigger announces (pg_notify, sent at
+// commit) and the workers of every instance LISTENing wake; the poll
+// (Options.Poll) covers a lost announcement, so a missed wake-up delays a
+// notification and never loses it.
+//
 // In order per alarm and channel. A row is taken only when no earlier
 // pending row exists for the same alarm record and channel (the claim's
 // NOT EXISTS); a row whose retry is scheduled is still pending, so the

@@ -410,5 +410,6 @@ func (s *Store) Replay(ctx context.Context, id int64, products []string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
 	}
+	_, _ = s.db.ExecContext(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`) // the poll is the fallback
 	return nil
 }

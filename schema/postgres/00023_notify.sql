@@ -138,6 +138,9 @@ BEGIN
         INSERT INTO notify_outbox (record_id, subscription_id, channel_id, step, kind, payload)
         VALUES (r.id, s.id, s.channels[1], 't' || NEW.id, NEW.kind, notify_payload(r, NEW.kind, NEW.severity, NEW))
         ON CONFLICT (record_id, subscription_id, step) DO NOTHING;
+        -- Wakes the dispatchers at commit (PostgreSQL sends one per
+        -- transaction however many rows); their poll is the fallback.
+        PERFORM pg_notify('devicehub_notify', '');
     END LOOP;
     RETURN NULL;
 END
