@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"devicehub/bench/testkit"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
@@ -86,6 +88,8 @@ func TestNotFoundIsDeadThenReplayed(t *testing.T) {
 	g.subscribe(t, notify.Subscription{Products: []string{"p1"}, Channels: []string{ch.ID}})
 	o := fast()
 	o.MaxAttempts = 3
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
 	g.run(t, o)
 	g.alarms.raise("r1", "d1", "p1", "major")
 	ctx := context.Background()
@@ -103,6 +107,12 @@ func TestNotFoundIsDeadThenReplayed(t *testing.T) {
 	}
 	if n := len(rcv.requests()); n != 3 {
 		t.Fatalf("%d attempts, want 3", n)
+	}
+	for name, want := range map[string]float64{"devicehub_notify_failed_total": 3, "devicehub_notify_retried_total": 2,
+		"devicehub_notify_dead_total": 1, "devicehub_notify_sent_total": 0} {
+		if got := metric(t, reg, name, ch.ID); got != want {
+			t.Errorf("%s %v, want %v", name, got, want)
+		}
 	}
 	// Scoped: a caller limited to another product sees none and cannot replay it.
 	if _, total, _ := g.store.DeadLetters(ctx, notify.DeadQuery{Products: []string{"p2"}}); total != 0 {
@@ -123,6 +133,37 @@ func TestNotFoundIsDeadThenReplayed(t *testing.T) {
 	if _, total, _ := g.store.DeadLetters(ctx, notify.DeadQuery{}); total != 0 {
 		t.Fatalf("%d dead letters after the replay", total)
 	}
+	if got := metric(t, reg, "devicehub_notify_sent_total", ch.ID); got != 1 {
+		t.Errorf("sent %v, want 1", got)
+	}
+	if got := metric(t, reg, "devicehub_notify_send_seconds", ch.ID); got != 4 {
+		t.Errorf("%v attempts timed, want 4", got)
+	}
+}
+
+// metric is the value of a counter (a histogram's count) of channel.
+func metric(t *testing.T, reg *prometheus.Registry, name, channel string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "channel" && l.GetValue() == channel {
+					if h := m.GetHistogram(); h != nil {
+						return float64(h.GetSampleCount())
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // A dispatcher stopped with notifications queued and in flight, another
