@@ -243,7 +243,7 @@ func TestSignature(t *testing.T) {
 
 // A value bouncing at a threshold raises and clears again and again: one
 // notification per quiet time, however many alarms. (Fails without the
-// quiet rule: 2 x 200 notifications.)
+// quiet rule: 2 x 1000 notifications.)
 func TestQuietBouncingAlarm(t *testing.T) {
 	g := newRig(t)
 	rcv := newReceiver(t)
@@ -252,7 +252,7 @@ func TestQuietBouncingAlarm(t *testing.T) {
 	// Another subscription without a quiet time hears them all.
 	ch2 := g.webhook(t, rcv.URL("/all"), "")
 	g.subscribe(t, notify.Subscription{Products: []string{"p1"}, Kinds: []string{"raised"}, Channels: []string{ch2.ID}})
-	const bounces = 200
+	const bounces = 1000
 	for range bounces {
 		id := g.alarms.raise("r1", "d1", "p1", "minor")
 		g.alarms.transition(id, "cleared", "minor")
