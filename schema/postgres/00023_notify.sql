@@ -121,7 +121,7 @@ BEGIN
         RETURN NULL;
     END IF;
     FOR s IN SELECT * FROM notify_subscriptions
-        WHERE enabled AND r.product_id = ANY(products)
+        WHERE enabled AND products @> ARRAY[r.product_id] -- the GIN index
           AND (cardinality(rules) = 0 OR r.rule_id = ANY(rules))
           AND notify_severity_rank(NEW.severity) >= min_severity
           AND NEW.kind = ANY(kinds)
