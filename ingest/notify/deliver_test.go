@@ -196,13 +196,12 @@ func TestRestartAndTwoInstances(t *testing.T) {
 	if len(byKey) != n {
 		t.Fatalf("%d distinct keys, want %d", len(byKey), n)
 	}
-	dups := 0
 	for _, r := range gs {
 		if string(byKey[r.Key].Body) != string(r.Body) {
 			t.Fatalf("key %s with two bodies", r.Key)
 		}
 	}
-	dups = len(gs) - n
+	dups := len(gs) - n
 	// At most one row per worker was in flight at the stop.
 	if dups > notify.DefaultOptions().Workers {
 		t.Fatalf("%d duplicates", dups)

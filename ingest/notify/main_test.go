@@ -163,8 +163,7 @@ func (r *receiver) requests() []got {
 	return append([]got(nil), r.got...)
 }
 
-// keys is the distinct idempotency keys received with a 2xx answer... and
-// every other: the receiver answers as set, the test knows which.
+// distinct is the requests by idempotency key (the last of each).
 func distinct(gs []got) map[string]got {
 	m := map[string]got{}
 	for _, g := range gs {
