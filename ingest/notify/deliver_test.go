@@ -376,3 +376,48 @@ func TestWokenByTrigger(t *testing.T) {
 	}
 	testkit.Eventually(t, 3*time.Second, "the replay's delivery", func() bool { return g.outboxCount(t, "state = 'delivered'") == 1 })
 }
+
+// Escalations and the quiet time run on the server's clock, not the
+// device's: an alarm from a device an hour behind escalates after T1, not
+// at once; one from a device an hour ahead does not silence the next
+// alarm once the quiet time has passed. (Fails with the device's times:
+// the escalation at once, the second alarm quieted.)
+func TestServerClock(t *testing.T) {
+	g := newRig(t)
+	rcv := newReceiver(t)
+	c1, c2 := g.webhook(t, rcv.URL("/1"), ""), g.webhook(t, rcv.URL("/2"), "")
+	g.subscribe(t, notify.Subscription{Products: []string{"p1"}, Kinds: []string{"raised", "cleared"}, Channels: []string{c1.ID, c2.ID},
+		EscalateMs: []int64{800}, QuietMs: 1000})
+	g.run(t, fast())
+	raised := time.Now()
+	id := g.alarms.raiseAt("r1", "behind", "p1", "major", -time.Hour)
+	testkit.Eventually(t, 5*time.Second, "the escalation", func() bool {
+		for _, r := range rcv.requests() {
+			if r.Path == "/2" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range rcv.requests() {
+		if d := r.At.Sub(raised); r.Path == "/2" && d < 750*time.Millisecond {
+			t.Fatalf("escalated %v after the raise, want 800ms", d)
+		}
+	}
+	g.alarms.transition(id, "acknowledged", "major")
+
+	ahead := g.alarms.raiseAt("r2", "ahead", "p1", "major", time.Hour)
+	g.alarms.transition(ahead, "cleared", "major")
+	// The quiet time passes on the server's clock.
+	g.ms.DB().MustExec(`UPDATE notify_quiet SET last_time = last_time - interval '2 seconds' WHERE rule_id = 'r2'`)
+	g.alarms.raise("r2", "ahead", "p1", "major")
+	testkit.Eventually(t, 5*time.Second, "both raises of the device ahead", func() bool {
+		n := 0
+		for _, r := range rcv.requests() {
+			if r.N.Alarm["deviceId"] == "ahead" && r.N.Kind == "raised" {
+				n++
+			}
+		}
+		return n == 2
+	})
+}

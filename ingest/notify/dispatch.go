@@ -277,9 +277,13 @@ func (d *Dispatcher) lead(ctx context.Context, lost <-chan struct{}) {
 		if n > 0 {
 			d.Wake()
 		}
-		if d.opt.Retention > 0 && time.Since(purged) > time.Minute {
+		if time.Since(purged) > time.Minute {
 			purged = time.Now()
-			if err := d.store.Purge(ctx, time.Now().Add(-d.opt.Retention)); err != nil && ctx.Err() == nil {
+			var before time.Time // Retention 0: no delivered row is old enough
+			if d.opt.Retention > 0 {
+				before = time.Now().Add(-d.opt.Retention)
+			}
+			if err := d.store.Purge(ctx, before); err != nil && ctx.Err() == nil {
 				d.log.Warn("notify: purge", "err", err)
 			}
 		}
@@ -294,11 +298,12 @@ func (d *Dispatcher) lead(ctx context.Context, lost <-chan struct{}) {
 }
 
 // subscribed joins the active, unacknowledged alarms a subscription
-// covers (raised since it was created).
-const subscribed = `FROM notify_subscriptions s
-	JOIN alarm_records r ON r.state = 'active' AND NOT r.acked AND r.product_id = ANY(s.products)
-	  AND (cardinality(s.rules) = 0 OR r.rule_id = ANY(s.rules))
-	  AND notify_severity_rank(r.severity) >= s.min_severity AND r.raised_time >= s.create_time`
+// covers, a.since when the trigger first saw one concern it (the
+// server's clock: a device's clock does not move escalations).
+const subscribed = `FROM notify_active a
+	JOIN notify_subscriptions s ON s.id = a.subscription_id
+	JOIN alarm_records r ON r.id = a.record_id AND r.state = 'active' AND NOT r.acked
+	  AND notify_severity_rank(r.severity) >= s.min_severity`
 
 // Tick enqueues the escalations and reminders due now; it returns how
 // many rows it added. Idempotent: a step already enqueued is not again.
@@ -310,7 +315,7 @@ func (s *Store) Tick(ctx context.Context) (int64, error) {
 		SELECT r.id, s.id, s.channels[e.i + 1], 'e' || e.i, 'escalation', notify_payload(r, 'escalation', r.severity, NULL::alarm_transitions)
 		`+subscribed+`
 		CROSS JOIN LATERAL generate_subscripts(s.escalate_ms, 1) AS e(i)
-		WHERE s.enabled AND r.raised_time + make_interval(secs => s.escalate_ms[e.i] / 1000.0) <= now()
+		WHERE s.enabled AND a.since + make_interval(secs => s.escalate_ms[e.i] / 1000.0) <= now()
 		ORDER BY r.id, e.i
 		ON CONFLICT (record_id, subscription_id, step) DO NOTHING`)
 	if err != nil {
@@ -322,10 +327,10 @@ func (s *Store) Tick(ctx context.Context) (int64, error) {
 	// sends one reminder, not the ones it missed.
 	res, err = s.db.ExecContext(ctx, `INSERT INTO notify_outbox (record_id, subscription_id, channel_id, step, kind, payload)
 		SELECT r.id, s.id,
-		  s.channels[1 + (SELECT count(*) FROM unnest(s.escalate_ms) m WHERE r.raised_time + make_interval(secs => m / 1000.0) <= now())::int],
+		  s.channels[1 + (SELECT count(*) FROM unnest(s.escalate_ms) m WHERE a.since + make_interval(secs => m / 1000.0) <= now())::int],
 		  'r' || k.n, 'reminder', notify_payload(r, 'reminder', r.severity, NULL::alarm_transitions)
 		`+subscribed+`
-		CROSS JOIN LATERAL (SELECT floor(extract(epoch FROM now() - r.raised_time) * 1000 / s.remind_ms)::BIGINT AS n) k
+		CROSS JOIN LATERAL (SELECT floor(extract(epoch FROM now() - a.since) * 1000 / s.remind_ms)::BIGINT AS n) k
 		WHERE s.enabled AND s.remind_ms > 0 AND k.n >= 1
 		ORDER BY r.id
 		ON CONFLICT (record_id, subscription_id, step) DO NOTHING`)
@@ -336,11 +341,16 @@ func (s *Store) Tick(ctx context.Context) (int64, error) {
 	return n + m, nil
 }
 
-// Purge deletes delivered rows done before before, and quiet marks older
-// than a day beyond the longest quiet time.
+// Purge deletes delivered rows done before before, the escalation
+// clocks of alarms no longer active and unacknowledged, and quiet marks
+// older than a day beyond their quiet time.
 func (s *Store) Purge(ctx context.Context, before time.Time) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM notify_active a WHERE NOT EXISTS (SELECT 1 FROM alarm_records r
+		WHERE r.id = a.record_id AND r.state = 'active' AND NOT r.acked)`); err != nil {
+		return fmt.Errorf("notify: purge: %w", err)
+	}
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM notify_outbox WHERE state = 'delivered' AND done_time < $1`, before); err != nil {
 		return fmt.Errorf("notify: purge: %w", err)
 	}

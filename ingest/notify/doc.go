@@ -32,6 +32,11 @@
 // once, a restarted scheduler, or a replayed tick never enqueue a cause
 // twice.
 //
+// On the server's clock. An alarm's times are its device's; the quiet
+// time and the escalation clock (notify_active.since, written by the
+// trigger) use the database's now(), so a device's clock cannot silence
+// or hurry a notification.
+//
 // Delivered at least once, with one key. A worker takes a due row with
 // SELECT ... FOR UPDATE SKIP LOCKED in a transaction it holds while
 // sending, and marks the row delivered (or schedules its retry, or makes

@@ -37,13 +37,22 @@ type alarms struct {
 // transaction and returns the record's id.
 func (a alarms) raise(rule, device, product, severity string) int64 {
 	a.t.Helper()
+	return a.raiseAt(rule, device, product, severity, 0)
+}
+
+// raiseAt is raise with the device's clock off by skew: the alarm's
+// times are the message's (ingest/alarm).
+func (a alarms) raiseAt(rule, device, product, severity string, skew time.Duration) int64 {
+	a.t.Helper()
 	tx := a.db.MustBegin()
 	var id int64
+	at := `now() + make_interval(secs => $5)`
 	if err := tx.Get(&id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state, raised_time, last_time, first_value, last_value)
-		VALUES ($1, $1, $2, $3, $4, 'active', now(), now(), '31', '31') RETURNING id`, rule, product, device, severity); err != nil {
+		VALUES ($1, $1, $2, $3, $4, 'active', `+at+`, `+at+`, '31', '31') RETURNING id`, rule, product, device, severity, skew.Seconds()); err != nil {
 		a.t.Fatal(err)
 	}
-	tx.MustExec(`INSERT INTO alarm_transitions (record_id, time, kind, severity, value) VALUES ($1, now(), 'raised', $2, '31')`, id, severity)
+	tx.MustExec(`INSERT INTO alarm_transitions (record_id, time, kind, severity, value) VALUES ($1, now() + make_interval(secs => $3), 'raised', $2, '31')`,
+		id, severity, skew.Seconds())
 	if err := tx.Commit(); err != nil {
 		a.t.Fatal(err)
 	}

@@ -244,7 +244,8 @@ func parseTemplate(field, src string) (*template.Template, error) {
 // be named (a caller's own); Rules empty means every rule of them.
 // Channels is the escalation chain: Channels[0] hears the transitions of
 // Kinds; Channels[i] hears an alarm still active and unacknowledged
-// EscalateMs[i-1] after it was raised. RemindMs: a reminder every so long
+// EscalateMs[i-1] after it first concerned the subscription (the
+// server's clock). RemindMs: a reminder every so long
 // while active and unacknowledged, to the chain's channel reached by
 // then. QuietMs: at most one transition notification per (rule, device)
 // per so long.

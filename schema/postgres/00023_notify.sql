@@ -70,8 +70,22 @@ CREATE INDEX notify_outbox_order ON notify_outbox (record_id, channel_id, id) WH
 CREATE INDEX notify_outbox_dead ON notify_outbox (done_time DESC, id DESC) WHERE state = 'dead';
 CREATE INDEX notify_outbox_done ON notify_outbox (done_time) WHERE state = 'delivered';
 
+-- Since when (the server's clock, not the device's) an alarm concerns a
+-- subscription that escalates or reminds: written by the trigger at the
+-- first transition of the alarm the subscription matches; the
+-- scheduler's escalations and reminders count from it, and only alarms
+-- raised while the subscription existed have one. Deleted by the
+-- scheduler once the alarm is cleared or acknowledged.
+CREATE TABLE notify_active (
+    record_id       BIGINT NOT NULL,
+    subscription_id TEXT NOT NULL,
+    since           TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (record_id, subscription_id)
+);
+
 -- The quiet rule's memory: when (subscription, rule, device) last had a
--- transition notification enqueued. Keyed by rule and device, not by
+-- transition notification enqueued, by the server's clock (a device's
+-- clock set back would otherwise silence it). Keyed by rule and device, not by
 -- record, so an alarm cleared and raised again within the quiet time
 -- counts as one.
 CREATE TABLE notify_quiet (
@@ -124,12 +138,15 @@ BEGIN
         WHERE enabled AND products @> ARRAY[r.product_id] -- the GIN index
           AND (cardinality(rules) = 0 OR r.rule_id = ANY(rules))
           AND notify_severity_rank(NEW.severity) >= min_severity
-          AND NEW.kind = ANY(kinds)
         ORDER BY id
     LOOP
+        IF r.state = 'active' AND NOT r.acked AND (cardinality(s.escalate_ms) > 0 OR s.remind_ms > 0) THEN
+            INSERT INTO notify_active (record_id, subscription_id) VALUES (r.id, s.id) ON CONFLICT DO NOTHING;
+        END IF;
+        CONTINUE WHEN NOT (NEW.kind = ANY(s.kinds));
         IF s.quiet_ms > 0 THEN
             INSERT INTO notify_quiet AS q (subscription_id, rule_id, device_id, last_time)
-            VALUES (s.id, r.rule_id, r.device_id, NEW.time)
+            VALUES (s.id, r.rule_id, r.device_id, now())
             ON CONFLICT (subscription_id, rule_id, device_id) DO UPDATE SET last_time = EXCLUDED.last_time
             WHERE q.last_time <= EXCLUDED.last_time - make_interval(secs => s.quiet_ms / 1000.0);
             GET DIAGNOSTICS n = ROW_COUNT;
@@ -154,6 +171,7 @@ DROP FUNCTION notify_enqueue();
 DROP FUNCTION notify_payload(alarm_records, TEXT, TEXT, alarm_transitions);
 DROP FUNCTION notify_severity_rank(TEXT);
 DROP TABLE notify_quiet;
+DROP TABLE notify_active;
 DROP TABLE notify_outbox;
 DROP TABLE notify_subscriptions;
 DROP TABLE notify_channels;
