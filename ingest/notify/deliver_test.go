@@ -367,10 +367,15 @@ func TestWokenByTrigger(t *testing.T) {
 		testkit.Eventually(t, 3*time.Second, "a delivery attempt", func() bool { return len(rcv.requests()) == i+1 })
 	}
 	rcv.set(http.StatusOK, 0)
-	dead, _, err := g.store.DeadLetters(context.Background(), notify.DeadQuery{})
-	if err != nil || len(dead) != 3 {
-		t.Fatalf("%d dead letters, %v", len(dead), err)
-	}
+	var dead []notify.Dead
+	testkit.Eventually(t, 3*time.Second, "three dead letters", func() bool { // the last is recorded just after its answer
+		d, _, err := g.store.DeadLetters(context.Background(), notify.DeadQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = d
+		return len(d) == 3
+	})
 	if err := g.store.Replay(context.Background(), dead[0].ID, nil); err != nil {
 		t.Fatal(err)
 	}
