@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/notify"
 	"devicehub/ingest/shadow"
 	"devicehub/meta"
 	"devicehub/schema"
@@ -54,6 +55,12 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, err.Error(), nil)
 		case errors.Is(err, meta.ErrBadCredentials):
 			return reply(c, fiber.StatusBadRequest, codeIllegalPassword, "wrong username or password", nil)
+		case errors.Is(err, notify.ErrInvalid):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(err.Error()), nil)
+		case errors.Is(err, notify.ErrNotFound):
+			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
+		case errors.Is(err, notify.ErrInUse):
+			return reply(c, fiber.StatusConflict, codeConflict, safeText(err.Error()), nil)
 		case errors.Is(err, meta.ErrNotFound):
 			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
 		case errors.Is(err, meta.ErrConflict):

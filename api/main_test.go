@@ -17,6 +17,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/bench/testkit"
+	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -63,6 +64,7 @@ func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, dep
 		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
 		Registry: reg, Gatherer: reg,
 	}
+	deps.Notify = notify.NewStore(store) // api/notify.go
 	if with != nil {
 		with(store, &deps)
 	}

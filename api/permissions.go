@@ -28,6 +28,7 @@ const (
 	permAlarmRead     = meta.PermAlarmRead  // alarm rules and records (alarms.go)
 	permAlarmWrite    = meta.PermAlarmWrite // acknowledge, clear by hand
 	permRuleWrite     = meta.PermRuleWrite  // alarm rules: write
+	permNotifyAdmin   = meta.PermNotifyAdmin
 )
 
 // NeedSignedIn is what RouteAccess.Need says of a route that needs a live

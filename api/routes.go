@@ -127,6 +127,18 @@ func (s *Server) routes() {
 	api.Get("/alarm/record/:id", s.need(permAlarmRead), s.getAlarmRecord)
 	api.Post("/alarm/record/:id/_ack", s.need(permAlarmWrite), s.ackAlarm)
 	api.Post("/alarm/record/:id/_clear", s.need(permAlarmWrite), s.clearAlarm)
+	// Notifications (notify.go): channels, subscriptions, dead letters.
+	api.Post("/notify/channel/_query", s.need(permNotifyAdmin), s.queryChannels)
+	api.Post("/notify/channel", s.need(permNotifyAdmin), s.write(s.createChannel))
+	api.Put("/notify/channel/:id", s.need(permNotifyAdmin), s.write(s.updateChannel))
+	api.Delete("/notify/channel/:id", s.need(permNotifyAdmin), s.write(s.deleteChannel))
+	api.Post("/notify/channel/:id/_test", s.need(permNotifyAdmin), s.write(s.testChannel))
+	api.Post("/notify/subscription/_query", s.need(permNotifyAdmin), s.querySubscriptions)
+	api.Post("/notify/subscription", s.need(permNotifyAdmin), s.write(s.createSubscription))
+	api.Put("/notify/subscription/:id", s.need(permNotifyAdmin), s.write(s.updateSubscription))
+	api.Delete("/notify/subscription/:id", s.need(permNotifyAdmin), s.write(s.deleteSubscription))
+	api.Post("/notify/dead/_query", s.need(permNotifyAdmin), s.queryDead)
+	api.Post("/notify/dead/:id/_replay", s.need(permNotifyAdmin), s.write(s.replayDead))
 
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)

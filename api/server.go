@@ -191,6 +191,10 @@ type Deps struct {
 	// Alarms keeps alarm rules and records (alarms.go); nil: the alarm
 	// routes answer server_error.
 	Alarms AlarmStore
+
+	// Notify keeps notification channels, subscriptions and dead letters
+	// (notify.go); nil answers those routes with a server error.
+	Notify NotifyStore
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger

@@ -35,12 +35,13 @@ const (
 	PermAlarmRead     Permission = "alarm:read"     // alarm rules and records: list, detail, export
 	PermAlarmWrite    Permission = "alarm:write"    // alarms: acknowledge, clear by hand
 	PermRuleWrite     Permission = "rule:write"     // alarm rules: create, change, delete, enable, import
+	PermNotifyAdmin   Permission = "notify:admin"   // notification channels, subscriptions, dead letters (ingest/notify)
 )
 
 // Permissions lists every permission, in the order above.
 var Permissions = []Permission{PermProductRead, PermProductWrite, PermDeviceRead, PermDeviceWrite,
 	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin,
-	PermAlarmRead, PermAlarmWrite, PermRuleWrite}
+	PermAlarmRead, PermAlarmWrite, PermRuleWrite, PermNotifyAdmin}
 
 var permissionText = map[Permission]string{
 	PermProductRead:   "Read products",
@@ -54,6 +55,7 @@ var permissionText = map[Permission]string{
 	PermAlarmRead:     "Read alarms",
 	PermAlarmWrite:    "Handle alarms",
 	PermRuleWrite:     "Write alarm rules",
+	PermNotifyAdmin:   "Administer notifications",
 }
 
 // Text is the display label of p (api writes it as the text of the

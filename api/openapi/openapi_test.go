@@ -22,6 +22,7 @@ import (
 	"devicehub/api/live"
 	"devicehub/api/openapi"
 	"devicehub/bench/testkit"
+	"devicehub/ingest/notify"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb"
 	"devicehub/tsdb/tsdbtest"
@@ -329,6 +330,7 @@ func startServer(t *testing.T) (*liveServer, *tsdb.DB, *live.Hub) {
 	srv := api.New(api.DefaultOptions(), api.Deps{
 		Auth: store, Products: store, Roles: store, Devices: store, Dashboard: db, Models: store,
 		Live: hub, LiveDevices: store,
+		Notify:   notify.NewStore(store),
 		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
 		Registry: reg, Gatherer: reg,
 	})
@@ -407,6 +409,27 @@ func TestResponsesMatchDocument(t *testing.T) {
 				"params": map[string]any{"deviceId": "oa-1", "properties": []string{"temperature"}, "agg": "avg", "time": "1h", "limit": 3, "to": "now"}},
 		}, status: 200},
 		{method: "POST", path: "/api/dashboard/_multi", body: []map[string]any{{"dashboard": "device"}}, status: 400},
+		// Notifications: the channel's receiver is a closed port, so _test answers delivered false.
+		{method: "POST", path: "/api/notify/channel", body: map[string]any{"id": "oa-hook", "name": "Hook", "secret": "s",
+			"webhook": map[string]any{"url": "http://127.0.0.1:9/h", "timeoutMs": 1000}}, status: 200},
+		{method: "POST", path: "/api/notify/channel", body: map[string]any{"name": "Bad", "webhook": map[string]any{"url": "ftp://x"}}, status: 400},
+		{method: "PUT", path: "/api/notify/channel/oa-hook", docPath: "/api/notify/channel/{id}", body: map[string]any{"name": "Hook 2",
+			"email": map[string]any{"host": "127.0.0.1", "port": 9, "from": "a@example.com", "to": []string{"b@example.com"}, "timeoutMs": 1000}}, status: 200},
+		{method: "PUT", path: "/api/notify/channel/nope", docPath: "/api/notify/channel/{id}", body: map[string]any{"name": "N",
+			"webhook": map[string]any{"url": "http://x"}}, status: 404},
+		{method: "POST", path: "/api/notify/channel/_query", status: 200},
+		{method: "POST", path: "/api/notify/channel/oa-hook/_test", docPath: "/api/notify/channel/{id}/_test", status: 200},
+		{method: "POST", path: "/api/notify/subscription", body: map[string]any{"id": "oa-sub", "name": "Sub", "products": []string{"oa-meter"},
+			"channels": []string{"oa-hook"}, "quietMs": 60000}, status: 200},
+		{method: "POST", path: "/api/notify/subscription", body: map[string]any{"name": "Sub", "products": []string{"oa-meter"}, "channels": []string{"nope"}}, status: 400},
+		{method: "PUT", path: "/api/notify/subscription/oa-sub", docPath: "/api/notify/subscription/{id}", body: map[string]any{"name": "Sub 2",
+			"products": []string{"oa-meter"}, "channels": []string{"oa-hook"}}, status: 200},
+		{method: "POST", path: "/api/notify/subscription/_query", status: 200},
+		{method: "DELETE", path: "/api/notify/channel/oa-hook", docPath: "/api/notify/channel/{id}", status: 409},
+		{method: "POST", path: "/api/notify/dead/_query", body: map[string]any{"pageSize": 10}, status: 200},
+		{method: "POST", path: "/api/notify/dead/7/_replay", docPath: "/api/notify/dead/{id}/_replay", status: 404},
+		{method: "DELETE", path: "/api/notify/subscription/oa-sub", docPath: "/api/notify/subscription/{id}", status: 200},
+		{method: "DELETE", path: "/api/notify/channel/oa-hook", docPath: "/api/notify/channel/{id}", status: 200},
 		{method: "GET", path: "/healthz", noToken: true, status: 200},
 		{method: "GET", path: "/readyz", noToken: true, status: 200},
 		{method: "POST", path: "/api/authorize/logout", status: 200},

@@ -30,6 +30,7 @@ import (
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/link"
+	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -234,6 +235,19 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer func() { stopAlarms(); <-alarmDone }()
 	}
 
+	// Alarm notifications: every instance with -notify delivers from the
+	// shared outbox (ingest/notify's doc says why none is lost or doubled).
+	if cfg.Notify {
+		nopt := notify.DefaultOptions()
+		nopt.Workers, nopt.MaxAttempts, nopt.Logger, nopt.Registerer = cfg.NotifyWorkers, cfg.NotifyMaxAttempts, log, reg
+		nopt.DSN = cfg.PostgresDSN // woken by the outbox trigger
+		dispatcher := notify.NewDispatcher(store, nopt)
+		notifyDone := make(chan struct{})
+		nctx, stopNotify := context.WithCancel(ctx)
+		go func() { defer close(notifyDone); dispatcher.Run(nctx) }()
+		defer func() { stopNotify(); <-notifyDone }()
+	}
+
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
 	}
@@ -276,6 +290,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
+
+			Notify: notify.NewStore(store), // channels, subscriptions, dead letters (api/notify.go)
 		})
 		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
@@ -350,6 +366,9 @@ type config struct {
 	AuditRetention     time.Duration
 	Alarms             bool
 	AlarmRetention     time.Duration
+	Notify             bool
+	NotifyWorkers      int
+	NotifyMaxAttempts  int
 	PprofAddr          string
 	CORSOrigins        []string
 	MetricsAllow       []netip.Prefix
