@@ -111,8 +111,12 @@ type AlarmEvent struct {
 // AlarmChanged hands the hub an alarm transition. The evaluating instance
 // announces each to every instance (cmd/devicehub relays them over
 // PostgreSQL), so it is delivered here only.
-func (h *Hub) AlarmChanged(e AlarmEvent) {
-	subs := (*h.local.Load())[e.DeviceID]
+func (h *Hub) AlarmChanged(e AlarmEvent) { h.deviceEvent(e.DeviceID, EventAlarm, e) }
+
+// deviceEvent delivers an event of kind about device to the local
+// subscribers watching it.
+func (h *Hub) deviceEvent(device, kind string, e any) {
+	subs := (*h.local.Load())[device]
 	if len(subs) == 0 {
 		return
 	}
@@ -120,8 +124,29 @@ func (h *Hub) AlarmChanged(e AlarmEvent) {
 	if err != nil {
 		return
 	}
-	f := frame(EventAlarm, data)
+	f := frame(kind, data)
 	for _, s := range subs {
 		s.offer(f)
 	}
 }
+
+// EventShadow is the event of a change of a device's desired state
+// (ingest/shadow): its new version and delta, delivered to the
+// subscribers watching the device, so scoped as every device's events are.
+const EventShadow = "shadow"
+
+// ShadowEvent is the data of a shadow event.
+type ShadowEvent struct {
+	DeviceID  string `json:"deviceId"`
+	ProductID string `json:"productId"`
+	Version   int64  `json:"version"`
+	// Delta: the desired properties whose reported value differs, as
+	// the device is sent them.
+	Delta     map[string]json.RawMessage `json:"delta"`
+	Timestamp int64                      `json:"timestamp"` // the change's time, epoch ms
+}
+
+// ShadowChanged hands the hub a change of a device's desired state; the
+// changing instance announces each to every instance (cmd/devicehub
+// relays them over PostgreSQL), so it is delivered here only.
+func (h *Hub) ShadowChanged(e ShadowEvent) { h.deviceEvent(e.DeviceID, EventShadow, e) }

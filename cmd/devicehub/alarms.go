@@ -8,52 +8,125 @@ import (
 
 	"devicehub/api/live"
 	"devicehub/ingest/alarm"
+	"devicehub/ingest/shadow"
 )
 
-// alarmChannel carries alarm transitions from the evaluating instance to
-// every instance's live hub (their subscribers may be anywhere).
-const alarmChannel = "devicehub_alarms"
+// The PostgreSQL channels that carry device events made on one instance
+// (an alarm transition by the evaluating instance, a change of desired
+// state by the instance that took the request) to every instance's live
+// hub: their subscribers may be anywhere.
+const (
+	alarmChannel  = "devicehub_alarms"
+	shadowChannel = "devicehub_shadows"
+)
 
-// startAlarmLive listens for alarm transitions and hands them to hub; the
-// returned publish sends a committed batch's transitions (as the alarm
-// runner's OnTransitions). Transitions sent while an instance's listener
-// reconnects are not seen there: live events are a view, the records are
-// the truth.
-func startAlarmLive(ctx context.Context, dsn string, hub *live.Hub, log *slog.Logger) (publish func([]alarm.Transition), stop func(), err error) {
+// eventRelay announces device events over PostgreSQL and hands the ones
+// it hears to the hub. Announcing never blocks the caller: events wait in
+// a bounded queue for one sender, which sends them in batches; when the
+// queue is full an event is dropped and logged. Events sent while an
+// instance's listener reconnects are not seen there either: live events
+// are a view, the records and shadows are the truth.
+type eventRelay struct {
+	bus   *live.PGBus
+	log   *slog.Logger
+	queue chan relayed
+}
+
+type relayed struct{ channel, payload string }
+
+// startEventRelay listens for device events and hands them to hub; stop
+// ends the sender and the listener.
+func startEventRelay(ctx context.Context, dsn string, hub *live.Hub, log *slog.Logger) (r *eventRelay, stop func(), err error) {
 	bus, err := live.NewPGBus(dsn)
 	if err != nil {
 		return nil, nil, err
 	}
-	stopListen, err := bus.Listen(ctx, []string{alarmChannel}, func(_, payload string) {
-		var e live.AlarmEvent
-		if json.Unmarshal([]byte(payload), &e) == nil {
-			hub.AlarmChanged(e)
+	stopListen, err := bus.Listen(ctx, []string{alarmChannel, shadowChannel}, func(channel, payload string) {
+		switch channel {
+		case alarmChannel:
+			var e live.AlarmEvent
+			if json.Unmarshal([]byte(payload), &e) == nil {
+				hub.AlarmChanged(e)
+			}
+		case shadowChannel:
+			var e live.ShadowEvent
+			if json.Unmarshal([]byte(payload), &e) == nil {
+				hub.ShadowChanged(e)
+			}
 		}
 	}, func() {})
 	if err != nil {
 		bus.Close()
 		return nil, nil, err
 	}
-	publish = func(trs []alarm.Transition) {
-		var payloads []string
-		for _, t := range trs {
-			if t.Kind == alarm.KindRepeated {
-				continue // a count, not a transition
-			}
-			b, _ := json.Marshal(live.AlarmEvent{DeviceID: t.DeviceID, ProductID: t.ProductID, RuleID: t.RuleID, RuleName: t.RuleName,
-				Kind: t.Kind, Severity: t.Severity, Value: t.Value, Timestamp: t.At.UnixMilli()})
-			if len(b) <= bus.MaxPayload() {
-				payloads = append(payloads, string(b))
-			}
-		}
-		if len(payloads) == 0 {
+	r = &eventRelay{bus: bus, log: log, queue: make(chan relayed, 10_000)}
+	done := make(chan struct{})
+	sctx, cancel := context.WithCancel(ctx)
+	go func() { defer close(done); r.send(sctx) }()
+	return r, func() { cancel(); <-done; stopListen(); bus.Close() }, nil
+}
+
+// announce queues an event for every instance; false when it was dropped
+// (too large for a notification, or the queue full).
+func (r *eventRelay) announce(channel string, e any) bool {
+	b, err := json.Marshal(e)
+	if err != nil || len(b) > r.bus.MaxPayload() {
+		return false
+	}
+	select {
+	case r.queue <- relayed{channel, string(b)}:
+		return true
+	default:
+		r.log.Warn("live: device event dropped, the relay's queue is full", "channel", channel)
+		return false
+	}
+}
+
+// send sends what is queued, up to 100 payloads of one channel a
+// statement, until ctx ends.
+func (r *eventRelay) send(ctx context.Context) {
+	for {
+		var first relayed
+		select {
+		case <-ctx.Done():
 			return
+		case first = <-r.queue:
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := bus.Send(sctx, alarmChannel, payloads); err != nil {
-			log.Warn("alarms: live announcement failed", "err", err)
+		batch := map[string][]string{first.channel: {first.payload}}
+	more:
+		for n := 1; n < 100; n++ {
+			select {
+			case e := <-r.queue:
+				batch[e.channel] = append(batch[e.channel], e.payload)
+			default:
+				break more
+			}
+		}
+		for channel, payloads := range batch {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := r.bus.Send(sctx, channel, payloads); err != nil && ctx.Err() == nil {
+				r.log.Warn("live: device events not announced", "channel", channel, "events", len(payloads), "err", err)
+			}
+			cancel()
 		}
 	}
-	return publish, func() { stopListen(); bus.Close() }, nil
+}
+
+// alarmTransitions announces a committed batch of alarm transitions (the
+// alarm runner's OnTransitions).
+func (r *eventRelay) alarmTransitions(trs []alarm.Transition) {
+	for _, t := range trs {
+		if t.Kind == alarm.KindRepeated {
+			continue // a count, not a transition
+		}
+		r.announce(alarmChannel, live.AlarmEvent{DeviceID: t.DeviceID, ProductID: t.ProductID, RuleID: t.RuleID, RuleName: t.RuleName,
+			Kind: t.Kind, Severity: t.Severity, Value: t.Value, Timestamp: t.At.UnixMilli()})
+	}
+}
+
+// shadowChanged announces a committed change of a device's desired state
+// (the shadow service's Changed).
+func (r *eventRelay) shadowChanged(productID string, v shadow.View) {
+	r.announce(shadowChannel, live.ShadowEvent{DeviceID: v.DeviceID, ProductID: productID, Version: v.Version,
+		Delta: v.Delta, Timestamp: time.Now().UnixMilli()})
 }

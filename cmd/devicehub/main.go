@@ -160,13 +160,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	defer stopLive()
 	presence.OnPresenceChange(hub.PresenceChanged)
-	alarmsLive, stopAlarmLive, err := startAlarmLive(ctx, cfg.PostgresDSN, hub, log)
+	// Alarm transitions and shadow changes reach every instance's live
+	// subscribers over PostgreSQL (alarms.go).
+	relay, stopRelay, err := startEventRelay(ctx, cfg.PostgresDSN, hub, log)
 	if err != nil {
 		return err
 	}
-	defer stopAlarmLive()
+	defer stopRelay()
 	// Devices' shadows (cmd/devicehub/shadow.go): closed after ingest.
-	shadows, shadowSend := newShadows(store, ts, cfg)
+	shadows, shadowSend := newShadows(store, ts, cfg, relay.shadowChanged)
 	defer shadows.Close()
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
@@ -225,7 +227,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	var alarms *alarm.Runner
 	if cfg.Alarms && ing != nil {
 		aopt := alarm.Options{BrokerURL: cfg.MQTTURL, Login: cfg.MQTTLogin, Retention: cfg.AlarmRetention,
-			Logger: log, Registerer: reg, OnTransitions: alarmsLive}
+			Logger: log, Registerer: reg, OnTransitions: relay.alarmTransitions}
 		if alarms, err = alarm.NewRunner(store, aopt); err != nil {
 			return err
 		}

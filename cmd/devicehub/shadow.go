@@ -13,9 +13,11 @@ import (
 // births from its start on, and the command path it sends on is built
 // after ingest (which records the command path's downlinks): its sender
 // waits for that (lateSender.set).
-func newShadows(store *meta.Store, ts *tsdb.DB, cfg config) (*shadow.Service, *lateSender) {
+// changed is told each committed change (the live relay).
+func newShadows(store *meta.Store, ts *tsdb.DB, cfg config, changed func(string, shadow.View)) (*shadow.Service, *lateSender) {
 	send := &lateSender{ready: make(chan struct{})}
 	opt := shadow.DefaultOptions()
+	opt.Changed = changed
 	svc := shadow.New(shadow.NewStore(store.DB(), cfg.QueryTimeout), ts, send, opt)
 	return svc, send
 }

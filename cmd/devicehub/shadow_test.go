@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,8 +95,25 @@ func TestShadowAcrossRestart(t *testing.T) {
 	dev.Publish(topic("offline"), 1, false, `{}`).WaitTimeout(5 * time.Second)
 	dev.Disconnect(0)
 
+	// A live stream of the device sees each change of its desired state.
+	shadowEvents := liveEvents(t, srv.base, token, device, "shadow")
 	for _, body := range []string{`{"desired":{"target":20}}`, `{"desired":{"target":21}}`, `{"desired":{"target":22.5}}`} {
 		srv.call(t, token, "PUT", "/api/device/instance/"+device+"/shadow", body)
+	}
+	for want := 1.0; want <= 3; want++ {
+		select {
+		case data := <-shadowEvents:
+			var e struct {
+				DeviceID string             `json:"deviceId"`
+				Version  float64            `json:"version"`
+				Delta    map[string]float64 `json:"delta"`
+			}
+			if err := json.Unmarshal([]byte(data), &e); err != nil || e.DeviceID != device || e.Version != want || len(e.Delta) != 1 {
+				t.Fatalf("shadow event %d: %s", int(want), data)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no shadow event for version %d on /api/live", int(want))
+		}
 	}
 	srv.signal(syscall.SIGTERM)
 	if code, ok := srv.wait(20 * time.Second); !ok || code != 0 {
@@ -124,4 +145,39 @@ func TestShadowAcrossRestart(t *testing.T) {
 	if deltas[0]["version"] != 3.0 || len(state) != 1 || state["target"] != 22.5 {
 		t.Fatalf("delta: %v", deltas[0])
 	}
+}
+
+// liveEvents follows device on base's /api/live and sends the data of
+// each event of kind to the channel returned, until the test ends.
+func liveEvents(t *testing.T, base, token, device, kind string) <-chan string {
+	t.Helper()
+	events := make(chan string, 64)
+	req, _ := http.NewRequest("GET", base+"/api/live?deviceId="+url.QueryEscape(device)+"&token="+token, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("live: %d %s", resp.StatusCode, b)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		var ev string
+		for sc.Scan() {
+			l := sc.Text()
+			if v, ok := strings.CutPrefix(l, "event: "); ok {
+				ev = v
+			}
+			if v, ok := strings.CutPrefix(l, "data: "); ok && ev == kind {
+				select {
+				case events <- v:
+				default:
+				}
+			}
+		}
+	}()
+	return events
 }

@@ -57,6 +57,10 @@ type Options struct {
 	Batch int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Changed, if set, is told each change of desired once it is
+	// committed, with the view sent to the device (devicehub announces
+	// it on /api/live); it must not block.
+	Changed func(productID string, v View)
 }
 
 // DefaultOptions: 8 workers, a queue of 10,000, batches of 256.
@@ -349,6 +353,9 @@ func (s *Service) Set(ctx context.Context, refs []meta.DeviceRef, ch Change) ([]
 			defer func() { <-sem; wg.Done() }()
 			ref := byID[st.DeviceID]
 			v, err := s.view(ctx, ref, st, len(refs) == 1, pre)
+			if err == nil && s.opt.Changed != nil {
+				s.opt.Changed(ref.ProductID, v)
+			}
 			if err == nil {
 				err = s.sendDelta(ctx, ref, v, true)
 			}
