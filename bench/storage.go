@@ -125,6 +125,16 @@ type StorageKind struct {
 	BytesPerRow float64
 }
 
+// StorageLayout is device_property's values (a sample of whole devices)
+// copied into a candidate layout and merged: what that layout would store
+// them in, beside the same sample in today's layout.
+type StorageLayout struct {
+	Name, Note  string
+	Rows        uint64
+	BytesPerRow float64
+	Columns     []StorageColumn
+}
+
 // StorageResult is what the scenario measured.
 type StorageResult struct {
 	Database        string
@@ -143,6 +153,7 @@ type StorageResult struct {
 	MessageBytes    float64 // device_message compressed bytes per message
 	AllBytes        float64 // every table's compressed bytes per property value
 	Kinds           []StorageKind
+	Layouts         []StorageLayout
 	Queries         int
 	HistoryPerSec   float64 // latest 100 values of 3 properties of a random device
 	AggPerSec       float64 // avg 1h x24 of a random device and day from device_property (no rollup)
@@ -313,6 +324,12 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 		return r, err
 	}
 	logf("storage: %.2f B a property value, %.2f B a message, %.2f B a value in all tables", r.PropertyBytes, r.MessageBytes, r.AllBytes)
+	if r.Layouts, err = storageLayouts(ctx, db, r.Values); err != nil {
+		return r, err
+	}
+	for _, l := range r.Layouts {
+		logf("storage: layout %s: %.2f B a value (%d values)", l.Name, l.BytesPerRow, l.Rows)
+	}
 
 	if p.Queries > 0 {
 		if err := storageQueries(ctx, p, opt, msgs, startSec, spanSec, &r); err != nil {
@@ -345,8 +362,12 @@ func dropTSDB(ctx context.Context, opt tsdb.Options) error {
 
 // storageSizes reads system.columns and system.parts.
 func storageSizes(ctx context.Context, db *tsdb.DB) ([]StorageTable, error) {
+	return storageSizesOf(ctx, db, storageTables)
+}
+
+func storageSizesOf(ctx context.Context, db *tsdb.DB, tables []string) ([]StorageTable, error) {
 	var out []StorageTable
-	for _, t := range storageTables {
+	for _, t := range tables {
 		st := StorageTable{Table: t}
 		if err := db.Conn().QueryRow(ctx, "SELECT sum(rows) FROM system.parts WHERE active AND database = ? AND table = ?", db.Database(), t).Scan(&st.Rows); err != nil {
 			return nil, err
@@ -425,6 +446,58 @@ func storageKinds(ctx context.Context, db *tsdb.DB, tables []StorageTable) ([]St
 		out = append(out, k)
 	}
 	return out, conn.Exec(ctx, "DROP TABLE IF EXISTS storage_kind")
+}
+
+// storageLayouts are the candidate layouts of device_property that
+// ClickHouse 18.16 can hold: the columns, the ORDER BY and PARTITION BY,
+// and the SELECT list over device_property that fills them.
+var storageLayouts18 = []struct{ name, note, cols, key, part, sel string }{
+	{"today", "time DateTime and ts Int64 (ms)",
+		"time DateTime, ts Int64, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
+		"product_id, device_id, property, time", "toYYYYMM(time)",
+		"time, ts, product_id, device_id, property, value_type, num_value, str_value"},
+	{"time+ms", "time DateTime and ms UInt16 (ts = time * 1000 + ms, not stored)",
+		"time DateTime, ms UInt16, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
+		"product_id, device_id, property, time", "toYYYYMM(time)",
+		"time, toUInt16(ts % 1000), product_id, device_id, property, value_type, num_value, str_value"},
+	{"ts only", "ts Int64 alone (time not stored)",
+		"ts Int64, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
+		"product_id, device_id, property, ts", "toYYYYMM(toDateTime(intDiv(ts, 1000)))",
+		"ts, product_id, device_id, property, value_type, num_value, str_value"},
+}
+
+// storageLayouts copies a sample of whole devices (about 10 million
+// values at most) into each candidate layout and sizes it.
+func storageLayouts(ctx context.Context, db *tsdb.DB, values uint64) ([]StorageLayout, error) {
+	conn := db.Conn()
+	every := max(1, values/10_000_000)
+	var out []StorageLayout
+	for _, l := range storageLayouts18 {
+		steps := []string{
+			"DROP TABLE IF EXISTS storage_layout",
+			"CREATE TABLE storage_layout (" + l.cols + ") ENGINE = MergeTree() PARTITION BY " + l.part + " ORDER BY (" + l.key + ")",
+			fmt.Sprintf("INSERT INTO storage_layout SELECT %s FROM device_property WHERE cityHash64(device_id) %% %d = 0", l.sel, every),
+			"OPTIMIZE TABLE storage_layout FINAL",
+		}
+		for _, st := range steps {
+			if err := conn.Exec(ctx, st); err != nil {
+				return nil, fmt.Errorf("layout %s: %s: %w", l.name, firstLine(st), err)
+			}
+		}
+		tables, err := storageSizesOf(ctx, db, []string{"storage_layout"})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, StorageLayout{Name: l.name, Note: l.note, Rows: tables[0].Rows, BytesPerRow: tables[0].BytesPerRow, Columns: tables[0].Columns})
+	}
+	return out, conn.Exec(ctx, "DROP TABLE IF EXISTS storage_layout")
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // storageQueries times p.Queries history reads and as many 1h x24
@@ -572,6 +645,18 @@ func (r StorageResult) Markdown() string {
 	fmt.Fprintf(&b, "\nBytes a property value, by kind (one property of the kind alone in device_property's layout):\n\n| kind | property | B/value |\n|---|---|---:|\n")
 	for _, k := range r.Kinds {
 		fmt.Fprintf(&b, "| %s | %s | %.2f |\n", k.Kind, k.Property, k.BytesPerRow)
+	}
+	if len(r.Layouts) > 0 {
+		fmt.Fprintf(&b, "\ndevice_property's values (%d, whole devices) in candidate layouts, B/value per column:\n\n| layout | B/value | columns |\n|---|---:|---|\n", r.Layouts[0].Rows)
+		for _, l := range r.Layouts {
+			var cols []string
+			for _, c := range l.Columns {
+				if c.BytesPerRow >= 0.01 {
+					cols = append(cols, fmt.Sprintf("%s %.2f", c.Column, c.BytesPerRow))
+				}
+			}
+			fmt.Fprintf(&b, "| %s: %s | %.2f | %s |\n", l.Name, l.Note, l.BytesPerRow, strings.Join(cols, ", "))
+		}
 	}
 	fmt.Fprintf(&b, "\n| figure | value |\n|---|---:|\n")
 	fmt.Fprintf(&b, "| device_property B/value | %.2f |\n| device_message B/message | %.2f |\n| all tables B/property value | %.2f |\n", r.PropertyBytes, r.MessageBytes, r.AllBytes)

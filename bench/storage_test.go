@@ -61,6 +61,9 @@ func TestRunStorageSmall(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "float,counter,int,enum,bool,string,json" {
 		t.Errorf("kinds %s", got)
 	}
+	if len(r.Layouts) != 3 || r.Layouts[0].Rows != r.Values || r.Layouts[2].Rows != r.Values || r.Layouts[1].BytesPerRow <= 0 {
+		t.Errorf("layouts: %+v", r.Layouts)
+	}
 	if r.HistoryPerSec <= 0 || r.AggPerSec <= 0 || r.Queries != 20 {
 		t.Errorf("queries: %d, %.1f/s, %.1f/s", r.Queries, r.HistoryPerSec, r.AggPerSec)
 	}
