@@ -320,7 +320,7 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 		}
 	}
 	r.AllBytes = float64(all) / float64(r.Values)
-	if r.Kinds, err = storageKinds(ctx, db, r.Tables); err != nil {
+	if r.Kinds, err = storageKinds(ctx, db, r.Tables, r.Values); err != nil {
 		return r, err
 	}
 	logf("storage: %.2f B a property value, %.2f B a message, %.2f B a value in all tables", r.PropertyBytes, r.MessageBytes, r.AllBytes)
@@ -404,10 +404,11 @@ WHERE database = ? AND table = ? ORDER BY data_compressed_bytes DESC, name`, db.
 
 // storageKinds sizes one property of each kind: its rows copied into a
 // table of device_property's layout (same engine, keys and columns), merged
-// and sized. The copy is of that kind's values only, so its bytes per row
+// and sized (of the same sample of devices as the layouts). The copy is of that kind's values only, so its bytes per row
 // are what a fleet of only that kind would pay.
-func storageKinds(ctx context.Context, db *tsdb.DB, tables []StorageTable) ([]StorageKind, error) {
+func storageKinds(ctx context.Context, db *tsdb.DB, tables []StorageTable, values uint64) ([]StorageKind, error) {
 	conn := db.Conn()
+	every := storageSampleEvery(values)
 	var names []string
 	for _, t := range tables {
 		if t.Table == "device_property" {
@@ -428,7 +429,8 @@ func storageKinds(ctx context.Context, db *tsdb.DB, tables []StorageTable) ([]St
 		if err := conn.Exec(ctx, "CREATE TABLE storage_kind AS device_property"); err != nil {
 			return nil, err
 		}
-		if err := conn.Exec(ctx, "INSERT INTO storage_kind ("+cols+") SELECT "+cols+" FROM device_property WHERE property = '"+p.name+"'"); err != nil {
+		if err := conn.Exec(ctx, fmt.Sprintf("INSERT INTO storage_kind (%s) SELECT %s FROM device_property WHERE property = '%s' AND cityHash64(device_id) %% %d = 0",
+			cols, cols, p.name, every)); err != nil {
 			return nil, err
 		}
 		if err := conn.Exec(ctx, "OPTIMIZE TABLE storage_kind FINAL"); err != nil {
@@ -466,11 +468,16 @@ var storageLayouts18 = []struct{ name, note, cols, key, part, sel string }{
 		"ts, product_id, device_id, property, value_type, num_value, str_value"},
 }
 
+// storageSampleEvery is the share of devices (1 in every n, by the hash
+// of the id) whose values the kinds and layouts copy: about 10 million
+// values at most.
+func storageSampleEvery(values uint64) uint64 { return max(1, values/10_000_000) }
+
 // storageLayouts copies a sample of whole devices (about 10 million
 // values at most) into each candidate layout and sizes it.
 func storageLayouts(ctx context.Context, db *tsdb.DB, values uint64) ([]StorageLayout, error) {
 	conn := db.Conn()
-	every := max(1, values/10_000_000)
+	every := storageSampleEvery(values)
 	var out []StorageLayout
 	for _, l := range storageLayouts18 {
 		steps := []string{
