@@ -21,7 +21,11 @@
 // restarts every broker and then devicehub under them and counts what was
 // lost (bench/fleetconnect.go). A bound not reached is reported as such
 // and the later phases still run; it exits 1 naming the missed targets.
-// -fc-* flags size it.
+// -fc-* flags size it. storage (not part of all) generates a fleet's
+// history (100M property values by default) into a database of its own and
+// reports the bytes of every table and column per stored value, with
+// insert and query rates of the same run (bench/storage.go);
+// -storage-servers runs it against several servers one after the other.
 package main
 
 import (
