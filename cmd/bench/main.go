@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -25,6 +25,11 @@
 // shadow (not part of all) measures a storm of devices reconnecting,
 // each with a pending delta, against the same storm without
 // (bench/shadow.go); -shadow-devices sizes it.
+// storage (not part of all) generates a fleet's
+// history (100M property values by default) into a database of its own and
+// reports the bytes of every table and column per stored value, with
+// insert and query rates of the same run (bench/storage.go);
+// -storage-servers runs it against several servers one after the other.
 package main
 
 import (
@@ -47,7 +52,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -138,6 +143,10 @@ type flags struct {
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
 	shadowDevices                                     int
 	shadowTimeout                                     time.Duration
+	storageValues, storageQueries, storageInsert      int
+	storageSpan                                       time.Duration
+	storageServers                                    string
+	storageKeep                                       bool
 }
 
 func newFlags() *flags {
@@ -176,6 +185,12 @@ func newFlags() *flags {
 	fs.IntVar(&f.dashReqs, "dash-requests", 20000, "dashboard: measured requests of each concurrent run (a quarter of it for the runs ClickHouse answers every request of)")
 	fs.IntVar(&f.dashPropRows, "dash-prop-rows", 1000000, "dashboard: property values of the property-aggregate scenario (0: skip it)")
 	fs.BoolVar(&f.dashKeep, "dash-keep", false, "dashboard: keep generated data for the next run")
+	fs.IntVar(&f.storageValues, "storage-values", 100_000_000, "storage: property values to generate (10 a report)")
+	fs.DurationVar(&f.storageSpan, "storage-span", 14*24*time.Hour, "storage: history length (shorter when -storage-values needs less)")
+	fs.IntVar(&f.storageQueries, "storage-queries", 300, "storage: timed queries of each kind (history, 1h x24 aggregate)")
+	fs.IntVar(&f.storageInsert, "storage-insert-values", 1_000_000, "storage: values stored again through tsdb.InsertBatch for the insert rate (0: skip)")
+	fs.StringVar(&f.storageServers, "storage-servers", "", "storage: comma-separated ClickHouse addresses to run against one after the other, e.g. one per compression config (empty: -clickhouse)")
+	fs.BoolVar(&f.storageKeep, "storage-keep", false, "storage: keep the generated databases (devicehub_bench_storage_<n>)")
 	fs.StringVar(&f.dashPrefix, "dash-prefix", "devicehub_bench", "dashboard, dashboard-mixed: prefix of the generated ClickHouse databases and of the metadata database (two benches sharing the servers each need their own)")
 	fs.IntVar(&f.dashMixedMsgs, "dash-mixed-msgs", 200000, "dashboard, dashboard-mixed: messages (each with 2 property values) of the mixed scenario, every request distinct under live ingest (0: skip it)")
 	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of each mixed run through the result cache (see -dash-mixed-uncached-requests for the others)")
@@ -282,13 +297,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "storage":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, storage or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -687,6 +702,30 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			for _, d := range pa.Concurrent {
 				rep.Timelines["dashboard: "+d.Name+n] = d.Load.Timeline
 			}
+		}
+	case "storage":
+		servers := splitList(f.storageServers)
+		if len(servers) == 0 {
+			servers = []string{f.clickhouse}
+		}
+		var results []bench.StorageResult
+		for i, addr := range servers {
+			r, err := bench.RunStorage(ctx, bench.StorageParams{Values: f.storageValues, Span: f.storageSpan, Queries: f.storageQueries,
+				InsertValues: f.storageInsert, Database: fmt.Sprintf("devicehub_bench_storage_%d", i), ClickHouseAddr: addr, Keep: f.storageKeep, Logf: logf})
+			results = append(results, r)
+			rep.Results[s] = results
+			if err != nil {
+				return err
+			}
+			fmt.Println(r.Markdown())
+			n := fmt.Sprintf(" (%s, %d values)", r.Server, r.Values)
+			add(bench.Figure{Name: "device_property bytes a value" + n, Value: r.PropertyBytes, Unit: "B", Target: "<= 2"})
+			add(bench.Figure{Name: "device_message bytes a message" + n, Value: r.MessageBytes, Unit: "B"})
+			add(bench.Figure{Name: "all tables bytes a property value" + n, Value: r.AllBytes, Unit: "B"})
+			add(bench.Figure{Name: "generate rows/s (INSERT ... SELECT)" + n, Value: r.GenRowsPerSec, Unit: "rows/s"})
+			add(bench.Figure{Name: "tsdb.InsertBatch values/s" + n, Value: r.InsertPerSec, Unit: "values/s"})
+			add(bench.Figure{Name: "history queries/s" + n, Value: r.HistoryPerSec, Unit: "q/s"})
+			add(bench.Figure{Name: "1h x24 aggregate queries/s (device_property)" + n, Value: r.AggPerSec, Unit: "q/s"})
 		}
 	case "dashboard-mixed":
 		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep, Prefix: f.dashPrefix,
