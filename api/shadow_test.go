@@ -325,7 +325,7 @@ func TestShadowDeltaEmpties(t *testing.T) {
 // with its own version, and each device is sent its delta.
 func TestShadowBulk(t *testing.T) {
 	se := newShadowEnv(t)
-	const n = 1000
+	const n = 10000 // the size: one bulk call, every device its delta
 	devices := make([]map[string]any, n)
 	for i := range devices {
 		devices[i] = map[string]any{"id": fmt.Sprintf("b%04d", i), "name": "b", "productId": se.product}
@@ -369,7 +369,7 @@ func TestShadowBulk(t *testing.T) {
 	if res.Total != n || res.Changed != n {
 		t.Fatalf("bulk: %+v", res)
 	}
-	testkit.Eventually(t, 30*time.Second, "every device's delta", func() bool {
+	testkit.Eventually(t, 60*time.Second, "every device's delta", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == n
