@@ -52,7 +52,7 @@ func newShadowEnvPool(t *testing.T, brokers []*mqtttest.Broker) *shadowEnv {
 	se := &shadowEnv{ch: tsdbtest.NewDB(t, time.UTC)}
 	se.linkEnv = newLinkEnvPool(t, brokers, func(store *meta.Store, deps *api.Deps) {
 		se.store = store
-		svc := shadow.New(shadow.NewStore(store.DB(), 0), se.ch, deps.Commands.(*link.Commands), shadow.Options{})
+		svc := shadow.New(shadow.NewStore(store, 0), se.ch, deps.Commands.(*link.Commands), shadow.Options{})
 		t.Cleanup(svc.Close)
 		deps.Shadows = svc
 	})
@@ -80,7 +80,7 @@ func (se *shadowEnv) startIngest() {
 	se.t.Helper()
 	se.mu.Lock()
 	defer se.mu.Unlock()
-	se.hook = shadow.New(shadow.NewStore(se.store.DB(), 0), se.ch, se.cmds, shadow.Options{Workers: 1})
+	se.hook = shadow.New(shadow.NewStore(se.store, 0), se.ch, se.cmds, shadow.Options{Workers: 1})
 	opt := se.iopt
 	opt.Shadow = se.hook
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -82,19 +82,8 @@ type DeviceRef struct {
 func (s *Store) GetDeviceRef(ctx context.Context, id string) (DeviceRef, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
-	var r struct {
-		ID          string `db:"id"`
-		ProductID   string `db:"product_id"`
-		State       string `db:"state"`
-		Regulator   bool   `db:"regulator"`
-		Metadata    string `db:"metadata"`
-		Name        string `db:"name"`
-		ProductName string `db:"product_name"`
-		CreatorID   string `db:"creator_id"`
-	}
-	err := s.db.GetContext(ctx, &r, `SELECT d.id, d.product_id, d.state, p.regulator,
-		COALESCE(d.metadata, p.metadata) AS metadata, d.name, p.name AS product_name, d.creator_id
-		FROM devices d JOIN products p ON p.id = d.product_id WHERE d.id = $1`, id)
+	var r deviceRefRow
+	err := s.db.GetContext(ctx, &r, deviceRefQuery+` WHERE d.id = $1`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return DeviceRef{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
 	}
@@ -102,6 +91,48 @@ func (s *Store) GetDeviceRef(ctx context.Context, id string) (DeviceRef, error) 
 		return DeviceRef{}, fmt.Errorf("meta: device ref: %w", err)
 	}
 	return DeviceRef(r), nil
+}
+
+// GetDeviceRefs reads the references of many devices in one query (what
+// GetDeviceRef reads of one): those of ids, or with ids nil the devices
+// of productID in id order, at most limit. Devices that do not exist are
+// left out.
+func (s *Store) GetDeviceRefs(ctx context.Context, ids []string, productID string, limit int) ([]DeviceRef, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	var rows []deviceRefRow
+	var err error
+	if ids != nil {
+		err = s.db.SelectContext(ctx, &rows, deviceRefQuery+` WHERE d.id = ANY($1)`, pq.Array(ids))
+	} else {
+		err = s.db.SelectContext(ctx, &rows, deviceRefQuery+` WHERE d.product_id = $1 ORDER BY d.id LIMIT $2`, productID, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("meta: device refs: %w", err)
+	}
+	out := make([]DeviceRef, len(rows))
+	for i, r := range rows {
+		out[i] = DeviceRef(r)
+	}
+	return out, nil
+}
+
+// deviceRefQuery reads DeviceRefs: a device with its product's name,
+// regulator flag and, without a model of its own, its product's model.
+const deviceRefQuery = `SELECT d.id, d.product_id, d.state, p.regulator,
+		COALESCE(d.metadata, p.metadata) AS metadata, d.name, p.name AS product_name, d.creator_id
+		FROM devices d JOIN products p ON p.id = d.product_id`
+
+// deviceRefRow is a DeviceRef as deviceRefQuery reads it.
+type deviceRefRow struct {
+	ID          string `db:"id"`
+	ProductID   string `db:"product_id"`
+	State       string `db:"state"`
+	Regulator   bool   `db:"regulator"`
+	Metadata    string `db:"metadata"`
+	Name        string `db:"name"`
+	ProductName string `db:"product_name"`
+	CreatorID   string `db:"creator_id"`
 }
 
 // StateChange is one connection event of a device, from ingest.

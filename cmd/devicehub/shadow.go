@@ -18,7 +18,7 @@ func newShadows(store *meta.Store, ts *tsdb.DB, cfg config, changed func(string,
 	send := &lateSender{ready: make(chan struct{})}
 	opt := shadow.DefaultOptions()
 	opt.Changed = changed
-	svc := shadow.New(shadow.NewStore(store.DB(), cfg.QueryTimeout), ts, send, opt)
+	svc := shadow.New(shadow.NewStore(store, cfg.QueryTimeout), ts, send, opt)
 	return svc, send
 }
 

@@ -62,16 +62,17 @@ type Change struct {
 // Store keeps shadows in PostgreSQL (table device_shadows, 00021).
 type Store struct {
 	db      *sqlx.DB
+	meta    *meta.Store // device references
 	timeout time.Duration
 }
 
-// NewStore is a store on db (meta.Store.DB()); each call takes at most
-// timeout (<= 0: 10 s).
-func NewStore(db *sqlx.DB, timeout time.Duration) *Store {
+// NewStore is a store on ms's database; devices are read through ms;
+// each call takes at most timeout (<= 0: 10 s).
+func NewStore(ms *meta.Store, timeout time.Duration) *Store {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &Store{db: db, timeout: timeout}
+	return &Store{db: ms.DB(), meta: ms, timeout: timeout}
 }
 
 type row struct {
@@ -198,45 +199,15 @@ func (s *Store) Apply(ctx context.Context, deviceIDs []string, ch Change) ([]Sta
 	return out, nil
 }
 
-// refRow is a device's reference as meta.Store.GetDeviceRef reads one.
-type refRow struct {
-	ID          string `db:"id"`
-	ProductID   string `db:"product_id"`
-	State       string `db:"state"`
-	Regulator   bool   `db:"regulator"`
-	Metadata    string `db:"metadata"`
-	Name        string `db:"name"`
-	ProductName string `db:"product_name"`
-	CreatorID   string `db:"creator_id"`
-}
-
 // MaxBulk is the most devices one bulk change reaches.
 const MaxBulk = 10_000
 
-// DeviceRefs reads the references of many devices in one query (what
-// meta.Store.GetDeviceRef reads of one): those of ids, or with ids nil
-// every device of productID, at most MaxBulk+1 (the caller refuses more).
-// Devices that do not exist are left out.
+// DeviceRefs reads the references of many devices in one query
+// (meta.Store.GetDeviceRefs): those of ids, or with ids nil every device
+// of productID, at most MaxBulk+1 (the caller refuses more). Devices that
+// do not exist are left out.
 func (s *Store) DeviceRefs(ctx context.Context, ids []string, productID string) ([]meta.DeviceRef, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	const cols = `SELECT d.id, d.product_id, d.state, p.regulator, COALESCE(d.metadata, p.metadata) AS metadata,
-		d.name, p.name AS product_name, d.creator_id FROM devices d JOIN products p ON p.id = d.product_id`
-	var rows []refRow
-	var err error
-	if ids != nil {
-		err = s.db.SelectContext(ctx, &rows, cols+` WHERE d.id = ANY($1)`, pq.Array(ids))
-	} else {
-		err = s.db.SelectContext(ctx, &rows, cols+` WHERE d.product_id = $1 ORDER BY d.id LIMIT $2`, productID, MaxBulk+1)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("shadow: device references: %w", err)
-	}
-	out := make([]meta.DeviceRef, len(rows))
-	for i, r := range rows {
-		out[i] = meta.DeviceRef(r)
-	}
-	return out, nil
+	return s.meta.GetDeviceRefs(ctx, ids, productID, MaxBulk+1)
 }
 
 // Settings are a product's shadow settings.
