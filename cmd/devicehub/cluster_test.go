@@ -198,9 +198,12 @@ func TestCluster(t *testing.T) {
 	for _, s := range []*instance{a, b} {
 		// Rows stored through the other instance show within the result
 		// cache's TTL (1 s; REFERENCE.md, Dashboard): the replicas just
-		// caught up, so an answer may be that old.
+		// caught up, so an answer may be that old. The bound is wider
+		// than that: four ClickHouse servers, ZooKeeper and two devicehubs
+		// share two cores here, and a CI run once saw an hourly count
+		// still 96 short after 5 s (the answers must still be exact).
 		var diff string
-		if !testkit.Within(5*time.Second, func() bool {
+		if !testkit.Within(15*time.Second, func() bool {
 			got, err := s.dashboard(token, queries)
 			if err != nil {
 				t.Fatal(err)
