@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -41,13 +42,13 @@ var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMisma
 // Options configure an Ingester. Zero fields take DefaultOptions' values.
 type Options struct {
 	// BrokerURL of the MQTT broker, or of several comma-separated (a
-	// broker pool, link.Brokers): each broker gets its own Connections
+	// broker pool, mqttconn.Brokers): each broker gets its own Connections
 	// subscriber connections, all feeding one pipeline. Default
 	// "tcp://127.0.0.1:1884" (the project's Mosquitto, see
 	// .ci/mosquitto.conf).
 	BrokerURL string
 	// Login is devicehub's login at the broker.
-	Login link.Login
+	Login mqttconn.Login
 	// ClientID prefixes the ids of the subscriber connections,
 	// "<ClientID>-<n>", the same at every broker of a pool. They must be
 	// stable across restarts (the broker keeps their sessions and queued
@@ -140,7 +141,7 @@ func DefaultOptions() Options {
 	}
 	return Options{
 		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
-		Login:              link.DefaultLogin,
+		Login:              mqttconn.DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
 		ShareGroup:         NoShareGroup,                    // one instance; a kept subscription
 		Connections:        max(1, runtime.GOMAXPROCS(0)/2), // one per two cores, see Options
@@ -171,7 +172,7 @@ func (o Options) withDefaults() Options {
 	if o.ClientID == "" {
 		o.ClientID = d.ClientID
 	}
-	if o.Login == (link.Login{}) {
+	if o.Login == (mqttconn.Login{}) {
 		o.Login = d.Login
 	}
 	if o.ShareGroup == "" {
@@ -306,7 +307,7 @@ type item struct {
 type Ingester struct {
 	opt      Options
 	log      *slog.Logger
-	brokers  []string      // link.Brokers(opt.BrokerURL)
+	brokers  []string      // mqttconn.Brokers(opt.BrokerURL)
 	clients  []mqtt.Client // subscriber connections of every broker
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
 	born     *bornAt       // with several brokers, where each device's last birth came from
@@ -349,7 +350,7 @@ type Ingester struct {
 // usually a *tsdb.DB, devices and states a *meta.Store.
 func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, states StateApplier) (*Ingester, error) {
 	opt = opt.withDefaults()
-	brokers, err := link.Brokers(opt.BrokerURL)
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
@@ -471,7 +472,7 @@ func (in *Ingester) sessionKey(b int, id string) string {
 	if len(in.brokers) == 1 {
 		return id
 	}
-	return id + "@" + link.BrokerName(in.brokers[b])
+	return id + "@" + mqttconn.BrokerName(in.brokers[b])
 }
 
 // onlineLister lists the devices stored as online; *meta.Store is one.
@@ -491,19 +492,18 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	var reconnect atomic.Bool
 	broker, key := in.brokers[b], in.sessionKey(b, id)
-	o := in.opt.Login.NewClientOptions(broker, id).
-		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
-		SetStore(newIngestStore()).
-		SetAutoAckDisabled(true).
-		SetOrderMatters(true). // callback inline: blocking it is the backpressure
-		SetAutoReconnect(true).
-		SetConnectRetry(false).
-		SetMaxReconnectInterval(link.ReconnectEvery). // back within moments of the broker
-		SetKeepAlive(in.opt.KeepAlive).
-		SetPingTimeout(in.opt.PingTimeout).
-		SetConnectTimeout(in.opt.ConnectTimeout).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) }).
-		SetOnConnectHandler(func(c mqtt.Client) {
+	c := mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: id, Login: in.opt.Login,
+		Persistent:     true, // the broker keeps our subscription and queued QoS 1 messages
+		Store:          newIngestStore(),
+		ManualAck:      true, // acknowledged once stored
+		Resume:         true,
+		KeepAlive:      in.opt.KeepAlive,
+		PingTimeout:    in.opt.PingTimeout,
+		ConnectTimeout: in.opt.ConnectTimeout,
+		// In order on one goroutine: blocking it is the backpressure.
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) },
+		OnConnect: func(c mqtt.Client) {
 			if retire || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
 			}
@@ -511,27 +511,21 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 			// a no-op for the broker, after a lost session it is needed.
 			in.subscribe(c, id)
 			in.backlog.mark(c, b, key)
-		}).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+		},
+		OnLost: func(_ mqtt.Client, err error) {
 			in.backlog.connectionLost(key)
-			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", link.BrokerName(broker), "err", err)
-		})
-	if fn := link.BufferedDialer(broker, in.opt.ConnectTimeout); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
-	}
-	c := mqtt.NewClient(o)
-	t := c.Connect()
-	select {
-	case <-t.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return nil, false, ctx.Err()
-	}
-	if err := t.Error(); err != nil {
+			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", mqttconn.BrokerName(broker), "err", err)
+		},
+	})
+	present, err := mqttconn.Connect(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
 		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", broker, id, err)
 	}
 	if retire {
-		if !t.(*mqtt.ConnectToken).SessionPresent() {
+		if !present {
 			c.Disconnect(0)
 			in.removeSession(broker, id)
 			return nil, false, nil
@@ -545,14 +539,14 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 	// since the broker answers behind the backlog it holds for the
 	// session. A new one has no backlog, so its SUBACK is waited for and
 	// New returns subscribed.
-	if t.(*mqtt.ConnectToken).SessionPresent() {
+	if present {
 		in.subscribe(c, id)
 		in.backlog.mark(c, b, key)
 		// A run with the other ShareGroup form left its subscriptions.
 		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
 	}
-	if err := link.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+	if err := mqttconn.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
