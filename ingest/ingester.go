@@ -20,6 +20,7 @@ import (
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
+	"devicehub/schema/backoff"
 	"devicehub/tsdb"
 )
 
@@ -798,10 +799,16 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 // batches of held messages would take the process past its memory limit.
 const pahoMessageBytes = 384
 
+// storeRetry is the schedule of a retried PostgreSQL read or write: 100 ms,
+// doubling up to 5 s.
+func storeRetry() backoff.Backoff {
+	return backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+}
+
 // lookup asks the device cache, retrying with backoff while PostgreSQL
 // fails; err only when Close's deadline passed.
 func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
-	wait := 100 * time.Millisecond
+	b := storeRetry()
 	for {
 		ref, found, err := in.devices.get(in.runCtx, id)
 		if err == nil {
@@ -811,12 +818,9 @@ func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
 			return ref, false, err
 		}
 		in.log.Warn("device lookup failed; retrying", "device", id, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-in.runCtx.Done():
-			return ref, false, in.runCtx.Err()
+		if err := b.Wait(in.runCtx); err != nil {
+			return ref, false, err
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
