@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -80,7 +81,11 @@ type Refs func(deviceID, kind, id string) (Value, bool)
 
 // recentKeys is how many message keys per device are kept to recognise a
 // redelivery: the messages of the last few batches, those whose acks may
-// not have reached the broker.
+// not have reached the broker. Only the keys a time cannot replace are
+// kept: those of the reports and events at the device's latest time
+// (LastAt: an older one is skipped by its time, so its key is dropped
+// once a later one is applied), and those of births and wills (prefixed
+// "p"), which have no such order. Most devices thus keep one key.
 const recentKeys = 32
 
 // Evaluator evaluates rules over device messages and timers. It is pure:
@@ -135,10 +140,11 @@ type propData struct {
 
 // ruleState is the state of one rule for one device.
 type ruleState struct {
-	rule *compiled
-	dev  *devState
-	S    stateData
-	idx  int // in the timer heap, -1 when not there
+	rule  *compiled
+	dev   *devState
+	S     stateData
+	idx   int    // in the timer heap, -1 when not there
+	saved uint64 // hash of the row last written (or restored); 0: no row
 }
 
 type stateData struct {
@@ -154,6 +160,19 @@ type stateData struct {
 }
 
 type stateKey struct{ Rule, Device string }
+
+// zero reports whether s holds nothing: no row is needed for it.
+func (s *stateData) zero() bool {
+	return s.Since == 0 && len(s.Hits) == 0 && !s.Active && s.Sev == 0 && s.ClearSince == 0 && s.Deadline == 0 &&
+		!s.Offline && s.LastSeen == 0 && s.RaisedAt == 0
+}
+
+// rowHash identifies a written row, never 0 (0 is no row).
+func rowHash(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return max(h.Sum64(), 1)
+}
 
 // SetRules replaces the rules: rules are compiled against their
 // product's thing model (models by product id). The state of a rule that
@@ -256,24 +275,34 @@ func (e *Evaluator) Apply(m Message) bool {
 		return true
 	}
 	d := e.device(m.ProductID, m.DeviceID)
-	if m.Key != "" && m.KeyUnique && slices.Contains(d.D.Keys, m.Key) {
+	timed := m.Kind == MsgReport || m.Kind == MsgEvent
+	key := m.Key
+	if key != "" && !timed {
+		key = "p" + key
+	}
+	if key != "" && m.KeyUnique && slices.Contains(d.D.Keys, key) {
 		return false
 	}
 	mt := m.At.UnixMilli()
-	if (m.Kind == MsgReport || m.Kind == MsgEvent) && mt < d.D.LastAt {
+	if timed && mt < d.D.LastAt {
 		return false
 	}
 	at := mt
 	if !m.Arrived.IsZero() {
 		at = m.Arrived.UnixMilli()
 	}
-	if m.Key != "" {
+	if timed && mt > d.D.LastAt {
+		// Reports and events before mt are skipped by their time now:
+		// their keys are no longer needed.
+		d.D.Keys = slices.DeleteFunc(d.D.Keys, func(k string) bool { return !strings.HasPrefix(k, "p") })
+	}
+	if key != "" {
 		if len(d.D.Keys) == recentKeys {
 			d.D.Keys = append(d.D.Keys[:0], d.D.Keys[1:]...)
 		}
-		d.D.Keys = append(d.D.Keys, m.Key)
+		d.D.Keys = append(d.D.Keys, key)
 	}
-	if m.Kind == MsgReport || m.Kind == MsgEvent {
+	if timed {
 		d.D.LastAt = mt
 	}
 	e.dirtyDev[d] = struct{}{}
@@ -337,7 +366,11 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 				continue
 			}
 			e.evals++
-			e.step(e.state(d, c), at, c.trigger.eval(ev), c.trigger.touches(has), ev)
+			met, fresh := c.trigger.eval(ev), c.trigger.touches(has)
+			if d.rules[c.ID] == nil && !(met && fresh) {
+				continue // no state and nothing to start: none is made (most reports of most devices)
+			}
+			e.step(e.state(d, c), at, met, fresh, ev)
 		case TriggerNoData:
 			if c.Trigger.Property != "" && !has(c.Trigger.Property) {
 				continue
@@ -723,7 +756,10 @@ type DeviceRow struct {
 }
 
 // Dirty returns the rows changed since the last call (states of removed
-// rules as deletions) and forgets them.
+// rules as deletions) and forgets them. Of a touched device, only the
+// rule states whose row differs from the one last written are returned:
+// most reports change none. A state back to zero (nothing held, no
+// timer) is a deletion of its row and leaves memory too.
 func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
 	var devs []DeviceRow
 	var states []StateRow
@@ -735,8 +771,18 @@ func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
 		b, _ := json.Marshal(&d.D)
 		devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
 		for id, st := range d.rules {
+			if st.S.zero() && st.idx < 0 {
+				if st.saved != 0 {
+					states = append(states, StateRow{RuleID: id, DeviceID: d.id})
+				}
+				delete(d.rules, id)
+				continue
+			}
 			b, _ := json.Marshal(&st.S)
-			states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
+			if h := rowHash(b); h != st.saved {
+				st.saved = h
+				states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
+			}
 		}
 	}
 	clear(e.dirtyDev)
@@ -771,6 +817,7 @@ func (e *Evaluator) Restore(devs []DeviceRow, states []StateRow) error {
 		if err := json.Unmarshal(r.Data, &st.S); err != nil {
 			return fmt.Errorf("alarm: rule %s device %s state: %w", r.RuleID, r.DeviceID, err)
 		}
+		st.saved = rowHash(r.Data)
 		if st.S.Deadline != 0 {
 			heap.Push(&e.timers, st)
 		}
