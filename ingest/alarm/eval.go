@@ -75,8 +75,9 @@ type Message struct {
 	Fields    map[string]Value // MsgEvent: the fields of its data object
 }
 
-// Refs gives device values that thresholds name ("tag.<id>"); nil gives
-// none. Property refs are the device's own latest reports.
+// Refs gives device values that thresholds name (kind RefTag or
+// RefConfig, and the key); nil gives none. Property refs are the device's
+// own latest reports.
 type Refs func(deviceID, kind, id string) (Value, bool)
 
 // recentKeys is how many message keys per device are kept to recognise a
@@ -102,6 +103,35 @@ type Evaluator struct {
 	dirtyDev  map[*devState]struct{}
 	dropped   []stateKey // states of removed rules, to delete
 	evals     uint64
+	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
+}
+
+// Lacking is how many times a rule was not evaluated for a device because
+// a threshold names a value the device lacks and gives no default
+// (Condition.Ref).
+func (e *Evaluator) Lacking() uint64 { return e.lacking }
+
+// RefKeys lists, by product, the device values ("tag.<key>",
+// "config.<key>") its enabled rules' thresholds name: what Refs is asked.
+func (e *Evaluator) RefKeys() map[string][]string {
+	out := map[string][]string{}
+	for p, rules := range e.byProduct {
+		seen := map[string]bool{}
+		for _, c := range rules {
+			visit := func(l *leaf) {
+				if l.refKind != "" && l.refKind != RefProperty && !seen[l.refKind+"."+l.refID] {
+					seen[l.refKind+"."+l.refID] = true
+					out[p] = append(out[p], l.refKind+"."+l.refID)
+				}
+			}
+			c.trigger.leaves(visit)
+			c.clear.leaves(visit)
+			for i := range c.ladder {
+				c.ladder[i].g.leaves(visit)
+			}
+		}
+	}
+	return out
 }
 
 // New returns an evaluator with no rules.
@@ -366,7 +396,12 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 				continue
 			}
 			e.evals++
+			ev.lacked = false
 			met, fresh := c.trigger.eval(ev), c.trigger.touches(has)
+			if ev.lacked {
+				e.lacking++ // a threshold the device lacks: not evaluated (Condition.Ref)
+				continue
+			}
 			if d.rules[c.ID] == nil && !(met && fresh) {
 				continue // no state and nothing to start: none is made (most reports of most devices)
 			}
@@ -392,7 +427,12 @@ func (e *Evaluator) event(d *devState, rules []*compiled, at int64, m Message) {
 			continue
 		}
 		e.evals++
+		ev.lacked = false
 		met := len(c.trigger.items) == 0 || c.trigger.eval(ev)
+		if ev.lacked {
+			e.lacking++
+			continue
+		}
 		if !met {
 			continue
 		}
@@ -871,9 +911,12 @@ func (e *Evaluator) Active(ruleID, deviceID string) (bool, string) {
 
 // reportEnv reads a device's latest property values.
 type reportEnv struct {
-	e *Evaluator
-	d *devState
+	e      *Evaluator
+	d      *devState
+	lacked bool
 }
+
+func (r *reportEnv) lack() { r.lacked = true }
 
 func (r *reportEnv) current(prop string) (value, bool) {
 	pd := r.d.D.Props[prop]
@@ -895,7 +938,7 @@ func (r *reportEnv) fresh(prop string) (cur, prev value, dt float64, ok, hasPrev
 }
 
 func (r *reportEnv) ref(kind, id string) (value, bool) {
-	if kind == "property" {
+	if kind == RefProperty {
 		return r.current(id)
 	}
 	if r.e.refs == nil {
@@ -907,10 +950,13 @@ func (r *reportEnv) ref(kind, id string) (value, bool) {
 
 // fieldEnv reads an event's fields.
 type fieldEnv struct {
-	e *Evaluator
-	d *devState
-	f map[string]Value
+	e      *Evaluator
+	d      *devState
+	f      map[string]Value
+	lacked bool
 }
+
+func (f *fieldEnv) lack() { f.lacked = true }
 
 func (f *fieldEnv) current(prop string) (value, bool) {
 	v, ok := f.f[prop]
@@ -922,7 +968,7 @@ func (f *fieldEnv) fresh(string) (cur, prev value, dt float64, ok, hasPrev bool)
 }
 
 func (f *fieldEnv) ref(kind, id string) (value, bool) {
-	if kind != "tag" || f.e.refs == nil {
+	if kind == RefProperty || f.e.refs == nil {
 		return value{}, false
 	}
 	v, ok := f.e.refs(f.d.id, kind, id)

@@ -58,7 +58,9 @@ type Options struct {
 	// OnTransitions, if set, is given each batch's transitions once they
 	// are committed (the live feed).
 	OnTransitions func([]Transition)
-	// Refs gives tag values for thresholds; nil gives none.
+	// Refs gives the device values thresholds name (tags, configuration);
+	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
+	// each turn's start and every PollInterval for the devices changed.
 	Refs       Refs
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -115,7 +117,8 @@ type Runner struct {
 }
 
 type metrics struct {
-	evals  prometheus.Counter
+	evals   prometheus.Counter
+	lacking prometheus.Counter
 	lag    prometheus.Histogram
 	active *prometheus.GaugeVec
 	owner  prometheus.Gauge
@@ -132,6 +135,8 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 	r.m = &metrics{
 		evals: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_alarm_evaluations_total",
 			Help: "Rule evaluations (a rule over a message, or a timer that fired) on this instance."}),
+		lacking: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_alarm_threshold_missing_total",
+			Help: "Rule evaluations skipped: a threshold names a device value (tag, configuration, property) the device lacks, with no default."}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_alarm_evaluation_lag_seconds",
 			Help:    "From a message's arrival at the evaluator to the commit of what it changed.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
@@ -141,7 +146,7 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 			Help: "1 while this instance evaluates the alarm rules."}),
 	}
 	if opt.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.evals, r.m.lag, r.m.active, r.m.owner} {
+		for _, c := range []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.active, r.m.owner} {
 			if err := opt.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -222,10 +227,20 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	ev := New(r.opt.Refs)
+	vals := &deviceValues{store: r.store}
+	refs := r.opt.Refs
+	if refs == nil {
+		refs = vals.get
+	}
+	ev := New(refs)
 	version, err := r.loadRules(ctx, ev)
 	if err != nil {
 		return err
+	}
+	if r.opt.Refs == nil {
+		if err := vals.load(ctx, ev.RefKeys(), true); err != nil {
+			return err
+		}
 	}
 	handSince, err := r.store.LastTransitionID(ctx)
 	if err != nil {
@@ -273,7 +288,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer poll.Stop()
 	var pending []inbound
 	var lastPurge time.Time
-	var evals uint64
+	var evals, lacking uint64
 	write := func() error {
 		trs := ev.Transitions()
 		devs, states := ev.Dirty()
@@ -318,6 +333,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			r.m.evals.Add(float64(n - evals))
 			evals = n
 		}
+		if n := ev.Lacking(); n != lacking {
+			r.m.lacking.Add(float64(n - lacking))
+			lacking = n
+		}
 		if len(trs) > 0 && r.opt.OnTransitions != nil {
 			r.opt.OnTransitions(trs)
 		}
@@ -345,10 +364,16 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 		case <-poll.C:
 			v, err := r.store.RulesVersion(ctx)
+			changed := false
 			if err == nil && v != version {
 				if nv, err := r.loadRules(ctx, ev); err == nil {
-					version = nv
+					version, changed = nv, true
 					r.resubscribe(clients, r.filtersFor(ev))
+				}
+			}
+			if r.opt.Refs == nil {
+				if err := vals.load(ctx, ev.RefKeys(), changed); err != nil {
+					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
 			hc, next, err := r.store.HandClears(ctx, handSince)
@@ -640,4 +665,53 @@ func eventFields(payload []byte) map[string]Value {
 		}
 	}
 	return out
+}
+
+// deviceValues holds the tags and configuration keys the rules'
+// thresholds name, of the devices of the products whose rules name any:
+// read whole when the rules change, then the devices changed since.
+type deviceValues struct {
+	store *Store
+	keys  map[string][]string // by product, as last loaded
+	vals  map[string]map[string]Value
+	since time.Time
+}
+
+func (v *deviceValues) get(device, kind, id string) (Value, bool) {
+	x, ok := v.vals[device][kind+"."+id]
+	return x, ok
+}
+
+// load reads the values keys (Evaluator.RefKeys) name: all of them when
+// all is set, else those of devices modified since the last read (a few
+// seconds back, for transactions that committed late).
+func (v *deviceValues) load(ctx context.Context, keys map[string][]string, all bool) error {
+	if len(keys) == 0 {
+		v.keys, v.vals = nil, nil
+		return nil
+	}
+	var products []string
+	want := map[string]bool{}
+	for p, ks := range keys {
+		products = append(products, p)
+		for _, k := range ks {
+			want[k] = true
+		}
+	}
+	since := v.since.Add(-5 * time.Second)
+	if all || v.vals == nil {
+		since, v.vals = time.Time{}, map[string]map[string]Value{}
+	}
+	got, latest, err := v.store.DeviceValues(ctx, products, want, since)
+	if err != nil {
+		return err
+	}
+	for id, m := range got {
+		v.vals[id] = m
+	}
+	v.keys = keys
+	if latest.After(v.since) {
+		v.since = latest
+	}
+	return nil
 }

@@ -431,3 +431,46 @@ func TestRunnerPool(t *testing.T) {
 		t.Errorf("records %+v", recs)
 	}
 }
+
+// TestRunnerDeviceValues: thresholds naming a device's tag and
+// configuration key are read from the device (and follow its change); a
+// device without them raises nothing.
+func TestRunnerDeviceValues(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(),
+		`{"id":"tag","trigger":{"type":"property","all":[{"property":"temp","op":"gt","ref":"tag.limit"}]}}`,
+		`{"id":"conf","trigger":{"type":"property","all":[{"property":"temp","op":"gt","ref":"config.max"}]}}`)
+	db := g.ms.DB()
+	if _, err := db.Exec(`INSERT INTO devices (id, name, product_id, state, tags, configuration) VALUES
+		('d1', 'd1', $1, 'online', '[{"key":"limit","value":"50"}]', '{"max":70}'), ('d2', 'd2', $1, 'online', '[]', '{}')`, g.product); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	g.report("d2", "a1", time.Now(), "temp", 99) // no tag, no configuration: not evaluated
+	g.report("d1", "b1", time.Now(), "temp", 60) // above the tag's 50, below the configuration's 70
+	g.report("d1", "b2", time.Now(), "temp", 80) // above both
+	recs := g.waitRecords("d1's two alarms", func(rs []Record) bool { return len(rs) >= 2 })
+	for _, rec := range recs {
+		if rec.DeviceID != "d1" {
+			t.Errorf("a device without the threshold's value raised: %+v", rec)
+		}
+	}
+	if len(recs) != 2 || recs[0].FirstValue == recs[1].FirstValue {
+		t.Errorf("records %+v", recs)
+	}
+	// The tag changed: the next report compares with the new value.
+	if _, err := db.Exec(`UPDATE devices SET tags = '[{"key":"limit","value":"90"}]', modify_time = clock_timestamp() WHERE id = 'd1'`); err != nil {
+		t.Fatal(err)
+	}
+	n := 2
+	g.waitRecords("the tag rule's alarm cleared under the new limit", func(rs []Record) bool {
+		n++
+		g.report("d1", "b"+strconv.Itoa(n), time.Now(), "temp", 85)
+		for _, rec := range rs {
+			if rec.RuleID == g.product+"-tag" && rec.State == StateCleared {
+				return true
+			}
+		}
+		return false
+	})
+}

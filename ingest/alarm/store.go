@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -1009,4 +1010,78 @@ func (s *Store) Counts(ctx context.Context, q CountQuery) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// DeviceValues reads, of the devices of products changed after since
+// (zero: all of them), the tag values and configuration keys thresholds
+// may name (Condition.Ref): by device id, keyed "tag.<key>" and
+// "config.<key>", only the keys in want. It returns the latest
+// modification time it read (since when none), from which the next call
+// asks.
+func (s *Store) DeviceValues(ctx context.Context, products []string, want map[string]bool, since time.Time) (map[string]map[string]Value, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rows, err := s.db.QueryxContext(ctx, `SELECT id, configuration, tags, modify_time FROM devices
+		WHERE product_id = ANY($1) AND modify_time > $2`, pq.StringArray(products), since)
+	if err != nil {
+		return nil, since, fmt.Errorf("alarm: device values: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]map[string]Value{}
+	for rows.Next() {
+		var id string
+		var conf, tags []byte
+		var mt time.Time
+		if err := rows.Scan(&id, &conf, &tags, &mt); err != nil {
+			return nil, since, fmt.Errorf("alarm: device values: %w", err)
+		}
+		if mt.After(since) {
+			since = mt
+		}
+		vals := map[string]Value{}
+		var cm map[string]json.RawMessage
+		if json.Unmarshal(conf, &cm) == nil {
+			for k, raw := range cm {
+				if want[RefConfig+"."+k] {
+					if v, ok := scalarValue(raw); ok {
+						vals[RefConfig+"."+k] = v
+					}
+				}
+			}
+		}
+		var tl []struct {
+			Key   string          `json:"key"`
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(tags, &tl) == nil {
+			for _, t := range tl {
+				if want[RefTag+"."+t.Key] {
+					if v, ok := scalarValue(t.Value); ok {
+						vals[RefTag+"."+t.Key] = v
+					}
+				}
+			}
+		}
+		out[id] = vals
+	}
+	if err := rows.Err(); err != nil {
+		return nil, since, fmt.Errorf("alarm: device values: %w", err)
+	}
+	return out, since, nil
+}
+
+// scalarValue is a JSON number, string or boolean as a Value; a string
+// holding a number is that number (tags are text).
+func scalarValue(raw json.RawMessage) (Value, bool) {
+	txt, ok := scalarText(raw)
+	if !ok {
+		return Value{}, false
+	}
+	if f, err := strconv.ParseFloat(strings.TrimSpace(txt), 64); err == nil {
+		return NumberValue(f), true
+	}
+	if raw[0] == 't' || raw[0] == 'f' {
+		return BoolValue(raw[0] == 't'), true
+	}
+	return StringValue(txt), true
 }
