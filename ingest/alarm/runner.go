@@ -119,9 +119,9 @@ type Runner struct {
 type metrics struct {
 	evals   prometheus.Counter
 	lacking prometheus.Counter
-	lag    prometheus.Histogram
-	active *prometheus.GaugeVec
-	owner  prometheus.Gauge
+	lag     prometheus.Histogram
+	active  *prometheus.GaugeVec
+	owner   prometheus.Gauge
 }
 
 // NewRunner returns a runner over ms's database.
