@@ -3,6 +3,7 @@ package alarm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -274,6 +276,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		}
 		clients = append(clients, c)
 	}
+	// Timers wait for the sessions' backlogs: a device that reported while
+	// no owner ran must not fire its restored no-data timer before that
+	// report is applied. Each session publishes a marker (as ingest's
+	// sessions do, ingest/backlog.go) behind its backlog; the timers start
+	// once every marker came back, or after markerWait.
+	marks := r.markBacklogs(clients, filters)
+	markDeadline := time.Now().Add(markerWait)
 	r.ready.Store(true)
 	var born *ingest.BornAt
 	if len(r.brokers) > 1 {
@@ -350,6 +359,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			return errors.New("alarm lock lost")
 		case m := <-in:
 			pending = append(pending, m)
+			if strings.HasSuffix(m.m.Topic(), markerSuffix) {
+				delete(marks, string(m.m.Payload()))
+				continue
+			}
 			r.apply(ev, born, m)
 			if len(pending) >= 10000 {
 				if err := write(); err != nil {
@@ -357,6 +370,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				}
 			}
 		case now := <-tick.C:
+			if len(marks) > 0 && now.Before(markDeadline) {
+				continue // a backlog not yet applied
+			}
+			if len(marks) > 0 {
+				r.log.Warn("alarms: a session's backlog marker did not come back; timers start", "waited", markerWait)
+				clear(marks)
+			}
 			ev.Tick(now)
 		case <-flush.C:
 			if err := write(); err != nil {
@@ -561,7 +581,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 		return
 	}
 	t, ok := wire.ParseTopic(m.Topic())
-	if !ok || !ev.HasRules(t.ProductID) {
+	if !ok || !ev.HasRules(t.ProductID) || strings.HasPrefix(t.DeviceID, "$") { // "$": another session's marker, no device
 		return
 	}
 	payload := m.Payload()
@@ -714,4 +734,38 @@ func (v *deviceValues) load(ctx context.Context, keys map[string][]string, all b
 		v.since = latest
 	}
 	return nil
+}
+
+// markerWait bounds the wait for the sessions' backlog markers (a broker
+// that refuses the marker's publish, or drops it).
+const markerWait = 30 * time.Second
+
+// markerSuffix ends a backlog marker's topic, /{p}/$devicehub/online:
+// "$" is in no device id, so no device publishes there.
+const markerSuffix = "/" + wire.MarkerDevice + "/" + wire.LevelOnline
+
+// markBacklogs publishes a marker on each client, QoS 1, to a topic its
+// filters match; it returns the markers' payloads still awaited. A
+// session's queued messages come before it (Mosquitto keeps a session's
+// QoS 1 queue in order).
+func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte) map[string]bool {
+	marks := map[string]bool{}
+	var product string
+	for f := range filters {
+		if t, ok := strings.CutPrefix(f, "/"); ok {
+			if p, _, ok := strings.Cut(t, "/"); ok && p != "+" && (product == "" || p < product) {
+				product = p
+			}
+		}
+	}
+	if product == "" {
+		return marks // no subscription: no backlog
+	}
+	topic := wire.DeviceTopic(product, wire.MarkerDevice, wire.LevelOnline)
+	for _, c := range clients {
+		payload := "alarms " + r.opt.ClientID + " " + rand.Text()
+		marks[payload] = true
+		go r.logFailure("publish the backlog marker", c.Publish(topic, 1, false, payload))
+	}
+	return marks
 }

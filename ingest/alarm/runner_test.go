@@ -13,6 +13,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/lib/pq"
+
 	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqtttest"
@@ -473,4 +475,71 @@ func TestRunnerDeviceValues(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestRunnerNoDataRestart: no-data timers are restored from what is
+// stored. A device silent across a quick restart fires within 1 s of its
+// deadline; after a restart longer than D, a device silent throughout
+// fires at once, and one that reported while no owner ran (its report
+// queued in the session) does not: its report is applied before any timer
+// fires (the backlog marker).
+func TestRunnerNoDataRestart(t *testing.T) {
+	const d = 3 * time.Second
+	g := newRig(t, mqtttest.SharedURL(), `{"id":"quiet","trigger":{"type":"nodata","for":"3s"}}`)
+	rule := g.product + "-quiet"
+	stored := func(devs ...string) func() bool {
+		return func() bool {
+			var n int
+			err := g.ms.DB().Get(&n, `SELECT count(*) FROM alarm_rule_state WHERE rule_id = $1 AND device_id = ANY($2) AND data->>'l' IS NOT NULL`, rule, pq.StringArray(devs))
+			return err == nil && n == len(devs)
+		}
+	}
+	has := func(recs []Record, dev string) bool {
+		for _, rec := range recs {
+			if rec.DeviceID == dev {
+				return true
+			}
+		}
+		return false
+	}
+	a, stopA := g.runner(nil)
+	g.waitOwner(a)
+	g.report("d1", "a1", time.Now(), "temp", 1)
+	at1 := time.Now()
+	testkit.Eventually(t, 10*time.Second, "d1's state stored", stored("d1"))
+	stopA()
+	b, stopB := g.runner(nil)
+	g.waitOwner(b)
+	recs := g.waitRecords("d1's no-data alarm", func(rs []Record) bool { return has(rs, "d1") })
+	if late := time.Since(at1) - d; late > time.Second || late < -100*time.Millisecond {
+		t.Errorf("d1's alarm came %v after its deadline, across a restart", late)
+	}
+	_ = recs
+
+	g.report("d2", "b1", time.Now(), "temp", 1)
+	g.report("d3", "c1", time.Now(), "temp", 1)
+	testkit.Eventually(t, 10*time.Second, "d2's and d3's state stored", stored("d2", "d3"))
+	stopB()
+	// While no owner runs, queued in the session: another device's 5,000
+	// reports, then d3's (a backlog long enough that a timer checked
+	// before it is applied would fire).
+	var last mqtt.Token
+	for i := range 5000 {
+		last = g.pub.Publish("/"+g.product+"/f1/properties/report", 1, false, fmt.Sprintf(`{"messageId":"f%d","properties":{"temp":%d}}`, i, i))
+	}
+	if err := link.WaitToken(last, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g.report("d3", "c2", time.Now(), "temp", 2)
+	time.Sleep(d + 500*time.Millisecond)        // a restart longer than D (arranges the case; proves nothing)
+	c, _ := g.runner(nil)
+	g.waitOwner(c)
+	start := time.Now()
+	recs = g.waitRecords("d2's no-data alarm", func(rs []Record) bool { return has(rs, "d2") })
+	if took := time.Since(start); took > time.Second+500*time.Millisecond {
+		t.Errorf("d2, silent across the restart, fired %v after the owner started", took)
+	}
+	if has(recs, "d3") {
+		t.Error("d3 reported while no owner ran and fired anyway: its restored timer beat its queued report")
+	}
 }
