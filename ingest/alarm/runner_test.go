@@ -389,8 +389,11 @@ func TestRunnerRuleChanges(t *testing.T) {
 		g.report("d1", "m"+strconv.Itoa(n), time.Now(), "temp", 40)
 		return len(g.records(nil)) == 1
 	})
-	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{}); err != nil {
+	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{ID: "u1", Name: "ann"}); err != nil {
 		t.Fatal(err)
+	}
+	if recs := g.records(nil); len(recs) != 1 || recs[0].State != StateCleared || recs[0].ClearValue != ReasonRuleDisabled || recs[0].ClearedBy != "ann" {
+		t.Errorf("the disabled rule's alarm: %+v", recs)
 	}
 	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
 }
@@ -531,7 +534,7 @@ func TestRunnerNoDataRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.report("d3", "c2", time.Now(), "temp", 2)
-	time.Sleep(d + 500*time.Millisecond)        // a restart longer than D (arranges the case; proves nothing)
+	time.Sleep(d + 500*time.Millisecond) // a restart longer than D (arranges the case; proves nothing)
 	c, _ := g.runner(nil)
 	g.waitOwner(c)
 	start := time.Now()
