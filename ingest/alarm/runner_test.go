@@ -238,13 +238,14 @@ func TestRunnerTimers(t *testing.T) {
 }
 
 // TestRunnerBounce: a value bouncing around the threshold 10 times a
-// second with hysteresis is one alarm whose count grows.
+// second for 60 s (device time) with hysteresis is one alarm whose count
+// grows (300 crossings above), not 600 alarms.
 func TestRunnerBounce(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"clear":{"type":"condition","all":[{"property":"temp","op":"lt","value":28}]}}`)
 	r, _ := g.runner(nil)
 	g.waitOwner(r)
-	base := time.Now().Add(-time.Minute)
-	const n = 100
+	base := time.Now().Add(-2 * time.Minute)
+	const n = 600
 	for i := range n {
 		v := 29.5
 		if i%2 == 0 {
