@@ -151,6 +151,7 @@ type flags struct {
 	alarmDevices, alarmRate, alarmWatched             int
 	alarmRounds, alarmTimers                          int
 	alarmDuration, alarmTimerFor, alarmTimeout        time.Duration
+	alarmTimerSpread                                  time.Duration
 	alarmSkipServer                                   bool
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
@@ -252,7 +253,8 @@ func newFlags() *flags {
 	fs.IntVar(&f.alarmRounds, "alarm-rounds", 2, "alarms: throughput rounds (a burst of one report per device with the rules off, then on)")
 	fs.IntVar(&f.alarmTimers, "alarm-timers", 1000000, "alarms: devices of the in-process no-data timer measure")
 	fs.DurationVar(&f.alarmDuration, "alarm-duration", 30*time.Second, "alarms: length of the latency phase")
-	fs.DurationVar(&f.alarmTimerFor, "alarm-timer-for", 30*time.Second, "alarms: the no-data timers' D (their deadlines spread over the next 10 s)")
+	fs.DurationVar(&f.alarmTimerFor, "alarm-timer-for", 30*time.Second, "alarms: the no-data timers' D")
+	fs.DurationVar(&f.alarmTimerSpread, "alarm-timer-spread", 10*time.Second, "alarms: the no-data timers' deadlines fall within this span")
 	fs.DurationVar(&f.alarmTimeout, "alarm-timeout", 5*time.Minute, "alarms: bound of each wait")
 	fs.BoolVar(&f.alarmSkipServer, "alarm-skip-server", false, "alarms: only the in-process measures (rule state, timers)")
 	return f
@@ -603,7 +605,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			}
 		}
 		r, err := bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
-			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, Timeout: f.alarmTimeout,
+			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
 			SkipServer: f.alarmSkipServer, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
 			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
