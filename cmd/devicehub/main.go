@@ -29,6 +29,7 @@ import (
 	"devicehub/ingest"
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
+	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
@@ -293,7 +294,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
 
-			Notify: notify.NewStore(store), // channels, subscriptions, dead letters (api/notify.go)
+			Notify:  notify.NewStore(store),  // channels, subscriptions, dead letters (api/notify.go)
+			Forward: forward.NewStore(store), // forwarding rules and their status (api/forward.go)
 		})
 		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
