@@ -441,3 +441,163 @@ func TestForwardCrash(t *testing.T) {
 		t.Fatalf("%d repeats, more than in flight", dups)
 	}
 }
+
+// The bound: with the receiver refusing, a spool over MaxBytes drops its
+// oldest segments, counting their messages; once the receiver answers
+// the newest messages arrive, in order, and sent + dropped is every
+// message taken. Ingest is never refused.
+func TestForwardBound(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), 1)
+	rcv := newReceiver(t)
+	rcv.set(http.StatusServiceUnavailable)
+	r := g.rule(Rule{Webhook: webhookTo(rcv, "/in")})
+	const bound = 128 << 10
+	g.forwarder(func(o *Options) { o.MaxBytes = bound }, nil)
+	const n = 3000
+	g.reports([]string{"d1"}, 0, n)
+	var st Status
+	testkit.Eventually(t, 20*time.Second, "every message taken", func() bool {
+		st = g.status(r.ID)
+		return st.Pending+st.Dropped == n
+	})
+	if st.Dropped == 0 || st.SpooledBytes > bound+minSegment || st.Sent != 0 {
+		t.Fatalf("at the bound: %+v", st)
+	}
+	rcv.set(http.StatusOK)
+	testkit.Eventually(t, 20*time.Second, "caught up", func() bool {
+		st = g.status(r.ID)
+		return st.Pending == 0 && st.Sent+st.Dropped == n
+	})
+	lines := rcv.got()
+	if len(lines) != int(st.Sent) {
+		t.Fatalf("%d received, %d sent", len(lines), st.Sent)
+	}
+	// What arrived is the newest messages, in order.
+	for i, l := range lines {
+		if want := fmt.Sprintf("d1-%d", int(st.Dropped)+i); l.MessageID != want {
+			t.Fatalf("line %d is %s, want %s", i, l.MessageID, want)
+		}
+	}
+	t.Logf("dropped %d, sent %d", st.Dropped, st.Sent)
+}
+
+// Each filter narrows what a rule forwards; each case fails when its
+// filter is removed.
+func TestForwardFilters(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), 2)
+	rcv := newReceiver(t)
+	other := g.productN(1)
+	cases := []struct {
+		name string
+		rule Rule
+		want []string // messageIds
+	}{
+		{"product", Rule{}, []string{"r1", "r2", "r3", "e1", "on", "off"}},
+		{"device", Rule{DeviceIDs: []string{"d2"}}, []string{"r3"}},
+		{"type", Rule{Types: []string{TypeEvent, TypeOffline}}, []string{"e1", "off"}},
+		{"property", Rule{Properties: []string{"hum"}}, []string{"r2", "e1", "on", "off"}},
+		{"other product", Rule{ProductID: other}, []string{"x1"}},
+	}
+	for i := range cases {
+		c := &cases[i]
+		c.rule.Name = c.name
+		c.rule.Webhook = webhookTo(rcv, "/"+c.name[:1])
+		c.rule = g.rule(c.rule)
+	}
+	g.forwarder(nil, nil)
+	g.publishTo(g.product, "d1", "properties/report", `{"messageId":"r1","properties":{"temp":1}}`)
+	g.publishTo(g.product, "d1", "properties/report", `{"messageId":"r2","properties":{"temp":2,"hum":40}}`)
+	g.publishTo(other, "d1", "properties/report", `{"messageId":"x1","properties":{"temp":3,"hum":41}}`)
+	g.publishTo(g.product, "d2", "properties/report", `{"messageId":"r3","properties":{"temp":4}}`)
+	g.publishTo(g.product, "d1", "event/alert", `{"messageId":"e1","data":{"level":"high"}}`)
+	g.publishTo(g.product, "d1", "online", `{"messageId":"on"}`)
+	g.publishTo(g.product, "d1", "offline", `{"messageId":"off"}`)
+	g.publishTo(g.product, "d1", "properties/read/reply", `{"messageId":"rr","success":true,"properties":{"temp":5}}`)
+	// The last message every rule but device's takes: when it is there,
+	// everything before it is.
+	testkit.Eventually(t, 20*time.Second, "the offline messages", func() bool {
+		n := 0
+		for _, l := range rcv.got() {
+			if l.MessageID == "off" {
+				n++
+			}
+		}
+		return n == 3
+	})
+	testkit.Eventually(t, 10*time.Second, "the device rule's message", func() bool {
+		for _, l := range rcv.got() {
+			if l.RuleID == cases[1].rule.ID {
+				return true
+			}
+		}
+		return false
+	})
+	byRule := map[string][]got{}
+	for _, l := range rcv.got() {
+		byRule[l.RuleID] = append(byRule[l.RuleID], l)
+	}
+	for _, c := range cases {
+		var ids []string
+		for _, l := range byRule[c.rule.ID] {
+			ids = append(ids, l.MessageID)
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(c.want) {
+			t.Errorf("%s: forwarded %v, want %v", c.name, ids, c.want)
+		}
+	}
+	for _, l := range byRule[cases[3].rule.ID] {
+		if l.MessageID == "r2" && (len(l.Properties) != 1 || l.Properties["hum"] != float64(40)) {
+			t.Errorf("property filter kept %v", l.Properties)
+		}
+	}
+	for _, l := range byRule[cases[0].rule.ID] {
+		if l.MessageID == "e1" && (l.Type != TypeEvent || l.EventID != "alert" || l.Data["level"] != "high") {
+			t.Errorf("event forwarded as %+v", l)
+		}
+		if l.MessageID == "on" && l.Type != TypeOnline || l.MessageID == "off" && l.Type != TypeOffline {
+			t.Errorf("state change forwarded as %+v", l)
+		}
+	}
+}
+
+// A rule publishing to a second Mosquitto: QoS 1, the topic from its
+// template, in order; the broker's password is the rule's secret.
+func TestForwardMQTTSink(t *testing.T) {
+	b := mqtttest.StartBroker(t)
+	gw := mqtttest.Gateway(t, b.URL())
+	login := mqtt.NewClientOptions()
+	gw(login)
+	sub, err := mqtttest.Dial(b.URL(), testkit.RandID("sub"), login.Username, login.Password, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Disconnect(0)
+	var mu sync.Mutex
+	var topics []string
+	var lines []got
+	if tok := sub.Subscribe("/fwdsink/+/event/+", 1, func(_ mqtt.Client, m mqtt.Message) {
+		var l got
+		if err := json.Unmarshal(m.Payload(), &l); err != nil {
+			t.Errorf("payload %q", m.Payload())
+		}
+		mu.Lock()
+		topics, lines = append(topics, m.Topic()), append(lines, l)
+		mu.Unlock()
+	}); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	g := newRig(t, mqtttest.SharedURL(), 1)
+	g.rule(Rule{Secret: login.Password, MQTT: &MQTTSink{Broker: b.URL(), Topic: "/fwdsink/{deviceId}/event/{type}", Username: login.Username}})
+	g.forwarder(nil, nil)
+	devs := []string{"m1", "m2"}
+	g.reports(devs, 0, 100)
+	testkit.Eventually(t, 20*time.Second, "200 messages", func() bool { mu.Lock(); defer mu.Unlock(); return len(lines) >= 200 })
+	mu.Lock()
+	defer mu.Unlock()
+	inOrder(t, lines, devs, 100)
+	for i, l := range lines {
+		if topics[i] != "/fwdsink/"+l.DeviceID+"/event/property" {
+			t.Fatalf("topic %s for %+v", topics[i], l)
+		}
+	}
+}

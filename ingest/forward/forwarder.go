@@ -554,7 +554,18 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 			}
 			deadline.Stop()
 		}
-		for attempt := 0; ; attempt++ {
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				// The bound may have dropped the batch's oldest messages
+				// meanwhile: they are counted dropped, not sent.
+				c := sp.position()
+				for len(batch) > 0 && batch[0].seq <= c {
+					batch = batch[1:]
+				}
+				if len(batch) == 0 {
+					break
+				}
+			}
 			err := sk.send(ctx, r.ID, batch)
 			if err == nil {
 				break
@@ -568,6 +579,9 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 			if ctx.Err() != nil {
 				return
 			}
+		}
+		if len(batch) == 0 {
+			continue
 		}
 		if f.beforeAck != nil {
 			if err := f.beforeAck(r.ID, len(batch)); err != nil {

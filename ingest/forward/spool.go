@@ -389,6 +389,13 @@ func (s *spool) ack(seq uint64, n int) error {
 	return s.saveCursorLocked()
 }
 
+// position is the cursor: every seq up to it is sent or dropped.
+func (s *spool) position() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursor
+}
+
 // failure counts a refused or failed request.
 func (s *spool) failure(err error) {
 	s.mu.Lock()
