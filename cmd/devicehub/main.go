@@ -251,6 +251,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer func() { stopNotify(); <-notifyDone }()
 	}
 
+	// Forwarding telemetry: one instance with the ingest role forwards at
+	// a time, on its own broker session (ingest/forward's doc says why
+	// nothing is lost).
+	if cfg.Forward && ing != nil {
+		fwd, err := forward.New(store, forward.Options{BrokerURL: cfg.MQTTURL, Login: cfg.MQTTLogin, Dir: cfg.ForwardDir,
+			MaxBytes: cfg.ForwardSpoolBytes, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		fwdDone := make(chan struct{})
+		fctx, stopForward := context.WithCancel(ctx)
+		go func() { defer close(fwdDone); fwd.Run(fctx) }()
+		defer func() { stopForward(); <-fwdDone }()
+	}
+
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
 	}
@@ -373,6 +388,9 @@ type config struct {
 	Notify             bool
 	NotifyWorkers      int
 	NotifyMaxAttempts  int
+	Forward            bool
+	ForwardDir         string
+	ForwardSpoolBytes  int64
 	PprofAddr          string
 	CORSOrigins        []string
 	MetricsAllow       []netip.Prefix
