@@ -15,6 +15,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
@@ -265,7 +266,8 @@ func TestForwardWebhook(t *testing.T) {
 	w := webhookTo(rcv, "/in")
 	w.Headers = map[string]string{"X-Team": "data"}
 	r := g.rule(Rule{Webhook: w, Secret: "k1"})
-	f, _ := g.forwarder(nil, nil)
+	reg := prometheus.NewRegistry()
+	f, _ := g.forwarder(func(o *Options) { o.Registerer = reg }, nil)
 	devs := []string{"d1", "d2", "d3"}
 	g.reports(devs, 0, 200)
 	testkit.Eventually(t, 30*time.Second, "600 messages", func() bool { return len(rcv.got()) >= 600 })
@@ -294,6 +296,70 @@ func TestForwardWebhook(t *testing.T) {
 	})
 	if st, ok := f.Status(r.ID); !ok || st.Sent != 600 {
 		t.Fatalf("status %+v", st)
+	}
+	want := map[string]float64{"devicehub_forward_sent_total": 600, "devicehub_forward_pending_messages": 0,
+		"devicehub_forward_lag_seconds": 0, "devicehub_forward_dropped_total": 0, "devicehub_forward_owner": 1}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			if w, ok := want[mf.GetName()]; ok {
+				if v != w {
+					t.Errorf("%s = %v, want %v", mf.GetName(), v, w)
+				}
+				delete(want, mf.GetName())
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("metrics missing: %v", want)
+	}
+}
+
+// Two instances: only the lock's holder forwards (each message once while
+// it runs); when it stops, the other takes over the broker session and
+// the spool directory (shared storage), and nothing is lost or reordered.
+func TestForwardTwoInstances(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), 1)
+	rcv := newReceiver(t)
+	g.rule(Rule{Webhook: webhookTo(rcv, "/in")})
+	a, stopA := g.forwarder(func(o *Options) { o.Instance = "a" }, nil)
+	u, p := mqtttest.Service()
+	b, err := New(g.ms, Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID, Dir: g.dir,
+		FlushInterval: 10 * time.Millisecond, PollInterval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond,
+		Retry: 50 * time.Millisecond, Instance: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	doneB := make(chan struct{})
+	go func() { defer close(doneB); b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-doneB })
+	devs := []string{"d1", "d2"}
+	g.reports(devs, 0, 200)
+	testkit.Eventually(t, 20*time.Second, "the first half", func() bool { return rcv.distinct() == 400 })
+	if !a.Owner() || b.Owner() {
+		t.Fatalf("owners: a %v, b %v", a.Owner(), b.Owner())
+	}
+	if n := len(rcv.got()); n != 400 {
+		t.Fatalf("%d lines for 400 messages with one owner", n)
+	}
+	stopA()
+	g.reports(devs, 200, 200)
+	testkit.Eventually(t, 20*time.Second, "b owns", b.Owner)
+	testkit.Eventually(t, 20*time.Second, "the second half", func() bool { return rcv.distinct() == 800 })
+	inOrder(t, rcv.got(), devs, 400)
+	var seqs []uint64
+	for _, l := range rcv.got() {
+		seqs = append(seqs, l.Seq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("seq %d after %d: b did not continue a's spool", seqs[i], seqs[i-1])
+		}
 	}
 }
 
