@@ -667,3 +667,39 @@ func TestForwardMQTTSink(t *testing.T) {
 		}
 	}
 }
+
+// A disabled rule takes nothing new and sends nothing; its spool waits
+// with its lag showing, and _enable sends it.
+func TestForwardDisabled(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), 1)
+	rcv := newReceiver(t)
+	rcv.set(http.StatusServiceUnavailable)
+	r := g.rule(Rule{Webhook: webhookTo(rcv, "/in")})
+	f, _ := g.forwarder(nil, nil)
+	g.reports([]string{"d1"}, 0, 50)
+	testkit.Eventually(t, 20*time.Second, "spooled", func() bool { return g.status(r.ID).Pending == 50 })
+	ctx := context.Background()
+	if _, err := g.store.SetEnabled(ctx, r.ID, false, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the rule's subscription gone", func() bool { return len(*f.filters.Load()) == 0 })
+	rcv.set(http.StatusOK)
+	g.reports([]string{"d1"}, 50, 10) // not taken
+	testkit.Eventually(t, 20*time.Second, "the lag of a waiting spool", func() bool {
+		st := g.status(r.ID)
+		return st.Pending == 50 && st.LagMs > 500
+	})
+	if n := len(rcv.got()); n != 0 {
+		t.Fatalf("%d sent while disabled", n)
+	}
+	if _, err := g.store.SetEnabled(ctx, r.ID, true, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the spool sent", func() bool { return rcv.distinct() == 50 })
+	inOrder(t, rcv.got(), []string{"d1"}, 50)
+	g.reports([]string{"d1"}, 60, 1)
+	testkit.Eventually(t, 20*time.Second, "taking again", func() bool { return rcv.distinct() == 51 })
+	if l := rcv.got(); l[len(l)-1].MessageID != "d1-60" {
+		t.Fatalf("last %s", l[len(l)-1].MessageID)
+	}
+}

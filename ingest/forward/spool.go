@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -432,10 +433,35 @@ func (s *spool) stats(now time.Time) Status {
 	defer s.mu.Unlock()
 	st := Status{Pending: int64(s.next - 1 - s.cursor), SpooledBytes: s.total, Dropped: int64(s.dropped),
 		Sent: int64(s.sent), Failed: int64(s.failed), LastError: s.lastErr}
+	if st.Pending > 0 && s.head == 0 && s.synced > s.cursor {
+		s.head = s.peekLocked(s.cursor + 1) // no sender has read it (a disabled rule)
+	}
 	if st.Pending > 0 && s.head > 0 {
 		st.LagMs = max(0, now.UnixMilli()-s.head)
 	}
 	return st
+}
+
+// peekLocked returns the taken time of the synced message seq, 0 if it
+// cannot be read.
+func (s *spool) peekLocked(seq uint64) int64 {
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].first > seq }) - 1
+	if i < 0 {
+		return 0
+	}
+	f, err := os.Open(s.segPath(s.segs[i].first))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if q, at, _, ok := parseLine(sc.Bytes()); ok && q == seq {
+			return at
+		}
+	}
+	return 0
 }
 
 // close releases the files, dropping what was appended and not synced
