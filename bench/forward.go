@@ -18,7 +18,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest/dynsec"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
 
@@ -306,7 +306,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if err != nil {
 		return res, err
 	}
-	gw := link.Login{Username: user, Password: pass}
+	gw := mqttconn.Login{Username: user, Password: pass}
 	pub, err := mqttConnect(broker.url(), "bench-pub-"+randHex(4), true, gw)
 	if err != nil {
 		return res, err

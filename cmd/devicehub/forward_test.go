@@ -17,7 +17,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -68,7 +68,7 @@ func TestForwardSigkill(t *testing.T) {
 	o := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(testkit.RandID("fwd-gw-")).SetCleanSession(true)
 	gw(o)
 	pub := mqtt.NewClient(o)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
@@ -86,7 +86,7 @@ func TestForwardSigkill(t *testing.T) {
 	for i := range per {
 		for _, d := range devs {
 			tok := pub.Publish("/fp/"+d+"/properties/report", 1, false, fmt.Sprintf(`{"messageId":"%s-%d","properties":{"temp":%d}}`, d, i, i))
-			if err := link.WaitToken(tok, 20*time.Second); err != nil {
+			if err := mqttconn.WaitToken(tok, 20*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -31,6 +31,7 @@ import (
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -372,7 +373,7 @@ type config struct {
 	TimeZone           string
 	MQTTURL            string
 	MQTTClientID       string
-	MQTTLogin          link.Login
+	MQTTLogin          mqttconn.Login
 	DeviceAuth         string
 	LoginCheckInterval time.Duration
 	MQTTShareGroup     string
@@ -424,7 +425,7 @@ func brokerChecks(ready map[string]func(context.Context) error, presence *link.P
 	for i, b := range brokers {
 		suffix := ""
 		if len(brokers) > 1 {
-			suffix = "@" + link.BrokerName(b)
+			suffix = "@" + mqttconn.BrokerName(b)
 		}
 		ready["mqtt"+suffix] = connected(func() bool { return presence.ConnectedTo(i) })
 		if ing == nil {

@@ -9,8 +9,9 @@
 // It must not import api (api talks to it through a small interface,
 // ForwardStore), ingest (the storage pipeline knows nothing of it) nor
 // ingest/alarm or ingest/notify. It uses meta for the database handle,
-// the installation id and the advisory lock, ingest/link for devicehub's
-// MQTT login and helpers, and ingest/wire to decode uplinks.
+// the installation id and the advisory lock, ingest/mqttconn to set up
+// and dial its MQTT clients, ingest/wire to decode uplinks and
+// schema/backoff for the sink's retry schedule.
 //
 // # How messages reach the spool, and why ingest never waits
 //
@@ -85,6 +86,9 @@
 // arrivals in order per device, and the repeats are at most the messages
 // unacknowledged at the crashes. Acknowledging a message on receipt
 // instead of after the sync loses messages there (seen failing).
+// TestForwardSigkill (cmd/devicehub) does it to the binary with SIGKILL;
+// TestForwardTwoInstances checks that only the lock's holder forwards and
+// that a successor continues the same spool.
 //
 // Lag is the age of the oldest message not yet accepted by the sink
 // (devicehub_forward_lag_seconds and Status.LagMs, 0 when caught up).

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
@@ -131,7 +131,7 @@ func newRig(t *testing.T, broker string, products int) *rig {
 		SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).SetConnectRetry(true)
 	gw(o)
 	g.pub = mqtt.NewClient(o)
-	if err := link.WaitToken(g.pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -175,7 +175,7 @@ func webhookTo(rcv *receiver, path string) *WebhookSink {
 func (g *rig) forwarder(tweak func(*Options), hook func(*Forwarder)) (*Forwarder, func()) {
 	g.t.Helper()
 	u, p := mqtttest.Service()
-	opt := Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID, Dir: g.dir,
+	opt := Options{BrokerURL: g.broker, Login: mqttconn.Login{Username: u, Password: p}, ClientID: g.clientID, Dir: g.dir,
 		FlushInterval: 10 * time.Millisecond, PollInterval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond,
 		BackoffMax: 200 * time.Millisecond, Retry: 50 * time.Millisecond, Instance: "test"}
 	if tweak != nil {
@@ -203,7 +203,7 @@ func (g *rig) forwarder(tweak func(*Options), hook func(*Forwarder)) (*Forwarder
 
 func (g *rig) publishTo(product, dev, level, payload string) {
 	g.t.Helper()
-	if err := link.WaitToken(g.pub.Publish("/"+product+"/"+dev+"/"+level, 1, false, payload), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Publish("/"+product+"/"+dev+"/"+level, 1, false, payload), 10*time.Second); err != nil {
 		g.t.Fatal(err)
 	}
 }
@@ -328,7 +328,7 @@ func TestForwardTwoInstances(t *testing.T) {
 	g.rule(Rule{Webhook: webhookTo(rcv, "/in")})
 	a, stopA := g.forwarder(func(o *Options) { o.Instance = "a" }, nil)
 	u, p := mqtttest.Service()
-	b, err := New(g.ms, Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID, Dir: g.dir,
+	b, err := New(g.ms, Options{BrokerURL: g.broker, Login: mqttconn.Login{Username: u, Password: p}, ClientID: g.clientID, Dir: g.dir,
 		FlushInterval: 10 * time.Millisecond, PollInterval: 100 * time.Millisecond, BackoffMin: 20 * time.Millisecond,
 		Retry: 50 * time.Millisecond, Instance: "b"})
 	if err != nil {

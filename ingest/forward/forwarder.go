@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,9 +17,10 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
+	"devicehub/schema/backoff"
 )
 
 // lockKey elects the forwarder's one owner among instances.
@@ -28,11 +28,11 @@ const lockKey = 0x666f7277617264 // "forward"
 
 // Options configure a Forwarder.
 type Options struct {
-	// BrokerURL is one broker or a comma-separated pool (link.Brokers).
+	// BrokerURL is one broker or a comma-separated pool (mqttconn.Brokers).
 	// Default tcp://127.0.0.1:1884.
 	BrokerURL string
-	// Login is devicehub's service login. Default link.DefaultLogin.
-	Login link.Login
+	// Login is devicehub's service login. Default mqttconn.DefaultLogin.
+	Login mqttconn.Login
 	// ClientID of the owner's persistent session ("-<n>" added per broker
 	// of a pool), the same for every owner. Default
 	// "devicehub-forward-<installation id>".
@@ -67,8 +67,8 @@ func (o Options) withDefaults() Options {
 	if o.BrokerURL == "" {
 		o.BrokerURL = "tcp://127.0.0.1:1884"
 	}
-	if o.Login == (link.Login{}) {
-		o.Login = link.DefaultLogin
+	if o.Login == (mqttconn.Login{}) {
+		o.Login = mqttconn.DefaultLogin
 	}
 	if o.Dir == "" {
 		o.Dir = "devicehub-spool"
@@ -148,7 +148,7 @@ type ruleState struct {
 // New returns a forwarder over ms's database.
 func New(ms *meta.Store, opt Options) (*Forwarder, error) {
 	opt = opt.withDefaults()
-	brokers, err := link.Brokers(opt.BrokerURL)
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
@@ -554,6 +554,7 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 			}
 			deadline.Stop()
 		}
+		retry := backoff.Backoff{Min: f.opt.BackoffMin, Max: f.opt.BackoffMax, Jitter: 0.5}
 		for attempt := 0; len(batch) > 0; attempt++ {
 			if attempt > 0 {
 				// The bound may have dropped the batch's oldest messages
@@ -575,8 +576,7 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 			}
 			sp.failure(err)
 			f.log.Debug("forward: sink refused a batch; retrying", "rule", r.ID, "attempt", attempt+1, "err", err)
-			sleepCtx(ctx, backoff(f.opt.BackoffMin, f.opt.BackoffMax, attempt))
-			if ctx.Err() != nil {
+			if retry.Wait(ctx) != nil {
 				return
 			}
 		}
@@ -596,16 +596,6 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 			f.log.Error("forward: saving the cursor failed", "rule", r.ID, "err", err)
 		}
 	}
-}
-
-// backoff is min doubled per attempt up to max, with jitter: a uniform
-// wait in [d/2, d].
-func backoff(lo, hi time.Duration, attempt int) time.Duration {
-	d := hi
-	if attempt < 30 {
-		d = min(hi, lo<<attempt)
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // writeStatus records this owner's view of its rules in PostgreSQL.
@@ -630,46 +620,39 @@ func (f *Forwarder) connect(ctx context.Context, b int, in chan<- inbound, stop 
 	}
 	var first atomic.Bool
 	first.Store(true)
-	o := f.opt.Login.NewClientOptions(broker, id).
-		SetCleanSession(false). // a new owner resumes the session and what it queued
-		SetAutoAckDisabled(true).
-		SetOrderMatters(true). // in order; a full queue holds the broker's flow
-		SetAutoReconnect(true).
-		SetConnectRetry(false).
-		SetMaxReconnectInterval(link.ReconnectEvery).
-		SetKeepAlive(10 * time.Second).
-		SetPingTimeout(60 * time.Second). // the answer queues behind a backlog
-		SetConnectTimeout(10 * time.Second).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
+	c := mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: id, Login: f.opt.Login,
+		Persistent:     true, // a new owner resumes the session and what it queued
+		ManualAck:      true,
+		Resume:         true,
+		KeepAlive:      10 * time.Second,
+		PingTimeout:    60 * time.Second, // the answer queues behind a backlog
+		ConnectTimeout: 10 * time.Second,
+		// In order; a full queue holds the broker's flow.
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) {
 			select {
 			case in <- inbound{m: m, at: time.Now()}:
 			case <-stop: // not acknowledged: the broker delivers it again
 			}
-		}).
-		SetOnConnectHandler(func(c mqtt.Client) {
+		},
+		OnConnect: func(c mqtt.Client) {
 			if first.Swap(false) {
 				return
 			}
 			if fl := *f.filters.Load(); len(fl) > 0 {
-				go func() { _ = link.WaitToken(c.SubscribeMultiple(fl, nil), 30*time.Second) }()
+				go func() { _ = mqttconn.WaitToken(c.SubscribeMultiple(fl, nil), 30*time.Second) }()
 			}
-		}).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			f.log.Warn("forward: broker connection lost; reconnecting", "broker", link.BrokerName(broker), "err", err)
-		})
-	if fn := link.BufferedDialer(broker, 10*time.Second); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
-	}
-	c := mqtt.NewClient(o)
-	t := c.Connect()
-	select {
-	case <-t.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return nil, ctx.Err()
-	}
-	if err := t.Error(); err != nil {
-		return nil, fmt.Errorf("forward: connect %s as %s: %w", link.BrokerName(broker), id, err)
+		},
+		OnLost: func(_ mqtt.Client, err error) {
+			f.log.Warn("forward: broker connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
+		},
+	})
+	present, err := mqttconn.Connect(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("forward: connect %s as %s: %w", mqttconn.BrokerName(broker), id, err)
 	}
 	// A kept session is subscribed already and answers behind its
 	// backlog; a new one is waited for.
@@ -678,8 +661,8 @@ func (f *Forwarder) connect(ctx context.Context, b int, in chan<- inbound, stop 
 		return c, nil
 	}
 	st := c.SubscribeMultiple(filters, nil)
-	if !t.(*mqtt.ConnectToken).SessionPresent() {
-		if err := link.WaitToken(st, 10*time.Second); err != nil {
+	if !present {
+		if err := mqttconn.WaitToken(st, 10*time.Second); err != nil {
 			c.Disconnect(0)
 			return nil, fmt.Errorf("forward: subscribe as %s: %w", id, err)
 		}
