@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -22,6 +22,11 @@
 // lost (bench/fleetconnect.go). A bound not reached is reported as such
 // and the later phases still run; it exits 1 naming the missed targets.
 // -fc-* flags size it.
+// forward (not part of all) offers 10,000 reports/s to a devicehub with a
+// forwarding rule to a webhook in this process: the webhook's lag, ingest's
+// rate with the webhook down (-forward-outage, 5 min) against up, the
+// backlog's catch-up, and alarm raised -> notification received
+// (bench/forward.go).
 // shadow (not part of all) measures a storm of devices reconnecting,
 // each with a pending delta, against the same storm without
 // (bench/shadow.go); -shadow-devices sizes it.
@@ -57,7 +62,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -153,6 +158,8 @@ type flags struct {
 	alarmDuration, alarmTimerFor, alarmTimeout        time.Duration
 	alarmTimerSpread                                  time.Duration
 	alarmSkipServer                                   bool
+	fwdRate, fwdDevices, fwdAlarms                    int
+	fwdSteady, fwdOutage, fwdTimeout                  time.Duration
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
@@ -257,6 +264,12 @@ func newFlags() *flags {
 	fs.DurationVar(&f.alarmTimerSpread, "alarm-timer-spread", 10*time.Second, "alarms: the no-data timers' deadlines fall within this span")
 	fs.DurationVar(&f.alarmTimeout, "alarm-timeout", 5*time.Minute, "alarms: bound of each wait")
 	fs.BoolVar(&f.alarmSkipServer, "alarm-skip-server", false, "alarms: only the in-process measures (rule state, timers)")
+	fs.IntVar(&f.fwdRate, "forward-rate", 10000, "forward: reports/s offered")
+	fs.IntVar(&f.fwdDevices, "forward-devices", 1000, "forward: devices the reports go round")
+	fs.IntVar(&f.fwdAlarms, "forward-alarms", 200, "forward: alarms raised during the phase with the sink up")
+	fs.DurationVar(&f.fwdSteady, "forward-steady", time.Minute, "forward: the phase with the webhook up")
+	fs.DurationVar(&f.fwdOutage, "forward-outage", 5*time.Minute, "forward: the phase with the webhook answering 503")
+	fs.DurationVar(&f.fwdTimeout, "forward-timeout", 10*time.Minute, "forward: bound of the catch-up after the outage")
 	return f
 }
 
@@ -317,13 +330,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "alarms", "storage":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "alarms", "storage", "forward":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, alarms, storage or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, alarms, storage, forward or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -607,6 +620,22 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		r, err := bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
 			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
 			SkipServer: f.alarmSkipServer, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
+			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		if err != nil {
+			return err
+		}
+	case "forward":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunForward(ctx, bench.ForwardParams{Rate: f.fwdRate, Devices: f.fwdDevices, Alarms: f.fwdAlarms, Steady: f.fwdSteady,
+			Outage: f.fwdOutage, Timeout: f.fwdTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
 			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
 		logf("%s", r)
