@@ -288,9 +288,9 @@ func (s *Store) Version(ctx context.Context, deviceID, version string) ([]Change
 		reason = CASE WHEN r.version = $2 THEN '' ELSE 'reported version ' || $2 || ' after attempt ' || j.attempts END,
 		deadline = NULL, update_time = now()
 		FROM firmware_rollouts r
-		WHERE j.device_id = $1 AND r.id = j.rollout_id AND r.state IN ('running', 'paused')
-			AND ((r.version = $2 AND j.state <> 'UPDATED' AND j.state = ANY($3))
-				OR (r.version <> $2 AND j.state = ANY($4)))
+		WHERE j.device_id = $1 AND r.id = j.rollout_id
+			AND ((r.version = $2 AND j.state = ANY($3))
+				OR (r.version <> $2 AND r.state IN ('running', 'paused') AND j.state = ANY($4)))
 		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts`,
 		deviceID, version, pq.Array(append([]string{StateQueued}, inFlight...)),
 		pq.Array([]string{StateDownloading, StateDownloaded, StateVerified, StateUpdating, StateUpdated}))
