@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"devicehub/bench/fwdevice"
+)
+
+// TestFirmwareCeiling: the firmware bench's devices (updaters over
+// gateway connections of a private broker) all fetch a package from the
+// http.FileServer child, verify it, reboot and report the new version;
+// the phase counts every byte, every device UPDATED, and the child's RSS
+// and CPU.
+func TestFirmwareCeiling(t *testing.T) {
+	if _, err := mosquittoBinary(); err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.stop()
+	const n, size = 200, 256 << 10
+	image := make([]byte, size)
+	_, _ = rand.Read(image)
+	sum := sha256.Sum256(image)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "fw.bin"), image, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logins := make([]fwLogin, n)
+	for i := range logins {
+		logins[i] = fwLogin{ID: "d" + randHex(4), SecureID: "s", SecureKey: "k"}
+	}
+	fleet, err := startFWFleet(ctx, broker.url(), "fwtest"+randHex(3), logins, "1.0.0", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.close()
+	fsrv, err := startFileServer(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsrv.stop()
+	ph, err := runFWPhase(ctx, fleet, "file server", fsrv.pid(), "1.1.0", time.Minute, func() error {
+		return fleet.upgradeAll(ctx, fwdevice.Upgrade{RolloutID: "t", Version: "1.1.0", Size: size,
+			SHA256: hex.EncodeToString(sum[:]), URL: fsrv.url + "/fw.bin", Expires: time.Now().Add(time.Hour).UnixMilli()})
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", ph)
+	if ph.Updated != n || ph.Failed != 0 || ph.Bytes != n*size || ph.MBps <= 0 || ph.DownloadMs <= 0 || ph.DevicesUpdatedMs <= 0 ||
+		ph.PeakRSSMB <= 0 || ph.CPUSeconds <= 0 {
+		t.Errorf("phase %+v", ph)
+	}
+	for i, u := range fleet.devs {
+		if v := u.Version(); v != "1.1.0" {
+			t.Fatalf("%s runs %s", fleet.ids[i], v)
+		}
+	}
+}
