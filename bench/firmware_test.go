@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"devicehub/bench/fwdevice"
+	"devicehub/bench/testkit"
 )
 
 // TestFirmwareCeiling: the firmware bench's devices (updaters over
@@ -67,5 +68,31 @@ func TestFirmwareCeiling(t *testing.T) {
 		if v := u.Version(); v != "1.1.0" {
 			t.Fatalf("%s runs %s", fleet.ids[i], v)
 		}
+	}
+}
+
+// TestFirmwareSmall runs the firmware scenario at 300 devices and a
+// 256 KiB package: both phases end with every device UPDATED, devicehub's
+// by its rollout's counts, every byte counted and no FAILED report.
+func TestFirmwareSmall(t *testing.T) {
+	if _, err := mosquittoBinary(); err != nil {
+		t.Skip(err)
+	}
+	bin := testkit.Devicehub(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const n, size = 300, 256 << 10
+	res, err := RunFirmware(ctx, FirmwareParams{Devices: n, Size: size, Timeout: 60 * time.Second, GrantUpgrade: true, ServerBinary: bin, Logf: t.Logf})
+	t.Logf("%s", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ph := range []FirmwarePhase{res.FileServer, res.Devicehub} {
+		if ph.Updated != n || ph.Failed != 0 || ph.Bytes != n*size || ph.MBps <= 0 || ph.PeakRSSMB <= 0 {
+			t.Errorf("%s: %+v", ph.Server, ph)
+		}
+	}
+	if res.Devicehub.ServerUpdatedMs <= 0 || res.RolloutID == "" {
+		t.Errorf("devicehub: rollout %q counted all UPDATED after %.0f ms", res.RolloutID, res.Devicehub.ServerUpdatedMs)
 	}
 }
