@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/fwdevice"
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 )
@@ -481,4 +483,93 @@ func TestFirmwareRules(t *testing.T) {
 		}
 		t.Logf("aborted: %s; %d of 50 started", r.Reason, started)
 	})
+}
+
+// TestFirmwareDevices runs bench/fwdevice's updater on devices with their
+// own broker logins (the plugin's rights: they may publish firmware
+// progress and version and receive the upgrade): a healthy device, one
+// whose download is cut halfway, one that boots its old image and then
+// claims UPDATED, one that stalls once (timed out, retried), one whose
+// hash is wrong, and one offline until the others are done.
+func TestFirmwareDevices(t *testing.T) {
+	srv := startOwn(t, "fwdev", "DEVICEHUB_FIRMWARE_DIR="+t.TempDir())
+	product := "fwd" + srv.suffix
+	fwProduct(t, srv, product)
+	ids := fwDevices(t, srv, product, "d"+srv.suffix, 6)
+	faults := []fwdevice.Faults{{}, {CutAt: 0.5}, {RebootOld: true}, {StallAt: fwdevice.Downloading, Times: 1}, {WrongHash: true}, {}}
+	offline := ids[5]
+	pkg := fwUpload(t, srv, product, "2.0.0", 200<<10)
+	type dev struct {
+		u       *fwdevice.Updater
+		connect func() error
+		mu      sync.Mutex
+		reports []fwdevice.Progress
+	}
+	devs := map[string]*dev{}
+	for i, id := range ids {
+		d := &dev{}
+		var cur mqtt.Client
+		d.connect = func() error {
+			c, err := mqtttest.Dial(srv.broker.URL(), id, id, fwKey(id), nil) // the client id is the device id
+			if err != nil {
+				return err
+			}
+			cur = c
+			conn := fwdevice.Paho(c)
+			if err := d.u.Connected(conn); err != nil { // subscribed before the birth
+				return err
+			}
+			return conn.Publish("/"+product+"/"+id+"/online", []byte(`{}`))
+		}
+		u, err := fwdevice.New(fwdevice.Options{ProductID: product, DeviceID: id, Version: "1.0.0", SecureID: id, SecureKey: fwKey(id),
+			Faults: faults[i], Reboot: func(context.Context) error { cur.Disconnect(0); return d.connect() },
+			OnReport: func(p fwdevice.Progress) { d.mu.Lock(); d.reports = append(d.reports, p); d.mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.u = u
+		t.Cleanup(func() {
+			u.Close()
+			if cur != nil {
+				cur.Disconnect(0)
+			}
+		})
+		devs[id] = d
+		if id != offline {
+			if err := d.connect(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var r fwRollout
+	srv.do(t, srv.token, "POST", "/api/firmware/rollout", map[string]any{"packageId": pkg, "ratePerMinute": 600,
+		"timeoutSeconds": 8, "retries": 2}, &r)
+	fwWait(t, srv, r.ID, 90*time.Second, "the online devices done", func(r fwRollout) bool {
+		return r.Counts["UPDATED"] == 4 && r.Counts["FAILED"] == 1
+	})
+	jobs := fwJobs(t, srv, r.ID, "")
+	if j := jobs[offline]; j.State != "QUEUED" || j.Attempts != 0 {
+		t.Fatalf("the offline device: %+v", j)
+	}
+	if err := devs[offline].connect(); err != nil {
+		t.Fatal(err)
+	}
+	fwWait(t, srv, r.ID, time.Minute, "all ended", func(r fwRollout) bool { return r.State == "completed" })
+	jobs = fwJobs(t, srv, r.ID, "")
+	for i, id := range ids {
+		j := jobs[id]
+		want, attempts := "UPDATED", 1
+		switch {
+		case faults[i].WrongHash:
+			want = "FAILED"
+		case faults[i].RebootOld, faults[i].StallAt != "":
+			attempts = 2
+		}
+		if j.State != want || j.Attempts != attempts || (want == "UPDATED") != (devs[id].u.Version() == "2.0.0") {
+			t.Errorf("device %d (%+v): job %+v, runs %s; want %s after %d attempts", i, faults[i], j, devs[id].u.Version(), want, attempts)
+		}
+		if want == "FAILED" && !strings.Contains(j.Reason, "sha256") {
+			t.Errorf("device %d: reason %q", i, j.Reason)
+		}
+	}
 }
