@@ -337,8 +337,11 @@ func TestFirmwareRollout1000(t *testing.T) {
 	fleet.connect(devs...)
 	pkg := fwUpload(t, srv, product, "2.0.0", 64<<10)
 	var r fwRollout
-	srv.do(t, srv.token, "POST", "/api/firmware/rollout", map[string]any{"packageId": pkg, "ratePerMinute": 200,
-		"timeoutSeconds": 120, "retries": 2, "abort": map[string]any{"percent": 5, "minStarted": 50}}, &r)
+	res := srv.api(srv.token).Send(t, "POST", "/api/firmware/rollout", map[string]any{"packageId": pkg, "ratePerMinute": 200,
+		"timeoutSeconds": 120, "retries": 2, "abort": map[string]any{"percent": 5, "minStarted": 50}})
+	if res.HTTPStatus != 200 || json.Unmarshal(res.Result, &r) != nil {
+		t.Fatalf("create the rollout: %d %s\n%s", res.HTTPStatus, res.Raw, srv.logTail())
+	}
 	start := time.Now()
 	r = fwWait(t, srv, r.ID, 9*time.Minute, "all UPDATED", func(r fwRollout) bool { return r.State != "running" })
 	if r.State != "completed" || r.Counts["UPDATED"] != 1000 {
