@@ -64,20 +64,26 @@ func bulkRoute(method, path string) bool {
 // before its body is read, as before.
 func bulkBodyLimits(limit int) func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 	return func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-		uri := string(h.RequestURI())
-		if i := strings.IndexByte(uri, '?'); i >= 0 {
-			uri = uri[:i]
-		}
-		if rest, ok := strings.CutPrefix(uri, "http://"); ok { // absolute form
-			uri = rest[strings.IndexByte(rest+"/", '/'):]
-		} else if rest, ok := strings.CutPrefix(uri, "https://"); ok {
-			uri = rest[strings.IndexByte(rest+"/", '/'):]
-		}
-		if bulkRoute(string(h.Method()), uri) {
+		if bulkRoute(string(h.Method()), requestPath(h)) {
 			return fasthttp.RequestConfig{MaxRequestBodySize: max(limit, bulkBodyLimit)}
 		}
 		return fasthttp.RequestConfig{}
 	}
+}
+
+// requestPath is a request header's path, without its query, also of an
+// absolute-form request line.
+func requestPath(h *fasthttp.RequestHeader) string {
+	uri := string(h.RequestURI())
+	if i := strings.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	if rest, ok := strings.CutPrefix(uri, "http://"); ok { // absolute form
+		uri = rest[strings.IndexByte(rest+"/", '/'):]
+	} else if rest, ok := strings.CutPrefix(uri, "https://"); ok {
+		uri = rest[strings.IndexByte(rest+"/", '/'):]
+	}
+	return uri
 }
 
 func (s *Server) bulkStore() (BulkDeviceStore, error) {

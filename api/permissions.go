@@ -29,6 +29,7 @@ const (
 	permAlarmWrite    = meta.PermAlarmWrite // acknowledge, clear by hand
 	permRuleWrite     = meta.PermRuleWrite  // alarm rules: write
 	permNotifyAdmin   = meta.PermNotifyAdmin
+	permFirmwareWrite = meta.PermFirmwareWrite // firmware packages and rollouts (firmware.go)
 )
 
 // NeedSignedIn is what RouteAccess.Need says of a route that needs a live

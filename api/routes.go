@@ -35,6 +35,10 @@ func (s *Server) routes() {
 	// Live updates (live.go): before the /api group, as the token may be a query parameter.
 	app.Get("/api/live", s.requireTokenOrQuery, s.need(permDeviceRead), s.live)
 
+	// A device downloads a firmware package with its own credentials
+	// (HTTP Basic) and a link made for it (firmware.go): no token.
+	app.Get("/firmware/download/:token", s.downloadFirmware)
+
 	// Every write under /api is audited once answered (audit.go).
 	api := app.Group("/api", s.requireToken, s.audited)
 	api.Post("/authorize/logout", s.signedIn(), s.logout)
@@ -111,6 +115,23 @@ func (s *Server) routes() {
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14
 	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
 	api.Post("/dashboard/_export", s.need(permDashboardRead), s.dashboardExport)
+
+	// Firmware updates (firmware.go): read with device:read, written with
+	// firmware:write, product-scoped like the rest.
+	api.Post("/firmware/package", s.need(permFirmwareWrite), s.uploadFirmware)
+	api.Get("/firmware/package", s.need(permDeviceRead), s.listFirmware)
+	api.Get("/firmware/package/:id", s.need(permDeviceRead), s.getFirmware)
+	api.Delete("/firmware/package/:id", s.need(permFirmwareWrite), s.deleteFirmware)
+	api.Post("/firmware/rollout", s.need(permFirmwareWrite), s.createRollout)
+	api.Get("/firmware/rollout", s.need(permDeviceRead), s.listRollouts)
+	api.Get("/firmware/rollout/:id", s.need(permDeviceRead), s.getRollout)
+	api.Get("/firmware/rollout/:id/counts", s.need(permDeviceRead), s.rolloutCounts)
+	api.Get("/firmware/rollout/:id/devices", s.need(permDeviceRead), s.rolloutDevices)
+	api.Get("/firmware/rollout/:id/failed", s.need(permDeviceRead), s.rolloutFailed)
+	api.Post("/firmware/rollout/:id/_pause", s.need(permFirmwareWrite), s.rolloutAction(FirmwareService.Pause))
+	api.Post("/firmware/rollout/:id/_resume", s.need(permFirmwareWrite), s.rolloutAction(FirmwareService.Resume))
+	api.Post("/firmware/rollout/:id/_cancel", s.need(permFirmwareWrite), s.rolloutAction(FirmwareService.Cancel))
+	api.Get("/device/instance/:id/firmware", s.need(permDeviceRead), s.deviceFirmware)
 
 	// Alarm rules and records (alarms.go), product-scoped like the rest.
 	api.Post("/alarm/config/_query", s.need(permAlarmRead), s.queryAlarmRules)

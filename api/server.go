@@ -198,6 +198,12 @@ type Deps struct {
 	// Forward keeps forwarding rules and their status (forward.go); nil
 	// answers those routes with a server error.
 	Forward ForwardStore
+	// Firmware is firmware updates (firmware.go); nil: those routes
+	// answer server_error.
+	Firmware FirmwareService
+	// FirmwareMaxSize is the largest package upload (bytes); the upload
+	// route reads up to it, only for a caller with firmware:write.
+	FirmwareMaxSize int
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger
@@ -308,6 +314,12 @@ func withNoSniff(h fiber.ErrorHandler) fiber.ErrorHandler {
 // refused from its Content-Length (400 too large) before its body is
 // read: without a token, nobody gets more than the small limit read.
 func (s *Server) requestLimits(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if s.deps.FirmwareMaxSize > 0 && firmwareUploadRoute(string(h.Method()), requestPath(h)) {
+		if u := s.headerUser(h); u != nil && u.Can(permFirmwareWrite) {
+			return fasthttp.RequestConfig{MaxRequestBodySize: s.deps.FirmwareMaxSize + 64<<10} // and a multipart's framing
+		}
+		return fasthttp.RequestConfig{}
+	}
 	conf := s.bulkLimits(h)
 	if conf.MaxRequestBodySize > 0 {
 		if u := s.headerUser(h); u == nil || !u.Can(permDeviceWrite) {
@@ -555,7 +567,7 @@ func ParseCORSOrigins(text string) ([]string, error) {
 // 400 naming the field). Requests without a body pass as they are.
 func jsonBodies(c *fiber.Ctx) error {
 	body := c.Request().Body()
-	if len(body) == 0 || bulkRoute(c.Method(), c.Path()) { // devices_bulk.go checks those, row by row
+	if len(body) == 0 || bulkRoute(c.Method(), c.Path()) || firmwareUploadRoute(c.Method(), c.Path()) { // devices_bulk.go checks those, row by row; a package is a file
 		return c.Next()
 	}
 	if err := checkContentType(c.Get(fiber.HeaderContentType)); err != nil {

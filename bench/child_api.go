@@ -47,6 +47,8 @@ type childAPIConfig struct {
 	// themselves; off, seeded fleets (the api scenario's 66,000 deployed
 	// devices) would cost the broker a plugin file rewrite each.
 	DeviceLogins bool
+	// Env adds DEVICEHUB_* variables (names without the prefix).
+	Env map[string]string
 	// AdminPassword is the admin's password, set when the child creates
 	// DB's admin; empty: one chosen for this child. Children started one
 	// after another on one DB share one.
@@ -84,7 +86,7 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 	if cfg.DeviceLogins {
 		deviceAuth = "plugin"
 	}
-	c.proc, err = startServer(ctx, cfg.Binary, cfg.LogDir, serverConfig{Args: cfg.Args, Env: map[string]string{
+	env := map[string]string{
 		"POSTGRES_DSN":     cfg.DB.dsn(),
 		"CLICKHOUSE_ADDR":  cfg.ClickHouseAddr,
 		"CLICKHOUSE_DB":    cfg.DB.name,
@@ -96,7 +98,11 @@ func startChildAPI(ctx context.Context, cfg childAPIConfig) (_ *childAPI, err er
 		"ADMIN_PASSWORD":   password,
 		"LOG_LEVEL":        "warn",
 		"DEVICE_AUTH":      deviceAuth,
-	}})
+	}
+	for k, v := range cfg.Env {
+		env[k] = v
+	}
+	c.proc, err = startServer(ctx, cfg.Binary, cfg.LogDir, serverConfig{Args: cfg.Args, Env: env})
 	if err != nil {
 		return nil, err
 	}

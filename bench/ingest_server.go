@@ -79,10 +79,14 @@ func freeAddr() (string, error) {
 // startServer starts bin with this process's environment minus every
 // DEVICEHUB_* variable, plus cfg, logging to logDir/devicehub.log, and
 // waits until /healthz answers 200 (or the child exits, or 60 s pass).
+// Its HTTP address is a free port's unless cfg.Env sets HTTP_ADDR.
 func startServer(ctx context.Context, bin, logDir string, cfg serverConfig) (*serverProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
+	}
+	if a, ok := cfg.Env["HTTP_ADDR"]; ok { // chosen by the caller, who names it elsewhere too
+		addr = a
 	}
 	var env []string
 	for _, kv := range os.Environ() {

@@ -23,7 +23,9 @@
 //
 // Births and devices' requests for their shadow are also handed to
 // Options.Shadow (ingest/shadow, through ShadowHook), and acknowledged
-// only once it has answered them (shadowhook.go).
+// only once it has answered them (shadowhook.go); devices' firmware
+// progress and version reports go to Options.Firmware (ingest/firmware,
+// through FirmwareHook), acknowledged once it stored them (firmwarehook.go).
 //
 // Several brokers (Options.BrokerURL with a comma-separated list, a
 // broker pool each holding a share of the devices) feed one pipeline:

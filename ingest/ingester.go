@@ -133,6 +133,9 @@ type Options struct {
 	// Shadow, if set, is handed births and devices' shadow requests
 	// (shadowhook.go); their acknowledgement waits for it.
 	Shadow ShadowHook
+	// Firmware, if set, is handed devices' firmware progress and version
+	// reports (firmwarehook.go); their acknowledgement waits for it.
+	Firmware FirmwareHook
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -727,6 +730,8 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	}
 	rows.Reset()
 	var at time.Time
+	var fwProgress wire.FirmwareProgress
+	var fwVersion string
 	if t.Kind == wire.KindOnline || t.Kind == wire.KindOffline {
 		at, err = wire.DecodePresence(rows, t, payload, it.at)
 		if err == nil && !at.IsZero() && in.born != nil && !in.born.keep(t.DeviceID, it.broker, t.Kind == wire.KindOnline) {
@@ -735,6 +740,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 			// broker made it (bornAt).
 			at = time.Time{}
 		}
+	} else if fw := in.opt.Firmware != nil; fw && t.Kind == wire.KindFirmwareProgress {
+		err = wire.DecodeFirmwareProgress(rows, t, payload, it.at, &fwProgress) // firmwarehook.go
+	} else if fw && t.Kind == wire.KindFirmwareVersion {
+		err = wire.DecodeFirmwareVersion(rows, t, payload, it.at, &fwVersion)
 	} else {
 		err = wire.Decode(rows, t, payload, it.at, nil)
 	}
@@ -755,6 +764,8 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		rows.Props = in.models.check(in.runCtx, t.DeviceID, ref, rows.Props) // outside the thing model (models.go)
 	}
 	hooked := in.opt.Shadow != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindShadowGet)
+	fwHooked := in.opt.Firmware != nil && (t.Kind == wire.KindFirmwareProgress || t.Kind == wire.KindFirmwareVersion)
+	hooked = hooked || fwHooked
 	var done func()
 	held := 0 // bytes of the paho message kept until done
 	if it.order == nil && at.IsZero() && !hooked {
@@ -808,7 +819,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		in.m.stateDelay.WithLabelValues(stageQueue).Observe(time.Since(it.at).Seconds())
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == wire.KindOnline, At: it.at}, done)
 	}
-	if hooked {
+	if fwHooked {
+		in.toFirmware(t, fwProgress, fwVersion, it.at, done) // firmwarehook.go
+	} else if hooked {
 		in.toShadow(t, rows, done) // shadowhook.go
 	}
 	in.liveDecoded(t.DeviceID, rows.Props) // live updates, before storage (livefeed.go)

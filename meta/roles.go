@@ -36,12 +36,13 @@ const (
 	PermAlarmWrite    Permission = "alarm:write"    // alarms: acknowledge, clear by hand
 	PermRuleWrite     Permission = "rule:write"     // alarm rules: create, change, delete, enable, import
 	PermNotifyAdmin   Permission = "notify:admin"   // notification channels, subscriptions, dead letters (ingest/notify)
+	PermFirmwareWrite Permission = "firmware:write" // firmware packages and rollouts (ingest/firmware)
 )
 
 // Permissions lists every permission, in the order above.
 var Permissions = []Permission{PermProductRead, PermProductWrite, PermDeviceRead, PermDeviceWrite,
 	PermDeviceCommand, PermDeviceSecret, PermDashboardRead, PermUserAdmin,
-	PermAlarmRead, PermAlarmWrite, PermRuleWrite, PermNotifyAdmin}
+	PermAlarmRead, PermAlarmWrite, PermRuleWrite, PermNotifyAdmin, PermFirmwareWrite}
 
 var permissionText = map[Permission]string{
 	PermProductRead:   "Read products",
@@ -56,6 +57,7 @@ var permissionText = map[Permission]string{
 	PermAlarmWrite:    "Handle alarms",
 	PermRuleWrite:     "Write alarm rules",
 	PermNotifyAdmin:   "Administer notifications",
+	PermFirmwareWrite: "Write firmware",
 }
 
 // Text is the display label of p (api writes it as the text of the

@@ -150,3 +150,25 @@ type ShadowEvent struct {
 // changing instance announces each to every instance (cmd/devicehub
 // relays them over PostgreSQL), so it is delivered here only.
 func (h *Hub) ShadowChanged(e ShadowEvent) { h.deviceEvent(e.DeviceID, EventShadow, e) }
+
+// EventFirmware is the event of a change of a device's firmware job
+// (ingest/firmware): its rollout, state, progress or failure reason,
+// delivered to the subscribers watching the device.
+const EventFirmware = "firmware"
+
+// FirmwareEvent is the data of a firmware event.
+type FirmwareEvent struct {
+	DeviceID  string `json:"deviceId"`
+	ProductID string `json:"productId"`
+	RolloutID string `json:"rolloutId"`
+	State     string `json:"state"`              // QUEUED, INITIATED, DOWNLOADING, ..., UPDATED, FAILED, TIMED_OUT, CANCELED
+	Progress  int    `json:"progress,omitempty"` // with DOWNLOADING, 0-100
+	Reason    string `json:"reason,omitempty"`   // with FAILED, TIMED_OUT, and a restart
+	Version   string `json:"version"`            // the rollout's target version
+	Timestamp int64  `json:"timestamp"`          // the change's time, epoch ms
+}
+
+// FirmwareChanged hands the hub a change of a device's firmware job; the
+// instance that made it announces each to every instance (cmd/devicehub
+// relays them over PostgreSQL), so it is delivered here only.
+func (h *Hub) FirmwareChanged(e FirmwareEvent) { h.deviceEvent(e.DeviceID, EventFirmware, e) }

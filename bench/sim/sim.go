@@ -1,7 +1,9 @@
 // Package sim simulates devices over MQTT: each device connects with a
 // birth message and a last will, reports properties from its thing model,
 // answers property reads and function invokes, and can be told to be slow,
-// silent or failing. cmd/devicesim, tests and bench use it.
+// silent or failing; with Options.Firmware it updates its firmware
+// (bench/fwdevice), rebooting by reconnecting. cmd/devicesim, tests and
+// bench use it.
 //
 // It speaks only the wire protocol (topics and JSON payloads of DESIGN.md)
 // and imports nothing of the platform but the thing-model types.
@@ -26,6 +28,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"devicehub/bench/fwdevice"
 	"devicehub/ingest/wire"
 	"devicehub/schema"
 )
@@ -53,6 +56,12 @@ type Options struct {
 	// ValueFunc, if set, chooses the values of reads and reports instead of
 	// random plausible ones (tests use it to tell replies apart).
 	ValueFunc func(deviceID, property string, vt *schema.ValueType) (any, bool)
+	// Firmware, if set, gives a device a firmware updater: the options it
+	// returns for deviceID (its secureId/secureKey for the download, its
+	// version, its faults), nil for none. ProductID, DeviceID and Reboot
+	// are filled in: the device reboots by reconnecting (offline, then a
+	// new connection with its birth and its version report).
+	Firmware func(deviceID string) *fwdevice.Options
 }
 
 // Fleet is a set of connected simulated devices.
@@ -70,11 +79,19 @@ type Fleet struct {
 type Device struct {
 	ID     string
 	fleet  *Fleet
-	client mqtt.Client
 	mu     sync.Mutex
+	client mqtt.Client // guarded by mu: a reboot replaces it
 	conn   net.Conn
 	// Invoked receives every function invoke payload, if not nil.
 	Invoked chan []byte
+	// Updater is the device's firmware updater (Options.Firmware), or nil.
+	Updater *fwdevice.Updater
+}
+
+func (d *Device) cli() mqtt.Client {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.client
 }
 
 // Start connects every device (birth message after connect, will on
@@ -96,11 +113,23 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	f := &Fleet{opts: opts, devices: map[string]*Device{}, sorted: sortedProperties(opts.Model), cancel: cancel}
 	for _, id := range opts.DeviceIDs {
 		d := &Device{ID: id, fleet: f}
+		if opts.Firmware != nil {
+			if fo := opts.Firmware(id); fo != nil {
+				o := *fo
+				o.ProductID, o.DeviceID, o.Reboot = opts.ProductID, id, d.Reboot
+				u, err := fwdevice.New(o)
+				if err != nil {
+					f.Close()
+					return nil, err
+				}
+				d.Updater = u
+			}
+		}
+		f.devices[id] = d // before its connect: Close then stops its updater
 		if err := d.connect(ctx); err != nil {
 			f.Close()
 			return nil, err
 		}
-		f.devices[id] = d
 		if opts.ReportInterval > 0 {
 			f.wg.Add(1)
 			go d.reportLoop(rctx)
@@ -128,6 +157,9 @@ func (f *Fleet) Close() {
 	f.cancel()
 	f.wg.Wait()
 	for _, d := range f.devices {
+		if d.Updater != nil {
+			d.Updater.Close()
+		}
 		d.Disconnect()
 	}
 }
@@ -157,17 +189,40 @@ func (d *Device) connect(ctx context.Context) error {
 	if o.Login != nil {
 		o.Login(d.ID, opts)
 	}
-	d.client = mqtt.NewClient(opts)
-	if err := wait(ctx, d.client.Connect()); err != nil {
+	c := mqtt.NewClient(opts)
+	d.mu.Lock()
+	d.client = c
+	d.mu.Unlock()
+	if err := wait(ctx, c.Connect()); err != nil {
 		return fmt.Errorf("sim: connect %s: %w", d.ID, err)
 	}
-	if err := wait(ctx, d.client.Subscribe(d.topic(wire.LevelRead), 1, d.onRead)); err != nil {
+	if err := wait(ctx, c.Subscribe(d.topic(wire.LevelRead), 1, d.onRead)); err != nil {
 		return fmt.Errorf("sim: subscribe %s: %w", d.ID, err)
 	}
-	if err := wait(ctx, d.client.Subscribe(d.topic(wire.LevelInvoke), 1, d.onInvoke)); err != nil {
+	if err := wait(ctx, c.Subscribe(d.topic(wire.LevelInvoke), 1, d.onInvoke)); err != nil {
 		return fmt.Errorf("sim: subscribe %s: %w", d.ID, err)
 	}
-	return wait(ctx, d.client.Publish(d.topic(wire.LevelOnline), 1, false, fmt.Sprintf(`{"timestamp":%d}`, time.Now().UnixMilli())))
+	if err := wait(ctx, c.Publish(d.topic(wire.LevelOnline), 1, false, fmt.Sprintf(`{"timestamp":%d}`, time.Now().UnixMilli()))); err != nil {
+		return err
+	}
+	if d.Updater != nil {
+		// After the birth: subscribe to firmware/upgrade, report the version.
+		if err := d.Updater.Connected(fwdevice.Paho(c)); err != nil {
+			return fmt.Errorf("sim: %s: %w", d.ID, err)
+		}
+	}
+	return nil
+}
+
+// Reboot disconnects the device (offline message, reason "reboot") and
+// connects it again (birth, and the firmware version report if it has an
+// updater): the firmware updater's reboot.
+func (d *Device) Reboot(ctx context.Context) error {
+	if c := d.cli(); c != nil && c.IsConnected() {
+		c.Publish(d.topic(wire.LevelOffline), 1, false, `{"reason":"reboot"}`).WaitTimeout(2 * time.Second)
+		c.Disconnect(50)
+	}
+	return d.connect(ctx)
 }
 
 func wait(ctx context.Context, t mqtt.Token) error {
@@ -181,12 +236,13 @@ func wait(ctx context.Context, t mqtt.Token) error {
 
 // Disconnect publishes the offline message and disconnects cleanly (no will).
 func (d *Device) Disconnect() {
-	if d.client == nil || !d.client.IsConnected() {
+	c := d.cli()
+	if c == nil || !c.IsConnected() {
 		return
 	}
-	t := d.client.Publish(d.topic(wire.LevelOffline), 1, false, `{"reason":"disconnect"}`)
+	t := c.Publish(d.topic(wire.LevelOffline), 1, false, `{"reason":"disconnect"}`)
 	t.WaitTimeout(2 * time.Second)
-	d.client.Disconnect(250)
+	c.Disconnect(250)
 }
 
 // Kill drops the TCP connection without DISCONNECT, so the broker sends the
@@ -198,7 +254,7 @@ func (d *Device) Kill() {
 	if c != nil {
 		c.Close()
 	}
-	d.client.Disconnect(0)
+	d.cli().Disconnect(0)
 }
 
 // Report publishes one property report with values from the thing model.
@@ -214,7 +270,7 @@ func (d *Device) Report(ctx context.Context) error {
 		"messageId": strconv.FormatInt(rand.Int64(), 36), "timestamp": time.Now().UnixMilli(), "properties": props,
 	})
 	d.fleet.Reports.Add(1)
-	return wait(ctx, d.client.Publish(d.topic(wire.LevelReport), d.fleet.opts.QoS, false, body))
+	return wait(ctx, d.cli().Publish(d.topic(wire.LevelReport), d.fleet.opts.QoS, false, body))
 }
 
 func (d *Device) reportLoop(ctx context.Context) {
@@ -279,7 +335,7 @@ func (d *Device) reply(suffix, messageID string, fill func([]byte) []byte) {
 	if l := d.fleet.opts.ReplyLatency; l > 0 {
 		time.Sleep(l)
 	}
-	d.client.Publish(d.topic(suffix), 1, false, d.replyBody(messageID, fill))
+	d.cli().Publish(d.topic(suffix), 1, false, d.replyBody(messageID, fill))
 }
 
 // replyBody is a reply's JSON object: messageId, deviceId, timestamp and

@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|firmware|alarms|storage|forward|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -35,6 +35,11 @@
 // alarm event on /api/live at 10,000 reports/s with 1% raising, and in
 // this process the rule state per device and 1,000,000 no-data timers
 // (bench/alarms.go); -alarm-* flags size it.
+// firmware (not part of all) has 10,000 simulated devices (bench/fwdevice
+// updaters) fetch a 1 MiB package at once, first from Go's http.FileServer
+// (a child process of this binary), then through a devicehub rollout:
+// download MB/s, the serving process's peak RSS and CPU, and the time
+// until all are UPDATED (bench/firmware.go); -fw-* flags size it.
 // storage (not part of all) generates a fleet's
 // history (100M property values by default) into a database of its own and
 // reports the bytes of every table and column per stored value, with
@@ -62,7 +67,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|firmware|alarms|storage|forward|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -74,7 +79,8 @@ flags:
 const benchGCPercent = 400
 
 func main() {
-	bench.MaybeRunFleetGen() // a fleet-connect generator child of this binary
+	bench.MaybeRunFleetGen()   // a fleet-connect generator child of this binary
+	bench.MaybeRunFileServer() // the firmware scenario's http.FileServer child
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
 		fmt.Fprint(os.Stderr, usage)
 		newFlags().fs.PrintDefaults()
@@ -160,6 +166,9 @@ type flags struct {
 	alarmSkipServer                                   bool
 	fwdRate, fwdDevices, fwdAlarms                    int
 	fwdSteady, fwdOutage, fwdTimeout                  time.Duration
+	fwDevices, fwSize, fwRate, fwGateways             int
+	fwTimeout                                         time.Duration
+	fwGrantUpgrade                                    bool
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
@@ -270,6 +279,12 @@ func newFlags() *flags {
 	fs.DurationVar(&f.fwdSteady, "forward-steady", time.Minute, "forward: the phase with the webhook up")
 	fs.DurationVar(&f.fwdOutage, "forward-outage", 5*time.Minute, "forward: the phase with the webhook answering 503")
 	fs.DurationVar(&f.fwdTimeout, "forward-timeout", 10*time.Minute, "forward: bound of the catch-up after the outage")
+	fs.IntVar(&f.fwDevices, "fw-devices", 10000, "firmware: devices downloading the package at once")
+	fs.IntVar(&f.fwSize, "fw-size", 1<<20, "firmware: package size in bytes")
+	fs.IntVar(&f.fwRate, "fw-rate", 100000, "firmware: the rollout's devices started per minute (100,000: all at once)")
+	fs.IntVar(&f.fwGateways, "fw-gateways", 4, "firmware: MQTT connections playing the devices")
+	fs.DurationVar(&f.fwTimeout, "fw-timeout", 10*time.Minute, "firmware: bound of each phase (every device UPDATED)")
+	fs.BoolVar(&f.fwGrantUpgrade, "fw-grant-upgrade", false, "firmware: give devicehub's service login the right to publish firmware/upgrade on the bench's broker (for a devicehub whose service rights lack it)")
 	return f
 }
 
@@ -330,13 +345,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "alarms", "storage", "forward":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "firmware", "alarms", "storage", "forward":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, alarms, storage, forward or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, firmware, alarms, storage, forward or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -637,6 +652,21 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		r, err := bench.RunForward(ctx, bench.ForwardParams{Rate: f.fwdRate, Devices: f.fwdDevices, Alarms: f.fwdAlarms, Steady: f.fwdSteady,
 			Outage: f.fwdOutage, Timeout: f.fwdTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
 			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		if err != nil {
+			return err
+		}
+	case "firmware":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunFirmware(ctx, bench.FirmwareParams{Devices: f.fwDevices, Size: f.fwSize, Rate: f.fwRate, Gateways: f.fwGateways,
+			Timeout: f.fwTimeout, GrantUpgrade: f.fwGrantUpgrade, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
 		logf("%s", r)
 		for _, fig := range r.Figures() {

@@ -18,6 +18,8 @@ import (
 const (
 	alarmChannel  = "devicehub_alarms"
 	shadowChannel = "devicehub_shadows"
+	// firmwareChannel carries devices' firmware job changes (ingest/firmware).
+	firmwareChannel = "devicehub_firmware"
 )
 
 // eventRelay announces device events over PostgreSQL and hands the ones
@@ -41,12 +43,17 @@ func startEventRelay(ctx context.Context, dsn string, hub *live.Hub, log *slog.L
 	if err != nil {
 		return nil, nil, err
 	}
-	stopListen, err := bus.Listen(ctx, []string{alarmChannel, shadowChannel}, func(channel, payload string) {
+	stopListen, err := bus.Listen(ctx, []string{alarmChannel, shadowChannel, firmwareChannel}, func(channel, payload string) {
 		switch channel {
 		case alarmChannel:
 			var e live.AlarmEvent
 			if json.Unmarshal([]byte(payload), &e) == nil {
 				hub.AlarmChanged(e)
+			}
+		case firmwareChannel:
+			var e live.FirmwareEvent
+			if json.Unmarshal([]byte(payload), &e) == nil {
+				hub.FirmwareChanged(e)
 			}
 		case shadowChannel:
 			var e live.ShadowEvent

@@ -172,6 +172,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// Devices' shadows (cmd/devicehub/shadow.go): closed after ingest.
 	shadows, shadowSend := newShadows(store, ts, cfg, relay.shadowChanged)
 	defer shadows.Close()
+	// Firmware updates (cmd/devicehub/firmware.go): reports from ingest,
+	// upgrades sent once the command path is built.
+	fw, fwSend, err := newFirmware(ctx, store, cfg, log, reg, relay.firmwareChanged)
+	if err != nil {
+		return err
+	}
+	defer fw.Close()
 	var ing *ingest.Ingester
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
@@ -188,6 +195,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		iopt.ShareGroup = cfg.MQTTShareGroup
 		iopt.Live = hub
 		iopt.Shadow = shadows // births and shadow requests
+		iopt.Firmware = fw    // firmware progress and versions
 		iopt.Writer.MaxRows, iopt.Writer.MaxBytes, iopt.Writer.FlushInterval = cfg.BatchRows, int(cfg.BatchBytes), cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
@@ -208,6 +216,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	go cmds.RunExpiry(ctx, time.Second)
 	shadowSend.set(cmds)
+	fwSend.set(cmds)
+	// The firmware engine: one instance at a time paces rollouts.
+	fwDone := make(chan struct{})
+	fctx, stopFirmware := context.WithCancel(ctx)
+	go func() { defer close(fwDone); fw.Run(fctx) }()
+	defer func() { stopFirmware(); <-fwDone }()
 
 	// The broker's device logins follow PostgreSQL: one instance feeds
 	// devicehub's broker plugin at a time (the others wait to take over);
@@ -312,6 +326,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 			Notify:  notify.NewStore(store),  // channels, subscriptions, dead letters (api/notify.go)
 			Forward: forward.NewStore(store), // forwarding rules and their status (api/forward.go)
+
+			Firmware:        fw, // packages, rollouts, downloads (api/firmware.go)
+			FirmwareMaxSize: int(cfg.FirmwareMaxSize),
 		})
 		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
@@ -397,6 +414,11 @@ type config struct {
 	MetricsAllow       []netip.Prefix
 	MetricsToken       string
 	MemoryLimit        int64
+
+	FirmwareDir         string // firmware.go
+	FirmwareMaxSize     int64
+	FirmwarePublicURL   string
+	FirmwareURLLifetime time.Duration
 
 	LiveStreamsPerUser int // api.UserLimits
 	ExportsPerUser     int

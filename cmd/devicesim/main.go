@@ -4,8 +4,10 @@
 // invokes. Each device logs in as itself; devicesim learns the logins from
 // devicehub's API, creating and deploying what is missing through the bulk
 // API (one call per 10,000 devices) and rotating the keys of devices that
-// exist (only a new key is ever shown). See README "Try it with simulated
-// devices".
+// exist (only a new key is ever shown). With -firmware each device runs a
+// firmware updater (bench/fwdevice), with -fw-* flags to make it fail,
+// stall, cut its download, reboot into its old version or compute a wrong
+// hash. See README "Try it with simulated devices".
 package main
 
 import (
@@ -46,7 +48,9 @@ func main() {
 		apiURL   = flag.String("api", "http://127.0.0.1:8848", "devicehub's API, for the devices' logins")
 		user     = flag.String("user", "admin", "devicehub user")
 		password = flag.String("password", "admin123", "devicehub user's password")
+		fw       fwFlags
 	)
+	fw.register(flag.CommandLine)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	src := []byte(demoModel)
@@ -58,6 +62,10 @@ func main() {
 		src = b
 	}
 	tm, err := schema.ParseThingModel(src)
+	if err != nil {
+		fail(err)
+	}
+	faults, err := fw.faults()
 	if err != nil {
 		fail(err)
 	}
@@ -80,13 +88,14 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	firmware := fw.options(ids, creds, faults, log)
 	var fleet *sim.Fleet
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		// The broker learns a deployed device's login within moments.
 		fleet, err = sim.Start(ctx, sim.Options{
 			BrokerURL: *broker, ProductID: *product, DeviceIDs: ids, Model: tm,
 			ReportInterval: *interval, QoS: byte(*qos), Login: sim.OwnLogins(creds),
-			ReplyLatency: *latency, Silent: *silent, FailureRate: *failure,
+			ReplyLatency: *latency, Silent: *silent, FailureRate: *failure, Firmware: firmware,
 		})
 		if err == nil || time.Now().After(deadline) {
 			break

@@ -418,7 +418,7 @@ func TestPluginTopicRights(t *testing.T) {
 		c := plugMustConnect(t, b, d, nil)
 		var want []string
 		for _, s := range []string{"properties/report", "online", "offline", "properties/read/reply",
-			"function/invoke/reply", "properties/write/reply", "shadow/get", "event/alarm"} {
+			"function/invoke/reply", "properties/write/reply", "shadow/get", "firmware/progress", "firmware/version", "event/alarm"} {
 			plugPublish(t, c, d.prefix()+s, false)
 			want = append(want, d.prefix()+s)
 		}

@@ -9,13 +9,14 @@ import (
 
 // Command kinds, the kind label of the command metrics.
 const (
-	kindRead   = 0 // property reads, "read"
-	kindInvoke = 1 // function invokes, "invoke"
-	kindWrite  = 2 // property writes, "write"
-	kindShadow = 3 // shadow messages (delta, get reply), "shadow": sent only
+	kindRead     = 0 // property reads, "read"
+	kindInvoke   = 1 // function invokes, "invoke"
+	kindWrite    = 2 // property writes, "write"
+	kindShadow   = 3 // shadow messages (delta, get reply), "shadow": sent only
+	kindFirmware = 4 // firmware upgrades (ingest/firmware), "firmware": sent only
 )
 
-var kindNames = [...]string{kindRead: "read", kindInvoke: "invoke", kindWrite: "write", kindShadow: "shadow"}
+var kindNames = [...]string{kindRead: "read", kindInvoke: "invoke", kindWrite: "write", kindShadow: "shadow", kindFirmware: "firmware"}
 
 // Command outcomes, the outcome label of the command metrics.
 const (
@@ -34,10 +35,11 @@ var outcomeNames = [outcomeCount]string{"answered", "failed", "sent", "timeout",
 // kindOutcomes are the outcomes each kind can have; their series are
 // created at start, so that rates exist before the first event.
 var kindOutcomes = [...][]int{
-	kindRead:   {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
-	kindInvoke: {outcomeSent, outcomeTimeout, outcomeOffline, outcomeError},
-	kindWrite:  {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
-	kindShadow: {},
+	kindRead:     {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
+	kindInvoke:   {outcomeSent, outcomeTimeout, outcomeOffline, outcomeError},
+	kindWrite:    {outcomeAnswered, outcomeFailed, outcomeTimeout, outcomeOffline, outcomeBusy, outcomeError},
+	kindShadow:   {},
+	kindFirmware: {},
 }
 
 // commandMetrics are the command path's metrics. The series are looked up

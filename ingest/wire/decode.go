@@ -76,6 +76,10 @@ func Decode(dst *Rows, t Topic, payload []byte, now time.Time, rep *Reply) error
 	case KindShadowGet:
 		_, err := DecodePresence(dst, t, payload, now) // a header and nothing to store but the message
 		return err
+	case KindFirmwareProgress:
+		return DecodeFirmwareProgress(dst, t, payload, now, nil)
+	case KindFirmwareVersion:
+		return DecodeFirmwareVersion(dst, t, payload, now, nil)
 	}
 	return fmt.Errorf("topic %q: %w", t.Name, ErrMalformed)
 }

@@ -23,6 +23,12 @@ const (
 	LevelWrite          = "properties/write"
 	LevelShadowDelta    = "shadow/delta"
 	LevelShadowGetReply = "shadow/get/reply"
+
+	// Firmware updates (ingest/firmware, FIRMWARE protocol): the device's
+	// progress and version are uplinks, the upgrade a downlink.
+	LevelFirmwareProgress = "firmware/progress"
+	LevelFirmwareVersion  = "firmware/version"
+	LevelFirmwareUpgrade  = "firmware/upgrade"
 )
 
 // MarkerDevice is the device level of the ingest sessions' backlog
@@ -41,15 +47,17 @@ type Kind uint8
 
 // Uplink topic kinds.
 const (
-	KindUnknown     Kind = iota
-	KindReport           // /{p}/{d}/properties/report
-	KindEvent            // /{p}/{d}/event/{eventId}
-	KindOnline           // /{p}/{d}/online (birth)
-	KindOffline          // /{p}/{d}/offline (last will)
-	KindReadReply        // /{p}/{d}/properties/read/reply
-	KindInvokeReply      // /{p}/{d}/function/invoke/reply
-	KindWriteReply       // /{p}/{d}/properties/write/reply
-	KindShadowGet        // /{p}/{d}/shadow/get
+	KindUnknown          Kind = iota
+	KindReport                // /{p}/{d}/properties/report
+	KindEvent                 // /{p}/{d}/event/{eventId}
+	KindOnline                // /{p}/{d}/online (birth)
+	KindOffline               // /{p}/{d}/offline (last will)
+	KindReadReply             // /{p}/{d}/properties/read/reply
+	KindInvokeReply           // /{p}/{d}/function/invoke/reply
+	KindWriteReply            // /{p}/{d}/properties/write/reply
+	KindShadowGet             // /{p}/{d}/shadow/get
+	KindFirmwareProgress      // /{p}/{d}/firmware/progress
+	KindFirmwareVersion       // /{p}/{d}/firmware/version
 )
 
 var messageTypes = [...]string{
@@ -62,6 +70,9 @@ var messageTypes = [...]string{
 	KindInvokeReply: "INVOKE_FUNCTION_REPLY",
 	KindWriteReply:  "WRITE_PROPERTY_REPLY",
 	KindShadowGet:   "SHADOW_GET",
+
+	KindFirmwareProgress: "FIRMWARE_PROGRESS",
+	KindFirmwareVersion:  "FIRMWARE_VERSION",
 }
 
 // MessageType is the message_type stored for the kind.
@@ -82,7 +93,8 @@ func UplinkFilters(productIDs ...string) []string {
 	}
 	var out []string
 	for _, p := range productIDs {
-		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet} {
+		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet,
+			LevelFirmwareProgress, LevelFirmwareVersion} {
 			out = append(out, DeviceTopic(p, "+", l))
 		}
 	}
@@ -129,6 +141,10 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 		t.Kind = KindWriteReply
 	case LevelShadowGet:
 		t.Kind = KindShadowGet
+	case LevelFirmwareProgress:
+		t.Kind = KindFirmwareProgress
+	case LevelFirmwareVersion:
+		t.Kind = KindFirmwareVersion
 	default:
 		ev, found := strings.CutPrefix(rest, LevelEvent)
 		if !found || ev == "" || strings.IndexByte(ev, '/') >= 0 {

@@ -44,7 +44,7 @@ func TestDeviceTopic(t *testing.T) {
 			t.Errorf("ParseTopic(%q) = %+v, %v; want kind %v", s, tp, ok, c.kind)
 		}
 	}
-	if got := UplinkFilters("p"); len(got) != 8 || got[0] != "/p/+/properties/report" || got[1] != "/p/+/event/+" {
+	if got := UplinkFilters("p"); len(got) != 10 || got[0] != "/p/+/properties/report" || got[1] != "/p/+/event/+" {
 		t.Errorf("UplinkFilters: %q", got)
 	}
 }

@@ -28,6 +28,7 @@ static bool is_uplink(const char *s)
 		"properties/report", "online", "offline", "properties/read/reply", "function/invoke/reply",
 		"properties/write/reply", /* a write's answer (ingest/link) */
 		"shadow/get",             /* a device asks for its whole shadow (ingest/shadow) */
+		"firmware/progress", "firmware/version", /* firmware updates (ingest/firmware) */
 	};
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
 		if (strcmp(s, fixed[i]) == 0) return true;

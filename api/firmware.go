@@ -1,0 +1,535 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	"time"
+
+	"devicehub/ingest/firmware"
+	"devicehub/meta"
+	"devicehub/schema"
+)
+
+// FirmwareService is firmware updates (*firmware.Service): packages,
+// rollouts, the devices' jobs, and download links (REFERENCE.md
+// "Firmware updates").
+type FirmwareService interface {
+	Store() *firmware.Store
+	Files() *firmware.Files
+	Signer() *firmware.Signer
+	Upload(ctx context.Context, p firmware.Package, body io.Reader) (firmware.Package, error)
+	DeletePackage(ctx context.Context, id string) (firmware.Package, error)
+	CreateRollout(ctx context.Context, pkg firmware.Package, sp firmware.Spec, creatorID string) (firmware.Rollout, error)
+	Pause(ctx context.Context, id string) (firmware.Rollout, error)
+	Resume(ctx context.Context, id string) (firmware.Rollout, error)
+	Cancel(ctx context.Context, id string) (firmware.Rollout, error)
+	Downloaded(code int, n int64)
+	DownloadRef(ctx context.Context, deviceID, packageID string) (firmware.DownloadRef, error)
+}
+
+func (s *Server) firmware() (FirmwareService, error) {
+	if s.deps.Firmware == nil {
+		return nil, errors.New("api: no firmware service")
+	}
+	return s.deps.Firmware, nil
+}
+
+// firmwareUploadRoute reports whether a request is a package upload,
+// whose body is the file (not JSON) and may be up to the largest package
+// size (requestLimits).
+func firmwareUploadRoute(method, path string) bool {
+	return method == fiber.MethodPost && strings.EqualFold(strings.TrimSuffix(path, "/"), "/api/firmware/package")
+}
+
+// firmwarePage is a page of a firmware list.
+type firmwarePage[T any] struct {
+	PageIndex int `json:"pageIndex"`
+	PageSize  int `json:"pageSize"`
+	Total     int `json:"total"`
+	Data      []T `json:"data"`
+}
+
+// pageArgs reads pageIndex (from 0) and pageSize (1-1000, default 25).
+func pageArgs(c *fiber.Ctx) (index, size int, err error) {
+	index, size = 0, 25
+	if v := c.Query("pageIndex"); v != "" {
+		if index, err = strconv.Atoi(v); err != nil || index < 0 || index > 1_000_000 {
+			return 0, 0, schema.Invalid("pageIndex", "must be a number from 0")
+		}
+	}
+	if v := c.Query("pageSize"); v != "" {
+		if size, err = strconv.Atoi(v); err != nil || size < 1 || size > 1000 {
+			return 0, 0, schema.Invalid("pageSize", "must be a number from 1 to 1000")
+		}
+	}
+	return index, size, nil
+}
+
+// uploadFirmware is POST /api/firmware/package: the file as the raw body
+// (any Content-Type but multipart) with productId, version, name?,
+// releaseNotes?, signature? as query parameters; or multipart/form-data
+// with those as fields and the file as part "file".
+func (s *Server) uploadFirmware(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	p := firmware.Package{CreatorID: currentUser(c).ID}
+	var body io.Reader
+	if ct := c.Get(fiber.HeaderContentType); strings.HasPrefix(strings.ToLower(ct), fiber.MIMEMultipartForm) {
+		form, err := c.MultipartForm()
+		if err != nil {
+			return schema.Invalid("body", "not a multipart form: %v", err)
+		}
+		field := func(k string) string {
+			if v := form.Value[k]; len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
+		p.ProductID, p.Version, p.Name, p.ReleaseNotes, p.Signature = field("productId"), field("version"), field("name"), field("releaseNotes"), field("signature")
+		files := form.File["file"]
+		if len(files) != 1 {
+			return schema.Invalid("file", "send the package as one part named file")
+		}
+		f, err := files[0].Open()
+		if err != nil {
+			return schema.Invalid("file", "cannot be read: %v", err)
+		}
+		defer f.Close()
+		body = f
+		defer func(form *multipart.Form) { _ = form.RemoveAll() }(form)
+	} else {
+		p.ProductID, p.Version, p.Name = c.Query("productId"), c.Query("version"), c.Query("name")
+		p.ReleaseNotes, p.Signature = c.Query("releaseNotes"), c.Query("signature")
+		body = bytes.NewReader(c.Body())
+	}
+	if p.ProductID == "" {
+		return schema.Invalid("productId", "is required")
+	}
+	if err := productVisible(c.UserContext(), p.ProductID); err != nil {
+		return err
+	}
+	out, err := fw.Upload(c.UserContext(), p, body)
+	if err != nil {
+		return err
+	}
+	return ok(c, out)
+}
+
+// packageOf reads a package the caller may reach (another product's is
+// not_found).
+func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (firmware.Package, error) {
+	p, err := fw.Store().GetPackage(ctx, id)
+	if err != nil {
+		return p, err
+	}
+	if !meta.ProductAllowed(ctx, p.ProductID) {
+		return firmware.Package{}, fmt.Errorf("package %q: %w", truncateID(id), meta.ErrNotFound)
+	}
+	return p, nil
+}
+
+// listFirmware is GET /api/firmware/package?productId&pageIndex&pageSize.
+func (s *Server) listFirmware(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	index, size, err := pageArgs(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	productID := c.Query("productId")
+	if productID != "" {
+		if err := productVisible(ctx, productID); err != nil {
+			return err
+		}
+	}
+	var products []string
+	if all, ids := meta.ProductsOf(ctx); !all {
+		products = append([]string{}, ids...)
+	}
+	data, total, err := fw.Store().ListPackages(ctx, productID, products, index*size, size)
+	if err != nil {
+		return err
+	}
+	return ok(c, firmwarePage[firmware.Package]{PageIndex: index, PageSize: size, Total: total, Data: data})
+}
+
+// getFirmware is GET /api/firmware/package/{id}.
+func (s *Server) getFirmware(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	p, err := s.packageOf(c.UserContext(), fw, c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return ok(c, p)
+}
+
+// deleteFirmware is DELETE /api/firmware/package/{id}: refused (400,
+// field id) while a rollout refers to it.
+func (s *Server) deleteFirmware(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	if _, err := s.packageOf(c.UserContext(), fw, c.Params("id")); err != nil {
+		return err
+	}
+	p, err := fw.DeletePackage(c.UserContext(), c.Params("id"))
+	if errors.Is(err, firmware.ErrInUse) {
+		return schema.Invalid("id", "a rollout uses package %q: it can be deleted once no rollout refers to it", truncateID(c.Params("id")))
+	}
+	if err != nil {
+		return err
+	}
+	return ok(c, p)
+}
+
+// createRollout is POST /api/firmware/rollout with a firmware.Spec.
+func (s *Server) createRollout(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	var sp firmware.Spec
+	if err := decodeJSON(c, &sp); err != nil {
+		return err
+	}
+	if err := sp.Check(); err != nil {
+		return err
+	}
+	pkg, err := s.packageOf(c.UserContext(), fw, sp.PackageID)
+	if errors.Is(err, meta.ErrNotFound) {
+		return schema.Invalid("packageId", "no package %q", truncateID(sp.PackageID))
+	}
+	if err != nil {
+		return err
+	}
+	r, err := fw.CreateRollout(c.UserContext(), pkg, sp, currentUser(c).ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, r)
+}
+
+// rolloutOf reads a rollout the caller may reach.
+func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (firmware.Rollout, error) {
+	r, err := fw.Store().GetRollout(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	if !meta.ProductAllowed(ctx, r.ProductID) {
+		return firmware.Rollout{}, fmt.Errorf("rollout %q: %w", truncateID(id), meta.ErrNotFound)
+	}
+	return r, nil
+}
+
+// listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
+func (s *Server) listRollouts(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	index, size, err := pageArgs(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	productID, state := c.Query("productId"), c.Query("state")
+	if productID != "" {
+		if err := productVisible(ctx, productID); err != nil {
+			return err
+		}
+	}
+	switch state {
+	case "", firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled, firmware.RolloutAborted, firmware.RolloutCompleted:
+	default:
+		return schema.InvalidChoice("state", []string{firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled,
+			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", truncateID(state))
+	}
+	var products []string
+	if all, ids := meta.ProductsOf(ctx); !all {
+		products = append([]string{}, ids...)
+	}
+	data, total, err := fw.Store().ListRollouts(ctx, productID, state, products, index*size, size)
+	if err != nil {
+		return err
+	}
+	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: index, PageSize: size, Total: total, Data: data})
+}
+
+// getRollout is GET /api/firmware/rollout/{id}, with its counts by state.
+func (s *Server) getRollout(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return ok(c, r)
+}
+
+// rolloutCounts is GET /api/firmware/rollout/{id}/counts: devices by state.
+func (s *Server) rolloutCounts(c *fiber.Ctx) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	if err != nil {
+		return err
+	}
+	return ok(c, r.Counts)
+}
+
+// rolloutAction is POST /api/firmware/rollout/{id}/_pause, _resume, _cancel.
+func (s *Server) rolloutAction(act func(FirmwareService, context.Context, string) (firmware.Rollout, error)) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		fw, err := s.firmware()
+		if err != nil {
+			return err
+		}
+		if _, err := s.rolloutOf(c.UserContext(), fw, c.Params("id")); err != nil {
+			return err
+		}
+		r, err := act(fw, c.UserContext(), c.Params("id"))
+		if err != nil {
+			return err
+		}
+		return ok(c, r)
+	}
+}
+
+// rolloutDevices is GET /api/firmware/rollout/{id}/devices?state=A,B&pageIndex&pageSize:
+// the devices' jobs, by device id.
+func (s *Server) rolloutDevices(c *fiber.Ctx) error {
+	return s.jobsPage(c, nil)
+}
+
+// rolloutFailed is GET /api/firmware/rollout/{id}/failed: the devices
+// FAILED or TIMED_OUT, with their reasons.
+func (s *Server) rolloutFailed(c *fiber.Ctx) error {
+	return s.jobsPage(c, []string{firmware.StateFailed, firmware.StateTimedOut})
+}
+
+func (s *Server) jobsPage(c *fiber.Ctx, states []string) error {
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	index, size, err := pageArgs(c)
+	if err != nil {
+		return err
+	}
+	if v := c.Query("state"); v != "" && states == nil {
+		for _, st := range strings.Split(v, ",") {
+			known := false
+			for _, k := range firmware.DeviceStates {
+				known = known || k == st
+			}
+			if !known {
+				return schema.InvalidChoice("state", firmware.DeviceStates, "unknown device state %q", truncateID(st))
+			}
+			states = append(states, st)
+		}
+	}
+	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	if err != nil {
+		return err
+	}
+	data, total, err := fw.Store().Jobs(c.UserContext(), r.ID, states, index*size, size)
+	if err != nil {
+		return err
+	}
+	return ok(c, firmwarePage[firmware.Job]{PageIndex: index, PageSize: size, Total: total, Data: data})
+}
+
+// deviceFirmware is GET /api/device/instance/{id}/firmware: the version
+// the device last reported.
+func (s *Server) deviceFirmware(c *fiber.Ctx) error {
+	ref, err := s.deviceRef(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	fw, err := s.firmware()
+	if err != nil {
+		return err
+	}
+	v, err := fw.Store().DeviceVersion(c.UserContext(), ref.ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]string{"deviceId": ref.ID, "version": v})
+}
+
+// downloadFirmware is GET /firmware/download/{token}, outside /api's
+// token check: the device's own secureId and secureKey as HTTP Basic
+// auth, the token bound to that device, one package and an expiry.
+// 200 the whole file, 206 a Range (bytes=N-, N-M, -N), 416 a range past
+// the end; 401 bad or missing credentials, 403 another device's or an
+// expired link, 404 an unknown token or package. The file is streamed
+// from disk: a download holds a buffer, never the package.
+func (s *Server) downloadFirmware(c *fiber.Ctx) error {
+	code, n, err := s.download(c)
+	if fw := s.deps.Firmware; fw != nil {
+		fw.Downloaded(code, n)
+	}
+	return err
+}
+
+func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
+	fw, err := s.firmware()
+	if err != nil {
+		return 500, 0, err
+	}
+	ctx := c.UserContext()
+	g, terr := fw.Signer().Check(c.Params("token"), time.Now())
+	if errors.Is(terr, firmware.ErrBadToken) {
+		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "unknown download link", nil)
+	}
+	user, pass, okAuth := basicAuth(c.Get(fiber.HeaderAuthorization))
+	if !okAuth {
+		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
+		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+	}
+	// One read for the link's device and package (cached a moment: a
+	// fleet downloading at once asks for the same package thousands of
+	// times); another device's credentials are looked up only then.
+	ref, err := fw.DownloadRef(ctx, g.DeviceID, g.PackageID)
+	if err != nil {
+		return 500, 0, err
+	}
+	own := ref.Found && user == ref.SecureID && subtle.ConstantTimeCompare([]byte(ref.SecureKey), []byte(pass)) == 1
+	if !own {
+		id, key, err := fw.Store().SecureIDOwner(ctx, user)
+		if err != nil {
+			return 500, 0, err
+		}
+		if id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
+			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
+			return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+		}
+		if id != g.DeviceID {
+			return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link is another device's", nil)
+		}
+	}
+	if errors.Is(terr, firmware.ErrExpired) {
+		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
+	}
+	if !ref.Found {
+		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)
+	}
+	f, err := fw.Files().Open(ref.FileName)
+	if err != nil {
+		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package's file is gone", nil)
+	}
+	size := ref.Size
+	c.Set(fiber.HeaderAcceptRanges, "bytes")
+	c.Set(fiber.HeaderETag, `"`+ref.SHA256+`"`)
+	c.Set(fiber.HeaderContentType, "application/octet-stream")
+	start, end, partial, satisfiable := parseRange(c.Get(fiber.HeaderRange), size)
+	if !satisfiable {
+		f.Close()
+		c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(size, 10))
+		return 416, 0, reply(c, fiber.StatusRequestedRangeNotSatisfiable, codeIllegalArgument, "range not satisfiable: the package has "+strconv.FormatInt(size, 10)+" bytes", nil)
+	}
+	if start > 0 {
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			f.Close()
+			return 500, 0, err
+		}
+	}
+	n := end - start + 1
+	status := fiber.StatusOK
+	if partial {
+		status = fiber.StatusPartialContent
+		c.Set(fiber.HeaderContentRange, fmt.Sprintf("bytes %d-%d/%d", start, end, size))
+	}
+	c.Status(status)
+	if c.Method() == fiber.MethodHead {
+		f.Close()
+		c.Response().Header.SetContentLength(int(n))
+		c.Response().SkipBody = true
+		return status, 0, nil
+	}
+	// fasthttp copies the stream to the connection with a small buffer
+	// and closes it (io.Closer) once sent.
+	c.Response().SetBodyStream(limitedFile{Reader: io.LimitReader(f, n), c: f}, int(n))
+	return status, n, nil
+}
+
+type limitedFile struct {
+	io.Reader
+	c io.Closer
+}
+
+func (l limitedFile) Close() error { return l.c.Close() }
+
+// basicAuth reads an Authorization: Basic header.
+func basicAuth(h string) (user, pass string, ok bool) {
+	enc, found := strings.CutPrefix(h, "Basic ")
+	if !found {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", "", false
+	}
+	user, pass, ok = strings.Cut(string(b), ":")
+	return user, pass, ok && user != ""
+}
+
+// parseRange reads a Range header of one range over size bytes: its first
+// and last byte, whether it asks for a part, and whether it can be
+// answered. No header, or one this does not read (several ranges, other
+// units), is the whole file.
+func parseRange(h string, size int64) (start, end int64, partial, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(h), "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, size - 1, false, true
+	}
+	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, size - 1, false, true
+	}
+	if a == "" { // the last b bytes
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, 0, false, false
+		}
+		return max(0, size-n), size - 1, true, size > 0
+	}
+	first, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || first < 0 {
+		return 0, size - 1, false, true
+	}
+	last := size - 1
+	if b != "" {
+		if last, err = strconv.ParseInt(b, 10, 64); err != nil || last < first {
+			return 0, size - 1, false, true
+		}
+		last = min(last, size-1)
+	}
+	if first >= size {
+		return 0, 0, false, false
+	}
+	return first, last, true, true
+}

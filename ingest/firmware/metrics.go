@@ -1,0 +1,53 @@
+package firmware
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	owner       prometheus.Gauge
+	sent        *prometheus.CounterVec
+	transitions *prometheus.CounterVec
+	reports     *prometheus.CounterVec
+	rollouts    *prometheus.CounterVec
+	// Downloads is counted by the download route (Service.Downloaded).
+	downloads *prometheus.CounterVec
+	bytes     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		owner: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devicehub_firmware_engine_owner",
+			Help: "1 while this instance runs the firmware engine (one instance at a time)."}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_firmware_upgrades_total",
+			Help: "Firmware upgrade messages by outcome (sent, error)."}, []string{"outcome"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_firmware_device_transitions_total",
+			Help: "Devices' firmware jobs entering a state (QUEUED, INITIATED, ..., UPDATED, FAILED, TIMED_OUT)."}, []string{"state"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_firmware_reports_total",
+			Help: "Devices' firmware reports stored, by topic (progress, version)."}, []string{"topic"}),
+		rollouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_firmware_rollouts_ended_total",
+			Help: "Rollouts the engine ended, by state (completed, aborted)."}, []string{"state"}),
+		downloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_firmware_downloads_total",
+			Help: "Firmware download requests by HTTP status."}, []string{"code"}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_firmware_download_bytes_total",
+			Help: "Bytes of firmware downloads answered (the lengths sent)."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.owner, m.sent, m.transitions, m.reports, m.rollouts, m.downloads, m.bytes)
+	}
+	return m
+}
+
+// Downloaded counts a download answered with code and n bytes.
+func (s *Service) Downloaded(code int, n int64) {
+	s.m.downloads.WithLabelValues(strconv.Itoa(code)).Inc()
+	if n > 0 {
+		s.m.bytes.Add(float64(n))
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }

@@ -1,0 +1,162 @@
+package firmware
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"devicehub/schema"
+)
+
+// Limits of a package's text fields (characters).
+const (
+	MaxVersionLen      = 64
+	MaxNameLen         = 128
+	MaxSignatureLen    = 4096
+	MaxReleaseNotesLen = 16 << 10
+)
+
+// CheckPackage refuses a package's bad fields, naming them.
+func CheckPackage(p Package) error {
+	for _, f := range []struct {
+		name, v  string
+		max      int
+		required bool
+	}{
+		{"productId", p.ProductID, 64, true},
+		{"version", p.Version, MaxVersionLen, true},
+		{"name", p.Name, MaxNameLen, false},
+		{"signature", p.Signature, MaxSignatureLen, false},
+		{"releaseNotes", p.ReleaseNotes, MaxReleaseNotesLen, false},
+	} {
+		switch {
+		case f.required && f.v == "":
+			return schema.Invalid(f.name, "is required")
+		case len(f.v) > f.max:
+			return schema.Invalid(f.name, "at most %d bytes", f.max)
+		case !utf8.ValidString(f.v):
+			return schema.Invalid(f.name, "is not UTF-8 text")
+		}
+	}
+	for _, r := range p.Version {
+		if r <= ' ' || r == '"' || r == '\\' {
+			return schema.Invalid("version", "no spaces, quotes or control characters")
+		}
+	}
+	return nil
+}
+
+// Upload stores a package: its file streamed from body (size and SHA-256
+// computed on the way, at most Files.Max bytes: a larger one is refused,
+// field "file"), then its row. Nothing is left half-written: the file is
+// removed when the row cannot be stored.
+func (s *Service) Upload(ctx context.Context, p Package, body io.Reader) (Package, error) {
+	if err := CheckPackage(p); err != nil {
+		return Package{}, err
+	}
+	p.ID = NewID()
+	if p.Name == "" {
+		p.Name = p.Version
+	}
+	name, size, sum, err := s.files.Write(p.ID, body)
+	if errors.Is(err, ErrTooLarge) {
+		return Package{}, schema.Invalid("file", "larger than the largest package, %d bytes", s.files.Max())
+	}
+	if err != nil {
+		return Package{}, err
+	}
+	if size == 0 {
+		_ = s.files.Remove(name)
+		return Package{}, schema.Invalid("file", "is empty")
+	}
+	p.FileName, p.Size, p.SHA256 = name, size, sum
+	out, err := s.store.CreatePackage(ctx, p)
+	if err != nil {
+		_ = s.files.Remove(name)
+		return Package{}, err
+	}
+	return out, nil
+}
+
+// DeletePackage deletes a package no rollout uses, then its file.
+func (s *Service) DeletePackage(ctx context.Context, id string) (Package, error) {
+	p, err := s.store.DeletePackage(ctx, id)
+	if err != nil {
+		return Package{}, err
+	}
+	if err := s.files.Remove(p.FileName); err != nil {
+		s.log.Warn("firmware: a deleted package's file stays", "file", p.FileName, "err", err)
+	}
+	return p, nil
+}
+
+// CreateRollout checks sp and creates the rollout of its package (which
+// must be of a product ctx may reach: checked by the caller), then wakes
+// the engine.
+func (s *Service) CreateRollout(ctx context.Context, pkg Package, sp Spec, creatorID string) (Rollout, error) {
+	if err := sp.Check(); err != nil {
+		return Rollout{}, err
+	}
+	r, err := s.store.CreateRollout(ctx, pkg, sp, creatorID)
+	if err == nil {
+		s.Wake()
+	}
+	return r, err
+}
+
+// Pause, Resume and Cancel move a rollout (meta.ErrConflict from a state
+// that does not allow it).
+func (s *Service) Pause(ctx context.Context, id string) (Rollout, error) {
+	return s.store.SetState(ctx, id, RolloutPaused, "", RolloutRunning)
+}
+
+// Resume runs a paused rollout again.
+func (s *Service) Resume(ctx context.Context, id string) (Rollout, error) {
+	r, err := s.store.SetState(ctx, id, RolloutRunning, "", RolloutPaused)
+	if err == nil {
+		s.Wake()
+	}
+	return r, err
+}
+
+// Cancel ends a running or paused rollout: its devices not started are
+// CANCELED; those started may still finish.
+func (s *Service) Cancel(ctx context.Context, id string) (Rollout, error) {
+	return s.store.SetState(ctx, id, RolloutCanceled, "canceled", RolloutRunning, RolloutPaused)
+}
+
+// refTTL is how long a download's read of its device and package is
+// reused: a fleet downloading at once (and resuming) asks for the same
+// rows thousands of times. A rotated secureKey or a deleted package
+// takes effect within it.
+const refTTL = 2 * time.Second
+
+type cachedRef struct {
+	ref DownloadRef
+	at  time.Time
+}
+
+// DownloadRef is Store.Download, reused for refTTL.
+func (s *Service) DownloadRef(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
+	key := deviceID + "\x00" + packageID
+	now := time.Now()
+	s.refMu.Lock()
+	c, ok := s.refs[key]
+	s.refMu.Unlock()
+	if ok && now.Sub(c.at) < refTTL {
+		return c.ref, nil
+	}
+	ref, err := s.store.Download(ctx, deviceID, packageID)
+	if err != nil {
+		return ref, err
+	}
+	s.refMu.Lock()
+	if s.refs == nil || len(s.refs) >= 100_000 {
+		s.refs = map[string]cachedRef{}
+	}
+	s.refs[key] = cachedRef{ref: ref, at: now}
+	s.refMu.Unlock()
+	return ref, nil
+}
