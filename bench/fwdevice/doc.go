@@ -12,8 +12,9 @@
 // VERIFIED, UPDATING, reboots, reports its new version on
 // /{p}/{d}/firmware/version after its birth, and then UPDATED. A size or
 // hash mismatch, an HTTP refusal (401, 403, 404, 416, ...), a download
-// broken more than MaxResumes times or one longer than Timeout ends the
-// job FAILED with the reason. An upgrade for the version the device is
+// broken or answered 5xx more than MaxResumes times (a 5xx is asked again
+// after RetryWait, doubling) or one longer than Timeout ends the job
+// FAILED with the reason. An upgrade for the version the device is
 // installing restarts that job (FIRMWARE.md), keeping the bytes it holds
 // of the same image (same SHA-256); an upgrade for another version
 // replaces the job; one for the version it runs is answered with its
