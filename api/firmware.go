@@ -34,6 +34,7 @@ type FirmwareService interface {
 	Resume(ctx context.Context, id string) (firmware.Rollout, error)
 	Cancel(ctx context.Context, id string) (firmware.Rollout, error)
 	Downloaded(code int, n int64)
+	DownloadRef(ctx context.Context, deviceID, packageID string) (firmware.DownloadRef, error)
 }
 
 func (s *Server) firmware() (FirmwareService, error) {
@@ -405,25 +406,33 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "unknown download link", nil)
 	}
 	user, pass, okAuth := basicAuth(c.Get(fiber.HeaderAuthorization))
-	var id, key string
-	if okAuth {
-		if id, key, err = fw.Store().SecureIDOwner(ctx, user); err != nil {
-			return 500, 0, err
-		}
-	}
-	if !okAuth || id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
+	if !okAuth {
 		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
 		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
 	}
-	if id != g.DeviceID {
-		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link is another device's", nil)
+	// One read for the link's device and package (cached a moment: a
+	// fleet downloading at once asks for the same package thousands of
+	// times); another device's credentials are looked up only then.
+	ref, err := fw.DownloadRef(ctx, g.DeviceID, g.PackageID)
+	if err != nil {
+		return 500, 0, err
+	}
+	own := ref.Found && user == ref.SecureID && subtle.ConstantTimeCompare([]byte(ref.SecureKey), []byte(pass)) == 1
+	if !own {
+		id, key, err := fw.Store().SecureIDOwner(ctx, user)
+		if err != nil {
+			return 500, 0, err
+		}
+		if id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
+			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
+			return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+		}
+		if id != g.DeviceID {
+			return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link is another device's", nil)
+		}
 	}
 	if errors.Is(terr, firmware.ErrExpired) {
 		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
-	}
-	ref, err := fw.Store().Download(ctx, g.DeviceID, g.PackageID)
-	if err != nil {
-		return 500, 0, err
 	}
 	if !ref.Found {
 		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)

@@ -42,6 +42,7 @@ var publicRoutes = []string{
 	"GET /metrics", "HEAD /metrics",
 	"GET /openapi.json", "HEAD /openapi.json",
 	"POST /api/authorize/login",
+	"GET /firmware/download/:token", "HEAD /firmware/download/:token", // the device's own credentials (firmware.go)
 }
 
 // signedInRoutes need a token and no permission.

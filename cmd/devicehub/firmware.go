@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,8 @@ func newFirmware(ctx context.Context, store *meta.Store, cfg config, log *slog.L
 	}
 	send := &lateFirmware{ready: make(chan struct{})}
 	opt := firmware.DefaultOptions()
-	opt.PublicURL, opt.URLLifetime, opt.Logger, opt.Registerer, opt.Changed = cfg.FirmwarePublicURL, cfg.FirmwareURLLifetime, log, reg, changed
+	opt.PublicURL, opt.URLLifetime = publicURL(cfg), cfg.FirmwareURLLifetime
+	opt.Logger, opt.Registerer, opt.Changed = log, reg, changed
 	svc, err := firmware.New(ctx, firmware.NewStore(store, cfg.QueryTimeout), files, store, send, opt)
 	if err != nil {
 		return nil, nil, err
@@ -57,4 +59,20 @@ func (l *lateFirmware) SendFirmware(ctx context.Context, t link.Target, m link.F
 func (r *eventRelay) firmwareChanged(c firmware.Change) {
 	r.announce(firmwareChannel, live.FirmwareEvent{DeviceID: c.DeviceID, ProductID: c.ProductID, RolloutID: c.RolloutID,
 		State: c.State, Progress: c.Progress, Reason: c.Reason, Version: c.Version, Timestamp: time.Now().UnixMilli()})
+}
+
+// publicURL is -firmware-public-url, or else http:// and -http-addr, with
+// 127.0.0.1 for an address of every interface.
+func publicURL(cfg config) string {
+	if cfg.FirmwarePublicURL != "" {
+		return cfg.FirmwarePublicURL
+	}
+	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+	if err != nil {
+		return "http://" + cfg.HTTPAddr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -116,7 +116,7 @@ func settings(c *config) []setting {
 			str(&c.FirmwareDir)},
 		{"firmware-max-size", "DEVICEHUB_FIRMWARE_MAX_SIZE", "64MiB", "largest firmware package an upload may send",
 			size(&c.FirmwareMaxSize, 1, 1<<30, "a size from 1 byte to 1GiB like 64MiB (KiB, MiB, GiB suffixes)")},
-		{"firmware-public-url", "DEVICEHUB_FIRMWARE_PUBLIC_URL", "http://127.0.0.1:8848", "devicehub's HTTP address as devices reach it: firmware download links start with it",
+		{"firmware-public-url", "DEVICEHUB_FIRMWARE_PUBLIC_URL", "", "devicehub's HTTP address as devices reach it: firmware download links start with it; empty: http:// and -http-addr (127.0.0.1 for an address of every interface), http://127.0.0.1:8848 by default",
 			str(&c.FirmwarePublicURL)},
 		{"firmware-url-lifetime", "DEVICEHUB_FIRMWARE_URL_LIFETIME", "1h0m0s", "how long a firmware download link works (at least the rollout's per-device timeout)",
 			duration(&c.FirmwareURLLifetime, true)},

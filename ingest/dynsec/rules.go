@@ -44,6 +44,7 @@ func ServiceACLs() []ACL {
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelWrite), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelShadowDelta), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelShadowGetReply), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelFirmwareUpgrade), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", wire.MarkerDevice, wire.LevelOnline), Allow: true},
 		{Type: "subscribePattern", Topic: "#", Allow: true},
 	}

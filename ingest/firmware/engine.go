@@ -79,6 +79,9 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	refMu sync.Mutex
+	refs  map[string]cachedRef // DownloadRef's
+
 	// beforeSend, in tests, runs after starts are committed and before
 	// their upgrades are sent.
 	beforeSend func([]Start)

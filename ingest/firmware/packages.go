@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 	"unicode/utf8"
 
 	"devicehub/schema"
@@ -124,4 +125,38 @@ func (s *Service) Resume(ctx context.Context, id string) (Rollout, error) {
 // CANCELED; those started may still finish.
 func (s *Service) Cancel(ctx context.Context, id string) (Rollout, error) {
 	return s.store.SetState(ctx, id, RolloutCanceled, "canceled", RolloutRunning, RolloutPaused)
+}
+
+// refTTL is how long a download's read of its device and package is
+// reused: a fleet downloading at once (and resuming) asks for the same
+// rows thousands of times. A rotated secureKey or a deleted package
+// takes effect within it.
+const refTTL = 2 * time.Second
+
+type cachedRef struct {
+	ref DownloadRef
+	at  time.Time
+}
+
+// DownloadRef is Store.Download, reused for refTTL.
+func (s *Service) DownloadRef(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
+	key := deviceID + "\x00" + packageID
+	now := time.Now()
+	s.refMu.Lock()
+	c, ok := s.refs[key]
+	s.refMu.Unlock()
+	if ok && now.Sub(c.at) < refTTL {
+		return c.ref, nil
+	}
+	ref, err := s.store.Download(ctx, deviceID, packageID)
+	if err != nil {
+		return ref, err
+	}
+	s.refMu.Lock()
+	if s.refs == nil || len(s.refs) >= 100_000 {
+		s.refs = map[string]cachedRef{}
+	}
+	s.refs[key] = cachedRef{ref: ref, at: now}
+	s.refMu.Unlock()
+	return ref, nil
 }

@@ -1,0 +1,255 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"devicehub/api"
+	"devicehub/ingest/firmware"
+	"devicehub/meta"
+)
+
+// firmwareEnv is the API with firmware updates (no broker: nothing is
+// sent), a product with two deployed devices, and a package of it.
+type firmwareEnv struct {
+	*env
+	svc *firmware.Service
+}
+
+func newFirmwareEnv(t *testing.T, maxSize int64) *firmwareEnv {
+	t.Helper()
+	var svc *firmware.Service
+	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
+		files, err := firmware.NewFiles(t.TempDir(), maxSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err = firmware.New(context.Background(), firmware.NewStore(store, 0), files, store, nil, firmware.Options{PublicURL: "http://dh.test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Close)
+		deps.Firmware, deps.FirmwareMaxSize = svc, int(maxSize)
+	})
+	e.createProduct("fwp", "Firmware product", nil)
+	e.ok("POST", "/api/device-product/fwp/deploy", nil, nil)
+	for _, d := range []string{"fwd-a", "fwd-b"} {
+		e.ok("POST", "/api/device/instance", map[string]any{"id": d, "name": d, "productId": "fwp",
+			"configuration": map[string]any{"secureKey": "secret-key-of-" + d}}, nil)
+	}
+	return &firmwareEnv{env: e, svc: svc}
+}
+
+// upload sends a raw-body upload with query q.
+func (e *firmwareEnv) upload(q url.Values, body []byte) response {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.base+"/api/firmware/package?"+q.Encode(), bytes.NewReader(body))
+	req.Header.Set("X-Access-Token", e.token)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.envelope("POST", "/api/firmware/package", res)
+}
+
+func TestFirmwarePackages(t *testing.T) {
+	e := newFirmwareEnv(t, 100_000)
+	data := bytes.Repeat([]byte("firmware!"), 7000) // 63,000 bytes
+	sum := sha256.Sum256(data)
+	r := e.upload(url.Values{"productId": {"fwp"}, "version": {"1.2.0"}, "releaseNotes": {"fixes"}}, data)
+	if r.HTTPStatus != 200 {
+		t.Fatalf("upload: %d %s", r.HTTPStatus, r.raw)
+	}
+	var p firmware.Package
+	_ = json.Unmarshal(r.Result, &p)
+	if p.Size != int64(len(data)) || p.SHA256 != hex.EncodeToString(sum[:]) || p.Version != "1.2.0" || p.ID == "" {
+		t.Fatalf("package %+v", p)
+	}
+
+	// Multipart, another version.
+	var mb bytes.Buffer
+	mw := multipart.NewWriter(&mb)
+	_ = mw.WriteField("productId", "fwp")
+	_ = mw.WriteField("version", "1.3.0")
+	fw, _ := mw.CreateFormFile("file", "fw.bin")
+	_, _ = fw.Write(data[:1000])
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", e.base+"/api/firmware/package", &mb)
+	req.Header.Set("X-Access-Token", e.token)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.envelope("POST", "/api/firmware/package", res); r.HTTPStatus != 200 || !strings.Contains(string(r.Result), `"size":1000`) {
+		t.Fatalf("multipart upload: %d %s", r.HTTPStatus, r.raw)
+	}
+
+	// Bad input: 400 naming the field, nothing stored.
+	for _, c := range []struct {
+		q     url.Values
+		body  []byte
+		field string
+		code  string
+	}{
+		{url.Values{"version": {"1"}}, data, "productId", "illegal_argument"},
+		{url.Values{"productId": {"fwp"}}, data, "version", "illegal_argument"},
+		{url.Values{"productId": {"fwp"}, "version": {"has space"}}, data, "version", "illegal_argument"},
+		{url.Values{"productId": {"fwp"}, "version": {"9"}}, nil, "file", "illegal_argument"},
+		{url.Values{"productId": {"fwp"}, "version": {"1.2.0"}}, data, "", "duplicate_key"},
+	} {
+		r := e.upload(c.q, c.body)
+		if r.HTTPStatus != 400 || r.Code != c.code || !strings.Contains(r.Message, c.field) {
+			t.Errorf("upload %v: %d %s, want 400 %s naming %q", c.q, r.HTTPStatus, r.raw, c.code, c.field)
+		}
+	}
+	if r := e.upload(url.Values{"productId": {"nope"}, "version": {"1"}}, data); r.HTTPStatus != 404 {
+		t.Errorf("upload to an unknown product: %d %s", r.HTTPStatus, r.raw)
+	}
+	// Past the largest size: refused from its length, before it is read.
+	if r := e.doOversized("POST", "/api/firmware/package?productId=fwp&version=big", 200_000); r.HTTPStatus != 400 {
+		t.Errorf("oversize upload: %d %s", r.HTTPStatus, r.raw)
+	}
+	var page struct {
+		Total int                `json:"total"`
+		Data  []firmware.Package `json:"data"`
+	}
+	e.ok("GET", "/api/firmware/package?productId=fwp", nil, &page)
+	if page.Total != 2 {
+		t.Fatalf("packages: %+v", page)
+	}
+
+	// Rollouts: bad input names the field.
+	for _, c := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"ratePerMinute": 10, "timeoutSeconds": 60}, "packageId"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 0, "timeoutSeconds": 60}, "ratePerMinute"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 0}, "timeoutSeconds"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "retries": -1}, "retries"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "abort": map[string]any{"percent": 100, "minStarted": 5}}, "abort.percent"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "abort": map[string]any{"percent": 10}}, "abort.minStarted"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "rampUp": map[string]any{"initialRate": 20, "minutes": 5}}, "rampUp.initialRate"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "target": map[string]any{"deviceIds": []string{"fwd-a", "ghost"}}}, "target.deviceIds"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "target": map[string]any{"deviceIds": []string{}}}, "target.deviceIds"},
+		{map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60, "target": map[string]any{"query": map[string]any{"terms": []any{map[string]any{"column": "nope", "value": 1}}}}}, "target.query"},
+		{map[string]any{"packageId": "nope", "ratePerMinute": 10, "timeoutSeconds": 60}, "packageId"},
+	} {
+		r := e.call("POST", "/api/firmware/rollout", c.body)
+		if r.HTTPStatus != 400 || r.Code != "illegal_argument" || !strings.Contains(r.Message, c.field) {
+			t.Errorf("rollout %v: %d %s, want 400 naming %q", c.body, r.HTTPStatus, r.raw, c.field)
+		}
+	}
+	var ro firmware.Rollout
+	e.ok("POST", "/api/firmware/rollout", map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60,
+		"target": map[string]any{"query": map[string]any{"terms": []any{map[string]any{"column": "id", "value": "fwd-b"}}}}}, &ro)
+	if ro.Devices != 1 || ro.State != "running" || ro.Counts["QUEUED"] != 1 {
+		t.Fatalf("rollout by query: %+v", ro)
+	}
+	// One running rollout a product.
+	e.fails("POST", "/api/firmware/rollout", map[string]any{"packageId": p.ID, "ratePerMinute": 10, "timeoutSeconds": 60}, 409, "conflict")
+	// A package in use is not deleted.
+	if r := e.call("DELETE", "/api/firmware/package/"+p.ID, nil); r.HTTPStatus != 400 || !strings.Contains(r.Message, "rollout") {
+		t.Fatalf("delete in use: %d %s", r.HTTPStatus, r.raw)
+	}
+	e.ok("POST", "/api/firmware/rollout/"+ro.ID+"/_pause", nil, &ro)
+	e.fails("POST", "/api/firmware/rollout/"+ro.ID+"/_pause", nil, 409, "conflict")
+	e.ok("POST", "/api/firmware/rollout/"+ro.ID+"/_resume", nil, &ro)
+	e.ok("POST", "/api/firmware/rollout/"+ro.ID+"/_cancel", nil, &ro)
+	if ro.State != "canceled" || ro.Counts["CANCELED"] != 1 {
+		t.Fatalf("canceled: %+v", ro)
+	}
+	e.fails("GET", "/api/firmware/rollout/"+ro.ID+"/devices?state=NOPE", nil, 400, "illegal_argument")
+	var jobs struct {
+		Total int            `json:"total"`
+		Data  []firmware.Job `json:"data"`
+	}
+	e.ok("GET", "/api/firmware/rollout/"+ro.ID+"/devices?state=CANCELED", nil, &jobs)
+	if jobs.Total != 1 || jobs.Data[0].DeviceID != "fwd-b" || jobs.Data[0].Reason == "" {
+		t.Fatalf("jobs: %+v", jobs)
+	}
+	// Still referred to by the ended rollout: kept.
+	if r := e.call("DELETE", "/api/firmware/package/"+p.ID, nil); r.HTTPStatus != 400 {
+		t.Fatalf("delete in use by an ended rollout: %d %s", r.HTTPStatus, r.raw)
+	}
+	var other firmware.Package
+	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"2"}}, data[:10]).Result, &other)
+	e.ok("DELETE", "/api/firmware/package/"+other.ID, nil, nil)
+	e.fails("GET", "/api/firmware/package/"+other.ID, nil, 404, "not_found")
+}
+
+// TestFirmwareDownload: a link works for its device only (another
+// device's credentials 403, none or wrong 401), not after its expiry
+// (403), and answers ranges with 206 from the offset asked, 416 past the
+// end.
+func TestFirmwareDownload(t *testing.T) {
+	e := newFirmwareEnv(t, 1<<20)
+	data := make([]byte, 64<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var p firmware.Package
+	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.0"}}, data).Result, &p)
+	link := e.svc.DownloadURL("fwd-a", p.ID, time.Now().Add(time.Minute))
+	path := strings.TrimPrefix(link, "http://dh.test")
+	get := func(path, user, pass, rng string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.base+path, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, b
+	}
+	res, body := get(path, "fwd-a", "secret-key-of-fwd-a", "")
+	if res.StatusCode != 200 || !bytes.Equal(body, data) || res.Header.Get("ETag") != `"`+p.SHA256+`"` || res.Header.Get("Accept-Ranges") != "bytes" {
+		t.Fatalf("whole: %d %d bytes %v", res.StatusCode, len(body), res.Header)
+	}
+	res, body = get(path, "fwd-a", "secret-key-of-fwd-a", "bytes=40000-")
+	if res.StatusCode != 206 || !bytes.Equal(body, data[40000:]) || res.Header.Get("Content-Range") != fmt.Sprintf("bytes 40000-%d/%d", len(data)-1, len(data)) {
+		t.Fatalf("range: %d %d bytes %q", res.StatusCode, len(body), res.Header.Get("Content-Range"))
+	}
+	res, body = get(path, "fwd-a", "secret-key-of-fwd-a", "bytes=10-19")
+	if res.StatusCode != 206 || !bytes.Equal(body, data[10:20]) {
+		t.Fatalf("range 10-19: %d %d bytes", res.StatusCode, len(body))
+	}
+	if res, _ = get(path, "fwd-a", "secret-key-of-fwd-a", "bytes=70000-"); res.StatusCode != 416 {
+		t.Fatalf("range past the end: %d", res.StatusCode)
+	}
+	for _, c := range []struct {
+		name, path, user, pass string
+		status                 int
+	}{
+		{"another device's credentials", path, "fwd-b", "secret-key-of-fwd-b", 403},
+		{"no credentials", path, "", "", 401},
+		{"a wrong key", path, "fwd-a", "secret-key-of-fwd-b", 401},
+		{"an unknown token", "/firmware/download/x.y", "fwd-a", "secret-key-of-fwd-a", 404},
+		{"a forged token", path[:len(path)-2] + "AA", "fwd-a", "secret-key-of-fwd-a", 404},
+		{"expired", strings.TrimPrefix(e.svc.DownloadURL("fwd-a", p.ID, time.Now().Add(-time.Second)), "http://dh.test"), "fwd-a", "secret-key-of-fwd-a", 403},
+	} {
+		if res, body := get(c.path, c.user, c.pass, ""); res.StatusCode != c.status || bytes.Contains(body, data[:64]) {
+			t.Errorf("%s: %d, want %d: %.200s", c.name, res.StatusCode, c.status, body)
+		}
+	}
+}

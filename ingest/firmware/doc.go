@@ -1,0 +1,76 @@
+// Package firmware owns firmware updates: packages (a product's firmware
+// files, their size and SHA-256 computed on upload, stored in a
+// directory, Files), rollouts (which devices, at what pace, when to stop
+// on failures, per-device timeout and retries, paused, canceled), each
+// device's job in a rollout (QUEUED, INITIATED, DOWNLOADING, DOWNLOADED,
+// VERIFIED, UPDATING, UPDATED, FAILED, TIMED_OUT, CANCELED), the version
+// each device reports, the engine that drives the jobs, and the signed,
+// per-device download links (Signer). The protocol is README "Firmware
+// updates"; the tables are schema/postgres 00025-00027.
+//
+// It must not import api or ingest (ingest calls it through the small
+// interface ingest.FirmwareHook; api through its own FirmwareService). It
+// uses meta (the database, the advisory lock, the device query
+// compiler), ingest/link (sending the upgrade) and ingest/wire (topics
+// and the decoded reports).
+//
+// The target version is each device's desired firmware, as a shadow's
+// desired state is its desired properties (ingest/shadow), and the same
+// ideas carry it: what is desired is committed in PostgreSQL before
+// anything is sent; what the device reports is stored as it arrives
+// (device_firmware, as a shadow's reported values are what ClickHouse
+// holds); the difference is worked on whenever either changes, and again
+// when the device connects. It is not kept in device_shadows: a version
+// is not a property of the thing model a device writes to itself on a
+// delta; reaching it is a job of several steps (a download, a check, a
+// reboot) that takes minutes, is paced across a fleet and may fail, so a
+// job with its own states replaces the shadow's one-message delta.
+//
+// Why no device is started twice and none is lost, across restarts and
+// instances:
+//   - One engine at a time. Every instance runs Run, which waits for the
+//     PostgreSQL advisory lock (meta.Store.Lock, as ingest/alarm's runner
+//     and ingest/devauth's leader); the holder claims a new epoch
+//     (firmware_owner, Claim). A start is made in a transaction that reads
+//     the epoch FOR SHARE and refuses when it is not its own (ErrNotOwner),
+//     so an owner that lost its lock without knowing (its session cut)
+//     starts nothing once the next owner claimed: the pace of a rollout is
+//     kept by one owner, never two side by side. Expiry and the end of a
+//     rollout carry the same check.
+//   - A start is a state change of one row, QUEUED to INITIATED, in a
+//     statement whose condition is state = 'QUEUED', re-checked on the
+//     locked row: two starts of one device, whatever made them, cannot
+//     both change it; each change is one upgrade sent.
+//   - Committed before sent. The upgrade goes out after the start's
+//     commit, with the deadline the commit set (now + the rollout's
+//     timeout). An owner that dies (or whose publish fails) between the
+//     two leaves a job INITIATED whose upgrade was never sent: its
+//     deadline is in PostgreSQL, so the next owner times it out and starts
+//     it again (QUEUED, then INITIATED with attempts + 1) while retries are
+//     left; a device is never left waiting for an upgrade that no instance
+//     remembers. A sent upgrade that a device misses is the same case.
+//     The device treats a second upgrade for the version it is already
+//     installing as a restart of that job (the protocol), so a retry is
+//     harmless when the first did arrive.
+//   - Reports are stored before they are acknowledged. Ingest hands
+//     progress and version reports to Service.Progress and Version and
+//     acknowledges them on the broker only when the store committed them
+//     (retried with backoff while PostgreSQL is away; a stopped instance
+//     leaves them unacknowledged, and the broker delivers them again to
+//     the next session). A report applied twice changes nothing more: a
+//     progress sets the state it names; a version sets UPDATED or, once,
+//     moves a begun job back to QUEUED (the second finds it QUEUED, which
+//     a version other than the target leaves alone).
+//   - A device counts UPDATED only when it reports the target version on
+//     firmware/version; its own UPDATED on progress leaves the job
+//     UPDATING (reported UPDATED). A device that reports another version
+//     after it began the job (it booted its old image, or lost power) is
+//     QUEUED again, counted as an attempt; one offline stays QUEUED, as the
+//     pace starts only devices that meta says are online, and is started
+//     once its birth made it online.
+//
+// TestStartsOnceAcrossOwners breaks the first two points on purpose (two
+// owners, then the same epoch twice, starting one rollout side by side);
+// TestStartLostBeforeSend breaks the third (an owner stops between commit
+// and send).
+package firmware
