@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"devicehub/bench/fwdevice"
-	"devicehub/ingest/dynsec"
 )
 
 // FirmwareParams configure RunFirmware. Zero fields take the defaults
@@ -33,12 +31,7 @@ type FirmwareParams struct {
 	// Gateways are the MQTT connections playing the devices; default 4.
 	Gateways int `json:"gateways"`
 	// Timeout bounds each phase; default 10 minutes.
-	Timeout time.Duration `json:"timeout"`
-	// GrantUpgrade gives devicehub's service login, on the bench's
-	// private broker, the right to publish /+/+/firmware/upgrade, for a
-	// devicehub whose service rights (ingest/dynsec.ServiceACLs) lack it:
-	// without it the broker drops every upgrade and no device starts.
-	GrantUpgrade   bool                             `json:"grantUpgrade,omitempty"`
+	Timeout        time.Duration                    `json:"timeout"`
 	PostgresDSN    string                           `json:"postgresDsn"`
 	ClickHouseAddr string                           `json:"clickhouseAddr"`
 	ServerBinary   string                           `json:"-"`
@@ -171,11 +164,6 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 		return res, err
 	}
 	defer broker.stop()
-	if p.GrantUpgrade {
-		if err := grantUpgrade(ctx, broker.url()); err != nil {
-			return res, err
-		}
-	}
 	p.Logf("firmware: starting devicehub (api, ingest) on a private broker")
 	addr, err := freeAddr()
 	if err != nil {
@@ -401,31 +389,4 @@ func decodeResult(raw []byte, out any) error {
 		return fmt.Errorf("bench: %w: %.200s", err, raw)
 	}
 	return json.Unmarshal(env.Result, out)
-}
-
-// grantUpgrade gives the service login a role of the bench's that may
-// publish every device's firmware/upgrade (FirmwareParams.GrantUpgrade).
-func grantUpgrade(ctx context.Context, brokerURL string) error {
-	admin, err := dialAdmin(ctx, brokerURL)
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	const role = "bench-firmware-upgrade"
-	rs, err := admin.Do(ctx,
-		dynsec.Command{"command": "createRole", "rolename": role, "acls": []dynsec.ACL{
-			{Type: "publishClientSend", Topic: "/+/+/" + fwdevice.LevelUpgrade, Allow: true}}},
-		dynsec.Command{"command": "addClientRole", "username": serviceLogin().Username, "rolename": role, "priority": 2})
-	if errors.Is(err, dynsec.ErrConnectionLost) {
-		return nil // the plugin drops the login's connections (this one) once it granted the role
-	}
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		if err := r.Err(); err != nil {
-			return fmt.Errorf("bench: grant firmware/upgrade: %w", err)
-		}
-	}
-	return nil
 }
