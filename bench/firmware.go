@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"devicehub/bench/fwdevice"
-	"devicehub/ingest/dynsec"
 )
 
 // FirmwareParams configure RunFirmware. Zero fields take the defaults
@@ -33,12 +31,7 @@ type FirmwareParams struct {
 	// Gateways are the MQTT connections playing the devices; default 4.
 	Gateways int `json:"gateways"`
 	// Timeout bounds each phase; default 10 minutes.
-	Timeout time.Duration `json:"timeout"`
-	// GrantUpgrade gives devicehub's service login, on the bench's
-	// private broker, the right to publish /+/+/firmware/upgrade, for a
-	// devicehub whose service rights (ingest/dynsec.ServiceACLs) lack it:
-	// without it the broker drops every upgrade and no device starts.
-	GrantUpgrade   bool                             `json:"grantUpgrade,omitempty"`
+	Timeout        time.Duration                    `json:"timeout"`
 	PostgresDSN    string                           `json:"postgresDsn"`
 	ClickHouseAddr string                           `json:"clickhouseAddr"`
 	ServerBinary   string                           `json:"-"`
@@ -56,7 +49,9 @@ type FirmwarePhase struct {
 	Failed  int            `json:"failed"`
 	Reasons map[string]int `json:"reasons,omitempty"`
 	Resumes int64          `json:"resumes"`
-	Bytes   int64          `json:"bytes"` // received over HTTP by the devices
+	// ServerErrors are 5xx answers to downloads (each asked again).
+	ServerErrors int64 `json:"serverErrors"`
+	Bytes        int64 `json:"bytes"` // received over HTTP by the devices
 	// DownloadMs is from the first device's DOWNLOADING to the last one's
 	// DOWNLOADED; MBps is Bytes over it (MB = 10^6 bytes).
 	DownloadMs float64 `json:"downloadMs"`
@@ -88,9 +83,9 @@ func (r FirmwareResult) String() string {
 	d, f := r.Devicehub, r.FileServer
 	return fmt.Sprintf("firmware: %d devices, a %d-byte package at once; devicehub %.0f MB/s (http.FileServer %.0f MB/s), "+
 		"peak RSS %.0f MB from %.0f MB (http.FileServer %.0f MB), all UPDATED in %.1f s by the rollout's counts, %.1f s by the devices' reports "+
-		"(http.FileServer with upgrades published at once: %.1f s); devicehub CPU %.1f s (http.FileServer %.1f s); FAILED reports %d (%d), resumes %d (%d)",
+		"(http.FileServer with upgrades published at once: %.1f s); devicehub CPU %.1f s (http.FileServer %.1f s); FAILED reports %d (%d), resumes %d (%d), 5xx answers %d (%d)",
 		r.Params.Devices, r.Params.Size, d.MBps, f.MBps, d.PeakRSSMB, d.RSSBeforeMB, f.PeakRSSMB, d.ServerUpdatedMs/1000, d.DevicesUpdatedMs/1000,
-		f.DevicesUpdatedMs/1000, d.CPUSeconds, f.CPUSeconds, d.Failed, f.Failed, d.Resumes, f.Resumes) + reasonsText(d.Reasons) + reasonsText(f.Reasons)
+		f.DevicesUpdatedMs/1000, d.CPUSeconds, f.CPUSeconds, d.Failed, f.Failed, d.Resumes, f.Resumes, d.ServerErrors, f.ServerErrors) + reasonsText(d.Reasons) + reasonsText(f.Reasons)
 }
 
 // Figures are the result's report lines.
@@ -110,7 +105,8 @@ func (r FirmwareResult) Figures() []Figure {
 		{Name: "server CPU for the phase, devicehub" + n, Value: d.CPUSeconds, Unit: "CPU s", Against: fs, Baseline: f.CPUSeconds, Ratio: Ratio(d.CPUSeconds, f.CPUSeconds)},
 		{Name: "devices UPDATED, devicehub" + n, Value: float64(d.Updated), Unit: "devices", Target: "all " + strconv.Itoa(r.Params.Devices)},
 		{Name: "FAILED reports, devicehub" + n, Value: float64(d.Failed), Unit: "reports", Target: "0"},
-		{Name: "downloads resumed, devicehub" + n, Value: float64(d.Resumes), Unit: "resumes"},
+		{Name: "downloads resumed or asked again, devicehub" + n, Value: float64(d.Resumes), Unit: "resumes"},
+		{Name: "5xx answers to downloads (asked again after a pause), devicehub" + n, Value: float64(d.ServerErrors), Unit: "answers", Target: "0"},
 	}
 }
 
@@ -168,11 +164,6 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 		return res, err
 	}
 	defer broker.stop()
-	if p.GrantUpgrade {
-		if err := grantUpgrade(ctx, broker.url()); err != nil {
-			return res, err
-		}
-	}
 	p.Logf("firmware: starting devicehub (api, ingest) on a private broker")
 	addr, err := freeAddr()
 	if err != nil {
@@ -303,7 +294,7 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 func runFWPhase(ctx context.Context, f *fwFleet, server string, pid int, target string, timeout time.Duration,
 	start func() error, serverDone func() (bool, error)) (FirmwarePhase, error) {
 	ph := FirmwarePhase{Server: server, Devices: len(f.devs)}
-	bytes0, resumes0 := f.bytes()
+	bytes0, resumes0, errors0 := f.bytes()
 	ph.RSSBeforeMB = float64(pidRSS(pid)) / 1e6
 	cpu0, _ := procCPUTime(pid)
 	peak := pidRSSSampler(pid)
@@ -334,8 +325,8 @@ func runFWPhase(ctx context.Context, f *fwFleet, server string, pid int, target 
 	ph.PeakRSSMB = float64(peak()) / 1e6
 	cpu1, _ := procCPUTime(pid)
 	ph.CPUSeconds = (cpu1 - cpu0).Seconds()
-	bytes1, resumes1 := f.bytes()
-	ph.Bytes, ph.Resumes = bytes1-bytes0, resumes1-resumes0
+	bytes1, resumes1, errors1 := f.bytes()
+	ph.Bytes, ph.Resumes, ph.ServerErrors = bytes1-bytes0, resumes1-resumes0, errors1-errors0
 	t.mu.Lock()
 	ph.Updated, ph.Failed = len(t.updated), t.failed
 	if len(t.reasons) > 0 {
@@ -398,31 +389,4 @@ func decodeResult(raw []byte, out any) error {
 		return fmt.Errorf("bench: %w: %.200s", err, raw)
 	}
 	return json.Unmarshal(env.Result, out)
-}
-
-// grantUpgrade gives the service login a role of the bench's that may
-// publish every device's firmware/upgrade (FirmwareParams.GrantUpgrade).
-func grantUpgrade(ctx context.Context, brokerURL string) error {
-	admin, err := dialAdmin(ctx, brokerURL)
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	const role = "bench-firmware-upgrade"
-	rs, err := admin.Do(ctx,
-		dynsec.Command{"command": "createRole", "rolename": role, "acls": []dynsec.ACL{
-			{Type: "publishClientSend", Topic: "/+/+/" + fwdevice.LevelUpgrade, Allow: true}}},
-		dynsec.Command{"command": "addClientRole", "username": serviceLogin().Username, "rolename": role, "priority": 2})
-	if errors.Is(err, dynsec.ErrConnectionLost) {
-		return nil // the plugin drops the login's connections (this one) once it granted the role
-	}
-	if err != nil {
-		return err
-	}
-	for _, r := range rs {
-		if err := r.Err(); err != nil {
-			return fmt.Errorf("bench: grant firmware/upgrade: %w", err)
-		}
-	}
-	return nil
 }

@@ -189,13 +189,15 @@ func (f *fwFleet) upgradeAll(ctx context.Context, up fwdevice.Upgrade) error {
 	})
 }
 
-// bytes is what every device downloaded so far.
-func (f *fwFleet) bytes() (n, resumes int64) {
+// bytes is what every device downloaded so far, how many downloads they
+// resumed and how many 5xx answers they had (retried).
+func (f *fwFleet) bytes() (n, resumes, serverErrors int64) {
 	for _, u := range f.devs {
 		n += u.Downloaded.Load()
 		resumes += u.Resumes.Load()
+		serverErrors += u.ServerErrors.Load()
 	}
-	return n, resumes
+	return n, resumes, serverErrors
 }
 
 func (f *fwFleet) close() {

@@ -12,8 +12,9 @@
 // VERIFIED, UPDATING, reboots, reports its new version on
 // /{p}/{d}/firmware/version after its birth, and then UPDATED. A size or
 // hash mismatch, an HTTP refusal (401, 403, 404, 416, ...), a download
-// broken more than MaxResumes times or one longer than Timeout ends the
-// job FAILED with the reason. An upgrade for the version the device is
+// broken or answered 5xx more than MaxResumes times (a 5xx is asked again
+// after RetryWait, doubling) or one longer than Timeout ends the job
+// FAILED with the reason. An upgrade for the version the device is
 // installing restarts that job (FIRMWARE.md), keeping the bytes it holds
 // of the same image (same SHA-256); an upgrade for another version
 // replaces the job; one for the version it runs is answered with its
@@ -30,8 +31,8 @@
 //	u.Close()         // cancel the running job
 //
 // A connection is the small interface Conn (Publish at QoS 1, Subscribe
-// with a handler); Paho adapts a paho client, MQTTC bench/mqttc's
-// lightweight one (its Handle is the Dial's OnMessage). Reboot is the
+// with a handler); Paho adapts a paho client, and bench/mqttc's TopicConn
+// its lightweight one (its Handle is the Dial's OnMessage). Reboot is the
 // caller's: drop the connection, connect again, publish the birth and call
 // Connected, which reports the version; without Reboot the device reports
 // its version on the connection it has. Faults (each optional): FailAt a
@@ -43,7 +44,7 @@
 // limits FailAt, StallAt and WrongHash to the first jobs so that a retry
 // succeeds.
 //
-// It imports the MQTT clients it adapts (paho, bench/mqttc) and nothing
+// It imports the MQTT client it adapts (paho) and nothing
 // of devicehub's server: it speaks only the protocol's topics, JSON and
 // HTTP. It delivers nothing that must survive a restart: a device's state
 // is its running version, reported after every connect, and devicehub

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // bufPool holds the read buffers: a fleet downloading at once holds one
@@ -66,12 +67,26 @@ func (u *Updater) download(j *job) (*partial, error) {
 			return nil, fmt.Errorf("download: %w (after %d resumes)", err, u.opts.MaxResumes)
 		}
 		u.Resumes.Add(1)
+		var se *serverErr
+		if errors.As(err, &se) {
+			u.ServerErrors.Add(1)
+			wait := u.opts.RetryWait << min(resumes-1, 4)
+			select {
+			case <-time.After(wait):
+			case <-j.ctx.Done():
+			}
+		}
 	}
 	if p.n != up.Size {
 		return nil, fmt.Errorf("size mismatch: downloaded %d bytes, expected %d", p.n, up.Size)
 	}
 	return p, nil
 }
+
+// serverErr is a 5xx answer: retried after a pause, within MaxResumes.
+type serverErr struct{ err error }
+
+func (e *serverErr) Error() string { return e.err.Error() }
 
 // fatalErr is a download error that a resume would not mend.
 type fatalErr struct{ err error }
@@ -119,7 +134,11 @@ func (u *Updater) fetch(j *job, p *partial, cutAt *int64, last *int) error {
 		}
 	default:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return &fatalErr{fmt.Errorf("http %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))}
+		err := fmt.Errorf("http %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		if resp.StatusCode >= 500 {
+			return &serverErr{err} // transient: asked again after a pause
+		}
+		return &fatalErr{err}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)

@@ -115,9 +115,13 @@ type Options struct {
 	Timeout time.Duration
 	// Step is the percentage between two DOWNLOADING reports. Default 10.
 	Step int
-	// MaxResumes is how many times a download whose connection broke is
-	// resumed before the job fails. Default 5.
+	// MaxResumes is how many times a download whose connection broke, or
+	// that the server answered with a 5xx (a transient error), is resumed
+	// before the job fails. Default 5.
 	MaxResumes int
+	// RetryWait is the pause before a request after a 5xx answer,
+	// doubling each time up to 16 times it. Default 1 s.
+	RetryWait time.Duration
 	// Reboot, if set, is the device's reboot once the image is installed:
 	// it drops and re-establishes the MQTT connection and, after the
 	// birth message, calls Connected, which reports the (new) version. It
@@ -155,6 +159,8 @@ type Updater struct {
 
 	// Counters for tests and the bench.
 	Started, Updates, Failures, Resumes atomic.Int64
+	// ServerErrors counts 5xx answers (each retried within MaxResumes).
+	ServerErrors atomic.Int64
 	// Downloaded counts the bytes received over HTTP.
 	Downloaded atomic.Int64
 }
@@ -186,6 +192,9 @@ func New(opts Options) (*Updater, error) {
 	}
 	if opts.MaxResumes <= 0 {
 		opts.MaxResumes = 5
+	}
+	if opts.RetryWait <= 0 {
+		opts.RetryWait = time.Second
 	}
 	u := &Updater{opts: opts, client: opts.HTTPClient, version: opts.Version}
 	if u.client == nil {

@@ -34,6 +34,8 @@ type download struct {
 	expires  time.Time
 	// hang: the answer sends half the image and then waits.
 	hang bool
+	// errors: the first answers are 503, this many.
+	errors int
 }
 
 // request is one download request as the server saw it.
@@ -76,6 +78,14 @@ func (s *fileServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case f.secureID != user || time.Now().After(f.expires):
 		http.Error(rec, `{"code":"access_denied"}`, http.StatusForbidden)
+		return
+	}
+	s.mu.Lock()
+	busy := f.errors > 0
+	f.errors--
+	s.mu.Unlock()
+	if busy {
+		http.Error(rec, `{"code":"service_unavailable"}`, http.StatusServiceUnavailable)
 		return
 	}
 	sum := sha256.Sum256(f.data)
@@ -213,7 +223,7 @@ func (r *rig) startDevice(id, client, version string, configure func(*fwdevice.O
 		closeConn = func() { cur.Disconnect(0) }
 	case "mqttc":
 		var cur *mqttc.Client
-		ad := &fwdevice.MQTTC{}
+		ad := &mqttc.TopicConn{}
 		addr := strings.TrimPrefix(r.broker, "tcp://")
 		connect = func() error {
 			c, err := mqttc.Dial(context.Background(), mqttc.Options{Addr: addr, OnMessage: ad.Handle,
@@ -410,6 +420,13 @@ func TestFailed(t *testing.T) {
 		{name: "timeout", timeout: 500 * time.Millisecond, up: func(d *device, up *fwdevice.Upgrade) {
 			_, up.URL = r.offer(d, data, time.Now().Add(time.Minute), true)
 		}, reason: "timeout after", last: "DOWNLOADING 50"},
+		{name: "server errors", faults: fwdevice.Faults{}, up: func(d *device, up *fwdevice.Upgrade) {
+			var token string
+			token, up.URL = r.offer(d, data, time.Now().Add(time.Minute), false)
+			r.files.mu.Lock()
+			r.files.files[token].errors = 100
+			r.files.mu.Unlock()
+		}, reason: "download: http 503", last: "DOWNLOADING 0"},
 		{name: "fail at VERIFIED", faults: fwdevice.Faults{FailAt: fwdevice.Verified, FailReason: "flash worn"}, reason: "flash worn", last: "DOWNLOADED"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -418,6 +435,7 @@ func TestFailed(t *testing.T) {
 				if c.timeout > 0 {
 					o.Timeout = c.timeout
 				}
+				o.MaxResumes, o.RetryWait = 2, 10*time.Millisecond
 			})
 			_, u := r.offer(d, data, time.Now().Add(time.Minute), false)
 			up := fwdevice.Upgrade{Version: "1.1.0", Size: int64(len(data)), SHA256: sum, URL: u}
@@ -489,5 +507,23 @@ func TestRestart(t *testing.T) {
 	tr = r.waitFor(d, "UPDATED", 1)
 	if !slices.Equal(tr[len(tr)-2:], []string{"version 1.1.0", "UPDATED"}) || d.u.Started.Load() != 2 {
 		t.Errorf("reports %q, jobs %d", tr, d.u.Started.Load())
+	}
+}
+
+// TestServerErrorRetried: a 503 is asked again after a pause, and the
+// device ends UPDATED.
+func TestServerErrorRetried(t *testing.T) {
+	r := newRig(t)
+	data, sum := image(64 << 10)
+	d := r.startDevice("dev-503", "paho", "1.0.0", func(o *fwdevice.Options) { o.RetryWait = 20 * time.Millisecond })
+	token, u := r.offer(d, data, time.Now().Add(time.Minute), false)
+	r.files.mu.Lock()
+	r.files.files[token].errors = 2
+	r.files.mu.Unlock()
+	r.upgrade(d, fwdevice.Upgrade{Version: "1.1.0", Size: int64(len(data)), SHA256: sum, URL: u})
+	r.waitFor(d, "UPDATED", 0)
+	want := []request{{token, "", 503}, {token, "", 503}, {token, "", 200}}
+	if got := r.files.requests(token); !slices.Equal(got, want) || d.u.ServerErrors.Load() != 2 {
+		t.Errorf("requests %+v, server errors %d; want %+v", got, d.u.ServerErrors.Load(), want)
 	}
 }

@@ -168,7 +168,6 @@ type flags struct {
 	fwdSteady, fwdOutage, fwdTimeout                  time.Duration
 	fwDevices, fwSize, fwRate, fwGateways             int
 	fwTimeout                                         time.Duration
-	fwGrantUpgrade                                    bool
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
@@ -284,7 +283,6 @@ func newFlags() *flags {
 	fs.IntVar(&f.fwRate, "fw-rate", 100000, "firmware: the rollout's devices started per minute (100,000: all at once)")
 	fs.IntVar(&f.fwGateways, "fw-gateways", 4, "firmware: MQTT connections playing the devices")
 	fs.DurationVar(&f.fwTimeout, "fw-timeout", 10*time.Minute, "firmware: bound of each phase (every device UPDATED)")
-	fs.BoolVar(&f.fwGrantUpgrade, "fw-grant-upgrade", false, "firmware: give devicehub's service login the right to publish firmware/upgrade on the bench's broker (for a devicehub whose service rights lack it)")
 	return f
 }
 
@@ -666,7 +664,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			return err
 		}
 		r, err := bench.RunFirmware(ctx, bench.FirmwareParams{Devices: f.fwDevices, Size: f.fwSize, Rate: f.fwRate, Gateways: f.fwGateways,
-			Timeout: f.fwTimeout, GrantUpgrade: f.fwGrantUpgrade, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+			Timeout: f.fwTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
 		logf("%s", r)
 		for _, fig := range r.Figures() {
