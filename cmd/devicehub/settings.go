@@ -114,7 +114,7 @@ func settings(c *config) []setting {
 			integer(&c.NotifyMaxAttempts, 1, 1000, "an integer from 1 to 1000")},
 		{"forward", "DEVICEHUB_FORWARD", "true", "forward telemetry by the forwarding rules on an instance with the ingest role (one such instance at a time forwards; the others stand by)",
 			boolean(&c.Forward)},
-		{"forward-dir", "DEVICEHUB_FORWARD_DIR", "devicehub-spool", "directory of the forwarding spools (one per rule): messages kept on disk until their sink accepts them; a standby instance needs the same directory to send what a failed one spooled",
+		{"forward-dir", "DEVICEHUB_FORWARD_DIR", ".data/forward", "directory of the forwarding spools (one per rule): messages kept on disk until their sink accepts them; a standby instance needs the same directory to send what a failed one spooled",
 			str(&c.ForwardDir)},
 		{"forward-spool-bytes", "DEVICEHUB_FORWARD_SPOOL_BYTES", "1GiB", "bound of each forwarding rule's spool; past it the oldest unsent messages are dropped and counted (devicehub_forward_dropped_total), ingest is never refused",
 			size(&c.ForwardSpoolBytes, 1<<20, 1<<50, "a size from 1MiB like 1GiB (KiB, MiB, GiB suffixes)")},

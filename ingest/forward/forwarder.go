@@ -38,7 +38,7 @@ type Options struct {
 	// "devicehub-forward-<installation id>".
 	ClientID string
 	// Dir holds the spools, one directory per rule. Default
-	// "devicehub-spool" in the working directory.
+	// ".data/forward" in the working directory (beside the firmware packages' .data/firmware).
 	Dir string
 	// MaxBytes bounds each rule's spool; at the bound the oldest unsent
 	// messages are dropped and counted. Default 1 GiB.
@@ -71,7 +71,7 @@ func (o Options) withDefaults() Options {
 		o.Login = mqttconn.DefaultLogin
 	}
 	if o.Dir == "" {
-		o.Dir = "devicehub-spool"
+		o.Dir = ".data/forward"
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 1 << 30
