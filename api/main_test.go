@@ -65,7 +65,7 @@ func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, dep
 		Health:   map[string]func(context.Context) error{"postgres": store.Ping},
 		Registry: reg, Gatherer: reg,
 	}
-	deps.Notify = notify.NewStore(store) // api/notify.go
+	deps.Notify = notify.NewStore(store)   // api/notify.go
 	deps.Forward = forward.NewStore(store) // api/forward.go
 	if with != nil {
 		with(store, &deps)
