@@ -21,6 +21,7 @@ import (
 
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/schema/jsonw"
 	"devicehub/tsdb"
 )
 
@@ -540,7 +541,7 @@ func (e *exportEncoder) field() {
 		} else {
 			e.buf = append(e.buf, ',')
 		}
-		e.buf = schema.AppendJSONString(e.buf, e.columns[e.col])
+		e.buf = jsonw.StringNoHTML(e.buf, e.columns[e.col])
 		e.buf = append(e.buf, ':')
 	} else if e.col > 0 {
 		e.buf = append(e.buf, ',')
@@ -551,7 +552,7 @@ func (e *exportEncoder) field() {
 func (e *exportEncoder) str(s string) {
 	e.field()
 	if e.ndjson {
-		e.buf = schema.AppendJSONString(e.buf, s)
+		e.buf = jsonw.StringNoHTML(e.buf, s)
 		return
 	}
 	e.buf = appendCSVField(e.buf, s)
