@@ -315,6 +315,7 @@ type Ingester struct {
 	filters  map[string]byte
 	writers  []*tsdb.Writer
 	devices  *deviceCache
+	models   *modelCache // nil: values are not checked (models.go)
 	states   *stateBatcher
 	m        *metrics
 	seed     maphash.Seed
@@ -404,8 +405,17 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		in.devices.run(runCtx)
 	}()
 	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) }, func() float64 { return float64(in.parked()) })
+	if mr, ok := devices.(ModelReader); ok {
+		in.models = newModelCache(mr, opt.DeviceCacheTTL, opt.DeviceCacheIdle, in.log)
+	}
 	if opt.Registerer != nil {
-		if err := in.m.register(opt.Registerer); err != nil {
+		err := in.m.register(opt.Registerer)
+		if err == nil && in.models != nil {
+			if err = opt.Registerer.Register(in.models.counts); err != nil {
+				err = fmt.Errorf("ingest: register metrics: %w", err)
+			}
+		}
+		if err != nil {
 			abort()
 			return nil, err
 		}
@@ -729,6 +739,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	if rows.BadTimes > 0 {
 		in.badTimes.Add(uint64(rows.BadTimes))
 		in.m.badTimes.Add(float64(rows.BadTimes))
+	}
+	if in.models != nil && len(rows.Props) > 0 {
+		rows.Props = in.models.check(in.runCtx, t.DeviceID, ref, rows.Props) // outside the thing model (models.go)
 	}
 	hooked := in.opt.Shadow != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindShadowGet)
 	var done func()
