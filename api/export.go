@@ -66,9 +66,6 @@ const (
 	exportDeadlineEvery = 1024
 )
 
-// exportSlots are the exports in flight in this process.
-var exportSlots = make(chan struct{}, maxExports)
-
 // isoMillis is the time column: ISO 8601 with milliseconds and the
 // platform zone's offset.
 const isoMillis = "2006-01-02T15:04:05.000Z07:00"
@@ -130,12 +127,12 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if !acquireExport(ctx) {
+	if !s.exports.acquire(ctx) {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
 	}
 	if err := s.prepareExport(ctx, plan); err != nil {
-		<-exportSlots
+		s.exports.release()
 		return err
 	}
 	ext, ctype := "csv", mimeCSV+"; charset=utf-8; header=present"
@@ -159,7 +156,7 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	}
 	streaming = true
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer func() { <-exportSlots }()
+		defer s.exports.release()
 		defer s.streams.remove(st)
 		// The stream outlives the request's context; it keeps the
 		// caller's products (every product of theirs, for message counts).
@@ -248,24 +245,6 @@ func cutConn(conn net.Conn) {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-}
-
-// acquireExport takes an export slot, waiting up to exportWait.
-func acquireExport(ctx context.Context) bool {
-	select {
-	case exportSlots <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(exportWait)
-	defer t.Stop()
-	select {
-	case exportSlots <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }
 
 // exportFormat is the format parameter (csv, ndjson), else the first of
