@@ -9,6 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/notify"
 	"devicehub/ingest/shadow"
@@ -59,6 +60,10 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		case errors.Is(err, notify.ErrInvalid):
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(err.Error()), nil)
 		case errors.Is(err, notify.ErrNotFound):
+			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
+		case errors.Is(err, forward.ErrInvalid):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(err.Error()), nil)
+		case errors.Is(err, forward.ErrNotFound):
 			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
 		case errors.Is(err, notify.ErrInUse):
 			return reply(c, fiber.StatusConflict, codeConflict, safeText(err.Error()), nil)

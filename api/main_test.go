@@ -17,6 +17,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/bench/testkit"
+	"devicehub/ingest/forward"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
@@ -65,6 +66,7 @@ func newEnvOpts(t *testing.T, opts api.Options, with func(store *meta.Store, dep
 		Registry: reg, Gatherer: reg,
 	}
 	deps.Notify = notify.NewStore(store) // api/notify.go
+	deps.Forward = forward.NewStore(store) // api/forward.go
 	if with != nil {
 		with(store, &deps)
 	}

@@ -139,6 +139,14 @@ func (s *Server) routes() {
 	api.Delete("/notify/subscription/:id", s.need(permNotifyAdmin), s.write(s.deleteSubscription))
 	api.Post("/notify/dead/_query", s.need(permNotifyAdmin), s.queryDead)
 	api.Post("/notify/dead/:id/_replay", s.need(permNotifyAdmin), s.write(s.replayDead))
+	// Forwarding rules (forward.go): telemetry to webhooks and brokers.
+	api.Post("/notify/forward/_query", s.need(permNotifyAdmin), s.queryForwards)
+	api.Post("/notify/forward", s.need(permNotifyAdmin), s.createForward)
+	api.Get("/notify/forward/:id", s.need(permNotifyAdmin), s.getForward)
+	api.Put("/notify/forward/:id", s.need(permNotifyAdmin), s.updateForward)
+	api.Delete("/notify/forward/:id", s.need(permNotifyAdmin), s.deleteForward)
+	api.Post("/notify/forward/:id/_enable", s.need(permNotifyAdmin), s.enableForward)
+	api.Post("/notify/forward/:id/_disable", s.need(permNotifyAdmin), s.disableForward)
 
 	// The web console: / and /assets/* (api/console); nothing under /api.
 	console.Register(app)

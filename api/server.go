@@ -195,6 +195,9 @@ type Deps struct {
 	// Notify keeps notification channels, subscriptions and dead letters
 	// (notify.go); nil answers those routes with a server error.
 	Notify NotifyStore
+	// Forward keeps forwarding rules and their status (forward.go); nil
+	// answers those routes with a server error.
+	Forward ForwardStore
 	// Health checks are run by /readyz, by name (/healthz runs none).
 	Health   map[string]func(context.Context) error
 	Logger   *slog.Logger

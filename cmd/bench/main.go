@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -22,9 +22,19 @@
 // lost (bench/fleetconnect.go). A bound not reached is reported as such
 // and the later phases still run; it exits 1 naming the missed targets.
 // -fc-* flags size it.
+// forward (not part of all) offers 10,000 reports/s to a devicehub with a
+// forwarding rule to a webhook in this process: the webhook's lag, ingest's
+// rate with the webhook down (-forward-outage, 5 min) against up, the
+// backlog's catch-up, and alarm raised -> notification received
+// (bench/forward.go).
 // shadow (not part of all) measures a storm of devices reconnecting,
 // each with a pending delta, against the same storm without
 // (bench/shadow.go); -shadow-devices sizes it.
+// alarms (not part of all) runs devicehub with 100,000 devices of a product
+// with 10 alarm rules: ingest bursts with the rules off and on, report ->
+// alarm event on /api/live at 10,000 reports/s with 1% raising, and in
+// this process the rule state per device and 1,000,000 no-data timers
+// (bench/alarms.go); -alarm-* flags size it.
 // storage (not part of all) generates a fleet's
 // history (100M property values by default) into a database of its own and
 // reports the bytes of every table and column per stored value, with
@@ -52,7 +62,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|forward|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -143,6 +153,13 @@ type flags struct {
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
 	shadowDevices                                     int
 	shadowTimeout                                     time.Duration
+	alarmDevices, alarmRate, alarmWatched             int
+	alarmRounds, alarmTimers                          int
+	alarmDuration, alarmTimerFor, alarmTimeout        time.Duration
+	alarmTimerSpread                                  time.Duration
+	alarmSkipServer                                   bool
+	fwdRate, fwdDevices, fwdAlarms                    int
+	fwdSteady, fwdOutage, fwdTimeout                  time.Duration
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
@@ -237,6 +254,22 @@ func newFlags() *flags {
 	fs.BoolVar(&f.fcSkipCeilings, "fc-skip-ceilings", false, "fleet-connect: no ceilings (the same storms without devicehub, against brokers without the plugin and with it)")
 	fs.IntVar(&f.shadowDevices, "shadow-devices", 10000, "shadow: devices reconnecting at once, each storm")
 	fs.DurationVar(&f.shadowTimeout, "shadow-timeout", 5*time.Minute, "shadow: bound of each wait (a storm drained, every delta delivered)")
+	fs.IntVar(&f.alarmDevices, "alarm-devices", 100000, "alarms: devices of the product with 10 rules")
+	fs.IntVar(&f.alarmRate, "alarm-rate", 10000, "alarms: reports/s of the latency phase (1% raise an alarm)")
+	fs.IntVar(&f.alarmWatched, "alarm-watched", 1000, "alarms: crossing devices watched on /api/live (streams of 100)")
+	fs.IntVar(&f.alarmRounds, "alarm-rounds", 2, "alarms: throughput rounds (a burst of one report per device with the rules off, then on)")
+	fs.IntVar(&f.alarmTimers, "alarm-timers", 1000000, "alarms: devices of the in-process no-data timer measure")
+	fs.DurationVar(&f.alarmDuration, "alarm-duration", 30*time.Second, "alarms: length of the latency phase")
+	fs.DurationVar(&f.alarmTimerFor, "alarm-timer-for", 30*time.Second, "alarms: the no-data timers' D")
+	fs.DurationVar(&f.alarmTimerSpread, "alarm-timer-spread", 10*time.Second, "alarms: the no-data timers' deadlines fall within this span")
+	fs.DurationVar(&f.alarmTimeout, "alarm-timeout", 5*time.Minute, "alarms: bound of each wait")
+	fs.BoolVar(&f.alarmSkipServer, "alarm-skip-server", false, "alarms: only the in-process measures (rule state, timers)")
+	fs.IntVar(&f.fwdRate, "forward-rate", 10000, "forward: reports/s offered")
+	fs.IntVar(&f.fwdDevices, "forward-devices", 1000, "forward: devices the reports go round")
+	fs.IntVar(&f.fwdAlarms, "forward-alarms", 200, "forward: alarms raised during the phase with the sink up")
+	fs.DurationVar(&f.fwdSteady, "forward-steady", time.Minute, "forward: the phase with the webhook up")
+	fs.DurationVar(&f.fwdOutage, "forward-outage", 5*time.Minute, "forward: the phase with the webhook answering 503")
+	fs.DurationVar(&f.fwdTimeout, "forward-timeout", 10*time.Minute, "forward: bound of the catch-up after the outage")
 	return f
 }
 
@@ -297,13 +330,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "storage":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "alarms", "storage", "forward":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, storage or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, alarms, storage, forward or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -568,6 +601,42 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		r, err := bench.RunShadow(ctx, bench.ShadowParams{Devices: f.shadowDevices, Timeout: f.shadowTimeout,
 			PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		if err != nil {
+			return err
+		}
+	case "alarms":
+		var bin string
+		if !f.alarmSkipServer {
+			var err error
+			if bin, err = serverBin(); err != nil {
+				return err
+			}
+		}
+		r, err := bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
+			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
+			SkipServer: f.alarmSkipServer, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
+			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		if err != nil {
+			return err
+		}
+	case "forward":
+		bin, err := serverBin()
+		if err != nil {
+			return err
+		}
+		r, err := bench.RunForward(ctx, bench.ForwardParams{Rate: f.fwdRate, Devices: f.fwdDevices, Alarms: f.fwdAlarms, Steady: f.fwdSteady,
+			Outage: f.fwdOutage, Timeout: f.fwdTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
+			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
 		logf("%s", r)
 		for _, fig := range r.Figures() {

@@ -29,6 +29,7 @@ import (
 	"devicehub/ingest"
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
+	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/notify"
@@ -251,6 +252,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		defer func() { stopNotify(); <-notifyDone }()
 	}
 
+	// Forwarding telemetry: one instance with the ingest role forwards at
+	// a time, on its own broker session (ingest/forward's doc says why
+	// nothing is lost).
+	if cfg.Forward && ing != nil {
+		fwd, err := forward.New(store, forward.Options{BrokerURL: cfg.MQTTURL, Login: cfg.MQTTLogin, Dir: cfg.ForwardDir,
+			MaxBytes: cfg.ForwardSpoolBytes, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		fwdDone := make(chan struct{})
+		fctx, stopForward := context.WithCancel(ctx)
+		go func() { defer close(fwdDone); fwd.Run(fctx) }()
+		defer func() { stopForward(); <-fwdDone }()
+	}
+
 	if cfg.RetentionMonths > 0 && ing != nil {
 		go ts.RunRetention(ctx, cfg.RetentionMonths, time.Hour, log)
 	}
@@ -294,7 +310,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
 
-			Notify: notify.NewStore(store), // channels, subscriptions, dead letters (api/notify.go)
+			Notify:  notify.NewStore(store),  // channels, subscriptions, dead letters (api/notify.go)
+			Forward: forward.NewStore(store), // forwarding rules and their status (api/forward.go)
 		})
 		srv.SetUserLimits(api.UserLimits{LiveStreams: cfg.LiveStreamsPerUser, Exports: cfg.ExportsPerUser})
 		if cfg.AuditRetention > 0 {
@@ -372,6 +389,9 @@ type config struct {
 	Notify             bool
 	NotifyWorkers      int
 	NotifyMaxAttempts  int
+	Forward            bool
+	ForwardDir         string
+	ForwardSpoolBytes  int64
 	PprofAddr          string
 	CORSOrigins        []string
 	MetricsAllow       []netip.Prefix

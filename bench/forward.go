@@ -1,0 +1,498 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/ingest/dynsec"
+	"devicehub/ingest/mqttconn"
+	"devicehub/ingest/wire"
+)
+
+// ForwardParams configure RunForward. Zero fields take the defaults noted.
+type ForwardParams struct {
+	Rate    int           `json:"rate"`    // reports/s offered; default 10,000
+	Devices int           `json:"devices"` // default 1,000
+	Steady  time.Duration `json:"steady"`  // the phase with the sink up; default 60 s
+	Outage  time.Duration `json:"outage"`  // the phase with the sink down; default 5 min
+	Alarms  int           `json:"alarms"`  // alarms raised during the steady phase; default 200
+	// Timeout bounds the catch-up after the outage; default 10 min.
+	Timeout        time.Duration                    `json:"timeout"`
+	PostgresDSN    string                           `json:"postgresDsn"`
+	ClickHouseAddr string                           `json:"clickhouseAddr"`
+	ServerBinary   string                           `json:"-"`
+	ServerArgs     []string                         `json:"serverArgs,omitempty"`
+	Logf           func(format string, args ...any) `json:"-"`
+}
+
+// ForwardPhase is one phase at the offered rate.
+type ForwardPhase struct {
+	Seconds    float64 `json:"seconds"`
+	Published  int64   `json:"published"`
+	IngestRate float64 `json:"ingestRate"` // messages ingest acknowledged a second
+	// Lag of the messages the webhook received in the phase: from the
+	// report's timestamp (set when published) to its arrival.
+	Received int64   `json:"received"`
+	LagP50Ms float64 `json:"lagP50Ms"`
+	LagP99Ms float64 `json:"lagP99Ms"`
+	LagMaxMs float64 `json:"lagMaxMs"`
+	// At the phase's end: the rule's lag and spool as devicehub reports
+	// them (metrics).
+	EndLagSeconds float64 `json:"endLagSeconds"`
+	EndSpoolBytes float64 `json:"endSpoolBytes"`
+}
+
+// ForwardResult is what RunForward measured.
+type ForwardResult struct {
+	Params      ForwardParams `json:"params"`
+	Steady      ForwardPhase  `json:"steady"`
+	Outage      ForwardPhase  `json:"outage"`
+	IngestRatio float64       `json:"ingestRatio"` // Outage.IngestRate / Steady.IngestRate
+	// After the outage: until the webhook had every message.
+	CatchUpMs  float64 `json:"catchUpMs"`
+	Published  int64   `json:"published"`
+	Delivered  int64   `json:"delivered"`  // distinct messages the webhook accepted
+	Missing    int64   `json:"missing"`    // published and never delivered
+	OutOfOrder int64   `json:"outOfOrder"` // a device's message arriving past one not yet delivered
+	Repeats    int64   `json:"repeats"`
+	Dropped    float64 `json:"dropped"` // devicehub_forward_dropped_total
+	Requests   int64   `json:"requests"`
+	// Alarm raised (the report published) -> the notification's webhook
+	// request received, during the steady phase.
+	AlarmsRaised    int     `json:"alarmsRaised"`
+	AlarmsNotified  int     `json:"alarmsNotified"`
+	AlarmP50Ms      float64 `json:"alarmP50Ms"`
+	AlarmP99Ms      float64 `json:"alarmP99Ms"`
+	AlarmMaxMs      float64 `json:"alarmMaxMs"`
+	DevicehubCPU    float64 `json:"devicehubCpuSeconds"`
+	DevicehubPeakMB float64 `json:"devicehubPeakRssMb"`
+}
+
+func (r ForwardResult) String() string {
+	return fmt.Sprintf("forward: %d reports/s offered to %d devices; steady %.0fs: ingest %.0f msg/s, webhook lag p50 %.0f ms p99 %.0f ms max %.0f ms; "+
+		"sink down %.0fs: ingest %.0f msg/s (%.3fx), spool %.0f MB, lag %.0f s at its end; caught up in %.1f s; %d published, %d delivered, %d missing, %d out of order, %d repeats, %.0f dropped; "+
+		"alarms %d raised, %d notified, p50 %.0f ms p99 %.0f ms max %.0f ms",
+		r.Params.Rate, r.Params.Devices, r.Steady.Seconds, r.Steady.IngestRate, r.Steady.LagP50Ms, r.Steady.LagP99Ms, r.Steady.LagMaxMs,
+		r.Outage.Seconds, r.Outage.IngestRate, r.IngestRatio, r.Outage.EndSpoolBytes/1e6, r.Outage.EndLagSeconds, r.CatchUpMs/1000,
+		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.AlarmP50Ms, r.AlarmP99Ms, r.AlarmMaxMs)
+}
+
+// Figures are the result's report lines.
+func (r ForwardResult) Figures() []Figure {
+	n := fmt.Sprintf(" (%d reports/s, %d devices)", r.Params.Rate, r.Params.Devices)
+	return []Figure{
+		{Name: "webhook lag p99, sink up" + n, Value: r.Steady.LagP99Ms, Unit: "ms", Target: "<= 1000"},
+		{Name: "ingest with the sink down" + n, Value: r.Outage.IngestRate, Unit: "msg/s", Against: "ingest with the sink up, same run",
+			Baseline: r.Steady.IngestRate, Ratio: r.IngestRatio, Target: "ratio >= 0.95"},
+		{Name: "messages never delivered" + n, Value: float64(r.Missing), Unit: "messages", Target: "0"},
+		{Name: "catch-up after the outage" + n, Value: r.CatchUpMs, Unit: "ms"},
+		{Name: "alarm raised -> webhook received p99 (under the same load)", Value: r.AlarmP99Ms, Unit: "ms", Target: "<= 200"},
+	}
+}
+
+// fwdReceiver is the webhook: JSON lines of the forwarding rule on
+// /forward, notifications on /alarm.
+type fwdReceiver struct {
+	devices int
+	down    atomic.Bool
+	reqs    atomic.Int64
+
+	mu         sync.Mutex
+	next       []int64 // per device: the next message index due
+	delivered  int64
+	repeats    int64
+	outOfOrder int64
+	lags       []int32 // ms, of first arrivals while recording
+	recording  bool
+	alarmAt    map[string]time.Time // device -> when its alarm's report was published
+	alarmLags  []float64
+}
+
+func (r *fwdReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	now := time.Now()
+	if req.URL.Path == "/alarm" {
+		var n struct {
+			Alarm map[string]any `json:"alarm"`
+		}
+		_ = json.Unmarshal(body, &n)
+		dev, _ := n.Alarm["deviceId"].(string)
+		r.mu.Lock()
+		if at, ok := r.alarmAt[dev]; ok {
+			r.alarmLags = append(r.alarmLags, float64(now.Sub(at).Microseconds())/1000)
+			delete(r.alarmAt, dev)
+		}
+		r.mu.Unlock()
+		return
+	}
+	if r.down.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	r.reqs.Add(1)
+	nowMs := now.UnixMilli()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Bytes()
+		k, ok1 := jsonInt(l, `"messageId":"`)
+		ts, ok2 := jsonInt(l, `"time":`)
+		if !ok1 || !ok2 {
+			continue // an alarm device's report, or not ours
+		}
+		dev, idx := int(k%int64(r.devices)), k/int64(r.devices)
+		switch {
+		case idx == r.next[dev]:
+			r.next[dev]++
+			r.delivered++
+			if r.recording {
+				r.lags = append(r.lags, int32(nowMs-ts))
+			}
+		case idx < r.next[dev]:
+			r.repeats++
+		default:
+			r.outOfOrder++
+		}
+	}
+}
+
+// jsonInt reads the integer after key in a line (the messageId is the
+// message's global index as a string).
+func jsonInt(l []byte, key string) (int64, bool) {
+	i := bytes.Index(l, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	l = l[i+len(key):]
+	j := 0
+	for j < len(l) && l[j] >= '0' && l[j] <= '9' {
+		j++
+	}
+	v, err := strconv.ParseInt(string(l[:j]), 10, 64)
+	return v, err == nil && j > 0
+}
+
+// RunForward runs the devicehub binary (api and ingest) on a private
+// broker with a forwarding rule to a webhook in this process, and offers
+// Rate reports/s: first with the webhook up (its lag), then with it
+// answering 503 for Outage (ingest's rate against the first phase's),
+// then until the webhook has every message (nothing missing, in order).
+// During the first phase an alarm rule with a notification webhook sees
+// Alarms reports over its threshold, one device at a time.
+func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err error) {
+	if p.Rate <= 0 {
+		p.Rate = 10_000
+	}
+	if p.Devices <= 0 {
+		p.Devices = 1000
+	}
+	if p.Steady <= 0 {
+		p.Steady = time.Minute
+	}
+	if p.Outage <= 0 {
+		p.Outage = 5 * time.Minute
+	}
+	if p.Alarms <= 0 {
+		p.Alarms = 200
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 10 * time.Minute
+	}
+	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
+	}
+	if p.Logf == nil {
+		p.Logf = func(string, ...any) {}
+	}
+	res.Params = p
+	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "forward", p.ServerBinary, p.PostgresDSN, p.Logf)
+	if err != nil {
+		return res, err
+	}
+	defer cleanup()
+	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
+	if err != nil {
+		return res, err
+	}
+	defer broker.stop()
+
+	rcv := &fwdReceiver{devices: p.Devices, next: make([]int64, p.Devices), alarmAt: map[string]time.Time{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	hs := &http.Server{Handler: rcv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	hook := "http://" + ln.Addr().String()
+
+	p.Logf("forward: starting devicehub (api, ingest) on a private broker")
+	args := append([]string{"-forward-dir", tmp + "/spool", "-forward-spool-bytes", "8GiB"}, p.ServerArgs...)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: broker.url(), Roles: "api,ingest", Args: args, Conns: 4})
+	if err != nil {
+		return res, err
+	}
+	defer srv.stop()
+	peakRSS := pidRSSSampler(srv.pid())
+	cpu0, _ := procCPUTime(srv.pid())
+
+	product := "benchfwd" + randHex(4)
+	var prod map[string]any
+	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench forward",
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
+		return res, err
+	}
+	prod["metadata"] = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"hum","name":"Humidity","valueType":{"type":"float"}}]}`
+	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
+		return res, err
+	}
+	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+		return res, err
+	}
+	ids := make([]string, p.Devices+p.Alarms)
+	batch := make([]map[string]any, 0, len(ids))
+	for i := range ids {
+		ids[i] = product + "-" + strconv.Itoa(i)
+		batch = append(batch, map[string]any{"id": ids[i], "name": ids[i], "productId": product})
+	}
+	for lo := 0; lo < len(batch); lo += 10_000 {
+		if err := srv.call(ctx, "POST", "/api/device/instance/batch/_create?deploy=true", batch[lo:min(lo+10_000, len(batch))], nil); err != nil {
+			return res, err
+		}
+	}
+	// The forwarding rule (property reports of the load's devices), the
+	// alarm rule and its notification.
+	if err := srv.call(ctx, "POST", "/api/notify/forward", map[string]any{"id": "bench", "name": "Bench webhook", "productId": product,
+		"types": []string{"property"}, "deviceIds": ids[:p.Devices], "secret": "bench-secret",
+		"webhook": map[string]any{"url": hook + "/forward", "batchSize": 1000, "batchMs": 50}}, nil); err != nil {
+		return res, err
+	}
+	if err := srv.call(ctx, "POST", "/api/alarm/config", map[string]any{"id": "hot", "name": "Hot", "productId": product, "severity": "major",
+		"enabled": true, "trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 1000}}}}, nil); err != nil {
+		return res, err
+	}
+	if err := srv.call(ctx, "POST", "/api/notify/channel", map[string]any{"id": "hook", "name": "Hook", "webhook": map[string]any{"url": hook + "/alarm"}}, nil); err != nil {
+		return res, err
+	}
+	if err := srv.call(ctx, "POST", "/api/notify/subscription", map[string]any{"name": "All", "products": []string{product},
+		"kinds": []string{"raised"}, "channels": []string{"hook"}}, nil); err != nil {
+		return res, err
+	}
+
+	admin, err := dialAdmin(ctx, broker.url())
+	if err != nil {
+		return res, err
+	}
+	user, pass := "bench-gw-"+randHex(4), randHex(16)
+	err = dynsec.AddGateway(ctx, admin, user, pass)
+	admin.Close()
+	if err != nil {
+		return res, err
+	}
+	gw := mqttconn.Login{Username: user, Password: pass}
+	pub, err := mqttConnect(broker.url(), "bench-pub-"+randHex(4), true, gw)
+	if err != nil {
+		return res, err
+	}
+	defer pub.Disconnect(100)
+	metric := func(name string) float64 {
+		m, err := srv.proc.scrapeMetrics(ctx)
+		if err != nil {
+			return -1
+		}
+		return m.sum(name)
+	}
+	// The forwarder and the alarm evaluator subscribe within a second of
+	// their rules (their poll): wait until the forwarder's status shows.
+	p.Logf("forward: waiting for the forwarder and the evaluator")
+	deadline := time.Now().Add(30 * time.Second)
+	for metric("devicehub_forward_owner") != 1 || metric("devicehub_alarm_owner") != 1 {
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("bench: the forwarder or the evaluator did not start\n%s", srv.proc.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // their subscriptions follow the rules within a poll
+
+	var k atomic.Int64 // the next message's global index
+	phase := func(name string, d time.Duration, alarms bool) (ForwardPhase, error) {
+		ph := ForwardPhase{}
+		acked0 := metric("devicehub_ingest_acked_total")
+		pub0 := k.Load()
+		t0 := time.Now()
+		var alarmDone chan struct{}
+		if alarms {
+			alarmDone = make(chan struct{})
+			go func() {
+				defer close(alarmDone)
+				gap := min(d/time.Duration(p.Alarms+1), 200*time.Millisecond)
+				for i := range p.Alarms {
+					time.Sleep(gap)
+					dev := ids[p.Devices+i]
+					rcv.mu.Lock()
+					rcv.alarmAt[dev] = time.Now()
+					rcv.mu.Unlock()
+					pub.Publish(wire.DeviceTopic(product, dev, wire.LevelReport), 1, false, `{"properties":{"temp":2000}}`)
+					res.AlarmsRaised++
+				}
+			}()
+		}
+		err := publishPaced(ctx, pub, p.Rate, t0.Add(d), func(buf []byte) (string, []byte) {
+			n := k.Add(1) - 1
+			dev := ids[n%int64(p.Devices)]
+			buf = append(buf, `{"messageId":"`...)
+			buf = strconv.AppendInt(buf, n, 10)
+			buf = append(buf, `","timestamp":`...)
+			buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
+			buf = append(buf, `,"properties":{"temp":`...)
+			buf = strconv.AppendInt(buf, n%100, 10)
+			buf = append(buf, `,"hum":`...)
+			buf = strconv.AppendInt(buf, n%50, 10)
+			return wire.DeviceTopic(product, dev, wire.LevelReport), append(buf, "}}"...)
+		})
+		if alarmDone != nil {
+			<-alarmDone
+		}
+		if err != nil {
+			return ph, err
+		}
+		ph.Seconds = time.Since(t0).Seconds()
+		ph.Published = k.Load() - pub0
+		// Ingest's rate: what it acknowledged while the load ran, until
+		// it had taken every message published in the phase.
+		for metric("devicehub_ingest_acked_total")-acked0 < float64(ph.Published) && time.Since(t0) < d+time.Minute {
+			time.Sleep(20 * time.Millisecond)
+		}
+		ph.IngestRate = (metric("devicehub_ingest_acked_total") - acked0) / time.Since(t0).Seconds()
+		ph.EndLagSeconds = metric("devicehub_forward_lag_seconds")
+		ph.EndSpoolBytes = metric("devicehub_forward_spool_bytes")
+		p.Logf("forward: %s: %d published in %.1f s, ingest %.0f msg/s, forward lag %.1f s, spool %.1f MB", name, ph.Published,
+			ph.Seconds, ph.IngestRate, ph.EndLagSeconds, ph.EndSpoolBytes/1e6)
+		return ph, nil
+	}
+	lagStats := func(ph *ForwardPhase) {
+		rcv.mu.Lock()
+		lags := slices.Clone(rcv.lags)
+		rcv.lags, rcv.recording = rcv.lags[:0], false
+		rcv.mu.Unlock()
+		slices.Sort(lags)
+		ph.Received = int64(len(lags))
+		if len(lags) > 0 {
+			ph.LagP50Ms = float64(lags[len(lags)/2])
+			ph.LagP99Ms = float64(lags[min(len(lags)-1, len(lags)*99/100)])
+			ph.LagMaxMs = float64(lags[len(lags)-1])
+		}
+	}
+
+	p.Logf("forward: steady phase, %d reports/s for %s, the webhook up, %d alarms raised meanwhile", p.Rate, p.Steady, p.Alarms)
+	rcv.mu.Lock()
+	rcv.recording = true
+	rcv.mu.Unlock()
+	if res.Steady, err = phase("sink up", p.Steady, true); err != nil {
+		return res, err
+	}
+	// Every steady message delivered before the outage starts.
+	steadyAll := k.Load()
+	for wait := time.Now().Add(time.Minute); ; {
+		rcv.mu.Lock()
+		d := rcv.delivered
+		rcv.mu.Unlock()
+		if d >= steadyAll || time.Now().After(wait) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lagStats(&res.Steady)
+	rcv.mu.Lock()
+	res.AlarmsNotified = len(rcv.alarmLags)
+	al := slices.Clone(rcv.alarmLags)
+	rcv.mu.Unlock()
+	slices.Sort(al)
+	if len(al) > 0 {
+		res.AlarmP50Ms, res.AlarmP99Ms, res.AlarmMaxMs = al[len(al)/2], al[min(len(al)-1, len(al)*99/100)], al[len(al)-1]
+	}
+
+	p.Logf("forward: the webhook answers 503 for %s", p.Outage)
+	rcv.down.Store(true)
+	if res.Outage, err = phase("sink down", p.Outage, false); err != nil {
+		return res, err
+	}
+	res.IngestRatio = Ratio(res.Outage.IngestRate, res.Steady.IngestRate)
+	rcv.down.Store(false)
+	t0 := time.Now()
+	res.Published = k.Load()
+	p.Logf("forward: the webhook is back; waiting for the backlog of %d messages", res.Published-steadyAll)
+	for {
+		rcv.mu.Lock()
+		d := rcv.delivered
+		rcv.mu.Unlock()
+		if d >= res.Published || time.Since(t0) > p.Timeout || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res.CatchUpMs = float64(time.Since(t0).Milliseconds())
+	rcv.mu.Lock()
+	res.Delivered, res.Repeats, res.OutOfOrder = rcv.delivered, rcv.repeats, rcv.outOfOrder
+	rcv.mu.Unlock()
+	res.Missing = res.Published - res.Delivered
+	res.Dropped = metric("devicehub_forward_dropped_total")
+	res.Requests = rcv.reqs.Load()
+	cpu1, _ := procCPUTime(srv.pid())
+	res.DevicehubCPU = (cpu1 - cpu0).Seconds()
+	res.DevicehubPeakMB = float64(peakRSS()) / (1 << 20)
+	if res.Missing > 0 || res.OutOfOrder > 0 {
+		return res, fmt.Errorf("bench: %d messages missing, %d out of order after %s", res.Missing, res.OutOfOrder, p.Timeout)
+	}
+	return res, nil
+}
+
+// publishPaced publishes next() at rate messages/s until deadline (QoS 1,
+// a window of unacknowledged publishes).
+func publishPaced(ctx context.Context, c mqtt.Client, rate int, deadline time.Time, next func(buf []byte) (string, []byte)) error {
+	const window = 4096
+	var ring [window]mqtt.Token
+	start := time.Now()
+	for n := int64(0); ctx.Err() == nil; n++ {
+		due := start.Add(time.Duration(n) * time.Second / time.Duration(rate))
+		if now := time.Now(); due.After(now) {
+			if due.After(deadline) {
+				break
+			}
+			if d := due.Sub(now); d > 2*time.Millisecond {
+				time.Sleep(d)
+			}
+		} else if now.After(deadline) {
+			break
+		}
+		slot := n % window
+		if t := ring[slot]; t != nil && (!t.WaitTimeout(30*time.Second) || t.Error() != nil) {
+			return fmt.Errorf("bench: publish: %v", t.Error())
+		}
+		topic, body := next(make([]byte, 0, 128))
+		ring[slot] = c.Publish(topic, 1, false, body)
+	}
+	for _, t := range ring {
+		if t != nil && (!t.WaitTimeout(30*time.Second) || t.Error() != nil) {
+			return fmt.Errorf("bench: publish: %v", t.Error())
+		}
+	}
+	return nil
+}

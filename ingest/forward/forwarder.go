@@ -1,0 +1,707 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"devicehub/ingest/mqttconn"
+	"devicehub/ingest/wire"
+	"devicehub/meta"
+	"devicehub/schema/backoff"
+)
+
+// lockKey elects the forwarder's one owner among instances.
+const lockKey = 0x666f7277617264 // "forward"
+
+// Options configure a Forwarder.
+type Options struct {
+	// BrokerURL is one broker or a comma-separated pool (mqttconn.Brokers).
+	// Default tcp://127.0.0.1:1884.
+	BrokerURL string
+	// Login is devicehub's service login. Default mqttconn.DefaultLogin.
+	Login mqttconn.Login
+	// ClientID of the owner's persistent session ("-<n>" added per broker
+	// of a pool), the same for every owner. Default
+	// "devicehub-forward-<installation id>".
+	ClientID string
+	// Dir holds the spools, one directory per rule. Default
+	// "devicehub-spool" in the working directory.
+	Dir string
+	// MaxBytes bounds each rule's spool; at the bound the oldest unsent
+	// messages are dropped and counted. Default 1 GiB.
+	MaxBytes int64
+	// FlushInterval: how often taken messages are synced to the spools
+	// and then acknowledged to the broker. Default 20ms.
+	FlushInterval time.Duration
+	// PollInterval: how often rules are re-read and the status written.
+	// Default 1s.
+	PollInterval time.Duration
+	// BackoffMin and BackoffMax bound the wait between attempts of a
+	// batch the sink refused (doubling, with jitter). Defaults 200ms, 5s.
+	BackoffMin, BackoffMax time.Duration
+	// Queue bounds the messages taken but not yet spooled. Default 10000.
+	Queue int
+	// Retry: how long a failed start waits. Default 500ms.
+	Retry time.Duration
+	// Instance names this instance in the rules' status. Default the
+	// host name.
+	Instance   string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o Options) withDefaults() Options {
+	if o.BrokerURL == "" {
+		o.BrokerURL = "tcp://127.0.0.1:1884"
+	}
+	if o.Login == (mqttconn.Login{}) {
+		o.Login = mqttconn.DefaultLogin
+	}
+	if o.Dir == "" {
+		o.Dir = "devicehub-spool"
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 1 << 30
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 20 * time.Millisecond
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = 200 * time.Millisecond
+	}
+	if o.BackoffMax < o.BackoffMin {
+		o.BackoffMax = max(5*time.Second, o.BackoffMin)
+	}
+	if o.Queue <= 0 {
+		o.Queue = 10000
+	}
+	if o.Retry <= 0 {
+		o.Retry = 500 * time.Millisecond
+	}
+	if o.Instance == "" {
+		o.Instance, _ = os.Hostname()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Forwarder sends the messages of the forwarding rules to their sinks on
+// the one instance that holds the forwarding lock: see the package doc.
+type Forwarder struct {
+	opt     Options
+	ms      *meta.Store
+	store   *Store
+	log     *slog.Logger
+	brokers []string
+
+	owner atomic.Bool
+	ready atomic.Bool
+
+	mu    sync.Mutex // rules, for the metrics and Status
+	rules map[string]*ruleState
+
+	filters atomic.Pointer[map[string]byte] // what the sessions subscribe to
+	want    map[string]byte                 // what the enabled rules need (reload)
+
+	// Tests: a crash at the worst moments. afterSync runs between the
+	// spools' sync and the broker acks of n messages; beforeAck between
+	// the sink's acceptance of a batch of n and the cursor's save; a
+	// receive on kill ends the turn at once, appends unsynced (onKill is
+	// told how many messages were taken and not acknowledged). A non-nil
+	// error ends the turn as a crash would: nothing further acknowledged
+	// or saved.
+	afterSync func(n int) error
+	beforeAck func(ruleID string, n int) error
+	kill      chan struct{}
+	onKill    func(n int)
+	crashed   chan struct{} // a sender's hook crashed the turn
+}
+
+// ruleState is a rule as the owner runs it.
+type ruleState struct {
+	rule  Rule
+	match matcher
+	spool *spool
+	stop  context.CancelFunc // the sender's
+	done  chan struct{}
+	dirty bool // appended since the last sync
+}
+
+// New returns a forwarder over ms's database.
+func New(ms *meta.Store, opt Options) (*Forwarder, error) {
+	opt = opt.withDefaults()
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	f := &Forwarder{opt: opt, ms: ms, store: NewStore(ms), log: opt.Logger.With("component", "forward"), brokers: brokers,
+		rules: map[string]*ruleState{}}
+	empty := map[string]byte{}
+	f.filters.Store(&empty)
+	if opt.Registerer != nil {
+		if err := opt.Registerer.Register(f); err != nil {
+			return nil, fmt.Errorf("forward: register metrics: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// Store is the forwarder's store (for the API).
+func (f *Forwarder) Store() *Store { return f.store }
+
+// Owner reports whether this instance forwards now; Ready whether its
+// broker sessions are connected and subscribed too.
+func (f *Forwarder) Owner() bool { return f.owner.Load() }
+
+// Ready: see Owner.
+func (f *Forwarder) Ready() bool { return f.ready.Load() }
+
+// Status is this instance's view of a rule (ok false: not forwarding it).
+func (f *Forwarder) Status(id string) (Status, bool) {
+	f.mu.Lock()
+	rs := f.rules[id]
+	f.mu.Unlock()
+	if rs == nil {
+		return Status{}, false
+	}
+	st := rs.spool.stats(time.Now())
+	st.Owner = f.opt.Instance
+	return st, true
+}
+
+var (
+	descLag     = prometheus.NewDesc("devicehub_forward_lag_seconds", "Age of the oldest message of a forwarding rule not yet accepted by its sink (0: caught up).", []string{"rule"}, nil)
+	descPending = prometheus.NewDesc("devicehub_forward_pending_messages", "Messages spooled for a forwarding rule and not yet accepted by its sink.", []string{"rule"}, nil)
+	descBytes   = prometheus.NewDesc("devicehub_forward_spool_bytes", "Size on disk of a forwarding rule's spool.", []string{"rule"}, nil)
+	descDropped = prometheus.NewDesc("devicehub_forward_dropped_total", "Messages of a forwarding rule dropped unsent at its spool's bound (the oldest first).", []string{"rule"}, nil)
+	descSent    = prometheus.NewDesc("devicehub_forward_sent_total", "Messages of a forwarding rule its sink accepted.", []string{"rule"}, nil)
+	descFailed  = prometheus.NewDesc("devicehub_forward_failed_total", "Requests (or publish rounds) of a forwarding rule its sink refused or that failed; each is retried.", []string{"rule"}, nil)
+	descOwner   = prometheus.NewDesc("devicehub_forward_owner", "1 while this instance forwards telemetry (holds the forwarding lock).", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (f *Forwarder) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descBytes, descDropped, descSent, descFailed, descOwner} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: the rules this instance runs.
+func (f *Forwarder) Collect(ch chan<- prometheus.Metric) {
+	owner := 0.0
+	if f.owner.Load() {
+		owner = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descOwner, prometheus.GaugeValue, owner)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	for id, rs := range f.rules {
+		st := rs.spool.stats(now)
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(st.LagMs)/1000, id)
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Pending), id)
+		ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(st.SpooledBytes), id)
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped), id)
+		ch <- prometheus.MustNewConstMetric(descSent, prometheus.CounterValue, float64(st.Sent), id)
+		ch <- prometheus.MustNewConstMetric(descFailed, prometheus.CounterValue, float64(st.Failed), id)
+	}
+}
+
+// Run waits for the forwarding lock and forwards while it holds it,
+// until ctx ends; a lost lock ends the turn and the wait starts again.
+func (f *Forwarder) Run(ctx context.Context) {
+	if f.opt.ClientID == "" {
+		for ctx.Err() == nil {
+			id, err := f.ms.InstallationID(ctx)
+			if err == nil {
+				f.opt.ClientID = "devicehub-forward-" + id
+				break
+			}
+			f.log.Warn("forward: reading the installation id failed; retrying", "err", err)
+			sleepCtx(ctx, f.opt.Retry)
+		}
+	}
+	for ctx.Err() == nil {
+		lost, release, err := f.ms.Lock(ctx, lockKey)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.log.Warn("forward: waiting for the forwarding lock", "err", err)
+				sleepCtx(ctx, f.opt.Retry)
+			}
+			continue
+		}
+		f.owner.Store(true)
+		err = f.lead(ctx, lost)
+		f.owner.Store(false)
+		release()
+		if err != nil && ctx.Err() == nil {
+			f.log.Warn("forward: forwarder stepped down", "err", err)
+			sleepCtx(ctx, f.opt.Retry)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+type inbound struct {
+	m  mqtt.Message
+	at time.Time
+}
+
+// errCrash ends a turn as a crash would (tests).
+var errCrash = errors.New("forward: crash")
+
+// lead is one turn as the owner.
+func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) {
+	if err := os.MkdirAll(f.opt.Dir, 0o750); err != nil {
+		return fmt.Errorf("forward: spool directory: %w", err)
+	}
+	f.crashed = make(chan struct{}, 1)
+	sctx, stopSenders := context.WithCancel(ctx)
+	defer func() {
+		stopSenders()
+		f.mu.Lock()
+		rules := f.rules
+		f.rules = map[string]*ruleState{}
+		f.mu.Unlock()
+		for _, rs := range rules {
+			if rs.done != nil {
+				<-rs.done
+			}
+			rs.spool.close()
+		}
+	}()
+	if err := f.reload(sctx); err != nil {
+		return err
+	}
+	want := f.want
+	f.filters.Store(&want)
+	in := make(chan inbound, f.opt.Queue)
+	stop := make(chan struct{})
+	var clients []mqtt.Client
+	defer func() {
+		f.ready.Store(false)
+		close(stop) // callbacks waiting on a full queue let go, unacknowledged
+		for _, c := range clients {
+			c.Disconnect(0) // the session stays: what is unacknowledged goes to the next owner
+		}
+	}()
+	for b := range f.brokers {
+		c, err := f.connect(ctx, b, in, stop)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+	}
+	f.ready.Store(true)
+	f.log.Info("forward: forwarding", "rules", len(f.rules), "dir", f.opt.Dir)
+
+	flush := time.NewTicker(f.opt.FlushInterval)
+	defer flush.Stop()
+	poll := time.NewTicker(f.opt.PollInterval)
+	defer poll.Stop()
+	var pending []mqtt.Message
+	var scratch []byte
+	byProduct := f.byProduct()
+	sync := func() error {
+		for _, rs := range f.rules {
+			if rs.dirty {
+				if err := rs.spool.sync(); err != nil {
+					return err
+				}
+				rs.dirty = false
+			}
+		}
+		if f.afterSync != nil && len(pending) > 0 {
+			if err := f.afterSync(len(pending)); err != nil {
+				return err
+			}
+		}
+		for _, m := range pending {
+			m.Ack()
+		}
+		pending = pending[:0]
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return sync() // a stop, not a crash: what was taken is kept and acknowledged
+		case <-lost:
+			return errors.New("forwarding lock lost")
+		case <-f.kill:
+			if f.onKill != nil {
+				f.onKill(len(pending) + len(in))
+			}
+			return errCrash
+		case <-f.crashed:
+			return errCrash
+		case m := <-in:
+			pending = append(pending, m.m)
+			if m.m.Retained() {
+				break
+			}
+			msg, ok := decode(m.m.Topic(), m.m.Payload(), m.at)
+			if !ok {
+				break
+			}
+			for _, rs := range byProduct[msg.productID] {
+				var take bool
+				scratch, take = rs.match.encode(append(scratch[:0], '{'), &msg, m.at)
+				if !take {
+					continue
+				}
+				if err := rs.spool.append(scratch[1:], m.at); err != nil {
+					return err
+				}
+				rs.dirty = true
+			}
+			if len(pending) >= 5000 {
+				if err := sync(); err != nil {
+					return err
+				}
+			}
+		case <-flush.C:
+			if err := sync(); err != nil {
+				return err
+			}
+		case <-poll.C:
+			// Rules change between syncs only: what was appended under
+			// the old rules is synced and acknowledged first.
+			if err := sync(); err != nil {
+				return err
+			}
+			if err := f.reload(sctx); err != nil {
+				f.log.Warn("forward: reading the rules failed", "err", err)
+			} else {
+				byProduct = f.byProduct()
+				f.resubscribe(clients)
+			}
+			f.writeStatus(ctx)
+		}
+	}
+}
+
+// byProduct indexes the enabled rules by product.
+func (f *Forwarder) byProduct() map[string][]*ruleState {
+	out := map[string][]*ruleState{}
+	for _, rs := range f.rules {
+		if rs.rule.Enabled {
+			out[rs.rule.ProductID] = append(out[rs.rule.ProductID], rs)
+		}
+	}
+	return out
+}
+
+// sameSink: a change that needs no new sender.
+func sameSink(a, b Rule) bool {
+	if a.Kind != b.Kind || a.Secret != b.Secret || a.Enabled != b.Enabled {
+		return false
+	}
+	if a.Webhook != nil {
+		x, y := *a.Webhook, *b.Webhook
+		return x.URL == y.URL && x.BatchSize == y.BatchSize && x.BatchMs == y.BatchMs && x.TimeoutMs == y.TimeoutMs &&
+			maps.Equal(x.Headers, y.Headers)
+	}
+	return *a.MQTT == *b.MQTT
+}
+
+// reload reads the rules and brings the running ones in line: a new rule
+// gets a spool and a sender, a changed sink a new sender (from the
+// cursor), a disabled rule no sender, a deleted one neither, and its
+// spool is removed. Spool directories of rules that no longer exist are
+// removed too.
+func (f *Forwarder) reload(ctx context.Context) error {
+	rules, err := f.store.Rules(ctx, nil)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	next := map[string]*ruleState{}
+	for _, r := range rules {
+		seen[r.ID] = true
+		r.Status = nil
+		rs := f.rules[r.ID]
+		if rs == nil {
+			sp, err := openSpool(filepath.Join(f.opt.Dir, r.ID), f.opt.MaxBytes)
+			if err != nil {
+				return err
+			}
+			rs = &ruleState{rule: r, spool: sp}
+		} else if !sameSink(rs.rule, r) {
+			f.stopSender(rs)
+		}
+		rs.rule, rs.match = r, newMatcher(r)
+		if r.Enabled && rs.done == nil {
+			f.startSender(ctx, rs)
+		}
+		next[r.ID] = rs
+	}
+	for id, rs := range f.rules {
+		if next[id] == nil {
+			f.stopSender(rs)
+			rs.spool.close()
+			_ = os.RemoveAll(rs.spool.dir)
+		}
+	}
+	f.mu.Lock()
+	f.rules = next
+	f.mu.Unlock()
+	if ents, err := os.ReadDir(f.opt.Dir); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && !seen[e.Name()] {
+				_ = os.RemoveAll(filepath.Join(f.opt.Dir, e.Name()))
+			}
+		}
+	}
+	// The subscriptions: the products of enabled rules.
+	filters := map[string]byte{}
+	for _, rs := range next {
+		if !rs.rule.Enabled {
+			continue
+		}
+		for _, l := range []string{wire.LevelReport, wire.LevelEvent + "+", wire.LevelOnline, wire.LevelOffline} {
+			filters[wire.DeviceTopic(rs.rule.ProductID, "+", l)] = 1
+		}
+	}
+	f.want = filters
+	return nil
+}
+
+func (f *Forwarder) stopSender(rs *ruleState) {
+	if rs.done == nil {
+		return
+	}
+	rs.stop()
+	<-rs.done
+	rs.stop, rs.done = nil, nil
+	rs.spool.rewind() // what the old sender read and did not send
+}
+
+func (f *Forwarder) startSender(ctx context.Context, rs *ruleState) {
+	sctx, cancel := context.WithCancel(ctx)
+	rs.stop, rs.done = cancel, make(chan struct{})
+	go func(r Rule, sp *spool, done chan struct{}) {
+		defer close(done)
+		f.send(sctx, r, sp)
+	}(rs.rule, rs.spool, rs.done)
+}
+
+// send is a rule's sender: batches in spool order, each retried with
+// backoff until the sink accepts it, then the cursor moves past it.
+func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
+	sk := newSink(r)
+	defer sk.close()
+	size, wait := r.batchSize(), r.batchWait()
+	for ctx.Err() == nil {
+		batch, err := sp.read(size)
+		if err != nil {
+			f.log.Error("forward: reading the spool failed", "rule", r.ID, "err", err)
+			sleepCtx(ctx, f.opt.Retry)
+			sp.rewind()
+			continue
+		}
+		if len(batch) == 0 {
+			select {
+			case <-sp.wake:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if len(batch) < size && wait > 0 {
+			deadline := time.NewTimer(wait)
+		fill:
+			for len(batch) < size {
+				select {
+				case <-sp.wake:
+					more, err := sp.read(size - len(batch))
+					if err != nil {
+						break fill
+					}
+					batch = append(batch, more...)
+				case <-deadline.C:
+					break fill
+				case <-ctx.Done():
+					deadline.Stop()
+					return
+				}
+			}
+			deadline.Stop()
+		}
+		retry := backoff.Backoff{Min: f.opt.BackoffMin, Max: f.opt.BackoffMax, Jitter: 0.5}
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				// The bound may have dropped the batch's oldest messages
+				// meanwhile: they are counted dropped, not sent.
+				c := sp.position()
+				for len(batch) > 0 && batch[0].seq <= c {
+					batch = batch[1:]
+				}
+				if len(batch) == 0 {
+					break
+				}
+			}
+			err := sk.send(ctx, r.ID, batch)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			sp.failure(err)
+			f.log.Debug("forward: sink refused a batch; retrying", "rule", r.ID, "attempt", attempt+1, "err", err)
+			if retry.Wait(ctx) != nil {
+				return
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if f.beforeAck != nil {
+			if err := f.beforeAck(r.ID, len(batch)); err != nil {
+				select {
+				case f.crashed <- struct{}{}:
+				default:
+				}
+				return
+			}
+		}
+		if err := sp.ack(batch[len(batch)-1].seq, len(batch)); err != nil {
+			f.log.Error("forward: saving the cursor failed", "rule", r.ID, "err", err)
+		}
+	}
+}
+
+// writeStatus records this owner's view of its rules in PostgreSQL.
+func (f *Forwarder) writeStatus(ctx context.Context) {
+	sts := map[string]Status{}
+	now := time.Now()
+	for id, rs := range f.rules {
+		sts[id] = rs.spool.stats(now)
+	}
+	if err := f.store.writeStatus(ctx, f.opt.Instance, sts); err != nil && ctx.Err() == nil {
+		f.log.Warn("forward: writing the status failed", "err", err)
+	}
+}
+
+// connect opens the owner's persistent session at broker b: QoS 1,
+// acknowledged by hand once what the message became is synced.
+func (f *Forwarder) connect(ctx context.Context, b int, in chan<- inbound, stop <-chan struct{}) (mqtt.Client, error) {
+	broker := f.brokers[b]
+	id := f.opt.ClientID
+	if len(f.brokers) > 1 {
+		id += "-" + strconv.Itoa(b)
+	}
+	var first atomic.Bool
+	first.Store(true)
+	c := mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: id, Login: f.opt.Login,
+		Persistent:     true, // a new owner resumes the session and what it queued
+		ManualAck:      true,
+		Resume:         true,
+		KeepAlive:      10 * time.Second,
+		PingTimeout:    60 * time.Second, // the answer queues behind a backlog
+		ConnectTimeout: 10 * time.Second,
+		// In order; a full queue holds the broker's flow.
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) {
+			select {
+			case in <- inbound{m: m, at: time.Now()}:
+			case <-stop: // not acknowledged: the broker delivers it again
+			}
+		},
+		OnConnect: func(c mqtt.Client) {
+			if first.Swap(false) {
+				return
+			}
+			if fl := *f.filters.Load(); len(fl) > 0 {
+				go func() { _ = mqttconn.WaitToken(c.SubscribeMultiple(fl, nil), 30*time.Second) }()
+			}
+		},
+		OnLost: func(_ mqtt.Client, err error) {
+			f.log.Warn("forward: broker connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
+		},
+	})
+	present, err := mqttconn.Connect(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("forward: connect %s as %s: %w", mqttconn.BrokerName(broker), id, err)
+	}
+	// A kept session is subscribed already and answers behind its
+	// backlog; a new one is waited for.
+	filters := *f.filters.Load()
+	if len(filters) == 0 {
+		return c, nil
+	}
+	st := c.SubscribeMultiple(filters, nil)
+	if !present {
+		if err := mqttconn.WaitToken(st, 10*time.Second); err != nil {
+			c.Disconnect(0)
+			return nil, fmt.Errorf("forward: subscribe as %s: %w", id, err)
+		}
+	}
+	return c, nil
+}
+
+// resubscribe brings the sessions' subscriptions to the enabled rules'
+// products; the broker answers behind any backlog, so nothing waits.
+func (f *Forwarder) resubscribe(clients []mqtt.Client) {
+	prev := *f.filters.Load()
+	next := f.want
+	add := map[string]byte{}
+	var drop []string
+	for k, q := range next {
+		if _, ok := prev[k]; !ok {
+			add[k] = q
+		}
+	}
+	for k := range prev {
+		if _, ok := next[k]; !ok {
+			drop = append(drop, k)
+		}
+	}
+	slices.Sort(drop)
+	f.filters.Store(&next)
+	for _, c := range clients {
+		if len(add) > 0 {
+			go f.logFailure("subscribe", c.SubscribeMultiple(add, nil))
+		}
+		if len(drop) > 0 {
+			go f.logFailure("unsubscribe", c.Unsubscribe(drop...))
+		}
+	}
+}
+
+func (f *Forwarder) logFailure(what string, t mqtt.Token) {
+	<-t.Done()
+	if err := t.Error(); err != nil {
+		f.log.Warn("forward: "+what+" failed", "err", err)
+	}
+}
