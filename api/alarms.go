@@ -14,6 +14,7 @@ import (
 	"devicehub/ingest/alarm"
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/schema/jsonw"
 )
 
 // Alarms (ingest/alarm): rules per product at /api/alarm/config, records
@@ -105,9 +106,38 @@ func recordView(r *alarm.Record) recordJSON {
 		ClearedTime: ms(r.ClearedTime), AckedTime: ms(r.AckedTime), SeverityRank: rank}
 }
 
+// appendRecord appends r as encoding/json writes recordView(r)
+// (TestAppendRecord compares them), without reflection.
 func appendRecord(r *alarm.Record, b []byte) []byte {
-	j, _ := json.Marshal(recordView(r))
-	return append(b, j...)
+	v := recordView(r)
+	b = append(b, '{')
+	b = jsonw.String(appendField(b, "id", true), strconv.FormatInt(r.ID, 10))
+	b = appendStringField(b, "ruleId", r.RuleID)
+	b = appendStringField(b, "ruleName", r.RuleName)
+	b = appendStringField(b, "productId", r.ProductID)
+	b = appendStringField(b, "deviceId", r.DeviceID)
+	b = appendStringField(b, "severity", r.Severity)
+	b = appendStringField(b, "state", r.State)
+	b = appendIntField(b, "count", r.Count)
+	b = appendStringField(b, "firstValue", r.FirstValue)
+	b = appendStringField(b, "lastValue", r.LastValue)
+	for _, f := range [...]struct{ name, v string }{{"clearedBy", r.ClearedBy}, {"clearValue", r.ClearValue}} {
+		if f.v != "" {
+			b = appendStringField(b, f.name, f.v)
+		}
+	}
+	b = appendBoolField(b, "acknowledged", r.Acked)
+	for _, f := range [...]struct{ name, v string }{{"acknowledgedBy", r.AckedBy}, {"ackComment", r.AckComment}} {
+		if f.v != "" {
+			b = appendStringField(b, f.name, f.v)
+		}
+	}
+	b = appendIntField(b, "raisedTime", v.RaisedTime)
+	b = appendIntField(b, "lastTime", v.LastTime)
+	b = appendIntField(b, "clearedTime", v.ClearedTime)
+	b = appendIntField(b, "acknowledgedTime", v.AckedTime)
+	b = appendIntField(b, "severityRank", int64(v.SeverityRank))
+	return append(b, '}')
 }
 
 func (s *Server) queryAlarmRules(c *fiber.Ctx) error {

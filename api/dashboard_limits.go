@@ -1,8 +1,6 @@
 package api
 
 import (
-	"context"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -64,44 +62,6 @@ func (r *resultBytes) add(n int) error {
 	}
 	return nil
 }
-
-// dashboardGate bounds the dashboard requests running at once, so that
-// heavy ones leave CPU, memory and ClickHouse to the other endpoints.
-type dashboardGate struct {
-	slots chan struct{}
-	wait  time.Duration
-}
-
-func newDashboardGate(n int, wait time.Duration) *dashboardGate {
-	if n <= 0 {
-		n = 2 * runtime.GOMAXPROCS(0)
-	}
-	if wait <= 0 {
-		wait = defaultDashboardWait
-	}
-	return &dashboardGate{slots: make(chan struct{}, n), wait: wait}
-}
-
-// acquire takes a slot, waiting at most the gate's wait; false when none
-// came free (or ctx ended) in that time.
-func (g *dashboardGate) acquire(ctx context.Context) bool {
-	select {
-	case g.slots <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(g.wait)
-	defer t.Stop()
-	select {
-	case g.slots <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-func (g *dashboardGate) release() { <-g.slots }
 
 // tooBusy refuses a dashboard request that found no slot.
 func tooBusy(c *fiber.Ctx) error {

@@ -15,6 +15,7 @@ import (
 	"devicehub/ingest/shadow"
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/schema/jsonw"
 )
 
 // Envelope codes.
@@ -74,7 +75,7 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusBadRequest, codeDuplicateKey, safeText(err.Error())+" already exists", nil)
 		case errors.As(err, &bulkErr): // before argErr: its rows are the result
 			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(bulkErr.Error()),
-				json.RawMessage(appendList(nil, bulkErr.Rows, appendBulkRowError)))
+				json.RawMessage(jsonw.List(nil, bulkErr.Rows, appendBulkRowError)))
 		case errors.As(err, &argErr):
 			var result any
 			if argErr.Allowed != nil { // the whole set, where the message may be cut

@@ -21,6 +21,7 @@ import (
 
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/schema/jsonw"
 	"devicehub/tsdb"
 )
 
@@ -64,9 +65,6 @@ const (
 	// the connection's write deadline (see live.go: fasthttp sets it once).
 	exportDeadlineEvery = 1024
 )
-
-// exportSlots are the exports in flight in this process.
-var exportSlots = make(chan struct{}, maxExports)
 
 // isoMillis is the time column: ISO 8601 with milliseconds and the
 // platform zone's offset.
@@ -129,12 +127,12 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if !acquireExport(ctx) {
+	if !s.exports.acquire(ctx) {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
 		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
 	}
 	if err := s.prepareExport(ctx, plan); err != nil {
-		<-exportSlots
+		s.exports.release()
 		return err
 	}
 	ext, ctype := "csv", mimeCSV+"; charset=utf-8; header=present"
@@ -158,7 +156,7 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	}
 	streaming = true
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer func() { <-exportSlots }()
+		defer s.exports.release()
 		defer s.streams.remove(st)
 		// The stream outlives the request's context; it keeps the
 		// caller's products (every product of theirs, for message counts).
@@ -247,24 +245,6 @@ func cutConn(conn net.Conn) {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-}
-
-// acquireExport takes an export slot, waiting up to exportWait.
-func acquireExport(ctx context.Context) bool {
-	select {
-	case exportSlots <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(exportWait)
-	defer t.Stop()
-	select {
-	case exportSlots <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }
 
 // exportFormat is the format parameter (csv, ndjson), else the first of
@@ -540,7 +520,7 @@ func (e *exportEncoder) field() {
 		} else {
 			e.buf = append(e.buf, ',')
 		}
-		e.buf = schema.AppendJSONString(e.buf, e.columns[e.col])
+		e.buf = jsonw.StringNoHTML(e.buf, e.columns[e.col])
 		e.buf = append(e.buf, ':')
 	} else if e.col > 0 {
 		e.buf = append(e.buf, ',')
@@ -551,7 +531,7 @@ func (e *exportEncoder) field() {
 func (e *exportEncoder) str(s string) {
 	e.field()
 	if e.ndjson {
-		e.buf = schema.AppendJSONString(e.buf, s)
+		e.buf = jsonw.StringNoHTML(e.buf, s)
 		return
 	}
 	e.buf = appendCSVField(e.buf, s)

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"devicehub/meta"
+	"devicehub/schema/jsonw"
 )
 
 // The encoders of meta's rows. Each appends to b the bytes encoding/json
@@ -26,18 +26,7 @@ func appendPage[T any](b []byte, p *meta.Page[T], item func(*T, []byte) []byte) 
 	b = append(b, `,"totalExact":`...)
 	b = strconv.AppendBool(b, p.TotalExact)
 	b = append(b, `,"data":`...)
-	if p.Data == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range p.Data {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = item(&p.Data[i], b)
-		}
-		b = append(b, ']')
-	}
+	b = jsonw.List(b, p.Data, item)
 	return append(b, '}')
 }
 
@@ -52,7 +41,7 @@ func appendField(b []byte, name string, first bool) []byte {
 }
 
 func appendStringField(b []byte, name, v string) []byte {
-	return appendJSONString(appendField(b, name, false), v)
+	return jsonw.String(appendField(b, name, false), v)
 }
 
 func appendBoolField(b []byte, name string, v bool) []byte {
@@ -70,9 +59,9 @@ func appendMillisField(b []byte, name string, v meta.Millis) []byte {
 // appendEnum appends e as the spec's EnumObject {"text": ..., "value": ...}.
 func appendEnum(b []byte, e meta.Enum) []byte {
 	b = append(b, `{"text":`...)
-	b = appendJSONString(b, e.Text())
+	b = jsonw.String(b, e.Text())
 	b = append(b, `,"value":`...)
-	b = appendJSONString(b, string(e))
+	b = jsonw.String(b, string(e))
 	return append(b, '}')
 }
 
@@ -85,87 +74,16 @@ func appendMillis(b []byte, m meta.Millis) []byte {
 	return strconv.AppendInt(b, t.UnixMilli(), 10)
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s quoted as encoding/json.Marshal does: HTML
-// characters, control characters, U+2028 and U+2029 escaped, invalid UTF-8
-// replaced by U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// appendJSONBytes is appendJSONString of p's text, without a copy when
-// none of it needs escaping.
-func appendJSONBytes(b, p []byte) []byte {
-	for _, c := range p {
-		if !plainJSON[c] {
-			return appendJSONString(b, string(p))
-		}
-	}
-	b = append(b, '"')
-	b = append(b, p...)
-	return append(b, '"')
-}
-
-// plainJSON is true for the bytes appendJSONString writes as they are.
-var plainJSON = func() (t [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
+// The JSON writer's functions under the names api/dashboard*.go calls
+// them by, until the dashboards move to their own package (issue 47).
+func appendJSONString(b []byte, s string) []byte { return jsonw.String(b, s) }
+func appendJSONBytes(b, p []byte) []byte         { return jsonw.Bytes(b, p) }
+func appendCompactJSON(b, raw []byte) []byte     { return jsonw.Compact(b, raw) }
 
 // appendDevice appends a device list item (endpoint 7).
 func appendDevice(d *meta.Device, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), d.ID)
+	b = jsonw.String(appendField(b, "id", true), d.ID)
 	b = appendStringField(b, "name", d.Name)
 	b = appendStringField(b, "photoUrl", d.PhotoURL)
 	b = appendStringField(b, "description", d.Description)
@@ -182,25 +100,7 @@ func appendDevice(d *meta.Device, b []byte) []byte {
 	b = appendMillisField(b, "modifyTime", d.ModifyTime)
 	b = appendStringField(b, "modifierId", d.ModifierID)
 	b = appendStringField(b, "modifierName", d.ModifierName)
-	b = appendField(b, "features", false)
-	if d.Features == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range d.Features {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			f := &d.Features[i]
-			b = append(b, '{')
-			b = appendJSONString(appendField(b, "id", true), f.ID)
-			b = appendStringField(b, "name", f.Name)
-			b = appendBoolField(b, "deprecated", f.Deprecated)
-			b = appendStringField(b, "type", f.Type)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
+	b = jsonw.List(appendField(b, "features", false), d.Features, appendFeature)
 	b = appendEnumField(b, "virtualType", d.VirtualType)
 	b = appendBoolField(b, "regulator", d.Regulator)
 	b = appendEnumField(b, "comeFrom", d.ComeFrom)
@@ -213,7 +113,7 @@ func appendDevice(d *meta.Device, b []byte) []byte {
 	}
 	b = appendField(b, "configuration", false)
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "secureId", true), d.Configuration.SecureID)
+	b = jsonw.String(appendField(b, "secureId", true), d.Configuration.SecureID)
 	b = appendStringField(b, "secureKey", d.Configuration.SecureKey)
 	b = appendStringField(b, "channelId", d.Configuration.ChannelID)
 	b = append(b, '}')
@@ -226,7 +126,7 @@ func appendDevice(d *meta.Device, b []byte) []byte {
 // deletion).
 func appendProduct(p *meta.Product, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), p.ID)
+	b = jsonw.String(appendField(b, "id", true), p.ID)
 	b = appendStringField(b, "name", p.Name)
 	b = appendStringField(b, "photoUrl", p.PhotoURL)
 	b = appendStringField(b, "classifiedId", p.ClassifiedID)
@@ -238,7 +138,7 @@ func appendProduct(p *meta.Product, b []byte) []byte {
 	b = appendEnumField(b, "deviceType", p.DeviceType)
 	b = appendField(b, "configuration", false)
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "secureId", true), p.Configuration.SecureID)
+	b = jsonw.String(appendField(b, "secureId", true), p.Configuration.SecureID)
 	b = appendStringField(b, "secureKey", p.Configuration.SecureKey)
 	if p.Configuration.ChannelID != "" {
 		b = appendStringField(b, "channelId", p.Configuration.ChannelID)
@@ -269,85 +169,16 @@ func appendProduct(p *meta.Product, b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendRawJSON appends raw, a JSON value the store read from a jsonb
-// column, as encoding/json writes a json.RawMessage: compacted, with <, >,
-// & and U+2028, U+2029 escaped (as \u003c ...), nil as null. A value that
-// is not JSON (no jsonb column holds one) is written as null, where
-// encoding/json would refuse the whole response.
-func appendRawJSON(b []byte, raw []byte) []byte {
-	if raw == nil || !json.Valid(raw) {
-		return append(b, "null"...)
-	}
-	return appendCompactJSON(b, raw)
-}
+func appendString(s *string, b []byte) []byte { return jsonw.String(b, *s) }
 
-// appendCompactJSON appends raw, valid JSON, as encoding/json writes a
-// json.RawMessage holding it: compacted, with <, >, & and U+2028, U+2029
-// escaped.
-func appendCompactJSON(b []byte, raw []byte) []byte {
-	start, inString, escaped := 0, false, false
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if !inString {
-			switch c {
-			case ' ', '\t', '\n', '\r':
-				b = append(b, raw[start:i]...)
-				start = i + 1
-			case '"':
-				inString = true
-			}
-			continue
-		}
-		if escaped {
-			escaped = false
-			continue
-		}
-		switch c {
-		case '\\':
-			escaped = true
-		case '"':
-			inString = false
-		case '<', '>', '&':
-			b = append(b, raw[start:i]...)
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			start = i + 1
-		case 0xE2: // U+2028, U+2029: E2 80 A8, E2 80 A9
-			if i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8 {
-				b = append(b, raw[start:i]...)
-				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[raw[i+2]&0xF])
-				i += 2
-				start = i + 1
-			}
-		}
-	}
-	return append(b, raw[start:]...)
-}
-
-// appendList appends s as a JSON array (nil as null), each element by item.
-func appendList[T any](b []byte, s []T, item func(*T, []byte) []byte) []byte {
-	if s == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i := range s {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = item(&s[i], b)
-	}
-	return append(b, ']')
-}
-
-func appendString(s *string, b []byte) []byte { return appendJSONString(b, *s) }
-
-func appendRaw(raw *json.RawMessage, b []byte) []byte { return appendRawJSON(b, *raw) }
+func appendRaw(raw *json.RawMessage, b []byte) []byte { return jsonw.Raw(b, *raw) }
 
 // appendPermission appends p as the spec's EnumObject {text, value}.
 func appendPermission(p *meta.Permission, b []byte) []byte {
 	b = append(b, `{"text":`...)
-	b = appendJSONString(b, p.Text())
+	b = jsonw.String(b, p.Text())
 	b = append(b, `,"value":`...)
-	b = appendJSONString(b, string(*p))
+	b = jsonw.String(b, string(*p))
 	return append(b, '}')
 }
 
@@ -357,7 +188,7 @@ func appendIntField(b []byte, name string, v int64) []byte {
 
 func appendFeature(f *meta.DeviceFeature, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), f.ID)
+	b = jsonw.String(appendField(b, "id", true), f.ID)
 	b = appendStringField(b, "name", f.Name)
 	b = appendBoolField(b, "deprecated", f.Deprecated)
 	b = appendStringField(b, "type", f.Type)
@@ -366,7 +197,7 @@ func appendFeature(f *meta.DeviceFeature, b []byte) []byte {
 
 func appendRelation(r *meta.DeviceRelation, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "objectId", true), r.ObjectID)
+	b = jsonw.String(appendField(b, "objectId", true), r.ObjectID)
 	b = appendStringField(b, "relation", r.Relation)
 	b = appendStringField(b, "relationName", r.RelationName)
 	return append(b, '}')
@@ -376,7 +207,7 @@ func appendRelation(r *meta.DeviceRelation, b []byte) []byte {
 // device writes that answer one).
 func appendDeviceDetail(d *meta.DeviceDetail, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), d.ID)
+	b = jsonw.String(appendField(b, "id", true), d.ID)
 	b = appendStringField(b, "name", d.Name)
 	b = appendStringField(b, "description", d.Description)
 	b = appendStringField(b, "productPhotoUrl", d.ProductPhotoURL)
@@ -398,19 +229,19 @@ func appendDeviceDetail(d *meta.DeviceDetail, b []byte) []byte {
 	b = appendBoolField(b, "independentMetadata", d.IndependentMetadata)
 	b = appendField(b, "configuration", false)
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "secureId", true), d.Configuration.SecureID)
+	b = jsonw.String(appendField(b, "secureId", true), d.Configuration.SecureID)
 	b = appendStringField(b, "secureKey", d.Configuration.SecureKey)
 	b = appendStringField(b, "channelId", d.Configuration.ChannelID)
 	b = append(b, '}')
-	b = appendRawJSON(appendField(b, "deviceConfiguration", false), d.DeviceConfiguration)
-	b = appendRawJSON(appendField(b, "cachedConfiguration", false), d.CachedConfiguration)
+	b = jsonw.Raw(appendField(b, "deviceConfiguration", false), d.DeviceConfiguration)
+	b = jsonw.Raw(appendField(b, "cachedConfiguration", false), d.CachedConfiguration)
 	b = appendBoolField(b, "aloneConfiguration", d.AloneConfiguration)
 	b = appendStringField(b, "connectServerId", d.ConnectServerID)
 	b = appendBoolField(b, "edge", d.Edge)
-	b = appendList(appendField(b, "tags", false), d.Tags, appendRaw)
-	b = appendList(appendField(b, "binds", false), d.Binds, appendRaw)
-	b = appendList(appendField(b, "features", false), d.Features, appendFeature)
-	b = appendList(appendField(b, "relations", false), d.Relations, appendRelation)
+	b = jsonw.List(appendField(b, "tags", false), d.Tags, appendRaw)
+	b = jsonw.List(appendField(b, "binds", false), d.Binds, appendRaw)
+	b = jsonw.List(appendField(b, "features", false), d.Features, appendFeature)
+	b = jsonw.List(appendField(b, "relations", false), d.Relations, appendRelation)
 	b = appendStringField(b, "accessId", d.AccessID)
 	b = appendStringField(b, "accessProvider", d.AccessProvider)
 	b = appendStringField(b, "accessName", d.AccessName)
@@ -432,14 +263,14 @@ func appendDeviceDetail(d *meta.DeviceDetail, b []byte) []byte {
 // appendRole appends a role (endpoint 13 and the role writes).
 func appendRole(r *meta.Role, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), r.ID)
+	b = jsonw.String(appendField(b, "id", true), r.ID)
 	b = appendStringField(b, "name", r.Name)
 	b = appendStringField(b, "description", r.Description)
 	b = appendEnumField(b, "state", r.State)
 	b = appendStringField(b, "creatorId", r.CreatorID)
 	b = appendMillisField(b, "createTime", r.CreateTime)
-	b = appendList(appendField(b, "permissions", false), r.Permissions, appendPermission)
-	b = appendList(appendField(b, "products", false), r.Products, appendString)
+	b = jsonw.List(appendField(b, "permissions", false), r.Permissions, appendPermission)
+	b = jsonw.List(appendField(b, "products", false), r.Products, appendString)
 	return append(b, '}')
 }
 
@@ -448,11 +279,11 @@ func appendRole(r *meta.Role, b []byte) []byte {
 // byte order), keyId only for a request made with an API key.
 func appendUser(u *meta.User, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), u.ID)
+	b = jsonw.String(appendField(b, "id", true), u.ID)
 	b = appendStringField(b, "username", u.Username)
 	b = appendStringField(b, "name", u.Name)
-	b = appendList(appendField(b, "roles", false), u.Roles, appendString)
-	b = appendList(appendField(b, "permissions", false), u.Permissions, appendString)
+	b = jsonw.List(appendField(b, "roles", false), u.Roles, appendString)
+	b = jsonw.List(appendField(b, "permissions", false), u.Permissions, appendString)
 	if len(u.Products) > 0 {
 		perms := make([]meta.Permission, 0, len(u.Products))
 		for p := range u.Products {
@@ -466,8 +297,8 @@ func appendUser(u *meta.User, b []byte) []byte {
 			} else {
 				b = append(b, '{')
 			}
-			b = append(appendJSONString(b, string(p)), ':')
-			b = appendList(b, u.Products[p], appendString)
+			b = append(jsonw.String(b, string(p)), ':')
+			b = jsonw.List(b, u.Products[p], appendString)
 		}
 		b = append(b, '}')
 	}
@@ -480,23 +311,23 @@ func appendUser(u *meta.User, b []byte) []byte {
 // appendUserDetail appends a user as the user list and writes show it.
 func appendUserDetail(u *meta.UserDetail, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), u.ID)
+	b = jsonw.String(appendField(b, "id", true), u.ID)
 	b = appendStringField(b, "username", u.Username)
 	b = appendStringField(b, "name", u.Name)
 	b = appendEnumField(b, "state", u.State)
-	b = appendList(appendField(b, "roles", false), u.Roles, appendString)
+	b = jsonw.List(appendField(b, "roles", false), u.Roles, appendString)
 	b = appendMillisField(b, "createTime", u.CreateTime)
 	return append(b, '}')
 }
 
 // appendKeyFields appends an API key's fields, without its braces.
 func appendKeyFields(k *meta.Key, b []byte) []byte {
-	b = appendJSONString(appendField(b, "id", true), k.ID)
+	b = jsonw.String(appendField(b, "id", true), k.ID)
 	b = appendStringField(b, "name", k.Name)
 	b = appendStringField(b, "userId", k.UserID)
 	b = appendStringField(b, "username", k.Username)
-	b = appendList(appendField(b, "permissions", false), k.Permissions, appendPermission)
-	b = appendList(appendField(b, "products", false), k.Products, appendString)
+	b = jsonw.List(appendField(b, "permissions", false), k.Permissions, appendPermission)
+	b = jsonw.List(appendField(b, "products", false), k.Products, appendString)
 	b = appendMillisField(b, "createTime", k.CreateTime)
 	b = appendMillisField(b, "expiresAt", k.ExpiresAt)
 	return appendMillisField(b, "lastUsed", k.LastUsed)
@@ -545,7 +376,7 @@ func appendBulkRowError(e *meta.BulkRowError, b []byte) []byte {
 
 func appendCreatedDevice(d *meta.CreatedDevice, b []byte) []byte {
 	b = append(b, '{')
-	b = appendJSONString(appendField(b, "id", true), d.ID)
+	b = jsonw.String(appendField(b, "id", true), d.ID)
 	b = appendStringField(b, "secureId", d.SecureID)
 	b = appendStringField(b, "secureKey", d.SecureKey)
 	return append(b, '}')
@@ -556,7 +387,7 @@ func appendBulkCreated(r *meta.BulkCreated, b []byte) []byte {
 	b = append(b, '{')
 	b = strconv.AppendInt(appendField(b, "total", true), int64(r.Total), 10)
 	b = appendBoolField(b, "deployed", r.Deployed)
-	b = appendList(appendField(b, "devices", false), r.Devices, appendCreatedDevice)
+	b = jsonw.List(appendField(b, "devices", false), r.Devices, appendCreatedDevice)
 	return append(b, '}')
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"devicehub/ingest/notify"
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // Notifications (ingest/notify): channels, subscriptions and dead
@@ -199,7 +200,7 @@ func (s *Server) saveSubscription(c *fiber.Ctx, create bool) error {
 	if scope != nil {
 		for i, p := range sub.Products {
 			if !containsString(scope, p) {
-				return fmt.Errorf("products[%d]: no product %q among the caller's: %w", i, truncateID(p), notify.ErrInvalid)
+				return fmt.Errorf("products[%d]: no product %q among the caller's: %w", i, schema.Truncate(p, 80), notify.ErrInvalid)
 			}
 		}
 	}
@@ -292,7 +293,7 @@ func (s *Server) replayDead(c *fiber.Ctx) error {
 	}
 	id, err := strconv.ParseInt(c.Params("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return fmt.Errorf("dead letter %q: %w", truncateID(c.Params("id")), notify.ErrNotFound)
+		return fmt.Errorf("dead letter %q: %w", schema.Truncate(c.Params("id"), 80), notify.ErrNotFound)
 	}
 	if err := store.Replay(c.UserContext(), id, notifyScope(c)); err != nil {
 		return err

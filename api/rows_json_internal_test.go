@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/meta"
+	"devicehub/schema/jsonw"
 )
 
 // The references of the encoders: meta's rows as they were written by
@@ -410,7 +411,7 @@ func TestRowEncoders(t *testing.T) {
 			rows = append(rows, meta.BulkRowError{Row: r.IntN(1e5), ID: randomText(r), Field: randomText(r), Reason: randomText(r)})
 			rowsJSON = append(rowsJSON, bulkRowJSON(rows[len(rows)-1]))
 		}
-		compareJSON(t, rowsJSON, appendList([]byte("prefix"), rows, appendBulkRowError))
+		compareJSON(t, rowsJSON, jsonw.List([]byte("prefix"), rows, appendBulkRowError))
 
 		created := meta.BulkCreated{Total: r.IntN(1e4), Deployed: r.IntN(2) == 0}
 		var createdJSON bulkCreatedJSON
@@ -425,32 +426,6 @@ func TestRowEncoders(t *testing.T) {
 		compareJSON(t, createdJSON, appendBulkCreated(&created, []byte("prefix")))
 		changed := meta.BulkChanged{Total: r.IntN(1e4), Changed: r.IntN(1e4)}
 		compareJSON(t, bulkChangedJSON{changed.Total, changed.Changed}, appendBulkChanged(&changed, []byte("prefix")))
-	}
-}
-
-// TestRawJSON checks appendRawJSON against encoding/json's writing of a
-// json.RawMessage on each of rawTexts, and that what is not JSON (which
-// encoding/json refuses) is written as null.
-func TestRawJSON(t *testing.T) {
-	for _, raw := range rawTexts {
-		want, err := json.Marshal(json.RawMessage(raw))
-		if err != nil {
-			t.Fatalf("%q: %v", raw, err)
-		}
-		if got := appendRawJSON([]byte("prefix"), []byte(raw)); string(got) != "prefix"+string(want) {
-			t.Errorf("appendRawJSON(%q) = %q; want %q", raw, got[len("prefix"):], want)
-		}
-	}
-	if got := appendRawJSON(nil, nil); string(got) != "null" {
-		t.Errorf("nil: %q", got)
-	}
-	for _, bad := range []string{"", " ", "{", `{"a": 1}}`, `{"a": 1} x`, "'x'"} {
-		if _, err := json.Marshal(json.RawMessage(bad)); err == nil {
-			t.Fatalf("encoding/json takes %q", bad)
-		}
-		if got := appendRawJSON(nil, []byte(bad)); string(got) != "null" {
-			t.Errorf("appendRawJSON(%q) = %q; want null", bad, got)
-		}
 	}
 }
 

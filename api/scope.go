@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"devicehub/meta"
+	"devicehub/schema"
 	"devicehub/tsdb"
 )
 
@@ -22,7 +23,7 @@ func productVisible(ctx context.Context, id string) error {
 	if meta.ProductAllowed(ctx, id) {
 		return nil
 	}
-	return fmt.Errorf("product %q: %w", truncateID(id), meta.ErrNotFound)
+	return fmt.Errorf("product %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
 }
 
 // deviceVisible is nil when ctx may reach dev, else the not_found an
@@ -31,14 +32,7 @@ func deviceVisible(ctx context.Context, dev meta.DeviceRef) error {
 	if meta.ProductAllowed(ctx, dev.ProductID) {
 		return nil
 	}
-	return fmt.Errorf("device %q: %w", truncateID(dev.ID), meta.ErrNotFound)
-}
-
-func truncateID(id string) string {
-	if len(id) > 80 {
-		return id[:80]
-	}
-	return id
+	return fmt.Errorf("device %q: %w", schema.Truncate(dev.ID, 80), meta.ErrNotFound)
 }
 
 // messageCounts answers a message-count query (endpoint 14's and an

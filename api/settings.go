@@ -1,6 +1,7 @@
 package api
 
 import (
+	"devicehub/schema/jsonw"
 	"strconv"
 	"time"
 
@@ -20,9 +21,9 @@ func (s *Server) settings(c *fiber.Ctx) error {
 	abbr, offset := now.Zone()
 	return okWith(c, func(b []byte) []byte {
 		b = append(b, `{"timeZone":`...)
-		b = appendJSONString(b, loc.String())
+		b = jsonw.String(b, loc.String())
 		b = append(b, `,"timeZoneAbbreviation":`...)
-		b = appendJSONString(b, abbr)
+		b = jsonw.String(b, abbr)
 		b = append(b, `,"utcOffsetSeconds":`...)
 		b = strconv.AppendInt(b, int64(offset), 10)
 		return append(b, '}')

@@ -325,7 +325,7 @@ type Ingester struct {
 	brokers  []string      // mqttconn.Brokers(opt.BrokerURL)
 	clients  []mqtt.Client // subscriber connections of every broker
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
-	born     *bornAt       // with several brokers, where each device's last birth came from
+	born     *BornAt       // with several brokers, where each device's last birth came from
 	filters  map[string]byte
 	writers  []*tsdb.Writer
 	devices  *deviceCache
@@ -387,7 +387,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.idle = sync.NewCond(&in.gate)
 	if len(brokers) > 1 {
-		in.born = newBornAt()
+		in.born = NewBornAt()
 	}
 	in.storedQoS0 = func() {
 		in.stored.Add(1)
@@ -734,10 +734,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	var fwVersion string
 	if t.Kind == wire.KindOnline || t.Kind == wire.KindOffline {
 		at, err = wire.DecodePresence(rows, t, payload, it.at)
-		if err == nil && !at.IsZero() && in.born != nil && !in.born.keep(t.DeviceID, it.broker, t.Kind == wire.KindOnline) {
+		if err == nil && !at.IsZero() && in.born != nil && !in.born.Keep(t.DeviceID, it.broker, t.Kind == wire.KindOnline) {
 			// A will from a broker the device has left: stored as a
 			// message, but its state stays what its birth on the other
-			// broker made it (bornAt).
+			// broker made it (BornAt).
 			at = time.Time{}
 		}
 	} else if fw := in.opt.Firmware != nil; fw && t.Kind == wire.KindFirmwareProgress {

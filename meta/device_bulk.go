@@ -87,7 +87,7 @@ func (e *BulkError) Error() string {
 		if e.Of > 0 {
 			fmt.Fprintf(&b, "row %d", r.Row)
 			if r.ID != "" {
-				fmt.Fprintf(&b, " (id %q)", truncate(r.ID, 64))
+				fmt.Fprintf(&b, " (id %q)", schema.Truncate(r.ID, 64))
 			}
 			b.WriteString(": ")
 		}
@@ -107,7 +107,7 @@ type rowErrors map[int]BulkRowError
 
 func (m rowErrors) add(row int, id, field, reason string) {
 	if _, ok := m[row]; !ok {
-		m[row] = BulkRowError{Row: row, ID: truncate(id, 80), Field: field, Reason: reason}
+		m[row] = BulkRowError{Row: row, ID: schema.Truncate(id, 80), Field: field, Reason: reason}
 	}
 }
 
@@ -215,7 +215,7 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 			if n.ProductID == "" {
 				n.ProductID = b.ProductID
 			} else if n.ProductID != b.ProductID {
-				bad.add(row, n.ID, "productId", fmt.Sprintf("must be %q, the product imported into, or empty", truncate(b.ProductID, 64)))
+				bad.add(row, n.ID, "productId", fmt.Sprintf("must be %q, the product imported into, or empty", schema.Truncate(b.ProductID, 64)))
 				continue
 			}
 		}
@@ -229,7 +229,7 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 			continue
 		}
 		if other, ok := secureIDs[r.SecureID]; ok {
-			bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is also row %d's secureId", truncate(r.SecureID, 64), other))
+			bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is also row %d's secureId", schema.Truncate(r.SecureID, 64), other))
 			continue
 		}
 		ids[r.ID], secureIDs[r.SecureID] = row, row
@@ -269,7 +269,7 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 		}
 	}
 	if _, ok := productState[b.ProductID]; b.ProductID != "" && !ok {
-		return BulkCreated{}, fmt.Errorf("product %q: %w", truncate(b.ProductID, 80), ErrNotFound)
+		return BulkCreated{}, fmt.Errorf("product %q: %w", schema.Truncate(b.ProductID, 80), ErrNotFound)
 	}
 	// Each taken value with the product of the device holding it: a
 	// device the caller cannot see is not named (hiddenConflict).
@@ -290,22 +290,22 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 		state, ok := productState[r.ProductID]
 		switch {
 		case !ok:
-			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q does not exist", truncate(r.ProductID, 64)))
+			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q does not exist", schema.Truncate(r.ProductID, 64)))
 		case b.Deploy && state != 1:
-			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q is not deployed; deploy it first", truncate(r.ProductID, 64)))
+			bad.add(row, r.ID, "productId", fmt.Sprintf("product %q is not deployed; deploy it first", schema.Truncate(r.ProductID, 64)))
 		}
 		if _, ok := bad[row]; ok {
 			continue
 		}
 		if p, ok := taken[r.ID]; ok {
 			if ProductAllowed(ctx, p) {
-				bad.add(row, r.ID, "id", fmt.Sprintf("device %q already exists", truncate(r.ID, 64)))
+				bad.add(row, r.ID, "id", fmt.Sprintf("device %q already exists", schema.Truncate(r.ID, 64)))
 			} else {
 				bad.add(row, r.ID, "id", unavailableReason(r.ID))
 			}
 		} else if p, ok := takenSecure[r.SecureID]; ok {
 			if ProductAllowed(ctx, p) {
-				bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is another device's secureId", truncate(r.SecureID, 64)))
+				bad.add(row, r.ID, "configuration.secureId", fmt.Sprintf("%q is another device's secureId", schema.Truncate(r.SecureID, 64)))
 			} else {
 				bad.add(row, r.ID, "configuration.secureId", unavailableReason(r.SecureID))
 			}
@@ -464,7 +464,7 @@ func (s *Store) lockBulkTargets(ctx context.Context, q *sqlx.Tx, ids []string, o
 		}
 		d, exists := byID[id]
 		if !exists || !ProductAllowed(ctx, d.ProductID) { // outside the request's products: as if it did not exist
-			bad.add(i+1, id, "id", fmt.Sprintf("device %q does not exist", truncate(id, 64)))
+			bad.add(i+1, id, "id", fmt.Sprintf("device %q does not exist", schema.Truncate(id, 64)))
 			continue
 		}
 		if field, reason := ok(d); reason != "" {

@@ -173,9 +173,9 @@ func (s *Store) checkConfig(c *DeviceConfigInput, id string) error {
 	}
 	if c == nil || c.SecureID == nil || *c.SecureID == "" {
 		return schema.Invalid("configuration.secureId", "%q, the device id that is its secureId by default, is reserved for a service or operator login of the broker: give another secureId",
-			truncate(secureID, 80))
+			schema.Truncate(secureID, 80))
 	}
-	return schema.Invalid("configuration.secureId", "%q is reserved for a service or operator login of the broker", truncate(secureID, 80))
+	return schema.Invalid("configuration.secureId", "%q is reserved for a service or operator login of the broker", schema.Truncate(secureID, 80))
 }
 
 // reservedLogin reports whether name is, in any case, a broker login a

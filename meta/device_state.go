@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"devicehub/schema"
 	"errors"
 	"fmt"
 	"time"
@@ -86,7 +87,7 @@ func (s *Store) GetDeviceRef(ctx context.Context, id string) (DeviceRef, error) 
 	var r deviceRefRow
 	err := s.db.GetContext(ctx, &r, deviceRefQuery+` WHERE d.id = $1`, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return DeviceRef{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return DeviceRef{}, fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {
 		return DeviceRef{}, fmt.Errorf("meta: device ref: %w", err)

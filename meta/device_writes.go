@@ -104,7 +104,7 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		return DeviceDetail{}, err
 	}
 	if !ProductAllowed(ctx, r.ProductID) {
-		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", schema.Truncate(r.ProductID, 80), ErrNotFound)
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
@@ -123,19 +123,19 @@ func (s *Store) CreateDevice(ctx context.Context, n NewDevice, creator User) (De
 		if err := s.hiddenConflict(ctx, "configuration.secureId", "secure_id", r.SecureID); err != nil {
 			return DeviceDetail{}, err
 		}
-		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(r.SecureID, 80), ErrDuplicateKey)
+		return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", schema.Truncate(r.SecureID, 80), ErrDuplicateKey)
 	case isUniqueViolation(err):
 		if err := s.hiddenConflict(ctx, "id", "id", r.ID); err != nil {
 			return DeviceDetail{}, err
 		}
 		return DeviceDetail{}, fmt.Errorf("device %q: %w", r.ID, ErrDuplicateKey)
 	case isForeignKeyViolation(err): // the product was deleted meanwhile
-		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", schema.Truncate(r.ProductID, 80), ErrNotFound)
 	case err != nil:
 		return DeviceDetail{}, fmt.Errorf("meta: create device: %w", err)
 	}
 	if k, _ := res.RowsAffected(); k == 0 {
-		return DeviceDetail{}, fmt.Errorf("product %q: %w", truncate(r.ProductID, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("product %q: %w", schema.Truncate(r.ProductID, 80), ErrNotFound)
 	}
 	d, err := s.getDeviceDetail(ctx, s.db, r.ID, false)
 	if err != nil {
@@ -172,7 +172,7 @@ func (s *Store) hiddenConflict(ctx context.Context, field, column, value string)
 // unavailableReason is what a caller is told of a value a device it
 // cannot see holds (hiddenConflict).
 func unavailableReason(value string) string {
-	return fmt.Sprintf("%q is not available: choose another", truncate(value, 64))
+	return fmt.Sprintf("%q is not available: choose another", schema.Truncate(value, 64))
 }
 
 // isSecureIDTaken reports a second device with the same secureId (its
@@ -192,7 +192,7 @@ func isForeignKeyViolation(err error) bool {
 func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modifier User) (DeviceDetail, error) {
 	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
 	if p.ID != nil && *p.ID != "" && *p.ID != id {
-		return DeviceDetail{}, schema.Invalid("id", "does not match the path (%q)", truncate(id, 80))
+		return DeviceDetail{}, schema.Invalid("id", "does not match the path (%q)", schema.Truncate(id, 80))
 	}
 	sets := []string{"modify_time = " + nextModifyTime, "modifier_id = $2", "modifier_name = $3"}
 	args := []any{id, modifier.ID, userName(modifier)}
@@ -284,17 +284,17 @@ func (s *Store) UpdateDevice(ctx context.Context, id string, p DevicePatch, modi
 	}
 	if have := time.Time(cur.ModifyTime).UnixMilli(); p.ModifyTime != nil && *p.ModifyTime > 0 && *p.ModifyTime != have {
 		return DeviceDetail{}, fmt.Errorf("device %q was changed by another request (modifyTime is now %d); read it again and apply the change to that: %w",
-			truncate(id, 80), have, ErrConflict)
+			schema.Truncate(id, 80), have, ErrConflict)
 	}
 	if p.ProductID != nil && *p.ProductID != "" && *p.ProductID != cur.ProductID {
-		return DeviceDetail{}, schema.Invalid("productId", "cannot be changed (device %q belongs to product %q)", truncate(id, 80), cur.ProductID)
+		return DeviceDetail{}, schema.Invalid("productId", "cannot be changed (device %q belongs to product %q)", schema.Truncate(id, 80), cur.ProductID)
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE devices SET "+strings.Join(sets, ", ")+" WHERE id = $1", args...); err != nil {
 		if isSecureIDTaken(err) {
 			if err := s.hiddenConflict(ctx, "configuration.secureId", "secure_id", *p.Configuration.SecureID); err != nil {
 				return DeviceDetail{}, err
 			}
-			return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", truncate(*p.Configuration.SecureID, 80), ErrDuplicateKey)
+			return DeviceDetail{}, fmt.Errorf("configuration.secureId %q is another device's: %w", schema.Truncate(*p.Configuration.SecureID, 80), ErrDuplicateKey)
 		}
 		return DeviceDetail{}, fmt.Errorf("meta: update device: %w", err)
 	}
@@ -367,7 +367,7 @@ func (s *Store) DeployDevice(ctx context.Context, id string, modifier User) (Dev
 	err = tx.GetContext(ctx, &cur, `SELECT d.state, p.state AS product_state, d.login_version FROM devices d
 		JOIN products p ON p.id = d.product_id WHERE d.id = $1 AND `+limit+` FOR UPDATE OF d FOR SHARE OF p`, id, limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: deploy device: %w", err)
@@ -403,7 +403,7 @@ func (s *Store) UndeployDevice(ctx context.Context, id string, modifier User) (D
 		modifier_id = $3, modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 AND `+limit+` FOR UPDATE) o
 		WHERE d.id = o.id RETURNING o.login_version`, id, StateNotActive, modifier.ID, userName(modifier), limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: undeploy device: %w", err)
@@ -446,7 +446,7 @@ func (s *Store) setDeviceMetadata(ctx context.Context, id string, metadata *stri
 		return fmt.Errorf("meta: device metadata: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	return nil
 }

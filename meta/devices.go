@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"devicehub/schema"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -453,7 +454,7 @@ func (s *Store) getDeviceDetail(ctx context.Context, q queryer, id string, forUp
 	}
 	err := q.GetContext(ctx, &r, "SELECT "+deviceDetailColumns+" FROM "+deviceFrom+" WHERE d.id = $1"+lock, id)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !ProductAllowed(ctx, r.ProductID) {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: get device: %w", err)

@@ -138,7 +138,7 @@ func (s *Store) CreateKey(ctx context.Context, user User, n NewKey) (CreatedKey,
 	perms := make([]string, 0, len(n.Permissions))
 	for i, p := range n.Permissions {
 		if !slices.Contains(Permissions, p) {
-			return CreatedKey{}, schema.Invalid(fmt.Sprintf("permissions[%d]", i), "unknown permission %q", truncate(string(p), 80))
+			return CreatedKey{}, schema.Invalid(fmt.Sprintf("permissions[%d]", i), "unknown permission %q", schema.Truncate(string(p), 80))
 		}
 		if !slices.Contains(perms, string(p)) {
 			perms = append(perms, string(p))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"devicehub/schema"
 	"errors"
 	"fmt"
 	"strconv"
@@ -205,7 +206,7 @@ func (s *Store) RotateDeviceSecret(ctx context.Context, id string, modifier User
 		modifier_name = $4 FROM (SELECT id, login_version FROM devices WHERE id = $1 AND `+limit+` FOR UPDATE) o
 		WHERE d.id = o.id RETURNING o.login_version`, id, key, modifier.ID, userName(modifier), limitArg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return DeviceDetail{}, fmt.Errorf("device %q: %w", truncate(id, 80), ErrNotFound)
+		return DeviceDetail{}, fmt.Errorf("device %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	if err != nil {
 		return DeviceDetail{}, fmt.Errorf("meta: rotate device secret: %w", err)

@@ -238,7 +238,7 @@ func oneOf(field, v string, allowed []string) error {
 			return nil
 		}
 	}
-	return schema.Invalid(field, "must be one of %s (got %q)", strings.Join(allowed, ", "), truncate(v, 40))
+	return schema.Invalid(field, "must be one of %s (got %q)", strings.Join(allowed, ", "), schema.Truncate(v, 40))
 }
 
 func (n *NewProduct) validate() error {
@@ -411,7 +411,7 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 		return schema.Invalid("id", "is required")
 	}
 	if !ProductAllowed(ctx, p.ID) {
-		return fmt.Errorf("product %q: %w", truncate(p.ID, 80), ErrNotFound)
+		return fmt.Errorf("product %q: %w", schema.Truncate(p.ID, 80), ErrNotFound)
 	}
 	required := []struct {
 		field string
@@ -553,19 +553,19 @@ func (s *Store) missingOrChanged(ctx context.Context, table, what, id string) er
 	err := s.db.GetContext(ctx, &ms, "SELECT "+modifyTimeMillis+" FROM "+table+" WHERE id = $1", id)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%s %q: %w", what, truncate(id, 80), ErrNotFound)
+		return fmt.Errorf("%s %q: %w", what, schema.Truncate(id, 80), ErrNotFound)
 	case err != nil:
-		return fmt.Errorf("meta: %s %q: %w", what, truncate(id, 80), err)
+		return fmt.Errorf("meta: %s %q: %w", what, schema.Truncate(id, 80), err)
 	}
 	return fmt.Errorf("%s %q was changed by another request (modifyTime is now %d); read it again and apply the change to that: %w",
-		what, truncate(id, 80), ms, ErrConflict)
+		what, schema.Truncate(id, 80), ms, ErrConflict)
 }
 
 // SetProductState deploys (1) or undeploys (0) a product.
 func (s *Store) SetProductState(ctx context.Context, id string, state int, modifierID string) error {
 	defer s.pages.changed() // once committed: the next page read sees it
 	if !ProductAllowed(ctx, id) {
-		return fmt.Errorf("product %q: %w", truncate(id, 80), ErrNotFound)
+		return fmt.Errorf("product %q: %w", schema.Truncate(id, 80), ErrNotFound)
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"database/sql"
+	"devicehub/schema"
 	"errors"
 	"fmt"
 )
@@ -36,7 +37,7 @@ func (s *Store) ModelPolicy(ctx context.Context, productID, deviceID string) (Mo
 			Scan(&r.ProductID, &r.Metadata, &r.Policy)
 	}
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !ProductAllowed(ctx, r.ProductID) {
-		return ModelPolicy{}, fmt.Errorf("model of product %q device %q: %w", truncate(productID, 80), truncate(deviceID, 80), ErrNotFound)
+		return ModelPolicy{}, fmt.Errorf("model of product %q device %q: %w", schema.Truncate(productID, 80), schema.Truncate(deviceID, 80), ErrNotFound)
 	}
 	if err != nil {
 		return ModelPolicy{}, fmt.Errorf("meta: model policy: %w", err)

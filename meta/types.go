@@ -120,7 +120,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_\-.:]{1,64}$`)
 // checkID validates a client-chosen id (product, device, role).
 func checkID(field, id string) error {
 	if !idPattern.MatchString(id) || id == "." || id == ".." {
-		return schema.Invalid(field, "must be 1 to 64 letters, digits or _-.:, and not . or .. alone (got %q)", truncate(id, 80))
+		return schema.Invalid(field, "must be 1 to 64 letters, digits or _-.:, and not . or .. alone (got %q)", schema.Truncate(id, 80))
 	}
 	return nil
 }
@@ -134,11 +134,4 @@ func checkText(field, s string, max int, required bool) error {
 		return schema.Invalid(field, "must be at most %d bytes", max)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

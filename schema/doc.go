@@ -3,7 +3,8 @@
 //
 // PostgreSQL migrations (postgres/NNNNN_*.sql) are goose migrations applied
 // by meta.Migrate; ClickHouse DDL (clickhouse/NNNNN_*.sql) is applied in
-// order, idempotently, by tsdb. It imports nothing of the project.
+// order, idempotently, by tsdb. It imports nothing of the project but its
+// own JSON writer (schema/jsonw).
 package schema
 
 import "embed"

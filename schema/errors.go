@@ -43,3 +43,13 @@ func InvalidChoice(field string, allowed []string, format string, args ...any) e
 func Invalid(field, format string, args ...any) error {
 	return &ArgError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// Truncate cuts s, a client's value quoted in an error message, to n
+// bytes followed by "...", so that a long id or name does not make the
+// message long; a shorter s is returned whole.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,12 +1,11 @@
 package schema
 
 import (
-	"bytes"
+	"devicehub/schema/jsonw"
 	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Encoding of a thing model: deterministic and lossless, known fields in a
@@ -25,14 +24,14 @@ func (w *objWriter) key(k string) {
 		w.b = append(w.b, ',')
 	}
 	w.n++
-	w.b = AppendJSONString(w.b, k)
+	w.b = jsonw.StringNoHTML(w.b, k)
 	w.b = append(w.b, ':')
 }
 
 func (w *objWriter) str(k, v string, force bool) {
 	if v != "" || force {
 		w.key(k)
-		w.b = AppendJSONString(w.b, v)
+		w.b = jsonw.StringNoHTML(w.b, v)
 	}
 }
 
@@ -46,7 +45,7 @@ func (w *objWriter) int(k string, v int, force bool) {
 func (w *objWriter) raw(k string, v []byte) {
 	if v != nil {
 		w.key(k)
-		w.b = appendRaw(w.b, v)
+		w.b = jsonw.RawNoHTML(w.b, v)
 	}
 }
 
@@ -54,75 +53,10 @@ func (w *objWriter) end(extra map[string]json.RawMessage, known map[string]bool)
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		if !known[k] {
 			w.key(k)
-			w.b = appendRaw(w.b, extra[k])
+			w.b = jsonw.RawNoHTML(w.b, extra[k])
 		}
 	}
 	return append(w.b, '}')
-}
-
-// appendRaw appends compacted raw JSON, or null if it is not valid JSON
-// (only possible for values set by hand; Validate reports those).
-func appendRaw(b []byte, raw []byte) []byte {
-	buf := bytes.NewBuffer(b)
-	if err := json.Compact(buf, raw); err != nil {
-		return append(b, "null"...)
-	}
-	return buf.Bytes()
-}
-
-const hexDigits = "0123456789abcdef"
-
-// AppendJSONString appends s as a JSON string without HTML escaping
-// (U+2028 and U+2029 escaped, as encoding/json does); invalid UTF-8 becomes
-// U+FFFD. The thing model's encoders and the API's streamed exports write
-// strings with it.
-func AppendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c == '\n':
-				b = append(b, '\\', 'n')
-			case c == '\r':
-				b = append(b, '\\', 'r')
-			case c == '\t':
-				b = append(b, '\\', 't')
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, `\ufffd`...)
-		case r == '\u2028':
-			b = append(b, `\u2028`...)
-		case r == '\u2029':
-			b = append(b, `\u2029`...)
-		default:
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
-}
-
-func appendList[T any](b []byte, list []T, fn func(v *T, b []byte) []byte) []byte {
-	b = append(b, '[')
-	for i := range list {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = fn(&list[i], b)
-	}
-	return append(b, ']')
 }
 
 func (m *ThingModel) appendJSON(b []byte) []byte {
@@ -131,13 +65,13 @@ func (m *ThingModel) appendJSON(b []byte) []byte {
 	}
 	w := beginObject(b)
 	w.key("properties")
-	w.b = appendList(w.b, m.Properties, (*Property).appendJSON)
+	w.b = jsonw.Array(w.b, m.Properties, (*Property).appendJSON)
 	w.key("events")
-	w.b = appendList(w.b, m.Events, (*Event).appendJSON)
+	w.b = jsonw.Array(w.b, m.Events, (*Event).appendJSON)
 	w.key("functions")
-	w.b = appendList(w.b, m.Functions, (*Function).appendJSON)
+	w.b = jsonw.Array(w.b, m.Functions, (*Function).appendJSON)
 	w.key("tags")
-	w.b = appendList(w.b, m.Tags, (*Tag).appendJSON)
+	w.b = jsonw.Array(w.b, m.Tags, (*Tag).appendJSON)
 	return w.end(m.Extra, knownModel)
 }
 
@@ -165,11 +99,11 @@ func (x *PropertyExpands) appendJSON(b []byte) []byte {
 	w.str("source", x.Source, x.has&hasSource != 0)
 	if x.Type != nil {
 		w.key("type")
-		w.b = appendList(w.b, x.Type, func(s *string, b []byte) []byte { return AppendJSONString(b, *s) })
+		w.b = jsonw.Array(w.b, x.Type, func(s *string, b []byte) []byte { return jsonw.StringNoHTML(b, *s) })
 	}
 	if x.Metrics != nil {
 		w.key("metrics")
-		w.b = appendList(w.b, x.Metrics, func(r *json.RawMessage, b []byte) []byte { return appendRaw(b, *r) })
+		w.b = jsonw.Array(w.b, x.Metrics, func(r *json.RawMessage, b []byte) []byte { return jsonw.RawNoHTML(b, *r) })
 	}
 	return w.end(x.Extra, knownPropExp)
 }
@@ -203,7 +137,7 @@ func (fn *Function) appendJSON(b []byte) []byte {
 	}
 	if fn.Inputs != nil {
 		w.key("inputs")
-		w.b = appendList(w.b, fn.Inputs, (*Property).appendJSON)
+		w.b = jsonw.Array(w.b, fn.Inputs, (*Property).appendJSON)
 	}
 	if fn.Output != nil {
 		w.key("output")
@@ -224,7 +158,7 @@ func (vt *ValueType) appendJSON(b []byte) []byte {
 	w.str("format", vt.Format, vt.has&hasFormat != 0)
 	if vt.Elements != nil {
 		w.key("elements")
-		w.b = appendList(w.b, vt.Elements, (*EnumElement).appendJSON)
+		w.b = jsonw.Array(w.b, vt.Elements, (*EnumElement).appendJSON)
 	}
 	if vt.ElementType != nil {
 		w.key("elementType")
@@ -232,7 +166,7 @@ func (vt *ValueType) appendJSON(b []byte) []byte {
 	}
 	if vt.Properties != nil {
 		w.key("properties")
-		w.b = appendList(w.b, vt.Properties, (*Property).appendJSON)
+		w.b = jsonw.Array(w.b, vt.Properties, (*Property).appendJSON)
 	}
 	w.str("fileType", vt.FileType, vt.has&hasFileType != 0)
 	w.str("trueText", vt.TrueText, vt.has&hasTrueText != 0)

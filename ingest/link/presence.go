@@ -91,7 +91,7 @@ type Presence struct {
 	clients []mqtt.Client // one per broker, in Brokers' order
 
 	mu      sync.RWMutex
-	online  map[string]int8 // device -> broker of its last birth; noBroker when seeded
+	online  Births          // device -> broker of its last birth; UnknownBroker when seeded
 	touched map[string]int8 // ids changed by messages while seeding, with the broker of the message; nil otherwise
 	subs    map[string]sub  // filter -> subscription, renewed on reconnect
 	closed  bool
@@ -113,10 +113,6 @@ type sub struct {
 	qos byte
 	h   func(broker int, topic string, payload []byte)
 }
-
-// noBroker marks a device of the view whose broker is not known: seeded
-// from the stored state, not heard since.
-const noBroker = -1
 
 // maxBrokers bounds a pool (a broker's index is an int8 in the view).
 const maxBrokers = 127
@@ -155,7 +151,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		log:     opt.Logger.With("component", "presence"),
 		lister:  lister,
 		brokers: brokers,
-		online:  make(map[string]int8),
+		online:  make(Births),
 		subs:    make(map[string]sub),
 	}
 	p.seedCtx, p.seedCancel = context.WithCancel(context.Background())
@@ -337,7 +333,7 @@ func (p *Presence) seed(ctx context.Context, last bool) error {
 	for id := range listed {
 		if _, ok := p.touched[id]; !ok {
 			if _, ok := p.online[id]; !ok {
-				p.online[id] = noBroker
+				p.online[id] = UnknownBroker
 			}
 		}
 	}
@@ -379,19 +375,12 @@ func (p *Presence) onPresence(broker int, topic string, _ []byte) {
 		return
 	}
 	p.mu.Lock()
-	if !online {
-		if at, ok := p.online[deviceID]; ok && at != noBroker && int(at) != broker {
-			p.mu.Unlock()
-			return
-		}
+	if !p.online.Keep(deviceID, int8(broker), online) {
+		p.mu.Unlock()
+		return
 	}
 	if p.touched != nil {
 		p.touched[deviceID] = int8(broker)
-	}
-	if online {
-		p.online[deviceID] = int8(broker)
-	} else {
-		delete(p.online, deviceID)
 	}
 	hooks := p.onChange
 	p.mu.Unlock()
@@ -457,7 +446,7 @@ func (p *Presence) Publish(ctx context.Context, topic string, qos byte, payload 
 	p.mu.RLock()
 	at, ok := p.online[topicDevice(topic)]
 	p.mu.RUnlock()
-	if ok && at != noBroker {
+	if ok && at != UnknownBroker {
 		return p.publishOn(ctx, int(at), topic, qos, payload)
 	}
 	errc := make(chan error, len(p.clients))

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"devicehub/schema"
 	"devicehub/tsdb"
 )
 
@@ -403,7 +404,7 @@ func (s *scanner) properties(dst *Rows, t Topic) error {
 	n := 0
 	return s.object(0, func(key string) error {
 		if key == "" || len(key) > MaxPropertyIDLen && (len(key) > 4*MaxPropertyIDLen || utf8.RuneCountInString(key) > MaxPropertyIDLen) {
-			return fmt.Errorf("property id %q: length must be 1..%d: %w", truncate(key, 80), MaxPropertyIDLen, ErrMalformed)
+			return fmt.Errorf("property id %q: length must be 1..%d: %w", schema.Truncate(key, 80), MaxPropertyIDLen, ErrMalformed)
 		}
 		p := tsdb.PropertyValue{Property: key}
 		switch c := s.peek(); c {
@@ -444,7 +445,7 @@ func (s *scanner) properties(dst *Rows, t Topic) error {
 			}
 			f, err := parseNumber(txt)
 			if err != nil {
-				return fmt.Errorf("property %q: number %s out of range: %w", key, truncate(string(txt), 40), ErrMalformed)
+				return fmt.Errorf("property %q: number %s out of range: %w", key, schema.Truncate(string(txt), 40), ErrMalformed)
 			}
 			p.ValueType, p.Num = "number", f
 		}
@@ -466,11 +467,4 @@ func validUTF8(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
