@@ -135,7 +135,7 @@ func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (
 		return p, err
 	}
 	if !meta.ProductAllowed(ctx, p.ProductID) {
-		return firmware.Package{}, fmt.Errorf("package %q: %w", truncateID(id), meta.ErrNotFound)
+		return firmware.Package{}, fmt.Errorf("package %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
 	}
 	return p, nil
 }
@@ -193,7 +193,7 @@ func (s *Server) deleteFirmware(c *fiber.Ctx) error {
 	}
 	p, err := fw.DeletePackage(c.UserContext(), c.Params("id"))
 	if errors.Is(err, firmware.ErrInUse) {
-		return schema.Invalid("id", "a rollout uses package %q: it can be deleted once no rollout refers to it", truncateID(c.Params("id")))
+		return schema.Invalid("id", "a rollout uses package %q: it can be deleted once no rollout refers to it", schema.Truncate(c.Params("id"), 80))
 	}
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func (s *Server) createRollout(c *fiber.Ctx) error {
 	}
 	pkg, err := s.packageOf(c.UserContext(), fw, sp.PackageID)
 	if errors.Is(err, meta.ErrNotFound) {
-		return schema.Invalid("packageId", "no package %q", truncateID(sp.PackageID))
+		return schema.Invalid("packageId", "no package %q", schema.Truncate(sp.PackageID, 80))
 	}
 	if err != nil {
 		return err
@@ -235,7 +235,7 @@ func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (
 		return r, err
 	}
 	if !meta.ProductAllowed(ctx, r.ProductID) {
-		return firmware.Rollout{}, fmt.Errorf("rollout %q: %w", truncateID(id), meta.ErrNotFound)
+		return firmware.Rollout{}, fmt.Errorf("rollout %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
 	}
 	return r, nil
 }
@@ -261,7 +261,7 @@ func (s *Server) listRollouts(c *fiber.Ctx) error {
 	case "", firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled, firmware.RolloutAborted, firmware.RolloutCompleted:
 	default:
 		return schema.InvalidChoice("state", []string{firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled,
-			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", truncateID(state))
+			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", schema.Truncate(state, 80))
 	}
 	var products []string
 	if all, ids := meta.ProductsOf(ctx); !all {
@@ -346,7 +346,7 @@ func (s *Server) jobsPage(c *fiber.Ctx, states []string) error {
 				known = known || k == st
 			}
 			if !known {
-				return schema.InvalidChoice("state", firmware.DeviceStates, "unknown device state %q", truncateID(st))
+				return schema.InvalidChoice("state", firmware.DeviceStates, "unknown device state %q", schema.Truncate(st, 80))
 			}
 			states = append(states, st)
 		}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"devicehub/schema"
 )
 
 // Limits of a firmware report's fields (characters).
@@ -81,14 +83,14 @@ func DecodeFirmwareProgress(dst *Rows, t Topic, payload []byte, now time.Time, o
 	case p.Version == "" || len(p.Version) > MaxFirmwareVersionLen:
 		err = fmt.Errorf("version missing or too long: %w", ErrMalformed)
 	case !progressStates[p.State]:
-		err = fmt.Errorf("state %q: %w", truncate(p.State, 32), ErrMalformed)
+		err = fmt.Errorf("state %q: %w", schema.Truncate(p.State, 32), ErrMalformed)
 	}
 	if err != nil {
 		return fmt.Errorf("firmware progress from %q: %w", t.DeviceID, err)
 	}
 	if out != nil {
 		*out = FirmwareProgress{RolloutID: strings.Clone(p.RolloutID), Version: strings.Clone(p.Version),
-			State: strings.Clone(p.State), Progress: p.Progress, Reason: strings.Clone(truncate(validUTF8(p.Reason), MaxFirmwareReasonLen))}
+			State: strings.Clone(p.State), Progress: p.Progress, Reason: strings.Clone(schema.Truncate(validUTF8(p.Reason), MaxFirmwareReasonLen))}
 	}
 	dst.Msgs = append(dst.Msgs, h.message(dst, t, payload, now))
 	return nil
