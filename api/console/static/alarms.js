@@ -62,6 +62,7 @@ function alarmsView(view, params) {
       ? empty('No active alarm.', 'Alarm rules: POST /api/alarm/config (README, Alarms).')
       : empty('No alarm matches these filters.'),
   });
+  $('.page-head', view).append(h('a', { href: '#/alarm-rules', id: 'alarm-rules-link', class: 'button' }, 'Rules'));
   for (const [sel, key] of [[stateSel, 'state'], [sevSel, 'severity']]) {
     sel.addEventListener('change', () => {
       params.set(key, sel.value);

@@ -20,6 +20,9 @@
 //   #/audit            the audit trail (audit.js, administrators)
 //   #/alarms           alarms (alarms.js): active first by severity,
 //                      filters, acknowledge and clear with a comment
+//   #/alarm-rules, #/alarm-rule/<id>, #/alarm-rule-new
+//                      a product's alarm rules and their editor
+//                      (alarmrules.js)
 //   #/account          the signed-in user (account.js): roles,
 //                      permissions, password, API keys
 // The platform's time zone and charts' custom ranges: zone.js.
@@ -274,6 +277,15 @@ function route() {
   } else if (path === '/alarms' && can('alarm:read')) {
     nav = 'alarms';
     current = alarmsView(view, params);
+  } else if (path === '/alarm-rules' && can('alarm:read')) {
+    nav = 'alarms';
+    current = alarmRulesView(view, params);
+  } else if (path === '/alarm-rule-new' && can('rule:write')) {
+    nav = 'alarms';
+    current = alarmRuleView(view, null, params);
+  } else if ((m = path.match(/^\/alarm-rule\/(.+)$/)) && can('alarm:read')) {
+    nav = 'alarms';
+    current = alarmRuleView(view, decodeURIComponent(m[1]), params);
   } else if (path === '/account') {
     nav = 'account';
     current = accountView(view);
