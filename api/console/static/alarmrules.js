@@ -388,28 +388,6 @@ function alarmRuleView(view, id, params) {
     form.replaceChildren(...parts);
   }
 
-  // showError puts the server's refusal beside the field it names (the
-  // message's "field: " prefix), the nearest one the form shows, or
-  // beside the JSON.
-  function showError(e) {
-    for (const old of view.querySelectorAll('.field-error')) old.remove();
-    for (const old of view.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
-    const m = e instanceof ApiError && e.status === 400 ? /^([A-Za-z][\w.[\]]*): (.*)$/s.exec(e.message) : null;
-    let target = null;
-    if (m) {
-      const parent = (f) => { const up = f.replace(/(\.[^.[\]]*|\[\d+\])$/, ''); return up === f ? '' : up; };
-      for (let f = m[1]; f && !target; f = parent(f)) {
-        target = [...form.querySelectorAll('[data-field]')].find((el) => el.dataset.field === f && !el.hidden) || null;
-      }
-    }
-    const msg = h('span', { class: 'field-error error', role: 'alert', 'data-for': m ? m[1] : '' }, describe(e));
-    if (!target) target = json;
-    target.setAttribute('aria-invalid', 'true');
-    if (target.matches('fieldset, .rule-group, .rule-cond, .rule-step')) target.append(msg);
-    else target.after(msg);
-    msg.scrollIntoView({ block: 'nearest' });
-  }
-
   save.addEventListener('click', async () => {
     let r;
     try {
@@ -425,14 +403,14 @@ function alarmRuleView(view, id, params) {
     try {
       const out = id ? await api('PUT', '/api/alarm/config/' + encodeURIComponent(id), r)
         : await api('POST', '/api/alarm/config', r);
-      for (const old of view.querySelectorAll('.field-error')) old.remove();
+      clearFieldErrors(view);
       note.className = 'ok-text';
       note.textContent = 'Saved.';
       if (!id) location.hash = '#/alarm-rule/' + encodeURIComponent(out.id);
     } catch (e) {
       note.className = 'error';
       note.textContent = 'Not saved: the server refused the rule (below).';
-      showError(e);
+      showFieldError(form, e, json);
     } finally {
       save.disabled = false;
     }

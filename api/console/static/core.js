@@ -23,6 +23,9 @@
 //   #/alarm-rules, #/alarm-rule/<id>, #/alarm-rule-new
 //                      a product's alarm rules and their editor
 //                      (alarmrules.js)
+//   #/notify, #/notify/subscriptions, #/notify/dead
+//                      notification channels, subscriptions, dead
+//                      letters (notify.js; notify:admin)
 //   #/account          the signed-in user (account.js): roles,
 //                      permissions, password, API keys
 // The platform's time zone and charts' custom ranges: zone.js.
@@ -153,6 +156,34 @@ async function api(method, path, body) {
   return env.result;
 }
 
+// clearFieldErrors removes the refusals showFieldError put in root.
+function clearFieldErrors(root) {
+  for (const old of root.querySelectorAll('.field-error')) old.remove();
+  for (const old of root.querySelectorAll('[aria-invalid]')) old.removeAttribute('aria-invalid');
+}
+
+// showFieldError shows a refusal beside the field its message names (the
+// API's 400 messages start with it: "trigger.all[1].value: ...",
+// "webhook.url: ..."): after root's element whose data-field is that
+// field, or the nearest enclosing field that is shown ("trigger.all[1]",
+// "trigger"), or else after fallback. Earlier refusals go.
+function showFieldError(root, err, fallback) {
+  clearFieldErrors(root.closest('main') || root);
+  const m = err instanceof ApiError && err.status === 400 ? /^([A-Za-z][\w.[\]]*): (.*)$/s.exec(err.message) : null;
+  const parent = (f) => { const up = f.replace(/(\.[^.[\]]*|\[\d+\])$/, ''); return up === f ? '' : up; };
+  let target = null;
+  for (let f = m ? m[1] : ''; f && !target; f = parent(f)) {
+    target = [...root.querySelectorAll('[data-field]')].find((el) => el.dataset.field === f && !el.hidden && !el.closest('[hidden]')) || null;
+  }
+  const msg = h('span', { class: 'field-error error', role: 'alert', 'data-for': m ? m[1] : '' }, describe(err));
+  if (!target) target = fallback;
+  target.setAttribute('aria-invalid', 'true');
+  if (target.matches('fieldset, .rule-group, .rule-cond, .rule-step')) target.append(msg);
+  else target.after(msg);
+  msg.scrollIntoView({ block: 'nearest' });
+  return msg;
+}
+
 const multi = (queries) => api('POST', '/api/dashboard/_multi', queries);
 
 // ---- login ------------------------------------------------------------
@@ -252,6 +283,7 @@ function route() {
   $('#nav-users').hidden = !can('user:admin');
   $('#nav-audit').hidden = !can('user:admin');
   $('#nav-alarms').hidden = !can('alarm:read');
+  $('#nav-notify').hidden = !can('notify:admin');
   $('#whoami').textContent = sessionStorage.getItem(USER) || '';
   const view = $('#view');
   view.hidden = false;
@@ -286,6 +318,15 @@ function route() {
   } else if ((m = path.match(/^\/alarm-rule\/(.+)$/)) && can('alarm:read')) {
     nav = 'alarms';
     current = alarmRuleView(view, decodeURIComponent(m[1]), params);
+  } else if (path === '/notify' && can('notify:admin')) {
+    nav = 'notify';
+    current = notifyChannelsView(view);
+  } else if (path === '/notify/subscriptions' && can('notify:admin')) {
+    nav = 'notify';
+    current = notifySubscriptionsView(view);
+  } else if (path === '/notify/dead' && can('notify:admin')) {
+    nav = 'notify';
+    current = notifyDeadView(view, params);
   } else if (path === '/account') {
     nav = 'account';
     current = accountView(view);
