@@ -52,6 +52,32 @@ const CHART_MODES = {
 };
 const AGGS = { avg: 'Average', min: 'Minimum', max: 'Maximum', sum: 'Sum', count: 'Count', last: 'Last value' };
 
+// Values outside the thing model: the API marks a property value that
+// does not fit its product's thing model with outsideModel, its reason
+// (a string, or an object with reason); the product's
+// outsideModelPolicy says whether such values are kept (and marked) or
+// dropped.
+const OUTSIDE_REASONS = {
+  undeclared: 'not a property of the thing model',
+  not_in_enum: 'not one of the enum\'s values',
+  wrong_type: 'not of the property\'s type',
+};
+
+// outsideReason is the reason a value (endpoint 14's value, or a live
+// message) is outside the thing model, or null.
+function outsideReason(v) {
+  const o = v && v.outsideModel;
+  if (!o) return null;
+  if (typeof o === 'string') return o;
+  return o.reason || 'outside';
+}
+
+// outsideBadge marks a value outside the thing model; its tooltip says
+// why.
+function outsideBadge(reason) {
+  return h('span', { class: 'badge outside', 'data-outside': reason, title: reason + ': ' + (OUTSIDE_REASONS[reason] || 'outside the thing model') }, 'outside model');
+}
+
 function deviceView(view, id) {
   let closed = false;
   let es = null;
@@ -119,8 +145,8 @@ function deviceView(view, id) {
     document.title = (d.name || d.id) + ' · devicehub';
   }
 
-  function drawProperties() {
-    if (props.length === 0) {
+  function drawProperties(extra) {
+    if (props.length === 0 && !extra) {
       propsBody.replaceChildren(empty('This device has no properties in its thing model.',
         'Give its product a thing model (PATCH /api/device-product) to see values here.'));
       return;
@@ -137,12 +163,27 @@ function deviceView(view, id) {
       h('thead', {}, h('tr', {}, h('th', {}, 'Property'), h('th', {}, 'Type'), h('th', {}, 'Value'), h('th', {}, 'Updated'))), tbody));
   }
 
-  function setValue(property, text, ts, flash) {
+  // extraRow adds a row for a property the thing model does not declare,
+  // once its value is seen (stored under the product's keep policy).
+  function extraRow(property, name, type) {
+    if (rows.has(property)) return;
+    const tbody = $('tbody', propsBody) || (drawProperties(true), $('tbody', propsBody));
+    const value = h('td', { class: 'value', 'data-property': property });
+    const time = h('td', { class: 'muted small' }, '');
+    rows.set(property, { value, time, undeclared: true });
+    tbody.append(h('tr', { class: 'undeclared' }, h('td', {}, h('div', { class: 'strong' }, name || property), h('div', { class: 'muted small mono' }, property)),
+      h('td', { class: 'muted' }, (type || '') + ' (undeclared)'), value, time));
+  }
+
+  // setValue shows a property's value and its time; outside (a reason)
+  // marks a value outside the thing model.
+  function setValue(property, text, ts, flash, outside) {
     const r = rows.get(property);
     if (!r) return;
     if (ts && r.ts && ts < r.ts) return; // an older value than the one shown
     r.ts = ts;
-    r.value.textContent = text;
+    if (r.undeclared && !outside) outside = 'undeclared';
+    r.value.replaceChildren(text, outside ? ' ' : '', outside ? outsideBadge(outside) : '');
     r.time.textContent = when(ts);
     if (flash) {
       r.value.classList.remove('flash');
@@ -159,11 +200,19 @@ function deviceView(view, id) {
       return;
     }
     try {
-      const res = await multi([{ dashboard: 'device', object: device.productId, measurement: 'properties', dimension: 'history', group: 'latest', params: { deviceId: device.id, history: 1, properties: ids } }]);
+      // Without properties named, endpoint 14 answers every stored
+      // property, those the thing model does not declare too (up to 100
+      // in the model: else they are named, the declared ones only).
+      const params = { deviceId: device.id, history: 1 };
+      if (props.length > 100) params.properties = ids;
+      const res = await multi([{ dashboard: 'device', object: device.productId, measurement: 'properties', dimension: 'history', group: 'latest', params }]);
       if (closed) return;
       for (const item of res) {
         const v = item.data && item.data.value;
-        if (v) setValue(v.property, v.formatValue || formatValue(props.find((p) => p.id === v.property), v.value), v.timestamp || item.data.timestamp, false);
+        if (!v) continue;
+        const prop = props.find((p) => p.id === v.property);
+        if (!prop) extraRow(v.property, v.propertyName, v.type);
+        setValue(v.property, v.formatValue || formatValue(prop, v.value), v.timestamp || item.data.timestamp, false, outsideReason(v));
       }
     } catch (e) {
       if (!closed) notes.replaceChildren(errorBox(e, 'Could not load the latest values'));
@@ -191,7 +240,8 @@ function deviceView(view, id) {
       const m = parse(ev.data);
       if (!m || m.deviceId !== device.id) return;
       const prop = props.find((p) => p.id === m.property);
-      setValue(m.property, formatValue(prop, m.value), m.timestamp, true);
+      if (!prop) extraRow(m.property, m.property, typeof m.value);
+      setValue(m.property, formatValue(prop, m.value), m.timestamp, true, outsideReason(m));
       chart.live(m);
     });
     es.addEventListener('state', (ev) => {
@@ -375,7 +425,11 @@ function deviceChart(card, getDevice, getProps) {
       const res = await multi([q]);
       if (mine !== seq) return;
       if (mode === 'history') {
-        points = res.map((i) => ({ t: i.data.value.timestamp || i.data.timestamp, v: Number(i.data.value.value), title: `${i.data.timeString}: ${i.data.value.formatValue}` }));
+        points = res.map((i) => {
+          const outside = outsideReason(i.data.value);
+          return { t: i.data.value.timestamp || i.data.timestamp, v: Number(i.data.value.value), outside,
+            title: `${i.data.timeString}: ${i.data.value.formatValue}` + (outside ? ` (outside the thing model: ${outside})` : '') };
+        });
       } else {
         buckets = res.slice().reverse();
       }
@@ -445,6 +499,12 @@ function deviceChart(card, getDevice, getProps) {
       }
       const last = points[points.length - 1];
       caption.textContent = `${name}: the latest ${points.length} values, from ${when(points[0].t)} to ${when(last.t)} (${zoneName()}); new values are added live; a silence breaks the line.`;
+      const outside = points.filter((pt) => pt.outside);
+      if (outside.length) {
+        const reasons = [...new Set(outside.map((pt) => pt.outside))];
+        caption.append(' ', h('span', { class: 'badge outside', id: 'chart-outside', 'data-outside': reasons.join(' '), title: reasons.map((r) => r + ': ' + (OUTSIDE_REASONS[r] || 'outside the thing model')).join('; ') },
+          `${outside.length} outside the thing model`));
+      }
       const span = last.t - points[0].t;
       const timeText = (t) => (span > 86400000 ? zoneText(t).slice(0, 10) : zoneText(t).slice(11));
       const d = getDevice();

@@ -33,7 +33,13 @@ function productView(view, id) {
     deviceType: h('select', { id: 'product-device-type', 'aria-label': 'Device type' }, ['device', 'gateway', 'childrenDevice'].map((v) => h('option', { value: v }, v))),
     describe: h('input', { id: 'product-describe', 'aria-label': 'Description', placeholder: 'Description' }),
     regulator: h('input', { type: 'checkbox', id: 'product-regulator' }),
+    // What ingest does with a value outside the thing model (an
+    // undeclared property, a value not in its enum or of another type):
+    // keep it, marked, or drop it. Shown once the product answers with it.
+    outsidePolicy: h('select', { id: 'product-outside-policy', 'aria-label': 'Values outside the thing model' },
+      h('option', { value: 'keep' }, 'keep them, marked'), h('option', { value: 'drop' }, 'drop them')),
   };
+  const outsideLabel = h('label', { id: 'product-outside-label', hidden: true, title: 'outsideModelPolicy' }, 'Values outside the thing model', f.outsidePolicy);
   const rowsBody = h('tbody', { id: 'model-rows' });
   const json = h('pre', { class: 'json', id: 'model-json' });
   const state = h('span', { id: 'product-state' });
@@ -47,7 +53,7 @@ function productView(view, id) {
         h('label', {}, 'Name', f.name), h('label', {}, 'Classification', f.classifiedId),
         h('label', {}, 'Access', f.accessId), h('label', {}, 'Device type', f.deviceType),
         h('label', {}, 'Description', f.describe),
-        h('label', { class: 'check' }, f.regulator, ' Controllers (endpoint 12 invokes)'))),
+        h('label', { class: 'check' }, f.regulator, ' Controllers (endpoint 12 invokes)'), outsideLabel)),
     h('section', { class: 'card' },
       h('div', { class: 'card-head' }, h('h2', {}, 'Thing model: properties'),
         writable ? h('button', { type: 'button', class: 'secondary', id: 'model-add', onclick: () => { addRow({ id: '', name: '', valueType: { type: 'int' }, expands: { type: ['read', 'report'] } }); sync(); } }, 'Add property') : null),
@@ -169,6 +175,8 @@ function productView(view, id) {
     f.deviceType.value = (product.deviceType && (product.deviceType.value || product.deviceType)) || 'device';
     f.describe.value = product.describe || '';
     f.regulator.checked = !!product.regulator;
+    outsideLabel.hidden = !('outsideModelPolicy' in product);
+    f.outsidePolicy.value = product.outsideModelPolicy || 'keep';
     rows.length = 0;
     rowsBody.replaceChildren();
     model.properties.forEach(addRow);
@@ -184,6 +192,7 @@ function productView(view, id) {
       name: f.name.value.trim(), classifiedId: f.classifiedId.value.trim(), accessId: f.accessId.value.trim(),
       deviceType: f.deviceType.value, describe: f.describe.value, regulator: f.regulator.checked, metadata,
     };
+    if (!outsideLabel.hidden) fields.outsideModelPolicy = f.outsidePolicy.value;
     save.disabled = true;
     try {
       if (!id) {
