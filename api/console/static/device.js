@@ -52,28 +52,28 @@ const CHART_MODES = {
 };
 const AGGS = { avg: 'Average', min: 'Minimum', max: 'Maximum', sum: 'Sum', count: 'Count', last: 'Last value' };
 
-// Values outside the thing model: the API marks a property value that
-// does not fit its product's thing model with outsideModel, its reason
-// (a string, or an object with reason); the product's
-// outsideModelPolicy says whether such values are kept (and marked) or
-// dropped.
+// Values outside the thing model: endpoint 14 marks a stored property
+// value that does not fit the device's thing model with outsideModel,
+// {text, value} with the reason as value (undeclared, not_in_enum,
+// wrong_type); the product's outsideModelPolicy says whether such
+// values are kept (and marked) or dropped.
 const OUTSIDE_REASONS = {
-  undeclared: 'not a property of the thing model',
-  not_in_enum: 'not one of the enum\'s values',
-  wrong_type: 'not of the property\'s type',
+  undeclared: 'the thing model does not declare this property',
+  not_in_enum: 'none of the enum\'s elements has this value',
+  wrong_type: 'a value of another type than the property\'s',
 };
 
-// outsideReason is the reason a value (endpoint 14's value, or a live
+// outsideReason is the reason a value (endpoint 14's, or a live
 // message) is outside the thing model, or null.
 function outsideReason(v) {
   const o = v && v.outsideModel;
   if (!o) return null;
   if (typeof o === 'string') return o;
-  return o.reason || 'outside';
+  return o.value || o.reason || 'outside';
 }
 
-// outsideBadge marks a value outside the thing model; its tooltip says
-// why.
+// outsideBadge marks a value outside the thing model; its tooltip gives
+// the reason and what it means.
 function outsideBadge(reason) {
   return h('span', { class: 'badge outside', 'data-outside': reason, title: reason + ': ' + (OUTSIDE_REASONS[reason] || 'outside the thing model') }, 'outside model');
 }

@@ -176,7 +176,8 @@ function productView(view, id) {
     f.describe.value = product.describe || '';
     f.regulator.checked = !!product.regulator;
     outsideLabel.hidden = !('outsideModelPolicy' in product);
-    f.outsidePolicy.value = product.outsideModelPolicy || 'keep';
+    const policy = product.outsideModelPolicy; // {text, value}
+    f.outsidePolicy.value = (policy && (policy.value || policy)) || 'keep';
     rows.length = 0;
     rowsBody.replaceChildren();
     model.properties.forEach(addRow);
