@@ -679,7 +679,7 @@ func historyItemPrefix(group string) []byte {
 
 // appendHistoryItem appends a stored value v, the historyItem {group,
 // data: {value: {id, property, propertyName, type, value, formatValue,
-// createTime, timestamp}, timeString, timestamp, timeZone}}, after a comma if b
+// createTime, timestamp, outsideModel?}, timeString, timestamp, timeZone}}, after a comma if b
 // holds items already, as encoding/json writes it (without reflection:
 // TestAppendHistoryItem compares them). prefix is historyItemPrefix(group);
 // the value is storedValue's, named, typed and formatted by its
@@ -742,6 +742,9 @@ func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *t
 	b = strconv.AppendInt(b, ms, 10)
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, ms, 10)
+	if reason := model.Outside(v.Property, value); reason != "" {
+		b = appendOutsideModel(b, reason)
+	}
 	b = append(b, `},"timeString":`...)
 	scratch = v.Time.In(loc).AppendFormat(scratch[:0], time.DateTime)
 	b = appendJSONBytes(b, scratch)
@@ -753,6 +756,25 @@ func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *t
 		return b[:before], scratch, err
 	}
 	return b, scratch, nil
+}
+
+// outsideModelText are the labels of schema's outside-model reasons.
+var outsideModelText = map[string]string{
+	schema.OutsideUndeclared: "Not in the thing model",
+	schema.OutsideNotInEnum:  "Not one of the enum's elements",
+	schema.OutsideWrongType:  "Not of the property's type",
+}
+
+// appendOutsideModel appends the mark of a stored value outside the
+// device's current thing model, `,"outsideModel":{"text","value"}` with
+// value the reason (schema.ThingModel.Outside); a value that fits has no
+// such field.
+func appendOutsideModel(b []byte, reason string) []byte {
+	b = append(b, `,"outsideModel":{"text":`...)
+	b = appendJSONString(b, outsideModelText[reason])
+	b = append(b, `,"value":`...)
+	b = appendJSONString(b, reason)
+	return append(b, '}')
 }
 
 // refusedValue is encoding/json's error for a value it refuses to write.

@@ -221,6 +221,12 @@ func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Loca
 	} else {
 		hv.FormatValue = plainText(value)
 	}
+	if reason := model.Outside(v.Property, value); reason != "" {
+		hv.OutsideModel = &struct {
+			Text  string `json:"text"`
+			Value string `json:"value"`
+		}{outsideModelText[reason], reason}
+	}
 	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli(), TimeZone: loc.String()}
 }
 
@@ -502,6 +508,11 @@ type historyValue struct {
 	FormatValue  string `json:"formatValue"`
 	CreateTime   int64  `json:"createTime"`
 	Timestamp    int64  `json:"timestamp"`
+	// OutsideModel marks a value outside the thing model: {text, value}.
+	OutsideModel *struct {
+		Text  string `json:"text"`
+		Value string `json:"value"`
+	} `json:"outsideModel,omitempty"`
 }
 
 // propAggItem is one bucket of one property.

@@ -265,6 +265,7 @@ func appendProduct(p *meta.Product, b []byte) []byte {
 	b = appendStringField(b, "manufacturer", p.Manufacturer)
 	b = appendStringField(b, "describe", p.Describe)
 	b = appendStringField(b, "model", p.Model)
+	b = appendEnumField(b, "outsideModelPolicy", p.OutsideModelPolicy)
 	return append(b, '}')
 }
 

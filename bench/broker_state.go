@@ -53,7 +53,7 @@ var brokerStateTopics = []string{
 // retained last one). ok is false when the broker publishes none (not
 // Mosquitto, or $SYS off).
 func ReadBrokerState(brokerURL string, wait time.Duration) (s BrokerState, ok bool, err error) {
-	c := mqtt.NewClient(serviceLogin().NewClientOptions(brokerURL, "bench-sys-"+randHex(4)).SetCleanSession(true))
+	c := mqtt.NewClient(pahoOptions(serviceLogin(), brokerURL, "bench-sys-"+randHex(4)).SetCleanSession(true))
 	if t := c.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return s, false, fmt.Errorf("bench: connect %s: %v", brokerURL, t.Error())
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"devicehub/ingest"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 )
 
 // serverBinary returns bin, or builds cmd/devicehub into dir when bin is
@@ -129,7 +129,7 @@ func (c *childAPI) shutdown() error {
 				n = k
 			}
 		}
-		for _, b := range link.MustBrokers(c.cfg.BrokerURL) {
+		for _, b := range mqttconn.MustBrokers(c.cfg.BrokerURL) {
 			purgeSessions(b, c.clientID, n)
 		}
 	}

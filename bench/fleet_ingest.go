@@ -92,7 +92,7 @@ func (s *ingestSide) close() {
 // connectSide connects the subscriber and every device (conc at a time).
 func connectSide(ctx context.Context, name, url, product string, logins []fleetLogin) (*ingestSide, time.Duration, error) {
 	s := &ingestSide{name: name, url: url, devices: make([]mqtt.Client, len(logins))}
-	s.sub = mqtt.NewClient(serviceLogin().NewClientOptions(url, "bench-fleet-sub-"+randHex(4)).SetCleanSession(true).SetAutoReconnect(false))
+	s.sub = mqtt.NewClient(pahoOptions(serviceLogin(), url, "bench-fleet-sub-"+randHex(4)).SetCleanSession(true).SetAutoReconnect(false))
 	if t := s.sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return s, 0, fmt.Errorf("bench: subscriber connect: %v", t.Error())
 	}

@@ -14,6 +14,7 @@ import (
 
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/mqttconn"
 )
 
 // fleetEnv is what phases 1-5 share: the private broker with devicehub's
@@ -416,7 +417,7 @@ func (e *fleetEnv) fill(ctx context.Context) (*FleetFill, error) {
 		return nil, err
 	}
 	res.HealthySeconds = time.Since(t0).Seconds()
-	ctl, err := dynsec.DialTopic(ctx, serviceLogin().NewClientOptions(e.broker.url(), "bench-devauth-"+randHex(4)), devauth.ControlTopic, nil)
+	ctl, err := dynsec.DialTopic(ctx, mqttconn.Config{Broker: e.broker.url(), ClientID: "bench-devauth-" + randHex(4), Login: serviceLogin()}, devauth.ControlTopic, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"devicehub/bench/mqttc"
+	"devicehub/schema/backoff"
 )
 
 // connectFleet is the simulated fleet of fleet-connect: one lean MQTT
@@ -193,8 +193,8 @@ func (f *connectFleet) retry(d *simDev) {
 	n := min(d.attempt, 16)
 	d.attempt++
 	d.mu.Unlock()
-	ceil := min(f.backoffMax, f.backoffMin<<n)
-	wait := max(50*time.Millisecond, time.Duration(rand.Int64N(int64(ceil)+1)))
+	b := backoff.Backoff{Min: f.backoffMin, Max: f.backoffMax, Jitter: 1}
+	wait := max(50*time.Millisecond, b.Delay(n))
 	time.AfterFunc(wait, func() {
 		if f.closing.Load() {
 			return

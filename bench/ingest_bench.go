@@ -24,16 +24,16 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
 type IngestParams struct {
-	gateway        link.Login // the publishers' broker login
-	BrokerURL      string     // default tcp://127.0.0.1:1884
-	ClickHouseAddr string     // default 127.0.0.1:9000
-	PostgresServer string     // DSN without database, default postgres://postgres@127.0.0.1:5432
+	gateway        mqttconn.Login // the publishers' broker login
+	BrokerURL      string         // default tcp://127.0.0.1:1884
+	ClickHouseAddr string         // default 127.0.0.1:9000
+	PostgresServer string         // DSN without database, default postgres://postgres@127.0.0.1:5432
 	// ServerBinary is a built cmd/devicehub; empty: RunIngest builds one
 	// into a temporary directory (BuildServer; the working directory must be
 	// inside the repository).
@@ -444,8 +444,8 @@ func publishLoop(ctx context.Context, c mqtt.Client, qos byte, deadline time.Tim
 	return n, nil
 }
 
-func mqttConnect(broker, id string, clean bool, login link.Login) (mqtt.Client, error) {
-	c := mqtt.NewClient(login.NewClientOptions(broker, id).SetCleanSession(clean).
+func mqttConnect(broker, id string, clean bool, login mqttconn.Login) (mqtt.Client, error) {
+	c := mqtt.NewClient(pahoOptions(login, broker, id).SetCleanSession(clean).
 		SetAutoReconnect(false).SetWriteTimeout(30 * time.Second))
 	t := c.Connect()
 	if !t.WaitTimeout(10*time.Second) || t.Error() != nil {
@@ -481,12 +481,12 @@ type brokerCeilingResult struct {
 // auto-ack), payloads like RunIngest's, publishing for d; rate is
 // received msgs/s, from the first publish to the last message received.
 // The topic is no device's: ingest does not subscribe to it.
-func brokerCeiling(ctx context.Context, label, broker string, pub link.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
+func brokerCeiling(ctx context.Context, label, broker string, pub mqttconn.Login, qos byte, d time.Duration, procs []namedProc) (brokerCeilingResult, error) {
 	var res brokerCeilingResult
 	topic := "/bench-" + randHex(4) + "/ceiling"
 	var got atomic.Int64
 	var lastAt atomic.Int64
-	sub := mqtt.NewClient(serviceLogin().NewClientOptions(broker, "bench-sub-"+randHex(4)).SetCleanSession(true))
+	sub := mqtt.NewClient(pahoOptions(serviceLogin(), broker, "bench-sub-"+randHex(4)).SetCleanSession(true))
 	if t := sub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return res, fmt.Errorf("bench: connect: %v", t.Error())
 	}

@@ -272,7 +272,7 @@ func liveEndToEnd(ctx context.Context, p LiveParams, res *LiveResult) (LiveLaten
 			return out, err
 		}
 	}
-	pub := mqtt.NewClient(gateway.NewClientOptions(p.BrokerURL, "bench-live-pub-"+randHex(4)).
+	pub := mqtt.NewClient(pahoOptions(gateway, p.BrokerURL, "bench-live-pub-"+randHex(4)).
 		SetCleanSession(true).SetAutoReconnect(false).SetWriteTimeout(10 * time.Second))
 	if t := pub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {
 		return out, fmt.Errorf("bench: live publisher: %v", t.Error())

@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"devicehub/ingest/dynsec"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
 // serviceLogin is devicehub's own broker login: the bench reads the
 // broker's $SYS counters and removes ingest sessions with it, as the
 // server under test uses it ($DEVICEHUB_MQTT_USERNAME and _PASSWORD, or
-// link.DefaultLogin).
-func serviceLogin() link.Login {
-	l := link.DefaultLogin
+// mqttconn.DefaultLogin).
+func serviceLogin() mqttconn.Login {
+	l := mqttconn.DefaultLogin
 	if u := os.Getenv("DEVICEHUB_MQTT_USERNAME"); u != "" {
 		l.Username = u
 	}
@@ -29,13 +31,13 @@ func serviceLogin() link.Login {
 // newGateway creates a broker login that may publish on every device's
 // topics (dynsec.GatewayRole): the ingest generator plays a thousand
 // devices on a few connections. remove deletes it.
-func newGateway(ctx context.Context, broker string) (login link.Login, remove func(), err error) {
+func newGateway(ctx context.Context, broker string) (login mqttconn.Login, remove func(), err error) {
 	admin, err := dialAdmin(ctx, broker)
 	if err != nil {
 		return login, nil, err
 	}
 	defer admin.Close()
-	login = link.Login{Username: "bench-gw-" + strings.ToLower(rand.Text()[:8]), Password: rand.Text()}
+	login = mqttconn.Login{Username: "bench-gw-" + strings.ToLower(rand.Text()[:8]), Password: rand.Text()}
 	if err := dynsec.AddGateway(ctx, admin, login.Username, login.Password); err != nil {
 		return login, nil, err
 	}
@@ -50,5 +52,17 @@ func newGateway(ctx context.Context, broker string) (login link.Login, remove fu
 }
 
 func dialAdmin(ctx context.Context, broker string) (*dynsec.Client, error) {
-	return dynsec.Dial(ctx, serviceLogin().NewClientOptions(broker, "bench-admin-"+randHex(4)), nil)
+	return dynsec.Dial(ctx, mqttconn.Config{Broker: broker, ClientID: "bench-admin-" + randHex(4), Login: serviceLogin()}, nil)
+}
+
+// pahoOptions are plain paho options for broker with l's login: the
+// bench's load clients stand for devices and tools, not for devicehub's
+// own clients (mqttconn), and keep paho's defaults.
+func pahoOptions(l mqttconn.Login, broker, clientID string) *mqtt.ClientOptions {
+	o := mqtt.NewClientOptions().AddBroker(broker).SetClientID(clientID)
+	if l.Username != "" {
+		o.SetUsername(l.Username)
+		o.SetPassword(l.Password)
+	}
+	return o
 }

@@ -141,7 +141,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	n := int64(p.Rate) * int64(p.Duration/time.Second)
 	acked := make([]atomic.Bool, n)
 	var published atomic.Int64
-	pub := mqtt.NewClient(gateway.NewClientOptions(p.BrokerURL, "bench-soak-pub-"+randHex(4)).
+	pub := mqtt.NewClient(pahoOptions(gateway, p.BrokerURL, "bench-soak-pub-"+randHex(4)).
 		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
 		SetWriteTimeout(10 * time.Second))
 	if t := pub.Connect(); !t.WaitTimeout(10*time.Second) || t.Error() != nil {

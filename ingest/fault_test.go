@@ -11,7 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -62,7 +62,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 	pub := mqtt.NewClient(pubOpts.
 		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(time.Second).
 		SetConnectTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second))
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatalf("publisher connect: %v", err)
 	}
 	t.Cleanup(func() { pub.Disconnect(0) })
@@ -98,7 +98,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 	probeOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-"))
 	mqtttest.Gateway(t, broker.URL())(probeOpts)
 	probe := mqtt.NewClient(probeOpts)
-	if err := link.WaitToken(probe.Connect(), 5*time.Second); err != nil {
+	if err := mqttconn.WaitToken(probe.Connect(), 5*time.Second); err != nil {
 		t.Fatalf("probe connect: %v", err)
 	}
 	defer probe.Disconnect(0)
@@ -106,7 +106,7 @@ func brokerRestartDuringIngest(t *testing.T, shareGroup string, mustKeepAll bool
 		if in.Stats().Dropped[DropUnknownDevice] > 0 {
 			return true
 		}
-		_ = link.WaitToken(probe.Publish("/"+p+"/"+p+"-probe/properties/report", 1, false, `{"messageId":"probe","properties":{}}`), time.Second)
+		_ = mqttconn.WaitToken(probe.Publish("/"+p+"/"+p+"-probe/properties/report", 1, false, `{"messageId":"probe","properties":{}}`), time.Second)
 		return false // the next poll sees whether it was taken
 	})
 

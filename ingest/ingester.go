@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
+	"devicehub/schema/backoff"
 	"devicehub/tsdb"
 )
 
@@ -41,13 +43,13 @@ var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMisma
 // Options configure an Ingester. Zero fields take DefaultOptions' values.
 type Options struct {
 	// BrokerURL of the MQTT broker, or of several comma-separated (a
-	// broker pool, link.Brokers): each broker gets its own Connections
+	// broker pool, mqttconn.Brokers): each broker gets its own Connections
 	// subscriber connections, all feeding one pipeline. Default
 	// "tcp://127.0.0.1:1884" (the project's Mosquitto, see
 	// .ci/mosquitto.conf).
 	BrokerURL string
 	// Login is devicehub's login at the broker.
-	Login link.Login
+	Login mqttconn.Login
 	// ClientID prefixes the ids of the subscriber connections,
 	// "<ClientID>-<n>", the same at every broker of a pool. They must be
 	// stable across restarts (the broker keeps their sessions and queued
@@ -140,7 +142,7 @@ func DefaultOptions() Options {
 	}
 	return Options{
 		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
-		Login:              link.DefaultLogin,
+		Login:              mqttconn.DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
 		ShareGroup:         NoShareGroup,                    // one instance; a kept subscription
 		Connections:        max(1, runtime.GOMAXPROCS(0)/2), // one per two cores, see Options
@@ -171,7 +173,7 @@ func (o Options) withDefaults() Options {
 	if o.ClientID == "" {
 		o.ClientID = d.ClientID
 	}
-	if o.Login == (link.Login{}) {
+	if o.Login == (mqttconn.Login{}) {
 		o.Login = d.Login
 	}
 	if o.ShareGroup == "" {
@@ -306,13 +308,14 @@ type item struct {
 type Ingester struct {
 	opt      Options
 	log      *slog.Logger
-	brokers  []string      // link.Brokers(opt.BrokerURL)
+	brokers  []string      // mqttconn.Brokers(opt.BrokerURL)
 	clients  []mqtt.Client // subscriber connections of every broker
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
 	born     *bornAt       // with several brokers, where each device's last birth came from
 	filters  map[string]byte
 	writers  []*tsdb.Writer
 	devices  *deviceCache
+	models   *modelCache // nil: values are not checked (models.go)
 	states   *stateBatcher
 	m        *metrics
 	seed     maphash.Seed
@@ -349,7 +352,7 @@ type Ingester struct {
 // usually a *tsdb.DB, devices and states a *meta.Store.
 func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, states StateApplier) (*Ingester, error) {
 	opt = opt.withDefaults()
-	brokers, err := link.Brokers(opt.BrokerURL)
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
@@ -402,8 +405,17 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		in.devices.run(runCtx)
 	}()
 	in.m = newMetrics(func() float64 { return float64(in.depth.Load()) }, func() float64 { return float64(in.parked()) })
+	if mr, ok := devices.(ModelReader); ok {
+		in.models = newModelCache(mr, opt.DeviceCacheTTL, opt.DeviceCacheIdle, in.log)
+	}
 	if opt.Registerer != nil {
-		if err := in.m.register(opt.Registerer); err != nil {
+		err := in.m.register(opt.Registerer)
+		if err == nil && in.models != nil {
+			if err = opt.Registerer.Register(in.models.counts); err != nil {
+				err = fmt.Errorf("ingest: register metrics: %w", err)
+			}
+		}
+		if err != nil {
 			abort()
 			return nil, err
 		}
@@ -471,7 +483,7 @@ func (in *Ingester) sessionKey(b int, id string) string {
 	if len(in.brokers) == 1 {
 		return id
 	}
-	return id + "@" + link.BrokerName(in.brokers[b])
+	return id + "@" + mqttconn.BrokerName(in.brokers[b])
 }
 
 // onlineLister lists the devices stored as online; *meta.Store is one.
@@ -491,19 +503,18 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	var reconnect atomic.Bool
 	broker, key := in.brokers[b], in.sessionKey(b, id)
-	o := in.opt.Login.NewClientOptions(broker, id).
-		SetCleanSession(false). // the broker keeps our subscription and queued QoS 1 messages
-		SetStore(newIngestStore()).
-		SetAutoAckDisabled(true).
-		SetOrderMatters(true). // callback inline: blocking it is the backpressure
-		SetAutoReconnect(true).
-		SetConnectRetry(false).
-		SetMaxReconnectInterval(link.ReconnectEvery). // back within moments of the broker
-		SetKeepAlive(in.opt.KeepAlive).
-		SetPingTimeout(in.opt.PingTimeout).
-		SetConnectTimeout(in.opt.ConnectTimeout).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) }).
-		SetOnConnectHandler(func(c mqtt.Client) {
+	c := mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: id, Login: in.opt.Login,
+		Persistent:     true, // the broker keeps our subscription and queued QoS 1 messages
+		Store:          newIngestStore(),
+		ManualAck:      true, // acknowledged once stored
+		Resume:         true,
+		KeepAlive:      in.opt.KeepAlive,
+		PingTimeout:    in.opt.PingTimeout,
+		ConnectTimeout: in.opt.ConnectTimeout,
+		// In order on one goroutine: blocking it is the backpressure.
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) },
+		OnConnect: func(c mqtt.Client) {
 			if retire || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
 			}
@@ -511,27 +522,21 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 			// a no-op for the broker, after a lost session it is needed.
 			in.subscribe(c, id)
 			in.backlog.mark(c, b, key)
-		}).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
+		},
+		OnLost: func(_ mqtt.Client, err error) {
 			in.backlog.connectionLost(key)
-			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", link.BrokerName(broker), "err", err)
-		})
-	if fn := link.BufferedDialer(broker, in.opt.ConnectTimeout); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
-	}
-	c := mqtt.NewClient(o)
-	t := c.Connect()
-	select {
-	case <-t.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return nil, false, ctx.Err()
-	}
-	if err := t.Error(); err != nil {
+			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", mqttconn.BrokerName(broker), "err", err)
+		},
+	})
+	present, err := mqttconn.Connect(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
 		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", broker, id, err)
 	}
 	if retire {
-		if !t.(*mqtt.ConnectToken).SessionPresent() {
+		if !present {
 			c.Disconnect(0)
 			in.removeSession(broker, id)
 			return nil, false, nil
@@ -545,14 +550,14 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 	// since the broker answers behind the backlog it holds for the
 	// session. A new one has no backlog, so its SUBACK is waited for and
 	// New returns subscribed.
-	if t.(*mqtt.ConnectToken).SessionPresent() {
+	if present {
 		in.subscribe(c, id)
 		in.backlog.mark(c, b, key)
 		// A run with the other ShareGroup form left its subscriptions.
 		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
 	}
-	if err := link.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+	if err := mqttconn.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
@@ -735,6 +740,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		in.badTimes.Add(uint64(rows.BadTimes))
 		in.m.badTimes.Add(float64(rows.BadTimes))
 	}
+	if in.models != nil && len(rows.Props) > 0 {
+		rows.Props = in.models.check(in.runCtx, t.DeviceID, ref, rows.Props) // outside the thing model (models.go)
+	}
 	hooked := in.opt.Shadow != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindShadowGet)
 	var done func()
 	held := 0 // bytes of the paho message kept until done
@@ -804,10 +812,16 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 // batches of held messages would take the process past its memory limit.
 const pahoMessageBytes = 384
 
+// storeRetry is the schedule of a retried PostgreSQL read or write: 100 ms,
+// doubling up to 5 s.
+func storeRetry() backoff.Backoff {
+	return backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+}
+
 // lookup asks the device cache, retrying with backoff while PostgreSQL
 // fails; err only when Close's deadline passed.
 func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
-	wait := 100 * time.Millisecond
+	b := storeRetry()
 	for {
 		ref, found, err := in.devices.get(in.runCtx, id)
 		if err == nil {
@@ -817,12 +831,9 @@ func (in *Ingester) lookup(id string) (meta.DeviceStatus, bool, error) {
 			return ref, false, err
 		}
 		in.log.Warn("device lookup failed; retrying", "device", id, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-in.runCtx.Done():
-			return ref, false, in.runCtx.Err()
+		if err := b.Wait(in.runCtx); err != nil {
+			return ref, false, err
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 

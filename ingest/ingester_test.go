@@ -14,6 +14,7 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/wire"
 	"devicehub/tsdb"
@@ -299,7 +300,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 	pubOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("pub-"))
 	mqtttest.Gateway(t, broker.URL())(pubOpts)
 	pub := mqtt.NewClient(pubOpts)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
@@ -309,7 +310,7 @@ func TestAcksInBrokerOrder(t *testing.T) {
 		toks = append(toks, pub.Publish(topic, 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, i, i)))
 	}
 	for _, tok := range toks {
-		if err := link.WaitToken(tok, 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(tok, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -388,7 +389,7 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
 			SetCleanSession(false).SetAutoAckDisabled(true). // whatever arrives stays queued
 			SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) { got.Add(1) }))
-		if err := link.WaitToken(c.Connect(), 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(c.Connect(), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		// The broker sends a session what it queued for it right after
@@ -397,10 +398,10 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 		// uplink filters) comes back behind whatever was queued.
 		sentinel := make(chan struct{}, 1)
 		topic := fmt.Sprintf("/%s/sentinel-%d/properties/read", p, n)
-		if err := link.WaitToken(c.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { m.Ack(); sentinel <- struct{}{} }), 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(c.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) { m.Ack(); sentinel <- struct{}{} }), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if err := link.WaitToken(c.Publish(topic, 1, false, "sentinel"), 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(c.Publish(topic, 1, false, "sentinel"), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		select {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"devicehub/ingest/wire"
+	"devicehub/schema/backoff"
 )
 
 // parking holds messages whose device could not be looked up because
@@ -63,8 +64,8 @@ func (in *Ingester) parked() int {
 func (in *Ingester) runParking() {
 	defer in.workers.Done()
 	var rows wire.Rows
-	wait := 100 * time.Millisecond
-	t := time.NewTimer(wait)
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	t := time.NewTimer(retry.Next())
 	defer t.Stop()
 	for {
 		select {
@@ -86,11 +87,9 @@ func (in *Ingester) runParking() {
 		for i, it := range items {
 			in.process(&rows, it, in.writers[i%len(in.writers)])
 		}
-		if in.parked() > 0 {
-			wait = min(2*wait, 2*time.Second)
-		} else {
-			wait = 100 * time.Millisecond
+		if in.parked() == 0 {
+			retry.Reset()
 		}
-		t.Reset(wait)
+		t.Reset(retry.Next())
 	}
 }

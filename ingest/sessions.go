@@ -3,9 +3,7 @@ package ingest
 import (
 	"context"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
 
@@ -39,7 +37,7 @@ func (in *Ingester) retireSessions(ctx context.Context, b int) error {
 		in.clients = append(in.clients, c)
 		in.atBroker = append(in.atBroker, b)
 		in.log.Info("ingest retired a subscriber session left by a run with more connections",
-			"client", in.sessionID(n), "broker", link.BrokerName(in.brokers[b]))
+			"client", in.sessionID(n), "broker", mqttconn.BrokerName(in.brokers[b]))
 	}
 	return nil
 }
@@ -79,10 +77,8 @@ func (in *Ingester) otherFilters() []string {
 // connect; failing that, an empty session without subscriptions stays,
 // which costs the broker nothing but its entry.
 func (in *Ingester) removeSession(broker, id string) {
-	o := in.opt.Login.NewClientOptions(broker, id).
-		SetCleanSession(true).SetConnectTimeout(in.opt.ConnectTimeout)
-	c := mqtt.NewClient(o)
-	if err := link.WaitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
+	c := mqttconn.New(mqttconn.Config{Broker: broker, ClientID: id, Login: in.opt.Login, ConnectTimeout: in.opt.ConnectTimeout})
+	if err := mqttconn.WaitToken(c.Connect(), in.opt.ConnectTimeout); err != nil {
 		in.log.Debug("ingest: removing an empty session failed", "client", id, "err", err)
 		return
 	}

@@ -132,7 +132,7 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 	for i, r := range batch {
 		changes[i] = r.change
 	}
-	wait := 100 * time.Millisecond
+	retry := storeRetry()
 	for {
 		_, err := b.apply.ApplyStateChanges(b.ctx, changes)
 		if err == nil {
@@ -140,15 +140,12 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 		}
 		b.m.stateErrors.Inc()
 		b.log.Warn("device state write failed; retrying", "changes", len(changes), "err", err)
-		select {
-		case <-time.After(wait):
-		case <-b.ctx.Done():
+		if retry.Wait(b.ctx) != nil {
 			b.mu.Lock()
 			b.buf = append(batch, b.buf...) // counted as not written by close
 			b.mu.Unlock()
 			return false
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 	b.m.stateChanges.Add(float64(len(batch)))
 	if b.written != nil {

@@ -24,6 +24,7 @@ const noTrigramEquality = `SET LOCAL enable_bitmapscan = off`
 // DeviceStatus is what ingest checks on every message of a device.
 type DeviceStatus struct {
 	ProductID, State string
+	OwnModel         bool // a thing model of its own, not its product's
 }
 
 // DeviceStatuses returns, in one query, the status of each of ids that
@@ -46,7 +47,7 @@ func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]De
 	if _, err := tx.ExecContext(ctx, noTrigramEquality); err != nil {
 		return nil, fmt.Errorf("meta: device statuses: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT d.id, d.product_id, d.state FROM devices d
+	rows, err := tx.QueryContext(ctx, `SELECT d.id, d.product_id, d.state, d.metadata IS NOT NULL FROM devices d
 		JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id`, pq.StringArray(ids))
 	if err != nil {
 		return nil, fmt.Errorf("meta: device statuses: %w", err)
@@ -56,7 +57,7 @@ func (s *Store) DeviceStatuses(ctx context.Context, ids []string) (map[string]De
 	for rows.Next() {
 		var id string
 		var st DeviceStatus
-		if err := rows.Scan(&id, &st.ProductID, &st.State); err != nil {
+		if err := rows.Scan(&id, &st.ProductID, &st.State, &st.OwnModel); err != nil {
 			return nil, fmt.Errorf("meta: device statuses: %w", err)
 		}
 		if ProductAllowed(ctx, st.ProductID) { // outside ctx's products: as if it did not exist

@@ -51,6 +51,9 @@ type Product struct {
 	Manufacturer        string        `db:"manufacturer"`
 	Describe            string        `db:"describe"`
 	Model               string        `db:"model"`
+	// OutsideModelPolicy is what ingest does with a reported value
+	// outside the thing model: OutsideKeep or OutsideDrop.
+	OutsideModelPolicy Enum `db:"outside_model_policy"`
 }
 
 // Configuration is a product's protocol configuration. The key is masked
@@ -82,7 +85,7 @@ const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified
 	p.protocol_name, p.metadata, p.transport_protocol, p.device_type, p.secure_id, p.secure_key, p.state,
 	p.creator_id, p.modifier_id, p.create_time, p.modify_time, p.regulator, p.access_id, p.access_provider,
 	p.access_name, p.store_policy, p.org_id, p.super_product_type, p.virtual_type, p.product_create_type,
-	p.preset_type, p.three_dimensional_url, p.model_from, p.manufacturer, p.describe, p.model,
+	p.preset_type, p.three_dimensional_url, p.model_from, p.manufacturer, p.describe, p.model, p.outside_model_policy,
 	COALESCE((SELECT pc.devices FROM product_device_counts pc WHERE pc.product_id = p.id), 0) AS device_num`
 
 // productList reads product pages; dests follows productColumns.
@@ -94,7 +97,7 @@ var productList = &listSpec[productRow, Product]{
 			&r.CreatorID, &r.ModifierID, &r.CreatedAt, &r.ModifiedAt, &r.Regulator, &r.AccessID, &r.AccessProvider,
 			&r.AccessName, &r.StorePolicy, &r.OrgID, (*string)(&r.SuperProductType), (*string)(&r.VirtualType), (*string)(&r.ProductCreateType),
 			(*string)(&r.PresetType), &r.ThreeDimensionalURL, &r.ModelFrom, &r.Manufacturer, &r.Describe, &r.Model,
-			&r.DeviceNum}
+			(*string)(&r.OutsideModelPolicy), &r.DeviceNum}
 	},
 	conv: (*productRow).product,
 	bytes: func(p *Product) int {
@@ -133,6 +136,9 @@ var ProductResource = &Resource{
 		"regulator":         {Expr: "p.regulator", Kind: KindBool},
 		"manufacturer":      {Expr: "p.manufacturer", Kind: KindText},
 		"modelFrom":         {Expr: "p.model_from", Kind: KindText},
+
+		// What ingest does with values outside the thing model.
+		"outsideModelPolicy": {Expr: "p.outside_model_policy", Kind: KindText},
 	},
 	Sorts: map[string]string{
 		"id":         "p.id",
@@ -208,12 +214,23 @@ type NewProduct struct {
 	// Metadata is the thing model (a JSON document as a string, as
 	// endpoint 4 takes it); validated and normalised; empty: none yet.
 	Metadata string `json:"metadata"`
+	// OutsideModelPolicy: OutsideKeep (empty: the default) or OutsideDrop.
+	OutsideModelPolicy Enum `json:"outsideModelPolicy"`
 }
+
+// What ingest does with a reported value outside the device's thing model
+// (schema.ThingModel.Outside), a product's OutsideModelPolicy.
+const (
+	OutsideKeep = "keep" // stored; the API marks it when read
+	OutsideDrop = "drop" // not stored
+)
 
 var (
 	deviceTypes = []string{"gateway", "childrenDevice", "device"}
 	modelFroms  = []string{"custom", "standard"}
 )
+
+var outsidePolicies = []string{OutsideKeep, OutsideDrop}
 
 func oneOf(field, v string, allowed []string) error {
 	for _, a := range allowed {
@@ -272,6 +289,9 @@ func (n *NewProduct) validate() error {
 	if len(n.ClassifiedIDArr) > 16 {
 		return schema.Invalid("classifiedIdArr", "must have at most 16 items")
 	}
+	if n.OutsideModelPolicy != "" {
+		return oneOf("outsideModelPolicy", string(n.OutsideModelPolicy), outsidePolicies)
+	}
 	return nil
 }
 
@@ -291,6 +311,9 @@ func (s *Store) CreateProduct(ctx context.Context, n NewProduct, creatorID strin
 	if n.ClassifiedIDArr == nil {
 		n.ClassifiedIDArr = []string{}
 	}
+	if n.OutsideModelPolicy == "" {
+		n.OutsideModelPolicy = OutsideKeep
+	}
 	model := `{"properties":[],"events":[],"functions":[],"tags":[]}`
 	if strings.TrimSpace(n.Metadata) != "" {
 		norm, err := normalModel(n.Metadata)
@@ -304,12 +327,12 @@ func (s *Store) CreateProduct(ctx context.Context, n NewProduct, creatorID strin
 	_, err := s.db.ExecContext(ctx, `INSERT INTO products (id, name, photo_url, classified_id, classified_id_arr,
 		classified_name, model_from, access_id, access_name, access_provider, device_type, three_dimensional_url,
 		describe, manufacturer, model, message_protocol, protocol_name, transport_protocol, regulator,
-		secure_id, secure_key, creator_id, modifier_id, metadata)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $1, $20, $21, $21, $22)`,
+		secure_id, secure_key, creator_id, modifier_id, metadata, outside_model_policy)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $1, $20, $21, $21, $22, $23)`,
 		n.ID, n.Name, n.PhotoURL, n.ClassifiedID, pq.Array(n.ClassifiedIDArr), n.ClassifiedName, n.ModelFrom,
 		n.AccessID, n.AccessName, n.AccessProvider, string(n.DeviceType), n.ThreeDimensionalURL, n.Describe,
 		n.Manufacturer, n.Model, n.MessageProtocol, n.ProtocolName, n.TransportProtocol, n.Regulator,
-		newSecret(), creatorID, model)
+		newSecret(), creatorID, model, string(n.OutsideModelPolicy))
 	if isUniqueViolation(err) {
 		return Product{}, fmt.Errorf("product %q: %w", n.ID, ErrDuplicateKey)
 	}
@@ -347,6 +370,8 @@ type ProductPatch struct {
 	Model               *string `json:"model"`
 	StorePolicy         *string `json:"storePolicy"`
 	OrgID               *string `json:"orgId"`
+	// OutsideModelPolicy: left out keeps the stored one.
+	OutsideModelPolicy *Enum `json:"outsideModelPolicy"`
 	// ModifyTime, when given (the detail's, as the spec's usage rule sends
 	// it back), makes the write conditional: ErrConflict if the product
 	// changed since.
@@ -490,6 +515,12 @@ func (s *Store) PatchProduct(ctx context.Context, p ProductPatch, modifierID str
 	}
 	if p.Regulator != nil {
 		add("regulator", *p.Regulator)
+	}
+	if p.OutsideModelPolicy != nil {
+		if err := oneOf("outsideModelPolicy", string(*p.OutsideModelPolicy), outsidePolicies); err != nil {
+			return err
+		}
+		add("outside_model_policy", string(*p.OutsideModelPolicy))
 	}
 	where := "id = $1"
 	if p.ModifyTime != nil && *p.ModifyTime > 0 {

@@ -35,6 +35,8 @@ var enumText = map[string]string{
 	"fromProduct":    "From product",
 	"enabled":        "Enabled",
 	"disabled":       "Disabled",
+	"keep":           "Keep and flag",
+	"drop":           "Drop",
 }
 
 // Text is the display label of e.

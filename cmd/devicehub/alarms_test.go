@@ -16,7 +16,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/tsdb/tsdbtest"
 )
@@ -137,7 +137,7 @@ func TestAlarmsSIGKILL(t *testing.T) {
 		SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
 	gw(o)
 	pub := mqtt.NewClient(o)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
@@ -146,7 +146,7 @@ func TestAlarmsSIGKILL(t *testing.T) {
 	n := 0
 	testkit.Eventually(t, 30*time.Second, "the owner to evaluate", func() bool {
 		n++
-		_ = link.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
+		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
 			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
 		recs, _ := owner.alarmRecords(t, token)
 		return len(recs) == 1
@@ -168,7 +168,7 @@ func TestAlarmsSIGKILL(t *testing.T) {
 				fmt.Sprintf(`{"messageId":"m%d","timestamp":%d,"properties":{"temp":%v}}`, round, start.Add(time.Duration(round)*time.Second).UnixMilli(), v)))
 		}
 		for _, tok := range toks {
-			if err := link.WaitToken(tok, 30*time.Second); err != nil {
+			if err := mqttconn.WaitToken(tok, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -30,6 +30,7 @@ import (
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/devauth"
 	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -355,7 +356,7 @@ type config struct {
 	TimeZone           string
 	MQTTURL            string
 	MQTTClientID       string
-	MQTTLogin          link.Login
+	MQTTLogin          mqttconn.Login
 	DeviceAuth         string
 	LoginCheckInterval time.Duration
 	MQTTShareGroup     string
@@ -404,7 +405,7 @@ func brokerChecks(ready map[string]func(context.Context) error, presence *link.P
 	for i, b := range brokers {
 		suffix := ""
 		if len(brokers) > 1 {
-			suffix = "@" + link.BrokerName(b)
+			suffix = "@" + mqttconn.BrokerName(b)
 		}
 		ready["mqtt"+suffix] = connected(func() bool { return presence.ConnectedTo(i) })
 		if ing == nil {

@@ -15,7 +15,7 @@ import (
 
 	"devicehub/bench/sim"
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 )
@@ -160,7 +160,7 @@ func TestBrokerPool(t *testing.T) {
 
 	// --- broker B down ----------------------------------------------------
 	b.Stop(syscall.SIGTERM)
-	nameA, nameB := link.BrokerName(a.URL()), link.BrokerName(b.URL())
+	nameA, nameB := mqttconn.BrokerName(a.URL()), mqttconn.BrokerName(b.URL())
 	testkit.Eventually(t, 15*time.Second, "/readyz to name broker B down", func() bool {
 		code, res := readyz(t, e.srv.base)
 		return code == http.StatusServiceUnavailable && res["mqtt@"+nameB] == "down" && res["mqtt_ingest@"+nameB] == "down"

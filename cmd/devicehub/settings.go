@@ -14,7 +14,7 @@ import (
 
 	"devicehub/api"
 	"devicehub/ingest"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/meta"
 	"devicehub/tsdb"
 )
@@ -258,11 +258,11 @@ func addressList(p *[]netip.Prefix) parser {
 }
 
 // brokerList reads one broker URL or a comma-separated pool of them
-// (link.Brokers), kept as written.
+// (mqttconn.Brokers), kept as written.
 func brokerList(p *string) parser {
 	return parser{kind: "brokers", want: "a broker URL like tcp://127.0.0.1:1884, or several comma-separated",
 		parse: func(s string) error {
-			if _, err := link.Brokers(s); err != nil {
+			if _, err := mqttconn.Brokers(s); err != nil {
 				return err
 			}
 			*p = s

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/schema"
@@ -28,11 +28,11 @@ const lockKey = 0x616c61726d73 // "alarms"
 
 // Options configure a Runner.
 type Options struct {
-	// BrokerURL is one broker or a comma-separated pool (link.Brokers).
+	// BrokerURL is one broker or a comma-separated pool (mqttconn.Brokers).
 	// Default tcp://127.0.0.1:1884.
 	BrokerURL string
-	// Login is devicehub's service login. Default link.DefaultLogin.
-	Login link.Login
+	// Login is devicehub's service login. Default mqttconn.DefaultLogin.
+	Login mqttconn.Login
 	// ClientID of the owner's persistent session ("-<n>" added per broker
 	// of a pool). Every owner uses the same id, so that a new owner
 	// resumes the session and its queued messages. Default
@@ -68,8 +68,8 @@ func (o Options) withDefaults() Options {
 	if o.BrokerURL == "" {
 		o.BrokerURL = "tcp://127.0.0.1:1884"
 	}
-	if o.Login == (link.Login{}) {
-		o.Login = link.DefaultLogin
+	if o.Login == (mqttconn.Login{}) {
+		o.Login = mqttconn.DefaultLogin
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = 50 * time.Millisecond
@@ -124,7 +124,7 @@ type metrics struct {
 // NewRunner returns a runner over ms's database.
 func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 	opt = opt.withDefaults()
-	brokers, err := link.Brokers(opt.BrokerURL)
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("alarm: %w", err)
 	}
@@ -473,45 +473,38 @@ func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-c
 	}
 	var first atomic.Bool
 	first.Store(true)
-	o := r.opt.Login.NewClientOptions(broker, id).
-		SetCleanSession(false). // a new owner resumes the session and what it queued
-		SetAutoAckDisabled(true).
-		SetOrderMatters(true). // in order; a full queue blocks the broker's flow
-		SetAutoReconnect(true).
-		SetConnectRetry(false).
-		SetMaxReconnectInterval(link.ReconnectEvery).
-		SetKeepAlive(10 * time.Second).
-		SetConnectTimeout(10 * time.Second).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
+	c := mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: id, Login: r.opt.Login,
+		Persistent:     true, // a new owner resumes the session and what it queued
+		ManualAck:      true,
+		Resume:         true,
+		KeepAlive:      10 * time.Second,
+		ConnectTimeout: 10 * time.Second,
+		// In order; a full queue blocks the broker's flow.
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) {
 			select {
 			case in <- inbound{m: m, broker: int8(b), at: time.Now()}:
 			case <-stop: // not acknowledged: the broker delivers it again
 			}
-		}).
-		SetOnConnectHandler(func(c mqtt.Client) {
+		},
+		OnConnect: func(c mqtt.Client) {
 			if first.Swap(false) {
 				return
 			}
 			if f := *r.filters.Load(); len(f) > 0 {
-				go func() { _ = link.WaitToken(c.SubscribeMultiple(f, nil), 30*time.Second) }()
+				go func() { _ = mqttconn.WaitToken(c.SubscribeMultiple(f, nil), 30*time.Second) }()
 			}
-		}).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			r.log.Warn("alarms: broker connection lost; reconnecting", "broker", link.BrokerName(broker), "err", err)
-		})
-	if fn := link.BufferedDialer(broker, 10*time.Second); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
-	}
-	c := mqtt.NewClient(o)
-	t := c.Connect()
-	select {
-	case <-t.Done():
-	case <-ctx.Done():
-		c.Disconnect(0)
-		return nil, ctx.Err()
-	}
-	if err := t.Error(); err != nil {
-		return nil, fmt.Errorf("alarm: connect %s as %s: %w", link.BrokerName(broker), id, err)
+		},
+		OnLost: func(_ mqtt.Client, err error) {
+			r.log.Warn("alarms: broker connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
+		},
+	})
+	present, err := mqttconn.Connect(ctx, c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("alarm: connect %s as %s: %w", mqttconn.BrokerName(broker), id, err)
 	}
 	// A kept session is subscribed already and answers behind its
 	// backlog; a new one is waited for.
@@ -520,8 +513,8 @@ func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-c
 		return c, nil
 	}
 	st := c.SubscribeMultiple(filters, nil)
-	if !t.(*mqtt.ConnectToken).SessionPresent() {
-		if err := link.WaitToken(st, 10*time.Second); err != nil {
+	if !present {
+		if err := mqttconn.WaitToken(st, 10*time.Second); err != nil {
 			c.Disconnect(0)
 			return nil, fmt.Errorf("alarm: subscribe as %s: %w", id, err)
 		}

@@ -14,7 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
@@ -68,7 +68,7 @@ func newRig(t *testing.T, broker string, rules ...string) *rig {
 		SetMaxReconnectInterval(250 * time.Millisecond).SetConnectRetry(true)
 	gw(o)
 	g.pub = mqtt.NewClient(o)
-	if err := link.WaitToken(g.pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -87,7 +87,7 @@ func newRig(t *testing.T, broker string, rules ...string) *rig {
 func (g *rig) runner(tweak func(*Runner)) (r *Runner, stop func()) {
 	g.t.Helper()
 	u, p := mqtttest.Service()
-	r, err := NewRunner(g.ms, Options{BrokerURL: g.broker, Login: link.Login{Username: u, Password: p}, ClientID: g.clientID,
+	r, err := NewRunner(g.ms, Options{BrokerURL: g.broker, Login: mqttconn.Login{Username: u, Password: p}, ClientID: g.clientID,
 		FlushInterval: 20 * time.Millisecond, TickInterval: 50 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, Retry: 100 * time.Millisecond})
 	if err != nil {
@@ -110,7 +110,7 @@ func (g *rig) runner(tweak func(*Runner)) (r *Runner, stop func()) {
 
 func (g *rig) publish(dev, level, payload string) {
 	g.t.Helper()
-	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/"+dev+"/"+level, 1, false, payload), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Publish("/"+g.product+"/"+dev+"/"+level, 1, false, payload), 10*time.Second); err != nil {
 		g.t.Fatal(err)
 	}
 }
@@ -317,7 +317,7 @@ func TestRunnerExact(t *testing.T) {
 			toks = append(toks, g.pub.Publish(topic, 1, false, payload))
 		}
 		for _, tok := range toks {
-			if err := link.WaitToken(tok, 30*time.Second); err != nil {
+			if err := mqttconn.WaitToken(tok, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -405,7 +405,7 @@ func TestRunnerPool(t *testing.T) {
 	g.waitOwner(r)
 	on := func(c mqtt.Client, level string) {
 		t.Helper()
-		if err := link.WaitToken(c.Publish("/"+g.product+"/d1/"+level, 1, false, ""), 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(c.Publish("/"+g.product+"/d1/"+level, 1, false, ""), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -415,10 +415,10 @@ func TestRunnerPool(t *testing.T) {
 	// A sentinel behind the stale will on broker 1's connection: d3 goes
 	// offline for real there. When its alarm is raised, a counted stale
 	// will (earlier, with an earlier deadline) would have raised d1's.
-	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/online", 1, false, ""), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Publish("/"+g.product+"/d3/online", 1, false, ""), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := link.WaitToken(g.pub.Publish("/"+g.product+"/d3/offline", 1, false, ""), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(g.pub.Publish("/"+g.product+"/d3/offline", 1, false, ""), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	recs := g.waitRecords("d3's offline alarm", func(rs []Record) bool { return len(rs) >= 1 })

@@ -111,7 +111,7 @@ func pluginAt(t *testing.T, url string) *dynsec.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := dynsec.DialTopic(ctx, mqtttest.ServiceOptions(url, randID("ctl-")), devauth.ControlTopic, nil)
+	c, err := dynsec.DialTopic(ctx, mqtttest.ServiceConfig(url, randID("ctl-")), devauth.ControlTopic, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestReservedUsernames(t *testing.T) {
 	in := newInstallation(t, []string{b.URL()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := dynsec.Dial(ctx, mqtttest.ServiceOptions(b.URL(), randID("admin-")), nil)
+	admin, err := dynsec.Dial(ctx, mqtttest.ServiceConfig(b.URL(), randID("admin-")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

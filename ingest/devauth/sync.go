@@ -14,11 +14,10 @@ import (
 	"sync"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/dynsec"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/meta"
 )
 
@@ -60,7 +59,7 @@ const lockKey = 0x64796e736563 // "dynsec"
 // Options configure a Syncer.
 type Options struct {
 	// BrokerURL of the broker whose plugin is fed, or of several
-	// comma-separated (a broker pool, link.Brokers): each broker's plugin
+	// comma-separated (a broker pool, mqttconn.Brokers): each broker's plugin
 	// is fed on its own connections, and a change is confirmed to its
 	// writers once every plugin holds it. Default "tcp://127.0.0.1:1884".
 	BrokerURL string
@@ -167,7 +166,7 @@ func New(src Source, opt Options) *Syncer {
 	if opt.Registerer != nil {
 		opt.Registerer.MustRegister(s.commands, s.fulls, s.resyncs, s.checks, s.refused, s.applyDur, s.held)
 	}
-	brokers := link.MustBrokers(opt.BrokerURL)
+	brokers := mqttconn.MustBrokers(opt.BrokerURL)
 	for i, b := range brokers {
 		s.feeds = append(s.feeds, &feed{s: s, index: i, broker: b, dirty: map[string]struct{}{},
 			wake: make(chan struct{}, 1), held: -1})
@@ -353,16 +352,16 @@ func (f *feed) run(ctx context.Context) {
 	for cl == nil || ds == nil {
 		var err error
 		if cl == nil {
-			cl, err = dynsec.DialTopic(ctx, f.mqttOptions("-0"), ControlTopic, func() { f.changed() })
+			cl, err = dynsec.DialTopic(ctx, f.mqttConfig("-0"), ControlTopic, func() { f.changed() })
 		}
 		if err == nil && ds == nil {
-			ds, err = dynsec.Dial(ctx, f.mqttOptions("-1"), nil)
+			ds, err = dynsec.Dial(ctx, f.mqttConfig("-1"), nil)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("devauth: broker not reachable; retrying", "broker", link.BrokerName(f.broker), "err", err)
+			s.log.Warn("devauth: broker not reachable; retrying", "broker", mqttconn.BrokerName(f.broker), "err", err)
 			sleep(ctx, s.opt.Retry)
 		}
 	}
@@ -376,7 +375,7 @@ func (f *feed) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("devauth: granting the service login its rights failed; retrying", "broker", link.BrokerName(f.broker), "err", err)
+		s.log.Warn("devauth: granting the service login its rights failed; retrying", "broker", mqttconn.BrokerName(f.broker), "err", err)
 		sleep(ctx, s.opt.Retry)
 	}
 
@@ -395,7 +394,7 @@ func (f *feed) run(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				s.log.Warn("devauth: checking the broker's plugin failed", "broker", link.BrokerName(f.broker), "err", err)
+				s.log.Warn("devauth: checking the broker's plugin failed", "broker", mqttconn.BrokerName(f.broker), "err", err)
 			}
 		}
 		f.mu.Lock()
@@ -416,7 +415,7 @@ func (f *feed) run(ctx context.Context) {
 				return
 			}
 			f.wantValid = false // what the plugin took of it is unknown
-			s.log.Warn("devauth: sync failed; retrying", "broker", link.BrokerName(f.broker), "err", err, "retry", s.opt.Retry)
+			s.log.Warn("devauth: sync failed; retrying", "broker", mqttconn.BrokerName(f.broker), "err", err, "retry", s.opt.Retry)
 			f.mu.Lock()
 			f.full = f.full || full
 			for id := range ids {
@@ -428,10 +427,10 @@ func (f *feed) run(ctx context.Context) {
 	}
 }
 
-func (f *feed) mqttOptions(suffix string) *mqtt.ClientOptions {
+func (f *feed) mqttConfig(suffix string) mqttconn.Config {
 	s := f.s
-	return mqtt.NewClientOptions().AddBroker(f.broker).SetClientID(s.opt.ClientID + suffix).
-		SetUsername(s.opt.Username).SetPassword(s.opt.Password).SetConnectTimeout(10 * time.Second)
+	return mqttconn.Config{Broker: f.broker, ClientID: s.opt.ClientID + suffix,
+		Login: mqttconn.Login{Username: s.opt.Username, Password: s.opt.Password}}
 }
 
 // syncAll gives the plugin every deployed device's login, and removes
@@ -491,7 +490,7 @@ func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	if len(s.feeds) == 1 {
 		s.log.Info("devauth: device logins synced", "devices", n, "took", time.Since(start).Round(time.Millisecond))
 	} else {
-		s.log.Info("devauth: device logins synced", "broker", link.BrokerName(f.broker), "devices", n, "took", time.Since(start).Round(time.Millisecond))
+		s.log.Info("devauth: device logins synced", "broker", mqttconn.BrokerName(f.broker), "devices", n, "took", time.Since(start).Round(time.Millisecond))
 	}
 	confirmed := make([]meta.LoginChange, 0, len(recent))
 	for id, v := range recent {
@@ -663,7 +662,7 @@ func (f *feed) reserve(ctx context.Context, cl, ds *dynsec.Client) error {
 	var data struct{ Removed int }
 	if json.Unmarshal(rs[0].Data, &data) == nil && data.Removed > 0 {
 		s.log.Warn("devauth: the broker's plugin removed device logins whose usernames are other logins of the broker",
-			"broker", link.BrokerName(f.broker), "removed", data.Removed)
+			"broker", mqttconn.BrokerName(f.broker), "removed", data.Removed)
 	}
 	return nil
 }
@@ -693,7 +692,7 @@ func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
 	}
 	if !f.wantValid {
 		s.resyncs.WithLabelValues("unconfirmed").Inc()
-		s.log.Warn("devauth: what the broker's plugin holds is unconfirmed; syncing every login again", "broker", link.BrokerName(f.broker))
+		s.log.Warn("devauth: what the broker's plugin holds is unconfirmed; syncing every login again", "broker", mqttconn.BrokerName(f.broker))
 		f.changed()
 		return nil
 	}
@@ -727,7 +726,7 @@ func (f *feed) check(ctx context.Context, cl, ds *dynsec.Client) error {
 	}
 	s.resyncs.WithLabelValues("mismatch").Inc()
 	s.log.Warn("devauth: the broker's plugin does not hold what was synced; syncing every login again",
-		"broker", link.BrokerName(f.broker), "installation", inst, "held", got.Devices, "synced", f.wantCount,
+		"broker", mqttconn.BrokerName(f.broker), "installation", inst, "held", got.Devices, "synced", f.wantCount,
 		"digest", got.Digest, "want", fmt.Sprintf("%016x", f.wantSum))
 	f.changed()
 	return nil

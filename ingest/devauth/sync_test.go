@@ -160,7 +160,7 @@ func (w *world) admin() *dynsec.Client {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := dynsec.Dial(ctx, mqtttest.ServiceOptions(w.broker.URL(), randID("admin-")), nil)
+	c, err := dynsec.Dial(ctx, mqtttest.ServiceConfig(w.broker.URL(), randID("admin-")), nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func (w *world) plugin() *dynsec.Client {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := dynsec.DialTopic(ctx, mqtttest.ServiceOptions(w.broker.URL(), randID("ctl-")), devauth.ControlTopic, nil)
+	c, err := dynsec.DialTopic(ctx, mqtttest.ServiceConfig(w.broker.URL(), randID("ctl-")), devauth.ControlTopic, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ package dynsec
 import (
 	"context"
 	"crypto/rand"
+	"devicehub/ingest/mqttconn"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,58 +68,52 @@ type Client struct {
 	isSub      bool
 }
 
-// Dial connects with opts (broker, client id, login) to the
+// Dial connects as c (broker, client id, login; its session, resuming
+// and handlers are Dial's) to the
 // dynamic-security plugin's control topic and returns once the plugin's
 // responses are subscribed. onConnect, when not nil, runs after every
 // (re)connection once they are: what the plugin held may have changed
 // while the connection was down.
-func Dial(ctx context.Context, opts *mqtt.ClientOptions, onConnect func()) (*Client, error) {
-	return DialTopic(ctx, opts, ControlTopic, onConnect)
+func Dial(ctx context.Context, c mqttconn.Config, onConnect func()) (*Client, error) {
+	return DialTopic(ctx, c, ControlTopic, onConnect)
 }
 
 // DialTopic is Dial for another plugin that speaks the dynamic-security
 // plugin's control protocol on its own topic (devicehub's device-login
 // plugin, ingest/devauth).
-func DialTopic(ctx context.Context, opts *mqtt.ClientOptions, topic string, onConnect func()) (*Client, error) {
+func DialTopic(ctx context.Context, c mqttconn.Config, topic string, onConnect func()) (*Client, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	cl := &Client{topic: topic, prefix: fmt.Sprintf("%x", b), waiting: make(map[string]chan []Response),
 		subscribed: make(chan struct{})}
 	ready := make(chan error, 1)
-	opts.SetCleanSession(true).SetAutoReconnect(true).SetMaxReconnectInterval(250 * time.Millisecond).
-		SetOnConnectHandler(func(c mqtt.Client) {
-			tok := c.Subscribe(topic+"/response", 0, cl.onResponse)
-			err := errors.New("dynsec: subscribing to the plugin's responses timed out")
-			if tok.WaitTimeout(10 * time.Second) {
-				err = tok.Error()
-			}
-			select {
-			case ready <- err:
-			default:
-			}
-			if err == nil {
-				cl.mu.Lock()
-				if !cl.isSub {
-					close(cl.subscribed)
-					cl.isSub = true
-				}
-				cl.mu.Unlock()
-			}
-			if err == nil && onConnect != nil {
-				onConnect()
-			}
-		}).
-		SetConnectionLostHandler(func(mqtt.Client, error) { cl.failAll() })
-	cl.c = mqtt.NewClient(opts)
-	tok := cl.c.Connect()
-	select {
-	case <-tok.Done():
-		if err := tok.Error(); err != nil {
-			return nil, fmt.Errorf("dynsec: connect: %w", err)
+	c.Persistent, c.Resume = false, true
+	c.OnConnect = func(c mqtt.Client) {
+		tok := c.Subscribe(topic+"/response", 0, cl.onResponse)
+		err := errors.New("dynsec: subscribing to the plugin's responses timed out")
+		if tok.WaitTimeout(10 * time.Second) {
+			err = tok.Error()
 		}
-	case <-ctx.Done():
-		cl.c.Disconnect(0)
-		return nil, fmt.Errorf("dynsec: connect: %w", ctx.Err())
+		select {
+		case ready <- err:
+		default:
+		}
+		if err == nil {
+			cl.mu.Lock()
+			if !cl.isSub {
+				close(cl.subscribed)
+				cl.isSub = true
+			}
+			cl.mu.Unlock()
+		}
+		if err == nil && onConnect != nil {
+			onConnect()
+		}
+	}
+	c.OnLost = func(mqtt.Client, error) { cl.failAll() }
+	cl.c = mqttconn.New(c)
+	if _, err := mqttconn.Connect(ctx, cl.c); err != nil {
+		return nil, fmt.Errorf("dynsec: connect: %w", err)
 	}
 	select {
 	case err := <-ready:

@@ -16,8 +16,8 @@
 // Presence holds a client per broker and one view that notes, per online
 // device, the broker of its last birth: a will from another broker is
 // stale (the device moved) and ignored, and a command goes to that broker
-// only. The MQTT helpers (mqtt.go: Login, BufferedDialer, WaitToken) are
-// shared with the ingest pipeline.
+// only. Its clients are set up and dialled by ingest/mqttconn, as every
+// devicehub client is.
 //
 // It must not import api or ingest (the uplink pipeline, which imports
 // it): an instance with only the API role builds the link and not the

@@ -11,6 +11,7 @@ import (
 
 	"devicehub/bench/sim"
 	"devicehub/bench/testkit"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/schema"
 )
@@ -167,7 +168,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 	probeOpts := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(randID("probe-"))
 	mqtttest.Gateway(t, broker.URL())(probeOpts)
 	probe := mqtt.NewClient(probeOpts)
-	if err := WaitToken(probe.Connect(), 5*time.Second); err != nil {
+	if err := mqttconn.WaitToken(probe.Connect(), 5*time.Second); err != nil {
 		t.Fatalf("probe connect: %v", err)
 	}
 	defer probe.Disconnect(0)
@@ -177,7 +178,7 @@ func TestFaultBrokerRestartDuringReads(t *testing.T) {
 			if presence.IsOnline("probe") {
 				return true
 			}
-			_ = WaitToken(probe.Publish("/"+product+"/probe/online", 1, false, "{}"), time.Second)
+			_ = mqttconn.WaitToken(probe.Publish("/"+product+"/probe/online", 1, false, "{}"), time.Second)
 			return false // the next poll sees whether it was taken
 		})
 

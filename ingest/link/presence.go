@@ -15,6 +15,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
 
@@ -35,7 +36,7 @@ type PresenceOptions struct {
 	// "tcp://127.0.0.1:1884".
 	BrokerURL string
 	// Login is devicehub's login at the broker.
-	Login Login
+	Login mqttconn.Login
 	// ClientID of this instance's client; it must be unique per instance.
 	// Default "devicehub-presence-<hostname>-<random>".
 	ClientID string
@@ -59,7 +60,7 @@ func DefaultPresenceOptions() PresenceOptions {
 	_, _ = rand.Read(b[:])
 	return PresenceOptions{
 		BrokerURL:      "tcp://127.0.0.1:1884", // .ci/services Mosquitto
-		Login:          DefaultLogin,
+		Login:          mqttconn.DefaultLogin,
 		ClientID:       "devicehub-presence-" + host + "-" + hex.EncodeToString(b[:]), // unique: plain subscription per instance
 		KeepAlive:      30 * time.Second,                                              // paho's default
 		ConnectTimeout: 10 * time.Second,                                              // a local broker answers in ms
@@ -130,7 +131,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	if opt.ClientID == "" {
 		opt.ClientID = d.ClientID
 	}
-	if opt.Login == (Login{}) {
+	if opt.Login == (mqttconn.Login{}) {
 		opt.Login = d.Login
 	}
 	if opt.KeepAlive <= 0 {
@@ -142,7 +143,7 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	if opt.Logger == nil {
 		opt.Logger = d.Logger
 	}
-	brokers, err := Brokers(opt.BrokerURL)
+	brokers, err := mqttconn.Brokers(opt.BrokerURL)
 	if err != nil {
 		return nil, fmt.Errorf("link: %w", err)
 	}
@@ -173,15 +174,11 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 		p.clients = append(p.clients, p.newClient(i, broker))
 	}
 	for i, c := range p.clients {
-		t := c.Connect()
-		select {
-		case <-t.Done():
-		case <-ctx.Done():
+		if _, err := mqttconn.Connect(ctx, c); err != nil {
 			p.Close()
-			return nil, ctx.Err()
-		}
-		if err := t.Error(); err != nil {
-			p.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, fmt.Errorf("link: presence connect %s: %w", brokers[i], err)
 		}
 	}
@@ -209,32 +206,27 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	return p, nil
 }
 
-// newClient is the (unconnected) client of broker i.
+// newClient is the (unconnected) client of broker i. Every command is a
+// publish out and a reply in on this connection: mqttconn's buffered
+// connection makes a read one system call per batch of packets instead of
+// several per packet, and acks and publishes leave together.
 func (p *Presence) newClient(i int, broker string) mqtt.Client {
-	o := p.opt.Login.NewClientOptions(broker, p.opt.ClientID).
-		SetCleanSession(true).
-		SetOrderMatters(true).
-		SetAutoReconnect(true).
-		SetMaxReconnectInterval(ReconnectEvery).
-		SetKeepAlive(p.opt.KeepAlive).
-		SetConnectTimeout(p.opt.ConnectTimeout).
-		SetOnConnectHandler(func(mqtt.Client) { p.onConnect(i) }).
-		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
-			p.log.Warn("presence connection lost; reconnecting", "broker", BrokerName(broker), "err", err)
+	return mqttconn.New(mqttconn.Config{
+		Broker: broker, ClientID: p.opt.ClientID, Login: p.opt.Login,
+		Resume:         true,
+		KeepAlive:      p.opt.KeepAlive,
+		ConnectTimeout: p.opt.ConnectTimeout,
+		OnConnect:      func(mqtt.Client) { p.onConnect(i) },
+		OnLost: func(_ mqtt.Client, err error) {
+			p.log.Warn("presence connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
 			p.mu.RLock()
 			hooks := p.onLost
 			p.mu.RUnlock()
 			for _, h := range hooks {
 				h()
 			}
-		})
-	// Every command is a publish out and a reply in on this connection:
-	// buffered, a read costs one system call per batch of packets instead
-	// of several per packet, and acks and publishes leave together.
-	if fn := BufferedDialer(broker, p.opt.ConnectTimeout); fn != nil {
-		o.SetCustomOpenConnectionFn(fn)
-	}
-	return mqtt.NewClient(o)
+		},
+	})
 }
 
 // resubscribe renews every subscription on broker i's client.
@@ -246,8 +238,8 @@ func (p *Presence) resubscribe(i int) error {
 	}
 	p.mu.RUnlock()
 	route := func(_ mqtt.Client, m mqtt.Message) { p.route(i, m) }
-	if err := WaitToken(p.clients[i].SubscribeMultiple(filters, route), p.opt.ConnectTimeout); err != nil {
-		return fmt.Errorf("link: presence subscribe at %s: %w", BrokerName(p.brokers[i]), err)
+	if err := mqttconn.WaitToken(p.clients[i].SubscribeMultiple(filters, route), p.opt.ConnectTimeout); err != nil {
+		return fmt.Errorf("link: presence subscribe at %s: %w", mqttconn.BrokerName(p.brokers[i]), err)
 	}
 	return nil
 }
@@ -446,8 +438,8 @@ func (p *Presence) Subscribe(filter string, qos byte, h Handler) error {
 	p.mu.Unlock()
 	for i, c := range p.clients {
 		route := func(_ mqtt.Client, m mqtt.Message) { p.route(i, m) }
-		if err := WaitToken(c.Subscribe(filter, qos, route), p.opt.ConnectTimeout); err != nil {
-			return fmt.Errorf("link: subscribe %s at %s: %w", filter, BrokerName(p.brokers[i]), err)
+		if err := mqttconn.WaitToken(c.Subscribe(filter, qos, route), p.opt.ConnectTimeout); err != nil {
+			return fmt.Errorf("link: subscribe %s at %s: %w", filter, mqttconn.BrokerName(p.brokers[i]), err)
 		}
 	}
 	return nil
@@ -512,7 +504,7 @@ func (p *Presence) publishOn(ctx context.Context, i int, topic string, qos byte,
 	case <-t.Done():
 		if err := t.Error(); err != nil {
 			if len(p.clients) > 1 {
-				return fmt.Errorf("link: publish %s at %s: %w", topic, BrokerName(p.brokers[i]), err)
+				return fmt.Errorf("link: publish %s at %s: %w", topic, mqttconn.BrokerName(p.brokers[i]), err)
 			}
 			return fmt.Errorf("link: publish %s: %w", topic, err)
 		}

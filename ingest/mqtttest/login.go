@@ -11,6 +11,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/mqttconn"
 )
 
 // SharedURL is the broker the tests share (the one `make test` starts):
@@ -40,6 +41,13 @@ func Service() (username, password string) {
 func ServiceOptions(brokerURL, clientID string) *mqtt.ClientOptions {
 	u, p := Service()
 	return mqtt.NewClientOptions().AddBroker(brokerURL).SetClientID(clientID).SetUsername(u).SetPassword(p)
+}
+
+// ServiceConfig is the mqttconn setup of a client of brokerURL with the
+// service login (dynsec.Dial takes one).
+func ServiceConfig(brokerURL, clientID string) mqttconn.Config {
+	u, p := Service()
+	return mqttconn.Config{Broker: brokerURL, ClientID: clientID, Login: mqttconn.Login{Username: u, Password: p}}
 }
 
 // Gateway gives the test a broker login with dynsec.GatewayRole (and the
@@ -78,7 +86,7 @@ func Gateway(t testing.TB, brokerURL string) func(*mqtt.ClientOptions) {
 // service login.
 func dialAdmin(ctx context.Context, t testing.TB, brokerURL string) *dynsec.Client {
 	t.Helper()
-	c, err := dynsec.Dial(ctx, ServiceOptions(brokerURL, "test-admin-"+strings.ToLower(rand.Text()[:10])), nil)
+	c, err := dynsec.Dial(ctx, ServiceConfig(brokerURL, "test-admin-"+strings.ToLower(rand.Text()[:10])), nil)
 	if err != nil {
 		t.Fatalf("dynsec admin: %v", err)
 	}

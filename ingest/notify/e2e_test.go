@@ -12,7 +12,7 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/alarm"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/notify"
 	"devicehub/meta"
@@ -66,7 +66,7 @@ func TestThroughEvaluator(t *testing.T) {
 	broker := mqtttest.SharedURL()
 	clientID := testkit.RandID("test-alarms-")
 	u, p := mqtttest.Service()
-	runner, err := alarm.NewRunner(g.ms, alarm.Options{BrokerURL: broker, Login: link.Login{Username: u, Password: p}, ClientID: clientID,
+	runner, err := alarm.NewRunner(g.ms, alarm.Options{BrokerURL: broker, Login: mqttconn.Login{Username: u, Password: p}, ClientID: clientID,
 		FlushInterval: 20 * time.Millisecond, TickInterval: 50 * time.Millisecond, PollInterval: 200 * time.Millisecond, Retry: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -92,14 +92,14 @@ func TestThroughEvaluator(t *testing.T) {
 	po := mqtt.NewClientOptions().AddBroker(broker).SetClientID(testkit.RandID("test-gw-")).SetCleanSession(true)
 	gw(po)
 	pub := mqtt.NewClient(po)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
 	report := func(dev string, n int, v float64) {
 		t.Helper()
 		payload := fmt.Sprintf(`{"messageId":"%s-%d","timestamp":%d,"properties":{"temp":%v}}`, dev, n, time.Now().UnixMilli(), v)
-		if err := link.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false, payload), 10*time.Second); err != nil {
+		if err := mqttconn.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false, payload), 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

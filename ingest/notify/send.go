@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"devicehub/ingest/mqttconn"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -19,10 +20,6 @@ import (
 	"text/template"
 	"time"
 	"unicode/utf8"
-
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
-	"devicehub/ingest/link"
 )
 
 // Notification is what a channel sends: the outbox row (its id is the
@@ -266,20 +263,16 @@ func sendMQTT(ctx context.Context, c Channel, n Notification) (Result, error) {
 		// One client id per send: two workers never take each other's session.
 		id = "devicehub-notify-" + strings.ToLower(rand.Text()[:12])
 	}
-	o := link.Login{Username: m.Username, Password: c.Secret}.NewClientOptions(m.Broker, id)
-	o.SetAutoReconnect(false).SetConnectRetry(false).SetCleanSession(true).SetConnectTimeout(timeout)
-	if d := link.BufferedDialer(m.Broker, timeout); d != nil {
-		o.SetCustomOpenConnectionFn(d)
-	}
-	cl := mqtt.NewClient(o)
-	if err := link.WaitToken(cl.Connect(), timeout); err != nil {
+	cl := mqttconn.New(mqttconn.Config{Broker: m.Broker, ClientID: id,
+		Login: mqttconn.Login{Username: m.Username, Password: c.Secret}, ConnectTimeout: timeout})
+	if err := mqttconn.WaitToken(cl.Connect(), timeout); err != nil {
 		return Result{}, fmt.Errorf("mqtt connect: %w", err)
 	}
 	defer cl.Disconnect(100)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if err := link.WaitToken(cl.Publish(m.Topic, m.QoS, m.Retain, body), timeout); err != nil {
+	if err := mqttconn.WaitToken(cl.Publish(m.Topic, m.QoS, m.Retain, body), timeout); err != nil {
 		return Result{}, fmt.Errorf("mqtt publish: %w", err)
 	}
 	return Result{Body: fmt.Sprintf("published to %s at QoS %d", m.Topic, m.QoS)}, nil

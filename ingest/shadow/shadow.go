@@ -15,6 +15,7 @@ import (
 	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/schema"
+	"devicehub/schema/backoff"
 	"devicehub/tsdb"
 )
 
@@ -445,18 +446,12 @@ func (s *Service) work() {
 // handle answers a batch, retrying what fails (PostgreSQL, ClickHouse or
 // the broker away) with backoff until it succeeds or the service closes.
 func (s *Service) handle(batch []request) {
-	wait := 100 * time.Millisecond
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for len(batch) > 0 {
 		batch = s.try(batch)
-		if len(batch) == 0 {
+		if len(batch) == 0 || retry.Wait(s.ctx) != nil {
 			return
 		}
-		select {
-		case <-time.After(wait):
-		case <-s.ctx.Done():
-			return
-		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 

@@ -1,8 +1,7 @@
-package link
+package mqttconn
 
 import (
 	"bufio"
-	"errors"
 	"net"
 	"net/url"
 	"sync"
@@ -10,46 +9,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
-
-// Login is devicehub's own login at the broker: with Mosquitto, a client
-// of the dynamic-security plugin whose rights the dynsec package keeps
-// (every uplink, downlinks, the plugin's control topic). An empty Username
-// connects anonymously, which the project's broker refuses.
-type Login struct {
-	Username, Password string
-}
-
-// DefaultLogin is the service login `make run` and the tests' brokers are
-// set up with (.ci/mosquitto-setup).
-var DefaultLogin = Login{Username: "devicehub", Password: "devicehub-dev"}
-
-// NewClientOptions are paho options for broker with l's login: the start
-// of every devicehub client.
-func (l Login) NewClientOptions(broker, clientID string) *mqtt.ClientOptions {
-	o := mqtt.NewClientOptions().AddBroker(broker).SetClientID(clientID)
-	if l.Username != "" {
-		o.SetUsername(l.Username)
-		o.SetPassword(l.Password)
-	}
-	return o
-}
-
-// ReconnectEvery is how often devicehub's clients try a lost connection
-// again: the broker's return is noticed within this long.
-const ReconnectEvery = 250 * time.Millisecond
-
-// WaitToken waits for t up to d and returns its error, or
-// ErrBrokerTimeout.
-func WaitToken(t mqtt.Token, d time.Duration) error {
-	if !t.WaitTimeout(d) {
-		return ErrBrokerTimeout
-	}
-	return t.Error()
-}
-
-// ErrBrokerTimeout: an MQTT operation (connect, subscribe) was not
-// answered in time.
-var ErrBrokerTimeout = errors.New("link: MQTT operation timed out")
 
 // BufferedDialer returns a paho connection opener with buffered I/O
 // (bufConn) for tcp:// and mqtt:// brokers, or nil (paho's own) for other
