@@ -14,7 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -123,14 +123,14 @@ func TestConsoleNotifyInBrowser(t *testing.T) {
 	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
 	gw(o)
 	pub := mqtt.NewClient(o)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
 	n := 0
 	testkit.Eventually(t, 30*time.Second, "a dead letter", func() bool {
 		n++
-		_ = link.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"temp":95}}`, n)), 5*time.Second)
+		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"temp":95}}`, n)), 5*time.Second)
 		var dead struct {
 			Total int `json:"total"`
 		}

@@ -9,7 +9,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
-	"devicehub/ingest/link"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 )
 
@@ -37,11 +37,11 @@ func TestConsoleOutsideModelInBrowser(t *testing.T) {
 	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
 	gw(o)
 	pub := mqtt.NewClient(o)
-	if err := link.WaitToken(pub.Connect(), 10*time.Second); err != nil {
+	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Disconnect(0)
-	if err := link.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false,
+	if err := mqttconn.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false,
 		`{"messageId":"m1","properties":{"temp":21.5,"mode":"turbo","switch":true}}`), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
