@@ -28,7 +28,7 @@ type AlarmStore interface {
 	GetRule(ctx context.Context, id string) (alarm.StoredRule, error)
 	PutRule(ctx context.Context, r alarm.Rule, create bool, by alarm.Actor) (alarm.StoredRule, error)
 	SetEnabled(ctx context.Context, id string, enabled bool, by alarm.Actor) (alarm.StoredRule, error)
-	DeleteRule(ctx context.Context, id string) (alarm.StoredRule, error)
+	DeleteRule(ctx context.Context, id string, by alarm.Actor) (alarm.StoredRule, error)
 	ProductRules(ctx context.Context, product string) ([]alarm.Rule, error)
 	ImportRules(ctx context.Context, product string, m *schema.ThingModel, rules []alarm.Rule, by alarm.Actor) error
 	QueryRecords(ctx context.Context, q *meta.Query) (meta.Page[alarm.Record], error)
@@ -132,16 +132,25 @@ func queryPage[T any](c *fiber.Ctx, query func(context.Context, *meta.Query) (me
 	return okPage(c, &page, item)
 }
 
-func (s *Server) getAlarmRule(c *fiber.Ctx) error {
+// ruleAction answers a route of one rule: act, given the request's
+// context and the store, does what the route does and returns the rule,
+// which is written back.
+func (s *Server) ruleAction(c *fiber.Ctx, act func(context.Context, AlarmStore) (alarm.StoredRule, error)) error {
 	store, err := s.alarms()
 	if err != nil {
 		return err
 	}
-	r, err := store.GetRule(c.UserContext(), c.Params("id"))
+	r, err := act(c.UserContext(), store)
 	if err != nil {
 		return err
 	}
 	return okItem(c, &r, appendRule)
+}
+
+func (s *Server) getAlarmRule(c *fiber.Ctx) error {
+	return s.ruleAction(c, func(ctx context.Context, store AlarmStore) (alarm.StoredRule, error) {
+		return store.GetRule(ctx, c.Params("id"))
+	})
 }
 
 // alarmProductModel is the thing model of product (meta.ErrNotFound outside
@@ -180,27 +189,29 @@ func (s *Server) ruleBody(c *fiber.Ctx) (alarm.Rule, error) {
 	return r, nil
 }
 
-func (s *Server) createAlarmRule(c *fiber.Ctx) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
-	r, err := s.ruleBody(c)
-	if err != nil {
-		return err
-	}
-	out, err := store.PutRule(c.UserContext(), r, true, actor(c))
-	if err != nil {
-		return err
-	}
-	return okItem(c, &out, appendRule)
+func (s *Server) createAlarmRule(c *fiber.Ctx) error { return s.putAlarmRule(c, true) }
+func (s *Server) updateAlarmRule(c *fiber.Ctx) error { return s.putAlarmRule(c, false) }
+
+// putAlarmRule creates a rule, or replaces the rule of the path (whose
+// body may leave its id out, or must name the same).
+func (s *Server) putAlarmRule(c *fiber.Ctx, create bool) error {
+	return s.ruleAction(c, func(ctx context.Context, store AlarmStore) (alarm.StoredRule, error) {
+		if !create {
+			if err := pathRuleID(c); err != nil {
+				return alarm.StoredRule{}, err
+			}
+		}
+		r, err := s.ruleBody(c)
+		if err != nil {
+			return alarm.StoredRule{}, err
+		}
+		return store.PutRule(ctx, r, create, actor(c))
+	})
 }
 
-func (s *Server) updateAlarmRule(c *fiber.Ctx) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
+// pathRuleID puts the path's rule id into a body that leaves it out, and
+// refuses one that names another.
+func pathRuleID(c *fiber.Ctx) error {
 	var probe struct {
 		ID string `json:"id"`
 	}
@@ -209,7 +220,6 @@ func (s *Server) updateAlarmRule(c *fiber.Ctx) error {
 	}
 	id := c.Params("id")
 	if probe.ID == "" {
-		// the path names the rule; the body may leave its id out
 		var raw map[string]json.RawMessage
 		_ = json.Unmarshal(c.Body(), &raw)
 		raw["id"], _ = json.Marshal(id)
@@ -218,42 +228,26 @@ func (s *Server) updateAlarmRule(c *fiber.Ctx) error {
 	} else if probe.ID != id {
 		return schema.Invalid("id", "%q is not the rule of the path, %q", probe.ID, id)
 	}
-	r, err := s.ruleBody(c)
-	if err != nil {
-		return err
-	}
-	out, err := store.PutRule(c.UserContext(), r, false, actor(c))
-	if err != nil {
-		return err
-	}
-	return okItem(c, &out, appendRule)
+	return nil
 }
 
+// deleteAlarmRule deletes a rule; its active alarms are cleared ("rule
+// deleted", by the caller).
 func (s *Server) deleteAlarmRule(c *fiber.Ctx) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
-	r, err := store.DeleteRule(c.UserContext(), c.Params("id"))
-	if err != nil {
-		return err
-	}
-	return okItem(c, &r, appendRule)
+	return s.ruleAction(c, func(ctx context.Context, store AlarmStore) (alarm.StoredRule, error) {
+		return store.DeleteRule(ctx, c.Params("id"), actor(c))
+	})
 }
 
 func (s *Server) enableAlarmRule(c *fiber.Ctx) error  { return s.setAlarmRuleEnabled(c, true) }
 func (s *Server) disableAlarmRule(c *fiber.Ctx) error { return s.setAlarmRuleEnabled(c, false) }
 
+// setAlarmRuleEnabled enables or disables a rule; disabling clears its
+// active alarms ("rule disabled", by the caller).
 func (s *Server) setAlarmRuleEnabled(c *fiber.Ctx, enabled bool) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
-	r, err := store.SetEnabled(c.UserContext(), c.Params("id"), enabled, actor(c))
-	if err != nil {
-		return err
-	}
-	return okItem(c, &r, appendRule)
+	return s.ruleAction(c, func(ctx context.Context, store AlarmStore) (alarm.StoredRule, error) {
+		return store.SetEnabled(ctx, c.Params("id"), enabled, actor(c))
+	})
 }
 
 // ruleDocument is a product's rules as one document (export, import).

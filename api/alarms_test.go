@@ -54,9 +54,21 @@ func hotRule(id, product string) map[string]any {
 		"clear":   map[string]any{"type": "condition", "all": []any{map[string]any{"property": "temp", "op": "lt", "value": 28}}}}
 }
 
-// raise writes alarms as the evaluator's owner would.
+// raise writes alarms as the evaluator's owner would, of enabled rules
+// (made here when absent: the owner's writes of other rules are refused).
 func (e *alarmEnv) raise(trs ...alarm.Transition) {
 	e.t.Helper()
+	ctx := context.Background()
+	for _, t := range trs {
+		if _, err := e.alarms.GetRule(ctx, t.RuleID); err == nil {
+			continue
+		}
+		r := alarm.Rule{ID: t.RuleID, Name: t.RuleID, ProductID: t.ProductID, Severity: alarm.SeverityMajor, Enabled: true,
+			Trigger: alarm.Trigger{Type: alarm.TriggerNoData, For: alarm.Duration(time.Minute)}}
+		if _, err := e.alarms.PutRule(ctx, r, true, alarm.Actor{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	if _, err := e.alarms.Write(context.Background(), e.epoch, trs, nil, nil); err != nil {
 		e.t.Fatal(err)
 	}

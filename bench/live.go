@@ -146,6 +146,12 @@ type liveReceiver struct {
 // subscribe opens a stream at base with token and reads it on a
 // goroutine until it ends.
 func (r *liveReceiver) subscribe(ctx context.Context, base, token string, devices []string) error {
+	return r.subscribeFunc(ctx, base, token, devices, r.event)
+}
+
+// subscribeFunc opens a stream as subscribe does and hands each event to
+// fn with its receipt time.
+func (r *liveReceiver) subscribeFunc(ctx context.Context, base, token string, devices []string, fn func(name string, data []byte, now time.Time)) error {
 	q := url.Values{"deviceId": devices, "token": {token}}
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/api/live?"+q.Encode(), nil)
 	if err != nil {
@@ -177,7 +183,7 @@ func (r *liveReceiver) subscribe(ctx context.Context, base, token string, device
 			case len(line) > 7 && string(line[:7]) == "event: ":
 				name = strings.TrimSpace(string(line[7:]))
 			case len(line) > 6 && string(line[:6]) == "data: ":
-				r.event(name, line[6:], now)
+				fn(name, line[6:], now)
 			}
 		}
 	}()

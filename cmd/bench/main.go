@@ -2,7 +2,7 @@
 // services and writes, per run, report.json, summary.md and timeline.svg
 // under bench/results/<timestamp>/ (git-ignored):
 //
-//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
+//	go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|all> [flags]
 //
 // Every figure is printed as a ratio to a ceiling or baseline measured in
 // the same run: broker pass-through and raw ClickHouse inserts (ingest), a
@@ -25,6 +25,11 @@
 // shadow (not part of all) measures a storm of devices reconnecting,
 // each with a pending delta, against the same storm without
 // (bench/shadow.go); -shadow-devices sizes it.
+// alarms (not part of all) runs devicehub with 100,000 devices of a product
+// with 10 alarm rules: ingest bursts with the rules off and on, report ->
+// alarm event on /api/live at 10,000 reports/s with 1% raising, and in
+// this process the rule state per device and 1,000,000 no-data timers
+// (bench/alarms.go); -alarm-* flags size it.
 // storage (not part of all) generates a fleet's
 // history (100M property values by default) into a database of its own and
 // reports the bytes of every table and column per stored value, with
@@ -52,7 +57,7 @@ import (
 	"devicehub/bench"
 )
 
-const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|storage|all> [flags]
+const usage = `usage: go run ./cmd/bench <ingest|dashboard|dashboard-mixed|api|commands|live|soak|fleet|fleet-connect|shadow|alarms|storage|all> [flags]
 
 Runs the scenario against PostgreSQL, ClickHouse and Mosquitto (make services)
 and writes report.json, summary.md and timeline.svg to -out/<timestamp>/.
@@ -143,6 +148,11 @@ type flags struct {
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
 	shadowDevices                                     int
 	shadowTimeout                                     time.Duration
+	alarmDevices, alarmRate, alarmWatched             int
+	alarmRounds, alarmTimers                          int
+	alarmDuration, alarmTimerFor, alarmTimeout        time.Duration
+	alarmTimerSpread                                  time.Duration
+	alarmSkipServer                                   bool
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
@@ -237,6 +247,16 @@ func newFlags() *flags {
 	fs.BoolVar(&f.fcSkipCeilings, "fc-skip-ceilings", false, "fleet-connect: no ceilings (the same storms without devicehub, against brokers without the plugin and with it)")
 	fs.IntVar(&f.shadowDevices, "shadow-devices", 10000, "shadow: devices reconnecting at once, each storm")
 	fs.DurationVar(&f.shadowTimeout, "shadow-timeout", 5*time.Minute, "shadow: bound of each wait (a storm drained, every delta delivered)")
+	fs.IntVar(&f.alarmDevices, "alarm-devices", 100000, "alarms: devices of the product with 10 rules")
+	fs.IntVar(&f.alarmRate, "alarm-rate", 10000, "alarms: reports/s of the latency phase (1% raise an alarm)")
+	fs.IntVar(&f.alarmWatched, "alarm-watched", 1000, "alarms: crossing devices watched on /api/live (streams of 100)")
+	fs.IntVar(&f.alarmRounds, "alarm-rounds", 2, "alarms: throughput rounds (a burst of one report per device with the rules off, then on)")
+	fs.IntVar(&f.alarmTimers, "alarm-timers", 1000000, "alarms: devices of the in-process no-data timer measure")
+	fs.DurationVar(&f.alarmDuration, "alarm-duration", 30*time.Second, "alarms: length of the latency phase")
+	fs.DurationVar(&f.alarmTimerFor, "alarm-timer-for", 30*time.Second, "alarms: the no-data timers' D")
+	fs.DurationVar(&f.alarmTimerSpread, "alarm-timer-spread", 10*time.Second, "alarms: the no-data timers' deadlines fall within this span")
+	fs.DurationVar(&f.alarmTimeout, "alarm-timeout", 5*time.Minute, "alarms: bound of each wait")
+	fs.BoolVar(&f.alarmSkipServer, "alarm-skip-server", false, "alarms: only the in-process measures (rule state, timers)")
 	return f
 }
 
@@ -297,13 +317,13 @@ func run(ctx context.Context, scenario string, f *flags) error {
 	switch scenario {
 	case "all":
 		scenarios = all
-	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "storage":
+	case "ingest", "dashboard", "dashboard-mixed", "api", "commands", "live", "soak", "fleet", "fleet-connect", "shadow", "alarms", "storage":
 		// soak is not part of all: it stops the services; nor are fleet
 		// and fleet-connect: they fill a private broker with a million
 		// logins, or connect 100,000 devices (minutes).
 		scenarios = []string{scenario}
 	default:
-		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, storage or all)", scenario)
+		return fmt.Errorf("unknown scenario %q (want ingest, dashboard, dashboard-mixed, api, commands, live, soak, fleet, fleet-connect, shadow, alarms, storage or all)", scenario)
 	}
 	// Live progress only on a terminal; logs and results to stdout always.
 	var progress io.Writer
@@ -568,6 +588,26 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		r, err := bench.RunShadow(ctx, bench.ShadowParams{Devices: f.shadowDevices, Timeout: f.shadowTimeout,
 			PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		if err != nil {
+			return err
+		}
+	case "alarms":
+		var bin string
+		if !f.alarmSkipServer {
+			var err error
+			if bin, err = serverBin(); err != nil {
+				return err
+			}
+		}
+		r, err := bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
+			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
+			SkipServer: f.alarmSkipServer, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
+			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
 		rep.Results[s] = r
 		logf("%s", r)
 		for _, fig := range r.Figures() {

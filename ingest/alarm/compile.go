@@ -199,6 +199,9 @@ type env interface {
 	fresh(prop string) (cur, prev value, dt float64, ok, hasPrev bool)
 	// ref is a device value a threshold names.
 	ref(kind, id string) (value, bool)
+	// lack records that a threshold's device value was missing and the
+	// condition had no default: the rule is not evaluated.
+	lack()
 }
 
 func (g *group) eval(e env) bool {
@@ -271,6 +274,7 @@ func (l *leaf) eval(e env) bool {
 				str = r.text()
 			}
 		} else if !l.hasDef {
+			e.lack()
 			return false
 		}
 	}

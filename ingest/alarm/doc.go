@@ -19,8 +19,10 @@
 // A rule belongs to a product. Its trigger is one of: conditions on
 // reported properties (gt ge lt le eq ne between changed, against the
 // value or its change or rate since the previous report; all/any nested
-// one level; thresholds may name another property of the device or a
-// tag); a thing-model event (optional conditions on its fields); offline
+// one level; thresholds may name another property of the device, a tag
+// or a configuration key, the condition's value as default: a device
+// lacking it, with no default, is not evaluated by the rule and is
+// counted); a thing-model event (optional conditions on its fields); offline
 // for at least D; no report (of a property, or of anything) for D. The
 // alarm is raised when the trigger is met, or once it has held for
 // duration, or once it was met repeat.count times within repeat.within.
@@ -78,7 +80,25 @@
 //     state already offline stays offline since its first will);
 //   - a timer that fired is part of the state written with the alarm it
 //     raised; timers are restored from that state, and one past due fires
-//     at the first tick.
+//     at the first tick once the sessions' backlogs are applied: a new
+//     owner publishes a marker on each session (/{p}/$devicehub/online,
+//     as ingest's sessions do) and checks no timer before it came back,
+//     so a report queued while no owner ran moves its device's no-data
+//     deadline before that deadline is looked at (TestRunnerNoDataRestart
+//     fails without the wait).
+//
+// A device keeps the keys of its messages at its latest time only (and
+// of its births and wills): a redelivered report or event older than
+// that is skipped by its time already. A rule state holding nothing has
+// no row; a flush writes the rows that changed.
+//
+// Rules that go. Disabling or deleting a rule clears its active alarms in
+// the same transaction ("rule disabled", "rule deleted", a cleared
+// transition each). Store.Write locks the rows of the rules it writes
+// transitions of (FOR SHARE) and drops those of rules no longer enabled:
+// a batch evaluated before the owner reloaded its rules raises nothing
+// again, and a disable waiting for the batch clears what it raised
+// (TestStoreRuleGone).
 //
 // One record. Whatever an evaluator believes, PostgreSQL holds at most one
 // active alarm per (rule, device) (a partial unique index); a raise that

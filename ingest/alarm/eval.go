@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -74,13 +75,18 @@ type Message struct {
 	Fields    map[string]Value // MsgEvent: the fields of its data object
 }
 
-// Refs gives device values that thresholds name ("tag.<id>"); nil gives
-// none. Property refs are the device's own latest reports.
+// Refs gives device values that thresholds name (kind RefTag or
+// RefConfig, and the key); nil gives none. Property refs are the device's
+// own latest reports.
 type Refs func(deviceID, kind, id string) (Value, bool)
 
 // recentKeys is how many message keys per device are kept to recognise a
 // redelivery: the messages of the last few batches, those whose acks may
-// not have reached the broker.
+// not have reached the broker. Only the keys a time cannot replace are
+// kept: those of the reports and events at the device's latest time
+// (LastAt: an older one is skipped by its time, so its key is dropped
+// once a later one is applied), and those of births and wills (prefixed
+// "p"), which have no such order. Most devices thus keep one key.
 const recentKeys = 32
 
 // Evaluator evaluates rules over device messages and timers. It is pure:
@@ -97,6 +103,35 @@ type Evaluator struct {
 	dirtyDev  map[*devState]struct{}
 	dropped   []stateKey // states of removed rules, to delete
 	evals     uint64
+	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
+}
+
+// Lacking is how many times a rule was not evaluated for a device because
+// a threshold names a value the device lacks and gives no default
+// (Condition.Ref).
+func (e *Evaluator) Lacking() uint64 { return e.lacking }
+
+// RefKeys lists, by product, the device values ("tag.<key>",
+// "config.<key>") its enabled rules' thresholds name: what Refs is asked.
+func (e *Evaluator) RefKeys() map[string][]string {
+	out := map[string][]string{}
+	for p, rules := range e.byProduct {
+		seen := map[string]bool{}
+		for _, c := range rules {
+			visit := func(l *leaf) {
+				if l.refKind != "" && l.refKind != RefProperty && !seen[l.refKind+"."+l.refID] {
+					seen[l.refKind+"."+l.refID] = true
+					out[p] = append(out[p], l.refKind+"."+l.refID)
+				}
+			}
+			c.trigger.leaves(visit)
+			c.clear.leaves(visit)
+			for i := range c.ladder {
+				c.ladder[i].g.leaves(visit)
+			}
+		}
+	}
+	return out
 }
 
 // New returns an evaluator with no rules.
@@ -135,10 +170,11 @@ type propData struct {
 
 // ruleState is the state of one rule for one device.
 type ruleState struct {
-	rule *compiled
-	dev  *devState
-	S    stateData
-	idx  int // in the timer heap, -1 when not there
+	rule  *compiled
+	dev   *devState
+	S     stateData
+	idx   int    // in the timer heap, -1 when not there
+	saved uint64 // hash of the row last written (or restored); 0: no row
 }
 
 type stateData struct {
@@ -154,6 +190,19 @@ type stateData struct {
 }
 
 type stateKey struct{ Rule, Device string }
+
+// zero reports whether s holds nothing: no row is needed for it.
+func (s *stateData) zero() bool {
+	return s.Since == 0 && len(s.Hits) == 0 && !s.Active && s.Sev == 0 && s.ClearSince == 0 && s.Deadline == 0 &&
+		!s.Offline && s.LastSeen == 0 && s.RaisedAt == 0
+}
+
+// rowHash identifies a written row, never 0 (0 is no row).
+func rowHash(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return max(h.Sum64(), 1)
+}
 
 // SetRules replaces the rules: rules are compiled against their
 // product's thing model (models by product id). The state of a rule that
@@ -256,24 +305,34 @@ func (e *Evaluator) Apply(m Message) bool {
 		return true
 	}
 	d := e.device(m.ProductID, m.DeviceID)
-	if m.Key != "" && m.KeyUnique && slices.Contains(d.D.Keys, m.Key) {
+	timed := m.Kind == MsgReport || m.Kind == MsgEvent
+	key := m.Key
+	if key != "" && !timed {
+		key = "p" + key
+	}
+	if key != "" && m.KeyUnique && slices.Contains(d.D.Keys, key) {
 		return false
 	}
 	mt := m.At.UnixMilli()
-	if (m.Kind == MsgReport || m.Kind == MsgEvent) && mt < d.D.LastAt {
+	if timed && mt < d.D.LastAt {
 		return false
 	}
 	at := mt
 	if !m.Arrived.IsZero() {
 		at = m.Arrived.UnixMilli()
 	}
-	if m.Key != "" {
+	if timed && mt > d.D.LastAt {
+		// Reports and events before mt are skipped by their time now:
+		// their keys are no longer needed.
+		d.D.Keys = slices.DeleteFunc(d.D.Keys, func(k string) bool { return !strings.HasPrefix(k, "p") })
+	}
+	if key != "" {
 		if len(d.D.Keys) == recentKeys {
 			d.D.Keys = append(d.D.Keys[:0], d.D.Keys[1:]...)
 		}
-		d.D.Keys = append(d.D.Keys, m.Key)
+		d.D.Keys = append(d.D.Keys, key)
 	}
-	if m.Kind == MsgReport || m.Kind == MsgEvent {
+	if timed {
 		d.D.LastAt = mt
 	}
 	e.dirtyDev[d] = struct{}{}
@@ -337,7 +396,16 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 				continue
 			}
 			e.evals++
-			e.step(e.state(d, c), at, c.trigger.eval(ev), c.trigger.touches(has), ev)
+			ev.lacked = false
+			met, fresh := c.trigger.eval(ev), c.trigger.touches(has)
+			if ev.lacked {
+				e.lacking++ // a threshold the device lacks: not evaluated (Condition.Ref)
+				continue
+			}
+			if d.rules[c.ID] == nil && !(met && fresh) {
+				continue // no state and nothing to start: none is made (most reports of most devices)
+			}
+			e.step(e.state(d, c), at, met, fresh, ev)
 		case TriggerNoData:
 			if c.Trigger.Property != "" && !has(c.Trigger.Property) {
 				continue
@@ -359,7 +427,12 @@ func (e *Evaluator) event(d *devState, rules []*compiled, at int64, m Message) {
 			continue
 		}
 		e.evals++
+		ev.lacked = false
 		met := len(c.trigger.items) == 0 || c.trigger.eval(ev)
+		if ev.lacked {
+			e.lacking++
+			continue
+		}
 		if !met {
 			continue
 		}
@@ -723,7 +796,10 @@ type DeviceRow struct {
 }
 
 // Dirty returns the rows changed since the last call (states of removed
-// rules as deletions) and forgets them.
+// rules as deletions) and forgets them. Of a touched device, only the
+// rule states whose row differs from the one last written are returned:
+// most reports change none. A state back to zero (nothing held, no
+// timer) is a deletion of its row and leaves memory too.
 func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
 	var devs []DeviceRow
 	var states []StateRow
@@ -735,8 +811,18 @@ func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
 		b, _ := json.Marshal(&d.D)
 		devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
 		for id, st := range d.rules {
+			if st.S.zero() && st.idx < 0 {
+				if st.saved != 0 {
+					states = append(states, StateRow{RuleID: id, DeviceID: d.id})
+				}
+				delete(d.rules, id)
+				continue
+			}
 			b, _ := json.Marshal(&st.S)
-			states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
+			if h := rowHash(b); h != st.saved {
+				st.saved = h
+				states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
+			}
 		}
 	}
 	clear(e.dirtyDev)
@@ -771,6 +857,7 @@ func (e *Evaluator) Restore(devs []DeviceRow, states []StateRow) error {
 		if err := json.Unmarshal(r.Data, &st.S); err != nil {
 			return fmt.Errorf("alarm: rule %s device %s state: %w", r.RuleID, r.DeviceID, err)
 		}
+		st.saved = rowHash(r.Data)
 		if st.S.Deadline != 0 {
 			heap.Push(&e.timers, st)
 		}
@@ -824,9 +911,12 @@ func (e *Evaluator) Active(ruleID, deviceID string) (bool, string) {
 
 // reportEnv reads a device's latest property values.
 type reportEnv struct {
-	e *Evaluator
-	d *devState
+	e      *Evaluator
+	d      *devState
+	lacked bool
 }
+
+func (r *reportEnv) lack() { r.lacked = true }
 
 func (r *reportEnv) current(prop string) (value, bool) {
 	pd := r.d.D.Props[prop]
@@ -848,7 +938,7 @@ func (r *reportEnv) fresh(prop string) (cur, prev value, dt float64, ok, hasPrev
 }
 
 func (r *reportEnv) ref(kind, id string) (value, bool) {
-	if kind == "property" {
+	if kind == RefProperty {
 		return r.current(id)
 	}
 	if r.e.refs == nil {
@@ -860,10 +950,13 @@ func (r *reportEnv) ref(kind, id string) (value, bool) {
 
 // fieldEnv reads an event's fields.
 type fieldEnv struct {
-	e *Evaluator
-	d *devState
-	f map[string]Value
+	e      *Evaluator
+	d      *devState
+	f      map[string]Value
+	lacked bool
 }
+
+func (f *fieldEnv) lack() { f.lacked = true }
 
 func (f *fieldEnv) current(prop string) (value, bool) {
 	v, ok := f.f[prop]
@@ -875,7 +968,7 @@ func (f *fieldEnv) fresh(string) (cur, prev value, dt float64, ok, hasPrev bool)
 }
 
 func (f *fieldEnv) ref(kind, id string) (value, bool) {
-	if kind != "tag" || f.e.refs == nil {
+	if kind == RefProperty || f.e.refs == nil {
 		return value{}, false
 	}
 	v, ok := f.e.refs(f.d.id, kind, id)

@@ -439,3 +439,39 @@ func TestEvalArrival(t *testing.T) {
 		t.Errorf("raised at %v", h.trs[len(h.trs)-1].At)
 	}
 }
+
+// TestEvalRefMissing: a threshold naming a device value the device lacks,
+// with no default: the rule is not evaluated for that device (no raise,
+// and an active alarm is neither repeated nor cleared), and it is
+// counted; with a default, the default is the threshold.
+func TestEvalRefMissing(t *testing.T) {
+	limit := map[string]float64{"d1": 40} // tag.limit of each device
+	h := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","ref":"tag.limit"}]}}`)
+	h.e.refs = func(dev, kind, id string) (Value, bool) {
+		v, ok := limit[dev]
+		if kind != RefTag || id != "limit" || !ok {
+			return Value{}, false
+		}
+		return NumberValue(v), true
+	}
+	h.report(1, "temp", 45)
+	h.want("raised major temp=45")
+	delete(limit, "d1") // the device's tag removed
+	h.report(2, "temp", 20)
+	h.want() // not cleared: nothing to compare with
+	if n := h.e.Lacking(); n != 1 {
+		t.Errorf("lacking %d, want 1", n)
+	}
+	if active, _ := h.e.Active("r1", "d1"); !active {
+		t.Error("the alarm was cleared by a missing threshold")
+	}
+	limit["d1"] = 30
+	h.report(3, "temp", 20)
+	h.want("cleared major temp=20")
+	// Another device without the tag: nothing raised, counted.
+	h.e.Apply(Message{Kind: MsgReport, ProductID: "p1", DeviceID: "d2", At: at(4), Props: []Prop{{ID: "temp", Value: NumberValue(99)}}})
+	h.want()
+	if n := h.e.Lacking(); n != 2 {
+		t.Errorf("lacking %d, want 2", n)
+	}
+}

@@ -119,12 +119,25 @@ type Condition struct {
 	Of       string          `json:"of,omitempty"`
 	Value    json.RawMessage `json:"value,omitempty"`
 	// Ref names a value of the device the threshold is read from:
-	// "property.<id>" (its latest report of that property) or
-	// "tag.<id>" (a tag of the thing model). Value, if set too, is the
-	// threshold while the device has none.
+	// "property.<id>" (its latest report of that property), "tag.<key>"
+	// (the value of the device's tag with that key) or "config.<key>" (a
+	// top-level key of the device's configuration). Value, if set too, is
+	// the threshold while the device has none. A device without the value
+	// and a rule without such a default: the rule is not evaluated for
+	// that device on that message (it neither raises, repeats nor clears;
+	// its state stays), and the evaluator counts it (Evaluator.Lacking,
+	// the metric devicehub_alarm_threshold_missing_total). In a ladder
+	// step or a clear condition, a missing threshold does not hold.
 	Ref string `json:"ref,omitempty"`
 	Group
 }
+
+// Kinds of device values a threshold may name (Condition.Ref).
+const (
+	RefProperty = "property"
+	RefTag      = "tag"
+	RefConfig   = "config"
+)
 
 // Repeat raises when the trigger is met Count times within Within.
 type Repeat struct {
@@ -538,15 +551,15 @@ func checkLeaf(path string, c *Condition, props []schema.Property, history bool)
 		}
 		kind, id, _ := strings.Cut(c.Ref, ".")
 		switch kind {
-		case "property", "tag":
+		case RefProperty, RefTag, RefConfig:
 		default:
-			return schema.Invalid(path+".ref", "must be property.<id> or tag.<id>")
+			return schema.Invalid(path+".ref", "must be property.<id>, tag.<key> or config.<key>")
 		}
 		if id == "" {
-			return schema.Invalid(path+".ref", "must be property.<id> or tag.<id>")
+			return schema.Invalid(path+".ref", "must be property.<id>, tag.<key> or config.<key>")
 		}
-		if !history && kind == "property" {
-			return schema.Invalid(path+".ref", "an event condition takes a threshold from a tag only")
+		if !history && kind == RefProperty {
+			return schema.Invalid(path+".ref", "an event condition takes a threshold from a tag or the configuration only")
 		}
 		if c.Value == nil {
 			return nil

@@ -3,6 +3,7 @@ package alarm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,7 +60,9 @@ type Options struct {
 	// OnTransitions, if set, is given each batch's transitions once they
 	// are committed (the live feed).
 	OnTransitions func([]Transition)
-	// Refs gives tag values for thresholds; nil gives none.
+	// Refs gives the device values thresholds name (tags, configuration);
+	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
+	// each turn's start and every PollInterval for the devices changed.
 	Refs       Refs
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -115,10 +119,11 @@ type Runner struct {
 }
 
 type metrics struct {
-	evals  prometheus.Counter
-	lag    prometheus.Histogram
-	active *prometheus.GaugeVec
-	owner  prometheus.Gauge
+	evals   prometheus.Counter
+	lacking prometheus.Counter
+	lag     prometheus.Histogram
+	active  *prometheus.GaugeVec
+	owner   prometheus.Gauge
 }
 
 // NewRunner returns a runner over ms's database.
@@ -132,6 +137,8 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 	r.m = &metrics{
 		evals: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_alarm_evaluations_total",
 			Help: "Rule evaluations (a rule over a message, or a timer that fired) on this instance."}),
+		lacking: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_alarm_threshold_missing_total",
+			Help: "Rule evaluations skipped: a threshold names a device value (tag, configuration, property) the device lacks, with no default."}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_alarm_evaluation_lag_seconds",
 			Help:    "From a message's arrival at the evaluator to the commit of what it changed.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
@@ -141,7 +148,7 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 			Help: "1 while this instance evaluates the alarm rules."}),
 	}
 	if opt.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.evals, r.m.lag, r.m.active, r.m.owner} {
+		for _, c := range []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.active, r.m.owner} {
 			if err := opt.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -222,10 +229,20 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	ev := New(r.opt.Refs)
+	vals := &deviceValues{store: r.store}
+	refs := r.opt.Refs
+	if refs == nil {
+		refs = vals.get
+	}
+	ev := New(refs)
 	version, err := r.loadRules(ctx, ev)
 	if err != nil {
 		return err
+	}
+	if r.opt.Refs == nil {
+		if err := vals.load(ctx, ev.RefKeys(), true); err != nil {
+			return err
+		}
 	}
 	handSince, err := r.store.LastTransitionID(ctx)
 	if err != nil {
@@ -259,6 +276,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		}
 		clients = append(clients, c)
 	}
+	// Timers wait for the sessions' backlogs: a device that reported while
+	// no owner ran must not fire its restored no-data timer before that
+	// report is applied. Each session publishes a marker (as ingest's
+	// sessions do, ingest/backlog.go) behind its backlog; the timers start
+	// once every marker came back, or after markerWait.
+	marks := r.markBacklogs(clients, filters)
+	markDeadline := time.Now().Add(markerWait)
 	r.ready.Store(true)
 	var born *ingest.BornAt
 	if len(r.brokers) > 1 {
@@ -273,7 +297,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer poll.Stop()
 	var pending []inbound
 	var lastPurge time.Time
-	var evals uint64
+	var evals, lacking uint64
 	write := func() error {
 		trs := ev.Transitions()
 		devs, states := ev.Dirty()
@@ -318,6 +342,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			r.m.evals.Add(float64(n - evals))
 			evals = n
 		}
+		if n := ev.Lacking(); n != lacking {
+			r.m.lacking.Add(float64(n - lacking))
+			lacking = n
+		}
 		if len(trs) > 0 && r.opt.OnTransitions != nil {
 			r.opt.OnTransitions(trs)
 		}
@@ -331,6 +359,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			return errors.New("alarm lock lost")
 		case m := <-in:
 			pending = append(pending, m)
+			if strings.HasSuffix(m.m.Topic(), markerSuffix) {
+				delete(marks, string(m.m.Payload()))
+				continue
+			}
 			r.apply(ev, born, m)
 			if len(pending) >= 10000 {
 				if err := write(); err != nil {
@@ -338,6 +370,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				}
 			}
 		case now := <-tick.C:
+			if len(marks) > 0 && now.Before(markDeadline) {
+				continue // a backlog not yet applied
+			}
+			if len(marks) > 0 {
+				r.log.Warn("alarms: a session's backlog marker did not come back; timers start", "waited", markerWait)
+				clear(marks)
+			}
 			ev.Tick(now)
 		case <-flush.C:
 			if err := write(); err != nil {
@@ -345,10 +384,16 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 		case <-poll.C:
 			v, err := r.store.RulesVersion(ctx)
+			changed := false
 			if err == nil && v != version {
 				if nv, err := r.loadRules(ctx, ev); err == nil {
-					version = nv
+					version, changed = nv, true
 					r.resubscribe(clients, r.filtersFor(ev))
+				}
+			}
+			if r.opt.Refs == nil {
+				if err := vals.load(ctx, ev.RefKeys(), changed); err != nil {
+					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
 			hc, next, err := r.store.HandClears(ctx, handSince)
@@ -529,7 +574,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 		return
 	}
 	t, ok := wire.ParseTopic(m.Topic())
-	if !ok || !ev.HasRules(t.ProductID) {
+	if !ok || !ev.HasRules(t.ProductID) || strings.HasPrefix(t.DeviceID, "$") { // "$": another session's marker, no device
 		return
 	}
 	payload := m.Payload()
@@ -633,4 +678,87 @@ func eventFields(payload []byte) map[string]Value {
 		}
 	}
 	return out
+}
+
+// deviceValues holds the tags and configuration keys the rules'
+// thresholds name, of the devices of the products whose rules name any:
+// read whole when the rules change, then the devices changed since.
+type deviceValues struct {
+	store *Store
+	keys  map[string][]string // by product, as last loaded
+	vals  map[string]map[string]Value
+	since time.Time
+}
+
+func (v *deviceValues) get(device, kind, id string) (Value, bool) {
+	x, ok := v.vals[device][kind+"."+id]
+	return x, ok
+}
+
+// load reads the values keys (Evaluator.RefKeys) name: all of them when
+// all is set, else those of devices modified since the last read (a few
+// seconds back, for transactions that committed late).
+func (v *deviceValues) load(ctx context.Context, keys map[string][]string, all bool) error {
+	if len(keys) == 0 {
+		v.keys, v.vals = nil, nil
+		return nil
+	}
+	var products []string
+	want := map[string]bool{}
+	for p, ks := range keys {
+		products = append(products, p)
+		for _, k := range ks {
+			want[k] = true
+		}
+	}
+	since := v.since.Add(-5 * time.Second)
+	if all || v.vals == nil {
+		since, v.vals = time.Time{}, map[string]map[string]Value{}
+	}
+	got, latest, err := v.store.DeviceValues(ctx, products, want, since)
+	if err != nil {
+		return err
+	}
+	for id, m := range got {
+		v.vals[id] = m
+	}
+	v.keys = keys
+	if latest.After(v.since) {
+		v.since = latest
+	}
+	return nil
+}
+
+// markerWait bounds the wait for the sessions' backlog markers (a broker
+// that refuses the marker's publish, or drops it).
+const markerWait = 30 * time.Second
+
+// markerSuffix ends a backlog marker's topic, /{p}/$devicehub/online:
+// "$" is in no device id, so no device publishes there.
+const markerSuffix = "/" + wire.MarkerDevice + "/" + wire.LevelOnline
+
+// markBacklogs publishes a marker on each client, QoS 1, to a topic its
+// filters match; it returns the markers' payloads still awaited. A
+// session's queued messages come before it (Mosquitto keeps a session's
+// QoS 1 queue in order).
+func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte) map[string]bool {
+	marks := map[string]bool{}
+	var product string
+	for f := range filters {
+		if t, ok := strings.CutPrefix(f, "/"); ok {
+			if p, _, ok := strings.Cut(t, "/"); ok && p != "+" && (product == "" || p < product) {
+				product = p
+			}
+		}
+	}
+	if product == "" {
+		return marks // no subscription: no backlog
+	}
+	topic := wire.DeviceTopic(product, wire.MarkerDevice, wire.LevelOnline)
+	for _, c := range clients {
+		payload := "alarms " + r.opt.ClientID + " " + rand.Text()
+		marks[payload] = true
+		go r.logFailure("publish the backlog marker", c.Publish(topic, 1, false, payload))
+	}
+	return marks
 }

@@ -13,6 +13,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/lib/pq"
+
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
@@ -236,13 +238,14 @@ func TestRunnerTimers(t *testing.T) {
 }
 
 // TestRunnerBounce: a value bouncing around the threshold 10 times a
-// second with hysteresis is one alarm whose count grows.
+// second for 60 s (device time) with hysteresis is one alarm whose count
+// grows (300 crossings above), not 600 alarms.
 func TestRunnerBounce(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"clear":{"type":"condition","all":[{"property":"temp","op":"lt","value":28}]}}`)
 	r, _ := g.runner(nil)
 	g.waitOwner(r)
-	base := time.Now().Add(-time.Minute)
-	const n = 100
+	base := time.Now().Add(-2 * time.Minute)
+	const n = 600
 	for i := range n {
 		v := 29.5
 		if i%2 == 0 {
@@ -387,8 +390,11 @@ func TestRunnerRuleChanges(t *testing.T) {
 		g.report("d1", "m"+strconv.Itoa(n), time.Now(), "temp", 40)
 		return len(g.records(nil)) == 1
 	})
-	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{}); err != nil {
+	if _, err := g.store.SetEnabled(context.Background(), rule.ID, false, Actor{ID: "u1", Name: "ann"}); err != nil {
 		t.Fatal(err)
+	}
+	if recs := g.records(nil); len(recs) != 1 || recs[0].State != StateCleared || recs[0].ClearValue != ReasonRuleDisabled || recs[0].ClearedBy != "ann" {
+		t.Errorf("the disabled rule's alarm: %+v", recs)
 	}
 	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
 }
@@ -429,5 +435,115 @@ func TestRunnerPool(t *testing.T) {
 	recs = g.waitRecords("d1's offline alarm", func(rs []Record) bool { return len(rs) == 2 })
 	if recs[0].DeviceID != "d1" {
 		t.Errorf("records %+v", recs)
+	}
+}
+
+// TestRunnerDeviceValues: thresholds naming a device's tag and
+// configuration key are read from the device (and follow its change); a
+// device without them raises nothing.
+func TestRunnerDeviceValues(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(),
+		`{"id":"tag","trigger":{"type":"property","all":[{"property":"temp","op":"gt","ref":"tag.limit"}]}}`,
+		`{"id":"conf","trigger":{"type":"property","all":[{"property":"temp","op":"gt","ref":"config.max"}]}}`)
+	db := g.ms.DB()
+	if _, err := db.Exec(`INSERT INTO devices (id, name, product_id, state, tags, configuration) VALUES
+		('d1', 'd1', $1, 'online', '[{"key":"limit","value":"50"}]', '{"max":70}'), ('d2', 'd2', $1, 'online', '[]', '{}')`, g.product); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := g.runner(nil)
+	g.waitOwner(r)
+	g.report("d2", "a1", time.Now(), "temp", 99) // no tag, no configuration: not evaluated
+	g.report("d1", "b1", time.Now(), "temp", 60) // above the tag's 50, below the configuration's 70
+	g.report("d1", "b2", time.Now(), "temp", 80) // above both
+	recs := g.waitRecords("d1's two alarms", func(rs []Record) bool { return len(rs) >= 2 })
+	for _, rec := range recs {
+		if rec.DeviceID != "d1" {
+			t.Errorf("a device without the threshold's value raised: %+v", rec)
+		}
+	}
+	if len(recs) != 2 || recs[0].FirstValue == recs[1].FirstValue {
+		t.Errorf("records %+v", recs)
+	}
+	// The tag changed: the next report compares with the new value.
+	if _, err := db.Exec(`UPDATE devices SET tags = '[{"key":"limit","value":"90"}]', modify_time = clock_timestamp() WHERE id = 'd1'`); err != nil {
+		t.Fatal(err)
+	}
+	n := 2
+	g.waitRecords("the tag rule's alarm cleared under the new limit", func(rs []Record) bool {
+		n++
+		g.report("d1", "b"+strconv.Itoa(n), time.Now(), "temp", 85)
+		for _, rec := range rs {
+			if rec.RuleID == g.product+"-tag" && rec.State == StateCleared {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestRunnerNoDataRestart: no-data timers are restored from what is
+// stored. A device silent across a quick restart fires within 1 s of its
+// deadline; after a restart longer than D, a device silent throughout
+// fires at once, and one that reported while no owner ran (its report
+// queued in the session) does not: its report is applied before any timer
+// fires (the backlog marker).
+func TestRunnerNoDataRestart(t *testing.T) {
+	const d = 3 * time.Second
+	g := newRig(t, mqtttest.SharedURL(), `{"id":"quiet","trigger":{"type":"nodata","for":"3s"}}`)
+	rule := g.product + "-quiet"
+	stored := func(devs ...string) func() bool {
+		return func() bool {
+			var n int
+			err := g.ms.DB().Get(&n, `SELECT count(*) FROM alarm_rule_state WHERE rule_id = $1 AND device_id = ANY($2) AND data->>'l' IS NOT NULL`, rule, pq.StringArray(devs))
+			return err == nil && n == len(devs)
+		}
+	}
+	has := func(recs []Record, dev string) bool {
+		for _, rec := range recs {
+			if rec.DeviceID == dev {
+				return true
+			}
+		}
+		return false
+	}
+	a, stopA := g.runner(nil)
+	g.waitOwner(a)
+	g.report("d1", "a1", time.Now(), "temp", 1)
+	at1 := time.Now()
+	testkit.Eventually(t, 10*time.Second, "d1's state stored", stored("d1"))
+	stopA()
+	b, stopB := g.runner(nil)
+	g.waitOwner(b)
+	recs := g.waitRecords("d1's no-data alarm", func(rs []Record) bool { return has(rs, "d1") })
+	if late := time.Since(at1) - d; late > time.Second || late < -100*time.Millisecond {
+		t.Errorf("d1's alarm came %v after its deadline, across a restart", late)
+	}
+	_ = recs
+
+	g.report("d2", "b1", time.Now(), "temp", 1)
+	g.report("d3", "c1", time.Now(), "temp", 1)
+	testkit.Eventually(t, 10*time.Second, "d2's and d3's state stored", stored("d2", "d3"))
+	stopB()
+	// While no owner runs, queued in the session: another device's 5,000
+	// reports, then d3's (a backlog long enough that a timer checked
+	// before it is applied would fire).
+	var last mqtt.Token
+	for i := range 5000 {
+		last = g.pub.Publish("/"+g.product+"/f1/properties/report", 1, false, fmt.Sprintf(`{"messageId":"f%d","properties":{"temp":%d}}`, i, i))
+	}
+	if err := link.WaitToken(last, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	g.report("d3", "c2", time.Now(), "temp", 2)
+	time.Sleep(d + 500*time.Millisecond) // a restart longer than D (arranges the case; proves nothing)
+	c, _ := g.runner(nil)
+	g.waitOwner(c)
+	start := time.Now()
+	recs = g.waitRecords("d2's no-data alarm", func(rs []Record) bool { return has(rs, "d2") })
+	if took := time.Since(start); took > time.Second+500*time.Millisecond {
+		t.Errorf("d2, silent across the restart, fired %v after the owner started", took)
+	}
+	if has(recs, "d3") {
+		t.Error("d3 reported while no owner ran and fired anyway: its restored timer beat its queued report")
 	}
 }

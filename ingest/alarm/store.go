@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -220,10 +221,43 @@ func putRule(ctx context.Context, tx *sqlx.Tx, r Rule, create bool, by Actor) er
 	if err != nil {
 		return fmt.Errorf("alarm: update rule: %w", err)
 	}
+	if !r.Enabled {
+		return clearRuleAlarms(ctx, tx, r.ID, by, ReasonRuleDisabled)
+	}
 	return nil
 }
 
-// SetEnabled enables or disables rule id.
+// What a rule's active alarms are cleared with when the rule goes: the
+// cleared transition's value and the record's clear_value.
+const (
+	ReasonRuleDisabled = "rule disabled"
+	ReasonRuleDeleted  = "rule deleted"
+)
+
+// clearRuleAlarms clears rule's active alarms, by by with reason, each
+// with a cleared transition (so its notifications follow, as for any
+// clear). A rule disabled or deleted watches nothing: an alarm it left
+// active would never clear by a value, and an operator would have to find
+// and clear each by hand (ThingBoard and JetLinks users expect the
+// alarms of a rule that is turned off to end with it). The rule's row is
+// locked first (the caller updated or deleted it), as Store.Write locks
+// it before writing the rule's transitions: the evaluator's batch either
+// committed before (its alarms are cleared here) or is refused the rule's
+// transitions after.
+func clearRuleAlarms(ctx context.Context, tx *sqlx.Tx, rule string, by Actor, reason string) error {
+	_, err := tx.ExecContext(ctx, `WITH c AS (
+			UPDATE alarm_records SET state = 'cleared', cleared_time = now(), cleared_by = $2, clear_value = $3
+			WHERE rule_id = $1 AND state = 'active' RETURNING id, severity)
+		INSERT INTO alarm_transitions (record_id, time, kind, severity, value, user_id, username)
+		SELECT id, now(), 'cleared', severity, $3, $4, $2 FROM c ORDER BY id`, rule, by.Name, reason, by.ID)
+	if err != nil {
+		return fmt.Errorf("alarm: clear the alarms of rule %q: %w", rule, err)
+	}
+	return nil
+}
+
+// SetEnabled enables or disables rule id. Disabling clears its active
+// alarms (ReasonRuleDisabled, by by) in the same transaction.
 func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by Actor) (StoredRule, error) {
 	r, err := s.GetRule(ctx, id)
 	if err != nil {
@@ -233,17 +267,29 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by Acto
 	return s.PutRule(ctx, r.Rule, false, by)
 }
 
-// DeleteRule deletes rule id; its records stay (they are history; an
-// active one stays active until a hand clears it), and the evaluator's
-// owner drops the rule's state at its next reload (within a second).
-func (s *Store) DeleteRule(ctx context.Context, id string) (StoredRule, error) {
+// DeleteRule deletes rule id and clears its active alarms
+// (ReasonRuleDeleted, by by) in one transaction; its records stay (they
+// are history, kept for the retention), and the evaluator's owner drops
+// the rule's state at its next reload (within a second).
+func (s *Store) DeleteRule(ctx context.Context, id string, by Actor) (StoredRule, error) {
 	r, err := s.GetRule(ctx, id)
 	if err != nil {
 		return StoredRule{}, err
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM alarm_rules WHERE id = $1", id); err != nil {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: delete rule: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "DELETE FROM alarm_rules WHERE id = $1", id); err != nil {
+		return StoredRule{}, fmt.Errorf("alarm: delete rule: %w", err)
+	}
+	if err := clearRuleAlarms(ctx, tx, id, by, ReasonRuleDeleted); err != nil {
+		return StoredRule{}, err
+	}
+	if err := tx.Commit(); err != nil {
 		return StoredRule{}, fmt.Errorf("alarm: delete rule: %w", err)
 	}
 	return r, nil
@@ -613,6 +659,9 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	if cur != epoch {
 		return res, ErrNotOwner
 	}
+	if trs, err = liveRules(ctx, tx, trs); err != nil {
+		return WriteResult{}, err
+	}
 	if res, err = writeTransitions(ctx, tx, trs); err != nil {
 		return WriteResult{}, err
 	}
@@ -657,6 +706,38 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
 	}
 	return res, nil
+}
+
+// liveRules keeps the transitions of rules that exist and are enabled,
+// their rows locked (FOR SHARE) until the batch commits: a rule disabled
+// or deleted meanwhile (its alarms cleared with it, clearRuleAlarms)
+// raises or repeats nothing, and one disabled after waits for the batch
+// and clears what it raised.
+func liveRules(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Transition, error) {
+	if len(trs) == 0 {
+		return trs, nil
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range trs {
+		if !seen[t.RuleID] {
+			seen[t.RuleID] = true
+			ids = append(ids, t.RuleID)
+		}
+	}
+	slices.Sort(ids) // one lock order for every writer
+	var live []string
+	if err := tx.SelectContext(ctx, &live, "SELECT id FROM alarm_rules WHERE id = ANY($1) AND enabled ORDER BY id FOR SHARE", pq.StringArray(ids)); err != nil {
+		return nil, fmt.Errorf("alarm: write: rules: %w", err)
+	}
+	if len(live) == len(ids) {
+		return trs, nil
+	}
+	ok := make(map[string]bool, len(live))
+	for _, id := range live {
+		ok[id] = true
+	}
+	return slices.DeleteFunc(trs, func(t Transition) bool { return !ok[t.RuleID] }), nil
 }
 
 // WriteResult says what a Write found cleared by hand.
@@ -929,4 +1010,78 @@ func (s *Store) Counts(ctx context.Context, q CountQuery) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// DeviceValues reads, of the devices of products changed after since
+// (zero: all of them), the tag values and configuration keys thresholds
+// may name (Condition.Ref): by device id, keyed "tag.<key>" and
+// "config.<key>", only the keys in want. It returns the latest
+// modification time it read (since when none), from which the next call
+// asks.
+func (s *Store) DeviceValues(ctx context.Context, products []string, want map[string]bool, since time.Time) (map[string]map[string]Value, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rows, err := s.db.QueryxContext(ctx, `SELECT id, configuration, tags, modify_time FROM devices
+		WHERE product_id = ANY($1) AND modify_time > $2`, pq.StringArray(products), since)
+	if err != nil {
+		return nil, since, fmt.Errorf("alarm: device values: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]map[string]Value{}
+	for rows.Next() {
+		var id string
+		var conf, tags []byte
+		var mt time.Time
+		if err := rows.Scan(&id, &conf, &tags, &mt); err != nil {
+			return nil, since, fmt.Errorf("alarm: device values: %w", err)
+		}
+		if mt.After(since) {
+			since = mt
+		}
+		vals := map[string]Value{}
+		var cm map[string]json.RawMessage
+		if json.Unmarshal(conf, &cm) == nil {
+			for k, raw := range cm {
+				if want[RefConfig+"."+k] {
+					if v, ok := scalarValue(raw); ok {
+						vals[RefConfig+"."+k] = v
+					}
+				}
+			}
+		}
+		var tl []struct {
+			Key   string          `json:"key"`
+			Value json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(tags, &tl) == nil {
+			for _, t := range tl {
+				if want[RefTag+"."+t.Key] {
+					if v, ok := scalarValue(t.Value); ok {
+						vals[RefTag+"."+t.Key] = v
+					}
+				}
+			}
+		}
+		out[id] = vals
+	}
+	if err := rows.Err(); err != nil {
+		return nil, since, fmt.Errorf("alarm: device values: %w", err)
+	}
+	return out, since, nil
+}
+
+// scalarValue is a JSON number, string or boolean as a Value; a string
+// holding a number is that number (tags are text).
+func scalarValue(raw json.RawMessage) (Value, bool) {
+	txt, ok := scalarText(raw)
+	if !ok {
+		return Value{}, false
+	}
+	if f, err := strconv.ParseFloat(strings.TrimSpace(txt), 64); err == nil {
+		return NumberValue(f), true
+	}
+	if raw[0] == 't' || raw[0] == 'f' {
+		return BoolValue(raw[0] == 't'), true
+	}
+	return StringValue(txt), true
 }

@@ -17,6 +17,21 @@ func newStore(t *testing.T) *Store {
 	return NewStore(metatest.NewStore(t))
 }
 
+// writerStore is newStore with enabled rules r1 and r2 of product p1, so
+// that the evaluator's writes of their transitions are taken.
+func writerStore(t *testing.T) *Store {
+	t.Helper()
+	s := newStore(t)
+	for _, id := range []string{"r1", "r2"} {
+		r := Rule{ID: id, Name: "rule " + id, ProductID: "p1", Severity: SeverityMajor, Enabled: true,
+			Trigger: Trigger{Type: TriggerNoData, For: Duration(time.Minute)}}
+		if _, err := s.PutRule(context.Background(), r, true, Actor{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
 func tr(kind, rule, dev, sev, val string, sec float64) Transition {
 	return Transition{Kind: kind, RuleID: rule, RuleName: "rule " + rule, ProductID: "p1", DeviceID: dev, Severity: sev, At: at(sec), Value: val}
 }
@@ -47,7 +62,7 @@ func records(t *testing.T, s *Store, ctx context.Context) []Record {
 // escalated, cleared by a value, a new alarm after it; acknowledged and
 // cleared by hand with who and a comment; every transition kept.
 func TestStoreRecordLifecycle(t *testing.T) {
-	s := newStore(t)
+	s := writerStore(t)
 	ctx := context.Background()
 	epoch, err := s.Claim(ctx)
 	if err != nil {
@@ -125,7 +140,7 @@ func TestStoreRecordLifecycle(t *testing.T) {
 // (rule, device), whatever the writers believe: a second raise is a
 // repeat of the first; a row inserted past the store is refused.
 func TestStoreOneActive(t *testing.T) {
-	s := newStore(t)
+	s := writerStore(t)
 	ctx := context.Background()
 	epoch, _ := s.Claim(ctx)
 	for range 2 {
@@ -147,7 +162,7 @@ func TestStoreOneActive(t *testing.T) {
 // TestStoreFencing: once another owner claimed, the old owner's writes
 // are refused and change nothing.
 func TestStoreFencing(t *testing.T) {
-	s := newStore(t)
+	s := writerStore(t)
 	ctx := context.Background()
 	old, _ := s.Claim(ctx)
 	if _, err := s.Claim(ctx); err != nil {
@@ -166,7 +181,7 @@ func TestStoreFencing(t *testing.T) {
 // TestStoreState: the evaluator's state goes in with a batch and comes
 // back; a state whose alarm a hand cleared comes back inactive.
 func TestStoreState(t *testing.T) {
-	s := newStore(t)
+	s := writerStore(t)
 	ctx := context.Background()
 	epoch, _ := s.Claim(ctx)
 	h := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`,
@@ -259,7 +274,7 @@ func TestStoreRules(t *testing.T) {
 	if _, err := s.PutRule(p1, rule("b", "p1"), false, by); !errors.Is(err, meta.ErrNotFound) {
 		t.Errorf("p2's rule moved from p1: %v", err)
 	}
-	if _, err := s.DeleteRule(p1, "b"); !errors.Is(err, meta.ErrNotFound) {
+	if _, err := s.DeleteRule(p1, "b", Actor{}); !errors.Is(err, meta.ErrNotFound) {
 		t.Errorf("p2's rule deleted from p1: %v", err)
 	}
 	page, err := s.QueryRules(p1, &meta.Query{})
@@ -287,11 +302,69 @@ func TestStoreRules(t *testing.T) {
 	if err != nil || len(rs) != 2 || rs[0].ProductID != "p3" {
 		t.Errorf("p3's rules %+v %v", rs, err)
 	}
-	if _, err := s.DeleteRule(ctx, "a"); err != nil {
+	if _, err := s.DeleteRule(ctx, "a", Actor{ID: "u1", Name: "ann"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetRule(ctx, "a"); !errors.Is(err, meta.ErrNotFound) {
 		t.Error("a deleted rule is there")
 	}
 	_ = time.Second
+}
+
+// TestStoreRuleGone: disabling or deleting a rule clears its active
+// alarms, each with a cleared transition naming the reason and who; the
+// evaluator's writes for a rule disabled or deleted are refused (a batch
+// evaluated before the owner reloaded its rules raises nothing again).
+func TestStoreRuleGone(t *testing.T) {
+	s := writerStore(t)
+	ctx := context.Background()
+	epoch, err := s.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := func(trs ...Transition) {
+		t.Helper()
+		if _, err := s.Write(ctx, epoch, trs, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w(tr(KindRaised, "r1", "d1", SeverityMajor, "temp=31", 1), tr(KindRaised, "r2", "d1", SeverityMajor, "temp=31", 1))
+	ann := Actor{ID: "u1", Name: "ann"}
+	if _, err := s.SetEnabled(ctx, "r1", false, ann); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteRule(ctx, "r2", ann); err != nil {
+		t.Fatal(err)
+	}
+	recs := records(t, s, ctx)
+	if len(recs) != 2 {
+		t.Fatalf("records %+v", recs)
+	}
+	for _, r := range recs {
+		want := map[string]string{"r1": ReasonRuleDisabled, "r2": ReasonRuleDeleted}[r.RuleID]
+		if r.State != StateCleared || r.ClearValue != want || r.ClearedBy != "ann" {
+			t.Errorf("%s: state %s, clear value %q by %q; want cleared %q by ann", r.RuleID, r.State, r.ClearValue, r.ClearedBy, want)
+		}
+		if k := kinds(t, s, r.ID); len(k) != 2 || k[1] != "cleared major "+want+"ann" {
+			t.Errorf("%s: transitions %q", r.RuleID, k)
+		}
+	}
+	hc, _, err := s.HandClears(ctx, 0)
+	if err != nil || len(hc) != 2 {
+		t.Errorf("the owner sees %d clears (%v), not 2", len(hc), err)
+	}
+	// The owner's batch evaluated before it reloaded: a repeat and a raise
+	// of the rules gone write nothing.
+	w(tr(KindRepeated, "r1", "d1", SeverityMajor, "temp=32", 2), tr(KindRaised, "r2", "d2", SeverityMajor, "temp=33", 2))
+	if recs := records(t, s, ctx); len(recs) != 2 {
+		t.Errorf("a disabled or deleted rule raised again: %+v", recs)
+	}
+	// Enabled again, its alarms come as before.
+	if _, err := s.SetEnabled(ctx, "r1", true, ann); err != nil {
+		t.Fatal(err)
+	}
+	w(tr(KindRaised, "r1", "d1", SeverityMajor, "temp=34", 3))
+	if recs := records(t, s, ctx); len(recs) != 3 || recs[0].State != StateActive {
+		t.Errorf("enabled again: %+v", recs)
+	}
 }

@@ -1,0 +1,645 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/lib/pq"
+
+	"devicehub/api/live"
+	"devicehub/ingest/alarm"
+	"devicehub/ingest/dynsec"
+	"devicehub/ingest/wire"
+	"devicehub/schema"
+)
+
+// AlarmsParams configure RunAlarms. Zero fields take the defaults noted.
+type AlarmsParams struct {
+	Devices int `json:"devices"` // default 100,000
+	Rate    int `json:"rate"`    // reports/s of the latency phase; default 10,000
+	// CrossEvery: one device in CrossEvery crosses the threshold, on every
+	// other report of it: 1/(2*CrossEvery) of the reports raise an alarm
+	// (and as many clear one). Default 50: 1% of the reports raise.
+	CrossEvery int `json:"crossEvery"`
+	// Watched crossing devices are watched on /api/live (streams of 100);
+	// default 1,000.
+	Watched  int           `json:"watched"`
+	Duration time.Duration `json:"duration"` // of the latency phase; default 30s
+	// Rounds of the throughput phases (each: rules off, then on, a burst
+	// of one report per device); default 2.
+	Rounds int `json:"rounds"`
+	// Timers: devices of the in-process no-data timer measure (default
+	// 1,000,000), whose deadline (TimerFor after the report, default 15s)
+	// falls within TimerSpread (default 10s).
+	Timers         int           `json:"timers"`
+	TimerFor       time.Duration `json:"timerFor"`
+	TimerSpread    time.Duration `json:"timerSpread"`
+	Timeout        time.Duration `json:"timeout"`     // bound of each wait; default 5 minutes
+	PostgresDSN    string        `json:"postgresDsn"` // server, no database
+	ClickHouseAddr string        `json:"clickhouseAddr"`
+	ServerBinary   string        `json:"-"`
+	ServerArgs     []string      `json:"serverArgs,omitempty"`
+	// SkipServer runs only the in-process measures (state and timers).
+	SkipServer bool                             `json:"skipServer"`
+	Logf       func(format string, args ...any) `json:"-"`
+}
+
+func (p *AlarmsParams) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&p.Devices, 100_000)
+	def(&p.Rate, 10_000)
+	def(&p.CrossEvery, 50)
+	def(&p.Watched, 1000)
+	def(&p.Rounds, 2)
+	def(&p.Timers, 1_000_000)
+	for _, d := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&p.Duration, 30 * time.Second}, {&p.TimerFor, 30 * time.Second}, {&p.TimerSpread, 10 * time.Second}, {&p.Timeout, 5 * time.Minute}} {
+		if *d.v <= 0 {
+			*d.v = d.d
+		}
+	}
+	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
+	if p.ClickHouseAddr == "" {
+		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
+	}
+	if p.Logf == nil {
+		p.Logf = func(string, ...any) {}
+	}
+}
+
+// AlarmsBurst is one burst of one report per device, as fast as the
+// gateway can publish it.
+type AlarmsBurst struct {
+	Rules  bool    `json:"rules"`
+	Ingest float64 `json:"ingestPerSecond"` // reports acknowledged by ingest (stored) per second
+	// Evaluated: reports the evaluator acknowledged per second (rules on).
+	Evaluated  float64 `json:"evaluatedPerSecond,omitempty"`
+	CPUSeconds float64 `json:"cpuSeconds"` // devicehub's, until both drained
+}
+
+// AlarmsTimers is the in-process measure of the no-data timers.
+type AlarmsTimers struct {
+	Devices      int            `json:"devices"`
+	HeapBytes    float64        `json:"heapBytesPerDevice"` // the evaluator's heap per device, timer included
+	ApplySeconds float64        `json:"applySeconds"`       // the reports that set the timers
+	Fired        int            `json:"fired"`
+	Late         LatencySummary `json:"late"` // how long after its deadline each fired
+}
+
+// AlarmsResult is what RunAlarms measured.
+type AlarmsResult struct {
+	Params AlarmsParams `json:"params"`
+	// Latency: report published -> alarm event (raised) on /api/live.
+	Latency     LatencySummary `json:"latency"`
+	Raised      int64          `json:"raised"`  // raised events received for watched devices
+	Cleared     int64          `json:"cleared"` // cleared events received
+	Expected    int64          `json:"expected"`
+	SteadyCPU   float64        `json:"steadyCpuSeconds"` // devicehub's CPU during the latency phase
+	Bursts      []AlarmsBurst  `json:"bursts"`
+	IngestOff   float64        `json:"ingestOff"` // medians
+	IngestOn    float64        `json:"ingestOn"`
+	EvaluatedOn float64        `json:"evaluatedOn"`
+	Ratio       float64        `json:"ratio"` // IngestOn / IngestOff
+	// StateBytes: the evaluator's heap per device (10 rules, one report
+	// each), measured in this process; StoredBytes: PostgreSQL's
+	// alarm_device_state and alarm_rule_state per device after the run.
+	StateBytes  float64      `json:"stateBytesPerDevice"`
+	StoredBytes float64      `json:"storedBytesPerDevice"`
+	Timers      AlarmsTimers `json:"timers"`
+}
+
+func (r AlarmsResult) String() string {
+	p := r.Params
+	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared; devicehub %.1f CPU s in %s)\n"+
+		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
+		"  rule state: %.0f heap bytes a device (in process), %.0f stored bytes a device (PostgreSQL)\n"+
+		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
+		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.SteadyCPU, p.Duration,
+		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
+		r.Timers.Devices, r.Timers.HeapBytes, r.Timers.ApplySeconds, r.Timers.Fired, r.Timers.Late.P50Ms, r.Timers.Late.P99Ms, r.Timers.Late.MaxMs)
+}
+
+// Figures are the result's report lines.
+func (r AlarmsResult) Figures() []Figure {
+	p := r.Params
+	load := fmt.Sprintf(" (%d devices, 10 rules, %d reports/s, 1%% raising)", p.Devices, p.Rate)
+	return []Figure{
+		{Name: "report published -> alarm on /api/live, p50" + load, Value: r.Latency.P50Ms, Unit: "ms"},
+		{Name: "report published -> alarm on /api/live, p99" + load, Value: r.Latency.P99Ms, Unit: "ms", Target: "<= 100 ms"},
+		{Name: "alarm events received" + load, Value: float64(r.Raised), Unit: "events", Target: "all " + strconv.FormatInt(r.Expected, 10)},
+		{Name: fmt.Sprintf("ingest throughput with 10 rules on (bursts of %d reports)", p.Devices), Value: r.IngestOn, Unit: "reports/s",
+			Against: "the same bursts with the rules off", Baseline: r.IngestOff, Ratio: Ratio(r.IngestOn, r.IngestOff), Target: ">= 0.9x"},
+		{Name: "evaluator throughput (10 rules)", Value: r.EvaluatedOn, Unit: "reports/s"},
+		{Name: "rule state per device (10 rules, heap in process)", Value: r.StateBytes, Unit: "bytes"},
+		{Name: "rule state per device (PostgreSQL)", Value: r.StoredBytes, Unit: "bytes"},
+		{Name: fmt.Sprintf("no-data timers: heap per device (%d devices)", r.Timers.Devices), Value: r.Timers.HeapBytes, Unit: "bytes"},
+		{Name: fmt.Sprintf("no-data timers: fired late, p99 (%d devices)", r.Timers.Devices), Value: r.Timers.Late.P99Ms, Unit: "ms", Target: "<= 1000 ms"},
+		{Name: fmt.Sprintf("no-data timers: fired late, max (%d devices)", r.Timers.Devices), Value: r.Timers.Late.MaxMs, Unit: "ms", Target: "<= 1000 ms"},
+	}
+}
+
+// alarmsModel is the bench product's thing model.
+const alarmsModel = `{"properties":[
+{"id":"temp","name":"Temperature","valueType":{"type":"float"}},
+{"id":"hum","name":"Humidity","valueType":{"type":"float"}},
+{"id":"volt","name":"Voltage","valueType":{"type":"float"}},
+{"id":"curr","name":"Current","valueType":{"type":"float"}}]}`
+
+// alarmsRules are the product's 10 rules: every kind of property
+// condition, a duration, a repetition, hysteresis, a ladder and a no-data
+// timer; only the first is met by the bench's crossing reports.
+func alarmsRules(product string) []alarm.Rule {
+	raw := []string{
+		`{"id":"hot","name":"Hot","severity":"major","trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":80}]},"clear":{"type":"trigger"}}`,
+		`{"id":"hot-long","name":"Hot for long","severity":"critical","trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":95}]},"duration":"30s"}`,
+		`{"id":"dry","name":"Dry","severity":"minor","trigger":{"type":"property","all":[{"property":"hum","op":"lt","value":-10}]}}`,
+		`{"id":"wet","name":"Wet","severity":"warning","trigger":{"type":"property","all":[{"property":"hum","op":"gt","value":150}]},"ladder":[{"severity":"major","all":[{"property":"hum","op":"gt","value":180}]}]}`,
+		`{"id":"volt-band","name":"Voltage out of band","severity":"major","trigger":{"type":"property","all":[{"property":"volt","op":"between","value":[-100,-50]}]}}`,
+		`{"id":"volt-rate","name":"Voltage jump","severity":"minor","trigger":{"type":"property","all":[{"property":"volt","of":"rate","op":"gt","value":1000}]}}`,
+		`{"id":"overcurrent","name":"Overcurrent bursts","severity":"major","trigger":{"type":"property","all":[{"property":"curr","op":"gt","value":1000}]},"repeat":{"count":3,"within":"1m"}}`,
+		`{"id":"extreme","name":"Extreme","severity":"critical","trigger":{"type":"property","any":[{"property":"temp","op":"gt","value":200},{"all":[{"property":"hum","op":"gt","value":200},{"property":"volt","op":"gt","value":400}]}]}}`,
+		`{"id":"hot-hyst","name":"Hot (hysteresis)","severity":"major","trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":100}]},"clear":{"type":"condition","all":[{"property":"temp","op":"lt","value":90}]}}`,
+		`{"id":"silent","name":"Silent","severity":"warning","trigger":{"type":"nodata","for":"1h"}}`,
+	}
+	out := make([]alarm.Rule, len(raw))
+	for i, s := range raw {
+		r, err := alarm.ParseRule([]byte(s))
+		if err != nil {
+			panic(err)
+		}
+		r.ID, r.ProductID, r.Enabled = product+"-"+r.ID, product, true
+		out[i] = r
+	}
+	return out
+}
+
+// alarmsReport is report round of device d: crossing devices (every
+// CrossEvery-th) are above the threshold on every other round.
+func alarmsReport(p *AlarmsParams, d, round int) (payload string, crossing, high bool) {
+	temp := 20 + float64(d%10)
+	crossing = d%p.CrossEvery == 0
+	if crossing && (round+d/p.CrossEvery)%2 == 0 {
+		temp, high = 85, true
+	}
+	return fmt.Sprintf(`{"properties":{"temp":%g,"hum":%d,"volt":%d,"curr":%d}}`, temp, 40+round%7, 220+d%5, 5+round%3), crossing, high
+}
+
+// RunAlarms runs devicehub (api and ingest, alarms on) on a private broker
+// with Devices devices of one product with 10 rules, and measures: ingest
+// throughput in bursts with the rules off and on, then report published
+// -> alarm event on /api/live at Rate reports/s with 1% raising; in this
+// process, the evaluator's heap per device and Timers devices' no-data
+// timers (memory, how late they fire).
+func RunAlarms(ctx context.Context, p AlarmsParams) (res AlarmsResult, err error) {
+	p.defaults()
+	res.Params = p
+	p.Logf("alarms: rule state in process, %d devices", p.Devices)
+	res.StateBytes = alarmsStateBytes(p.Devices)
+	p.Logf("alarms: %.0f heap bytes a device", res.StateBytes)
+	if !p.SkipServer {
+		if err := runAlarmsServer(ctx, &p, &res); err != nil {
+			return res, err
+		}
+	}
+	p.Logf("alarms: no-data timers in process, %d devices", p.Timers)
+	res.Timers = alarmsTimers(p.Timers, p.TimerFor, p.TimerSpread)
+	return res, nil
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// alarmsStateBytes: an evaluator with the bench's 10 rules, one report of
+// each of n devices applied (and its dirty rows taken, as a flush does):
+// the heap it holds per device.
+func alarmsStateBytes(n int) float64 {
+	product := "p"
+	m, _ := schema.ParseThingModelString(alarmsModel)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = product + "-" + strconv.Itoa(i)
+	}
+	before := heapInUse()
+	ev := alarm.New(nil)
+	ev.SetRules(alarmsRules(product), map[string]*schema.ThingModel{product: m})
+	at := time.Now()
+	for i, id := range ids {
+		ev.Apply(alarm.Message{Kind: alarm.MsgReport, ProductID: product, DeviceID: id, At: at, Key: "i" + strconv.Itoa(i), KeyUnique: true,
+			Props: []alarm.Prop{{ID: "temp", Value: alarm.NumberValue(21.5)}, {ID: "hum", Value: alarm.NumberValue(40)},
+				{ID: "volt", Value: alarm.NumberValue(221)}, {ID: "curr", Value: alarm.NumberValue(5)}}})
+		if i%10_000 == 0 {
+			ev.Transitions()
+			ev.Dirty()
+		}
+	}
+	ev.Transitions()
+	ev.Dirty()
+	after := heapInUse()
+	runtime.KeepAlive(ev)
+	runtime.KeepAlive(ids)
+	return float64(int64(after)-int64(before)) / float64(n)
+}
+
+// alarmsTimers: an evaluator with one no-data rule, n devices each
+// reporting once, their deadlines spread over spread, forD after their
+// reports; then the runner's loop (Tick every 100 ms, the batch taken
+// every 50 ms) until all fired, each timer's lateness measured. The
+// evaluator takes time from its messages and from Tick's argument only,
+// so the loop's clock is the wall clock shifted to make the first
+// deadline fall 1 s after the loop starts: setting a million timers may
+// take longer than forD on a busy machine, which is not lateness.
+func alarmsTimers(n int, forD, spread time.Duration) AlarmsTimers {
+	out := AlarmsTimers{Devices: n}
+	product := "p"
+	r, _ := alarm.ParseRule([]byte(`{"id":"silent","name":"Silent","productId":"p","severity":"warning","enabled":true,"trigger":{"type":"nodata","for":"` + forD.String() + `"}}`))
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "d-" + strconv.Itoa(i)
+	}
+	before := heapInUse()
+	ev := alarm.New(nil)
+	ev.SetRules([]alarm.Rule{r}, map[string]*schema.ThingModel{product: schema.EmptyThingModel()})
+	start := time.Now()
+	base := start
+	prop := []alarm.Prop{{ID: "v", Value: alarm.NumberValue(1)}}
+	for i, id := range ids {
+		at := base.Add(time.Duration(int64(spread) * int64(i) / int64(n)))
+		ev.Apply(alarm.Message{Kind: alarm.MsgReport, ProductID: product, DeviceID: id, At: at, Arrived: at, Key: "i" + strconv.Itoa(i), KeyUnique: true, Props: prop})
+		if i%10_000 == 0 {
+			ev.Dirty()
+		}
+	}
+	ev.Dirty()
+	out.ApplySeconds = time.Since(start).Seconds()
+	out.HeapBytes = float64(int64(heapInUse())-int64(before)) / float64(n)
+	loop := time.Now()
+	offset := loop.Add(time.Second).Sub(base.Add(forD)) // the loop's clock: now - offset
+	clock := func() time.Time { return time.Now().Add(-offset) }
+	var late Histogram
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	flush := time.NewTicker(50 * time.Millisecond)
+	defer flush.Stop()
+	end := loop.Add(time.Second + spread + 30*time.Second)
+	for out.Fired < n && time.Now().Before(end) {
+		select {
+		case <-tick.C:
+			ev.Tick(clock())
+			now := clock()
+			for _, t := range ev.Transitions() {
+				late.Record(now.Sub(t.At))
+				out.Fired++
+			}
+		case <-flush.C:
+			ev.Dirty()
+		}
+	}
+	out.Late = late.Summary()
+	runtime.KeepAlive(ev)
+	return out
+}
+
+func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) error {
+	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "alarms", p.ServerBinary, p.PostgresDSN, p.Logf)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
+	if err != nil {
+		return err
+	}
+	defer broker.stop()
+	p.Logf("alarms: starting devicehub (api, ingest, alarms) on a private broker")
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: broker.url(), Roles: "api,ingest", Args: p.ServerArgs, Conns: 8})
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+
+	product := "benchalarm" + randHex(4)
+	var prod map[string]any
+	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench alarms",
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
+		return err
+	}
+	prod["metadata"] = alarmsModel
+	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
+		return err
+	}
+	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+		return err
+	}
+	ids := liveIDs(product, p.Devices)
+	p.Logf("alarms: %d devices", p.Devices)
+	if err := insertDevices(ctx, db.dsn(), product, ids); err != nil {
+		return err
+	}
+	rules := alarmsRules(product)
+	for _, r := range rules {
+		r.Enabled = false
+		if err := srv.call(ctx, "POST", "/api/alarm/config", r, nil); err != nil {
+			return err
+		}
+	}
+	setRules := func(on bool) error {
+		verb := "/_disable"
+		if on {
+			verb = "/_enable"
+		}
+		for _, r := range rules {
+			if err := srv.call(ctx, "POST", "/api/alarm/config/"+r.ID+verb, nil, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+
+	admin, err := dialAdmin(ctx, broker.url())
+	if err != nil {
+		return err
+	}
+	user, pass := "bench-gw-"+randHex(4), randHex(16)
+	err = dynsec.AddGateway(ctx, admin, user, pass)
+	admin.Close()
+	if err != nil {
+		return err
+	}
+	gw := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.url()).SetClientID("bench-gw-" + randHex(4)).
+		SetUsername(user).SetPassword(pass).SetCleanSession(true).SetWriteTimeout(10 * time.Second))
+	if err := waitToken(gw.Connect(), 30*time.Second); err != nil {
+		return fmt.Errorf("bench: gateway connect: %w", err)
+	}
+	defer gw.Disconnect(0)
+
+	metric := func(name string) (float64, error) {
+		m, err := srv.proc.scrapeMetrics(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return m[name], nil
+	}
+	const (
+		ackedMetric = "devicehub_ingest_acked_total"
+		evalMetric  = "devicehub_alarm_evaluation_lag_seconds_count" // messages the evaluator acknowledged
+	)
+	waitMetric := func(name string, atLeast float64, deadline time.Time) (time.Time, error) {
+		for {
+			n, err := metric(name)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if n >= atLeast {
+				return time.Now(), nil
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return time.Time{}, fmt.Errorf("bench: %s %.0f, not %.0f, within %s\n%s", name, n, atLeast, p.Timeout, srv.proc.logTail())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	round := 0
+	// burst publishes one report per device (none crossing) as fast as a
+	// window of publishWindow unacknowledged allows, and waits until
+	// ingest (and with rules, the evaluator) acknowledged them all.
+	burst := func(rulesOn bool) (AlarmsBurst, error) {
+		b := AlarmsBurst{Rules: rulesOn}
+		acked0, err := metric(ackedMetric)
+		if err != nil {
+			return b, err
+		}
+		eval0, err := metric(evalMetric)
+		if err != nil {
+			return b, err
+		}
+		cpu0, _ := procCPUTime(srv.pid())
+		t0 := time.Now()
+		toks := make([]mqtt.Token, 0, len(ids))
+		payload := fmt.Sprintf(`{"properties":{"temp":21,"hum":%d,"volt":221,"curr":5}}`, 40+round%7)
+		round++
+		for i, id := range ids {
+			if i >= publishWindow {
+				if err := waitToken(toks[i-publishWindow], p.Timeout); err != nil {
+					return b, fmt.Errorf("bench: publish: %w", err)
+				}
+			}
+			toks = append(toks, gw.Publish(wire.DeviceTopic(product, id, wire.LevelReport), 1, false, payload))
+		}
+		deadline := t0.Add(p.Timeout)
+		done, err := waitMetric(ackedMetric, acked0+float64(len(ids)), deadline)
+		if err != nil {
+			return b, err
+		}
+		b.Ingest = float64(len(ids)) / done.Sub(t0).Seconds()
+		if rulesOn {
+			edone, err := waitMetric(evalMetric, eval0+float64(len(ids)), deadline)
+			if err != nil {
+				return b, err
+			}
+			b.Evaluated = float64(len(ids)) / edone.Sub(t0).Seconds()
+		}
+		cpu1, _ := procCPUTime(srv.pid())
+		b.CPUSeconds = (cpu1 - cpu0).Seconds()
+		return b, nil
+	}
+	// evaluating waits until the evaluator takes the product's reports
+	// (rules on) or no longer does (off): probes to device 1 (not a
+	// crossing one) until its count moves, or stays.
+	evaluating := func(on bool) error {
+		deadline := time.Now().Add(p.Timeout)
+		probe := func() error {
+			return waitToken(gw.Publish(wire.DeviceTopic(product, ids[1], wire.LevelReport), 1, false, `{"properties":{"temp":21}}`), p.Timeout)
+		}
+		for ctx.Err() == nil && time.Now().Before(deadline) {
+			e0, err := metric(evalMetric)
+			if err != nil {
+				return err
+			}
+			if err := probe(); err != nil {
+				return err
+			}
+			time.Sleep(1500 * time.Millisecond) // past the evaluator's flush and rule poll
+			e1, err := metric(evalMetric)
+			if err != nil {
+				return err
+			}
+			if (e1 > e0) == on {
+				return nil
+			}
+		}
+		return fmt.Errorf("bench: the evaluator did not follow the rules turned on=%v", on)
+	}
+
+	for r := 0; r < p.Rounds; r++ {
+		for _, on := range []bool{false, true} {
+			if r > 0 || on {
+				if err := setRules(on); err != nil {
+					return err
+				}
+				if err := evaluating(on); err != nil {
+					return err
+				}
+			}
+			p.Logf("alarms: burst of %d reports, rules on=%v", len(ids), on)
+			b, err := burst(on)
+			if err != nil {
+				return err
+			}
+			p.Logf("alarms: ingest %.0f/s, evaluator %.0f/s, devicehub %.1f CPU s", b.Ingest, b.Evaluated, b.CPUSeconds)
+			res.Bursts = append(res.Bursts, b)
+		}
+	}
+	var off, on, ev []float64
+	for _, b := range res.Bursts {
+		if b.Rules {
+			on, ev = append(on, b.Ingest), append(ev, b.Evaluated)
+		} else {
+			off = append(off, b.Ingest)
+		}
+	}
+	res.IngestOff, res.IngestOn, res.EvaluatedOn = median(off), median(on), median(ev)
+	res.Ratio = Ratio(res.IngestOn, res.IngestOff)
+
+	// Latency: the rules are on; crossing devices watched in streams of 100.
+	var watched []string
+	for d := 0; d < len(ids) && len(watched) < p.Watched; d += p.CrossEvery {
+		watched = append(watched, ids[d])
+	}
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	lastHigh := make([]atomic.Int64, len(ids)) // publish time (unix ns) of the device's latest crossing report
+	var hist Histogram
+	var raised, cleared atomic.Int64
+	var wg sync.WaitGroup
+	var bodies []interface{ Close() error }
+	defer func() {
+		for _, b := range bodies {
+			b.Close()
+		}
+		wg.Wait()
+	}()
+	for lo := 0; lo < len(watched); lo += 100 {
+		body, err := openLive(ctx, srv.base, srv.token, watched[lo:min(lo+100, len(watched))], &wg, func(name string, data []byte, now time.Time) {
+			if name != live.EventAlarm {
+				return
+			}
+			var e live.AlarmEvent
+			if json.Unmarshal(data, &e) != nil {
+				return
+			}
+			switch e.Kind {
+			case alarm.KindRaised:
+				if i, ok := index[e.DeviceID]; ok {
+					if at := lastHigh[i].Load(); at > 0 {
+						hist.Record(now.Sub(time.Unix(0, at)))
+						raised.Add(1)
+					}
+				}
+			case alarm.KindCleared:
+				cleared.Add(1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		bodies = append(bodies, body)
+	}
+	isWatched := make([]bool, len(ids))
+	for _, id := range watched {
+		isWatched[index[id]] = true
+	}
+	n := p.Rate * int(p.Duration/time.Second)
+	p.Logf("alarms: %d reports/s for %s, %d crossing devices watched", p.Rate, p.Duration, len(watched))
+	var expected int64
+	round++
+	base := round
+	cpu0, _ := procCPUTime(srv.pid())
+	if err := pace(ctx, p.Rate, n, func(k int) {
+		d := k % len(ids)
+		payload, _, high := alarmsReport(p, d, base+k/len(ids))
+		if high && isWatched[d] {
+			expected++
+			lastHigh[d].Store(time.Now().UnixNano())
+		}
+		gw.Publish(wire.DeviceTopic(product, ids[d], wire.LevelReport), 1, false, payload)
+	}); err != nil {
+		return err
+	}
+	cpu1, _ := procCPUTime(srv.pid())
+	res.SteadyCPU = (cpu1 - cpu0).Seconds()
+	deadline := time.Now().Add(30 * time.Second)
+	for raised.Load() < expected && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	res.Latency, res.Raised, res.Cleared, res.Expected = hist.Summary(), raised.Load(), cleared.Load(), expected
+	res.StoredBytes, err = storedStateBytes(ctx, db.dsn())
+	return err
+}
+
+// openLive opens GET /api/live for devices and hands each event to fn on
+// a goroutine until the body is closed.
+func openLive(ctx context.Context, base, token string, devices []string, wg *sync.WaitGroup, fn func(name string, data []byte, now time.Time)) (interface{ Close() error }, error) {
+	r := &liveReceiver{}
+	if err := r.subscribeFunc(ctx, base, token, devices, fn); err != nil {
+		return nil, err
+	}
+	wg.Add(1)
+	return closerFunc(func() error { r.close(); wg.Done(); return nil }), nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// insertDevices adds devices of product to the database of dsn.
+func insertDevices(ctx context.Context, dsn, product string, ids []string) error {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
+		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
+		return fmt.Errorf("bench: add devices: %w", err)
+	}
+	return nil
+}
+
+// storedStateBytes is the evaluator's state tables' size per device.
+func storedStateBytes(ctx context.Context, dsn string) (float64, error) {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var size, n float64
+	err = db.QueryRowContext(ctx, `SELECT pg_total_relation_size('alarm_device_state') + pg_total_relation_size('alarm_rule_state'),
+		(SELECT count(*) FROM alarm_device_state)`).Scan(&size, &n)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return size / n, nil
+}
