@@ -19,9 +19,9 @@ const ruleModel = `{"properties":[` +
 // TestConsoleAlarmRulesInBrowser drives the Alarms page's rule editor in
 // headless chromium against the real binary: an administrator opens a
 // product's rules from the Alarms page, makes a rule with the form (temp
-// > 80 held for 30 s, cleared below 78), which the server first refuses
-// for a threshold that is not a number: its message stands beside that
-// threshold's input; fixed, the rule is stored as the form said. A
+// > each device's config.maxTemp, 80 without one, held for 30 s, cleared
+// below 78), which the server first refuses for a threshold that is not
+// a number: its message stands beside that threshold's input; fixed, the rule is stored as the form said. A
 // severity ladder typed into the JSON shows in the form and is stored;
 // the list disables, enables and deletes the rule. At 420 px neither page
 // is wider than the window. A viewer (alarm:read, no rule:write) sees the
@@ -88,14 +88,15 @@ func TestConsoleAlarmRulesInBrowser(t *testing.T) {
 		t.Fatalf("the refused rule answers %d, want 404", status)
 	}
 	b.shot("rule-refused")
-	b.run("fix the threshold", fill(`[data-field="trigger.all[0].value"]`, "80"), chromedp.Click(chromedp.ID("rule-save")))
+	b.run("fix the threshold: each device's maxTemp, 80 without", fill(`[data-field="trigger.all[0].value"]`, "80"),
+		fill(`[data-field="trigger.all[0].ref"]`, "config.maxTemp"), chromedp.Click(chromedp.ID("rule-save")))
 	b.poll("saved, on its own page", fmt.Sprintf(`location.hash === '#/alarm-rule/%s' && !!document.querySelector('#rule-id[disabled]')`, ruleID))
 	status, r := getRule()
 	if status != 200 {
 		t.Fatalf("the rule answers %d", status)
 	}
 	if got, want := asJSON([]any{r["name"], r["severity"], r["enabled"], r["trigger"], r["duration"], r["clear"]}),
-		`["Boiler too hot","minor",true,{"all":[{"op":"gt","property":"temp","value":80}],"type":"property"},"30s",{"all":[{"op":"lt","property":"temp","value":78}],"type":"condition"}]`; got != want {
+		`["Boiler too hot","minor",true,{"all":[{"op":"gt","property":"temp","ref":"config.maxTemp","value":80}],"type":"property"},"30s",{"all":[{"op":"lt","property":"temp","value":78}],"type":"condition"}]`; got != want {
 		t.Fatalf("stored rule\n%s\nwant\n%s", got, want)
 	}
 
@@ -119,7 +120,7 @@ func TestConsoleAlarmRulesInBrowser(t *testing.T) {
 	// The list: disable, enable, delete.
 	btn := func(action string) string { return fmt.Sprintf(`button[data-action=%s][data-rule=%q]`, action, ruleID) }
 	b.run("back to the rules", chromedp.Click(chromedp.ID("rule-back")), chromedp.WaitVisible(chromedp.CSS(btn("disable"))))
-	if tr := b.text(fmt.Sprintf(`tr[data-rule=%q] td.mono`, ruleID)); tr != "temp > 80" {
+	if tr := b.text(fmt.Sprintf(`tr[data-rule=%q] td.mono`, ruleID)); tr != "temp > config.maxTemp" {
 		t.Fatalf("the rule's trigger reads %q", tr)
 	}
 	b.run("disable", chromedp.Click(chromedp.CSS(btn("disable"))), chromedp.WaitVisible(chromedp.CSS(btn("enable"))))

@@ -8,9 +8,10 @@
 //                                held for D or N times within W; how it
 //                                clears; a severity ladder) beside the
 //                                rule's whole JSON, both editable, each
-//                                redrawn from the other. Nested groups, refs
-//                                and event field conditions' details are the
-//                                JSON's. A refusal (400) is shown beside the
+//                                redrawn from the other; a threshold may be
+//                                the device's own (ref: config.<key>,
+//                                tag.<key>, property.<id>). Nested groups
+//                                are the JSON's. A refusal (400) is shown beside the
 //                                field it names ("trigger.all[1].value").
 // Who lacks rule:write sees the rules and the editor read-only.
 'use strict';
@@ -199,9 +200,17 @@ function groupEditor(g, path, props, changed, disabled) {
     const pair = Array.isArray(c.value) ? c.value : [];
     const val = h('input', {
       'data-field': at + '.value', class: 'rule-cond-value', disabled, autocomplete: 'off', 'aria-label': between ? 'From' : 'Value',
-      placeholder: c.ref ? c.ref : between ? 'from' : 'value', value: valueText(between ? pair[0] : c.value), hidden: c.op === 'changed',
+      placeholder: between ? 'from' : 'value', value: valueText(between ? pair[0] : c.value), hidden: c.op === 'changed',
     });
     const val2 = h('input', { class: 'rule-cond-value2', disabled, autocomplete: 'off', 'aria-label': 'To', placeholder: 'to', value: valueText(pair[1]), hidden: !between });
+    // The threshold may be the device's own (its configuration, a tag, or
+    // its latest report of a property), the value its default.
+    const ref = h('input', {
+      'data-field': at + '.ref', class: 'rule-cond-ref', disabled, autocomplete: 'off', 'aria-label': 'The device\'s threshold',
+      placeholder: 'or the device\'s: config.<key>', title: 'A threshold of each device: config.<key>, tag.<key> or property.<id>; the value is its default',
+      value: c.ref || '', hidden: c.op === 'changed' || between,
+      oninput: (e) => { const t = e.target.value.trim(); if (t) c.ref = t; else delete c.ref; changed(false); },
+    });
     const readValue = () => {
       const p = propOf(c.property);
       if (c.op === 'changed') delete c.value;
@@ -217,7 +226,7 @@ function groupEditor(g, path, props, changed, disabled) {
     opSel.addEventListener('change', () => { c.op = opSel.value; readValue(); changed(true); });
     val.addEventListener('input', () => { readValue(); changed(false); });
     val2.addEventListener('input', () => { readValue(); changed(false); });
-    return h('div', { class: 'rule-cond', 'data-field': at }, ofSel, propSel, opSel, val, val2, remove);
+    return h('div', { class: 'rule-cond', 'data-field': at }, ofSel, propSel, opSel, val, val2, ref, remove);
   });
   const add = h('button', {
     type: 'button', class: 'secondary rule-cond-add', disabled,
