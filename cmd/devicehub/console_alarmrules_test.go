@@ -21,8 +21,9 @@ const ruleModel = `{"properties":[` +
 // product's rules from the Alarms page, makes a rule with the form (temp
 // > each device's config.maxTemp, 80 without one, held for 30 s, cleared
 // below 78), which the server first refuses for a threshold that is not
-// a number: its message stands beside that threshold's input; fixed, the rule is stored as the form said. A
-// severity ladder typed into the JSON shows in the form and is stored;
+// a number: its message stands beside that threshold's input; fixed,
+// the rule is stored as the form said. A severity ladder typed into the
+// JSON shows in the form and is stored;
 // the list disables, enables and deletes the rule. At 420 px neither page
 // is wider than the window. A viewer (alarm:read, no rule:write) sees the
 // rules and the editor without a button that writes.
