@@ -2,8 +2,10 @@ package console
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"regexp"
 	"strings"
 	"testing"
@@ -47,11 +49,29 @@ func TestIndexLinksVersionedAssets(t *testing.T) {
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
 		t.Errorf("GET / Content-Security-Policy %q", csp)
 	}
-	links := regexp.MustCompile(`"/assets/([a-z]+\.[a-z]+)\?v=([0-9a-f]{16})"`).FindAllStringSubmatch(body, -1)
-	if len(links) != 3 {
-		t.Fatalf("index.html links %d versioned assets, want 3 (style.css, chart.js, app.js): %v", len(links), links)
+	links := regexp.MustCompile(`"/assets/([a-z0-9-]+\.[a-z]+)\?v=([0-9a-f]{16})"`).FindAllStringSubmatch(body, -1)
+	// Every script and style sheet of static/ is linked, each with its
+	// version: a file left out would never load, one unversioned never cache.
+	entries, err := fs.ReadDir(static, "static")
+	if err != nil {
+		t.Fatal(err)
 	}
-	types := map[string]string{"style.css": "text/css; charset=utf-8", "chart.js": "text/javascript; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+	types := map[string]string{}
+	for _, e := range entries {
+		switch path.Ext(e.Name()) {
+		case ".js":
+			types[e.Name()] = "text/javascript; charset=utf-8"
+		case ".css":
+			types[e.Name()] = "text/css; charset=utf-8"
+		}
+	}
+	linked := map[string]bool{}
+	for _, l := range links {
+		linked[l[1]] = true
+	}
+	if len(links) != len(types) || len(linked) != len(types) || len(types) < 3 {
+		t.Fatalf("index.html links %d versioned assets, want each of the %d scripts and style sheets once: %v", len(links), len(types), links)
+	}
 	for _, l := range links {
 		name, v := l[1], l[2]
 		resp, body := get(t, a, "/assets/"+name+"?v="+v)

@@ -134,7 +134,9 @@ window.Chart = (() => {
       const g = el('g', { class: 'dots' });
       for (const p of points) {
         if (p.v === null || p.v === undefined || !isFinite(p.v)) continue;
-        const c = el('circle', { cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: 3, class: 'dot', 'data-value': p.v });
+        // a value outside the thing model (p.outside: the API's reason) is marked
+        const c = el('circle', { cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: p.outside ? 4.5 : 3, class: p.outside ? 'dot outside' : 'dot', 'data-value': p.v });
+        if (p.outside) c.setAttribute('data-outside', p.outside);
         c.append(el('title', {}, p.title || number(p.v)));
         g.append(c);
       }
