@@ -15,6 +15,12 @@
 // role runs alone; Ingester records the link's downlinks
 // (link.DownlinkRecorder).
 //
+// Reported property values are checked against the device's thing model
+// and its product's outsideModelPolicy (keep or drop) applied before they
+// are stored, from models kept in memory (models.go); births and wills
+// are written to PostgreSQL by several batchers, each for its share of
+// the devices (state.go).
+//
 // Births and devices' requests for their shadow are also handed to
 // Options.Shadow (ingest/shadow, through ShadowHook), and acknowledged
 // only once it has answered them (shadowhook.go).

@@ -107,6 +107,9 @@ type Options struct {
 	// Defaults 200ms and 500.
 	StateFlushInterval time.Duration
 	StateBatch         int
+	// StateWriters is how many such writes may be in PostgreSQL at once,
+	// each for its share of the devices (stateShards). Default 4.
+	StateWriters int
 	// KeepAlive of the MQTT connections. Default 30s.
 	KeepAlive time.Duration
 	// PingTimeout is how long a keep-alive ping may wait for its answer
@@ -154,6 +157,7 @@ func DefaultOptions() Options {
 		DeviceCacheIdle:    time.Minute,                     // quiet devices report every few seconds to a minute
 		StateFlushInterval: 200 * time.Millisecond,          // state visible within 200ms
 		StateBatch:         500,                             // one UPDATE per 500 changes
+		StateWriters:       4,                               // a storm's births not behind one write
 		KeepAlive:          30 * time.Second,                // paho's default
 		PingTimeout:        60 * time.Second,                // a backlog's drain, see above
 		ConnectTimeout:     10 * time.Second,                // a local broker answers in ms
@@ -212,6 +216,9 @@ func (o Options) withDefaults() Options {
 	if o.StateBatch <= 0 {
 		o.StateBatch = d.StateBatch
 	}
+	if o.StateWriters <= 0 {
+		o.StateWriters = d.StateWriters
+	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = d.KeepAlive
 	}
@@ -236,6 +243,7 @@ type metrics struct {
 	flushErrors             prometheus.Counter
 	stateChanges            prometheus.Counter
 	stateErrors             prometheus.Counter
+	stateDelay              *prometheus.HistogramVec // by stage (state.go)
 	badTimes                prometheus.Counter
 	parked                  prometheus.GaugeFunc
 	queueDepth              prometheus.GaugeFunc
@@ -261,6 +269,9 @@ func newMetrics(depth, parked func() float64) *metrics {
 			Help: "Online/offline changes written to PostgreSQL."}),
 		stateErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_errors_total",
 			Help: "Failed state-change writes (retried)."}),
+		stateDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "devicehub_ingest_state_delay_seconds",
+			Help:    "Where online/offline changes wait, by stage: delivery (from the message's own timestamp to its arrival at ingest; births with one), queue (arrival to the state writer), write (the state writer to committed in PostgreSQL).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"stage"}),
 		badTimes: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_bad_timestamps_total",
 			Help: "Uplink messages whose timestamp was not a number, before 2000 or more than 10 minutes ahead; stored at their arrival time."}),
 		parked: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_parked",
@@ -276,7 +287,7 @@ func newMetrics(depth, parked func() float64) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
-		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.badTimes, m.parked, m.queueDepth} {
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.stateDelay, m.badTimes, m.parked, m.queueDepth} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
@@ -316,7 +327,7 @@ type Ingester struct {
 	writers  []*tsdb.Writer
 	devices  *deviceCache
 	models   *modelCache // nil: values are not checked (models.go)
-	states   *stateBatcher
+	states   *stateShards
 	m        *metrics
 	seed     maphash.Seed
 
@@ -437,8 +448,8 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	for range opt.Writers {
 		in.writers = append(in.writers, tsdb.NewWriter(db, wopt))
 	}
-	in.states = newStateBatcher(states, opt.StateFlushInterval, opt.StateBatch, in.log, in.m)
-	in.states.written = func(n int) { in.stateN.Add(uint64(n)) }
+	in.states = newStateShards(states, opt.StateWriters, opt.StateFlushInterval, opt.StateBatch, in.log, in.m,
+		func(n int) { in.stateN.Add(uint64(n)) })
 	for _, f := range wire.UplinkFilters(opt.ProductIDs...) {
 		if opt.ShareGroup == NoShareGroup {
 			in.filters[f] = opt.QoS
@@ -791,6 +802,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		// 2,000 reconnected devices stayed offline (bench fleet-connect).
 		// The broker delivers a device's birth and will in order, and so
 		// do the workers (one per device): arrival order is their order.
+		if at.Before(it.at) { // a timestamp of its own: the device's clock
+			in.m.stateDelay.WithLabelValues(stageDelivery).Observe(it.at.Sub(at).Seconds())
+		}
+		in.m.stateDelay.WithLabelValues(stageQueue).Observe(time.Since(it.at).Seconds())
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == wire.KindOnline, At: it.at}, done)
 	}
 	if hooked {

@@ -2,7 +2,9 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
@@ -52,7 +54,15 @@ const maxPendingStates = 100000
 type stateReq struct {
 	change meta.StateChange
 	done   func()
+	added  time.Time // when handed to the batcher
 }
+
+// Stages of devicehub_ingest_state_delay_seconds.
+const (
+	stageDelivery = "delivery" // the message's own timestamp to its arrival at ingest
+	stageQueue    = "queue"    // arrival to the state writer
+	stageWrite    = "write"    // the state writer to committed
+)
 
 func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *slog.Logger, m *metrics) *stateBatcher {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,7 +82,7 @@ func (b *stateBatcher) add(c meta.StateChange, done func()) {
 		}
 		b.room.Wait()
 	}
-	b.buf = append(b.buf, stateReq{c, done})
+	b.buf = append(b.buf, stateReq{c, done, time.Now()})
 	full := len(b.buf) >= b.max
 	b.mu.Unlock()
 	if full {
@@ -148,6 +158,10 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 		}
 	}
 	b.m.stateChanges.Add(float64(len(batch)))
+	now, write := time.Now(), b.m.stateDelay.WithLabelValues(stageWrite)
+	for _, r := range batch {
+		write.Observe(now.Sub(r.added).Seconds())
+	}
 	if b.written != nil {
 		b.written(len(batch))
 	}
@@ -180,4 +194,53 @@ func (b *stateBatcher) close(ctx context.Context) error {
 		return fmt.Errorf("ingest: %d device state changes not written: %w", n, ctx.Err())
 	}
 	return nil
+}
+
+// stateShards spreads state changes over several stateBatchers by device,
+// so that several writes are in PostgreSQL at once. A storm's births
+// waited in the one batcher's buffer while its write, a few round trips
+// that a busy machine schedules slowly, was in flight: in a 10,000-device
+// connect storm on two shared cores each change spent 0.87 s there on
+// average (devicehub_ingest_state_delay_seconds{stage="write"}), against
+// 0.18 s from arrival to the writer (BENCHMARKS.md, fleet-connect).
+//
+// A device's changes all go to one batcher, so they are written in their
+// order; changes of different devices are independent. Concurrent writes
+// do not deadlock (each locks its rows in id order, as two instances'
+// writes must not either) and their commit order does not matter: a change
+// older than the stored one is not applied (meta.Store.ApplyStateChanges).
+type stateShards struct {
+	seed   maphash.Seed
+	shards []*stateBatcher
+}
+
+func newStateShards(apply StateApplier, n int, interval time.Duration, batch int, log *slog.Logger, m *metrics, written func(int)) *stateShards {
+	s := &stateShards{seed: maphash.MakeSeed()}
+	n = max(n, 1)
+	for range n {
+		b := newStateBatcher(apply, interval, batch, log, m)
+		b.maxBuf = max(maxPendingStates/n, 1) // the bound is the whole's
+		b.written = written
+		s.shards = append(s.shards, b)
+	}
+	return s
+}
+
+func (s *stateShards) add(c meta.StateChange, done func()) {
+	s.shards[maphash.String(s.seed, c.DeviceID)%uint64(len(s.shards))].add(c, done)
+}
+
+// close writes what every shard holds, giving up when ctx ends.
+func (s *stateShards) close(ctx context.Context) error {
+	errs := make([]error, len(s.shards))
+	var wg sync.WaitGroup
+	for i, b := range s.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.close(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -3,8 +3,10 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +117,71 @@ func TestStateBatcherBacklog(t *testing.T) {
 	for i := range want {
 		if sizes[i] != want[i] {
 			t.Fatalf("writes of %v, want %v", sizes, want)
+		}
+	}
+}
+
+// slowDeviceStates holds every write holding device "slow" until release
+// is closed, and records each device's changes in the order written.
+type slowDeviceStates struct {
+	release chan struct{}
+	mu      sync.Mutex
+	order   map[string][]bool // device -> Online of each change written
+}
+
+func (s *slowDeviceStates) ApplyStateChanges(_ context.Context, c []meta.StateChange) (int, error) {
+	for _, ch := range c {
+		if ch.DeviceID == "slow" {
+			<-s.release
+			break
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range c {
+		s.order[ch.DeviceID] = append(s.order[ch.DeviceID], ch.Online)
+	}
+	return len(c), nil
+}
+
+// TestStateShards: while one write waits for PostgreSQL, other devices'
+// changes are written by the other writers (with one writer they would
+// wait behind it, as a storm's births did); each device's changes are
+// written in the order added, all of them once the write is let go.
+func TestStateShards(t *testing.T) {
+	src := &slowDeviceStates{release: make(chan struct{}), order: map[string][]bool{}}
+	var written atomic.Int64
+	s := newStateShards(src, 4, time.Millisecond, 2, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		newMetrics(func() float64 { return 0 }, func() float64 { return 0 }), func(n int) { written.Add(int64(n)) })
+	var done atomic.Int64
+	s.add(meta.StateChange{DeviceID: "slow", Online: true, At: time.Now()}, func() { done.Add(1) })
+	const devices, changes = 40, 6
+	for i := range changes {
+		for d := range devices {
+			s.add(meta.StateChange{DeviceID: fmt.Sprintf("d%d", d), Online: i%2 == 0, At: time.Now()}, func() { done.Add(1) })
+		}
+	}
+	// About a quarter of the devices share the slow device's writer: the others'
+	// changes are all written while it waits.
+	testkit.Eventually(t, 10*time.Second, "the other writers' changes written", func() bool { return written.Load() >= devices*changes/4 })
+	close(src.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := done.Load(); n != devices*changes+1 {
+		t.Fatalf("done %d, want %d", n, devices*changes+1)
+	}
+	for d := range devices {
+		got := src.order[fmt.Sprintf("d%d", d)]
+		if len(got) != changes {
+			t.Fatalf("d%d: %d changes written, want %d", d, len(got), changes)
+		}
+		for i, on := range got {
+			if on != (i%2 == 0) {
+				t.Fatalf("d%d: changes written as %v, out of order", d, got)
+			}
 		}
 	}
 }

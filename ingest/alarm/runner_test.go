@@ -531,7 +531,7 @@ func TestRunnerNoDataRestart(t *testing.T) {
 	for i := range 5000 {
 		last = g.pub.Publish("/"+g.product+"/f1/properties/report", 1, false, fmt.Sprintf(`{"messageId":"f%d","properties":{"temp":%d}}`, i, i))
 	}
-	if err := link.WaitToken(last, 30*time.Second); err != nil {
+	if err := mqttconn.WaitToken(last, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	g.report("d3", "c2", time.Now(), "temp", 2)

@@ -383,6 +383,7 @@ function deviceChart(card, getDevice, getProps) {
   card.append(h('div', { class: 'card-head' }, h('h2', {}, 'History'), h('div', { class: 'controls' }, propSel, modeSel, range.el, aggSel, csvBtn)), caption, area);
   let numeric = [];
   let points = null; // history mode: the line's points
+  let early = []; // live values that came while the history query ran
   let buckets = null; // aggregate mode: the bars
   let seq = 0;
   let stopResize = () => {};
@@ -419,6 +420,7 @@ function deviceChart(card, getDevice, getProps) {
     }
     const mine = ++seq;
     points = buckets = null;
+    early = [];
     area.classList.add('loading');
     const q = chartQuery(device, p);
     try {
@@ -430,6 +432,9 @@ function deviceChart(card, getDevice, getProps) {
           return { t: i.data.value.timestamp || i.data.timestamp, v: Number(i.data.value.value), outside,
             title: `${i.data.timeString}: ${i.data.value.formatValue}` + (outside ? ` (outside the thing model: ${outside})` : '') };
         });
+        // Values announced live while the query ran: those it did not
+        // hold yet are added.
+        for (const m of early.splice(0)) addLive(m);
       } else {
         buckets = res.slice().reverse();
       }
@@ -524,14 +529,29 @@ function deviceChart(card, getDevice, getProps) {
   }
 
   // live adds a value that arrived over SSE to the line of latest values.
+  // While the history query runs (points null), live values wait in
+  // early: the answer may or may not hold them.
   function live(m) {
     const p = prop();
-    if (!points || !p || m.property !== p.id) return;
+    if (!p || m.property !== p.id) return;
+    if (!points) {
+      if (modeSel.value === 'history') early.push(m);
+      return;
+    }
+    if (addLive(m)) draw();
+  }
+
+  // addLive adds a live value to the line, unless the line holds it
+  // already (stored before the chart read it, announced live after).
+  function addLive(m) {
+    const p = prop();
     const v = Number(m.value);
-    if (!isFinite(v)) return;
-    points.push({ t: m.timestamp, v, title: `${when(m.timestamp)}: ${formatValue(p, m.value)}` });
+    if (!isFinite(v)) return false;
+    if (points.length && m.timestamp <= points[points.length - 1].t) return false;
+    const outside = outsideReason(m);
+    points.push({ t: m.timestamp, v, outside, title: `${when(m.timestamp)}: ${formatValue(p, m.value)}` });
     if (points.length > 100) points.shift();
-    draw();
+    return true;
   }
 
   // offline notes a time the device left: the line breaks there.

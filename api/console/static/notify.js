@@ -252,7 +252,9 @@ function notifySubscriptionsView(view) {
   const note = notifyNote('subscriptions-note');
   const list = h('div', { class: 'table-wrap', id: 'subscriptions-list' });
   const editor = h('div', { id: 'subscription-editor' });
-  const newBtn = h('button', { type: 'button', id: 'subscription-new', onclick: () => edit(null) }, 'New subscription');
+  // The form offers the products and channels: it opens once they are
+  // loaded (a click before waits for them).
+  const newBtn = h('button', { type: 'button', id: 'subscription-new', onclick: () => loaded.then(() => edit(null)) }, 'New subscription');
   view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Subscriptions'), newBtn), note, editor, list));
   let subs = [];
   let channels = [];
@@ -371,7 +373,7 @@ function notifySubscriptionsView(view) {
     name.focus();
   }
   list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
-  load();
+  const loaded = load();
   return { leave: () => { seq++; } };
 }
 
