@@ -41,7 +41,8 @@ function notifyForwardView(view) {
   const note = notifyNote('forward-note');
   const list = h('div', { class: 'table-wrap', id: 'forward-list' });
   const editor = h('div', { id: 'forward-editor' });
-  const newBtn = h('button', { type: 'button', id: 'forward-new', onclick: () => edit(null) }, 'New forwarding rule');
+  // The form offers the products: it opens once they are loaded.
+  const newBtn = h('button', { type: 'button', id: 'forward-new', onclick: () => loaded.then(() => edit(null)) }, 'New forwarding rule');
   view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Forwarding rules'), newBtn),
     h('p', { class: 'muted small' }, 'Telemetry sent on to other systems, at least once and in order per device; a sink that is down is caught up from a spool on disk.'),
     note, editor, list));
@@ -205,6 +206,6 @@ function notifyForwardView(view) {
     f.name.focus();
   }
   list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
-  load();
+  const loaded = load();
   return { leave: () => { seq++; clearTimeout(timer); } };
 }
