@@ -26,6 +26,9 @@
 //   #/notify, #/notify/subscriptions, #/notify/dead
 //                      notification channels, subscriptions, dead
 //                      letters (notify.js; notify:admin)
+//   #/notify/forward   forwarding rules (forward.js; notify:admin)
+//   #/firmware, #/firmware/rollout/<id>
+//                      firmware packages and rollouts (firmware.js)
 //   #/account          the signed-in user (account.js): roles,
 //                      permissions, password, API keys
 // The platform's time zone and charts' custom ranges: zone.js.
@@ -94,6 +97,17 @@ const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: 'bas
 const byId = (a, b) => collator.compare(a.id, b.id) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 const byName = (a, b) => collator.compare(a.name || a.id, b.name || b.id) || byId(a, b);
 const count = (n) => Number(n).toLocaleString();
+
+// bytesText writes a size in B, KiB, MiB or GiB.
+function bytesText(n) {
+  let v = Number(n) || 0;
+  for (const u of ['B', 'KiB', 'MiB', 'GiB']) {
+    if (v < 1024 || u === 'GiB') return (u === 'B' ? v : v.toFixed(1)) + ' ' + u;
+    v /= 1024;
+  }
+  return String(n);
+}
+
 
 function errorBox(err, what) {
   return h('p', { class: 'error', role: 'alert' }, (what ? what + ': ' : '') + describe(err));
@@ -284,6 +298,7 @@ function route() {
   $('#nav-audit').hidden = !can('user:admin');
   $('#nav-alarms').hidden = !can('alarm:read');
   $('#nav-notify').hidden = !can('notify:admin');
+  $('#nav-firmware').hidden = !can('device:read');
   $('#whoami').textContent = sessionStorage.getItem(USER) || '';
   const view = $('#view');
   view.hidden = false;
@@ -327,6 +342,15 @@ function route() {
   } else if (path === '/notify/dead' && can('notify:admin')) {
     nav = 'notify';
     current = notifyDeadView(view, params);
+  } else if (path === '/notify/forward' && can('notify:admin')) {
+    nav = 'notify';
+    current = notifyForwardView(view);
+  } else if (path === '/firmware' && can('device:read')) {
+    nav = 'firmware';
+    current = firmwareView(view, params);
+  } else if ((m = path.match(/^\/firmware\/rollout\/(.+)$/)) && can('device:read')) {
+    nav = 'firmware';
+    current = rolloutView(view, decodeURIComponent(m[1]));
   } else if (path === '/account') {
     nav = 'account';
     current = accountView(view);

@@ -8,7 +8,7 @@
 //                            rules, lowest severity, transitions, the
 //                            escalation chain, reminders, quiet time
 //   #/notify/dead            dead letters, the latest first; replay
-// (forward.js adds #/notify/forward when the API has forwarding rules.)
+//   #/notify/forward         forwarding rules (forward.js)
 // A refusal (400) is shown beside the field it names.
 'use strict';
 
@@ -43,8 +43,8 @@ function msText(ms) {
 
 // notifyTabs is the pages' head: a tab per page, the current one marked.
 function notifyTabs(view, active, title) {
-  const tabs = [['channels', '#/notify', 'Channels'], ['subscriptions', '#/notify/subscriptions', 'Subscriptions'], ['dead', '#/notify/dead', 'Dead letters']];
-  if (typeof forwardAvailable === 'function' && forwardAvailable()) tabs.push(['forward', '#/notify/forward', 'Forwarding']);
+  const tabs = [['channels', '#/notify', 'Channels'], ['subscriptions', '#/notify/subscriptions', 'Subscriptions'], ['dead', '#/notify/dead', 'Dead letters'],
+    ['forward', '#/notify/forward', 'Forwarding']];
   view.append(h('div', { class: 'page-head' }, h('h1', {}, title),
     h('nav', { class: 'tabs', 'aria-label': 'Notification pages' }, tabs.map(([k, href, text]) =>
       h('a', { href, class: k === active ? 'active' : '', 'data-tab': k, 'aria-current': k === active ? 'page' : null }, text)))));
