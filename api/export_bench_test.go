@@ -69,8 +69,8 @@ func BenchmarkExport(b *testing.B) {
 	ctx := context.Background()
 	start := time.Now().Add(-30 * 24 * time.Hour).UnixMilli()
 	for off := 0; off < n; off += 5_000_000 { // chunks, within the query timeout
-		if err := db.Conn().Exec(ctx, fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-			SELECT toDateTime(intDiv(t, 1000)), t, 'bp', 'bd', 'temp', 'number', (number %% 10000) / 100, ''
+		if err := db.Conn().Exec(ctx, fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+			SELECT t, 'bp', 'bd', 'temp', 'number', (number %% 10000) / 100, ''
 			FROM (SELECT number, %d + number * 100 AS t FROM numbers(%d, %d))`, start, off, min(5_000_000, n-off))); err != nil {
 			b.Fatal(err)
 		}

@@ -237,8 +237,8 @@ func propertiesSQL(g genInfo, off, count int) string {
 	for i, n := range dashPropNames {
 		names[i] = "'" + n + "'"
 	}
-	return fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts,
+	return fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT ts,
   concat('p', toString(modulo(dev, %[4]d))), concat('d', toString(dev)),
   [%[8]s][k + 1],
   if(k < 12, 'number', if(k = 12, 'string', 'bool')),

@@ -606,8 +606,8 @@ func (c *mixedChecker) check(ctx context.Context, q mixedRequest) (bool, string,
 		if f == "" {
 			return false, "", fmt.Errorf("checker: aggregate %q", q.agg)
 		}
-		sql = "SELECT " + f + " FROM device_property WHERE product_id = ? AND property = ? AND value_type = 'number' AND time >= toDateTime(?) AND time < toDateTime(?)"
-		args = []any{q.product, q.property, lo.Unix(), hi.Unix()}
+		sql = "SELECT " + f + " FROM device_property WHERE product_id = ? AND property = ? AND value_type = 'number' AND ts >= ? AND ts < ?"
+		args = []any{q.product, q.property, lo.UnixMilli(), hi.UnixMilli()}
 		if q.device != "" {
 			sql += " AND device_id = ?"
 			args = append(args, q.device)
@@ -696,8 +696,8 @@ SELECT toDateTime(intDiv(ts, 1000)), ts, concat('mp', toString(modulo(dev, %[4]d
   toString(i), concat('/mp', toString(modulo(dev, %[4]d)), '/md', toString(dev), '/properties/report'), '{}'
 FROM (SELECT i, modulo(i, %[5]d) AS dev, toInt64(%[1]d + intDiv(i * %[2]d, %[3]d)) AS ts FROM (SELECT number + %[6]d AS i FROM numbers(%[7]d)))`,
 			g.startMs, g.spanMs, n, mixedProducts, mixedDevices, off, c),
-			fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts, concat('mp', toString(modulo(dev, %[4]d))), concat('md', toString(dev)),
+			fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT ts, concat('mp', toString(modulo(dev, %[4]d))), concat('md', toString(dev)),
   concat('p', toString(k)), 'number', toFloat64(modulo(i * 7 + k * 13, 1000)) / 4, ''
 FROM (SELECT i, k, modulo(i, %[5]d) AS dev, toInt64(%[1]d + intDiv(i * %[2]d, %[3]d)) AS ts
   FROM (SELECT intDiv(number, 2) + %[6]d AS i, modulo(number, 2) AS k FROM numbers(%[7]d)))`,

@@ -224,8 +224,8 @@ func generateProps(ctx context.Context, p DashboardParams, db *tsdb.DB, n int, s
 	g := genInfo{rows: reports, startMs: time.Now().Truncate(time.Second).UnixMilli() - span, spanMs: span}
 	var stmts []string
 	for off := 0; off < n; off += dashChunk {
-		stmts = append(stmts, fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts, concat('ap', toString(modulo(dev, %[4]d))), concat('ad', toString(dev)),
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT ts, concat('ap', toString(modulo(dev, %[4]d))), concat('ad', toString(dev)),
   concat('m', toString(k)), 'number', toFloat64(modulo(i * 7 + k * 13 + dev, 1000)) / 10, ''
 FROM (SELECT dev, k, i, toInt64(%[1]d + intDiv(i * %[2]d, %[3]d)) AS ts
   FROM (SELECT modulo(j, %[5]d) AS dev, modulo(intDiv(j, %[5]d), %[6]d) AS k, intDiv(j, %[7]d) AS i

@@ -96,7 +96,10 @@ type StorageParams struct {
 	Database       string        // the database to generate into (dropped first)
 	ClickHouseAddr string
 	Keep           bool // keep the database afterwards
-	Logf           func(string, ...any)
+	// Layouts copies a sample into the candidate layouts of
+	// storageLayouts18 (slow: each is a copy and a merge).
+	Layouts bool
+	Logf    func(string, ...any)
 }
 
 // StorageColumn is one column's size.
@@ -157,6 +160,15 @@ type StorageResult struct {
 	Queries         int
 	HistoryPerSec   float64 // latest 100 values of 3 properties of a random device
 	AggPerSec       float64 // avg 1h x24 of a random device and day from device_property (no rollup)
+	// Before is the same fleet measured in the layout before schema 00006
+	// (tsdb.Options.SchemaVersion 5), generated, merged and queried in
+	// the same run before tsdb.Open converted it; the fields above are
+	// measured after the conversion.
+	Before *StorageResult `json:",omitempty"`
+	// Convert is what the conversion by tsdb.Open cost.
+	ConvertMonths  int
+	ConvertRows    uint64
+	ConvertSeconds float64
 }
 
 // storageFleet sizes the fleet for about n values: at least 20 devices,
@@ -195,7 +207,7 @@ func storageReports(startSec int64, spanSec int64, a, b int) string {
 		startSec, spanSec, a, b-a, strings.Join(ivs, ", "), len(storageIntervals))
 }
 
-func storagePropertiesSQL(startSec, spanSec int64, a, b int) string {
+func storagePropertiesSQL(startSec, spanSec int64, a, b int, old bool) string {
 	var names, types, nums, strs []string
 	for _, p := range storageProps {
 		names = append(names, "'"+p.name+"'")
@@ -203,8 +215,13 @@ func storagePropertiesSQL(startSec, spanSec int64, a, b int) string {
 		nums = append(nums, p.num)
 		strs = append(strs, p.str)
 	}
-	return fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts, product_id, device_id, property, value_type, num_value, str_value
+	cols := "ts, product_id, device_id, property, value_type, num_value, str_value"
+	sel := cols
+	if old {
+		cols, sel = "time, "+cols, "toDateTime(intDiv(ts, 1000)), "+sel
+	}
+	return fmt.Sprintf(`INSERT INTO device_property (`+cols+`)
+SELECT `+sel+`
 FROM (SELECT ts, product_id, device_id, [%s] AS names, [%s] AS types, [%s] AS nums, [%s] AS strs
   FROM (%s))
 ARRAY JOIN names AS property, types AS value_type, nums AS num_value, strs AS str_value`,
@@ -243,13 +260,17 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 	}
 	opt := tsdb.DefaultOptions()
 	opt.Addr, opt.Database, opt.TimeZone, opt.QueryTimeout = p.ClickHouseAddr, p.Database, time.UTC, 30*time.Minute
-	r := StorageResult{Database: p.Database, Server: p.ClickHouseAddr}
+	before := StorageResult{Database: p.Database, Server: p.ClickHouseAddr}
 	if err := dropTSDB(ctx, opt); err != nil {
-		return r, err
+		return before, err
 	}
-	db, err := tsdb.Open(ctx, opt)
+	// The fleet is generated in the layout before schema 00006, measured,
+	// converted by tsdb.Open as an upgrade would, and measured again.
+	old := opt
+	old.SchemaVersion = 5
+	db, err := tsdb.Open(ctx, old)
 	if err != nil {
-		return r, err
+		return before, err
 	}
 	defer db.Close()
 	if !p.Keep {
@@ -258,11 +279,11 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 	conn := db.Conn()
 	var version string
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err == nil {
-		r.Server += " (ClickHouse " + version + ")"
+		before.Server += " (ClickHouse " + version + ")"
 	}
 
 	devices, spanSec, msgs := storageFleet(p.Values, p.Span)
-	r.Devices, r.SpanSeconds = devices, spanSec
+	before.Devices, before.SpanSeconds = devices, spanSec
 	startSec := time.Now().Truncate(24*time.Hour).Unix() - spanSec
 	var stmts []string
 	for a := 0; a < devices; {
@@ -271,7 +292,7 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 			vals += msgs[b] * len(storageProps)
 			b++
 		}
-		stmts = append(stmts, storagePropertiesSQL(startSec, spanSec, a, b), storageMessagesSQL(startSec, spanSec, a, b))
+		stmts = append(stmts, storagePropertiesSQL(startSec, spanSec, a, b, true), storageMessagesSQL(startSec, spanSec, a, b))
 		a = b
 	}
 	logf("storage: %d devices over %s, %d statements into %s", devices, time.Duration(spanSec)*time.Second, len(stmts), p.Database)
@@ -281,33 +302,69 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 			logf("storage: %d/%d statements in %s", done, total, time.Since(start).Round(time.Second))
 		}
 	}); err != nil {
-		return r, err
+		return before, err
 	}
-	r.GenerateSeconds = time.Since(start).Seconds()
-	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM device_property), (SELECT count() FROM device_message)").Scan(&r.Values, &r.Messages); err != nil {
-		return r, err
-	}
+	before.GenerateSeconds = time.Since(start).Seconds()
 	var want uint64
 	for _, m := range msgs {
 		want += uint64(m)
 	}
-	if r.Messages != want || r.Values != want*uint64(len(storageProps)) {
-		return r, fmt.Errorf("storage: stored %d messages and %d values, want %d and %d", r.Messages, r.Values, want, want*uint64(len(storageProps)))
+	if err := conn.QueryRow(ctx, "SELECT (SELECT count() FROM device_property), (SELECT count() FROM device_message)").Scan(&before.Values, &before.Messages); err != nil {
+		return before, err
 	}
-	r.GenRowsPerSec = float64(r.Values+r.Messages) / r.GenerateSeconds
-	logf("storage: %d values + %d messages in %.1fs (%.0f rows/s)", r.Values, r.Messages, r.GenerateSeconds, r.GenRowsPerSec)
+	if before.Messages != want || before.Values != want*uint64(len(storageProps)) {
+		return before, fmt.Errorf("storage: stored %d messages and %d values, want %d and %d", before.Messages, before.Values, want, want*uint64(len(storageProps)))
+	}
+	before.GenRowsPerSec = float64(before.Values+before.Messages) / before.GenerateSeconds
+	logf("storage: %d values + %d messages in %.1fs (%.0f rows/s)", before.Values, before.Messages, before.GenerateSeconds, before.GenRowsPerSec)
+	if err := storageMeasure(ctx, p, old, db, msgs, startSec, spanSec, &before, false); err != nil {
+		return before, err
+	}
 
+	// The upgrade: tsdb.Open converts device_property (tsdb/convert.go).
+	start = time.Now()
+	conv, err := tsdb.Open(ctx, opt)
+	if err != nil {
+		return before, fmt.Errorf("storage: convert: %w", err)
+	}
+	defer conv.Close()
+	r := before
+	r.Before = &before
+	r.Tables, r.Kinds, r.Layouts = nil, nil, nil
+	r.ConvertSeconds = time.Since(start).Seconds()
+	st := conv.LastConversion()
+	r.ConvertMonths, r.ConvertRows = st.Months, st.Rows
+	logf("storage: converted %d values (%d months) in %.1fs", st.Rows, st.Months, r.ConvertSeconds)
+	if st.Rows != before.Values {
+		return r, fmt.Errorf("storage: the conversion copied %d values of %d", st.Rows, before.Values)
+	}
+	if err := storageMeasure(ctx, p, opt, conv, msgs, startSec, spanSec, &r, p.Layouts); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// storageMeasure merges every table and measures r's sizes, queries and
+// inserts in db's layout (opt's: the bench's other connections open it
+// with the same SchemaVersion).
+func storageMeasure(ctx context.Context, p StorageParams, opt tsdb.Options, db *tsdb.DB, msgs []int, startSec, spanSec int64, r *StorageResult, layouts bool) error {
+	logf := p.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	conn := db.Conn()
 	// Merged, as a table is once background merges have run: sizes of a
 	// table in a hundred unmerged parts say little.
-	start = time.Now()
+	start := time.Now()
 	for _, t := range storageTables {
 		if err := conn.Exec(ctx, "OPTIMIZE TABLE "+t+" FINAL"); err != nil {
-			return r, fmt.Errorf("optimize %s: %w", t, err)
+			return fmt.Errorf("optimize %s: %w", t, err)
 		}
 	}
 	r.OptimizeSeconds = time.Since(start).Seconds()
+	var err error
 	if r.Tables, err = storageSizes(ctx, db); err != nil {
-		return r, err
+		return err
 	}
 	var all uint64
 	for _, t := range r.Tables {
@@ -321,29 +378,30 @@ func RunStorage(ctx context.Context, p StorageParams) (StorageResult, error) {
 	}
 	r.AllBytes = float64(all) / float64(r.Values)
 	if r.Kinds, err = storageKinds(ctx, db, r.Tables, r.Values); err != nil {
-		return r, err
+		return err
 	}
 	logf("storage: %.2f B a property value, %.2f B a message, %.2f B a value in all tables", r.PropertyBytes, r.MessageBytes, r.AllBytes)
-	if r.Layouts, err = storageLayouts(ctx, db, r.Values); err != nil {
-		return r, err
+	if layouts {
+		if r.Layouts, err = storageLayouts(ctx, db, r.Values); err != nil {
+			return err
+		}
+		for _, l := range r.Layouts {
+			logf("storage: layout %s: %.2f B a value (%d values)", l.Name, l.BytesPerRow, l.Rows)
+		}
 	}
-	for _, l := range r.Layouts {
-		logf("storage: layout %s: %.2f B a value (%d values)", l.Name, l.BytesPerRow, l.Rows)
-	}
-
 	if p.Queries > 0 {
-		if err := storageQueries(ctx, p, opt, msgs, startSec, spanSec, &r); err != nil {
-			return r, err
+		if err := storageQueries(ctx, p, opt, msgs, startSec, spanSec, r); err != nil {
+			return err
 		}
 		logf("storage: %.1f history queries/s, %.1f 1h x24 aggregates/s (%d each)", r.HistoryPerSec, r.AggPerSec, r.Queries)
 	}
 	if p.InsertValues > 0 {
-		if err := storageInsert(ctx, p, opt, db, &r); err != nil {
-			return r, err
+		if err := storageInsert(ctx, p, opt, db, r); err != nil {
+			return err
 		}
 		logf("storage: %.0f values/s through tsdb.InsertBatch (%d values)", r.InsertPerSec, r.InsertValues)
 	}
-	return r, nil
+	return nil
 }
 
 // storageTables are the tables the scenario sizes: the two written on
@@ -454,18 +512,22 @@ func storageKinds(ctx context.Context, db *tsdb.DB, tables []StorageTable, value
 // ClickHouse 18.16 can hold: the columns, the ORDER BY and PARTITION BY,
 // and the SELECT list over device_property that fills them.
 var storageLayouts18 = []struct{ name, note, cols, key, part, sel string }{
-	{"today", "time DateTime and ts Int64 (ms)",
+	{"before 00006", "time DateTime and ts Int64 (ms), ORDER BY (product_id, device_id, property, time)",
 		"time DateTime, ts Int64, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
 		"product_id, device_id, property, time", "toYYYYMM(time)",
-		"time, ts, product_id, device_id, property, value_type, num_value, str_value"},
-	{"time+ms", "time DateTime and ms UInt16 (ts = time * 1000 + ms, not stored)",
-		"time DateTime, ms UInt16, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
-		"product_id, device_id, property, time", "toYYYYMM(time)",
-		"time, toUInt16(ts % 1000), product_id, device_id, property, value_type, num_value, str_value"},
-	{"ts only", "ts Int64 alone (time not stored)",
+		"toDateTime(intDiv(ts, 1000)), ts, product_id, device_id, property, value_type, num_value, str_value"},
+	{"ts, property order", "ts Int64 alone, ORDER BY (product_id, device_id, property, ts)",
 		"ts Int64, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
 		"product_id, device_id, property, ts", "toYYYYMM(toDateTime(intDiv(ts, 1000)))",
 		"ts, product_id, device_id, property, value_type, num_value, str_value"},
+	{"00006", "ts Int64 alone, ORDER BY (product_id, device_id, ts, property)",
+		"ts Int64, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
+		"product_id, device_id, ts, property", "toYYYYMM(toDateTime(intDiv(ts, 1000)))",
+		"ts, product_id, device_id, property, value_type, num_value, str_value"},
+	{"sec+ms, report order", "sec UInt32 and ms UInt16, ORDER BY (product_id, device_id, sec, ms, property)",
+		"sec UInt32, ms UInt16, product_id String, device_id String, property String, value_type Enum8('number' = 1, 'string' = 2, 'bool' = 3, 'json' = 4), num_value Float64, str_value String",
+		"product_id, device_id, sec, ms, property", "toYYYYMM(toDateTime(sec))",
+		"toUInt32(intDiv(ts, 1000)), toUInt16(ts % 1000), product_id, device_id, property, value_type, num_value, str_value"},
 }
 
 // storageSampleEvery is the share of devices (1 in every n, by the hash
@@ -633,8 +695,42 @@ WHERE ts <= ? ORDER BY ts, device_id, property`, last)
 	return nil
 }
 
-// Markdown renders the sizes as the table in BENCHMARKS.md.
+// Markdown renders the sizes as the table in BENCHMARKS.md: before and
+// after the conversion side by side, then each layout's tables.
 func (r StorageResult) Markdown() string {
+	if r.Before == nil {
+		return r.details()
+	}
+	var b strings.Builder
+	o := r.Before
+	change := func(before, after float64) string {
+		if before == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%+.1f%%", 100*(after-before)/before)
+	}
+	fmt.Fprintf(&b, "%s: %d devices over %.1f days, %d property values, %d messages\n\n", r.Server, r.Devices,
+		float64(r.SpanSeconds)/86400, r.Values, r.Messages)
+	fmt.Fprintf(&b, "| figure | before (layout of 00001-00005) | after (00006) | change |\n|---|---:|---:|---:|\n")
+	row := func(name, format string, before, after float64) {
+		fmt.Fprintf(&b, "| %s | "+format+" | "+format+" | %s |\n", name, before, after, change(before, after))
+	}
+	row("device_property B/value", "%.2f", o.PropertyBytes, r.PropertyBytes)
+	row("device_message B/message", "%.2f", o.MessageBytes, r.MessageBytes)
+	row("all tables B/property value", "%.2f", o.AllBytes, r.AllBytes)
+	row(fmt.Sprintf("tsdb.InsertBatch values/s (%d values, with their messages)", r.InsertValues), "%.0f", o.InsertPerSec, r.InsertPerSec)
+	row(fmt.Sprintf("history (latest 100 of 3 properties, random device) queries/s (%d)", r.Queries), "%.1f", o.HistoryPerSec, r.HistoryPerSec)
+	row(fmt.Sprintf("avg 1h x24 from device_property (random device and day) queries/s (%d)", r.Queries), "%.1f", o.AggPerSec, r.AggPerSec)
+	row("OPTIMIZE FINAL of every table s", "%.1f", o.OptimizeSeconds, r.OptimizeSeconds)
+	fmt.Fprintf(&b, "| generate (INSERT ... SELECT, views included, old layout) rows/s | %.0f | | |\n", o.GenRowsPerSec)
+	fmt.Fprintf(&b, "| conversion by tsdb.Open: %d values, %d months, s (values/s) | | %.1f (%.0f) | |\n", r.ConvertRows, r.ConvertMonths,
+		r.ConvertSeconds, float64(r.ConvertRows)/max(r.ConvertSeconds, 1e-9))
+	fmt.Fprintf(&b, "\n### After (00006)\n\n%s\n### Before\n\n%s", r.details(), o.details())
+	return b.String()
+}
+
+// details renders one layout's tables, kinds and figures.
+func (r StorageResult) details() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d devices over %.1f days, %d property values, %d messages\n\n", r.Server, r.Devices,
 		float64(r.SpanSeconds)/86400, r.Values, r.Messages)

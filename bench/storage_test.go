@@ -21,7 +21,7 @@ func TestRunStorageSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	name := "devicehub_bench_storage_test_" + randHex(4)
-	r, err := RunStorage(ctx, StorageParams{Values: 200_000, Queries: 20, InsertValues: 20_000, Database: name, Logf: t.Logf})
+	r, err := RunStorage(ctx, StorageParams{Values: 200_000, Queries: 20, InsertValues: 20_000, Database: name, Layouts: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +61,14 @@ func TestRunStorageSmall(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "float,counter,int,enum,bool,string,json" {
 		t.Errorf("kinds %s", got)
 	}
-	if len(r.Layouts) != 3 || r.Layouts[0].Rows != r.Values || r.Layouts[2].Rows != r.Values || r.Layouts[1].BytesPerRow <= 0 {
+	if len(r.Layouts) != len(storageLayouts18) || r.Layouts[0].Rows != r.Values || r.Layouts[2].Rows != r.Values || r.Layouts[1].BytesPerRow <= 0 {
 		t.Errorf("layouts: %+v", r.Layouts)
+	}
+	if o := r.Before; o == nil || o.Values != r.Values || o.PropertyBytes <= r.PropertyBytes || o.HistoryPerSec <= 0 || o.InsertValues != r.InsertValues {
+		t.Errorf("before the conversion: %+v", o)
+	}
+	if r.ConvertRows != r.Values || r.ConvertMonths < 1 || r.ConvertSeconds <= 0 {
+		t.Errorf("conversion: %d values, %d months, %.1fs", r.ConvertRows, r.ConvertMonths, r.ConvertSeconds)
 	}
 	if r.HistoryPerSec <= 0 || r.AggPerSec <= 0 || r.Queries != 20 {
 		t.Errorf("queries: %d, %.1f/s, %.1f/s", r.Queries, r.HistoryPerSec, r.AggPerSec)
@@ -70,7 +76,7 @@ func TestRunStorageSmall(t *testing.T) {
 	if r.InsertValues != 20_000 || r.InsertPerSec <= 0 {
 		t.Errorf("insert: %d values, %.0f/s", r.InsertValues, r.InsertPerSec)
 	}
-	if md := r.Markdown(); !strings.Contains(md, "| **device_property** |") || !strings.Contains(md, "| json | config |") {
+	if md := r.Markdown(); !strings.Contains(md, "| **device_property** |") || !strings.Contains(md, "| json | config |") || !strings.Contains(md, "| device_property B/value | ") {
 		t.Errorf("markdown:\n%s", md)
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{tsdb.DefaultOptions().Addr}})

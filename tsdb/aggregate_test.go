@@ -255,8 +255,8 @@ func TestPropertyAggregatesReadLittle(t *testing.T) {
 	span := int64(30 * 24 * time.Hour / time.Millisecond)
 	// Row j: device j mod 200, property (j / 200) mod 3, value number
 	// j / 600 of that series, spread evenly over the 30 days before end.
-	err := db.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts, 'readp', concat('r', toString(dev)), concat('t', toString(k)), 'number', toFloat64(i), ''
+	err := db.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT ts, 'readp', concat('r', toString(dev)), concat('t', toString(k)), 'number', toFloat64(i), ''
 FROM (SELECT modulo(number, %[1]d) AS dev, modulo(intDiv(number, %[1]d), %[2]d) AS k, intDiv(number, %[1]d * %[2]d) AS i,
   toInt64(%[3]d - %[4]d + intDiv(i * %[4]d, %[5]d)) AS ts FROM numbers(%[6]d))`,
 		devices, props, end.UnixMilli(), span, perSeries, devices*props*perSeries))

@@ -123,6 +123,10 @@ func clusterStatements(stmts []ddl, cluster, database string) ([]ddl, error) {
 	var out []ddl
 	for _, s := range stmts {
 		sql := s.sql
+		if s.convert != "" {
+			out = append(out, s) // convert.go knows both modes
+			continue
+		}
 		switch {
 		case createTableRE.MatchString(sql):
 			m := createTableRE.FindStringSubmatchIndex(sql)
@@ -148,7 +152,7 @@ func clusterStatements(stmts []ddl, cluster, database string) ([]ddl, error) {
 			out = append(out,
 				ddl{sql: "CREATE TABLE IF NOT EXISTS " + q(local) + on + " (" + cols + ") ENGINE = " + repl + sql[closing+1:],
 					cond: andCond(s.cond, missing(local))},
-				distributed(name, key))
+				distributedIf(s.cond, distributed(name, key)))
 		case createMVRE.MatchString(sql):
 			m := createMVRE.FindStringSubmatch(sql)
 			name, to, sel := m[1], m[2], m[3]
@@ -214,6 +218,14 @@ func clusterStatements(stmts []ddl, cluster, database string) ([]ddl, error) {
 		}
 	}
 	return out, nil
+}
+
+// distributedIf is d, run only when cond (of the replicated table's
+// statement) also holds: a table created only while an old layout is in
+// place gets its Distributed table only then too.
+func distributedIf(cond string, d ddl) ddl {
+	d.cond = andCond(cond, d.cond)
+	return d
 }
 
 // matchParen returns the index of the ")" closing the "(" at open, or -1;

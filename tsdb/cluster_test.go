@@ -26,8 +26,16 @@ func TestClusterStatements(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the embedded DDL has no cluster form: %v", err)
 	}
-	var creates, views, inserts int
+	var creates, views, inserts, converts int
 	for _, s := range out {
+		if s.convert != "" {
+			// convert.go writes its own ON CLUSTER statements.
+			converts++
+			if s.convert != "device_property device_property_v6" {
+				t.Errorf("convert: %+v", s)
+			}
+			continue
+		}
 		if strings.HasPrefix(s.sql, "INSERT INTO ") {
 			// The rollups', the quarter-hours' and the daily values' backfills, through the
 			// Distributed tables.
@@ -59,6 +67,14 @@ func TestClusterStatements(t *testing.T) {
 			quarter := strings.Contains(s.sql, "TO `db1`.`device_message_quarter_local`") && strings.Contains(s.sql, "FROM `db1`.`device_message_local`")
 			product := (strings.Contains(s.sql, "TO `db1`.`device_property_product_hourly_local`") || strings.Contains(s.sql, "TO `db1`.`device_property_daily_local`")) &&
 				strings.Contains(s.sql, "FROM `db1`.`device_property_local`")
+			// The views of the layout of 00006 read ts; the old ones,
+			// time, and only while the old layout is in place.
+			if old := strings.Contains(s.sql, "(time"); old == strings.Contains(s.sql, "_mv6`") && strings.Contains(s.sql, "device_property_local") {
+				t.Errorf("view of the wrong layout: %s", s.sql)
+			}
+			if strings.Contains(s.sql, "(time") && !strings.Contains(s.cond, "name = 'time'") && strings.Contains(s.sql, "device_property_local") {
+				t.Errorf("old view without the layout's condition: %+v", s)
+			}
 			if !daily && !hourly && !quarter && !product {
 				t.Errorf("view: %s", s.sql)
 			}
@@ -71,8 +87,10 @@ func TestClusterStatements(t *testing.T) {
 			}
 		}
 	}
-	if creates != 10 || views != 5 || inserts != 4 {
-		t.Fatalf("%d replicated tables, %d views, %d inserts; want 10, 5, 4", creates, views, inserts)
+	// 10 tables and the conversion's 2 (device_property_v6 and its
+	// record); 5 views and their 3 successors on the new layout.
+	if creates != 12 || views != 8 || inserts != 4 || converts != 1 {
+		t.Fatalf("%d replicated tables, %d views, %d inserts, %d conversions; want 12, 8, 4, 1", creates, views, inserts, converts)
 	}
 	want := map[string]string{
 		"device_message":                        "cityHash64(device_id)",
@@ -420,13 +438,20 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	_ = again
 
 	// Version 1 had device_property.message_id (on the replicated and the
-	// distributed table).
+	// distributed table): a database of its own, as version 1 made it.
+	name = fmt.Sprint("cv1", rand.IntN(1e6))
+	v1 := c.options(name, time.UTC, "ch11")
+	v1.SchemaVersion = 1
+	db, err := Open(ctx, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedMu.Lock()
+	toDrop = append(toDrop, db)
+	sharedMu.Unlock()
 	tm := time.Date(2024, 5, 1, 8, 0, 0, 250e6, time.UTC)
 	q := func(s string) string { return strings.ReplaceAll(s, "DB", "`"+db.Database()+"`") }
 	for _, s := range []string{
-		"ALTER TABLE DB.device_property_local ON CLUSTER `" + c.Name + "` ADD COLUMN message_id String",
-		"DROP TABLE DB.device_property ON CLUSTER `" + c.Name + "`",
-		"CREATE TABLE DB.device_property ON CLUSTER `" + c.Name + "` AS DB.device_property_local ENGINE = Distributed('" + c.Name + "', '" + db.Database() + "', 'device_property_local', cityHash64(device_id))",
 		"INSERT INTO DB.device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)" +
 			" SELECT toDateTime(1714550400), toInt64(1714550400250), 'p', 'd', 'temp', 'number', 21.5, '', 'm1'",
 	} {
@@ -437,7 +462,9 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	errs = make(chan error, 3)
 	for _, nodes := range [][]string{{"ch11"}, {"ch21"}, {"ch22"}} {
 		go func() {
-			db, err := Open(ctx, c.options(name, time.UTC, nodes...))
+			opt := c.options(name, time.UTC, nodes...)
+			opt.SchemaVersion = 5
+			db, err := Open(ctx, opt)
 			if err == nil {
 				db.Close()
 			}
@@ -452,6 +479,12 @@ func TestClusterOpenTogetherAndUpgrade(t *testing.T) {
 	for node := range c.Nodes {
 		if n := c.scalar(t, node, "SELECT count() FROM system.columns WHERE database = ? AND name = 'message_id' AND table LIKE 'device_property%'", db.Database()); n != 0 {
 			t.Errorf("%s: device_property still has message_id in %d tables", node, n)
+		}
+	}
+	db = c.open(t, name, time.UTC, "ch21") // version 6: converted
+	for node := range c.Nodes {
+		if n := c.scalar(t, node, "SELECT count() FROM system.columns WHERE database = ? AND name = 'time' AND table LIKE 'device_property%'", db.Database()); n != 0 {
+			t.Errorf("%s: device_property still has time in %d tables", node, n)
 		}
 	}
 	got, err := db.PropertyHistory(ctx, "p", "d", []string{"temp"}, 1)

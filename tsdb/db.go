@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -62,6 +63,11 @@ type Options struct {
 	// the same (rollup.go): for comparisons (tests, the bench). Both are
 	// kept either way.
 	NoRollup bool
+	// SchemaVersion applies the DDL files numbered up to it only (0: all):
+	// a database as an older version left it, for the conversion test and
+	// the bench's before-figures. A DB opened so may lack what queries of
+	// this version read.
+	SchemaVersion int
 }
 
 // DefaultOptions returns the options that work with `make run`.
@@ -96,6 +102,11 @@ type DB struct {
 	cache   *resultCache     // dashboard answers (cache.go)
 	days    *dayCounts       // message counts per day (daycounts.go)
 	props   *keeper[partial] // product-wide property partials per hour (propaggs.go)
+	// converted is what Open's conversion did (convert.go).
+	converted ConvertStats
+	// oldLayout: device_property is still in the layout before schema 00006
+	// (time and ts; Options.SchemaVersion below 6 only): see tsRange.
+	oldLayout bool
 }
 
 // codeUnknownDatabase is ClickHouse's UNKNOWN_DATABASE error code.
@@ -300,6 +311,12 @@ func (db *DB) init(parent context.Context) error {
 		// every node), except a fill, which reads a whole table (00003:
 		// the rollup's, once) as long as it takes, bounded by the
 		// caller's ctx only.
+		if s.convert != "" {
+			if err := db.convert(parent, s); err != nil {
+				return err
+			}
+			continue
+		}
 		sctx := parent
 		if !strings.HasPrefix(s.sql, "INSERT") {
 			var scancel context.CancelFunc
@@ -313,6 +330,12 @@ func (db *DB) init(parent context.Context) error {
 	}
 	ctx, cancel := db.ctx(parent)
 	defer cancel()
+	var oldLayout uint64
+	if err := db.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = ? AND name = 'time'",
+		db.storageTable("device_property")).Scan(&oldLayout); err != nil {
+		return fmt.Errorf("tsdb: read device_property's layout: %w", err)
+	}
+	db.oldLayout = oldLayout > 0
 	return db.checkDailyZone(ctx, sqls)
 }
 
@@ -385,9 +408,14 @@ var stmtEndRE = regexp.MustCompile(`(?m);[ \t]*$`)
 // every start; one that is not (ClickHouse 18.16 has no DROP COLUMN IF
 // EXISTS) carries a condition, a query counting what it has still to do,
 // written as a "--@if <query>" line before it.
-type ddl struct{ sql, cond string }
+// A "--@convert <from> <to>" line is a statement of its own: the
+// conversion of convert.go.
+type ddl struct{ sql, cond, convert string }
 
-const condPrefix = "--@if "
+const (
+	condPrefix    = "--@if "
+	convertPrefix = "--@convert "
+)
 
 // statements returns the embedded DDL in file order, comments removed and
 // {{TZ}} replaced by the platform zone.
@@ -397,13 +425,23 @@ func (db *DB) statements() ([]ddl, error) {
 		return nil, err
 	}
 	sort.Strings(files)
+	layout := layoutReplacer(db.version)
 	var out []ddl
 	for _, f := range files {
+		if v := db.opt.SchemaVersion; v > 0 {
+			var n int
+			if _, err := fmt.Sscanf(path.Base(f), "%d_", &n); err != nil {
+				return nil, fmt.Errorf("tsdb: DDL file %s has no number", f)
+			}
+			if n > v {
+				continue
+			}
+		}
 		b, err := fs.ReadFile(schema.ClickHouse, f)
 		if err != nil {
 			return nil, fmt.Errorf("tsdb: read %s: %w", f, err)
 		}
-		out = append(out, splitDDL(string(b), db.tzName)...)
+		out = append(out, splitDDL(layout.Replace(string(b)), db.tzName)...)
 	}
 	return out, nil
 }
@@ -417,6 +455,9 @@ func splitDDL(src, tz string) []ddl {
 	for _, l := range strings.Split(strings.ReplaceAll(src, "{{TZ}}", tz), "\n") {
 		t := strings.TrimSpace(l)
 		switch {
+		case strings.HasPrefix(t, convertPrefix):
+			out = append(out, ddl{convert: strings.TrimSpace(strings.TrimPrefix(t, convertPrefix))})
+			continue
 		case strings.HasPrefix(t, condPrefix):
 			cond = strings.TrimSpace(strings.TrimPrefix(t, condPrefix))
 		case strings.HasPrefix(t, "--"):

@@ -533,11 +533,14 @@ func TestInsertInKeyOrder(t *testing.T) {
 
 // A database created before version 2 loses device_property.message_id
 // when opened, keeps its rows, and opens again as it is; instances opening
-// it at once all succeed, whichever drops the column.
+// it at once all succeed, whichever drops the column. Then one instance
+// of this version converts it to the layout of version 6 (convert.go).
 func TestSchemaUpgradeDropsPropertyMessageID(t *testing.T) {
 	ctx := ctxT(t)
 	name := fmt.Sprint("upgrade", rand.IntN(1e6)) // its own, under -count too
-	db := openDB(t, name, time.UTC)
+	v1 := testOptions(name, time.UTC)
+	v1.SchemaVersion = 1
+	db := openDBWith(t, v1)
 	hasColumn := func() bool {
 		t.Helper()
 		var n uint64
@@ -547,13 +550,9 @@ func TestSchemaUpgradeDropsPropertyMessageID(t *testing.T) {
 		}
 		return n > 0
 	}
-	if hasColumn() {
-		t.Fatal("a new database has device_property.message_id")
-	}
 	// The table as version 1 left it, with a row.
 	tm := time.Date(2024, 5, 1, 8, 0, 0, 250e6, time.UTC)
 	for _, q := range []string{
-		"ALTER TABLE device_property ADD COLUMN message_id String",
 		"INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value, message_id)" +
 			" SELECT toDateTime(1714550400), toInt64(1714550400250), 'p', 'd', 'temp', 'number', 21.5, '', 'm1'",
 	} {
@@ -562,9 +561,11 @@ func TestSchemaUpgradeDropsPropertyMessageID(t *testing.T) {
 		}
 	}
 	errs := make(chan error, 3)
+	v5 := testOptions(name, time.UTC)
+	v5.SchemaVersion = 5
 	for range 3 {
 		go func() {
-			again, err := Open(ctx, testOptions(name, time.UTC))
+			again, err := Open(ctx, v5)
 			if err == nil {
 				again.Close()
 			}
@@ -579,6 +580,7 @@ func TestSchemaUpgradeDropsPropertyMessageID(t *testing.T) {
 	if hasColumn() {
 		t.Fatal("device_property.message_id still there after Open")
 	}
+	db = openDB(t, name, time.UTC) // version 6: converted
 	got, err := db.PropertyHistory(ctx, "p", "d", []string{"temp"}, 1)
 	if err != nil {
 		t.Fatal(err)

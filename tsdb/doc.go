@@ -7,9 +7,13 @@
 // (buckets.go, datemath.go).
 //
 // It speaks the native protocol only and keeps to SQL that runs on
-// ClickHouse 18.16 as on current releases (no CODEC, TTL, DateTime64,
-// LowCardinality, toStartOfInterval or JSON functions; explicit column lists
-// in every INSERT). The DDL lives in schema.ClickHouse. Options.Cluster
+// ClickHouse 18.16 as on current releases (no TTL, DateTime64,
+// toStartOfInterval or JSON functions; explicit column lists in every
+// INSERT). Per-column codecs and LowCardinality appear only in
+// device_property's layout, chosen in one place (layout.go) by the server
+// version read at Open. The DDL lives in schema.ClickHouse; a layout
+// change that needs the rows copied (schema 00006) is done by convert.go,
+// resumable month by month. Options.Cluster
 // spreads the tables over a ClickHouse cluster, replicated and sharded by
 // device behind Distributed tables (cluster.go).
 //

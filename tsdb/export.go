@@ -70,7 +70,7 @@ func (db *DB) PrepareExport(ctx context.Context, q ExportQuery) (*Export, error)
 	}
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
-	where, args := exportWhere(q, q.From.UnixMilli(), q.To.UnixMilli(), !q.From.IsZero(), !q.To.IsZero())
+	where, args := db.exportWhere(q, q.From.UnixMilli(), q.To.UnixMilli(), !q.From.IsZero(), !q.To.IsZero())
 	if len(q.Properties) > 0 {
 		where += " AND property IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(q.Properties)), ", ") + ")"
 		for _, p := range q.Properties {
@@ -111,7 +111,7 @@ func (db *DB) PrepareExport(ctx context.Context, q ExportQuery) (*Export, error)
 		if q.Newest > 0 && p.rows > uint64(q.Newest) {
 			// The millisecond of the Newest-th newest value: the range
 			// starts there, its ties included.
-			w, a := exportWhere(q, p.from, p.to+1, true, true)
+			w, a := db.exportWhere(q, p.from, p.to+1, true, true)
 			var cut int64
 			if err := db.conn.QueryRow(ctx, "SELECT ts FROM device_property WHERE "+w+" AND property = ? ORDER BY ts DESC LIMIT 1 OFFSET ?",
 				append(a, name, q.Newest-1)...).Scan(&cut); err != nil {
@@ -175,7 +175,7 @@ func (e *Export) windows(ctx context.Context, p exportProp) ([][2]int64, error) 
 	width := max(1, (p.to-p.from+1+groups-1)/groups)
 	ctx, cancel := e.db.ctx(ctx)
 	defer cancel()
-	w, args := exportWhere(e.q, p.from, p.to+1, true, true)
+	w, args := e.db.exportWhere(e.q, p.from, p.to+1, true, true)
 	rows, err := e.db.conn.Query(ctx, "SELECT intDiv(ts - ?, ?) AS g, count() FROM device_property WHERE "+w+
 		" AND property = ? GROUP BY g ORDER BY g", append([]any{p.from, width}, append(args, p.name)...)...)
 	if err != nil {
@@ -210,7 +210,7 @@ func (e *Export) windows(ctx context.Context, p exportProp) ([][2]int64, error) 
 func (e *Export) window(ctx context.Context, property string, lo, hi int64, fn func(*PropertyValue) error) error {
 	ctx, cancel := e.db.ctx(ctx)
 	defer cancel()
-	w, args := exportWhere(e.q, lo, hi, true, true)
+	w, args := e.db.exportWhere(e.q, lo, hi, true, true)
 	rows, err := e.db.conn.Query(ctx, "SELECT ts, toString(value_type), num_value, str_value FROM device_property WHERE "+w+
 		" AND property = ? ORDER BY ts, num_value, str_value", append(args, property)...)
 	if err != nil {
@@ -235,18 +235,36 @@ func (e *Export) window(ctx context.Context, property string, lo, hi int64, fn f
 }
 
 // exportWhere is the condition on q's device and lo <= ts < hi (each end
-// only when set; epoch ms). The DateTime bounds let the primary key skip
-// the other granules; ts bounds the range to the millisecond.
-func exportWhere(q ExportQuery, lo, hi int64, hasLo, hasHi bool) (string, []any) {
-	w := "product_id = ? AND device_id = ?"
-	args := []any{q.ProductID, q.DeviceID}
+// only when set; epoch ms): the primary key's (product_id, device_id, ts)
+// (tsRange).
+func (db *DB) exportWhere(q ExportQuery, lo, hi int64, hasLo, hasHi bool) (string, []any) {
+	w, r := db.tsRange(lo, hi, hasLo, hasHi)
+	return "product_id = ? AND device_id = ?" + w, append([]any{q.ProductID, q.DeviceID}, r...)
+}
+
+// tsRange is the condition " AND lo <= ts < hi" (each end only when set;
+// epoch ms) and its arguments. ts leads device_property's key after the
+// device since schema 00006, so the primary key skips the other granules;
+// on the layout before it (Options.SchemaVersion) the DateTime time
+// column was the key's, and bounds on it are added.
+func (db *DB) tsRange(lo, hi int64, hasLo, hasHi bool) (string, []any) {
+	var w string
+	var args []any
 	if hasLo {
-		w += " AND time >= toDateTime(?) AND ts >= ?"
-		args = append(args, max(lo, 0)/1000, lo)
+		if db.oldLayout {
+			w += " AND time >= toDateTime(?)"
+			args = append(args, max(lo, 0)/1000)
+		}
+		w += " AND ts >= ?"
+		args = append(args, lo)
 	}
 	if hasHi {
-		w += " AND time <= toDateTime(?) AND ts < ?"
-		args = append(args, max(hi-1, 0)/1000, hi)
+		if db.oldLayout {
+			w += " AND time <= toDateTime(?)"
+			args = append(args, max(hi-1, 0)/1000)
+		}
+		w += " AND ts < ?"
+		args = append(args, hi)
 	}
 	return w, args
 }

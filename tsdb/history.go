@@ -142,15 +142,13 @@ func valueBefore(a, b PropertyValue) bool {
 }
 
 // historyColumns are the columns a PropertyValue is scanned from.
-const historyColumns = "SELECT time, ts, product_id, device_id, property, toString(value_type), num_value, str_value FROM device_property"
+const historyColumns = "SELECT ts, product_id, device_id, property, toString(value_type), num_value, str_value FROM device_property"
 
 // rangeValues reads the newest n values of each property of q in
 // [from, q.To), newest first per property.
 func (db *DB) rangeValues(ctx context.Context, q HistoryQuery, from time.Time, n int) (map[string][]PropertyValue, error) {
-	sql, args := historyWhere(q, from)
-	// time DESC first: the order of the primary key's last column; ts
-	// within a second.
-	sql += " ORDER BY time DESC, ts DESC, num_value DESC, str_value DESC LIMIT " + strconv.Itoa(n) + " BY property"
+	sql, args := db.historyWhere(q, from)
+	sql += " ORDER BY ts DESC, num_value DESC, str_value DESC LIMIT " + strconv.Itoa(n) + " BY property"
 	return db.scanValues(ctx, sql, args)
 }
 
@@ -166,7 +164,7 @@ func (db *DB) tiedValues(ctx context.Context, q HistoryQuery, props []string, ti
 		ms = append(ms, strconv.FormatInt(tieMs[p], 10))
 	}
 	sel.From, sel.To = time.UnixMilli(lo), time.UnixMilli(hi+1)
-	sql, args := historyWhere(sel, sel.From)
+	sql, args := db.historyWhere(sel, sel.From)
 	sql += " AND ts IN (" + strings.Join(ms, ", ") + ")"
 	tied, err := db.scanValues(ctx, sql, args)
 	if err != nil {
@@ -182,21 +180,12 @@ func (db *DB) tiedValues(ctx context.Context, q HistoryQuery, props []string, ti
 	return nil
 }
 
-// historyWhere is the SELECT of q's device and properties in [from, q.To).
-// The DateTime bounds let the primary key skip the other granules; ts
-// bounds the range to the millisecond.
-func historyWhere(q HistoryQuery, from time.Time) (string, []any) {
-	sql := historyColumns + " WHERE product_id = ? AND device_id = ?"
-	args := []any{q.ProductID, q.DeviceID}
-	if !from.IsZero() {
-		sql += " AND time >= toDateTime(?) AND ts >= ?"
-		args = append(args, from.Unix(), from.UnixMilli())
-	}
-	if !q.To.IsZero() {
-		// The second holding To's last millisecond before it.
-		sql += " AND time <= toDateTime(?) AND ts < ?"
-		args = append(args, time.UnixMilli(q.To.UnixMilli()-1).Unix(), q.To.UnixMilli())
-	}
+// historyWhere is the SELECT of q's device and properties in [from, q.To)
+// (tsRange: the primary key skips the other granules).
+func (db *DB) historyWhere(q HistoryQuery, from time.Time) (string, []any) {
+	w, r := db.tsRange(from.UnixMilli(), q.To.UnixMilli(), !from.IsZero(), !q.To.IsZero())
+	sql := historyColumns + " WHERE product_id = ? AND device_id = ?" + w
+	args := append([]any{q.ProductID, q.DeviceID}, r...)
 	if len(q.Properties) > 0 {
 		sql += " AND property IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(q.Properties)), ", ") + ")"
 		for _, p := range q.Properties {
@@ -206,7 +195,7 @@ func historyWhere(q HistoryQuery, from time.Time) (string, []any) {
 	return sql, args
 }
 
-// scanValues runs a property-value query (time, ts, product, device,
+// scanValues runs a property-value query (ts, product, device,
 // property, value type, number, text) and groups its rows by property in
 // the order ClickHouse returns them: latest values and range history both.
 func (db *DB) scanValues(ctx context.Context, sql string, args []any) (map[string][]PropertyValue, error) {
@@ -219,13 +208,12 @@ func (db *DB) scanValues(ctx context.Context, sql string, args []any) (map[strin
 	for rows.Next() {
 		var (
 			v  PropertyValue
-			tm time.Time
 			ts int64
 		)
-		if err := rows.Scan(&tm, &ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
+		if err := rows.Scan(&ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
 			return nil, fmt.Errorf("tsdb: property history: %w", err)
 		}
-		v.Time = time.UnixMilli(ts).In(db.loc) // ts keeps the milliseconds
+		v.Time = time.UnixMilli(ts).In(db.loc)
 		byProp[v.Property] = append(byProp[v.Property], v)
 	}
 	if err := rows.Err(); err != nil {

@@ -85,7 +85,9 @@ func validate(msgs []Message, props []PropertyValue) error {
 
 const (
 	insertMessages = "INSERT INTO device_message (time, ts, product_id, device_id, direction, message_type, message_id, topic, payload)"
-	insertProps    = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)"
+	insertProps    = "INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)"
+	// insertPropsOld is insertProps before schema 00006 (Options.SchemaVersion).
+	insertPropsOld = "INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)"
 )
 
 // Insert stores msgs and props, one INSERT per table. It neither keeps
@@ -242,8 +244,11 @@ func (db *DB) insertProps(ctx context.Context, b *Batch) error {
 		}
 		give(propColumnFree, c)
 	}()
-	perm := c.order.propertyOrder(b)
-	return db.sendBlocks(ctx, insertProps, len(b.props), func(lo, hi int) []any {
+	perm, query := c.order.reportOrder(b), insertProps
+	if db.oldLayout {
+		perm, query = c.order.propertyOrder(b), insertPropsOld
+	}
+	return db.sendBlocks(ctx, query, len(b.props), func(lo, hi int) []any {
 		n := hi - lo
 		c.sec, c.ts, c.num = resize(c.sec, n), resize(c.ts, n), resize(c.num, n)
 		c.product, c.device, c.prop = resize(c.product, n), resize(c.device, n), resize(c.prop, n)
@@ -254,7 +259,10 @@ func (db *DB) insertProps(ctx context.Context, b *Batch) error {
 			c.product[i], c.device[i], c.prop[i], c.vt[i] = b.str(p.product), b.str(p.device), b.str(p.prop), b.str(p.vt)
 			c.num[i], c.str[i] = p.num, b.str(p.str)
 		}
-		return []any{c.sec, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str}
+		if db.oldLayout {
+			return []any{c.sec, c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str}
+		}
+		return []any{c.ts, c.product, c.device, c.prop, c.vt, c.num, c.str}
 	})
 }
 

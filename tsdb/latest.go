@@ -67,7 +67,7 @@ func (db *DB) LatestValues(ctx context.Context, productID string, deviceIDs, pro
 }
 
 func (db *DB) latest(ctx context.Context, productID string, deviceIDs, properties []string, since time.Time) ([]PropertyValue, error) {
-	sql := "SELECT time, ts, product_id, device_id, property, toString(value_type), num_value, str_value" +
+	sql := "SELECT ts, product_id, device_id, property, toString(value_type), num_value, str_value" +
 		" FROM device_property WHERE product_id = ? AND device_id IN (" + placeholders(len(deviceIDs)) + ")" +
 		" AND property IN (" + placeholders(len(properties)) + ")"
 	args := make([]any, 0, 2+len(deviceIDs)+len(properties))
@@ -79,10 +79,11 @@ func (db *DB) latest(ctx context.Context, productID string, deviceIDs, propertie
 		args = append(args, p)
 	}
 	if !since.IsZero() {
-		sql += " AND time >= toDateTime(?)"
-		args = append(args, since.Unix())
+		w, r := db.tsRange(since.Truncate(time.Second).UnixMilli(), 0, true, false)
+		sql += w
+		args = append(args, r...)
 	}
-	sql += " ORDER BY device_id, property, time DESC, ts DESC LIMIT 1 BY device_id, property"
+	sql += " ORDER BY device_id, property, ts DESC LIMIT 1 BY device_id, property"
 	rows, err := db.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("tsdb: latest values: %w", err)
@@ -92,13 +93,12 @@ func (db *DB) latest(ctx context.Context, productID string, deviceIDs, propertie
 	for rows.Next() {
 		var (
 			v  PropertyValue
-			tm time.Time
 			ts int64
 		)
-		if err := rows.Scan(&tm, &ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
+		if err := rows.Scan(&ts, &v.ProductID, &v.DeviceID, &v.Property, &v.ValueType, &v.Num, &v.Str); err != nil {
 			return nil, fmt.Errorf("tsdb: latest values: %w", err)
 		}
-		v.Time = time.UnixMilli(ts).In(db.loc) // ts keeps the milliseconds
+		v.Time = time.UnixMilli(ts).In(db.loc)
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {

@@ -22,8 +22,10 @@ import (
 // two stable counting passes (a radix sort on the ranks), and only a run
 // of one device and property whose times are out of order is sorted.
 //
-// Both keys end in time, a DateTime of seconds; ordering by the
-// millisecond time (ts) is finer, so it is sorted for ClickHouse too.
+// device_message's key ends in time, a DateTime of seconds; ordering by
+// the millisecond time (ts) is finer, so it is sorted for ClickHouse too.
+// device_property's key (since schema 00006) is (product_id, device_id,
+// ts, property): reportOrder.
 // Strings compare as bytes, as ClickHouse compares String.
 
 type deviceKey struct{ product, device string }
@@ -54,14 +56,46 @@ func (o *orderer) messageOrder(b *Batch) []int32 {
 		o.t[i] = r.ms
 	}
 	o.byDevice(nil)
-	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] })
+	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] }, nil)
 	o.reset()
 	return o.perm
 }
 
 // propertyOrder returns the indexes of b's property values in
-// (product_id, device_id, property, time) order.
+// (product_id, device_id, property, time) order: device_property's key
+// before schema 00006 (Options.SchemaVersion).
 func (o *orderer) propertyOrder(b *Batch) []int32 {
+	o.rankProps(b)
+	o.by = resize(o.by, len(b.props))
+	countingPass(o.prop, len(o.ids), nil, o.by, &o.start)
+	o.byDevice(o.by)
+	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] && o.prop[a] == o.prop[b] }, nil)
+	o.reset()
+	return o.perm
+}
+
+// reportOrder returns the indexes of b's property values in (product_id,
+// device_id, ts, property) order, device_property's key since schema
+// 00006: by device (a counting pass), then each device's run by time and
+// property, sorted only when not in that order already (a message's
+// values arrive together, mostly in the thing model's order, which is
+// not the names' order: such a run is sorted).
+func (o *orderer) reportOrder(b *Batch) []int32 {
+	o.rankProps(b)
+	o.byDevice(nil)
+	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] }, func(a, b int32) int {
+		if c := cmp.Compare(o.t[a], o.t[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(o.prop[a], o.prop[b])
+	})
+	o.reset()
+	return o.perm
+}
+
+// rankProps fills o.dev (device indexes), o.prop (property ranks) and o.t
+// for b's property values.
+func (o *orderer) rankProps(b *Batch) {
 	n := len(b.props)
 	o.dev, o.prop, o.t = resize(o.dev, n), resize(o.prop, n), resize(o.t, n)
 	if o.names == nil {
@@ -84,12 +118,6 @@ func (o *orderer) propertyOrder(b *Batch) []int32 {
 	for i, k := range o.prop {
 		o.prop[i] = o.rank[k]
 	}
-	o.by = resize(o.by, n)
-	countingPass(o.prop, len(o.ids), nil, o.by, &o.start)
-	o.byDevice(o.by)
-	o.sortRuns(func(a, b int32) bool { return o.dev[a] == o.dev[b] && o.prop[a] == o.prop[b] })
-	o.reset()
-	return o.perm
 }
 
 // rowDevice returns the device index of row i, of product and device;
@@ -174,15 +202,19 @@ func countingPass(key []int32, ranks int, in, out []int32, start *[]int32) {
 	*start = next
 }
 
-// sortRuns sorts by time each run of o.perm whose rows are alike (same
-// device, or device and property) and not in time order already.
-func (o *orderer) sortRuns(alike func(a, b int32) bool) {
-	byTime := func(a, b int32) int { return cmp.Compare(o.t[a], o.t[b]) }
+// sortRuns sorts by order (nil: by time) each run of o.perm whose rows
+// are alike (same device, or device and property) and not in that order
+// already.
+func (o *orderer) sortRuns(alike func(a, b int32) bool, order func(a, b int32) int) {
+	if order == nil {
+		order = func(a, b int32) int { return cmp.Compare(o.t[a], o.t[b]) }
+	}
+	byTime := order
 	p := o.perm
 	for lo := 0; lo < len(p); {
 		hi, sorted := lo+1, true
 		for ; hi < len(p) && alike(p[lo], p[hi]); hi++ {
-			if o.t[p[hi]] < o.t[p[hi-1]] {
+			if order(p[hi-1], p[hi]) > 0 {
 				sorted = false
 			}
 		}

@@ -15,6 +15,20 @@ func cmpMessage(a, b *Message) int {
 	return cmpKey(a.ProductID, b.ProductID, a.DeviceID, b.DeviceID, "", "", a.Time, b.Time)
 }
 
+// cmpReport is device_property's key since schema 00006.
+func cmpReport(a, b *PropertyValue) int {
+	if c := strings.Compare(a.ProductID, b.ProductID); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.DeviceID, b.DeviceID); c != 0 {
+		return c
+	}
+	if c := a.Time.Compare(b.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Property, b.Property)
+}
+
 func cmpProperty(a, b *PropertyValue) int {
 	return cmpKey(a.ProductID, b.ProductID, a.DeviceID, b.DeviceID, a.Property, b.Property, a.Time, b.Time)
 }
@@ -111,6 +125,11 @@ func TestOrder(t *testing.T) {
 				checkPerm(t, perm, len(props))
 				if !slices.IsSortedFunc(perm, func(a, b int32) int { return cmpProperty(&props[a], &props[b]) }) {
 					t.Fatalf("round %d: properties not in key order", round)
+				}
+				perm = o.reportOrder(&b)
+				checkPerm(t, perm, len(props))
+				if !slices.IsSortedFunc(perm, func(a, b int32) int { return cmpReport(&props[a], &props[b]) }) {
+					t.Fatalf("round %d: properties not in report order", round)
 				}
 				if len(o.devices)+len(o.keys)+len(o.names)+len(o.ids) != 0 {
 					t.Fatalf("round %d: the orderer keeps strings after use", round)

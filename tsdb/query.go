@@ -271,12 +271,13 @@ func complete(byProp map[string][]PropertyValue, properties []string, n int) boo
 // history reads the latest n values of each property since since (zero:
 // all), newest first per property.
 func (db *DB) history(ctx context.Context, productID, deviceID string, properties []string, n int, since time.Time) (map[string][]PropertyValue, error) {
-	sql := "SELECT time, ts, product_id, device_id, property, toString(value_type), num_value, str_value" +
+	sql := "SELECT ts, product_id, device_id, property, toString(value_type), num_value, str_value" +
 		" FROM device_property WHERE product_id = ? AND device_id = ?"
 	args := []any{productID, deviceID}
 	if !since.IsZero() {
-		sql += " AND time >= toDateTime(?)"
-		args = append(args, since.Unix())
+		w, r := db.tsRange(since.Truncate(time.Second).UnixMilli(), 0, true, false)
+		sql += w
+		args = append(args, r...)
 	}
 	if len(properties) > 0 {
 		sql += " AND property IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(properties)), ", ") + ")"
@@ -284,7 +285,9 @@ func (db *DB) history(ctx context.Context, productID, deviceID string, propertie
 			args = append(args, p)
 		}
 	}
-	sql += " ORDER BY time DESC, ts DESC LIMIT " + strconv.Itoa(n) + " BY property"
+	// Values at one millisecond by value, as HistoryRange orders them
+	// (the layouts sort them differently within a millisecond).
+	sql += " ORDER BY ts DESC, num_value DESC, str_value DESC LIMIT " + strconv.Itoa(n) + " BY property"
 	return db.scanValues(ctx, sql, args) // history.go
 }
 

@@ -70,6 +70,9 @@ func rollupAligned(r bucketRange) bool {
 	return true
 }
 
+// tsSeconds is device_property's time as a DateTime, for bucketSQL.
+const tsSeconds = "toDateTime(intDiv(ts, 1000))"
+
 // aggregateSQL returns the query of q's aggregate per property and bucket
 // of r, from the rollup when it answers exactly (and Options.NoRollup is
 // not set), from device_property otherwise. Its columns are property, the
@@ -82,7 +85,7 @@ func (db *DB) aggregateSQL(r bucketRange, q AggQuery, props []string) (string, [
 		sql.WriteString("SELECT property, " + bucketSQL(r.interval, "hour", db.tzName) + " AS b, " + rollupAggSQL[q.Agg] +
 			" AS v, countMerge(n) AS c FROM device_property_hourly WHERE product_id = ?")
 	} else {
-		sql.WriteString("SELECT property, " + bucketSQL(r.interval, "time", db.tzName) + " AS b, " + aggSQL[q.Agg] +
+		sql.WriteString("SELECT property, " + bucketSQL(r.interval, tsSeconds, db.tzName) + " AS b, " + aggSQL[q.Agg] +
 			" AS v, count() AS c FROM device_property WHERE product_id = ?")
 	}
 	if q.DeviceID != "" {
@@ -93,13 +96,15 @@ func (db *DB) aggregateSQL(r bucketRange, q AggQuery, props []string) (string, [
 	for _, p := range props {
 		args = append(args, p)
 	}
-	// The range is whole seconds (bucket edges), as the DateTime columns.
+	// The range is whole seconds (bucket edges).
 	if rollup {
 		sql.WriteString(" AND hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY property, b")
+		args = append(args, r.lo.Unix(), r.hi.Unix())
 	} else {
-		sql.WriteString(" AND time >= toDateTime(?) AND time < toDateTime(?) AND value_type = 'number' GROUP BY property, b")
+		w, ra := db.tsRange(r.lo.UnixMilli(), r.hi.UnixMilli(), true, true)
+		sql.WriteString(w + " AND value_type = 'number' GROUP BY property, b")
+		args = append(args, ra...)
 	}
-	args = append(args, r.lo.Unix(), r.hi.Unix())
 	return sql.String(), args, rollup
 }
 

@@ -133,7 +133,7 @@ func TestRollupBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Version 2: no rollup; values stored meanwhile.
-	for _, q := range []string{"DROP TABLE device_property_hourly_mv", "DROP TABLE device_property_hourly_filled", "DROP TABLE device_property_hourly"} {
+	for _, q := range []string{"DROP TABLE device_property_hourly_mv6", "DROP TABLE device_property_hourly_filled", "DROP TABLE device_property_hourly"} {
 		if err := db.Conn().Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
@@ -246,10 +246,10 @@ func TestRollupFillOutlastsQueryTimeout(t *testing.T) {
 		// hours after the ones before; the rollup dropped, to be filled
 		// again at the next Open.
 		for _, q := range []string{
-			"DROP TABLE IF EXISTS device_property_hourly_mv", "DROP TABLE IF EXISTS device_property_hourly_filled",
+			"DROP TABLE IF EXISTS device_property_hourly_mv6", "DROP TABLE IF EXISTS device_property_hourly_filled",
 			"DROP TABLE IF EXISTS device_property_hourly",
-			fmt.Sprintf(`INSERT INTO device_property (time, ts, product_id, device_id, property, value_type, num_value, str_value)
-SELECT toDateTime(intDiv(ts, 1000)), ts, 'slowp', concat('d', toString(number %% 100)), 'm', 'number', toFloat64(number %% 1000) / 4, ''
+			fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+SELECT ts, 'slowp', concat('d', toString(number %% 100)), 'm', 'number', toFloat64(number %% 1000) / 4, ''
 FROM (SELECT number, toInt64(1500000000000 + number * 200000) AS ts FROM numbers(%d, %d))`, stored, n),
 		} {
 			if err := db.Conn().Exec(ctx, q); err != nil {

@@ -171,7 +171,7 @@ type flags struct {
 	storageValues, storageQueries, storageInsert      int
 	storageSpan                                       time.Duration
 	storageServers                                    string
-	storageKeep                                       bool
+	storageKeep, storageLayouts                       bool
 }
 
 func newFlags() *flags {
@@ -216,6 +216,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.storageInsert, "storage-insert-values", 1_000_000, "storage: values stored again through tsdb.InsertBatch for the insert rate (0: skip)")
 	fs.StringVar(&f.storageServers, "storage-servers", "", "storage: comma-separated ClickHouse addresses to run against one after the other, e.g. one per compression config (empty: -clickhouse)")
 	fs.BoolVar(&f.storageKeep, "storage-keep", false, "storage: keep the generated databases (devicehub_bench_storage_<n>)")
+	fs.BoolVar(&f.storageLayouts, "storage-layouts", false, "storage: also copy a sample into each candidate layout of device_property (slow)")
 	fs.StringVar(&f.dashPrefix, "dash-prefix", "devicehub_bench", "dashboard, dashboard-mixed: prefix of the generated ClickHouse databases and of the metadata database (two benches sharing the servers each need their own)")
 	fs.IntVar(&f.dashMixedMsgs, "dash-mixed-msgs", 200000, "dashboard, dashboard-mixed: messages (each with 2 property values) of the mixed scenario, every request distinct under live ingest (0: skip it)")
 	fs.IntVar(&f.dashMixedReqs, "dash-mixed-requests", 5000, "dashboard, dashboard-mixed: measured requests of each mixed run through the result cache (see -dash-mixed-uncached-requests for the others)")
@@ -808,7 +809,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		var results []bench.StorageResult
 		for i, addr := range servers {
 			r, err := bench.RunStorage(ctx, bench.StorageParams{Values: f.storageValues, Span: f.storageSpan, Queries: f.storageQueries,
-				InsertValues: f.storageInsert, Database: fmt.Sprintf("devicehub_bench_storage_%d", i), ClickHouseAddr: addr, Keep: f.storageKeep, Logf: logf})
+				InsertValues: f.storageInsert, Database: fmt.Sprintf("devicehub_bench_storage_%d", i), ClickHouseAddr: addr, Keep: f.storageKeep, Layouts: f.storageLayouts, Logf: logf})
 			results = append(results, r)
 			rep.Results[s] = results
 			if err != nil {
@@ -823,6 +824,15 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			add(bench.Figure{Name: "tsdb.InsertBatch values/s" + n, Value: r.InsertPerSec, Unit: "values/s"})
 			add(bench.Figure{Name: "history queries/s" + n, Value: r.HistoryPerSec, Unit: "q/s"})
 			add(bench.Figure{Name: "1h x24 aggregate queries/s (device_property)" + n, Value: r.AggPerSec, Unit: "q/s"})
+			add(bench.Figure{Name: "conversion to the layout of 00006 values/s" + n, Value: float64(r.ConvertRows) / max(r.ConvertSeconds, 1e-9), Unit: "values/s"})
+			if o := r.Before; o != nil {
+				n := n + " before 00006"
+				add(bench.Figure{Name: "device_property bytes a value" + n, Value: o.PropertyBytes, Unit: "B"})
+				add(bench.Figure{Name: "all tables bytes a property value" + n, Value: o.AllBytes, Unit: "B"})
+				add(bench.Figure{Name: "tsdb.InsertBatch values/s" + n, Value: o.InsertPerSec, Unit: "values/s"})
+				add(bench.Figure{Name: "history queries/s" + n, Value: o.HistoryPerSec, Unit: "q/s"})
+				add(bench.Figure{Name: "1h x24 aggregate queries/s (device_property)" + n, Value: o.AggPerSec, Unit: "q/s"})
+			}
 		}
 	case "dashboard-mixed":
 		r, err := bench.RunDashboardMixed(ctx, bench.DashboardParams{Concurrency: f.dashConc, KeepData: f.dashKeep, Prefix: f.dashPrefix,

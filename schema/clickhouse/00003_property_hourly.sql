@@ -23,6 +23,8 @@ PARTITION BY toYYYYMM(hour)
 ORDER BY (product_id, device_id, property, hour);
 
 -- Every insert into device_property from now on, rolled up as it is stored.
+-- Only on the layout before version 6 (00006 replaces the view).
+--@if SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = 'device_property' AND name = 'time'
 CREATE MATERIALIZED VIEW IF NOT EXISTS device_property_hourly_mv TO device_property_hourly AS
 SELECT toDateTime(intDiv(toUInt32(time), 3600) * 3600) AS hour, product_id, device_id, property,
     countState() AS n, sumState(num_value) AS v_sum, minState(num_value) AS v_min, maxState(num_value) AS v_max,
@@ -31,7 +33,8 @@ FROM device_property
 WHERE value_type = 'number'
 GROUP BY product_id, device_id, property, hour;
 
--- The values stored before the view existed: once, at the first start
+-- The values stored before the view existed (read through ts, which both
+-- layouts have, as a fill may run again on the layout of 00006): once, at the first start
 -- with this version, until device_property_hourly_filled exists (a start
 -- interrupted before that does it again, from an empty rollup). It reads
 -- the whole table in one INSERT ... SELECT, grouping with at most 1 GB of
@@ -43,7 +46,7 @@ GROUP BY product_id, device_id, property, hour;
 TRUNCATE TABLE device_property_hourly;
 --@if SELECT toUInt64(count() = 0) FROM system.tables WHERE database = currentDatabase() AND name = 'device_property_hourly_filled'
 INSERT INTO device_property_hourly (hour, product_id, device_id, property, n, v_sum, v_min, v_max, v_first, v_last)
-SELECT toDateTime(intDiv(toUInt32(time), 3600) * 3600) AS hour, product_id, device_id, property,
+SELECT toDateTime(intDiv(ts, 3600000) * 3600) AS hour, product_id, device_id, property,
     countState() AS n, sumState(num_value) AS v_sum, minState(num_value) AS v_min, maxState(num_value) AS v_max,
     argMinState(num_value, (ts, num_value)) AS v_first, argMaxState(num_value, (ts, num_value)) AS v_last
 FROM device_property

@@ -39,6 +39,8 @@ ORDER BY (product_id, property, day);
 -- and database engines: tsdb/daycounts.go keeps a month of hours only
 -- when the daily table, read before and after them, counts the same
 -- values per day.
+-- Only on the layout before version 6 (00006 replaces the view).
+--@if SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = 'device_property' AND name = 'time'
 CREATE MATERIALIZED VIEW IF NOT EXISTS device_property_product_hourly_mv TO device_property_product_hourly AS
 SELECT toDateTime(intDiv(toUInt32(time), 3600) * 3600) AS hour, product_id, property,
     countState() AS n, sumState(num_value) AS v_sum, minState(num_value) AS v_min, maxState(num_value) AS v_max,
@@ -48,13 +50,16 @@ FROM device_property
 WHERE value_type = 'number'
 GROUP BY product_id, property, hour;
 
+-- Only on the layout before version 6 (00006 replaces the view).
+--@if SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = 'device_property' AND name = 'time'
 CREATE MATERIALIZED VIEW IF NOT EXISTS device_property_daily_mv TO device_property_daily AS
 SELECT toDate(time, 'UTC') AS day, product_id, property, count() AS n
 FROM device_property
 WHERE value_type = 'number'
 GROUP BY product_id, property, day;
 
--- The values stored before the views existed: once, as 00003 fills the
+-- The values stored before the views existed (read through ts, which both
+-- layouts have, as a fill may run again on the layout of 00006): once, as 00003 fills the
 -- property rollup (the same caveat: start the first instance of this
 -- version with ingest paused).
 --@if SELECT toUInt64(count() = 0) FROM system.tables WHERE database = currentDatabase() AND name = 'device_property_product_hourly_filled'
@@ -63,7 +68,7 @@ TRUNCATE TABLE device_property_product_hourly;
 TRUNCATE TABLE device_property_daily;
 --@if SELECT toUInt64(count() = 0) FROM system.tables WHERE database = currentDatabase() AND name = 'device_property_product_hourly_filled'
 INSERT INTO device_property_product_hourly (hour, product_id, property, n, v_sum, v_min, v_max, t_first, v_first, t_last, v_last)
-SELECT toDateTime(intDiv(toUInt32(time), 3600) * 3600) AS hour, product_id, property,
+SELECT toDateTime(intDiv(ts, 3600000) * 3600) AS hour, product_id, property,
     countState() AS n, sumState(num_value) AS v_sum, minState(num_value) AS v_min, maxState(num_value) AS v_max,
     minState(ts) AS t_first, argMinState(num_value, (ts, num_value)) AS v_first,
     maxState(ts) AS t_last, argMaxState(num_value, (ts, num_value)) AS v_last
@@ -73,7 +78,7 @@ GROUP BY product_id, property, hour
 SETTINGS max_bytes_before_external_group_by = 1000000000;
 --@if SELECT toUInt64(count() = 0) FROM system.tables WHERE database = currentDatabase() AND name = 'device_property_product_hourly_filled'
 INSERT INTO device_property_daily (day, product_id, property, n)
-SELECT toDate(time, 'UTC') AS day, product_id, property, count() AS n
+SELECT toDate(toDateTime(intDiv(ts, 1000)), 'UTC') AS day, product_id, property, count() AS n
 FROM device_property
 WHERE value_type = 'number'
 GROUP BY product_id, property, day

@@ -1,0 +1,230 @@
+package tsdb
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// convertFleet is a fleet's values over three months: numbers, text,
+// booleans and JSON, reports every few minutes with milliseconds, and
+// values of different properties and devices at the same millisecond.
+func convertFleet(start time.Time) ([]Message, []PropertyValue) {
+	rng := rand.New(rand.NewPCG(6, 46))
+	var msgs []Message
+	var props []PropertyValue
+	for d := range 6 {
+		dev := fmt.Sprintf("cv-%d", d)
+		t := start.Add(time.Duration(d) * time.Minute)
+		for j := 0; t.Before(start.AddDate(0, 3, 0)); j++ {
+			t = t.Add(time.Duration(60+rng.IntN(90))*time.Minute + time.Duration(rng.IntN(1000))*time.Millisecond)
+			msgs = append(msgs, Message{Time: t, ProductID: "cvp", DeviceID: dev, Direction: "up", MessageType: "REPORT_PROPERTY",
+				MessageID: fmt.Sprint(dev, "-", j), Topic: "/cvp/" + dev, Payload: []byte(`{"x":1}`)})
+			props = append(props,
+				PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "temp", ValueType: "number", Num: float64(rng.IntN(400)) / 10},
+				PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "count", ValueType: "number", Num: float64(j)},
+				PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "on", ValueType: "bool", Num: float64(j % 2), Str: []string{"false", "true"}[j%2]},
+				PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "status", ValueType: "string", Str: []string{"idle", "run", "fault"}[rng.IntN(3)]},
+				PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "cfg", ValueType: "json", Str: fmt.Sprintf(`{"n":%d}`, j/50)})
+			if j%17 == 0 { // a second temperature at the same millisecond
+				props = append(props, PropertyValue{Time: t, ProductID: "cvp", DeviceID: dev, Property: "temp", ValueType: "number", Num: -1})
+			}
+		}
+	}
+	return msgs, props
+}
+
+// convertAnswers asks db what the dashboard asks: aggregates of every
+// function at several intervals (product-wide and per device), latest and
+// ranged history, latest values, exports and message counts.
+func convertAnswers(t *testing.T, db *DB, start time.Time) map[string]any {
+	t.Helper()
+	ctx := ctxT(t)
+	out := map[string]any{}
+	end := start.AddDate(0, 3, 0)
+	for _, agg := range []string{AggAvg, AggMax, AggCount, AggFirst, AggLast} {
+		for _, iv := range []string{"15m", "1h", "1d", "1M"} {
+			for _, dev := range []string{"", "cv-1"} {
+				from, to := start, end
+				if iv == "15m" || iv == "1h" {
+					from, to = start.AddDate(0, 1, 3), start.AddDate(0, 1, 5)
+				}
+				s, err := db.PropertyAggregates(ctx, AggQuery{Interval: iv, From: from, To: to, ProductID: "cvp", DeviceID: dev,
+					Properties: []string{"temp", "count"}, Agg: agg})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[fmt.Sprint("agg ", agg, iv, dev)] = s
+			}
+		}
+	}
+	for d := range 6 {
+		dev := fmt.Sprintf("cv-%d", d)
+		h, err := db.PropertyHistory(ctx, "cvp", dev, []string{"temp", "status", "cfg", "on"}, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["history "+dev] = h
+		r, err := db.HistoryRange(ctx, HistoryQuery{ProductID: "cvp", DeviceID: dev, From: start.AddDate(0, 0, 20), To: start.AddDate(0, 1, 20).Add(123 * time.Millisecond), N: 500, Bounded: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["range "+dev] = r
+		e, err := db.PrepareExport(ctx, ExportQuery{ProductID: "cvp", DeviceID: dev, From: start.AddDate(0, 0, 40)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []PropertyValue
+		if err := e.Each(ctx, func(v *PropertyValue) error { rows = append(rows, *v); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		out["export "+dev] = rows
+	}
+	l, err := db.LatestValues(ctx, "cvp", []string{"cv-0", "cv-3", "cv-5"}, []string{"temp", "status", "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["latest"] = l
+	c, err := db.MessageCounts(ctx, CountQuery{Interval: "1d", From: start, To: end, ProductID: "cvp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["counts"] = c
+	return out
+}
+
+func tableCount(t *testing.T, db *DB, pattern string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := db.Conn().QueryRow(ctxT(t), "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE ?", pattern).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A database written in the layout before version 6 (time and ts,
+// sorted by property), converted by Open after a conversion was
+// interrupted (one month copied and recorded, a second copied in part),
+// answers every dashboard query as before, in full and with the rollups
+// bypassed; each value is stored and rolled up once; a value stored
+// afterwards is rolled up by the new views.
+func TestConvertPropertyLayout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // two databases' answers, three times
+	defer cancel()
+	name := fmt.Sprint("convert", rand.IntN(1e6))
+	old := testOptions(name, time.UTC)
+	old.SchemaVersion = 5
+	old.QueryTimeout = 2 * time.Minute // a busy machine
+	db := openDBWith(t, old)
+	if !db.oldLayout {
+		t.Fatal("a version 5 database is not in the old layout")
+	}
+	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+	msgs, props := convertFleet(start)
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	before := convertAnswers(t, db, start)
+	oldRaw := old
+	oldRaw.NoRollup, oldRaw.ResultTTL = true, -1
+	rawBefore := convertAnswers(t, openDBWith(t, oldRaw), start)
+
+	// An interrupted conversion: the new table and its record made, the
+	// first month copied and recorded, the second copied in part only.
+	full := &DB{opt: db.opt, version: db.version, tzName: db.tzName}
+	full.opt.SchemaVersion = 0
+	stmts, err := full.statements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := 0
+	for _, s := range stmts {
+		if strings.Contains(s.sql, "device_property_v6") && strings.HasPrefix(s.sql, "CREATE TABLE") {
+			if err := db.apply(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			made++
+		}
+	}
+	if made != 2 {
+		t.Fatalf("%d CREATE TABLE statements of the conversion, want 2", made)
+	}
+	if _, err := db.convertMonth(ctx, "device_property", "device_property_v6", "202401"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Conn().Exec(ctx, "INSERT INTO device_property_v6 ("+convertColumns+") SELECT "+convertColumns+
+		" FROM device_property WHERE toYYYYMM(time) = 202402 LIMIT 100"); err != nil {
+		t.Fatal(err)
+	}
+
+	conv := openDB(t, name, time.UTC)
+	if conv.oldLayout {
+		t.Fatal("still the old layout after Open")
+	}
+	st := conv.LastConversion()
+	if st.Months != 3 || st.Rows != uint64(len(props))-countMonth(props, 1) {
+		t.Errorf("conversion copied %d months, %d rows; want 3 and %d (January was done)", st.Months, st.Rows, uint64(len(props))-countMonth(props, 1))
+	}
+	for _, p := range []string{"device_property_v%", "device_property_hourly_mv", "device_property_product_hourly_mv", "device_property_daily_mv"} {
+		if n := tableCount(t, conv, p); n != 0 {
+			t.Errorf("%d tables %s left after the conversion", n, p)
+		}
+	}
+	if n := tableCount(t, conv, "%_mv6"); n != 3 {
+		t.Errorf("%d views of the new layout, want 3", n)
+	}
+	var stored uint64
+	if err := conv.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != uint64(len(props)) {
+		t.Fatalf("%d values after the conversion, want %d", stored, len(props))
+	}
+	after := convertAnswers(t, conv, start)
+	raw := testOptions(name, time.UTC)
+	raw.NoRollup, raw.ResultTTL = true, -1
+	rawAfter := convertAnswers(t, openDBWith(t, raw), start)
+	for k, v := range before {
+		if !reflect.DeepEqual(v, after[k]) {
+			t.Errorf("%s differs after the conversion:\n before %.400v\n after  %.400v", k, fmt.Sprint(v), fmt.Sprint(after[k]))
+		}
+		if !reflect.DeepEqual(rawBefore[k], rawAfter[k]) {
+			t.Errorf("%s (no rollup) differs after the conversion", k)
+		}
+		if !reflect.DeepEqual(v, rawAfter[k]) {
+			t.Errorf("%s: rollups and raw values disagree after the conversion", k)
+		}
+	}
+
+	// New values reach the rollups once, through the new views.
+	late := PropertyValue{Time: start.AddDate(0, 1, 1), ProductID: "cvp", DeviceID: "cv-2", Property: "temp", ValueType: "number", Num: 99}
+	if err := conv.Insert(ctx, nil, []PropertyValue{late}); err != nil {
+		t.Fatal(err)
+	}
+	rollup, rawN, err := conv.rollupCheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rollup != rawN {
+		t.Fatalf("rollup counts %d numeric values, device_property holds %d", rollup, rawN)
+	}
+	// A second Open finds nothing to convert.
+	again := openDB(t, name, time.UTC)
+	if st := again.LastConversion(); st.Months != 0 {
+		t.Errorf("a converted database converted again: %+v", st)
+	}
+}
+
+func countMonth(props []PropertyValue, m time.Month) uint64 {
+	var n uint64
+	for _, p := range props {
+		if p.Time.UTC().Month() == m {
+			n++
+		}
+	}
+	return n
+}
