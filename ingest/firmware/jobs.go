@@ -184,6 +184,29 @@ func (s *Store) startedWithin(ctx context.Context, rolloutID string, from time.T
 	return n, nil
 }
 
+// startSQL moves up to $3 QUEUED jobs of rollout $1 to INITIATED. The
+// rows chosen and locked are handed to the UPDATE as one array of their
+// row addresses (ctid; an InitPlan run once) and fetched by them (a TID
+// scan): no join, and no filter of one set against another, whose order
+// the planner would pick from its estimates. A join with the CTE, with
+// the statistics taken before a rollout's rows arrived (1 row
+// estimated), ran as a nested loop over the CTE, and a device_id =
+// ANY(array) filter on the (rollout_id, state) index the same (hence no rollout_id here: the
+// rows are the rollout's, locked): n x n
+// comparisons, 100M at 10,000 devices, past the store's timeout on every
+// step. A locked row keeps its address until this statement's UPDATE;
+// were it another (the row moved before the lock), the UPDATE's re-check
+// of the address and of state = 'QUEUED' leaves it for the next step.
+const startSQL = `WITH c AS (
+			SELECT j.ctid AS tid FROM firmware_devices j JOIN devices d ON d.id = j.device_id
+			WHERE j.rollout_id = $1 AND j.state = 'QUEUED' AND d.state = 'online' AND (j.attempts > 0) = $2
+			ORDER BY j.update_time, j.device_id LIMIT $3 FOR UPDATE OF j SKIP LOCKED)
+		UPDATE firmware_devices j SET state = 'INITIATED', attempts = j.attempts + 1, first_start = COALESCE(j.first_start, now()),
+			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
+			message_id = md5(random()::text || j.device_id), update_time = now()
+		WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c)) AND j.state = 'QUEUED'
+		RETURNING j.device_id, j.message_id, j.attempts`
+
 // Start is a job just started: its upgrade is to be sent.
 type Start struct {
 	DeviceID  string `db:"device_id"`
@@ -214,15 +237,7 @@ func (s *Store) start(ctx context.Context, epoch int64, r Rollout, again bool, n
 		return nil, ErrNotOwner
 	}
 	var out []Start
-	err = tx.SelectContext(ctx, &out, `WITH c AS (
-			SELECT j.device_id FROM firmware_devices j JOIN devices d ON d.id = j.device_id
-			WHERE j.rollout_id = $1 AND j.state = 'QUEUED' AND d.state = 'online' AND (j.attempts > 0) = $2
-			ORDER BY j.update_time, j.device_id LIMIT $3 FOR UPDATE OF j SKIP LOCKED)
-		UPDATE firmware_devices j SET state = 'INITIATED', attempts = j.attempts + 1, first_start = COALESCE(j.first_start, now()),
-			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
-			message_id = md5(random()::text || j.device_id), update_time = now()
-		FROM c WHERE j.rollout_id = $1 AND j.device_id = c.device_id AND j.state = 'QUEUED'
-		RETURNING j.device_id, j.message_id, j.attempts`, r.ID, again, n, r.TimeoutSeconds)
+	err = tx.SelectContext(ctx, &out, startSQL, r.ID, again, n, r.TimeoutSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: start: %w", err)
 	}
