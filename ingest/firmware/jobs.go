@@ -247,32 +247,71 @@ func (s *Store) start(ctx context.Context, epoch int64, r Rollout, again bool, n
 	return out, nil
 }
 
+// ProgressReport is a device's report on firmware/progress.
+type ProgressReport struct {
+	DeviceID  string
+	RolloutID string
+	Version   string
+	State     string
+	Progress  int
+	Reason    string
+}
+
 // Progress records a device's report on firmware/progress for rolloutID
-// at version: a started job takes the reported state (UPDATED stays
-// UPDATING: only the version report makes a job UPDATED; FAILED ends it
-// with the reason). A report of another rollout or version, or of a job
-// not started, changes nothing (ok false).
+// at version (ProgressBatch of one).
 func (s *Store) Progress(ctx context.Context, deviceID, rolloutID, version, state string, progress int, reason string) (Change, bool, error) {
+	cs, err := s.ProgressBatch(ctx, []ProgressReport{{DeviceID: deviceID, RolloutID: rolloutID, Version: version,
+		State: state, Progress: progress, Reason: reason}})
+	if err != nil || len(cs) == 0 {
+		return Change{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// ProgressBatch records devices' reports on firmware/progress in one
+// statement (all or none): a started job takes the reported state
+// (UPDATED stays UPDATING: only the version report makes a job UPDATED;
+// FAILED ends it with the reason). A report of another rollout or
+// version, or of a job not started, changes nothing (no Change for it).
+// The batch must hold at most one report per device and rollout (one
+// statement changes a row once); the caller keeps a device's reports in
+// order across batches.
+func (s *Store) ProgressBatch(ctx context.Context, reps []ProgressReport) ([]Change, error) {
+	if len(reps) == 0 {
+		return nil, nil
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var rows []changeRow
+	n := len(reps)
+	dev, roll, ver, st, reason := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prog := make([]int64, n)
+	for i, r := range reps {
+		dev[i], roll[i], ver[i], st[i], prog[i], reason[i] = r.DeviceID, r.RolloutID, r.Version, r.State, int64(r.Progress), r.Reason
+	}
+	var rows []struct {
+		changeRow
+		Progress int `db:"progress"`
+	}
 	err := s.db.SelectContext(ctx, &rows, `UPDATE firmware_devices j SET
-		state = CASE $4::text WHEN 'UPDATED' THEN 'UPDATING' ELSE $4::text END,
-		reported = $4, progress = CASE WHEN $4 = 'DOWNLOADING' THEN $5 WHEN $4 = 'DOWNLOADED' OR $4 = 'VERIFIED' OR $4 = 'UPDATING' OR $4 = 'UPDATED' THEN 100 ELSE j.progress END,
-		reason = $6, deadline = CASE WHEN $4 = 'FAILED' THEN NULL ELSE j.deadline END, update_time = now()
-		FROM firmware_rollouts r
-		WHERE j.rollout_id = $2 AND j.device_id = $1 AND r.id = j.rollout_id AND r.version = $3 AND j.state = ANY($7)
-		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts`,
-		deviceID, rolloutID, version, state, progress, reason, pq.Array(inFlight))
+		state = CASE b.state WHEN 'UPDATED' THEN 'UPDATING' ELSE b.state END,
+		reported = b.state, progress = CASE WHEN b.state = 'DOWNLOADING' THEN b.progress
+			WHEN b.state IN ('DOWNLOADED', 'VERIFIED', 'UPDATING', 'UPDATED') THEN 100 ELSE j.progress END,
+		reason = b.reason, deadline = CASE WHEN b.state = 'FAILED' THEN NULL ELSE j.deadline END, update_time = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[])
+			AS b(device_id, rollout_id, version, state, progress, reason), firmware_rollouts r
+		WHERE j.rollout_id = b.rollout_id AND j.device_id = b.device_id AND r.id = b.rollout_id AND r.version = b.version
+			AND j.state = ANY($7)
+		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts, b.progress`,
+		pq.Array(dev), pq.Array(roll), pq.Array(ver), pq.Array(st), pq.Array(prog), pq.Array(reason), pq.Array(inFlight))
 	if err != nil {
-		return Change{}, false, fmt.Errorf("firmware: progress: %w", err)
+		return nil, fmt.Errorf("firmware: progress: %w", err)
 	}
-	if len(rows) == 0 {
-		return Change{}, false, nil
+	out := make([]Change, len(rows))
+	for i, r := range rows {
+		out[i] = changes([]changeRow{r.changeRow})[0]
+		out[i].Progress = r.Progress
 	}
-	c := changes(rows)[0]
-	c.Progress = progress
-	return c, true, nil
+	return out, nil
 }
 
 // Version records the version a device reports on firmware/version and
