@@ -90,7 +90,7 @@ func TestProgressBatchStatement(t *testing.T) {
 		{DeviceID: "fd-1", RolloutID: r.ID, Version: "2.0", State: StateDownloading, Progress: 40},
 		{DeviceID: "fd-2", RolloutID: r.ID, Version: "2.0", State: StateFailed, Reason: "flash"},
 		{DeviceID: "fd-3", RolloutID: r.ID, Version: "2.0", State: StateDownloading, Progress: 5}, // QUEUED
-		{DeviceID: "fd-1", RolloutID: r.ID, Version: "9.9", State: StateUpdated},                 // other version
+		{DeviceID: "fd-1", RolloutID: r.ID, Version: "9.9", State: StateUpdated},                  // other version
 	})
 	if err != nil {
 		t.Fatal(err)
