@@ -43,6 +43,12 @@ type Options struct {
 	// Workers store devices' reports; a device's reports always go to the
 	// same worker, in order. Default 4.
 	Workers int
+	// Lookups bounds the download lookups (a device's credentials, the
+	// package's file) running at once on the database; LookupWait is how
+	// long a download waits for one before it is answered 503 with
+	// Retry-After. Default 8 and 2s.
+	Lookups    int
+	LookupWait time.Duration
 	// Retry is the wait after a failure (lock, storage). Default 1s.
 	Retry time.Duration
 	// Changed, if set, is told each committed change of a device's job
@@ -56,7 +62,7 @@ type Options struct {
 // DefaultOptions work with `make run`.
 func DefaultOptions() Options {
 	return Options{PublicURL: "http://127.0.0.1:8848", URLLifetime: time.Hour, Tick: time.Second, Workers: 4,
-		Retry: time.Second, Logger: slog.Default()}
+		Lookups: 8, LookupWait: 2 * time.Second, Retry: time.Second, Logger: slog.Default()}
 }
 
 // Service is firmware updates: the engine (one owner among instances),
@@ -79,8 +85,9 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	refMu sync.Mutex
-	refs  map[string]cachedRef // DownloadRef's
+	lookups chan struct{} // download lookups running
+	refMu   sync.Mutex
+	refs    map[string]cachedRef // DownloadRef's
 
 	// beforeSend, in tests, runs after starts are committed and before
 	// their upgrades are sent.
@@ -113,6 +120,12 @@ func New(ctx context.Context, store *Store, files *Files, locker Locker, send Se
 	if opt.Retry <= 0 {
 		opt.Retry = d.Retry
 	}
+	if opt.Lookups <= 0 {
+		opt.Lookups = d.Lookups
+	}
+	if opt.LookupWait <= 0 {
+		opt.LookupWait = d.LookupWait
+	}
 	if opt.Logger == nil {
 		opt.Logger = d.Logger
 	}
@@ -121,7 +134,8 @@ func New(ctx context.Context, store *Store, files *Files, locker Locker, send Se
 		return nil, err
 	}
 	s := &Service{store: store, files: files, locker: locker, send: send, signer: NewSigner(key), opt: opt,
-		log: opt.Logger.With("component", "firmware"), m: newMetrics(opt.Registerer), wake: make(chan struct{}, 1)}
+		log: opt.Logger.With("component", "firmware"), m: newMetrics(opt.Registerer), wake: make(chan struct{}, 1),
+		lookups: make(chan struct{}, opt.Lookups)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range opt.Workers {
 		q := make(chan report, 1024)
