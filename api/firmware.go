@@ -415,13 +415,13 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	// times); another device's credentials are looked up only then.
 	ref, err := fw.DownloadRef(ctx, g.DeviceID, g.PackageID)
 	if err != nil {
-		return 500, 0, err
+		return busyOr500(c, err)
 	}
 	own := ref.Found && user == ref.SecureID && subtle.ConstantTimeCompare([]byte(ref.SecureKey), []byte(pass)) == 1
 	if !own {
 		id, key, err := fw.Store().SecureIDOwner(ctx, user)
 		if err != nil {
-			return 500, 0, err
+			return busyOr500(c, err)
 		}
 		if id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
 			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
@@ -474,6 +474,18 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	// and closes it (io.Closer) once sent.
 	c.Response().SetBodyStream(limitedFile{Reader: io.LimitReader(f, n), c: f}, int(n))
 	return status, n, nil
+}
+
+// busyOr500 answers a download whose lookup found the database busy
+// (firmware.IsBusy: the lookups allowed at once taken, PostgreSQL
+// refusing connections or timing out) 503 with Retry-After, which a
+// device asks again after; anything else is the error handler's 500.
+func busyOr500(c *fiber.Ctx, err error) (int, int64, error) {
+	if firmware.IsBusy(err) {
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return 503, 0, reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "busy: ask again in a second", nil)
+	}
+	return 500, 0, err
 }
 
 type limitedFile struct {

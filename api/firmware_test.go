@@ -25,17 +25,25 @@ import (
 type firmwareEnv struct {
 	*env
 	svc *firmware.Service
+	ms  *meta.Store
 }
 
 func newFirmwareEnv(t *testing.T, maxSize int64) *firmwareEnv {
 	t.Helper()
+	return newFirmwareEnvWith(t, maxSize, firmware.Options{PublicURL: "http://dh.test"})
+}
+
+func newFirmwareEnvWith(t *testing.T, maxSize int64, opt firmware.Options) *firmwareEnv {
+	t.Helper()
 	var svc *firmware.Service
+	var ms *meta.Store
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
 		files, err := firmware.NewFiles(t.TempDir(), maxSize)
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc, err = firmware.New(context.Background(), firmware.NewStore(store, 0), files, store, nil, firmware.Options{PublicURL: "http://dh.test"})
+		ms = store
+		svc, err = firmware.New(context.Background(), firmware.NewStore(store, 0), files, store, nil, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +56,7 @@ func newFirmwareEnv(t *testing.T, maxSize int64) *firmwareEnv {
 		e.ok("POST", "/api/device/instance", map[string]any{"id": d, "name": d, "productId": "fwp",
 			"configuration": map[string]any{"secureKey": "secret-key-of-" + d}}, nil)
 	}
-	return &firmwareEnv{env: e, svc: svc}
+	return &firmwareEnv{env: e, svc: svc, ms: ms}
 }
 
 // upload sends a raw-body upload with query q.
@@ -251,5 +259,73 @@ func TestFirmwareDownload(t *testing.T) {
 		if res, body := get(c.path, c.user, c.pass, ""); res.StatusCode != c.status || bytes.Contains(body, data[:64]) {
 			t.Errorf("%s: %d, want %d: %.200s", c.name, res.StatusCode, c.status, body)
 		}
+	}
+}
+
+// TestFirmwareDownloadBusy: while the download lookups allowed at once
+// are all waiting on the database (here: one, held by a table lock),
+// another download is answered 503 with Retry-After at once rather than
+// queued for a connection until it fails with a 500; once the database
+// answers, both downloads work.
+func TestFirmwareDownloadBusy(t *testing.T) {
+	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Lookups: 1, LookupWait: 200 * time.Millisecond})
+	data := bytes.Repeat([]byte("fw"), 1000)
+	var p firmware.Package
+	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.1"}}, data).Result, &p)
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(dev string) (*http.Response, error) {
+		link := e.svc.DownloadURL(dev, p.ID, time.Now().Add(time.Minute))
+		req, _ := http.NewRequest("GET", e.base+strings.TrimPrefix(link, "http://dh.test"), nil)
+		req.SetBasicAuth(dev, "secret-key-of-"+dev)
+		res, err := client.Do(req)
+		if err == nil {
+			_, _ = io.ReadAll(res.Body)
+			res.Body.Close()
+		}
+		return res, err
+	}
+	ctx := context.Background()
+	tx, err := e.ms.DB().BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // released below
+	if _, err := tx.ExecContext(ctx, `LOCK TABLE devices IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan int, 1)
+	go func() {
+		res, err := get("fwd-a")
+		if err != nil {
+			first <- 0
+			return
+		}
+		first <- res.StatusCode
+	}()
+	// The first lookup waits on the lock, holding the one slot.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var waiting int
+		_ = e.ms.DB().GetContext(ctx, &waiting, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'devices'::regclass`)
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first download's lookup never waited on the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := get("fwd-b")
+	if err != nil {
+		t.Fatalf("the second download, lookups all taken: %v (want 503 at once)", err)
+	}
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("the second download, lookups all taken: %d Retry-After %q, want 503 and 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	_ = tx.Rollback()
+	if code := <-first; code != 200 {
+		t.Fatalf("the first download: %d", code)
+	}
+	if res, err := get("fwd-b"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("the second download asked again: %v %v", res, err)
 	}
 }

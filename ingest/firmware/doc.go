@@ -55,6 +55,8 @@
 //   - Reports are stored before they are acknowledged. Ingest hands
 //     progress and version reports to Service.Progress and Version and
 //     acknowledges them on the broker only when the store committed them
+//     (progress reports in batches, one statement each: every report of a
+//     batch is acknowledged after its commit; TestProgressBatched)
 //     (retried with backoff while PostgreSQL is away; a stopped instance
 //     leaves them unacknowledged, and the broker delivers them again to
 //     the next session). A report applied twice changes nothing more: a

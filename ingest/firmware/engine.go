@@ -43,6 +43,12 @@ type Options struct {
 	// Workers store devices' reports; a device's reports always go to the
 	// same worker, in order. Default 4.
 	Workers int
+	// Lookups bounds the download lookups (a device's credentials, the
+	// package's file) running at once on the database; LookupWait is how
+	// long a download waits for one before it is answered 503 with
+	// Retry-After. Default 8 and 2s.
+	Lookups    int
+	LookupWait time.Duration
 	// Retry is the wait after a failure (lock, storage). Default 1s.
 	Retry time.Duration
 	// Changed, if set, is told each committed change of a device's job
@@ -56,7 +62,7 @@ type Options struct {
 // DefaultOptions work with `make run`.
 func DefaultOptions() Options {
 	return Options{PublicURL: "http://127.0.0.1:8848", URLLifetime: time.Hour, Tick: time.Second, Workers: 4,
-		Retry: time.Second, Logger: slog.Default()}
+		Lookups: 8, LookupWait: 2 * time.Second, Retry: time.Second, Logger: slog.Default()}
 }
 
 // Service is firmware updates: the engine (one owner among instances),
@@ -79,8 +85,9 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	refMu sync.Mutex
-	refs  map[string]cachedRef // DownloadRef's
+	lookups chan struct{} // download lookups running
+	refMu   sync.Mutex
+	refs    map[string]cachedRef // DownloadRef's
 
 	// beforeSend, in tests, runs after starts are committed and before
 	// their upgrades are sent.
@@ -113,6 +120,12 @@ func New(ctx context.Context, store *Store, files *Files, locker Locker, send Se
 	if opt.Retry <= 0 {
 		opt.Retry = d.Retry
 	}
+	if opt.Lookups <= 0 {
+		opt.Lookups = d.Lookups
+	}
+	if opt.LookupWait <= 0 {
+		opt.LookupWait = d.LookupWait
+	}
 	if opt.Logger == nil {
 		opt.Logger = d.Logger
 	}
@@ -121,7 +134,8 @@ func New(ctx context.Context, store *Store, files *Files, locker Locker, send Se
 		return nil, err
 	}
 	s := &Service{store: store, files: files, locker: locker, send: send, signer: NewSigner(key), opt: opt,
-		log: opt.Logger.With("component", "firmware"), m: newMetrics(opt.Registerer), wake: make(chan struct{}, 1)}
+		log: opt.Logger.With("component", "firmware"), m: newMetrics(opt.Registerer), wake: make(chan struct{}, 1),
+		lookups: make(chan struct{}, opt.Lookups)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range opt.Workers {
 		q := make(chan report, 1024)
@@ -397,51 +411,119 @@ func (s *Service) enqueue(r report) {
 	}
 }
 
+// reportBatch bounds the progress reports stored in one statement.
+const reportBatch = 256
+
+// work stores a worker's reports: what is queued is taken at once (up to
+// reportBatch), its progress reports stored in one statement per batch.
+// A device's reports stay in order: a batch holds one report per device
+// and rollout (a second one, or a version report, first commits the
+// batch before it), and batches commit one after another.
 func (s *Service) work(q chan report) {
 	defer s.wg.Done()
+	var list []report
 	for {
 		select {
 		case r := <-q:
-			s.handle(r)
+			list = append(list[:0], r)
 		case <-s.ctx.Done():
+			return
+		}
+	drain:
+		for len(list) < reportBatch {
+			select {
+			case r := <-q:
+				list = append(list, r)
+			default:
+				break drain
+			}
+		}
+		if !s.storeAll(list) {
 			return
 		}
 	}
 }
 
-// handle stores a report, retrying with backoff until it is stored or
-// the service closes (then it stays unacknowledged).
-func (s *Service) handle(r report) {
+type reportKey struct{ device, rollout string }
+
+// storeAll stores list in order; false when the service closed first
+// (what was not stored stays unacknowledged).
+func (s *Service) storeAll(list []report) bool {
+	var batch []report
+	seen := map[reportKey]bool{}
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		ok := s.retry(batch[0].deviceID, func() error { return s.applyProgress(batch) })
+		if ok {
+			for _, r := range batch {
+				r.done()
+			}
+		}
+		batch = batch[:0]
+		clear(seen)
+		return ok
+	}
+	for _, r := range list {
+		if r.progress == nil {
+			if !flush() || !s.retry(r.deviceID, func() error { return s.apply(r) }) {
+				return false
+			}
+			r.done()
+			continue
+		}
+		k := reportKey{r.deviceID, r.progress.RolloutID}
+		if seen[k] && !flush() {
+			return false
+		}
+		seen[k] = true
+		batch = append(batch, r)
+	}
+	return flush()
+}
+
+// retry runs store until it succeeds (true), with backoff, or the
+// service closes (false).
+func (s *Service) retry(device string, store func() error) bool {
 	wait := 100 * time.Millisecond
 	for {
-		err := s.apply(r)
+		err := store()
 		if err == nil {
-			r.done()
-			return
+			return true
 		}
 		if s.ctx.Err() != nil {
-			return
+			return false
 		}
-		s.log.Warn("firmware: storing a report failed; retrying", "device", r.deviceID, "err", err)
+		s.log.Warn("firmware: storing a report failed; retrying", "device", device, "err", err)
 		select {
 		case <-time.After(wait):
 		case <-s.ctx.Done():
-			return
+			return false
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
 }
 
-func (s *Service) apply(r report) error {
-	if p := r.progress; p != nil {
-		s.m.reports.WithLabelValues("progress").Inc()
-		c, ok, err := s.store.Progress(s.ctx, r.deviceID, p.RolloutID, p.Version, p.State, p.Progress, p.Reason)
-		if err == nil && ok {
-			c.Progress = p.Progress
-			s.changed([]Change{c})
-		}
+// applyProgress stores progress reports in one statement.
+func (s *Service) applyProgress(batch []report) error {
+	reps := make([]ProgressReport, len(batch))
+	for i, r := range batch {
+		p := r.progress
+		reps[i] = ProgressReport{DeviceID: r.deviceID, RolloutID: p.RolloutID, Version: p.Version, State: p.State,
+			Progress: p.Progress, Reason: p.Reason}
+	}
+	cs, err := s.store.ProgressBatch(s.ctx, reps)
+	if err != nil {
 		return err
 	}
+	s.m.reports.WithLabelValues("progress").Add(float64(len(batch)))
+	s.changed(cs)
+	return nil
+}
+
+// apply stores a version report.
+func (s *Service) apply(r report) error {
 	s.m.reports.WithLabelValues("version").Inc()
 	cs, err := s.store.Version(s.ctx, r.deviceID, r.version)
 	if err == nil {

@@ -184,6 +184,29 @@ func (s *Store) startedWithin(ctx context.Context, rolloutID string, from time.T
 	return n, nil
 }
 
+// startSQL moves up to $3 QUEUED jobs of rollout $1 to INITIATED. The
+// rows chosen and locked are handed to the UPDATE as one array of their
+// row addresses (ctid; an InitPlan run once) and fetched by them (a TID
+// scan): no join, and no filter of one set against another, whose order
+// the planner would pick from its estimates. A join with the CTE, with
+// the statistics taken before a rollout's rows arrived (1 row
+// estimated), ran as a nested loop over the CTE, and a device_id =
+// ANY(array) filter on the (rollout_id, state) index the same (hence no rollout_id here: the
+// rows are the rollout's, locked): n x n
+// comparisons, 100M at 10,000 devices, past the store's timeout on every
+// step. A locked row keeps its address until this statement's UPDATE;
+// were it another (the row moved before the lock), the UPDATE's re-check
+// of the address and of state = 'QUEUED' leaves it for the next step.
+const startSQL = `WITH c AS (
+			SELECT j.ctid AS tid FROM firmware_devices j JOIN devices d ON d.id = j.device_id
+			WHERE j.rollout_id = $1 AND j.state = 'QUEUED' AND d.state = 'online' AND (j.attempts > 0) = $2
+			ORDER BY j.update_time, j.device_id LIMIT $3 FOR UPDATE OF j SKIP LOCKED)
+		UPDATE firmware_devices j SET state = 'INITIATED', attempts = j.attempts + 1, first_start = COALESCE(j.first_start, now()),
+			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
+			message_id = md5(random()::text || j.device_id), update_time = now()
+		WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c)) AND j.state = 'QUEUED'
+		RETURNING j.device_id, j.message_id, j.attempts`
+
 // Start is a job just started: its upgrade is to be sent.
 type Start struct {
 	DeviceID  string `db:"device_id"`
@@ -214,15 +237,7 @@ func (s *Store) start(ctx context.Context, epoch int64, r Rollout, again bool, n
 		return nil, ErrNotOwner
 	}
 	var out []Start
-	err = tx.SelectContext(ctx, &out, `WITH c AS (
-			SELECT j.device_id FROM firmware_devices j JOIN devices d ON d.id = j.device_id
-			WHERE j.rollout_id = $1 AND j.state = 'QUEUED' AND d.state = 'online' AND (j.attempts > 0) = $2
-			ORDER BY j.update_time, j.device_id LIMIT $3 FOR UPDATE OF j SKIP LOCKED)
-		UPDATE firmware_devices j SET state = 'INITIATED', attempts = j.attempts + 1, first_start = COALESCE(j.first_start, now()),
-			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
-			message_id = md5(random()::text || j.device_id), update_time = now()
-		FROM c WHERE j.rollout_id = $1 AND j.device_id = c.device_id AND j.state = 'QUEUED'
-		RETURNING j.device_id, j.message_id, j.attempts`, r.ID, again, n, r.TimeoutSeconds)
+	err = tx.SelectContext(ctx, &out, startSQL, r.ID, again, n, r.TimeoutSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("firmware: start: %w", err)
 	}
@@ -232,32 +247,71 @@ func (s *Store) start(ctx context.Context, epoch int64, r Rollout, again bool, n
 	return out, nil
 }
 
+// ProgressReport is a device's report on firmware/progress.
+type ProgressReport struct {
+	DeviceID  string
+	RolloutID string
+	Version   string
+	State     string
+	Progress  int
+	Reason    string
+}
+
 // Progress records a device's report on firmware/progress for rolloutID
-// at version: a started job takes the reported state (UPDATED stays
-// UPDATING: only the version report makes a job UPDATED; FAILED ends it
-// with the reason). A report of another rollout or version, or of a job
-// not started, changes nothing (ok false).
+// at version (ProgressBatch of one).
 func (s *Store) Progress(ctx context.Context, deviceID, rolloutID, version, state string, progress int, reason string) (Change, bool, error) {
+	cs, err := s.ProgressBatch(ctx, []ProgressReport{{DeviceID: deviceID, RolloutID: rolloutID, Version: version,
+		State: state, Progress: progress, Reason: reason}})
+	if err != nil || len(cs) == 0 {
+		return Change{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// ProgressBatch records devices' reports on firmware/progress in one
+// statement (all or none): a started job takes the reported state
+// (UPDATED stays UPDATING: only the version report makes a job UPDATED;
+// FAILED ends it with the reason). A report of another rollout or
+// version, or of a job not started, changes nothing (no Change for it).
+// The batch must hold at most one report per device and rollout (one
+// statement changes a row once); the caller keeps a device's reports in
+// order across batches.
+func (s *Store) ProgressBatch(ctx context.Context, reps []ProgressReport) ([]Change, error) {
+	if len(reps) == 0 {
+		return nil, nil
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var rows []changeRow
+	n := len(reps)
+	dev, roll, ver, st, reason := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prog := make([]int64, n)
+	for i, r := range reps {
+		dev[i], roll[i], ver[i], st[i], prog[i], reason[i] = r.DeviceID, r.RolloutID, r.Version, r.State, int64(r.Progress), r.Reason
+	}
+	var rows []struct {
+		changeRow
+		Progress int `db:"progress"`
+	}
 	err := s.db.SelectContext(ctx, &rows, `UPDATE firmware_devices j SET
-		state = CASE $4::text WHEN 'UPDATED' THEN 'UPDATING' ELSE $4::text END,
-		reported = $4, progress = CASE WHEN $4 = 'DOWNLOADING' THEN $5 WHEN $4 = 'DOWNLOADED' OR $4 = 'VERIFIED' OR $4 = 'UPDATING' OR $4 = 'UPDATED' THEN 100 ELSE j.progress END,
-		reason = $6, deadline = CASE WHEN $4 = 'FAILED' THEN NULL ELSE j.deadline END, update_time = now()
-		FROM firmware_rollouts r
-		WHERE j.rollout_id = $2 AND j.device_id = $1 AND r.id = j.rollout_id AND r.version = $3 AND j.state = ANY($7)
-		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts`,
-		deviceID, rolloutID, version, state, progress, reason, pq.Array(inFlight))
+		state = CASE b.state WHEN 'UPDATED' THEN 'UPDATING' ELSE b.state END,
+		reported = b.state, progress = CASE WHEN b.state = 'DOWNLOADING' THEN b.progress
+			WHEN b.state IN ('DOWNLOADED', 'VERIFIED', 'UPDATING', 'UPDATED') THEN 100 ELSE j.progress END,
+		reason = b.reason, deadline = CASE WHEN b.state = 'FAILED' THEN NULL ELSE j.deadline END, update_time = now()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[])
+			AS b(device_id, rollout_id, version, state, progress, reason), firmware_rollouts r
+		WHERE j.rollout_id = b.rollout_id AND j.device_id = b.device_id AND r.id = b.rollout_id AND r.version = b.version
+			AND j.state = ANY($7)
+		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts, b.progress`,
+		pq.Array(dev), pq.Array(roll), pq.Array(ver), pq.Array(st), pq.Array(prog), pq.Array(reason), pq.Array(inFlight))
 	if err != nil {
-		return Change{}, false, fmt.Errorf("firmware: progress: %w", err)
+		return nil, fmt.Errorf("firmware: progress: %w", err)
 	}
-	if len(rows) == 0 {
-		return Change{}, false, nil
+	out := make([]Change, len(rows))
+	for i, r := range rows {
+		out[i] = changes([]changeRow{r.changeRow})[0]
+		out[i].Progress = r.Progress
 	}
-	c := changes(rows)[0]
-	c.Progress = progress
-	return c, true, nil
+	return out, nil
 }
 
 // Version records the version a device reports on firmware/version and

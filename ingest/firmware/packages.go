@@ -3,9 +3,13 @@ package firmware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lib/pq"
 
 	"devicehub/schema"
 )
@@ -138,7 +142,34 @@ type cachedRef struct {
 	at  time.Time
 }
 
-// DownloadRef is Store.Download, reused for refTTL.
+// ErrBusy: the database cannot take a download's lookup now (the
+// lookups allowed at once are taken past LookupWait, or PostgreSQL
+// refuses or times out); the download is to be asked again shortly
+// (HTTP 503 with Retry-After).
+var ErrBusy = errors.New("firmware: busy, retry shortly")
+
+// IsBusy reports whether err is a download lookup that found the
+// database busy rather than an answer: ErrBusy, a deadline, or
+// PostgreSQL refusing a connection (53xxx insufficient resources, e.g.
+// too many clients; 57P03 cannot connect now; 08xxx connection errors).
+func IsBusy(err error) bool {
+	if errors.Is(err, ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		c := string(pqErr.Code)
+		return strings.HasPrefix(c, "53") || c == "57P03" || strings.HasPrefix(c, "08")
+	}
+	return false
+}
+
+// DownloadRef is Store.Download, reused for refTTL. At most
+// Options.Lookups run at once: a fleet starting its downloads at once
+// would otherwise take every connection of the pool (32), leaving none
+// to the reports and the engine, and wait on it past the store's
+// timeout (HTTP 500 then); a lookup that cannot begin within LookupWait
+// is ErrBusy.
 func (s *Service) DownloadRef(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
 	key := deviceID + "\x00" + packageID
 	now := time.Now()
@@ -148,6 +179,17 @@ func (s *Service) DownloadRef(ctx context.Context, deviceID, packageID string) (
 	if ok && now.Sub(c.at) < refTTL {
 		return c.ref, nil
 	}
+	t := time.NewTimer(s.opt.LookupWait)
+	select {
+	case s.lookups <- struct{}{}:
+		t.Stop()
+	case <-t.C:
+		return DownloadRef{}, fmt.Errorf("download lookup of %s: %d lookups at once for %v: %w", deviceID, cap(s.lookups), s.opt.LookupWait, ErrBusy)
+	case <-ctx.Done():
+		t.Stop()
+		return DownloadRef{}, ctx.Err()
+	}
+	defer func() { <-s.lookups }()
 	ref, err := s.store.Download(ctx, deviceID, packageID)
 	if err != nil {
 		return ref, err

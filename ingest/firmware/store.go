@@ -412,6 +412,13 @@ func (s *Store) CreateRollout(ctx context.Context, pkg Package, sp Spec, creator
 	if err := tx.Commit(); err != nil {
 		return Rollout{}, fmt.Errorf("firmware: create rollout: %w", err)
 	}
+	// The planner's statistics learn of the rollout's rows now rather than
+	// at autovacuum's next turn (the engine's joins, e.g. reached, are
+	// planned from them; the start does not depend on them). Best effort:
+	// the rollout is created either way.
+	if count >= 1000 {
+		_, _ = s.db.ExecContext(ctx, `ANALYZE firmware_devices`)
+	}
 	return s.GetRollout(ctx, r.ID)
 }
 
