@@ -199,6 +199,7 @@ type productJSON struct {
 	Manufacturer        string            `json:"manufacturer"`
 	Describe            string            `json:"describe"`
 	Model               string            `json:"model"`
+	OutsideModelPolicy  enumJSON          `json:"outsideModelPolicy"`
 }
 type configurationJSON struct {
 	SecureID  string `json:"secureId"`
@@ -249,7 +250,7 @@ type featureJSON struct {
 }
 
 func productOf(x *meta.Product) productJSON {
-	return productJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, ClassifiedID: x.ClassifiedID, ClassifiedName: x.ClassifiedName, MessageProtocol: x.MessageProtocol, ProtocolName: x.ProtocolName, Metadata: x.Metadata, TransportProtocol: x.TransportProtocol, DeviceType: enumJSON(x.DeviceType), Configuration: configurationJSON(x.Configuration), State: x.State, CreatorID: x.CreatorID, ModifierID: x.ModifierID, CreateTime: millisJSON(x.CreateTime), ModifyTime: millisJSON(x.ModifyTime), Regulator: x.Regulator, AccessID: x.AccessID, AccessProvider: x.AccessProvider, AccessName: x.AccessName, StorePolicy: x.StorePolicy, OrgID: x.OrgID, SuperProductType: enumJSON(x.SuperProductType), VirtualType: enumJSON(x.VirtualType), ProductCreateType: enumJSON(x.ProductCreateType), PresetType: enumJSON(x.PresetType), ThreeDimensionalURL: x.ThreeDimensionalURL, ModelFrom: x.ModelFrom, DeviceNum: x.DeviceNum, Manufacturer: x.Manufacturer, Describe: x.Describe, Model: x.Model}
+	return productJSON{ID: x.ID, Name: x.Name, PhotoURL: x.PhotoURL, ClassifiedID: x.ClassifiedID, ClassifiedName: x.ClassifiedName, MessageProtocol: x.MessageProtocol, ProtocolName: x.ProtocolName, Metadata: x.Metadata, TransportProtocol: x.TransportProtocol, DeviceType: enumJSON(x.DeviceType), Configuration: configurationJSON(x.Configuration), State: x.State, CreatorID: x.CreatorID, ModifierID: x.ModifierID, CreateTime: millisJSON(x.CreateTime), ModifyTime: millisJSON(x.ModifyTime), Regulator: x.Regulator, AccessID: x.AccessID, AccessProvider: x.AccessProvider, AccessName: x.AccessName, StorePolicy: x.StorePolicy, OrgID: x.OrgID, SuperProductType: enumJSON(x.SuperProductType), VirtualType: enumJSON(x.VirtualType), ProductCreateType: enumJSON(x.ProductCreateType), PresetType: enumJSON(x.PresetType), ThreeDimensionalURL: x.ThreeDimensionalURL, ModelFrom: x.ModelFrom, DeviceNum: x.DeviceNum, Manufacturer: x.Manufacturer, Describe: x.Describe, Model: x.Model, OutsideModelPolicy: enumJSON(x.OutsideModelPolicy)}
 }
 
 func deviceOf(x *meta.Device) deviceJSON {

@@ -141,6 +141,8 @@ var kindSamples = map[string]sample{
 // settingSamples are the samples of the settings whose kind's do not fit.
 var settingSamples = map[string]sample{
 	"log-format": {"json", "json", "text", "text"},
+	// A forwarding spool is at least 1 MiB.
+	"forward-spool-bytes": {"3MiB", "3145728", "2MiB", "2097152"},
 }
 
 // samplesOf returns s's samples.
