@@ -21,7 +21,7 @@ run: services build
 ## test: vet, every test with the race detector against the real services,
 ## then each fuzz target for FUZZ_SHORT.
 test: services vet
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 fmt:
