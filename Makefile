@@ -58,6 +58,8 @@ FUZZ_TARGETS := \
 	./ingest/wire/:FuzzDecodeEvent \
 	./ingest/wire/:FuzzDecodePresence \
 	./ingest/wire/:FuzzDecodeReply \
+	./ingest/wire/:FuzzDecodeFirmwareProgress \
+	./ingest/wire/:FuzzDecodeFirmwareVersion \
 	./api/:FuzzDashboardQuery \
 	./api/:FuzzCheckJSONText \
 	./bench/mqttc/:FuzzDecode
