@@ -34,6 +34,27 @@ import (
 //     written row lands on its device's shard. It carries a condition,
 //     as an ALTER does.
 //
+// A replica killed in an insert. A replica writes an insert's block into
+// the raw table's part, commits it (in ZooKeeper, with the block's hash),
+// and only then writes the block's views into their tables, one after the
+// other. Killed (SIGKILL, power loss) between the two, it leaves the raw
+// part committed and some views unwritten; the sender (devicehub's
+// Writer, or a Distributed table sending its queue) gets an error and
+// sends the block again, the replicated raw table recognises it as a
+// duplicate of the committed part and keeps one copy, and ClickHouse
+// writes no view for a duplicate block (by design: the views of a block
+// are written once, with its first insert). So the raw tables stay exact,
+// every acknowledged row once, and the rollups (the message counts and
+// the property aggregates read from views) lack that one block for good.
+// ClickHouse 18.16 offers no way round it; a release that has
+// deduplicate_blocks_in_dependent_materialized_views with
+// insert_deduplication_token would let a retry write the views it missed.
+// An operator who kills a replica during ingest can see the shortfall by
+// comparing count() of device_message with sum(messages) of
+// device_message_quarter; TestCluster (cmd/devicehub) kills one and
+// checks that the rollups lack at most such a block and that the
+// dashboard answers exactly what they hold.
+//
 // The version record: single-server mode keeps none; every statement is
 // idempotent or carries a "--@if" condition read from the catalog. Cluster
 // mode does the same with the connected node's catalog as the record: a

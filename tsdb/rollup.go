@@ -25,7 +25,9 @@ import (
 //     duplicates of a message delivered twice included (MergeTree does
 //     not deduplicate; in cluster mode a retried block is dropped by the
 //     replicated table, and then not passed to the view either), and so
-//     does the rollup: neither path deduplicates, so they agree.
+//     does the rollup: neither path deduplicates, so they agree. (Except
+//     after a replica killed between an insert's raw part and its views:
+//     cluster.go, "A replica killed in an insert".)
 //   - Same functions. count, sum, min and max of a bucket are those of
 //     its hours; avg is sum / count as avg computes it; first and last
 //     are argMin/argMax over (ts, num_value), the raw query's ordering,

@@ -189,6 +189,17 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// The message-count rollups against the raw table on the cluster. A
+	// replica killed after an insert's raw part was committed and before
+	// its views were written leaves that block out of the views for good:
+	// the retry is recognised as a duplicate of the committed part, and
+	// ClickHouse then writes no view (tsdb/cluster.go, "A replica killed
+	// in an insert"). The kill above lands in such an insert now and
+	// then; the raw table is exact either way (checked above), the
+	// rollups are then short by what that insert held, and the dashboard
+	// must answer exactly what they hold: short by that much, never more.
+	short := rollupShortfall(t, cl, clusterDB)
+
 	// --- the dashboard: a and b answer as the single server does ------------
 	queries = dashboardQueries(product, devices, from, to)
 	want, err := single.dashboard(token, queries)
@@ -211,13 +222,8 @@ func TestCluster(t *testing.T) {
 			if len(got) != len(want) {
 				t.Fatalf("%s: %d dashboard items, single server %d", s.name, len(got), len(want))
 			}
-			for i := range want {
-				if !reflect.DeepEqual(got[i], want[i]) {
-					diff = fmt.Sprintf("%s: dashboard item %d:\n got %v\nwant %v", s.name, i, got[i], want[i])
-					return false
-				}
-			}
-			return true
+			diff = compareDashboards(s.name, got, want, short)
+			return diff == ""
 		}) {
 			t.Fatal(diff)
 		}
@@ -452,6 +458,87 @@ func metric(t *testing.T, s *instance, name string) float64 {
 	}
 	t.Fatalf("%s has no metric %s", s.name, name)
 	return 0
+}
+
+// rollupShortfall returns, per message-count rollup table, how many
+// messages of the cluster database's raw table it lacks; a rollup holding
+// more than the raw table, or lacking more than a tenth of it (more than
+// the inserts in flight at one replica's kill), fails the test.
+func rollupShortfall(t *testing.T, cl testCluster, db string) map[string]uint64 {
+	t.Helper()
+	q := func(sql string) uint64 {
+		var n uint64
+		testkit.Eventually(t, 30*time.Second, sql, func() bool {
+			n = cl.scalar(t, "ch21", sql)
+			return n > 0
+		})
+		return n
+	}
+	raw := q("SELECT count() FROM `" + db + "`.device_message")
+	short := map[string]uint64{}
+	for _, table := range []string{"device_message_quarter", "device_message_daily"} {
+		n := q("SELECT sum(messages) FROM `" + db + "`." + table)
+		switch {
+		case n > raw:
+			t.Fatalf("%s counts %d messages, device_message holds %d", table, n, raw)
+		case raw-n > raw/10:
+			t.Fatalf("%s counts %d messages, device_message holds %d: more lost than one replica's inserts in flight", table, n, raw)
+		case n < raw:
+			t.Logf("%s lacks %d of device_message's %d messages: an insert cut by the kill between its raw part and its views", table, raw-n, raw)
+		}
+		short[table] = raw - n
+	}
+	return short
+}
+
+// compareDashboards returns "" when got (a cluster instance's answer)
+// equals want (the single server's), or says where they differ. A
+// message-count item (group count-<interval>-<product>) may be lower than
+// want's where the rollup it is read from is short (rollupShortfall): the
+// 15m and 1h counts are read from device_message_quarter, days and longer
+// from device_message_daily; then its values must sum to exactly want's
+// less that shortfall.
+func compareDashboards(name string, got, want []any, short map[string]uint64) string {
+	type sums struct{ got, want float64 }
+	groups := map[string]*sums{}
+	table := func(group string) string {
+		if strings.HasPrefix(group, "count-1h-") {
+			return "device_message_quarter"
+		}
+		return "device_message_daily"
+	}
+	field := func(item any, key string) any {
+		m, _ := item.(map[string]any)
+		return m[key]
+	}
+	value := func(item any) float64 {
+		v, _ := field(field(item, "data"), "value").(float64)
+		return v
+	}
+	for i := range want {
+		group, _ := field(want[i], "group").(string)
+		if strings.HasPrefix(group, "count-") && short[table(group)] > 0 && field(got[i], "group") == group {
+			g, w := value(got[i]), value(want[i])
+			if g > w {
+				return fmt.Sprintf("%s: dashboard item %d counts more than the single server:\n got %v\nwant %v", name, i, got[i], want[i])
+			}
+			if groups[group] == nil {
+				groups[group] = &sums{}
+			}
+			groups[group].got += g
+			groups[group].want += w
+			continue
+		}
+		if !reflect.DeepEqual(got[i], want[i]) {
+			return fmt.Sprintf("%s: dashboard item %d:\n got %v\nwant %v", name, i, got[i], want[i])
+		}
+	}
+	for group, s := range groups {
+		if s.want-s.got != float64(short[table(group)]) {
+			return fmt.Sprintf("%s: %s counts %v, the single server %v; %s lacks %d", name, group, s.got, s.want, table(group), short[table(group)])
+		}
+	}
+	return ""
 }
 
 // dashboardQueries are message counts (hours and days, the product and
