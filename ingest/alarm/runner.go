@@ -176,20 +176,11 @@ func (r *Runner) Batches() uint64 { return r.committed.Load() }
 // runner then waits for the lock again.
 func (r *Runner) Run(ctx context.Context) {
 	if r.opt.ClientID == "" {
-		for ctx.Err() == nil {
-			id, err := r.ms.InstallationID(ctx)
-			if err == nil {
-				r.opt.ClientID = "devicehub-alarms-" + id
-				break
-			}
-			r.log.Warn("alarms: reading the installation id failed; retrying", "err", err)
-			leader.Sleep(ctx, r.opt.Retry)
-		}
+		r.opt.ClientID = leader.SessionID(ctx, r.ms, "alarms", r.opt.Retry, r.log)
 	}
 	leader.Loop{Locker: r.ms, Key: lockKey, Retry: r.opt.Retry, Log: r.log,
 		Waiting: "alarms: waiting for the evaluator lock", SteppedDown: "alarms: evaluator stepped down",
-		Owner: &r.owner,
-		Gauge: r.m.owner,
+		Owner: &r.owner, Gauge: r.m.owner,
 	}.Run(ctx, r.lead)
 }
 

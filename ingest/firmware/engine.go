@@ -181,8 +181,7 @@ func (s *Service) Wake() {
 func (s *Service) Run(ctx context.Context) {
 	leader.Loop{Locker: s.locker, Key: lockKey, Retry: s.opt.Retry, Log: s.log,
 		Waiting: "firmware: waiting for the engine lock", SteppedDown: "firmware: engine stepped down",
-		Owner: &s.owner,
-		Gauge: s.m.owner,
+		Owner: &s.owner, Gauge: s.m.owner,
 	}.Run(ctx, s.lead)
 }
 

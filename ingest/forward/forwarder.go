@@ -226,15 +226,7 @@ func (f *Forwarder) Collect(ch chan<- prometheus.Metric) {
 // until ctx ends; a lost lock ends the turn and the wait starts again.
 func (f *Forwarder) Run(ctx context.Context) {
 	if f.opt.ClientID == "" {
-		for ctx.Err() == nil {
-			id, err := f.ms.InstallationID(ctx)
-			if err == nil {
-				f.opt.ClientID = "devicehub-forward-" + id
-				break
-			}
-			f.log.Warn("forward: reading the installation id failed; retrying", "err", err)
-			leader.Sleep(ctx, f.opt.Retry)
-		}
+		f.opt.ClientID = leader.SessionID(ctx, f.ms, "forward", f.opt.Retry, f.log)
 	}
 	leader.Loop{Locker: f.ms, Key: lockKey, Retry: f.opt.Retry, Log: f.log,
 		Waiting: "forward: waiting for the forwarding lock", SteppedDown: "forward: forwarder stepped down",

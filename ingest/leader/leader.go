@@ -83,3 +83,24 @@ func Sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// Installation gives the installation's id (*meta.Store.InstallationID).
+type Installation interface {
+	InstallationID(ctx context.Context) (string, error)
+}
+
+// SessionID is the MQTT client id every owner of role shares, so that a
+// new owner resumes the persistent session its predecessor left:
+// "devicehub-<role>-<installation id>". It retries every retry (logged)
+// until the id is read, or ctx ends ("" then).
+func SessionID(ctx context.Context, inst Installation, role string, retry time.Duration, log *slog.Logger) string {
+	for ctx.Err() == nil {
+		id, err := inst.InstallationID(ctx)
+		if err == nil {
+			return "devicehub-" + role + "-" + id
+		}
+		log.Warn(role+": reading the installation id failed; retrying", "err", err)
+		Sleep(ctx, retry)
+	}
+	return ""
+}

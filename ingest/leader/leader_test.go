@@ -142,3 +142,40 @@ func TestLoop(t *testing.T) {
 		t.Error("two instances led at once")
 	}
 }
+
+// TestSessionID: every owner of a role gets the same id, built from the
+// installation's; while the database is away it is retried (logged), and
+// a context's end gives "".
+func TestSessionID(t *testing.T) {
+	ms, px := metatest.NewStoreBehindProxy(t)
+	var logs logBuf
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx := context.Background()
+	inst, err := ms.InstallationID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Down()
+	got := make(chan string, 1)
+	go func() { got <- leader.SessionID(ctx, ms, "role", 50*time.Millisecond, log) }()
+	testkit.Eventually(t, 20*time.Second, "the failed read logged", func() bool {
+		return logs.count("role: reading the installation id failed; retrying") >= 2
+	})
+	px.Up()
+	select {
+	case id := <-got:
+		if want := "devicehub-role-" + inst; id != want {
+			t.Fatalf("SessionID %q, want %q", id, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("SessionID did not return once the database was back")
+	}
+	if again := leader.SessionID(ctx, ms, "role", time.Second, log); again != "devicehub-role-"+inst {
+		t.Fatalf("a second owner's SessionID %q", again)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if id := leader.SessionID(done, ms, "role", time.Second, log); id != "" {
+		t.Fatalf("SessionID with an ended context %q", id)
+	}
+}
