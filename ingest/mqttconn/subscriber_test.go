@@ -42,10 +42,10 @@ func subscriberConfig(b *mqtttest.Broker, id string, filters map[string]byte, qu
 // TestSubscriberRedelivers: what the alarm runner and the forwarder rely
 // on when an owner hands over. Messages come in order; the one
 // acknowledged is not delivered again, while those taken and not
-// acknowledged, and one its handler held on a full queue when Close came,
-// are delivered to the next Subscriber with the same client id, in order,
-// followed by what arrived between the two (the session is resumed, not
-// subscribed anew).
+// acknowledged, the one waiting in the queue and the one its handler
+// held on the full queue when Close came, are delivered to the next
+// Subscriber with the same client id, in order, followed by what arrived
+// between the two (the session is resumed, not subscribed anew).
 func TestSubscriberRedelivers(t *testing.T) {
 	b := mqtttest.StartBroker(t)
 	dev := mqtttest.ConnectDevice(t, b.URL(), testkit.RandID("dev-"), mqtttest.Gateway(t, b.URL()))
@@ -53,7 +53,7 @@ func TestSubscriberRedelivers(t *testing.T) {
 	cfg := subscriberConfig(b, testkit.RandID("owner-"), map[string]byte{topic: 1}, 1)
 
 	s := subscribe(t, cfg)
-	for _, p := range []string{"one", "two", "three"} {
+	for _, p := range []string{"one", "two", "three", "four"} {
 		dev.MustPublish(t, topic, 1, p)
 	}
 	m := take(t, s, "one")
@@ -64,18 +64,18 @@ func TestSubscriberRedelivers(t *testing.T) {
 	if m := take(t, s, "two"); string(m.Msg.Payload()) != "two" {
 		t.Fatalf("got %q, want two (in order)", m.Msg.Payload())
 	}
-	// "two" taken, not acknowledged; "three" in the queue of 1, and
-	// nothing read after it: Close lets go of both.
+	// "two" taken, not acknowledged; "three" in the queue of 1, "four"
+	// at its handler, waiting for room: Close lets go of them all.
 	testkit.Eventually(t, 10*time.Second, "three queued", func() bool { return len(s.C()) == 1 })
 	s.Close()
-	dev.MustPublish(t, topic, 1, "four") // between owners
+	dev.MustPublish(t, topic, 1, "five") // between owners
 
 	next := subscribe(t, cfg)
 	defer next.Close()
-	for _, want := range []string{"two", "three", "four"} {
+	for _, want := range []string{"two", "three", "four", "five"} {
 		m := take(t, next, want)
 		if string(m.Msg.Payload()) != want {
-			t.Fatalf("the next owner got %q, want %s (one was acknowledged)", m.Msg.Payload(), want)
+			t.Fatalf("the next owner got %q, want %s (all but the acknowledged one, in order)", m.Msg.Payload(), want)
 		}
 		m.Msg.Ack()
 	}
