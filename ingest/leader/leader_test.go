@@ -1,13 +1,10 @@
 package leader_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,24 +15,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testkit.MainNoLeaks(m) }
-
-// logBuf is a log both loops write to.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 type gauge struct{ v atomic.Int64 }
 
@@ -58,7 +37,7 @@ type instance struct {
 // both, owners and gauges back to 0.
 func TestLoop(t *testing.T) {
 	ms, px := metatest.NewStoreBehindProxy(t)
-	var logs logBuf
+	var logs testkit.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	key := rand.Int64N(1 << 31)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,13 +92,13 @@ func TestLoop(t *testing.T) {
 	if first.owner.Load() || first.gauge.v.Load() != 0 {
 		t.Error("an instance that stepped down is still marked the owner")
 	}
-	if n := logs.count("role: stepped down"); n != 1 {
+	if n := logs.Count("role: stepped down"); n != 1 {
 		t.Errorf("stepped down logged %d times, want 1", n)
 	}
 
 	px.Down() // the lock's session is cut, and no new one can be opened
 	testkit.Eventually(t, 20*time.Second, "the lost lock's turn ended and the lock retried", func() bool {
-		return logs.count("role: stepped down") == 2 && logs.count("role: waiting for the lock") >= 2
+		return logs.Count("role: stepped down") == 2 && logs.Count("role: waiting for the lock") >= 2
 	})
 	if second.owner.Load() || first.owner.Load() {
 		t.Error("an owner without the lock")
@@ -148,7 +127,7 @@ func TestLoop(t *testing.T) {
 // a context's end gives "".
 func TestSessionID(t *testing.T) {
 	ms, px := metatest.NewStoreBehindProxy(t)
-	var logs logBuf
+	var logs testkit.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx := context.Background()
 	inst, err := ms.InstallationID(ctx)
@@ -159,7 +138,7 @@ func TestSessionID(t *testing.T) {
 	got := make(chan string, 1)
 	go func() { got <- leader.SessionID(ctx, ms, "role", 50*time.Millisecond, log) }()
 	testkit.Eventually(t, 20*time.Second, "the failed read logged", func() bool {
-		return logs.count("role: reading the installation id failed; retrying") >= 2
+		return logs.Count("role: reading the installation id failed; retrying") >= 2
 	})
 	px.Up()
 	select {
