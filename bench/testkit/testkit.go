@@ -2,8 +2,9 @@
 // polling until a condition holds ([Eventually]), serving an HTTP handler
 // on a free port for the length of a test ([Serve]), JSON calls to the API
 // with a token and the decoding of its envelope ([API]), building the
-// devicehub binary once per test binary ([Devicehub]) and the check for
-// the local ClickHouse cluster ([NeedCluster]).
+// devicehub binary once per test binary ([Devicehub]), the check for
+// the local ClickHouse cluster ([NeedCluster]) and a log's output read
+// while it is written ([LogBuffer]).
 //
 // It lives below bench because the bench is the part of the repository
 // that already builds devicehub and runs it as a child, beside the other

@@ -8,7 +8,8 @@
 // It must not import api (api talks to it through a small interface
 // declared in api, AlarmStore); it uses meta for the advisory lock, the
 // database handle, the product limit of a request and the list engine
-// (meta.QueryScoped), ingest/link for devicehub's MQTT login and helpers,
+// (meta.QueryScoped), ingest/leader for the turns taken under that lock,
+// ingest/mqttconn for its MQTT sessions (an mqttconn.Subscriber),
 // ingest/wire to decode uplinks, ingest for the broker pool's will rule
 // (ingest.BornAt), and schema for the thing model. Nothing in ingest's
 // storage pipeline depends on it: with alarms off, or no enabled rule,
@@ -43,7 +44,8 @@
 // # Exactness: why an alarm is neither lost nor doubled
 //
 // One owner. Of all instances, one evaluates: the holder of a PostgreSQL
-// advisory lock (meta.Store.Lock, as the devauth syncer is elected). On
+// advisory lock (meta.Store.Lock, as the devauth syncer is elected),
+// waited for and led by ingest/leader's Loop. On
 // taking it, the owner increments an epoch (Store.Claim); every write
 // names its epoch and is refused once another owner claimed
 // (ErrNotOwner), so a stale owner that has not yet noticed its lost lock
@@ -51,14 +53,17 @@
 // evaluator's memory of the one owner, and PostgreSQL.
 //
 // One persistent session. The owner reads the uplinks (reports, events,
-// births, wills) on its own MQTT session: clean session false, QoS 1,
-// acknowledged by hand, a client id every owner shares
-// ("devicehub-alarms-<installation id>"). The broker keeps that session
-// while no owner is connected and a new owner resumes it: what the
-// previous owner did not acknowledge, and what arrived between owners,
-// is delivered to the next. Ingest's storage pipeline is untouched: it has
-// its own sessions. A device's messages come from one broker connection,
-// in order, and are evaluated in that order by one goroutine.
+// births, wills) on its own MQTT session, an mqttconn.Subscriber: clean
+// session false, QoS 1, acknowledged by hand, a client id every owner
+// shares ("devicehub-alarms-<installation id>"), the products with an
+// enabled rule subscribed (SetFilters when the rules change, again after
+// a reconnect). The broker keeps that session while no owner is
+// connected and a new owner resumes it: what the previous owner did not
+// acknowledge (the Subscriber's Close acknowledges nothing), and what
+// arrived between owners, is delivered to the next (mqttconn's
+// TestSubscriberRedelivers). Ingest's storage pipeline is untouched: it
+// has its own sessions. A device's messages come from one broker
+// connection, in order, and are evaluated in that order by one goroutine.
 //
 // Write, then acknowledge. Messages are evaluated in memory; every
 // FlushInterval the transitions decided and the changed state (each

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest"
+	"devicehub/ingest/leader"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
@@ -115,7 +116,7 @@ type Runner struct {
 
 	afterWrite func() error // tests: a crash between a write and its acks
 
-	filters atomic.Pointer[map[string]byte] // what the owner's sessions subscribe to
+	sub atomic.Pointer[mqttconn.Subscriber] // the owner's sessions, of the latest turn
 }
 
 type metrics struct {
@@ -175,52 +176,12 @@ func (r *Runner) Batches() uint64 { return r.committed.Load() }
 // runner then waits for the lock again.
 func (r *Runner) Run(ctx context.Context) {
 	if r.opt.ClientID == "" {
-		for ctx.Err() == nil {
-			id, err := r.ms.InstallationID(ctx)
-			if err == nil {
-				r.opt.ClientID = "devicehub-alarms-" + id
-				break
-			}
-			r.log.Warn("alarms: reading the installation id failed; retrying", "err", err)
-			sleepCtx(ctx, r.opt.Retry)
-		}
+		r.opt.ClientID = leader.SessionID(ctx, r.ms, "alarms", r.opt.Retry, r.log)
 	}
-	for ctx.Err() == nil {
-		lost, release, err := r.ms.Lock(ctx, lockKey)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("alarms: waiting for the evaluator lock", "err", err)
-				sleepCtx(ctx, r.opt.Retry)
-			}
-			continue
-		}
-		r.owner.Store(true)
-		r.m.owner.Set(1)
-		err = r.lead(ctx, lost)
-		r.owner.Store(false)
-		r.m.owner.Set(0)
-		release()
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("alarms: evaluator stepped down", "err", err)
-			sleepCtx(ctx, r.opt.Retry)
-		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// inbound is one message taken from a broker.
-type inbound struct {
-	m      mqtt.Message
-	broker int8
-	at     time.Time // arrival
+	leader.Loop{Locker: r.ms, Key: lockKey, Retry: r.opt.Retry, Log: r.log,
+		Waiting: "alarms: waiting for the evaluator lock", SteppedDown: "alarms: evaluator stepped down",
+		Owner: &r.owner, Gauge: r.m.owner,
+	}.Run(ctx, r.lead)
 }
 
 // lead is one turn as the owner.
@@ -258,24 +219,19 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	r.log.Info("alarms: evaluating", "rules", ev.Rules(), "devices", len(devs), "epoch", epoch)
 
 	filters := r.filtersFor(ev)
-	r.filters.Store(&filters)
-	in := make(chan inbound, r.opt.Queue)
-	stop := make(chan struct{})
-	var clients []mqtt.Client
+	sub, err := mqttconn.Subscribe(ctx, mqttconn.SubscriberConfig{
+		Brokers: r.brokers, ClientID: r.opt.ClientID, Login: r.opt.Login, Filters: filters, Queue: r.opt.Queue,
+		KeepAlive: 10 * time.Second, ConnectTimeout: 10 * time.Second, Name: "alarms", Logger: r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("alarm: %w", err)
+	}
+	r.sub.Store(sub)
 	defer func() {
 		r.ready.Store(false)
-		close(stop) // callbacks blocked on a full queue let go, unacknowledged
-		for _, c := range clients {
-			c.Disconnect(0) // the session stays: unacknowledged messages go to the next owner
-		}
+		sub.Close() // unacknowledged messages go to the next owner
 	}()
-	for b := range r.brokers {
-		c, err := r.connect(ctx, b, in, stop)
-		if err != nil {
-			return err
-		}
-		clients = append(clients, c)
-	}
+	clients, in := sub.Clients(), sub.C()
 	// Timers wait for the sessions' backlogs: a device that reported while
 	// no owner ran must not fire its restored no-data timer before that
 	// report is applied. Each session publishes a marker (as ingest's
@@ -295,7 +251,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer tick.Stop()
 	poll := time.NewTicker(r.opt.PollInterval)
 	defer poll.Stop()
-	var pending []inbound
+	var pending []mqttconn.Received
 	var lastPurge time.Time
 	var evals, lacking uint64
 	write := func() error {
@@ -334,8 +290,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		}
 		now := time.Now()
 		for _, p := range pending {
-			p.m.Ack()
-			r.m.lag.Observe(now.Sub(p.at).Seconds())
+			p.Msg.Ack()
+			r.m.lag.Observe(now.Sub(p.At).Seconds())
 		}
 		pending = pending[:0]
 		if n := ev.Evaluations(); n != evals {
@@ -359,8 +315,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			return errors.New("alarm lock lost")
 		case m := <-in:
 			pending = append(pending, m)
-			if strings.HasSuffix(m.m.Topic(), markerSuffix) {
-				delete(marks, string(m.m.Payload()))
+			if strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
+				delete(marks, string(m.Msg.Payload()))
 				continue
 			}
 			r.apply(ev, born, m)
@@ -388,7 +344,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			if err == nil && v != version {
 				if nv, err := r.loadRules(ctx, ev); err == nil {
 					version, changed = nv, true
-					r.resubscribe(clients, r.filtersFor(ev))
+					sub.SetFilters(r.filtersFor(ev))
 				}
 			}
 			if r.opt.Refs == nil {
@@ -473,103 +429,9 @@ func (r *Runner) filtersFor(ev *Evaluator) map[string]byte {
 	return f
 }
 
-// resubscribe subscribes the sessions to the filters of products that
-// gained a rule and unsubscribes those of products that lost their last.
-// The broker answers behind the backlog it holds: nothing waits for it.
-func (r *Runner) resubscribe(clients []mqtt.Client, next map[string]byte) {
-	prev := *r.filters.Load()
-	add := map[string]byte{}
-	var drop []string
-	for f, q := range next {
-		if _, ok := prev[f]; !ok {
-			add[f] = q
-		}
-	}
-	for f := range prev {
-		if _, ok := next[f]; !ok {
-			drop = append(drop, f)
-		}
-	}
-	r.filters.Store(&next)
-	for _, c := range clients {
-		if len(add) > 0 {
-			go r.logFailure("subscribe", c.SubscribeMultiple(add, nil))
-		}
-		if len(drop) > 0 {
-			go r.logFailure("unsubscribe", c.Unsubscribe(drop...))
-		}
-	}
-}
-
-func (r *Runner) logFailure(what string, t mqtt.Token) {
-	<-t.Done()
-	if err := t.Error(); err != nil {
-		r.log.Warn("alarms: "+what+" failed", "err", err)
-	}
-}
-
-// connect opens the owner's persistent session at broker b: QoS 1,
-// acknowledged by hand once the batch holding a message is written.
-func (r *Runner) connect(ctx context.Context, b int, in chan<- inbound, stop <-chan struct{}) (mqtt.Client, error) {
-	broker := r.brokers[b]
-	id := r.opt.ClientID
-	if len(r.brokers) > 1 {
-		id += "-" + strconv.Itoa(b)
-	}
-	var first atomic.Bool
-	first.Store(true)
-	c := mqttconn.New(mqttconn.Config{
-		Broker: broker, ClientID: id, Login: r.opt.Login,
-		Persistent:     true, // a new owner resumes the session and what it queued
-		ManualAck:      true,
-		Resume:         true,
-		KeepAlive:      10 * time.Second,
-		ConnectTimeout: 10 * time.Second,
-		// In order; a full queue blocks the broker's flow.
-		OnMessage: func(_ mqtt.Client, m mqtt.Message) {
-			select {
-			case in <- inbound{m: m, broker: int8(b), at: time.Now()}:
-			case <-stop: // not acknowledged: the broker delivers it again
-			}
-		},
-		OnConnect: func(c mqtt.Client) {
-			if first.Swap(false) {
-				return
-			}
-			if f := *r.filters.Load(); len(f) > 0 {
-				go func() { _ = mqttconn.WaitToken(c.SubscribeMultiple(f, nil), 30*time.Second) }()
-			}
-		},
-		OnLost: func(_ mqtt.Client, err error) {
-			r.log.Warn("alarms: broker connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
-		},
-	})
-	present, err := mqttconn.Connect(ctx, c)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("alarm: connect %s as %s: %w", mqttconn.BrokerName(broker), id, err)
-	}
-	// A kept session is subscribed already and answers behind its
-	// backlog; a new one is waited for.
-	filters := *r.filters.Load()
-	if len(filters) == 0 {
-		return c, nil
-	}
-	st := c.SubscribeMultiple(filters, nil)
-	if !present {
-		if err := mqttconn.WaitToken(st, 10*time.Second); err != nil {
-			c.Disconnect(0)
-			return nil, fmt.Errorf("alarm: subscribe as %s: %w", id, err)
-		}
-	}
-	return c, nil
-}
-
 // apply decodes one message and evaluates it.
-func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
-	m := in.m
+func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received) {
+	m := in.Msg
 	if m.Retained() {
 		return
 	}
@@ -582,7 +444,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 	msg := Message{ProductID: t.ProductID, DeviceID: t.DeviceID}
 	switch t.Kind {
 	case wire.KindReport:
-		if wire.DecodeReport(&rows, t, payload, in.at) != nil {
+		if wire.DecodeReport(&rows, t, payload, in.At) != nil {
 			return
 		}
 		msg.Kind = MsgReport
@@ -603,17 +465,17 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 			msg.Props = append(msg.Props, Prop{ID: p.Property, Value: v})
 		}
 	case wire.KindEvent:
-		if wire.DecodeEvent(&rows, t, payload, in.at) != nil {
+		if wire.DecodeEvent(&rows, t, payload, in.At) != nil {
 			return
 		}
 		msg.Kind, msg.Event = MsgEvent, t.EventID
 		msg.Fields = eventFields(payload)
 	case wire.KindOnline, wire.KindOffline:
-		if _, err := wire.DecodePresence(&rows, t, payload, in.at); err != nil {
+		if _, err := wire.DecodePresence(&rows, t, payload, in.At); err != nil {
 			return
 		}
 		online := t.Kind == wire.KindOnline
-		if born != nil && !born.Keep(t.DeviceID, in.broker, online) {
+		if born != nil && !born.Keep(t.DeviceID, int8(in.Broker), online) {
 			return // a will from another broker than the last birth's
 		}
 		msg.Kind = MsgOffline
@@ -626,7 +488,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in inbound) {
 	if len(rows.Msgs) == 0 {
 		return
 	}
-	msg.At, msg.Arrived = rows.Msgs[0].Time, in.at
+	msg.At, msg.Arrived = rows.Msgs[0].Time, in.At
 	msg.Key, msg.KeyUnique = messageKey(rows.Msgs[0].MessageID, m.Topic(), payload)
 	msg.KeyUnique = msg.KeyUnique || m.Duplicate()
 	ev.Apply(msg)
@@ -761,4 +623,11 @@ func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte) ma
 		go r.logFailure("publish the backlog marker", c.Publish(topic, 1, false, payload))
 	}
 	return marks
+}
+
+func (r *Runner) logFailure(what string, t mqtt.Token) {
+	<-t.Done()
+	if err := t.Error(); err != nil {
+		r.log.Warn("alarms: "+what+" failed", "err", err)
+	}
 }

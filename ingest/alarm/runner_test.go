@@ -374,7 +374,7 @@ func TestRunnerRuleChanges(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL())
 	r, _ := g.runner(nil)
 	g.waitOwner(r)
-	if f := *r.filters.Load(); len(f) != 0 {
+	if f := r.sub.Load().Filters(); len(f) != 0 {
 		t.Errorf("subscribed with no rule: %v", f)
 	}
 	rule, err := ParseRule([]byte(`{"id":"` + g.product + `-hot","name":"Hot","productId":"` + g.product + `","severity":"minor","enabled":true,"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`))
@@ -396,7 +396,7 @@ func TestRunnerRuleChanges(t *testing.T) {
 	if recs := g.records(nil); len(recs) != 1 || recs[0].State != StateCleared || recs[0].ClearValue != ReasonRuleDisabled || recs[0].ClearedBy != "ann" {
 		t.Errorf("the disabled rule's alarm: %+v", recs)
 	}
-	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(*r.filters.Load()) == 0 })
+	testkit.Eventually(t, 20*time.Second, "the unsubscription", func() bool { return len(r.sub.Load().Filters()) == 0 })
 }
 
 // TestRunnerPool: with a broker pool, a will counts only from the broker

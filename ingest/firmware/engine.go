@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/leader"
 	"devicehub/ingest/link"
 	"devicehub/ingest/wire"
 )
@@ -175,37 +176,13 @@ func (s *Service) Wake() {
 }
 
 // Run waits for the engine's lock and runs the engine while it holds it,
-// until ctx ends.
+// until ctx ends (ingest/leader's Loop, as the alarm runner and the
+// forwarder take their turns).
 func (s *Service) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		lost, release, err := s.locker.Lock(ctx, lockKey)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("firmware: waiting for the engine lock", "err", err)
-				sleepCtx(ctx, s.opt.Retry)
-			}
-			continue
-		}
-		s.owner.Store(true)
-		s.m.owner.Set(1)
-		err = s.lead(ctx, lost)
-		s.owner.Store(false)
-		s.m.owner.Set(0)
-		release()
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("firmware: engine stepped down", "err", err)
-			sleepCtx(ctx, s.opt.Retry)
-		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	leader.Loop{Locker: s.locker, Key: lockKey, Retry: s.opt.Retry, Log: s.log,
+		Waiting: "firmware: waiting for the engine lock", SteppedDown: "firmware: engine stepped down",
+		Owner: &s.owner, Gauge: s.m.owner,
+	}.Run(ctx, s.lead)
 }
 
 // lead is one turn as the owner: claim an epoch, then step every tick.

@@ -9,21 +9,24 @@
 // It must not import api (api talks to it through a small interface,
 // ForwardStore), ingest (the storage pipeline knows nothing of it) nor
 // ingest/alarm or ingest/notify. It uses meta for the database handle,
-// the installation id and the advisory lock, ingest/mqttconn to set up
-// and dial its MQTT clients, ingest/wire to decode uplinks and
-// schema/backoff for the sink's retry schedule.
+// the installation id and the advisory lock, ingest/leader for the turns
+// taken under that lock, ingest/mqttconn to set up and dial its MQTT
+// clients (its intake is an mqttconn.Subscriber), ingest/wire to decode
+// uplinks and schema/backoff for the sink's retry schedule.
 //
 // # How messages reach the spool, and why ingest never waits
 //
 // Not through a tap in ingest: the forwarder reads the uplinks on a
-// persistent MQTT session of its own (clean session false, QoS 1,
-// acknowledged by hand, one client id every owner shares:
-// "devicehub-forward-<installation id>"), as ingest/alarm's runner does.
+// persistent MQTT session of its own (an mqttconn.Subscriber, as
+// ingest/alarm's runner does: clean session false, QoS 1, acknowledged
+// by hand, one client id every owner shares:
+// "devicehub-forward-<installation id>").
 // A sink that is down, slow or refusing therefore touches neither
 // ingest's sessions nor its acknowledgements: the broker gives ingest
 // its copy whatever the forwarder does, and the forwarder itself only
 // appends to local files, which it does far faster than ingest stores.
-// Subscriptions follow the enabled rules' products; with no rule the
+// Subscriptions follow the enabled rules' products (Subscriber.SetFilters
+// at each reload, subscribed again after a reconnect); with no rule the
 // session subscribes to nothing.
 //
 // # Why a message is neither lost nor doubled beyond at-least-once
@@ -34,7 +37,8 @@
 // the broker messages of that flush acknowledged, in order. A crash
 // before the fsync loses the unsynced appends and their acks alike: the
 // broker delivers those messages again to the session (to this owner
-// once it comes back, or to the next). A crash after the fsync and
+// once it comes back, or to the next; the Subscriber's Close acknowledges
+// nothing and keeps the session, mqttconn's TestSubscriberRedelivers). A crash after the fsync and
 // before the acks (or acks lost with the connection) brings back
 // messages already spooled: they are spooled again and forwarded twice,
 // the only repeats on the intake side.
@@ -50,15 +54,18 @@
 // its message was not acknowledged to the broker.
 //
 // In order per device. A device's messages come from one broker
-// connection in order (paho's OrderMatters), are appended in that order,
+// connection in order (paho's OrderMatters; the Subscriber hands them on
+// from one goroutine per connection, a full queue holding the broker's
+// flow), are appended in that order,
 // and one sender per rule sends them in spool order, one batch at a
 // time, retrying a batch before anything after it. Repeats follow the
 // order of first arrivals: a redelivered message comes after the newer
 // ones already forwarded, never instead of them.
 //
 // One owner among instances. Of all instances, one forwards: the holder
-// of a PostgreSQL advisory lock (meta.Store.Lock, as ingest/alarm's
-// runner is elected); the others wait for it. The broker session is
+// of a PostgreSQL advisory lock (meta.Store.Lock, waited for and led by
+// ingest/leader's Loop, as ingest/alarm's runner is elected); the others
+// wait for it. The broker session is
 // shared through its client id, so a new owner resumes what the old one
 // had not acknowledged. The spools are the owner's files in Options.Dir:
 // what a failed owner had spooled and not yet sent waits in its

@@ -682,7 +682,7 @@ func TestForwardDisabled(t *testing.T) {
 	if _, err := g.store.SetEnabled(ctx, r.ID, false, "test", nil); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "the rule's subscription gone", func() bool { return len(*f.filters.Load()) == 0 })
+	testkit.Eventually(t, 10*time.Second, "the rule's subscription gone", func() bool { return len(f.sub.Load().Filters()) == 0 })
 	rcv.set(http.StatusOK)
 	g.reports([]string{"d1"}, 50, 10) // not taken
 	testkit.Eventually(t, 20*time.Second, "the lag of a waiting spool", func() bool {

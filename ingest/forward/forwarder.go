@@ -8,8 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +15,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/leader"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 	"devicehub/meta"
@@ -118,8 +117,8 @@ type Forwarder struct {
 	mu    sync.Mutex // rules, for the metrics and Status
 	rules map[string]*ruleState
 
-	filters atomic.Pointer[map[string]byte] // what the sessions subscribe to
-	want    map[string]byte                 // what the enabled rules need (reload)
+	sub  atomic.Pointer[mqttconn.Subscriber] // the owner's sessions, of the latest turn
+	want map[string]byte                     // what the enabled rules need (reload)
 
 	// Tests: a crash at the worst moments. afterSync runs between the
 	// spools' sync and the broker acks of n messages; beforeAck between
@@ -154,8 +153,6 @@ func New(ms *meta.Store, opt Options) (*Forwarder, error) {
 	}
 	f := &Forwarder{opt: opt, ms: ms, store: NewStore(ms), log: opt.Logger.With("component", "forward"), brokers: brokers,
 		rules: map[string]*ruleState{}}
-	empty := map[string]byte{}
-	f.filters.Store(&empty)
 	if opt.Registerer != nil {
 		if err := opt.Registerer.Register(f); err != nil {
 			return nil, fmt.Errorf("forward: register metrics: %w", err)
@@ -229,48 +226,12 @@ func (f *Forwarder) Collect(ch chan<- prometheus.Metric) {
 // until ctx ends; a lost lock ends the turn and the wait starts again.
 func (f *Forwarder) Run(ctx context.Context) {
 	if f.opt.ClientID == "" {
-		for ctx.Err() == nil {
-			id, err := f.ms.InstallationID(ctx)
-			if err == nil {
-				f.opt.ClientID = "devicehub-forward-" + id
-				break
-			}
-			f.log.Warn("forward: reading the installation id failed; retrying", "err", err)
-			sleepCtx(ctx, f.opt.Retry)
-		}
+		f.opt.ClientID = leader.SessionID(ctx, f.ms, "forward", f.opt.Retry, f.log)
 	}
-	for ctx.Err() == nil {
-		lost, release, err := f.ms.Lock(ctx, lockKey)
-		if err != nil {
-			if ctx.Err() == nil {
-				f.log.Warn("forward: waiting for the forwarding lock", "err", err)
-				sleepCtx(ctx, f.opt.Retry)
-			}
-			continue
-		}
-		f.owner.Store(true)
-		err = f.lead(ctx, lost)
-		f.owner.Store(false)
-		release()
-		if err != nil && ctx.Err() == nil {
-			f.log.Warn("forward: forwarder stepped down", "err", err)
-			sleepCtx(ctx, f.opt.Retry)
-		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-type inbound struct {
-	m  mqtt.Message
-	at time.Time
+	leader.Loop{Locker: f.ms, Key: lockKey, Retry: f.opt.Retry, Log: f.log,
+		Waiting: "forward: waiting for the forwarding lock", SteppedDown: "forward: forwarder stepped down",
+		Owner: &f.owner,
+	}.Run(ctx, f.lead)
 }
 
 // errCrash ends a turn as a crash would (tests).
@@ -299,25 +260,21 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 	if err := f.reload(sctx); err != nil {
 		return err
 	}
-	want := f.want
-	f.filters.Store(&want)
-	in := make(chan inbound, f.opt.Queue)
-	stop := make(chan struct{})
-	var clients []mqtt.Client
+	sub, err := mqttconn.Subscribe(ctx, mqttconn.SubscriberConfig{
+		Brokers: f.brokers, ClientID: f.opt.ClientID, Login: f.opt.Login, Filters: f.want, Queue: f.opt.Queue,
+		KeepAlive:      10 * time.Second,
+		PingTimeout:    60 * time.Second, // the answer queues behind a backlog
+		ConnectTimeout: 10 * time.Second, Name: "forward", Logger: f.log,
+	})
+	if err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	f.sub.Store(sub)
 	defer func() {
 		f.ready.Store(false)
-		close(stop) // callbacks waiting on a full queue let go, unacknowledged
-		for _, c := range clients {
-			c.Disconnect(0) // the session stays: what is unacknowledged goes to the next owner
-		}
+		sub.Close() // what is unacknowledged goes to the next owner
 	}()
-	for b := range f.brokers {
-		c, err := f.connect(ctx, b, in, stop)
-		if err != nil {
-			return err
-		}
-		clients = append(clients, c)
-	}
+	in := sub.C()
 	f.ready.Store(true)
 	f.log.Info("forward: forwarding", "rules", len(f.rules), "dir", f.opt.Dir)
 
@@ -362,21 +319,21 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 		case <-f.crashed:
 			return errCrash
 		case m := <-in:
-			pending = append(pending, m.m)
-			if m.m.Retained() {
+			pending = append(pending, m.Msg)
+			if m.Msg.Retained() {
 				break
 			}
-			msg, ok := decode(m.m.Topic(), m.m.Payload(), m.at)
+			msg, ok := decode(m.Msg.Topic(), m.Msg.Payload(), m.At)
 			if !ok {
 				break
 			}
 			for _, rs := range byProduct[msg.productID] {
 				var take bool
-				scratch, take = rs.match.encode(append(scratch[:0], '{'), &msg, m.at)
+				scratch, take = rs.match.encode(append(scratch[:0], '{'), &msg, m.At)
 				if !take {
 					continue
 				}
-				if err := rs.spool.append(scratch[1:], m.at); err != nil {
+				if err := rs.spool.append(scratch[1:], m.At); err != nil {
 					return err
 				}
 				rs.dirty = true
@@ -400,7 +357,7 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 				f.log.Warn("forward: reading the rules failed", "err", err)
 			} else {
 				byProduct = f.byProduct()
-				f.resubscribe(clients)
+				sub.SetFilters(f.want)
 			}
 			f.writeStatus(ctx)
 		}
@@ -522,7 +479,7 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 		batch, err := sp.read(size)
 		if err != nil {
 			f.log.Error("forward: reading the spool failed", "rule", r.ID, "err", err)
-			sleepCtx(ctx, f.opt.Retry)
+			leader.Sleep(ctx, f.opt.Retry)
 			sp.rewind()
 			continue
 		}
@@ -607,101 +564,5 @@ func (f *Forwarder) writeStatus(ctx context.Context) {
 	}
 	if err := f.store.writeStatus(ctx, f.opt.Instance, sts); err != nil && ctx.Err() == nil {
 		f.log.Warn("forward: writing the status failed", "err", err)
-	}
-}
-
-// connect opens the owner's persistent session at broker b: QoS 1,
-// acknowledged by hand once what the message became is synced.
-func (f *Forwarder) connect(ctx context.Context, b int, in chan<- inbound, stop <-chan struct{}) (mqtt.Client, error) {
-	broker := f.brokers[b]
-	id := f.opt.ClientID
-	if len(f.brokers) > 1 {
-		id += "-" + strconv.Itoa(b)
-	}
-	var first atomic.Bool
-	first.Store(true)
-	c := mqttconn.New(mqttconn.Config{
-		Broker: broker, ClientID: id, Login: f.opt.Login,
-		Persistent:     true, // a new owner resumes the session and what it queued
-		ManualAck:      true,
-		Resume:         true,
-		KeepAlive:      10 * time.Second,
-		PingTimeout:    60 * time.Second, // the answer queues behind a backlog
-		ConnectTimeout: 10 * time.Second,
-		// In order; a full queue holds the broker's flow.
-		OnMessage: func(_ mqtt.Client, m mqtt.Message) {
-			select {
-			case in <- inbound{m: m, at: time.Now()}:
-			case <-stop: // not acknowledged: the broker delivers it again
-			}
-		},
-		OnConnect: func(c mqtt.Client) {
-			if first.Swap(false) {
-				return
-			}
-			if fl := *f.filters.Load(); len(fl) > 0 {
-				go func() { _ = mqttconn.WaitToken(c.SubscribeMultiple(fl, nil), 30*time.Second) }()
-			}
-		},
-		OnLost: func(_ mqtt.Client, err error) {
-			f.log.Warn("forward: broker connection lost; reconnecting", "broker", mqttconn.BrokerName(broker), "err", err)
-		},
-	})
-	present, err := mqttconn.Connect(ctx, c)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("forward: connect %s as %s: %w", mqttconn.BrokerName(broker), id, err)
-	}
-	// A kept session is subscribed already and answers behind its
-	// backlog; a new one is waited for.
-	filters := *f.filters.Load()
-	if len(filters) == 0 {
-		return c, nil
-	}
-	st := c.SubscribeMultiple(filters, nil)
-	if !present {
-		if err := mqttconn.WaitToken(st, 10*time.Second); err != nil {
-			c.Disconnect(0)
-			return nil, fmt.Errorf("forward: subscribe as %s: %w", id, err)
-		}
-	}
-	return c, nil
-}
-
-// resubscribe brings the sessions' subscriptions to the enabled rules'
-// products; the broker answers behind any backlog, so nothing waits.
-func (f *Forwarder) resubscribe(clients []mqtt.Client) {
-	prev := *f.filters.Load()
-	next := f.want
-	add := map[string]byte{}
-	var drop []string
-	for k, q := range next {
-		if _, ok := prev[k]; !ok {
-			add[k] = q
-		}
-	}
-	for k := range prev {
-		if _, ok := next[k]; !ok {
-			drop = append(drop, k)
-		}
-	}
-	slices.Sort(drop)
-	f.filters.Store(&next)
-	for _, c := range clients {
-		if len(add) > 0 {
-			go f.logFailure("subscribe", c.SubscribeMultiple(add, nil))
-		}
-		if len(drop) > 0 {
-			go f.logFailure("unsubscribe", c.Unsubscribe(drop...))
-		}
-	}
-}
-
-func (f *Forwarder) logFailure(what string, t mqtt.Token) {
-	<-t.Done()
-	if err := t.Error(); err != nil {
-		f.log.Warn("forward: "+what+" failed", "err", err)
 	}
 }
