@@ -73,6 +73,6 @@
 // broker: its own pending changes, full syncs and generation), and a
 // change is confirmed to its writers once every plugin holds it (tally).
 //
-// It imports meta's types and link's broker list only; it must not import
-// api.
+// It imports meta's types, link's broker list and leader's lock loop
+// (its turns as the syncing instance) only; it must not import api.
 package devauth

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/dynsec"
+	"devicehub/ingest/leader"
 	"devicehub/ingest/mqttconn"
 	"devicehub/meta"
 )
@@ -185,23 +186,16 @@ func (s *Syncer) Run(ctx context.Context) {
 			err := s.src.WatchLoginsApplied(ctx, s.waiters.applied, nil)
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("devauth: watching applied logins failed; retrying", "err", err)
-				sleep(ctx, s.opt.Retry)
+				leader.Sleep(ctx, s.opt.Retry)
 			}
 		}
 	}()
 	defer func() { <-watchDone }()
-	for ctx.Err() == nil {
-		lost, release, err := s.src.Lock(ctx, lockKey)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("devauth: waiting for the sync lock", "err", err)
-				sleep(ctx, s.opt.Retry)
-			}
-			continue
-		}
+	leader.Loop{Locker: s.src, Key: lockKey, Retry: s.opt.Retry, Log: s.log,
+		Waiting: "devauth: waiting for the sync lock"}.Run(ctx, func(ctx context.Context, lost <-chan struct{}) error {
 		s.lead(ctx, lost)
-		release()
-	}
+		return nil
+	})
 }
 
 // Await returns once the broker holds every change of changes (or a later
@@ -291,7 +285,7 @@ func (s *Syncer) lead(ctx context.Context, lost <-chan struct{}) {
 			return
 		}
 		s.log.Warn("devauth: reading the installation id failed; retrying", "err", err)
-		sleep(ctx, s.opt.Retry)
+		leader.Sleep(ctx, s.opt.Retry)
 	}
 	s.mu.Lock()
 	s.inst = inst
@@ -362,7 +356,7 @@ func (f *feed) run(ctx context.Context) {
 				return
 			}
 			s.log.Warn("devauth: broker not reachable; retrying", "broker", mqttconn.BrokerName(f.broker), "err", err)
-			sleep(ctx, s.opt.Retry)
+			leader.Sleep(ctx, s.opt.Retry)
 		}
 	}
 	for {
@@ -376,7 +370,7 @@ func (f *feed) run(ctx context.Context) {
 			return
 		}
 		s.log.Warn("devauth: granting the service login its rights failed; retrying", "broker", mqttconn.BrokerName(f.broker), "err", err)
-		sleep(ctx, s.opt.Retry)
+		leader.Sleep(ctx, s.opt.Retry)
 	}
 
 	retry := time.NewTimer(time.Hour)
@@ -848,13 +842,4 @@ func (b *batcher) flush() error {
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

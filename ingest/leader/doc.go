@@ -1,6 +1,7 @@
 // Package leader is how a role of devicehub that runs on one instance at a
-// time (the alarm evaluator, the forwarder, the firmware engine) takes its
-// turns: Loop waits for the role's PostgreSQL advisory lock, marks this
+// time (the alarm evaluator, the forwarder, the firmware engine, the
+// device-login syncer, the notification scheduler) takes its turns: Loop
+// waits for the role's PostgreSQL advisory lock, marks this
 // instance the owner (a flag and a gauge), leads a turn until the lock is
 // lost, the turn fails or the context ends, releases the lock, and after a
 // failure waits Retry before it waits for the lock again. SessionID is

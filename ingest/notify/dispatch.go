@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"devicehub/ingest/leader"
 	"devicehub/meta"
 )
 
@@ -248,21 +249,11 @@ func (d *Dispatcher) backoff(attempt int) time.Duration {
 
 // schedule runs Tick while this instance holds the scheduler's lock.
 func (d *Dispatcher) schedule(ctx context.Context) {
-	for ctx.Err() == nil {
-		lost, release, err := d.ms.Lock(ctx, lockKey)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("notify: scheduler lock", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
-		}
+	leader.Loop{Locker: d.ms, Key: lockKey, Retry: time.Second, Log: d.log,
+		Waiting: "notify: scheduler lock"}.Run(ctx, func(ctx context.Context, lost <-chan struct{}) error {
 		d.lead(ctx, lost)
-		release()
-	}
+		return nil
+	})
 }
 
 func (d *Dispatcher) lead(ctx context.Context, lost <-chan struct{}) {

@@ -10,7 +10,8 @@
 // alarm_transitions) through SQL only, and the outbox is written by a
 // PostgreSQL trigger on alarm_transitions (schema/postgres/00023), so the
 // alarm evaluator knows nothing of notifications. It uses meta for the
-// database handle and the advisory lock, and ingest/link's MQTT helpers
+// database handle and the advisory lock (the scheduler's turns through
+// ingest/leader's Loop), and ingest/link's MQTT helpers
 // to dial another broker.
 //
 // # Why a notification is neither lost nor doubled beyond its key
