@@ -34,7 +34,8 @@ type FirmwareService interface {
 	Resume(ctx context.Context, id string) (firmware.Rollout, error)
 	Cancel(ctx context.Context, id string) (firmware.Rollout, error)
 	Downloaded(code int, n int64)
-	DownloadRef(ctx context.Context, deviceID, packageID string) (firmware.DownloadRef, error)
+	PackageFile(ctx context.Context, packageID string) (firmware.PackageFile, error)
+	SecureIDOwner(ctx context.Context, secureID string) (id, key string, err error)
 }
 
 func (s *Server) firmware() (FirmwareService, error) {
@@ -382,7 +383,8 @@ func (s *Server) deviceFirmware(c *fiber.Ctx) error {
 
 // downloadFirmware is GET /firmware/download/{token}, outside /api's
 // token check: the device's own secureId and secureKey as HTTP Basic
-// auth, the token bound to that device, one package and an expiry.
+// auth, the token bound to that device (and a digest of its credentials
+// when signed), one package and an expiry.
 // 200 the whole file, 206 a Range (bytes=N-, N-M, -N), 416 a range past
 // the end; 401 bad or missing credentials, 403 another device's or an
 // expired link, 404 an unknown token or package. The file is streamed
@@ -410,16 +412,14 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
 		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
 	}
-	// One read for the link's device and package (cached a moment: a
-	// fleet downloading at once asks for the same package thousands of
-	// times); another device's credentials are looked up only then.
-	ref, err := fw.DownloadRef(ctx, g.DeviceID, g.PackageID)
-	if err != nil {
-		return busyOr500(c, err)
-	}
-	own := ref.Found && user == ref.SecureID && subtle.ConstantTimeCompare([]byte(ref.SecureKey), []byte(pass)) == 1
-	if !own {
-		id, key, err := fw.Store().SecureIDOwner(ctx, user)
+	// The link carries a digest of its device's credentials as signed:
+	// the device's own are checked against it, without the database.
+	// Credentials that are not those (another device's, wrong ones, the
+	// device's key rotated since the link was signed, or a link of the
+	// earlier format, with no digest) are looked up, bounded: 401, 403,
+	// or the device's current credentials.
+	if !fw.Signer().SameCred(g, user, pass) {
+		id, key, err := fw.SecureIDOwner(ctx, user)
 		if err != nil {
 			return busyOr500(c, err)
 		}
@@ -433,6 +433,12 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	}
 	if errors.Is(terr, firmware.ErrExpired) {
 		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
+	}
+	// The package's file, size and SHA-256: cached a moment (one read per
+	// package and 2 s, whatever the fleet downloading at once).
+	ref, err := fw.PackageFile(ctx, g.PackageID)
+	if err != nil {
+		return busyOr500(c, err)
 	}
 	if !ref.Found {
 		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)

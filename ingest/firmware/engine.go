@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"devicehub/ingest/link"
 	"devicehub/ingest/wire"
@@ -43,10 +44,13 @@ type Options struct {
 	// Workers store devices' reports; a device's reports always go to the
 	// same worker, in order. Default 4.
 	Workers int
-	// Lookups bounds the download lookups (a device's credentials, the
-	// package's file) running at once on the database; LookupWait is how
+	// Lookups bounds the download lookups (a package's file, a device's
+	// credentials when they are not those the link was signed for)
+	// running at once on the database; LookupWait is how
 	// long a download waits for one before it is answered 503 with
 	// Retry-After. Default 8 and 2s.
+	// They are rare: a download checks its credentials against the
+	// digest its link carries, and its package is cached (PackageFile).
 	Lookups    int
 	LookupWait time.Duration
 	// Retry is the wait after a failure (lock, storage). Default 1s.
@@ -85,9 +89,10 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	lookups chan struct{} // download lookups running
-	refMu   sync.Mutex
-	refs    map[string]cachedRef // DownloadRef's
+	lookups   chan struct{} // download lookups running
+	refMu     sync.Mutex
+	pkgFiles  map[string]cachedFile // PackageFile's
+	fileReads singleflight.Group    // PackageFile's reads, one per package at a time
 
 	// beforeSend, in tests, runs after starts are committed and before
 	// their upgrades are sent.
@@ -353,7 +358,7 @@ func (s *Service) sendAll(ctx context.Context, r Rollout, pkg Package, starts []
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m := s.Upgrade(r, pkg, st.DeviceID, st.MessageID, time.Now())
+			m := s.Upgrade(r, pkg, st, time.Now())
 			if err := s.send.SendFirmware(ctx, link.Target{ProductID: r.ProductID, DeviceID: st.DeviceID}, m); err != nil {
 				s.m.sent.WithLabelValues("error").Inc()
 				s.log.Warn("firmware: upgrade not sent; the job times out and is started again", "device", st.DeviceID, "err", err)
@@ -365,21 +370,23 @@ func (s *Service) sendAll(ctx context.Context, r Rollout, pkg Package, starts []
 	wg.Wait()
 }
 
-// Upgrade is the upgrade message of r's package for a device, with a
-// download link for it alone, working for the longer of URLLifetime and
-// the rollout's timeout.
-func (s *Service) Upgrade(r Rollout, pkg Package, deviceID, messageID string, now time.Time) link.FirmwareUpgrade {
+// Upgrade is the upgrade message of r's package for a started device,
+// with a download link for it alone (bound to its credentials as the
+// start read them), working for the longer of URLLifetime and the
+// rollout's timeout.
+func (s *Service) Upgrade(r Rollout, pkg Package, st Start, now time.Time) link.FirmwareUpgrade {
 	life := max(s.opt.URLLifetime, time.Duration(r.TimeoutSeconds)*time.Second)
 	exp := now.Add(life)
-	return link.FirmwareUpgrade{MessageID: messageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
-		SHA256: pkg.SHA256, Signature: pkg.Signature, URL: s.DownloadURL(deviceID, pkg.ID, exp),
+	return link.FirmwareUpgrade{MessageID: st.MessageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
+		SHA256: pkg.SHA256, Signature: pkg.Signature, URL: s.DownloadURL(st.DeviceID, st.SecureID, st.SecureKey, pkg.ID, exp),
 		Expires: exp.UnixMilli(), Timestamp: now.UnixMilli()}
 }
 
-// DownloadURL is the link that lets deviceID download packageID until exp.
-func (s *Service) DownloadURL(deviceID, packageID string, exp time.Time) string {
+// DownloadURL is the link that lets deviceID, whose credentials are
+// secureID and secureKey, download packageID until exp.
+func (s *Service) DownloadURL(deviceID, secureID, secureKey, packageID string, exp time.Time) string {
 	return strings.TrimRight(s.opt.PublicURL, "/") + "/firmware/download/" +
-		s.signer.Sign(Grant{DeviceID: deviceID, PackageID: packageID, Expires: exp})
+		s.signer.Sign(Grant{DeviceID: deviceID, PackageID: packageID, Expires: exp}, secureID, secureKey)
 }
 
 func (s *Service) changed(cs []Change) {

@@ -205,13 +205,19 @@ const startSQL = `WITH c AS (
 			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
 			message_id = md5(random()::text || j.device_id), update_time = now()
 		WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c)) AND j.state = 'QUEUED'
-		RETURNING j.device_id, j.message_id, j.attempts`
+		RETURNING j.device_id, j.message_id, j.attempts,
+			COALESCE((SELECT d.secure_id FROM devices d WHERE d.id = j.device_id), '') AS secure_id,
+			COALESCE((SELECT d.secure_key FROM devices d WHERE d.id = j.device_id), '') AS secure_key`
 
-// Start is a job just started: its upgrade is to be sent.
+// Start is a job just started: its upgrade is to be sent, with a link
+// bound to the device's credentials (read by the start, by primary key,
+// for the rows it returns).
 type Start struct {
 	DeviceID  string `db:"device_id"`
 	MessageID string `db:"message_id"`
 	Attempts  int    `db:"attempts"`
+	SecureID  string `db:"secure_id"`
+	SecureKey string `db:"secure_key"`
 }
 
 // start moves up to n QUEUED jobs of r whose device is online to
@@ -357,33 +363,29 @@ func (s *Store) Version(ctx context.Context, deviceID, version string) ([]Change
 	return changes(rows), nil
 }
 
-// DownloadRef is what a download needs: the device's credentials and
-// the package's file.
-type DownloadRef struct {
-	SecureID  string `db:"secure_id"`
-	SecureKey string `db:"secure_key"`
-	FileName  string `db:"file_name"`
-	Size      int64  `db:"size"`
-	SHA256    string `db:"sha256"`
-	Found     bool   `db:"-"`
+// PackageFile is what a download sends of a package.
+type PackageFile struct {
+	FileName string `db:"file_name"`
+	Size     int64  `db:"size"`
+	SHA256   string `db:"sha256"`
+	Found    bool   `db:"-"`
 }
 
-// Download reads the credentials of a device and the file of a package
-// (Found false when either is gone).
-func (s *Store) Download(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
+// PackageFile reads a package's file, size and SHA-256 (Found false when
+// the package is gone).
+func (s *Store) PackageFile(ctx context.Context, packageID string) (PackageFile, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var d DownloadRef
-	err := s.db.GetContext(ctx, &d, `SELECT d.secure_id, d.secure_key, p.file_name, p.size, p.sha256
-		FROM devices d, firmware_packages p WHERE d.id = $1 AND p.id = $2`, deviceID, packageID)
+	var p PackageFile
+	err := s.db.GetContext(ctx, &p, `SELECT file_name, size, sha256 FROM firmware_packages WHERE id = $1`, packageID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return d, nil
+		return p, nil
 	}
 	if err != nil {
-		return d, fmt.Errorf("firmware: download: %w", err)
+		return p, fmt.Errorf("firmware: package file: %w", err)
 	}
-	d.Found = true
-	return d, nil
+	p.Found = true
+	return p, nil
 }
 
 // SecureIDOwner is the device whose configuration.secureId is secureID,
