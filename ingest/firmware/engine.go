@@ -418,14 +418,15 @@ func (s *Service) enqueue(r report) {
 	}
 }
 
-// reportBatch bounds the progress reports stored in one statement.
+// reportBatch bounds the reports stored in one batch.
 const reportBatch = 256
 
 // work stores a worker's reports: what is queued is taken at once (up to
-// reportBatch), its progress reports stored in one statement per batch.
-// A device's reports stay in order: a batch holds one report per device
-// and rollout (a second one, or a version report, first commits the
-// batch before it), and batches commit one after another.
+// reportBatch) and stored in batches, each one statement for its
+// progress reports and one transaction for its version reports. A
+// device's reports stay in order: a batch holds one report per device (a
+// second one first commits the batch before it), and batches commit one
+// after another.
 func (s *Service) work(q chan report) {
 	defer s.wg.Done()
 	var list []report
@@ -451,41 +452,42 @@ func (s *Service) work(q chan report) {
 	}
 }
 
-type reportKey struct{ device, rollout string }
-
 // storeAll stores list in order; false when the service closed first
 // (what was not stored stays unacknowledged).
 func (s *Service) storeAll(list []report) bool {
-	var batch []report
-	seen := map[reportKey]bool{}
+	var progress, versions []report
+	seen := map[string]bool{}
 	flush := func() bool {
-		if len(batch) == 0 {
+		if len(progress)+len(versions) == 0 {
 			return true
 		}
-		ok := s.retry(batch[0].deviceID, func() error { return s.applyProgress(batch) })
+		// One report per device in the batch: the order of its two
+		// commits does not matter. Acknowledged once both committed; a
+		// retry of one re-applies nothing of the other.
+		ok := (len(progress) == 0 || s.retry(progress[0].deviceID, func() error { return s.applyProgress(progress) })) &&
+			(len(versions) == 0 || s.retry(versions[0].deviceID, func() error { return s.applyVersions(versions) }))
 		if ok {
-			for _, r := range batch {
+			for _, r := range progress {
+				r.done()
+			}
+			for _, r := range versions {
 				r.done()
 			}
 		}
-		batch = batch[:0]
+		progress, versions = progress[:0], versions[:0]
 		clear(seen)
 		return ok
 	}
 	for _, r := range list {
-		if r.progress == nil {
-			if !flush() || !s.retry(r.deviceID, func() error { return s.apply(r) }) {
-				return false
-			}
-			r.done()
-			continue
-		}
-		k := reportKey{r.deviceID, r.progress.RolloutID}
-		if seen[k] && !flush() {
+		if seen[r.deviceID] && !flush() {
 			return false
 		}
-		seen[k] = true
-		batch = append(batch, r)
+		seen[r.deviceID] = true
+		if r.progress != nil {
+			progress = append(progress, r)
+		} else {
+			versions = append(versions, r)
+		}
 	}
 	return flush()
 }
@@ -529,17 +531,23 @@ func (s *Service) applyProgress(batch []report) error {
 	return nil
 }
 
-// apply stores a version report.
-func (s *Service) apply(r report) error {
-	s.m.reports.WithLabelValues("version").Inc()
-	cs, err := s.store.Version(s.ctx, r.deviceID, r.version)
-	if err == nil {
-		s.changed(cs)
-		for _, c := range cs {
-			if c.State == StateQueued {
-				s.Wake() // started again at this owner's next step (another's tick)
-			}
+// applyVersions stores version reports in one transaction.
+func (s *Service) applyVersions(batch []report) error {
+	reps := make([]VersionReport, len(batch))
+	for i, r := range batch {
+		reps[i] = VersionReport{DeviceID: r.deviceID, Version: r.version}
+	}
+	cs, err := s.store.VersionBatch(s.ctx, reps)
+	if err != nil {
+		return err
+	}
+	s.m.reports.WithLabelValues("version").Add(float64(len(batch)))
+	s.changed(cs)
+	for _, c := range cs {
+		if c.State == StateQueued {
+			s.Wake() // started again at this owner's next step (another's tick)
+			break
 		}
 	}
-	return err
+	return nil
 }
