@@ -128,17 +128,51 @@ func (s *Server) uploadFirmware(c *fiber.Ctx) error {
 	return ok(c, out)
 }
 
+// ofReachableProduct is what get read for id when the caller may reach
+// its product (product); another product's is not_found, named kind.
+func ofReachableProduct[T any](ctx context.Context, kind, id string, get func(context.Context, string) (T, error), product func(T) string) (T, error) {
+	v, err := get(ctx, id)
+	if err != nil {
+		return v, err
+	}
+	if !meta.ProductAllowed(ctx, product(v)) {
+		var zero T
+		return zero, fmt.Errorf("%s %q: %w", kind, schema.Truncate(id, 80), meta.ErrNotFound)
+	}
+	return v, nil
+}
+
 // packageOf reads a package the caller may reach (another product's is
 // not_found).
 func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (firmware.Package, error) {
-	p, err := fw.Store().GetPackage(ctx, id)
-	if err != nil {
-		return p, err
+	return ofReachableProduct(ctx, "package", id, fw.Store().GetPackage, func(p firmware.Package) string { return p.ProductID })
+}
+
+// firmwareList is what a firmware list's query asks: its page (pageArgs),
+// productId ("": any; else one the caller may reach) and the products
+// the caller reaches (nil: all).
+type firmwareList struct {
+	index, size int
+	productID   string
+	products    []string
+}
+
+func listArgs(c *fiber.Ctx) (firmwareList, error) {
+	var l firmwareList
+	var err error
+	if l.index, l.size, err = pageArgs(c); err != nil {
+		return l, err
 	}
-	if !meta.ProductAllowed(ctx, p.ProductID) {
-		return firmware.Package{}, fmt.Errorf("package %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
+	ctx := c.UserContext()
+	if l.productID = c.Query("productId"); l.productID != "" {
+		if err := productVisible(ctx, l.productID); err != nil {
+			return l, err
+		}
 	}
-	return p, nil
+	if all, ids := meta.ProductsOf(ctx); !all {
+		l.products = append([]string{}, ids...)
+	}
+	return l, nil
 }
 
 // listFirmware is GET /api/firmware/package?productId&pageIndex&pageSize.
@@ -147,26 +181,15 @@ func (s *Server) listFirmware(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	index, size, err := pageArgs(c)
+	l, err := listArgs(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	productID := c.Query("productId")
-	if productID != "" {
-		if err := productVisible(ctx, productID); err != nil {
-			return err
-		}
-	}
-	var products []string
-	if all, ids := meta.ProductsOf(ctx); !all {
-		products = append([]string{}, ids...)
-	}
-	data, total, err := fw.Store().ListPackages(ctx, productID, products, index*size, size)
+	data, total, err := fw.Store().ListPackages(c.UserContext(), l.productID, l.products, l.index*l.size, l.size)
 	if err != nil {
 		return err
 	}
-	return ok(c, firmwarePage[firmware.Package]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return ok(c, firmwarePage[firmware.Package]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
 }
 
 // getFirmware is GET /api/firmware/package/{id}.
@@ -231,14 +254,7 @@ func (s *Server) createRollout(c *fiber.Ctx) error {
 
 // rolloutOf reads a rollout the caller may reach.
 func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (firmware.Rollout, error) {
-	r, err := fw.Store().GetRollout(ctx, id)
-	if err != nil {
-		return r, err
-	}
-	if !meta.ProductAllowed(ctx, r.ProductID) {
-		return firmware.Rollout{}, fmt.Errorf("rollout %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
-	}
-	return r, nil
+	return ofReachableProduct(ctx, "rollout", id, fw.Store().GetRollout, func(r firmware.Rollout) string { return r.ProductID })
 }
 
 // listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
@@ -247,32 +263,22 @@ func (s *Server) listRollouts(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	index, size, err := pageArgs(c)
+	l, err := listArgs(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	productID, state := c.Query("productId"), c.Query("state")
-	if productID != "" {
-		if err := productVisible(ctx, productID); err != nil {
-			return err
-		}
-	}
+	state := c.Query("state")
 	switch state {
 	case "", firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled, firmware.RolloutAborted, firmware.RolloutCompleted:
 	default:
 		return schema.InvalidChoice("state", []string{firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled,
 			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", schema.Truncate(state, 80))
 	}
-	var products []string
-	if all, ids := meta.ProductsOf(ctx); !all {
-		products = append([]string{}, ids...)
-	}
-	data, total, err := fw.Store().ListRollouts(ctx, productID, state, products, index*size, size)
+	data, total, err := fw.Store().ListRollouts(c.UserContext(), l.productID, state, l.products, l.index*l.size, l.size)
 	if err != nil {
 		return err
 	}
-	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
 }
 
 // getRollout is GET /api/firmware/rollout/{id}, with its counts by state.
