@@ -2,6 +2,7 @@ package firmware
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
 	"strings"
@@ -76,6 +77,40 @@ func BenchmarkDownloadCheck(b *testing.B) {
 		g, err := s.Check(tok, now)
 		if err != nil || !s.SameCred(g, "device-000042", "0123456789abcdef0123456789abcdef") {
 			b.Fatal("refused")
+		}
+	}
+}
+
+// TestUpgradeLinkCredentials: the link an engine's step sends a device is
+// bound to that device's credentials as stored when it was started (read
+// by the start), not to another's.
+func TestUpgradeLinkCredentials(t *testing.T) {
+	ms, svc, sent, _ := setup(t, 3, 600)
+	ctx := context.Background()
+	if _, err := ms.DB().ExecContext(ctx, `UPDATE devices SET secure_key = 'key-of-' || id WHERE product_id = 'fp'`); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := svc.store.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Step(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sent.count(); n != 3 {
+		t.Fatalf("%d devices sent an upgrade, want 3", n)
+	}
+	for dev, ups := range sent.got {
+		tok := ups[0].URL[strings.LastIndex(ups[0].URL, "/")+1:]
+		g, err := svc.signer.Check(tok, time.Now())
+		if err != nil || g.DeviceID != dev {
+			t.Fatalf("%s: %+v %v", dev, g, err)
+		}
+		if !svc.signer.SameCred(g, dev, "key-of-"+dev) {
+			t.Errorf("%s: the link is not bound to the device's credentials", dev)
+		}
+		if other := "fd-1"; other != dev && svc.signer.SameCred(g, other, "key-of-"+other) {
+			t.Errorf("%s: the link matches %s's credentials", dev, other)
 		}
 	}
 }
