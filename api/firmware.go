@@ -34,7 +34,8 @@ type FirmwareService interface {
 	Resume(ctx context.Context, id string) (firmware.Rollout, error)
 	Cancel(ctx context.Context, id string) (firmware.Rollout, error)
 	Downloaded(code int, n int64)
-	DownloadRef(ctx context.Context, deviceID, packageID string) (firmware.DownloadRef, error)
+	PackageFile(ctx context.Context, packageID string) (firmware.PackageFile, error)
+	SecureIDOwner(ctx context.Context, secureID string) (id, key string, err error)
 }
 
 func (s *Server) firmware() (FirmwareService, error) {
@@ -127,17 +128,51 @@ func (s *Server) uploadFirmware(c *fiber.Ctx) error {
 	return ok(c, out)
 }
 
+// ofReachableProduct is what get read for id when the caller may reach
+// its product (product); another product's is not_found, named kind.
+func ofReachableProduct[T any](ctx context.Context, kind, id string, get func(context.Context, string) (T, error), product func(T) string) (T, error) {
+	v, err := get(ctx, id)
+	if err != nil {
+		return v, err
+	}
+	if !meta.ProductAllowed(ctx, product(v)) {
+		var zero T
+		return zero, fmt.Errorf("%s %q: %w", kind, schema.Truncate(id, 80), meta.ErrNotFound)
+	}
+	return v, nil
+}
+
 // packageOf reads a package the caller may reach (another product's is
 // not_found).
 func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (firmware.Package, error) {
-	p, err := fw.Store().GetPackage(ctx, id)
-	if err != nil {
-		return p, err
+	return ofReachableProduct(ctx, "package", id, fw.Store().GetPackage, func(p firmware.Package) string { return p.ProductID })
+}
+
+// firmwareList is what a firmware list's query asks: its page (pageArgs),
+// productId ("": any; else one the caller may reach) and the products
+// the caller reaches (nil: all).
+type firmwareList struct {
+	index, size int
+	productID   string
+	products    []string
+}
+
+func listArgs(c *fiber.Ctx) (firmwareList, error) {
+	var l firmwareList
+	var err error
+	if l.index, l.size, err = pageArgs(c); err != nil {
+		return l, err
 	}
-	if !meta.ProductAllowed(ctx, p.ProductID) {
-		return firmware.Package{}, fmt.Errorf("package %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
+	ctx := c.UserContext()
+	if l.productID = c.Query("productId"); l.productID != "" {
+		if err := productVisible(ctx, l.productID); err != nil {
+			return l, err
+		}
 	}
-	return p, nil
+	if all, ids := meta.ProductsOf(ctx); !all {
+		l.products = append([]string{}, ids...)
+	}
+	return l, nil
 }
 
 // listFirmware is GET /api/firmware/package?productId&pageIndex&pageSize.
@@ -146,26 +181,15 @@ func (s *Server) listFirmware(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	index, size, err := pageArgs(c)
+	l, err := listArgs(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	productID := c.Query("productId")
-	if productID != "" {
-		if err := productVisible(ctx, productID); err != nil {
-			return err
-		}
-	}
-	var products []string
-	if all, ids := meta.ProductsOf(ctx); !all {
-		products = append([]string{}, ids...)
-	}
-	data, total, err := fw.Store().ListPackages(ctx, productID, products, index*size, size)
+	data, total, err := fw.Store().ListPackages(c.UserContext(), l.productID, l.products, l.index*l.size, l.size)
 	if err != nil {
 		return err
 	}
-	return ok(c, firmwarePage[firmware.Package]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return ok(c, firmwarePage[firmware.Package]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
 }
 
 // getFirmware is GET /api/firmware/package/{id}.
@@ -230,14 +254,7 @@ func (s *Server) createRollout(c *fiber.Ctx) error {
 
 // rolloutOf reads a rollout the caller may reach.
 func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (firmware.Rollout, error) {
-	r, err := fw.Store().GetRollout(ctx, id)
-	if err != nil {
-		return r, err
-	}
-	if !meta.ProductAllowed(ctx, r.ProductID) {
-		return firmware.Rollout{}, fmt.Errorf("rollout %q: %w", schema.Truncate(id, 80), meta.ErrNotFound)
-	}
-	return r, nil
+	return ofReachableProduct(ctx, "rollout", id, fw.Store().GetRollout, func(r firmware.Rollout) string { return r.ProductID })
 }
 
 // listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
@@ -246,32 +263,22 @@ func (s *Server) listRollouts(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	index, size, err := pageArgs(c)
+	l, err := listArgs(c)
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	productID, state := c.Query("productId"), c.Query("state")
-	if productID != "" {
-		if err := productVisible(ctx, productID); err != nil {
-			return err
-		}
-	}
+	state := c.Query("state")
 	switch state {
 	case "", firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled, firmware.RolloutAborted, firmware.RolloutCompleted:
 	default:
 		return schema.InvalidChoice("state", []string{firmware.RolloutRunning, firmware.RolloutPaused, firmware.RolloutCanceled,
 			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", schema.Truncate(state, 80))
 	}
-	var products []string
-	if all, ids := meta.ProductsOf(ctx); !all {
-		products = append([]string{}, ids...)
-	}
-	data, total, err := fw.Store().ListRollouts(ctx, productID, state, products, index*size, size)
+	data, total, err := fw.Store().ListRollouts(c.UserContext(), l.productID, state, l.products, l.index*l.size, l.size)
 	if err != nil {
 		return err
 	}
-	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
 }
 
 // getRollout is GET /api/firmware/rollout/{id}, with its counts by state.
@@ -382,7 +389,8 @@ func (s *Server) deviceFirmware(c *fiber.Ctx) error {
 
 // downloadFirmware is GET /firmware/download/{token}, outside /api's
 // token check: the device's own secureId and secureKey as HTTP Basic
-// auth, the token bound to that device, one package and an expiry.
+// auth, the token bound to that device (and a digest of its credentials
+// when signed), one package and an expiry.
 // 200 the whole file, 206 a Range (bytes=N-, N-M, -N), 416 a range past
 // the end; 401 bad or missing credentials, 403 another device's or an
 // expired link, 404 an unknown token or package. The file is streamed
@@ -410,16 +418,14 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
 		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
 	}
-	// One read for the link's device and package (cached a moment: a
-	// fleet downloading at once asks for the same package thousands of
-	// times); another device's credentials are looked up only then.
-	ref, err := fw.DownloadRef(ctx, g.DeviceID, g.PackageID)
-	if err != nil {
-		return busyOr500(c, err)
-	}
-	own := ref.Found && user == ref.SecureID && subtle.ConstantTimeCompare([]byte(ref.SecureKey), []byte(pass)) == 1
-	if !own {
-		id, key, err := fw.Store().SecureIDOwner(ctx, user)
+	// The link carries a digest of its device's credentials as signed:
+	// the device's own are checked against it, without the database.
+	// Credentials that are not those (another device's, wrong ones, the
+	// device's key rotated since the link was signed, or a link of the
+	// earlier format, with no digest) are looked up, bounded: 401, 403,
+	// or the device's current credentials.
+	if !fw.Signer().SameCred(g, user, pass) {
+		id, key, err := fw.SecureIDOwner(ctx, user)
 		if err != nil {
 			return busyOr500(c, err)
 		}
@@ -433,6 +439,12 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	}
 	if errors.Is(terr, firmware.ErrExpired) {
 		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
+	}
+	// The package's file, size and SHA-256: cached a moment (one read per
+	// package and 2 s, whatever the fleet downloading at once).
+	ref, err := fw.PackageFile(ctx, g.PackageID)
+	if err != nil {
+		return busyOr500(c, err)
 	}
 	if !ref.Found {
 		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)

@@ -3,7 +3,9 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -211,7 +214,7 @@ func TestFirmwareDownload(t *testing.T) {
 	}
 	var p firmware.Package
 	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.0"}}, data).Result, &p)
-	link := e.svc.DownloadURL("fwd-a", p.ID, time.Now().Add(time.Minute))
+	link := e.svc.DownloadURL("fwd-a", "fwd-a", "secret-key-of-fwd-a", p.ID, time.Now().Add(time.Minute))
 	path := strings.TrimPrefix(link, "http://dh.test")
 	get := func(path, user, pass, rng string) (*http.Response, []byte) {
 		t.Helper()
@@ -254,7 +257,7 @@ func TestFirmwareDownload(t *testing.T) {
 		{"a wrong key", path, "fwd-a", "secret-key-of-fwd-b", 401},
 		{"an unknown token", "/firmware/download/x.y", "fwd-a", "secret-key-of-fwd-a", 404},
 		{"a forged token", path[:len(path)-2] + "AA", "fwd-a", "secret-key-of-fwd-a", 404},
-		{"expired", strings.TrimPrefix(e.svc.DownloadURL("fwd-a", p.ID, time.Now().Add(-time.Second)), "http://dh.test"), "fwd-a", "secret-key-of-fwd-a", 403},
+		{"expired", strings.TrimPrefix(e.svc.DownloadURL("fwd-a", "fwd-a", "secret-key-of-fwd-a", p.ID, time.Now().Add(-time.Second)), "http://dh.test"), "fwd-a", "secret-key-of-fwd-a", 403},
 	} {
 		if res, body := get(c.path, c.user, c.pass, ""); res.StatusCode != c.status || bytes.Contains(body, data[:64]) {
 			t.Errorf("%s: %d, want %d: %.200s", c.name, res.StatusCode, c.status, body)
@@ -262,19 +265,21 @@ func TestFirmwareDownload(t *testing.T) {
 	}
 }
 
-// TestFirmwareDownloadBusy: while the download lookups allowed at once
-// are all waiting on the database (here: one, held by a table lock),
-// another download is answered 503 with Retry-After at once rather than
-// queued for a connection until it fails with a 500; once the database
-// answers, both downloads work.
+// TestFirmwareDownloadBusy: a device's own download reads no device
+// from the database (it goes through while the devices table is locked);
+// the rare download that must look credentials up (here another
+// device's) is bounded: while the lookups allowed at once are all
+// waiting on the database (one, held by the lock), another is answered
+// 503 with Retry-After at once rather than queued for a connection until
+// it fails with a 500; once the database answers, both are answered.
 func TestFirmwareDownloadBusy(t *testing.T) {
 	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Lookups: 1, LookupWait: 200 * time.Millisecond})
 	data := bytes.Repeat([]byte("fw"), 1000)
 	var p firmware.Package
 	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.1"}}, data).Result, &p)
 	client := &http.Client{Timeout: 5 * time.Second}
+	link := e.svc.DownloadURL("fwd-a", "fwd-a", "secret-key-of-fwd-a", p.ID, time.Now().Add(time.Minute))
 	get := func(dev string) (*http.Response, error) {
-		link := e.svc.DownloadURL(dev, p.ID, time.Now().Add(time.Minute))
 		req, _ := http.NewRequest("GET", e.base+strings.TrimPrefix(link, "http://dh.test"), nil)
 		req.SetBasicAuth(dev, "secret-key-of-"+dev)
 		res, err := client.Do(req)
@@ -293,9 +298,12 @@ func TestFirmwareDownloadBusy(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `LOCK TABLE devices IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
+	if res, err := get("fwd-a"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("the device's own download, devices locked: %v %v (want 200: no lookup)", res, err)
+	}
 	first := make(chan int, 1)
 	go func() {
-		res, err := get("fwd-a")
+		res, err := get("fwd-b")
 		if err != nil {
 			first <- 0
 			return
@@ -310,22 +318,116 @@ func TestFirmwareDownloadBusy(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the first download's lookup never waited on the lock")
+			t.Fatal("the first lookup never waited on the lock")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	res, err := get("fwd-b")
 	if err != nil {
-		t.Fatalf("the second download, lookups all taken: %v (want 503 at once)", err)
+		t.Fatalf("the second lookup, lookups all taken: %v (want 503 at once)", err)
 	}
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" {
-		t.Fatalf("the second download, lookups all taken: %d Retry-After %q, want 503 and 1", res.StatusCode, res.Header.Get("Retry-After"))
+		t.Fatalf("the second lookup, lookups all taken: %d Retry-After %q, want 503 and 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if res, err := get("fwd-a"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("the device's own download, lookups all taken: %v %v (want 200)", res, err)
 	}
 	_ = tx.Rollback()
-	if code := <-first; code != 200 {
-		t.Fatalf("the first download: %d", code)
+	if code := <-first; code != 403 {
+		t.Fatalf("the first lookup: %d, want 403", code)
 	}
-	if res, err := get("fwd-b"); err != nil || res.StatusCode != 200 {
-		t.Fatalf("the second download asked again: %v %v", res, err)
+	if res, err := get("fwd-b"); err != nil || res.StatusCode != 403 {
+		t.Fatalf("the second lookup asked again: %v %v, want 403", res, err)
+	}
+}
+
+// TestFirmwareDownloadCredentials: a link carries a digest of its
+// device's credentials as signed. Whoever holds the link with other
+// credentials is refused (another device's 403, wrong ones 401); a key
+// rotated after the link was signed works, through a lookup, and the old
+// key still works until the link expires (REFERENCE.md); a link signed
+// for the new key refuses the old one; a link of the earlier format (no
+// digest) works for its device only; a token whose digest was replaced
+// is unknown (404).
+func TestFirmwareDownloadCredentials(t *testing.T) {
+	e := newFirmwareEnv(t, 1<<20)
+	data := bytes.Repeat([]byte("cred"), 500)
+	var p firmware.Package
+	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.2"}}, data).Result, &p)
+	ctx := context.Background()
+	var key []byte
+	if err := e.ms.DB().GetContext(ctx, &key, `SELECT token_key FROM firmware_owner WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Minute)
+	path := func(link string) string { return strings.TrimPrefix(link, "http://dh.test") }
+	// The earlier format: base64url("device\npackage\nexpiry-ms") "." base64url(HMAC).
+	oldToken := func(dev string) string {
+		enc := base64.RawURLEncoding.EncodeToString([]byte(dev + "\n" + p.ID + "\n" + strconv.FormatInt(exp.UnixMilli(), 10)))
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(enc))
+		return "/firmware/download/" + enc + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	}
+	// A link whose digest is the attacker's (fwd-b's) credentials, its
+	// MAC left as signed for fwd-a.
+	signed := path(e.svc.DownloadURL("fwd-a", "fwd-a", "secret-key-of-fwd-a", p.ID, exp))
+	enc, mac, _ := strings.Cut(strings.TrimPrefix(signed, "/firmware/download/"), ".")
+	body, _ := base64.RawURLEncoding.DecodeString(enc)
+	parts := strings.Split(string(body), "\n")
+	parts[4] = base64.RawURLEncoding.EncodeToString(firmware.NewSigner(key).CredDigest("fwd-b", "secret-key-of-fwd-b"))
+	swapped := "/firmware/download/" + base64.RawURLEncoding.EncodeToString([]byte(strings.Join(parts, "\n"))) + "." + mac
+
+	beforeRotation := path(e.svc.DownloadURL("fwd-a", "fwd-a", "secret-key-of-fwd-a", p.ID, exp))
+	if _, err := e.ms.DB().ExecContext(ctx, `UPDATE devices SET secure_key = 'rotated-key-of-fwd-a' WHERE id = 'fwd-a'`); err != nil {
+		t.Fatal(err)
+	}
+	afterRotation := path(e.svc.DownloadURL("fwd-a", "fwd-a", "rotated-key-of-fwd-a", p.ID, exp))
+	for _, c := range []struct {
+		name, path, user, pass string
+		status                 int
+	}{
+		{"signed before rotation, the new key", beforeRotation, "fwd-a", "rotated-key-of-fwd-a", 200},
+		{"signed before rotation, the old key (until it expires)", beforeRotation, "fwd-a", "secret-key-of-fwd-a", 200},
+		{"signed before rotation, another device's credentials", beforeRotation, "fwd-b", "secret-key-of-fwd-b", 403},
+		{"signed after rotation, the new key", afterRotation, "fwd-a", "rotated-key-of-fwd-a", 200},
+		{"signed after rotation, the old key", afterRotation, "fwd-a", "secret-key-of-fwd-a", 401},
+		{"signed after rotation, another device's credentials", afterRotation, "fwd-b", "secret-key-of-fwd-b", 403},
+		{"the earlier format, its device", oldToken("fwd-a"), "fwd-a", "rotated-key-of-fwd-a", 200},
+		{"the earlier format, another device's credentials", oldToken("fwd-a"), "fwd-b", "secret-key-of-fwd-b", 403},
+		{"the earlier format, a wrong key", oldToken("fwd-a"), "fwd-a", "secret-key-of-fwd-a", 401},
+		{"a digest replaced by the attacker's", swapped, "fwd-b", "secret-key-of-fwd-b", 404},
+	} {
+		req, _ := http.NewRequest("GET", e.base+c.path, nil)
+		req.SetBasicAuth(c.user, c.pass)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.status || (c.status != 200) == bytes.Equal(got, data) {
+			t.Errorf("%s: %d, want %d: %.200s", c.name, res.StatusCode, c.status, got)
+		}
+	}
+	// A package deleted after its link was signed (and its file read
+	// into the cache by a download): 404.
+	var gone firmware.Package
+	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.3"}}, data).Result, &gone)
+	goneLink := path(e.svc.DownloadURL("fwd-b", "fwd-b", "secret-key-of-fwd-b", gone.ID, exp))
+	for i, want := range []int{200, 404} {
+		if i == 1 {
+			e.ok("DELETE", "/api/firmware/package/"+gone.ID, nil, nil)
+		}
+		req, _ := http.NewRequest("GET", e.base+goneLink, nil)
+		req.SetBasicAuth("fwd-b", "secret-key-of-fwd-b")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("a package's link, deleted %v: %d, want %d", i == 1, res.StatusCode, want)
+		}
 	}
 }

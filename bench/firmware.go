@@ -77,6 +77,10 @@ type FirmwareResult struct {
 	FileServer FirmwarePhase  `json:"fileServer"`
 	Devicehub  FirmwarePhase  `json:"devicehub"`
 	RolloutID  string         `json:"rolloutId"`
+	// ReportsBacklogSeconds is how long devicehub still stored the
+	// file-server phase's reports after its devices were all UPDATED (the
+	// devicehub phase begins after).
+	ReportsBacklogSeconds float64 `json:"reportsBacklogSeconds"`
 }
 
 func (r FirmwareResult) String() string {
@@ -85,7 +89,8 @@ func (r FirmwareResult) String() string {
 		"peak RSS %.0f MB from %.0f MB (http.FileServer %.0f MB), all UPDATED in %.1f s by the rollout's counts, %.1f s by the devices' reports "+
 		"(http.FileServer with upgrades published at once: %.1f s); devicehub CPU %.1f s (http.FileServer %.1f s); FAILED reports %d (%d), resumes %d (%d), 5xx answers %d (%d)",
 		r.Params.Devices, r.Params.Size, d.MBps, f.MBps, d.PeakRSSMB, d.RSSBeforeMB, f.PeakRSSMB, d.ServerUpdatedMs/1000, d.DevicesUpdatedMs/1000,
-		f.DevicesUpdatedMs/1000, d.CPUSeconds, f.CPUSeconds, d.Failed, f.Failed, d.Resumes, f.Resumes, d.ServerErrors, f.ServerErrors) + reasonsText(d.Reasons) + reasonsText(f.Reasons)
+		f.DevicesUpdatedMs/1000, d.CPUSeconds, f.CPUSeconds, d.Failed, f.Failed, d.Resumes, f.Resumes, d.ServerErrors, f.ServerErrors) +
+		fmt.Sprintf("; the http.FileServer phase's reports stored %.1f s after it", r.ReportsBacklogSeconds) + reasonsText(d.Reasons) + reasonsText(f.Reasons)
 }
 
 // Figures are the result's report lines.
@@ -231,6 +236,12 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 	if err != nil {
 		return res, err
 	}
+	// The devicehub phase begins once devicehub stored every report the
+	// devices sent so far (the file-server phase's, about 13 a device):
+	// else it would store them during the next phase, which they slow.
+	if res.ReportsBacklogSeconds, err = waitReportsStored(ctx, srv, fleet, p.Timeout, p.Logf); err != nil {
+		return res, err
+	}
 
 	// devicehub: the package uploaded, one rollout over the product.
 	var pkg struct {
@@ -285,6 +296,39 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 		err = fmt.Errorf("%w\nrollout: %.1000s\ndevicehub's log:\n%s", err, r, srv.proc.logTail())
 	}
 	return res, err
+}
+
+// fwReportsMetric counts the firmware reports devicehub stored, by topic.
+const fwReportsMetric = "devicehub_firmware_reports_total"
+
+// waitReportsStored waits until devicehub's count of stored firmware
+// reports reaches the count of those the broker acknowledged to the
+// fleet (a report delivered twice counts twice: at least), polling
+// /metrics every 250 ms, for at most timeout.
+// It returns how long it waited.
+func waitReportsStored(ctx context.Context, srv *childAPI, f *fwFleet, timeout time.Duration, logf func(string, ...any)) (float64, error) {
+	want := float64(f.reports.Load())
+	start := time.Now()
+	for {
+		m, err := srv.proc.scrapeMetrics(ctx)
+		if err != nil {
+			return 0, err
+		}
+		got := m.sum(fwReportsMetric)
+		waited := time.Since(start).Seconds()
+		if got >= want {
+			logf("firmware: devicehub stored the %.0f reports sent so far, %.1f s after the phase", want, waited)
+			return waited, nil
+		}
+		if time.Since(start) > timeout {
+			return waited, fmt.Errorf("bench: devicehub stored %.0f of the %.0f firmware reports sent within %s", got, want, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return waited, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // runFWPhase measures one phase: start sets the devices going; the phase

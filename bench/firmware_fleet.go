@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ type fwFleet struct {
 	handlers map[string]func([]byte) // by upgrade topic
 
 	track atomic.Pointer[fwTrack] // the running phase's
+	// reports counts the firmware reports (progress and version) the
+	// broker acknowledged: what devicehub is to store.
+	reports atomic.Int64
 }
 
 // fwLogin is a device's login: its HTTP Basic auth for downloads.
@@ -229,6 +233,9 @@ func (g *fwGatewayConn) Publish(topic string, payload []byte) error {
 	defer t.Stop()
 	select {
 	case err := <-acked:
+		if err == nil && (strings.HasSuffix(topic, "/"+fwdevice.LevelProgress) || strings.HasSuffix(topic, "/"+fwdevice.LevelVersion)) {
+			g.f.reports.Add(1)
+		}
 		return err
 	case <-t.C:
 		return errors.New("bench: no PUBACK within a minute")

@@ -54,15 +54,24 @@
 //     harmless when the first did arrive.
 //   - Reports are stored before they are acknowledged. Ingest hands
 //     progress and version reports to Service.Progress and Version and
-//     acknowledges them on the broker only when the store committed them
-//     (progress reports in batches, one statement each: every report of a
-//     batch is acknowledged after its commit; TestProgressBatched)
-//     (retried with backoff while PostgreSQL is away; a stopped instance
-//     leaves them unacknowledged, and the broker delivers them again to
-//     the next session). A report applied twice changes nothing more: a
-//     progress sets the state it names; a version sets UPDATED or, once,
-//     moves a begun job back to QUEUED (the second finds it QUEUED, which
-//     a version other than the target leaves alone).
+//     acknowledges them on the broker only when the store committed them.
+//     A worker stores what is queued in batches that hold one report per
+//     device (a device's second report first commits the batch before
+//     it), its progress reports in one statement and its version reports
+//     in one transaction (ProgressBatch, VersionBatch); every report of a
+//     batch is acknowledged once both committed, and batches commit one
+//     after another, so a device's reports are applied in the order it
+//     sent them (TestProgressBatched, TestVersionBatched). A report is
+//     not lost: it is retried with backoff while PostgreSQL is away, and a
+//     stopped instance leaves it unacknowledged, so the broker delivers it
+//     again to the next session (this instance's or another's). It is not
+//     doubled in effect: a batch whose progress committed and whose
+//     versions did not (an instance stopped between) is delivered again
+//     whole, and a report applied twice, with no report of its device
+//     between (one per device a batch), changes nothing more: a progress
+//     sets the state it names; a version sets the device's version and
+//     UPDATED or, once, moves a begun job back to QUEUED (the second finds
+//     it QUEUED, which a version other than the target leaves alone).
 //   - A device counts UPDATED only when it reports the target version on
 //     firmware/version; its own UPDATED on progress leaves the job
 //     UPDATING (reported UPDATED). A device that reports another version
@@ -70,6 +79,24 @@
 //     QUEUED again, counted as an attempt; one offline stays QUEUED, as the
 //     pace starts only devices that meta says are online, and is started
 //     once its birth made it online.
+//
+// A download link (Signer) binds its device, its package and an expiry,
+// and carries a digest of the device's secureId and secureKey as the
+// start read them (HMAC with the token key, 128 bits): a download whose
+// HTTP Basic auth matches it is the device's, checked without reading
+// PostgreSQL; the package's file is read once per package and 2 s
+// (PackageFile). Credentials that do not match are looked up (bounded,
+// Options.Lookups): another device's are refused (403), wrong ones 401,
+// and the device's current ones accepted, so a link keeps working for a
+// device whose key was rotated after it was signed. The key it was
+// signed with keeps working with that link, and a deleted device's
+// links for their package, until the link expires (URLLifetime, 1 h by
+// default, or the rollout's timeout): accepted, as the link gives only
+// that device's package, and a rotation that must cut a leaked key off
+// at once is a matter for the broker's login (meta), where the key
+// gives far more. A link of the format before the digest is read
+// without one and checked by a lookup: links in flight while instances
+// are upgraded keep working until they expire.
 //
 // TestStartsOnceAcrossOwners breaks the first two points on purpose (two
 // owners, then the same epoch twice, starting one rollout side by side);

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 
 	"devicehub/ingest/leader"
 	"devicehub/ingest/link"
@@ -44,10 +45,13 @@ type Options struct {
 	// Workers store devices' reports; a device's reports always go to the
 	// same worker, in order. Default 4.
 	Workers int
-	// Lookups bounds the download lookups (a device's credentials, the
-	// package's file) running at once on the database; LookupWait is how
+	// Lookups bounds the download lookups (a package's file, a device's
+	// credentials when they are not those the link was signed for)
+	// running at once on the database; LookupWait is how
 	// long a download waits for one before it is answered 503 with
 	// Retry-After. Default 8 and 2s.
+	// They are rare: a download checks its credentials against the
+	// digest its link carries, and its package is cached (PackageFile).
 	Lookups    int
 	LookupWait time.Duration
 	// Retry is the wait after a failure (lock, storage). Default 1s.
@@ -86,9 +90,10 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	lookups chan struct{} // download lookups running
-	refMu   sync.Mutex
-	refs    map[string]cachedRef // DownloadRef's
+	lookups   chan struct{} // download lookups running
+	refMu     sync.Mutex
+	pkgFiles  map[string]cachedFile // PackageFile's
+	fileReads singleflight.Group    // PackageFile's reads, one per package at a time
 
 	// beforeSend, in tests, runs after starts are committed and before
 	// their upgrades are sent.
@@ -330,7 +335,7 @@ func (s *Service) sendAll(ctx context.Context, r Rollout, pkg Package, starts []
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m := s.Upgrade(r, pkg, st.DeviceID, st.MessageID, time.Now())
+			m := s.Upgrade(r, pkg, st, time.Now())
 			if err := s.send.SendFirmware(ctx, link.Target{ProductID: r.ProductID, DeviceID: st.DeviceID}, m); err != nil {
 				s.m.sent.WithLabelValues("error").Inc()
 				s.log.Warn("firmware: upgrade not sent; the job times out and is started again", "device", st.DeviceID, "err", err)
@@ -342,21 +347,23 @@ func (s *Service) sendAll(ctx context.Context, r Rollout, pkg Package, starts []
 	wg.Wait()
 }
 
-// Upgrade is the upgrade message of r's package for a device, with a
-// download link for it alone, working for the longer of URLLifetime and
-// the rollout's timeout.
-func (s *Service) Upgrade(r Rollout, pkg Package, deviceID, messageID string, now time.Time) link.FirmwareUpgrade {
+// Upgrade is the upgrade message of r's package for a started device,
+// with a download link for it alone (bound to its credentials as the
+// start read them), working for the longer of URLLifetime and the
+// rollout's timeout.
+func (s *Service) Upgrade(r Rollout, pkg Package, st Start, now time.Time) link.FirmwareUpgrade {
 	life := max(s.opt.URLLifetime, time.Duration(r.TimeoutSeconds)*time.Second)
 	exp := now.Add(life)
-	return link.FirmwareUpgrade{MessageID: messageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
-		SHA256: pkg.SHA256, Signature: pkg.Signature, URL: s.DownloadURL(deviceID, pkg.ID, exp),
+	return link.FirmwareUpgrade{MessageID: st.MessageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
+		SHA256: pkg.SHA256, Signature: pkg.Signature, URL: s.DownloadURL(st.DeviceID, st.SecureID, st.SecureKey, pkg.ID, exp),
 		Expires: exp.UnixMilli(), Timestamp: now.UnixMilli()}
 }
 
-// DownloadURL is the link that lets deviceID download packageID until exp.
-func (s *Service) DownloadURL(deviceID, packageID string, exp time.Time) string {
+// DownloadURL is the link that lets deviceID, whose credentials are
+// secureID and secureKey, download packageID until exp.
+func (s *Service) DownloadURL(deviceID, secureID, secureKey, packageID string, exp time.Time) string {
 	return strings.TrimRight(s.opt.PublicURL, "/") + "/firmware/download/" +
-		s.signer.Sign(Grant{DeviceID: deviceID, PackageID: packageID, Expires: exp})
+		s.signer.Sign(Grant{DeviceID: deviceID, PackageID: packageID, Expires: exp}, secureID, secureKey)
 }
 
 func (s *Service) changed(cs []Change) {
@@ -388,14 +395,15 @@ func (s *Service) enqueue(r report) {
 	}
 }
 
-// reportBatch bounds the progress reports stored in one statement.
+// reportBatch bounds the reports stored in one batch.
 const reportBatch = 256
 
 // work stores a worker's reports: what is queued is taken at once (up to
-// reportBatch), its progress reports stored in one statement per batch.
-// A device's reports stay in order: a batch holds one report per device
-// and rollout (a second one, or a version report, first commits the
-// batch before it), and batches commit one after another.
+// reportBatch) and stored in batches, each one statement for its
+// progress reports and one transaction for its version reports. A
+// device's reports stay in order: a batch holds one report per device (a
+// second one first commits the batch before it), and batches commit one
+// after another.
 func (s *Service) work(q chan report) {
 	defer s.wg.Done()
 	var list []report
@@ -421,41 +429,42 @@ func (s *Service) work(q chan report) {
 	}
 }
 
-type reportKey struct{ device, rollout string }
-
 // storeAll stores list in order; false when the service closed first
 // (what was not stored stays unacknowledged).
 func (s *Service) storeAll(list []report) bool {
-	var batch []report
-	seen := map[reportKey]bool{}
+	var progress, versions []report
+	seen := map[string]bool{}
 	flush := func() bool {
-		if len(batch) == 0 {
+		if len(progress)+len(versions) == 0 {
 			return true
 		}
-		ok := s.retry(batch[0].deviceID, func() error { return s.applyProgress(batch) })
+		// One report per device in the batch: the order of its two
+		// commits does not matter. Acknowledged once both committed; a
+		// retry of one re-applies nothing of the other.
+		ok := (len(progress) == 0 || s.retry(progress[0].deviceID, func() error { return s.applyProgress(progress) })) &&
+			(len(versions) == 0 || s.retry(versions[0].deviceID, func() error { return s.applyVersions(versions) }))
 		if ok {
-			for _, r := range batch {
+			for _, r := range progress {
+				r.done()
+			}
+			for _, r := range versions {
 				r.done()
 			}
 		}
-		batch = batch[:0]
+		progress, versions = progress[:0], versions[:0]
 		clear(seen)
 		return ok
 	}
 	for _, r := range list {
-		if r.progress == nil {
-			if !flush() || !s.retry(r.deviceID, func() error { return s.apply(r) }) {
-				return false
-			}
-			r.done()
-			continue
-		}
-		k := reportKey{r.deviceID, r.progress.RolloutID}
-		if seen[k] && !flush() {
+		if seen[r.deviceID] && !flush() {
 			return false
 		}
-		seen[k] = true
-		batch = append(batch, r)
+		seen[r.deviceID] = true
+		if r.progress != nil {
+			progress = append(progress, r)
+		} else {
+			versions = append(versions, r)
+		}
 	}
 	return flush()
 }
@@ -499,17 +508,23 @@ func (s *Service) applyProgress(batch []report) error {
 	return nil
 }
 
-// apply stores a version report.
-func (s *Service) apply(r report) error {
-	s.m.reports.WithLabelValues("version").Inc()
-	cs, err := s.store.Version(s.ctx, r.deviceID, r.version)
-	if err == nil {
-		s.changed(cs)
-		for _, c := range cs {
-			if c.State == StateQueued {
-				s.Wake() // started again at this owner's next step (another's tick)
-			}
+// applyVersions stores version reports in one transaction.
+func (s *Service) applyVersions(batch []report) error {
+	reps := make([]VersionReport, len(batch))
+	for i, r := range batch {
+		reps[i] = VersionReport{DeviceID: r.deviceID, Version: r.version}
+	}
+	cs, err := s.store.VersionBatch(s.ctx, reps)
+	if err != nil {
+		return err
+	}
+	s.m.reports.WithLabelValues("version").Add(float64(len(batch)))
+	s.changed(cs)
+	for _, c := range cs {
+		if c.State == StateQueued {
+			s.Wake() // started again at this owner's next step (another's tick)
+			break
 		}
 	}
-	return err
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/lib/pq"
@@ -205,13 +206,19 @@ const startSQL = `WITH c AS (
 			start_time = now(), deadline = now() + make_interval(secs => $4), progress = 0, reported = '', reason = '',
 			message_id = md5(random()::text || j.device_id), update_time = now()
 		WHERE j.ctid = ANY(ARRAY(SELECT tid FROM c)) AND j.state = 'QUEUED'
-		RETURNING j.device_id, j.message_id, j.attempts`
+		RETURNING j.device_id, j.message_id, j.attempts,
+			COALESCE((SELECT d.secure_id FROM devices d WHERE d.id = j.device_id), '') AS secure_id,
+			COALESCE((SELECT d.secure_key FROM devices d WHERE d.id = j.device_id), '') AS secure_key`
 
-// Start is a job just started: its upgrade is to be sent.
+// Start is a job just started: its upgrade is to be sent, with a link
+// bound to the device's credentials (read by the start, by primary key,
+// for the rows it returns).
 type Start struct {
 	DeviceID  string `db:"device_id"`
 	MessageID string `db:"message_id"`
 	Attempts  int    `db:"attempts"`
+	SecureID  string `db:"secure_id"`
+	SecureKey string `db:"secure_key"`
 }
 
 // start moves up to n QUEUED jobs of r whose device is online to
@@ -314,15 +321,45 @@ func (s *Store) ProgressBatch(ctx context.Context, reps []ProgressReport) ([]Cha
 	return out, nil
 }
 
-// Version records the version a device reports on firmware/version and
-// applies it to its jobs in running or paused rollouts, in one
-// transaction: a job at its target version is UPDATED; a job that the
-// device had begun (it answered the upgrade) or finished, reported on
-// another version, was not installed or rolled back: QUEUED again (the
-// pace starts it again) while attempts are left, else FAILED. A job
-// INITIATED is left to its timeout: a version report sent at connect may
-// cross the upgrade.
+// VersionReport is a device's report on firmware/version.
+type VersionReport struct {
+	DeviceID string
+	Version  string
+}
+
+// Version records the version a device reports on firmware/version
+// (VersionBatch of one).
 func (s *Store) Version(ctx context.Context, deviceID, version string) ([]Change, error) {
+	return s.VersionBatch(ctx, []VersionReport{{DeviceID: deviceID, Version: version}})
+}
+
+// VersionBatch records the versions devices report on firmware/version
+// and applies them to their jobs in running or paused rollouts, in one
+// transaction of two statements (all or none): a job at its target
+// version is UPDATED; a job that the device had begun (it answered the
+// upgrade) or finished, reported on another version, was not installed
+// or rolled back: QUEUED again (the pace starts it again) while attempts
+// are left, else FAILED. A job INITIATED is left to its timeout: a
+// version report sent at connect may cross the upgrade. The batch must
+// hold at most one report per device (one statement changes a row once;
+// of several, the last is kept); the caller keeps a device's reports in
+// order across batches.
+func (s *Store) VersionBatch(ctx context.Context, reps []VersionReport) ([]Change, error) {
+	if len(reps) == 0 {
+		return nil, nil
+	}
+	last := make(map[string]string, len(reps))
+	for _, r := range reps {
+		last[r.DeviceID] = r.Version
+	}
+	dev, ver := make([]string, 0, len(last)), make([]string, 0, len(last))
+	for d := range last {
+		dev = append(dev, d)
+	}
+	sort.Strings(dev) // rows locked in one order by every batch
+	for _, d := range dev {
+		ver = append(ver, last[d])
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -330,23 +367,25 @@ func (s *Store) Version(ctx context.Context, deviceID, version string) ([]Change
 		return nil, fmt.Errorf("firmware: version: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit: a no-op
-	_, err = tx.ExecContext(ctx, `INSERT INTO device_firmware (device_id, version, report_time) SELECT $1, $2, now()
-		WHERE EXISTS (SELECT 1 FROM devices WHERE id = $1)
-		ON CONFLICT (device_id) DO UPDATE SET version = EXCLUDED.version, report_time = EXCLUDED.report_time`, deviceID, version)
+	_, err = tx.ExecContext(ctx, `INSERT INTO device_firmware (device_id, version, report_time)
+		SELECT b.device_id, b.version, now() FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS b(device_id, version, n)
+		WHERE EXISTS (SELECT 1 FROM devices WHERE id = b.device_id) ORDER BY b.n
+		ON CONFLICT (device_id) DO UPDATE SET version = EXCLUDED.version, report_time = EXCLUDED.report_time`,
+		pq.Array(dev), pq.Array(ver))
 	if err != nil {
 		return nil, fmt.Errorf("firmware: version: %w", err)
 	}
 	var rows []changeRow
 	err = tx.SelectContext(ctx, &rows, `UPDATE firmware_devices j SET
-		state = CASE WHEN r.version = $2 THEN 'UPDATED' WHEN j.attempts <= r.retries THEN 'QUEUED' ELSE 'FAILED' END,
-		reason = CASE WHEN r.version = $2 THEN '' ELSE 'reported version ' || $2 || ' after attempt ' || j.attempts END,
+		state = CASE WHEN r.version = b.version THEN 'UPDATED' WHEN j.attempts <= r.retries THEN 'QUEUED' ELSE 'FAILED' END,
+		reason = CASE WHEN r.version = b.version THEN '' ELSE 'reported version ' || b.version || ' after attempt ' || j.attempts END,
 		deadline = NULL, update_time = now()
-		FROM firmware_rollouts r
-		WHERE j.device_id = $1 AND r.id = j.rollout_id
-			AND ((r.version = $2 AND j.state = ANY($3))
-				OR (r.version <> $2 AND r.state IN ('running', 'paused') AND j.state = ANY($4)))
+		FROM unnest($1::text[], $2::text[]) AS b(device_id, version), firmware_rollouts r
+		WHERE j.device_id = b.device_id AND r.id = j.rollout_id
+			AND ((r.version = b.version AND j.state = ANY($3))
+				OR (r.version <> b.version AND r.state IN ('running', 'paused') AND j.state = ANY($4)))
 		RETURNING j.rollout_id, r.product_id, j.device_id, j.state, j.reason, r.version, j.attempts`,
-		deviceID, version, pq.Array(append([]string{StateQueued}, inFlight...)),
+		pq.Array(dev), pq.Array(ver), pq.Array(append([]string{StateQueued}, inFlight...)),
 		pq.Array([]string{StateDownloading, StateDownloaded, StateVerified, StateUpdating, StateUpdated}))
 	if err != nil {
 		return nil, fmt.Errorf("firmware: version: %w", err)
@@ -357,33 +396,29 @@ func (s *Store) Version(ctx context.Context, deviceID, version string) ([]Change
 	return changes(rows), nil
 }
 
-// DownloadRef is what a download needs: the device's credentials and
-// the package's file.
-type DownloadRef struct {
-	SecureID  string `db:"secure_id"`
-	SecureKey string `db:"secure_key"`
-	FileName  string `db:"file_name"`
-	Size      int64  `db:"size"`
-	SHA256    string `db:"sha256"`
-	Found     bool   `db:"-"`
+// PackageFile is what a download sends of a package.
+type PackageFile struct {
+	FileName string `db:"file_name"`
+	Size     int64  `db:"size"`
+	SHA256   string `db:"sha256"`
+	Found    bool   `db:"-"`
 }
 
-// Download reads the credentials of a device and the file of a package
-// (Found false when either is gone).
-func (s *Store) Download(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
+// PackageFile reads a package's file, size and SHA-256 (Found false when
+// the package is gone).
+func (s *Store) PackageFile(ctx context.Context, packageID string) (PackageFile, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var d DownloadRef
-	err := s.db.GetContext(ctx, &d, `SELECT d.secure_id, d.secure_key, p.file_name, p.size, p.sha256
-		FROM devices d, firmware_packages p WHERE d.id = $1 AND p.id = $2`, deviceID, packageID)
+	var p PackageFile
+	err := s.db.GetContext(ctx, &p, `SELECT file_name, size, sha256 FROM firmware_packages WHERE id = $1`, packageID)
 	if errors.Is(err, sql.ErrNoRows) {
-		return d, nil
+		return p, nil
 	}
 	if err != nil {
-		return d, fmt.Errorf("firmware: download: %w", err)
+		return p, fmt.Errorf("firmware: package file: %w", err)
 	}
-	d.Found = true
-	return d, nil
+	p.Found = true
+	return p, nil
 }
 
 // SecureIDOwner is the device whose configuration.secureId is secureID,

@@ -15,6 +15,7 @@ type metrics struct {
 	// Downloads is counted by the download route (Service.Downloaded).
 	downloads *prometheus.CounterVec
 	bytes     prometheus.Counter
+	lookups   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,9 +34,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Firmware download requests by HTTP status."}, []string{"code"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_firmware_download_bytes_total",
 			Help: "Bytes of firmware downloads answered (the lengths sent)."}),
+		lookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_firmware_download_lookups_total",
+			Help: "Database reads made by downloads (a package's file once per 2 s; credentials only when they are not those the link was signed for)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.owner, m.sent, m.transitions, m.reports, m.rollouts, m.downloads, m.bytes)
+		reg.MustRegister(m.owner, m.sent, m.transitions, m.reports, m.rollouts, m.downloads, m.bytes, m.lookups)
 	}
 	return m
 }

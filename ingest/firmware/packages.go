@@ -131,14 +131,15 @@ func (s *Service) Cancel(ctx context.Context, id string) (Rollout, error) {
 	return s.store.SetState(ctx, id, RolloutCanceled, "canceled", RolloutRunning, RolloutPaused)
 }
 
-// refTTL is how long a download's read of its device and package is
-// reused: a fleet downloading at once (and resuming) asks for the same
-// rows thousands of times. A rotated secureKey or a deleted package
-// takes effect within it.
+// refTTL is how long a download's read of its package (file, size,
+// SHA-256) is reused: a fleet downloading at once (and resuming) asks
+// for the same package thousands of times. A deleted package's links
+// answer 404 within it (its file is removed at once: Files.Open fails
+// before).
 const refTTL = 2 * time.Second
 
-type cachedRef struct {
-	ref DownloadRef
+type cachedFile struct {
+	ref PackageFile
 	at  time.Time
 }
 
@@ -164,41 +165,70 @@ func IsBusy(err error) bool {
 	return false
 }
 
-// DownloadRef is Store.Download, reused for refTTL. At most
-// Options.Lookups run at once: a fleet starting its downloads at once
-// would otherwise take every connection of the pool (32), leaving none
-// to the reports and the engine, and wait on it past the store's
-// timeout (HTTP 500 then); a lookup that cannot begin within LookupWait
-// is ErrBusy.
-func (s *Service) DownloadRef(ctx context.Context, deviceID, packageID string) (DownloadRef, error) {
-	key := deviceID + "\x00" + packageID
-	now := time.Now()
-	s.refMu.Lock()
-	c, ok := s.refs[key]
-	s.refMu.Unlock()
-	if ok && now.Sub(c.at) < refTTL {
-		return c.ref, nil
-	}
+// lookup runs a download's read of the database, at most Options.Lookups
+// at once: a fleet starting its downloads at once would otherwise take
+// every connection of the pool (32), leaving none to the reports and
+// the engine, and wait on it past the store's timeout (HTTP 500 then);
+// a lookup that cannot begin within LookupWait is ErrBusy.
+func (s *Service) lookup(ctx context.Context, what string, read func() error) error {
 	t := time.NewTimer(s.opt.LookupWait)
 	select {
 	case s.lookups <- struct{}{}:
 		t.Stop()
 	case <-t.C:
-		return DownloadRef{}, fmt.Errorf("download lookup of %s: %d lookups at once for %v: %w", deviceID, cap(s.lookups), s.opt.LookupWait, ErrBusy)
+		return fmt.Errorf("download lookup of %s: %d lookups at once for %v: %w", short(what), cap(s.lookups), s.opt.LookupWait, ErrBusy)
 	case <-ctx.Done():
 		t.Stop()
-		return DownloadRef{}, ctx.Err()
+		return ctx.Err()
 	}
 	defer func() { <-s.lookups }()
-	ref, err := s.store.Download(ctx, deviceID, packageID)
-	if err != nil {
-		return ref, err
-	}
+	s.m.lookups.Inc()
+	return read()
+}
+
+// PackageFile is the package a download sends (Found false when it is
+// gone), read from the database at most once per refTTL and instance
+// whatever the downloads asking at once (they wait for the one read),
+// through lookup.
+func (s *Service) PackageFile(ctx context.Context, packageID string) (PackageFile, error) {
+	now := time.Now()
 	s.refMu.Lock()
-	if s.refs == nil || len(s.refs) >= 100_000 {
-		s.refs = map[string]cachedRef{}
-	}
-	s.refs[key] = cachedRef{ref: ref, at: now}
+	c, ok := s.pkgFiles[packageID]
 	s.refMu.Unlock()
-	return ref, nil
+	if ok && now.Sub(c.at) < refTTL {
+		return c.ref, nil
+	}
+	_ = ctx // the read below is shared: see there
+	v, err, _ := s.fileReads.Do(packageID, func() (any, error) {
+		var ref PackageFile
+		// The service's context, not the first asker's: the others wait
+		// for this read too.
+		err := s.lookup(s.ctx, "package "+packageID, func() (err error) {
+			ref, err = s.store.PackageFile(s.ctx, packageID)
+			return err
+		})
+		if err != nil {
+			return ref, err
+		}
+		s.refMu.Lock()
+		if s.pkgFiles == nil || len(s.pkgFiles) >= 10_000 {
+			s.pkgFiles = map[string]cachedFile{}
+		}
+		s.pkgFiles[packageID] = cachedFile{ref: ref, at: now}
+		s.refMu.Unlock()
+		return ref, nil
+	})
+	return v.(PackageFile), err
+}
+
+// SecureIDOwner is Store.SecureIDOwner through lookup: the rare
+// download whose credentials are not those its link was signed for
+// (another device's, wrong ones, a key rotated since, or a link of the
+// earlier format).
+func (s *Service) SecureIDOwner(ctx context.Context, secureID string) (id, key string, err error) {
+	err = s.lookup(ctx, "secureId "+secureID, func() (err error) {
+		id, key, err = s.store.SecureIDOwner(ctx, secureID)
+		return err
+	})
+	return id, key, err
 }

@@ -104,3 +104,77 @@ func TestProgressBatchStatement(t *testing.T) {
 		t.Fatalf("changes %+v", cs)
 	}
 }
+
+// TestVersionBatched: many devices' version and progress reports,
+// several per device, queued at once, are stored in batches in each
+// device's order: version 1.9 (left alone: the job is only INITIATED),
+// then DOWNLOADING, then version 1.8 (another version after the device
+// began: QUEUED again), then 1.9 again (the device row follows). Each
+// device ends QUEUED at 1.9 after one attempt (a version report applied
+// before the progress report that came first would leave it
+// DOWNLOADING or its version 1.8), and every report is acknowledged only
+// once committed.
+func TestVersionBatched(t *testing.T) {
+	const n = 400
+	ms, svc, _, r := setup(t, n, 600)
+	ctx := context.Background()
+	epoch, err := svc.store.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := svc.store.start(ctx, epoch, r, false, n); err != nil || len(st) != n {
+		t.Fatalf("started %d: %v", len(st), err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var early []string
+	for step := range 4 {
+		for d := 1; d <= n; d++ {
+			id := fmt.Sprintf("fd-%d", d)
+			wg.Add(1)
+			done := func() { wg.Done() }
+			switch step {
+			case 0:
+				svc.Version("fp", id, "1.9", time.Now(), done)
+			case 1:
+				svc.Progress("fp", id, wire.FirmwareProgress{RolloutID: r.ID, Version: "2.0", State: StateDownloading, Progress: 10}, time.Now(), done)
+			case 2:
+				svc.Version("fp", id, "1.8", time.Now(), done)
+			case 3:
+				svc.Version("fp", id, "1.9", time.Now(), func() {
+					defer wg.Done()
+					var got struct {
+						State   string `db:"state"`
+						Version string `db:"version"`
+					}
+					_ = ms.DB().GetContext(ctx, &got, `SELECT j.state, v.version FROM firmware_devices j
+						JOIN device_firmware v ON v.device_id = j.device_id WHERE j.rollout_id = $1 AND j.device_id = $2`, r.ID, id)
+					if got.State != StateQueued || got.Version != "1.9" {
+						mu.Lock()
+						early = append(early, fmt.Sprintf("%s %s/%s", id, got.State, got.Version))
+						mu.Unlock()
+					}
+				})
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("reports not all acknowledged")
+	}
+	if len(early) > 0 {
+		t.Fatalf("%d acknowledged before stored or out of order, e.g. %v", len(early), early[:min(5, len(early))])
+	}
+	var wrong int
+	if err := ms.DB().GetContext(ctx, &wrong, `SELECT count(*) FROM firmware_devices j LEFT JOIN device_firmware v ON v.device_id = j.device_id
+		WHERE j.rollout_id = $1 AND NOT (j.state = 'QUEUED' AND j.attempts = 1 AND j.progress = 10 AND v.version = '1.9'
+			AND j.reason = 'reported version 1.8 after attempt 1')`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if wrong != 0 {
+		t.Fatalf("%d devices not QUEUED at 1.9 by their reports in order", wrong)
+	}
+}
