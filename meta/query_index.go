@@ -38,3 +38,12 @@ func extensionHint(err error) string {
 	}
 	return ""
 }
+
+// Natural is expr in the natural, case-insensitive order of migration
+// 00033's devicehub_natural collation (ICU, numeric: "dev-1, dev-2, Dev-3,
+// dev-10"; where PostgreSQL has no ICU, the database's own order). The
+// lists' id and name sorts and their tie-break use it, and so do the
+// indexes of 00033, which the expression must match word for word for
+// PostgreSQL to read a page in order. The collation is deterministic:
+// distinct ids never compare equal, so an id key makes an order total.
+func Natural(expr string) string { return expr + " COLLATE devicehub_natural" }
