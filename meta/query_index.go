@@ -9,9 +9,11 @@ import (
 
 // The terms of list queries are served by indexes of the migrations
 // (pg_trgm's for like/nlike): a GiST trigram index on device names and
-// btree (name, id) for eq and the name order (00007), GIN trigram indexes
-// on device ids and product names (00002), btree indexes for the default
-// order (createTime desc, id) and a product's devices. like is
+// btree (name, id) for eq (00007), GIN trigram indexes on device ids and
+// product names (00002), btree indexes for the default order (createTime
+// desc, id) and a product's devices, and btree indexes in the collation of
+// Natural for the id and name sorts of devices (a product's too) and
+// products (00033). like is
 // case-insensitive (ILIKE), which a text_pattern_ops btree cannot serve;
 // the trigram indexes serve prefixes ('x%') as well. No index holds state
 // (00015: presence changes stay HOT updates): a state filter is read
