@@ -8,7 +8,7 @@ import (
 )
 
 // TestNaturalOrder checks the order of the lists' id and name sorts over
-// HTTP: natural and case-insensitive (dev-1, dev-2, Dev-3, dev-10, not
+// HTTP (devices, products, roles): natural and case-insensitive (dev-1, dev-2, Dev-3, dev-10, not
 // the text order Dev-3, dev-1, dev-10, dev-2), ids equal but for case in
 // a fixed order, descending the exact reverse, and pages of every size that
 // concatenate to the whole order with no repeat and no gap: on a match
@@ -78,6 +78,24 @@ func TestNaturalOrder(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("products by %s: %v, want %v", sort, got, want)
+		}
+	}
+
+	// Roles by id and by name (lists of other tables sort alike).
+	for _, r := range []struct{ id, name string }{{"r-10", "Shift 10"}, {"R-3", "shift 3"}, {"r-2", "Shift 2"}} {
+		if _, err := e.store.DB().Exec(`INSERT INTO roles (id, name, description) VALUES ($1, $2, '')`, r.id, r.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for sort, want := range map[string][]string{"id": {"r-2", "R-3", "r-10"}, "name": {"r-2", "R-3", "r-10"}} {
+		e.ok("POST", "/api/role/_query", map[string]any{"sorts": []map[string]string{{"name": sort}},
+			"terms": []map[string]any{{"column": "id", "value": "r-%", "termType": "like"}}}, &products)
+		var got []string
+		for _, p := range products.Data {
+			got = append(got, p.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("roles by %s: %v, want %v", sort, got, want)
 		}
 	}
 
