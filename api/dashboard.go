@@ -770,7 +770,14 @@ var outsideModelText = map[string]string{
 // value the reason (schema.ThingModel.Outside); a value that fits has no
 // such field.
 func appendOutsideModel(b []byte, reason string) []byte {
-	b = append(b, `,"outsideModel":{"text":`...)
+	b = append(b, `,"outsideModel":`...)
+	return appendOutsideModelObject(b, reason)
+}
+
+// appendOutsideModelObject appends the mark's object, {"text","value"}
+// (exports write it too).
+func appendOutsideModelObject(b []byte, reason string) []byte {
+	b = append(b, `{"text":`...)
 	b = appendJSONString(b, outsideModelText[reason])
 	b = append(b, `,"value":`...)
 	b = appendJSONString(b, reason)

@@ -296,6 +296,10 @@ func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Tim
 	if e.formatValue {
 		e.columns = append(e.columns, "formatValue")
 	}
+	if plan.history != nil {
+		// Last, after the columns clients already read by position.
+		e.columns = append(e.columns, "outsideModel")
+	}
 	return e, nil
 }
 
@@ -448,6 +452,12 @@ func writeHistory(ctx context.Context, e *exportPlan, enc *exportEncoder) error 
 				enc.str(plainText(value))
 			}
 		}
+		// As endpoint 14 marks it: against the model in force now.
+		reason := schema.OutsideUndeclared
+		if known {
+			reason = def.ValueType.Outside(value)
+		}
+		enc.outsideModel(reason)
 		return enc.end()
 	})
 }
@@ -564,6 +574,22 @@ func (e *exportEncoder) null() {
 	e.field()
 	if e.ndjson {
 		e.buf = append(e.buf, "null"...)
+	}
+}
+
+// outsideModel writes the mark of a value outside the thing model
+// (schema.ThingModel.Outside's reason; "" for a value that fits): in CSV
+// the reason (undeclared, not_in_enum, wrong_type) or nothing, in JSON
+// lines endpoint 14's {text, value} or null.
+func (e *exportEncoder) outsideModel(reason string) {
+	switch {
+	case reason == "":
+		e.null()
+	case e.ndjson:
+		e.field()
+		e.buf = appendOutsideModelObject(e.buf, reason)
+	default:
+		e.str(reason)
 	}
 }
 

@@ -96,7 +96,7 @@ func TestExportMillionValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(head, ","); got != "timestamp,time,deviceId,property,type,value" {
+	if got := strings.Join(head, ","); got != "timestamp,time,deviceId,property,type,value,outsideModel" {
 		t.Fatalf("header %q", got)
 	}
 	i := 0
@@ -120,7 +120,7 @@ func TestExportMillionValues(t *testing.T) {
 			t.Fatalf("row %d: time %q, want %s", i, rec[1], time.UnixMilli(at(i)).In(shanghai).Format(time.RFC3339Nano))
 		}
 		v, err := strconv.ParseFloat(rec[5], 64)
-		if err != nil || v != value(i) || rec[2] != "dd" || rec[3] != "temp" || rec[4] != "float" {
+		if err != nil || v != value(i) || rec[2] != "dd" || rec[3] != "temp" || rec[4] != "float" || rec[6] != "" {
 			t.Fatalf("row %d: %q, want value %v", i, rec, value(i))
 		}
 	}
@@ -152,14 +152,16 @@ func TestExportFormats(t *testing.T) {
 	history := map[string]any{"dashboard": "device", "object": "dp", "measurement": "properties", "dimension": "history",
 		"params": map[string]any{"deviceId": "dd"}}
 
-	// History as CSV, every property by name, formatValue from the model.
+	// History as CSV, every property by name, formatValue from the model;
+	// outsideModel last: extra is not in the model, mode's value is none
+	// of its enum's elements.
 	got, hdr := e.exportText("?formatValue=true", "", history)
-	want := "timestamp,time,deviceId,property,type,value,formatValue\r\n" +
-		fmt.Sprintf("%d,%s,dd,extra,json,\"{\"\"a\"\":[1,2]}\",\"{\"\"a\"\":[1,2]}\"\r\n", t0.UnixMilli(), iso(t0)) +
-		fmt.Sprintf("%d,%s,dd,mode,enum,\"Eco, \"\"quoted\"\"\r\nline\",\"Eco, \"\"quoted\"\"\r\nline\"\r\n", t0.UnixMilli(), iso(t0)) +
-		fmt.Sprintf("%d,%s,dd,on,boolean,true,On\r\n", t0.UnixMilli(), iso(t0)) +
-		fmt.Sprintf("%d,%s,dd,temp,float,21.5,21.50%%\r\n", t0.UnixMilli(), iso(t0)) +
-		fmt.Sprintf("%d,%s,dd,temp,float,1e-7,0.00%%\r\n", t0.Add(time.Second).UnixMilli(), iso(t0.Add(time.Second)))
+	want := "timestamp,time,deviceId,property,type,value,formatValue,outsideModel\r\n" +
+		fmt.Sprintf("%d,%s,dd,extra,json,\"{\"\"a\"\":[1,2]}\",\"{\"\"a\"\":[1,2]}\",undeclared\r\n", t0.UnixMilli(), iso(t0)) +
+		fmt.Sprintf("%d,%s,dd,mode,enum,\"Eco, \"\"quoted\"\"\r\nline\",\"Eco, \"\"quoted\"\"\r\nline\",not_in_enum\r\n", t0.UnixMilli(), iso(t0)) +
+		fmt.Sprintf("%d,%s,dd,on,boolean,true,On,\r\n", t0.UnixMilli(), iso(t0)) +
+		fmt.Sprintf("%d,%s,dd,temp,float,21.5,21.50%%,\r\n", t0.UnixMilli(), iso(t0)) +
+		fmt.Sprintf("%d,%s,dd,temp,float,1e-7,0.00%%,\r\n", t0.Add(time.Second).UnixMilli(), iso(t0.Add(time.Second)))
 	if got != want {
 		t.Fatalf("history CSV:\n%q\nwant\n%q", got, want)
 	}
@@ -169,11 +171,22 @@ func TestExportFormats(t *testing.T) {
 	// The same as JSON lines, chosen by Accept; the newest value only.
 	history["params"] = map[string]any{"deviceId": "dd", "properties": []string{"temp", "on"}, "history": 1}
 	got, hdr = e.exportText("", "application/x-ndjson", history)
-	want = fmt.Sprintf(`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"temp","type":"float","value":1e-7}`+"\n"+
-		`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"on","type":"boolean","value":true}`+"\n",
+	want = fmt.Sprintf(`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"temp","type":"float","value":1e-7,"outsideModel":null}`+"\n"+
+		`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"on","type":"boolean","value":true,"outsideModel":null}`+"\n",
 		t0.Add(time.Second).UnixMilli(), iso(t0.Add(time.Second)), t0.UnixMilli(), iso(t0))
 	if got != want || hdr.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("history JSON lines (%s):\n%s\nwant\n%s", hdr.Get("Content-Type"), got, want)
+	}
+	// Values outside the model are marked as endpoint 14 marks them.
+	history["params"] = map[string]any{"deviceId": "dd", "properties": []string{"mode", "extra"}, "history": 1}
+	got, _ = e.exportText("?format=ndjson", "", history)
+	want = fmt.Sprintf(`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"mode","type":"enum","value":"Eco, \"quoted\"\r\nline",`+
+		`"outsideModel":{"text":"Not one of the enum's elements","value":"not_in_enum"}}`+"\n"+
+		`{"timestamp":%d,"time":"%s","deviceId":"dd","property":"extra","type":"json","value":{"a":[1,2]},`+
+		`"outsideModel":{"text":"Not in the thing model","value":"undeclared"}}`+"\n",
+		t0.UnixMilli(), iso(t0), t0.UnixMilli(), iso(t0))
+	if got != want {
+		t.Fatalf("history JSON lines outside the model:\n%s\nwant\n%s", got, want)
 	}
 
 	// Message counts: the buckets of endpoint 14, with their start.

@@ -45,7 +45,68 @@ func (s *Server) getShadow(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, v)
+	return ok(c, markShadow(v, ref.Metadata))
+}
+
+// shadowJSON is a shadow's view as the API answers it: shadow.View, with
+// each reported value that does not fit the device's current thing model
+// marked as endpoint 14 marks it (outsideModel: {text, value}; REFERENCE.md
+// "Values outside the thing model"). Devices are sent the view unmarked.
+type shadowJSON struct {
+	DeviceID   string                     `json:"deviceId"`
+	Version    int64                      `json:"version"`
+	Desired    map[string]shadow.Field    `json:"desired"`
+	Reported   map[string]reportedJSON    `json:"reported"`
+	Delta      map[string]json.RawMessage `json:"delta"`
+	UpdateTime int64                      `json:"updateTime,omitempty"`
+}
+
+// reportedJSON is a reported value with its mark, if it has one.
+type reportedJSON struct {
+	shadow.Reported
+	OutsideModel *outsideModelJSON `json:"outsideModel,omitempty"`
+}
+
+// outsideModelJSON is the outsideModel mark: a label and
+// schema.ThingModel.Outside's reason.
+type outsideModelJSON struct {
+	Text  string `json:"text"`
+	Value string `json:"value"`
+}
+
+// markShadow marks v's reported values against metadata, the device's
+// thing model in force: a property it does not declare (a desired one
+// since taken out of the model), an enum value none of its elements has,
+// a value of another type. A model that cannot be read marks nothing.
+func markShadow(v shadow.View, metadata string) shadowJSON {
+	out := shadowJSON{DeviceID: v.DeviceID, Version: v.Version, Desired: v.Desired, Delta: v.Delta,
+		UpdateTime: v.UpdateTime, Reported: make(map[string]reportedJSON, len(v.Reported))}
+	model, err := schema.ParseThingModelString(metadata)
+	for id, r := range v.Reported {
+		rj := reportedJSON{Reported: r}
+		if err == nil {
+			if reason := model.Outside(id, reportedValue(r.Value)); reason != "" {
+				rj.OutsideModel = &outsideModelJSON{Text: outsideModelText[reason], Value: reason}
+			}
+		}
+		out.Reported[id] = rj
+	}
+	return out
+}
+
+// reportedValue is a reported JSON value as schema's Outside takes it: a
+// number (float64), a bool, a string, nil, or an object or array as it
+// is (json.RawMessage).
+func reportedValue(raw json.RawMessage) any {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && (raw[0] == '{' || raw[0] == '[') {
+		return raw
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	return v
 }
 
 // shadowBody is the body of PUT .../shadow and of the bulk change.
@@ -132,7 +193,7 @@ func (s *Server) putShadow(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, v)
+	return ok(c, markShadow(v, ref.Metadata))
 }
 
 // shadowBulkResult is the bulk change's answer.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -427,5 +428,69 @@ func TestShadowBrokerPool(t *testing.T) {
 	}
 	if answer.Version != 3 {
 		t.Fatalf("answer: %+v", answer)
+	}
+}
+
+// TestShadowReportedOutsideModel: the shadow's reported values that do
+// not fit the device's current thing model are marked as endpoint 14
+// marks them (an enum value none of its elements has, a value of another
+// type, a desired property since taken out of the model); values that fit
+// are not, and devices are sent their shadow unmarked.
+func TestShadowReportedOutsideModel(t *testing.T) {
+	se := newShadowEnv(t)
+	se.addDeployed("om1")
+	se.ok("PUT", "/api/device/instance/om1/shadow", `{"desired":{"fan":2,"target":21.5}}`, nil)
+	now := time.Now()
+	if err := se.ch.Insert(context.Background(), nil, []tsdb.PropertyValue{
+		{Time: now, ProductID: se.product, DeviceID: "om1", Property: "target", ValueType: "number", Num: 21.5},
+		{Time: now, ProductID: se.product, DeviceID: "om1", Property: "temp", ValueType: "string", Str: "hot"},
+		{Time: now, ProductID: se.product, DeviceID: "om1", Property: "mode", ValueType: "string", Str: "boost"},
+		{Time: now, ProductID: se.product, DeviceID: "om1", Property: "fan", ValueType: "number", Num: 3},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	marks := func() map[string]string {
+		t.Helper()
+		var v struct {
+			Reported map[string]struct {
+				Value        any `json:"value"`
+				OutsideModel *struct {
+					Text  string `json:"text"`
+					Value string `json:"value"`
+				} `json:"outsideModel"`
+			} `json:"reported"`
+		}
+		se.ok("GET", "/api/device/instance/om1/shadow", nil, &v)
+		got := map[string]string{}
+		for id, r := range v.Reported {
+			got[id] = ""
+			if m := r.OutsideModel; m != nil {
+				if m.Text == "" {
+					t.Fatalf("%s marked %q without a text", id, m.Value)
+				}
+				got[id] = m.Value
+			}
+		}
+		return got
+	}
+	want := map[string]string{"target": "", "temp": "wrong_type", "mode": "not_in_enum", "fan": ""}
+	if got := marks(); !maps.Equal(got, want) {
+		t.Fatalf("reported marks %v, want %v", got, want)
+	}
+	// fan leaves the thing model; it is still desired, and so reported.
+	var p map[string]any
+	se.ok("GET", "/api/device-product/"+se.product, nil, &p)
+	p["metadata"] = strings.Replace(thermostatModel, `{"id":"fan","name":"Fan","valueType":{"type":"int"},"expands":{"type":["write"]}},`, "", 1)
+	se.ok("PATCH", "/api/device-product", p, nil)
+	want["fan"] = "undeclared"
+	testkit.Eventually(t, 10*time.Second, "fan marked undeclared", func() bool { return marks()["fan"] == "undeclared" })
+	if got := marks(); !maps.Equal(got, want) {
+		t.Fatalf("reported marks %v, want %v", got, want)
+	}
+	// The device's own copy (.../shadow/get) carries values only.
+	dev := connectTestDevice(t, se.broker.URL(), se.product, "om1", se.gateway)
+	_, answer := dev.askShadow("whole")
+	if raw, _ := json.Marshal(answer); strings.Contains(string(raw), "outsideModel") {
+		t.Fatalf("the device was sent marks: %s", raw)
 	}
 }

@@ -386,14 +386,14 @@ var DeviceResource = &Resource{
 		"createTime":      {Expr: "d.create_time", Kind: KindTime},
 	},
 	Sorts: map[string]string{
-		"id":         "d.id",
-		"name":       "d.name",
+		"id":         Natural("d.id"),
+		"name":       Natural("d.name"),
 		"state":      "d.state",
 		"createTime": "d.create_time",
 		"productId":  "d.product_id",
 	},
 	DefaultSort: "d.create_time DESC, d.id",
-	TieBreak:    "d.id",
+	TieBreak:    Natural("d.id"),
 }
 
 // QueryDevices answers endpoint 7 (see queryList for its total). Its

@@ -115,13 +115,13 @@ var KeyResource = &Resource{
 		"lastUsed":   {Expr: "k.last_used", Kind: KindTime},
 	},
 	Sorts: map[string]string{
-		"name":       "k.name",
+		"name":       Natural("k.name"),
 		"createTime": "k.create_time",
 		"expiresAt":  "k.expires_at",
 		"lastUsed":   "k.last_used",
 	},
 	DefaultSort: "k.create_time DESC, k.id",
-	TieBreak:    "k.id",
+	TieBreak:    Natural("k.id"),
 }
 
 // CreateKey makes a key of user for what n asks: each permission must be

@@ -141,14 +141,14 @@ var ProductResource = &Resource{
 		"outsideModelPolicy": {Expr: "p.outside_model_policy", Kind: KindText},
 	},
 	Sorts: map[string]string{
-		"id":         "p.id",
-		"name":       "p.name",
+		"id":         Natural("p.id"),
+		"name":       Natural("p.name"),
 		"state":      "p.state",
 		"createTime": "p.create_time",
 		"modifyTime": "p.modify_time",
 	},
 	DefaultSort: "p.create_time DESC, p.id",
-	TieBreak:    "p.id",
+	TieBreak:    Natural("p.id"),
 }
 
 // QueryProducts answers endpoint 1 (see queryList for its total).

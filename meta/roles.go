@@ -142,13 +142,13 @@ var RoleResource = &Resource{
 		"createTime":  {Expr: "r.create_time", Kind: KindTime},
 	},
 	Sorts: map[string]string{
-		"id":          "r.id",
-		"name":        "r.name",
+		"id":          Natural("r.id"),
+		"name":        Natural("r.name"),
 		"description": "r.description",
 		"createTime":  "r.create_time",
 	},
 	DefaultSort: "r.create_time DESC, r.id",
-	TieBreak:    "r.id",
+	TieBreak:    Natural("r.id"),
 }
 
 // QueryRoles answers endpoint 13: roles with their permissions and

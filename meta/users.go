@@ -587,13 +587,13 @@ var UserResource = &Resource{
 		"createTime": {Expr: "u.create_time", Kind: KindTime},
 	},
 	Sorts: map[string]string{
-		"id":         "u.id",
-		"username":   "u.username",
-		"name":       "u.name",
+		"id":         Natural("u.id"),
+		"username":   Natural("u.username"),
+		"name":       Natural("u.name"),
 		"createTime": "u.create_time",
 	},
 	DefaultSort: "u.create_time DESC, u.id",
-	TieBreak:    "u.id",
+	TieBreak:    Natural("u.id"),
 }
 
 // ErrLastAdmin refuses a change that would leave no enabled user

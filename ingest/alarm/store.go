@@ -85,11 +85,11 @@ var RuleResource = &meta.Resource{
 		"modifyTime": {Expr: "r.modify_time", Kind: meta.KindTime},
 	},
 	Sorts: map[string]string{
-		"id": "r.id", "name": "r.name", "productId": "r.product_id", "severity": "r.severity",
+		"id": meta.Natural("r.id"), "name": meta.Natural("r.name"), "productId": "r.product_id", "severity": "r.severity",
 		"createTime": "r.create_time", "modifyTime": "r.modify_time",
 	},
 	DefaultSort: "r.create_time DESC, r.id",
-	TieBreak:    "r.id",
+	TieBreak:    meta.Natural("r.id"),
 	Product:     "r.product_id",
 }
 

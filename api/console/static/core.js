@@ -90,9 +90,10 @@ function csvCell(v) {
 const when = (ms) => (ms ? zoneText(ms) : '–'); // in the platform's zone (setZone)
 
 // Names and ids are shown in natural, case-insensitive order, as people
-// read them ("Meter 1, meter 2, Meter 10"), not in the order of their
-// bytes or of the database's collation: every list the console shows in
-// order is sorted here with byName or byId.
+// read them ("Meter 1, meter 2, Meter 10"). Paged lists come in that order
+// from the server (its id and name sorts are natural) and are shown as
+// they come; a whole list fetched at once for a chooser is sorted here
+// with byName or byId.
 const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: 'base' });
 const byId = (a, b) => collator.compare(a.id, b.id) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 const byName = (a, b) => collator.compare(a.name || a.id, b.name || b.id) || byId(a, b);

@@ -4,12 +4,9 @@
 
 // ---- devices: create one, its key shown once ------------------------------
 
-// deviceListExtras adds to the devices page the note on its order and,
-// for who may write devices, a form that creates one (its key shown
-// once, to who holds device:secret).
+// deviceListExtras adds to the devices page, for who may write devices,
+// a form that creates one (its key shown once, to who holds device:secret).
 function deviceListExtras(view, product, reload) {
-  $('.card', view).append(h('p', { class: 'muted small', id: 'device-order' },
-    'Pages in the server\'s order of ids, which compares them as text (device-10 before device-2); the API has no natural sort, and a page is not re-sorted here.'));
   if (!can('device:write')) return;
   const productSel = h('select', { id: 'new-device-product', required: true, 'aria-label': 'Product' }, h('option', { value: '' }, 'Choose a product'));
   const did = h('input', { id: 'new-device-id', 'aria-label': 'Id', placeholder: 'Id (generated if empty)', autocomplete: 'off' });

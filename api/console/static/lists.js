@@ -5,9 +5,11 @@
 
 // listView draws a searchable, paged table. opts: title, placeholder,
 // filters (extra controls), query(params) -> request body, columns
-// [{head, cell(item)}], emptyText(params), path, order (a compare
-// function: the rows of a page in the console's order; the pages are
-// cut in the server's order of the same field).
+// [{head, cell(item)}], emptyText(params), path, order (optional, a
+// compare function: the rows of a page in the console's order, for lists
+// whose server order is not the one shown; without it a page is shown in
+// the server's order, which for ids and names is natural, as people read
+// them: products, devices, users).
 function listView(view, params, opts) {
   const search = h('input', {
     type: 'search', id: opts.searchId, placeholder: opts.placeholder, value: params.get('q') || '',
@@ -45,7 +47,7 @@ function listView(view, params, opts) {
     }
   }
   function draw(page) {
-    const data = (page.data || []).slice().sort(opts.order);
+    const data = opts.order ? (page.data || []).slice().sort(opts.order) : page.data || [];
     if (data.length === 0) {
       table.replaceChildren(opts.emptyText(params));
       pager.replaceChildren();
@@ -82,7 +84,6 @@ function productsView(view, params) {
       sorts: [{ name: 'name', order: 'asc' }],
       terms: p.get('q') ? [{ column: 'name$like', value: like(p.get('q')) }] : [],
     }),
-    order: byName,
     columns: [
       { head: 'Product', cell: (p) => [h('a', { href: '#/devices?product=' + encodeURIComponent(p.id), class: 'strong' }, p.name || p.id), h('div', { class: 'muted small mono' }, p.id)] },
       { head: 'State', cell: (p) => h('span', { class: p.state === 1 ? 'badge state-online' : 'badge state-notActive' }, p.state === 1 ? 'Deployed' : 'Not deployed') },
@@ -120,7 +121,6 @@ function devicesView(view, params) {
       if (p.get('state')) terms.push({ column: 'state', value: p.get('state') });
       return { sorts: [{ name: 'id', order: 'asc' }], terms };
     },
-    order: () => 0, // the server's order, page after page (deviceListExtras says so)
     columns: [
       { head: 'Device', cell: (d) => [h('a', { href: '#/device/' + encodeURIComponent(d.id), class: 'strong device-link', 'data-id': d.id }, d.name || d.id), h('div', { class: 'muted small mono' }, d.id)] },
       { head: 'Product', cell: (d) => h('a', { href: '#/devices?product=' + encodeURIComponent(d.productId) }, d.productName || d.productId) },

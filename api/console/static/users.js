@@ -44,7 +44,6 @@ function usersView(view, params) {
       const terms = q ? [{ terms: [{ column: 'username$like', value: like(q) }, { column: 'name$like', value: like(q), type: 'or' }] }] : [];
       return { sorts: [{ name: 'username', order: 'asc' }], terms };
     },
-    order: (a, b) => collator.compare(a.username, b.username),
     columns: [
       { head: 'User', cell: (u) => [h('span', { class: 'strong' }, u.username), h('div', { class: 'muted small' }, u.name)] },
       { head: 'Roles', cell: (u) => h('span', { class: 'user-roles', 'data-user': u.username }, (u.roles || []).map(roleName).join(', ') || '–') },
