@@ -13,7 +13,7 @@ import (
 // product names (00002), btree indexes for the default order (createTime
 // desc, id) and a product's devices, and btree indexes in the collation of
 // Natural for the id and name sorts of devices (a product's too) and
-// products (00033). like is
+// products (00032). like is
 // case-insensitive (ILIKE), which a text_pattern_ops btree cannot serve;
 // the trigram indexes serve prefixes ('x%') as well. No index holds state
 // (00015: presence changes stay HOT updates): a state filter is read
@@ -42,10 +42,10 @@ func extensionHint(err error) string {
 }
 
 // Natural is expr in the natural, case-insensitive order of migration
-// 00033's devicehub_natural collation (ICU, numeric: "dev-1, dev-2, Dev-3,
+// 00032's devicehub_natural collation (ICU, numeric: "dev-1, dev-2, Dev-3,
 // dev-10"; where PostgreSQL has no ICU, the database's own order). The
 // lists' id and name sorts and their tie-break use it, and so do the
-// indexes of 00033, which the expression must match word for word for
+// indexes of 00032, which the expression must match word for word for
 // PostgreSQL to read a page in order. The collation is deterministic:
 // distinct ids never compare equal, so an id key makes an order total.
 func Natural(expr string) string { return expr + " COLLATE devicehub_natural" }

@@ -222,7 +222,7 @@ func TestQueryDevicesSorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	byteOrder := collate == "C" || collate == "POSIX" || strings.HasPrefix(collate, "C.")
-	// Names sort in the natural order of migration 00033's collation
+	// Names sort in the natural order of migration 00032's collation
 	// (meta.Natural): the model takes its ranks from PostgreSQL, and the
 	// test checks that both paths page through them alike.
 	var natural []string

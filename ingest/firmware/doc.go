@@ -11,8 +11,9 @@
 // It must not import api or ingest (ingest calls it through the small
 // interface ingest.FirmwareHook; api through its own FirmwareService). It
 // uses meta (the database, the advisory lock, the device query
-// compiler), ingest/link (sending the upgrade) and ingest/wire (topics
-// and the decoded reports).
+// compiler), ingest/leader (the engine's turns as the one owner),
+// ingest/link (sending the upgrade) and ingest/wire (topics and the
+// decoded reports).
 //
 // The target version is each device's desired firmware, as a shadow's
 // desired state is its desired properties (ingest/shadow), and the same

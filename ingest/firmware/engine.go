@@ -21,11 +21,6 @@ import (
 // lockKey elects the engine's one owner among instances.
 const lockKey = 0x6669726d77 // "firmw"
 
-// Locker is the PostgreSQL advisory lock (*meta.Store.Lock).
-type Locker interface {
-	Lock(ctx context.Context, key int64) (lost <-chan struct{}, release func(), err error)
-}
-
 // Sender sends an upgrade to a device (*link.Commands.SendFirmware).
 type Sender interface {
 	SendFirmware(ctx context.Context, t link.Target, m link.FirmwareUpgrade) error
@@ -76,7 +71,7 @@ func DefaultOptions() Options {
 type Service struct {
 	store  *Store
 	files  *Files
-	locker Locker
+	locker leader.Locker
 	send   Sender // nil: nothing is sent
 	signer *Signer
 	opt    Options
@@ -109,7 +104,7 @@ type report struct {
 
 // New starts a service's report workers (Run runs the engine); the token
 // key is read (made once) from the store.
-func New(ctx context.Context, store *Store, files *Files, locker Locker, send Sender, opt Options) (*Service, error) {
+func New(ctx context.Context, store *Store, files *Files, locker leader.Locker, send Sender, opt Options) (*Service, error) {
 	d := DefaultOptions()
 	if opt.PublicURL == "" {
 		opt.PublicURL = d.PublicURL
