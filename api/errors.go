@@ -49,7 +49,10 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			devErr  *link.DeviceError
 			bulkErr *meta.BulkError
 		)
+		var denied accessDeniedError
 		switch {
+		case errors.As(err, &denied):
+			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
 		case errors.Is(err, meta.ErrUnauthorized):
 			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, "login expired or token missing",
 				enumObject{Text: "expired", Value: "expired"})
@@ -109,6 +112,12 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
 	}
 }
+
+// accessDeniedError is a refusal of a request its caller may not make:
+// 403 access_denied, the text (which names what is missing) its message.
+type accessDeniedError string
+
+func (e accessDeniedError) Error() string { return string(e) }
 
 // argChoice is the result of a 400 for a field that takes one of a set:
 // the field and every value it takes.
