@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -49,10 +50,20 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			devErr  *link.DeviceError
 			bulkErr *meta.BulkError
 		)
-		var denied accessDeniedError
+		var (
+			denied  accessDeniedError
+			busy    busyError
+			streams *errUserStreams
+		)
 		switch {
 		case errors.As(err, &denied):
 			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
+		case errors.As(err, &busy):
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busy.retryAfter))
+			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, busy.msg, nil)
+		case errors.As(err, &streams):
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
+			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, streams.Error(), nil)
 		case errors.Is(err, meta.ErrUnauthorized):
 			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, "login expired or token missing",
 				enumObject{Text: "expired", Value: "expired"})
@@ -118,6 +129,16 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 type accessDeniedError string
 
 func (e accessDeniedError) Error() string { return string(e) }
+
+// busyError refuses a request for want of capacity on this instance (a
+// slot of a bounded pool): 503 too_many_requests, with Retry-After
+// retryAfter seconds.
+type busyError struct {
+	msg        string
+	retryAfter int
+}
+
+func (e busyError) Error() string { return e.msg }
 
 // argChoice is the result of a 400 for a field that takes one of a set:
 // the field and every value it takes.
