@@ -54,6 +54,9 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			denied  accessDeniedError
 			busy    busyError
 			streams *errUserStreams
+			rules   importRefused
+			bulkTO  bulkTimeoutError
+			ready   notReadyError
 		)
 		switch {
 		case errors.As(err, &denied):
@@ -64,6 +67,12 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		case errors.As(err, &streams):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
 			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, streams.Error(), nil)
+		case errors.As(err, &rules):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, rules.Error(), []importError(rules))
+		case errors.As(err, &bulkTO): // before errBrokerTimeout: the devices created are the result
+			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, bulkTO.err.Error(), bulkTO.created)
+		case errors.As(err, &ready):
+			return reply(c, fiber.StatusServiceUnavailable, codeServerError, "not ready", map[string]string(ready))
 		case errors.Is(err, meta.ErrUnauthorized):
 			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, "login expired or token missing",
 				enumObject{Text: "expired", Value: "expired"})
@@ -139,6 +148,23 @@ type busyError struct {
 }
 
 func (e busyError) Error() string { return e.msg }
+
+// bulkTimeoutError is a bulk creation whose devices were created but whose
+// broker logins were not confirmed in time: 503 broker_timeout, err's
+// text, the devices created (JSON) as the result.
+type bulkTimeoutError struct {
+	err     error
+	created json.RawMessage
+}
+
+func (e bulkTimeoutError) Error() string { return e.err.Error() }
+func (e bulkTimeoutError) Unwrap() error { return e.err }
+
+// notReadyError is a failed readiness check (GET /readyz): 503
+// server_error "not ready", each check's "up" or "down" as the result.
+type notReadyError map[string]string
+
+func (e notReadyError) Error() string { return "not ready" }
 
 // argChoice is the result of a 400 for a field that takes one of a set:
 // the field and every value it takes.
