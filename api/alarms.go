@@ -309,6 +309,15 @@ type importError struct {
 	Message string `json:"message"`
 }
 
+// importRefused refuses an import: the refused rules, in index order, the
+// first of which the message names (errors.go: 400 illegal_argument with
+// every refused rule as the result).
+type importRefused []importError
+
+func (r importRefused) Error() string {
+	return "rules[" + strconv.Itoa(r[0].Index) + "]." + r[0].Field + ": " + safeText(r[0].Message) + " (nothing imported)"
+}
+
 // importAlarmRules validates a document's rules as one set against the
 // product's thing model and writes all of them (into this product) or
 // none: a refusal is 400 with each refused rule's index, field and
@@ -356,8 +365,7 @@ func (s *Server) importAlarmRules(c *fiber.Ctx) error {
 	}
 	if len(refused) > 0 {
 		sort.Slice(refused, func(a, b int) bool { return refused[a].Index < refused[b].Index })
-		return reply(c, fiber.StatusBadRequest, codeIllegalArgument,
-			"rules["+strconv.Itoa(refused[0].Index)+"]."+refused[0].Field+": "+safeText(refused[0].Message)+" (nothing imported)", refused)
+		return importRefused(refused)
 	}
 	return ok(c, map[string]int{"imported": len(rules)})
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -63,9 +62,7 @@ func (r *resultBytes) add(n int) error {
 	return nil
 }
 
-// tooBusy refuses a dashboard request that found no slot.
+// tooBusy refuses a dashboard request that found no slot (busyError).
 func tooBusy(c *fiber.Ctx) error {
-	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
-	return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests,
-		"too many dashboard requests in progress; retry later", nil)
+	return busyError{msg: "too many dashboard requests in progress; retry later", retryAfter: dashboardRetryAfterS}
 }

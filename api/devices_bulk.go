@@ -170,7 +170,7 @@ func (s *Server) createBulk(c *fiber.Ctx, b meta.BulkCreate) error {
 	}
 	if err := s.awaitLogins(c.UserContext(), res.Logins...); err != nil {
 		if errors.Is(err, errBrokerTimeout) {
-			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, err.Error(), json.RawMessage(appendBulkCreated(&res, nil)))
+			return bulkTimeoutError{err: err, created: json.RawMessage(appendBulkCreated(&res, nil))}
 		}
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -49,7 +50,29 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			devErr  *link.DeviceError
 			bulkErr *meta.BulkError
 		)
+		var (
+			denied  accessDeniedError
+			busy    busyError
+			streams *errUserStreams
+			rules   importRefused
+			bulkTO  bulkTimeoutError
+			ready   notReadyError
+		)
 		switch {
+		case errors.As(err, &denied):
+			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
+		case errors.As(err, &busy):
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busy.retryAfter))
+			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, busy.msg, nil)
+		case errors.As(err, &streams):
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
+			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, streams.Error(), nil)
+		case errors.As(err, &rules):
+			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, rules.Error(), []importError(rules))
+		case errors.As(err, &bulkTO): // before errBrokerTimeout: the devices created are the result
+			return reply(c, fiber.StatusServiceUnavailable, codeBrokerTimeout, bulkTO.err.Error(), bulkTO.created)
+		case errors.As(err, &ready):
+			return reply(c, fiber.StatusServiceUnavailable, codeServerError, "not ready", map[string]string(ready))
 		case errors.Is(err, meta.ErrUnauthorized):
 			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, "login expired or token missing",
 				enumObject{Text: "expired", Value: "expired"})
@@ -109,6 +132,39 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
 	}
 }
+
+// accessDeniedError is a refusal of a request its caller may not make:
+// 403 access_denied, the text (which names what is missing) its message.
+type accessDeniedError string
+
+func (e accessDeniedError) Error() string { return string(e) }
+
+// busyError refuses a request for want of capacity on this instance (a
+// slot of a bounded pool): 503 too_many_requests, with Retry-After
+// retryAfter seconds.
+type busyError struct {
+	msg        string
+	retryAfter int
+}
+
+func (e busyError) Error() string { return e.msg }
+
+// bulkTimeoutError is a bulk creation whose devices were created but whose
+// broker logins were not confirmed in time: 503 broker_timeout, err's
+// text, the devices created (JSON) as the result.
+type bulkTimeoutError struct {
+	err     error
+	created json.RawMessage
+}
+
+func (e bulkTimeoutError) Error() string { return e.err.Error() }
+func (e bulkTimeoutError) Unwrap() error { return e.err }
+
+// notReadyError is a failed readiness check (GET /readyz): 503
+// server_error "not ready", each check's "up" or "down" as the result.
+type notReadyError map[string]string
+
+func (e notReadyError) Error() string { return "not ready" }
 
 // argChoice is the result of a 400 for a field that takes one of a set:
 // the field and every value it takes.

@@ -45,7 +45,7 @@ func (s *Server) readyz(c *fiber.Ctx) error {
 	}
 	wg.Wait()
 	if !ready {
-		return reply(c, fiber.StatusServiceUnavailable, codeServerError, "not ready", result)
+		return notReadyError(result)
 	}
 	return ok(c, result)
 }

@@ -37,13 +37,13 @@ func (s *Server) keyStore() (KeyStore, error) {
 	return k, nil
 }
 
-// keyRefused answers 403 access_denied to a request made with an API key
+// keyRefused refuses (accessDeniedError) a request made with an API key
 // for what only a login may do (what names it).
 func keyRefused(c *fiber.Ctx, what string) (bool, error) {
 	if currentUser(c).KeyID == "" {
 		return false, nil
 	}
-	return true, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: an API key cannot "+what+"; sign in", nil)
+	return true, accessDeniedError("access denied: an API key cannot " + what + "; sign in")
 }
 
 // loginOnly refuses a request made with an API key (keyRefused), for

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -102,8 +101,7 @@ func (s *Server) live(c *fiber.Ctx) error {
 		s.streams.remove(st)
 	}
 	if errors.Is(err, live.ErrTooMany) || errors.Is(err, live.ErrClosed) {
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
-		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many live subscribers on this instance; retry later", nil)
+		return busyError{msg: "too many live subscribers on this instance; retry later", retryAfter: liveRetryAfterS}
 	}
 	if err != nil {
 		return err
@@ -354,10 +352,10 @@ func (e *errUserStreams) Error() string {
 	return fmt.Sprintf("too many %s of this user at once (at most %d per user); end one and retry", what, e.limit)
 }
 
-// userStreamsReply answers a refusal of add: 429 too_many_requests.
-func userStreamsReply(c *fiber.Ctx, err error) error {
-	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
-	return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, err.Error(), nil)
+// userStreamsReply is the answer to a refusal of add (an *errUserStreams,
+// which errors.go maps to 429 too_many_requests with Retry-After).
+func userStreamsReply(_ *fiber.Ctx, err error) error {
+	return err
 }
 
 // streamEntry is an open stream (live or export) as its token's end

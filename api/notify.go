@@ -60,14 +60,13 @@ func notifyScope(c *fiber.Ctx) []string {
 	return products
 }
 
-// channelRefused answers 403 access_denied to a caller limited to
+// channelRefused refuses (accessDeniedError) a caller limited to
 // products: channels are the installation's.
 func channelRefused(c *fiber.Ctx) (bool, error) {
 	if notifyScope(c) == nil {
 		return false, nil
 	}
-	return true, reply(c, fiber.StatusForbidden, codeAccessDenied,
-		"access denied: channels are the installation's; this needs permission notify:admin on every product", nil)
+	return true, accessDeniedError("access denied: channels are the installation's; this needs permission notify:admin on every product")
 }
 
 // notifyList is the result of the notification _query routes: every

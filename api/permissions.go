@@ -106,10 +106,10 @@ func (s *Server) signedIn() fiber.Handler {
 	return func(c *fiber.Ctx) error { return c.Next() }
 }
 
-// accessDenied answers a request whose user lacks permission p: 403
-// access_denied, naming p.
+// accessDenied refuses a request whose user lacks permission p
+// (accessDeniedError), naming p.
 func accessDenied(c *fiber.Ctx, p meta.Permission) error {
-	return reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this needs permission "+string(p), nil)
+	return accessDeniedError("access denied: this needs permission " + string(p))
 }
 
 // RouteAccess lists every registered route (not middleware) with what it

@@ -51,8 +51,8 @@ func (s *Server) createProduct(c *fiber.Ctx) error {
 	// A new product is outside every product list: creating one needs
 	// product:write on every product.
 	if all, _ := currentUser(c).Scope(permProductWrite); !all {
-		return reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: creating a product needs permission "+
-			string(permProductWrite)+" on every product", nil)
+		return accessDeniedError("access denied: creating a product needs permission " +
+			string(permProductWrite) + " on every product")
 	}
 	var n meta.NewProduct
 	if err := decodeJSON(c, &n); err != nil {

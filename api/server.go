@@ -159,8 +159,7 @@ func (s *Server) metricsAccess(c *fiber.Ctx) error {
 			return c.Next()
 		}
 	}
-	return reply(c, fiber.StatusForbidden, codeAccessDenied,
-		"access denied: /metrics is served to the addresses of -metrics-allow, or with Authorization: Bearer and -metrics-token", nil)
+	return accessDeniedError("access denied: /metrics is served to the addresses of -metrics-allow, or with Authorization: Bearer and -metrics-token")
 }
 
 // Deps are the stores the API calls, each through the interface the handlers

@@ -68,7 +68,7 @@ type Store struct {
 	opts   Options
 	totals *totalCache // estimated list totals (query_page.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
-	tokens *tokenWatch // ended tokens, announced (users.go)
+	tokens *tokenWatch // ended tokens, announced (tokenwatch.go)
 }
 
 // Open connects to PostgreSQL and applies pending migrations.

@@ -18,7 +18,7 @@ import (
 	"devicehub/meta/metatest"
 )
 
-// Users, logins and tokens (users.go) against a real PostgreSQL database.
+// Users, logins and tokens (users.go, login.go, tokens.go, tokenwatch.go) against a real PostgreSQL database.
 
 // openTestStore opens a migrated store with opts on dsn, a database of
 // the test's own (metatest.NewDatabase), without the admin user
