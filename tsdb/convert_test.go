@@ -326,3 +326,51 @@ func TestConvertConcurrent(t *testing.T) {
 		t.Fatalf("rollup counts %d numeric values, device_property holds %d", rollup, rawN)
 	}
 }
+
+// A month recorded as copied whose copy then gained rows (an INSERT ...
+// SELECT of a converter that lost its lock, finished by the server) is
+// copied again before the swap: every value is there once.
+func TestConvertStrayRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	name := fmt.Sprint("convertst", rand.IntN(1e6))
+	old := testOptions(name, time.UTC)
+	old.SchemaVersion = 5
+	db := openDBWith(t, old)
+	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+	msgs, props := convertFleet(start)
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	full := &DB{opt: db.opt, version: db.version, tzName: db.tzName}
+	full.opt.SchemaVersion = 0
+	stmts, err := full.statements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if strings.Contains(s.sql, "device_property_v6") && strings.HasPrefix(s.sql, "CREATE TABLE") {
+			if err := db.apply(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := db.convertMonth(ctx, "device_property", "device_property_v6", "202401"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Conn().Exec(ctx, "INSERT INTO device_property_v6 ("+convertColumns+") SELECT "+convertColumns+
+		" FROM device_property WHERE toYYYYMM(time) = 202401 LIMIT 100"); err != nil {
+		t.Fatal(err)
+	}
+	conv := openDB(t, name, time.UTC)
+	if st := conv.LastConversion(); st.Months != 4 {
+		t.Errorf("conversion copied %d months, want 4 (January again)", st.Months)
+	}
+	var n uint64
+	if err := conv.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != uint64(len(props)) {
+		t.Fatalf("%d values after the conversion, want %d", n, len(props))
+	}
+}
