@@ -24,6 +24,74 @@ import (
 // columns are dropped, <from> and <to> swapped by one RENAME, and the old
 // table and the record dropped. Nothing writes <to> until the swap, so
 // the rollups (fed by the views on <from>'s name) count each value once.
+//
+// One converter at a time. The steps are exact for one converter only:
+// two copying the same month at once insert it twice (the recount only
+// refuses fewer rows), one drops the month the other has just copied
+// and recorded, or recounts it between the other's drop and copy, and
+// one can swap, its months all recorded, while the other has dropped a
+// month of <to> to copy it again (lost) or is still copying into it
+// (doubled). No statement of ClickHouse makes these steps atomic, and it
+// has no locks, so Open takes Options.ConvertLock (devicehub: a
+// PostgreSQL advisory lock that every instance sharing the database
+// takes, on one server as on a cluster) before its first DDL statement
+// when <from> is still in the old layout, and holds it until its last
+// (convertLock). The converter holding it is the only one that writes
+// <to> or its record or swaps; one that waited finds <from> in the new
+// layout, skips the CREATEs of <to> (their --@if counts 0) and converts
+// nothing, so no row is copied twice and none is dropped. A lock lost
+// meanwhile (its PostgreSQL session gone) cancels the conversion, which
+// the next holder resumes; rows a cancelled INSERT ... SELECT still
+// wrote make a month's count in <to> differ from <from>'s, and
+// convertMonths, which compares both with the record, has it copied
+// again before the swap. (Rows written after that last comparison are
+// not seen: the lock is only lost with its holder's PostgreSQL session,
+// and the holder stops its statements at once.) Without a lock (nil,
+// tests and the bench) the caller makes sure one instance converts.
+
+// convertLock takes Options.ConvertLock when one of stmts is a conversion
+// whose table is still in the old layout. The lock is held for the rest
+// of the DDL, the conversion's tables made before it and the views after
+// it included: an instance that waited finds the new layout, skips the
+// CREATEs of the conversion's tables (their conditions count 0) and
+// converts nothing. The returned ctx ends when the lock is lost.
+func (db *DB) convertLock(ctx context.Context, stmts []ddl) (context.Context, func(), error) {
+	if db.opt.ConvertLock == nil {
+		return ctx, func() {}, nil
+	}
+	due := false
+	for _, s := range stmts {
+		if s.convert == "" {
+			continue
+		}
+		f := strings.Fields(s.convert)
+		if len(f) != 2 || !identRE.MatchString(f[0]) {
+			return ctx, nil, fmt.Errorf("tsdb: bad %q line %q", convertPrefix, s.convert)
+		}
+		old, err := db.oldTable(ctx, f[0])
+		if err != nil {
+			return ctx, nil, err
+		}
+		due = due || old
+	}
+	if !due {
+		return ctx, func() {}, nil
+	}
+	lost, release, err := db.opt.ConvertLock(ctx)
+	if err != nil {
+		return ctx, nil, fmt.Errorf("tsdb: convert: lock: %w", err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-lost:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return lctx, func() { close(stop); cancel(); release() }, nil
+}
 
 // convertOldViews are the views of the layout before 00006: they read the
 // time column and are dropped before the swap (00006 creates their
@@ -117,7 +185,8 @@ func (db *DB) convertAll(ctx context.Context, from, to string) error {
 }
 
 // convertMonths lists the months of from that are not recorded as copied
-// with their current row count.
+// with their current row count or that to does not hold with that count,
+// and the months to holds that from has not.
 func (db *DB) convertMonths(ctx context.Context, from, to string) ([]string, error) {
 	ctx, cancel := db.ctx(ctx)
 	defer cancel()
@@ -157,9 +226,33 @@ func (db *DB) convertMonths(ctx context.Context, from, to string) ([]string, err
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tsdb: convert %s: read record: %w", from, err)
 	}
+	// What <to> holds of each month: a month whose copy differs from its
+	// record (rows a converter whose lock was lost still wrote) is copied
+	// again, a month <to> holds and <from> no longer has is emptied.
+	held := map[string]uint64{}
+	rows, err = db.conn.Query(ctx, "SELECT toString("+convertNewMonth+") AS m, count() FROM "+to+" GROUP BY m")
+	if err != nil {
+		return nil, fmt.Errorf("tsdb: convert %s: count copied months: %w", from, err)
+	}
+	for rows.Next() {
+		var m string
+		var n uint64
+		if err := rows.Scan(&m, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("tsdb: convert %s: count copied months: %w", from, err)
+		}
+		held[m] = n
+		if _, ok := have[m]; !ok {
+			have[m] = 0
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("tsdb: convert %s: count copied months: %w", from, err)
+	}
 	var out []string
 	for m, n := range have {
-		if c, ok := done[m]; !ok || c != n {
+		if c, ok := done[m]; !ok || c != n || held[m] != n {
 			out = append(out, m)
 		}
 	}

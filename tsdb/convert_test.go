@@ -3,9 +3,11 @@ package tsdb
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -227,4 +229,148 @@ func countMonth(props []PropertyValue, m time.Month) uint64 {
 		}
 	}
 	return n
+}
+
+// Four instances starting together on a database in the old layout, all
+// honouring Options.ConvertLock: one converts, the others wait and find
+// the new layout; every value is there once (count and sum of
+// device_property, rollups exact) and each month was copied once.
+// Without the lock they copy, drop and recount the same months at once
+// (a start fails, or months are copied twice).
+func TestConvertConcurrent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	name := fmt.Sprint("convertcc", rand.IntN(1e6))
+	old := testOptions(name, time.UTC)
+	old.SchemaVersion = 5
+	db := openDBWith(t, old)
+	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+	msgs, props := convertFleet(start)
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	var wantSum float64
+	for _, p := range props {
+		wantSum += p.Num
+	}
+
+	// The lock every instance honours: one process here, so a channel
+	// (devicehub passes meta's PostgreSQL advisory lock).
+	sem := make(chan struct{}, 1)
+	lock := func(ctx context.Context) (<-chan struct{}, func(), error) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		return make(chan struct{}), func() { <-sem }, nil
+	}
+	opt := testOptions(name, time.UTC)
+	opt.QueryTimeout = 2 * time.Minute // a busy machine
+	opt.ConvertLock = lock
+	dbs := make([]*DB, 4)
+	errs := make([]error, len(dbs))
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for i := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ready
+			dbs[i], errs[i] = Open(ctx, opt)
+		}()
+	}
+	close(ready)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+		defer dbs[i].Close()
+	}
+	var months int
+	for _, d := range dbs {
+		if d.oldLayout {
+			t.Fatal("an instance still sees the old layout")
+		}
+		months += d.LastConversion().Months
+	}
+	if months != 4 { // January to April
+		t.Errorf("the two instances copied %d months, want 4 (one converts, the other finds it done)", months)
+	}
+	var n uint64
+	var sum float64
+	if err := dbs[0].Conn().QueryRow(ctx, "SELECT count(), sum(num_value) FROM device_property").Scan(&n, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if n != uint64(len(props)) || math.Abs(sum-wantSum) > 1e-6*math.Abs(wantSum) {
+		t.Fatalf("%d values summing to %v after two conversions at once, want %d summing to %v", n, sum, len(props), wantSum)
+	}
+	for _, p := range []string{"device_property_v%", "device_property_hourly_mv", "device_property_product_hourly_mv", "device_property_daily_mv"} {
+		if c := tableCount(t, dbs[0], p); c != 0 {
+			t.Errorf("%d tables %s left after the conversion", c, p)
+		}
+	}
+	if c := tableCount(t, dbs[0], "%_mv6"); c != 3 {
+		t.Errorf("%d views of the new layout, want 3", c)
+	}
+	late := PropertyValue{Time: start.AddDate(0, 1, 1), ProductID: "cvp", DeviceID: "cv-2", Property: "temp", ValueType: "number", Num: 99}
+	if err := dbs[1].Insert(ctx, nil, []PropertyValue{late}); err != nil {
+		t.Fatal(err)
+	}
+	rollup, rawN, err := dbs[1].rollupCheck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rollup != rawN {
+		t.Fatalf("rollup counts %d numeric values, device_property holds %d", rollup, rawN)
+	}
+}
+
+// A month recorded as copied whose copy then gained rows (an INSERT ...
+// SELECT of a converter that lost its lock, finished by the server) is
+// copied again before the swap: every value is there once.
+func TestConvertStrayRows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	name := fmt.Sprint("convertst", rand.IntN(1e6))
+	old := testOptions(name, time.UTC)
+	old.SchemaVersion = 5
+	db := openDBWith(t, old)
+	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+	msgs, props := convertFleet(start)
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	full := &DB{opt: db.opt, version: db.version, tzName: db.tzName}
+	full.opt.SchemaVersion = 0
+	stmts, err := full.statements()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if strings.Contains(s.sql, "device_property_v6") && strings.HasPrefix(s.sql, "CREATE TABLE") {
+			if err := db.apply(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := db.convertMonth(ctx, "device_property", "device_property_v6", "202401"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Conn().Exec(ctx, "INSERT INTO device_property_v6 ("+convertColumns+") SELECT "+convertColumns+
+		" FROM device_property WHERE toYYYYMM(time) = 202401 LIMIT 100"); err != nil {
+		t.Fatal(err)
+	}
+	conv := openDB(t, name, time.UTC)
+	if st := conv.LastConversion(); st.Months != 4 {
+		t.Errorf("conversion copied %d months, want 4 (January again)", st.Months)
+	}
+	var n uint64
+	if err := conv.Conn().QueryRow(ctx, "SELECT count() FROM device_property").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != uint64(len(props)) {
+		t.Fatalf("%d values after the conversion, want %d", n, len(props))
+	}
 }

@@ -58,6 +58,14 @@ type Options struct {
 	// {shard} and {replica} macros. Default "": one server, plain
 	// MergeTree tables.
 	Cluster string
+	// ConvertLock, when set, is taken by Open around its DDL when a
+	// conversion (convert.go) is still to run, and released when Open
+	// returns: a lock that every instance on this ClickHouse database
+	// takes, so that only one converts at a time (devicehub passes
+	// meta's PostgreSQL advisory lock; tsdb cannot reach PostgreSQL). It
+	// returns lost, closed when the lock is gone (Open then stops), and
+	// release. Nil: the caller makes sure one instance converts.
+	ConvertLock func(ctx context.Context) (lost <-chan struct{}, release func(), err error)
 	// NoRollup makes every property aggregate read device_property, also
 	// where the hourly rollup or the kept partials (propaggs.go) answer
 	// the same (rollup.go): for comparisons (tests, the bench). Both are
@@ -305,6 +313,11 @@ func (db *DB) init(parent context.Context) error {
 			return err
 		}
 	}
+	parent, unlock, err := db.convertLock(parent, stmts)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	var sqls []string
 	for _, s := range stmts {
 		// Each statement has its own timeout (an ON CLUSTER one waits for

@@ -13,7 +13,8 @@
 // device_property's layout, chosen in one place (layout.go) by the server
 // version read at Open. The DDL lives in schema.ClickHouse; a layout
 // change that needs the rows copied (schema 00006) is done by convert.go,
-// resumable month by month. Options.Cluster
+// resumable month by month, by one instance at a time under the caller's
+// lock (Options.ConvertLock). Options.Cluster
 // spreads the tables over a ClickHouse cluster, replicated and sharded by
 // device behind Distributed tables (cluster.go).
 //

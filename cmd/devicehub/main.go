@@ -96,6 +96,9 @@ func warnDefaultAdmin(ctx context.Context, store *meta.Store, log *slog.Logger) 
 	}
 }
 
+// tsdbConvertLock is the advisory lock key of tsdb's conversions.
+const tsdbConvertLock = 0x636f6e76657274 // "convert"
+
 // run starts every component and stops them in reverse order when ctx ends.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	mopt := meta.DefaultOptions()
@@ -124,6 +127,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	topt.Addr, topt.Database, topt.TimeZone = cfg.ClickHouseAddr, cfg.ClickHouseDB, loc
 	topt.Username, topt.Password = cfg.ClickHouseUser, cfg.ClickHousePassword
 	topt.Cluster = cfg.ClickHouseCluster
+	// Instances starting together on a database still in an older layout
+	// take turns converting it (tsdb/convert.go): PostgreSQL is what they
+	// all share.
+	topt.ConvertLock = func(ctx context.Context) (<-chan struct{}, func(), error) {
+		return store.Lock(ctx, tsdbConvertLock)
+	}
 	ts, err := tsdb.Open(ctx, topt)
 	if err != nil {
 		return err
