@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -187,7 +188,8 @@ var scrapeLabels = map[string]bool{"instance": true, "job": true}
 // TestGrafanaDashboardMetrics runs the binary, with JSON logs and the
 // access log, on its own broker, gives it some traffic (API calls, a
 // device's reports, one with a bad timestamp, a message of an unknown
-// device, a command that times out) and checks that every metric the
+// device, a command that times out, a notification channel and a
+// forwarding rule) and checks that every metric the
 // Grafana dashboard queries is on /metrics with every label the dashboard
 // groups, filters or names legends by: the dashboard cannot drift from
 // the server. The log is JSON lines with an access line per request and no
@@ -224,6 +226,20 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 	}
 	srv.call(t, token, "POST", "/api/device-instance/_query/", map[string]any{"pageSize": 5})
 
+	// A notification channel and a forwarding rule: their series are
+	// labelled by their ids, on /metrics from the channel's first queue
+	// reading (every 5 s) and from the forwarder's loading the rule.
+	sink := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer sink.Close()
+	srv.call(t, token, "POST", "/api/notify/channel", map[string]any{"id": "gh" + suffix, "name": "Hook", "webhook": map[string]any{"url": sink.URL}})
+	srv.call(t, token, "POST", "/api/notify/forward", map[string]any{"id": "gf" + suffix, "name": "Out", "productId": product,
+		"webhook": map[string]any{"url": sink.URL}})
+	testkit.Eventually(t, 20*time.Second, "the channel's and the rule's series", func() bool {
+		m := metricsText(t, srv.base)
+		return strings.Contains(m, `devicehub_notify_sent_total{channel="gh`+suffix+`"}`) &&
+			strings.Contains(m, `devicehub_forward_pending_messages{rule="gf`+suffix+`"}`)
+	})
+
 	have := exposition(metricsText(t, srv.base))
 	seen := map[string]bool{}
 	for _, q := range queries {
@@ -253,7 +269,15 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 	for _, m := range []string{"devicehub_build_info", "devicehub_http_requests_total", "devicehub_http_request_duration_seconds_bucket",
 		"devicehub_ingest_stored_total", "devicehub_ingest_acked_total", "devicehub_ingest_parked", "devicehub_ingest_bad_timestamps_total",
 		"devicehub_commands_total", "devicehub_command_duration_seconds_bucket", "devicehub_devices_online",
-		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes"} {
+		"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes",
+		"devicehub_alarm_evaluations_total", "devicehub_alarm_evaluation_lag_seconds_bucket", "devicehub_alarms_active", "devicehub_alarm_owner",
+		"devicehub_notify_sent_total", "devicehub_notify_failed_total", "devicehub_notify_send_seconds_bucket",
+		"devicehub_notify_queue_depth", "devicehub_notify_retried_total", "devicehub_notify_dead_total",
+		"devicehub_forward_sent_total", "devicehub_forward_lag_seconds", "devicehub_forward_pending_messages",
+		"devicehub_forward_dropped_total", "devicehub_forward_failed_total", "devicehub_forward_spool_bytes", "devicehub_forward_owner",
+		"devicehub_firmware_device_transitions_total", "devicehub_firmware_upgrades_total", "devicehub_firmware_reports_total",
+		"devicehub_firmware_rollouts_ended_total", "devicehub_firmware_downloads_total", "devicehub_firmware_download_bytes_total",
+		"devicehub_firmware_engine_owner"} {
 		if !seen[m] {
 			t.Errorf("the dashboard has no panel on %s", m)
 		}

@@ -148,6 +148,9 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 		owner: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devicehub_alarm_owner",
 			Help: "1 while this instance evaluates the alarm rules."}),
 	}
+	for _, s := range Severities() { // 0 until the owner reads the counts
+		r.m.active.WithLabelValues(s)
+	}
 	if opt.Registerer != nil {
 		for _, c := range []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.active, r.m.owner} {
 			if err := opt.Registerer.Register(c); err != nil {

@@ -37,11 +37,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_firmware_download_lookups_total",
 			Help: "Database reads made by downloads (a package's file once per 2 s; credentials only when they are not those the link was signed for)."}),
 	}
+	// Every known label value starts at 0, so that its series is on
+	// /metrics (and a dashboard's rate starts) before the first event.
+	for _, outcome := range []string{"sent", "error"} {
+		m.sent.WithLabelValues(outcome)
+	}
+	for _, st := range DeviceStates {
+		m.transitions.WithLabelValues(st)
+	}
+	for _, topic := range []string{"progress", "version"} {
+		m.reports.WithLabelValues(topic)
+	}
+	for _, st := range []string{RolloutCompleted, RolloutAborted} {
+		m.rollouts.WithLabelValues(st)
+	}
+	for _, code := range downloadCodes {
+		m.downloads.WithLabelValues(itoa(code))
+	}
 	if reg != nil {
 		reg.MustRegister(m.owner, m.sent, m.transitions, m.reports, m.rollouts, m.downloads, m.bytes, m.lookups)
 	}
 	return m
 }
+
+// downloadCodes are the statuses the download route answers with
+// (api's downloadFirmware): the whole file, a range, a range past the end,
+// bad credentials, another device's or an expired link, an unknown one.
+var downloadCodes = []int{200, 206, 416, 401, 403, 404}
 
 // Downloaded counts a download answered with code and n bytes.
 func (s *Service) Downloaded(code int, n int64) {

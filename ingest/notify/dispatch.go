@@ -353,7 +353,8 @@ func (s *Store) Purge(ctx context.Context, before time.Time) error {
 	return nil
 }
 
-// Depth is the number of pending notifications per channel.
+// Depth is the number of pending notifications per channel: every
+// channel, with 0 when none is pending.
 func (s *Store) Depth(ctx context.Context) (map[string]int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
@@ -361,7 +362,11 @@ func (s *Store) Depth(ctx context.Context) (map[string]int64, error) {
 		Channel string `db:"channel_id"`
 		N       int64  `db:"n"`
 	}
-	if err := s.db.SelectContext(ctx, &rows, `SELECT channel_id, count(*) AS n FROM notify_outbox WHERE state = 'pending' GROUP BY channel_id`); err != nil {
+	// Every channel, 0 when none is pending (and a deleted channel's
+	// notifications still pending).
+	if err := s.db.SelectContext(ctx, &rows, `SELECT coalesce(c.id, o.channel_id) AS channel_id, coalesce(o.n, 0) AS n
+		FROM notify_channels c FULL JOIN (SELECT channel_id, count(*) AS n FROM notify_outbox WHERE state = 'pending' GROUP BY channel_id) o
+		ON o.channel_id = c.id`); err != nil {
 		return nil, fmt.Errorf("notify: depth: %w", err)
 	}
 	out := make(map[string]int64, len(rows))
@@ -380,6 +385,7 @@ func (d *Dispatcher) gauge(ctx context.Context) {
 			d.m.depth.Reset()
 			for ch, n := range depth {
 				d.m.depth.WithLabelValues(ch).Set(float64(n))
+				d.m.channel(ch)
 			}
 		}
 		select {

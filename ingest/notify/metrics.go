@@ -29,3 +29,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	return m
 }
+
+// channel starts a channel's series at 0 (a no-op once they exist), so
+// that they are on /metrics, and a dashboard's rates start, before its
+// first delivery.
+func (m *metrics) channel(id string) {
+	for _, c := range []*prometheus.CounterVec{m.sent, m.failed, m.retried, m.dead} {
+		c.WithLabelValues(id)
+	}
+	m.latency.WithLabelValues(id)
+}
