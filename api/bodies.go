@@ -50,8 +50,18 @@ func (s *Server) readBodies(c *fiber.Ctx) error {
 		c.Context().SetConnectionClose()
 		return fiber.ErrRequestEntityTooLarge
 	}
-	if !req.IsBodyStream() || firmwareUploadRoute(c.Method(), c.Path()) {
+	if !req.IsBodyStream() {
 		return c.Next()
+	}
+	if firmwareUploadRoute(c.Method(), c.Path()) {
+		// Read by its handler. A body it did not read to its end (refused
+		// before, a 401 or 403 before it ran) closes the connection,
+		// whose next request would otherwise start inside it.
+		err := c.Next()
+		if c.Locals(bodyReadKey{}) == nil {
+			c.Context().SetConnectionClose()
+		}
+		return err
 	}
 	limit := s.app.Server().MaxRequestBodySize
 	n := req.Header.ContentLength()
@@ -112,14 +122,16 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 }
 
 // finish ends a handler that read a body as it arrived: what is left of
-// a body read well is skipped (a multipart's epilogue, within the
-// limit); a body left unread (a refusal, a failure) closes the
-// connection, whose next request would otherwise start inside it.
+// a body read well is skipped (a multipart's epilogue, up to 64 KiB);
+// one read to its end is marked so (readBodies keeps the connection).
 func (b *bodyReader) finish(c *fiber.Ctx, err error) {
 	if !b.eof && err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(b, 64<<10))
 	}
-	if !b.eof {
-		c.Context().SetConnectionClose()
+	if b.eof {
+		c.Locals(bodyReadKey{}, true)
 	}
 }
+
+// bodyReadKey is the Locals key of a streamed body read to its end.
+type bodyReadKey struct{}
