@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -28,6 +29,7 @@ type FirmwareService interface {
 	Files() *firmware.Files
 	Signer() *firmware.Signer
 	Upload(ctx context.Context, p firmware.Package, body io.Reader) (firmware.Package, error)
+	UploadStaged(ctx context.Context, p firmware.Package, st *firmware.Staged) (firmware.Package, error)
 	DeletePackage(ctx context.Context, id string) (firmware.Package, error)
 	CreateRollout(ctx context.Context, pkg firmware.Package, sp firmware.Spec, creatorID string) (firmware.Rollout, error)
 	Pause(ctx context.Context, id string) (firmware.Rollout, error)
@@ -80,40 +82,45 @@ func pageArgs(c *fiber.Ctx) (index, size int, err error) {
 // (any Content-Type but multipart) with productId, version, name?,
 // releaseNotes?, signature? as query parameters; or multipart/form-data
 // with those as fields and the file as part "file".
-func (s *Server) uploadFirmware(c *fiber.Ctx) error {
+//
+// The body is read here as it arrives (the server streams request bodies:
+// readBodies), straight into a temporary file of the package directory
+// (firmware.Files.Stage), so an upload costs a copy buffer of memory, not
+// its size. Its Content-Length is held to firmwareBodyLimit, as
+// requestLimits promised; a chunked body is cut at the largest package.
+func (s *Server) uploadFirmware(c *fiber.Ctx) (err error) {
 	fw, err := s.firmware()
 	if err != nil {
 		return err
 	}
+	req := c.Request()
+	limit := s.firmwareBodyLimit()
+	if req.Header.ContentLength() > limit {
+		c.Context().SetConnectionClose()
+		return fiber.ErrRequestEntityTooLarge
+	}
+	stream := &bodyReader{r: requestBody(c)}
+	defer func() { stream.finish(c, err) }()
+	body := io.LimitReader(stream, int64(limit)+1)
 	p := firmware.Package{CreatorID: currentUser(c).ID}
-	var body io.Reader
 	if ct := c.Get(fiber.HeaderContentType); strings.HasPrefix(strings.ToLower(ct), fiber.MIMEMultipartForm) {
-		form, err := c.MultipartForm()
+		return s.uploadFirmwareForm(c, fw, p, body)
+	}
+	p.ProductID, p.Version, p.Name = c.Query("productId"), c.Query("version"), c.Query("name")
+	p.ReleaseNotes, p.Signature = c.Query("releaseNotes"), c.Query("signature")
+	var file io.Reader = body
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		// A compressed body is decoded by Fiber, as before streaming: in
+		// memory, from the (limited) body read whole.
+		raw, err := io.ReadAll(body)
 		if err != nil {
-			return schema.Invalid("body", "not a multipart form: %v", err)
+			return schema.Invalid("body", "cannot be read: %v", err)
 		}
-		field := func(k string) string {
-			if v := form.Value[k]; len(v) > 0 {
-				return v[0]
-			}
-			return ""
+		if len(raw) > limit {
+			return fiber.ErrRequestEntityTooLarge
 		}
-		p.ProductID, p.Version, p.Name, p.ReleaseNotes, p.Signature = field("productId"), field("version"), field("name"), field("releaseNotes"), field("signature")
-		files := form.File["file"]
-		if len(files) != 1 {
-			return schema.Invalid("file", "send the package as one part named file")
-		}
-		f, err := files[0].Open()
-		if err != nil {
-			return schema.Invalid("file", "cannot be read: %v", err)
-		}
-		defer f.Close()
-		body = f
-		defer func(form *multipart.Form) { _ = form.RemoveAll() }(form)
-	} else {
-		p.ProductID, p.Version, p.Name = c.Query("productId"), c.Query("version"), c.Query("name")
-		p.ReleaseNotes, p.Signature = c.Query("releaseNotes"), c.Query("signature")
-		body = bytes.NewReader(c.Body())
+		req.SetBodyRaw(raw)
+		file = bytes.NewReader(c.Body())
 	}
 	if p.ProductID == "" {
 		return schema.Invalid("productId", "is required")
@@ -121,11 +128,101 @@ func (s *Server) uploadFirmware(c *fiber.Ctx) error {
 	if err := productVisible(c.UserContext(), p.ProductID); err != nil {
 		return err
 	}
-	out, err := fw.Upload(c.UserContext(), p, body)
+	out, err := fw.Upload(c.UserContext(), p, file)
 	if err != nil {
 		return err
 	}
 	return ok(c, out)
+}
+
+// uploadFirmwareForm reads a multipart upload part by part: the fields
+// (each kept up to formFieldMax bytes, enough for CheckPackage to refuse
+// a longer one) and the file, streamed to a temporary file; other parts
+// are skipped.
+func (s *Server) uploadFirmwareForm(c *fiber.Ctx, fw FirmwareService, p firmware.Package, body io.Reader) error {
+	boundary := string(c.Request().Header.MultipartFormBoundary())
+	if boundary == "" {
+		return schema.Invalid("body", "not a multipart form: no boundary")
+	}
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		if !strings.EqualFold(enc, "gzip") {
+			return schema.Invalid("body", "not a multipart form: unsupported Content-Encoding %q", safeText(enc))
+		}
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return schema.Invalid("body", "not a multipart form: %v", err)
+		}
+		body = zr
+	}
+	fields := map[string]*string{"productId": &p.ProductID, "version": &p.Version, "name": &p.Name,
+		"releaseNotes": &p.ReleaseNotes, "signature": &p.Signature}
+	seen := map[string]bool{}
+	var staged *firmware.Staged
+	defer func() {
+		if staged != nil {
+			staged.Discard()
+		}
+	}()
+	mr := multipart.NewReader(body, boundary)
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return schema.Invalid("body", "not a multipart form: %v", err)
+		}
+		name := part.FormName()
+		switch {
+		case name == "file" && part.FileName() != "":
+			if staged != nil {
+				return schema.Invalid("file", "send the package as one part named file")
+			}
+			staged, err = fw.Files().Stage(part)
+			if errors.Is(err, firmware.ErrTooLarge) {
+				return schema.Invalid("file", "larger than the largest package, %d bytes", fw.Files().Max())
+			}
+			if err != nil {
+				return err
+			}
+		case part.FileName() == "" && fields[name] != nil && !seen[name]:
+			v, err := io.ReadAll(io.LimitReader(part, formFieldMax+1))
+			if err != nil {
+				return schema.Invalid("body", "not a multipart form: %v", err)
+			}
+			*fields[name], seen[name] = string(v), true
+		}
+		if _, err := io.Copy(io.Discard, part); err != nil {
+			return schema.Invalid("body", "not a multipart form: %v", err)
+		}
+	}
+	if staged == nil {
+		return schema.Invalid("file", "send the package as one part named file")
+	}
+	if p.ProductID == "" {
+		return schema.Invalid("productId", "is required")
+	}
+	if err := productVisible(c.UserContext(), p.ProductID); err != nil {
+		return err
+	}
+	out, err := fw.UploadStaged(c.UserContext(), p, staged)
+	if err != nil {
+		return err
+	}
+	return ok(c, out)
+}
+
+// formFieldMax is how much of a multipart upload's field is kept: more
+// than the longest field CheckPackage allows.
+const formFieldMax = firmware.MaxReleaseNotesLen + 1
+
+// firmwareBodyLimit is the largest body of a package upload: the largest
+// package and a multipart's framing.
+func (s *Server) firmwareBodyLimit() int {
+	if s.deps.FirmwareMaxSize <= 0 {
+		return s.app.Server().MaxRequestBodySize
+	}
+	return s.deps.FirmwareMaxSize + 64<<10
 }
 
 // ofReachableProduct is what get read for id when the caller may reach

@@ -29,6 +29,7 @@ type firmwareEnv struct {
 	*env
 	svc *firmware.Service
 	ms  *meta.Store
+	dir string // the package directory
 }
 
 func newFirmwareEnv(t *testing.T, maxSize int64) *firmwareEnv {
@@ -40,8 +41,9 @@ func newFirmwareEnvWith(t *testing.T, maxSize int64, opt firmware.Options) *firm
 	t.Helper()
 	var svc *firmware.Service
 	var ms *meta.Store
+	dir := t.TempDir()
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
-		files, err := firmware.NewFiles(t.TempDir(), maxSize)
+		files, err := firmware.NewFiles(dir, maxSize)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +61,7 @@ func newFirmwareEnvWith(t *testing.T, maxSize int64, opt firmware.Options) *firm
 		e.ok("POST", "/api/device/instance", map[string]any{"id": d, "name": d, "productId": "fwp",
 			"configuration": map[string]any{"secureKey": "secret-key-of-" + d}}, nil)
 	}
-	return &firmwareEnv{env: e, svc: svc, ms: ms}
+	return &firmwareEnv{env: e, svc: svc, ms: ms, dir: dir}
 }
 
 // upload sends a raw-body upload with query q.

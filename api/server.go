@@ -251,14 +251,21 @@ func New(opts Options, deps Deps) *Server {
 		// or three.
 		WriteBufferSize:       32 << 10,
 		DisableStartupMessage: true,
-		ErrorHandler:          withNoSniff(errorHandler(deps.Logger)),
+		// Bodies are read by the handlers, as they arrive: a package
+		// upload streams to disk (firmware.go); every other route has its
+		// body read whole, within its limit, before it runs (readBodies).
+		// No multipart form is parsed before its route's limit is known.
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ErrorHandler:                 withNoSniff(errorHandler(deps.Logger)),
 	})
 	// Larger bodies for bulk routes only (devices_bulk.go), and only to
 	// a caller who may write devices; 100 Continue only to a caller
 	// signed in (or signing in).
 	s.bulkLimits = bulkBodyLimits(opts.BodyLimit)
-	s.app.Server().HeaderReceived = s.requestLimits
+	s.app.Server().HeaderReceived = s.headerReceived
 	s.app.Server().ContinueHandler = s.mayContinue
+	s.app.Use(s.readBodies)
 	s.app.Use(baseHeaders)
 	if opts.AccessLog {
 		s.app.Use(accessLog(s.log))
@@ -317,7 +324,7 @@ func withNoSniff(h fiber.ErrorHandler) fiber.ErrorHandler {
 func (s *Server) requestLimits(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if s.deps.FirmwareMaxSize > 0 && firmwareUploadRoute(string(h.Method()), requestPath(h)) {
 		if u := s.headerUser(h); u != nil && u.Can(permFirmwareWrite) {
-			return fasthttp.RequestConfig{MaxRequestBodySize: s.deps.FirmwareMaxSize + 64<<10} // and a multipart's framing
+			return fasthttp.RequestConfig{MaxRequestBodySize: s.firmwareBodyLimit()}
 		}
 		return fasthttp.RequestConfig{}
 	}
@@ -340,7 +347,7 @@ func (s *Server) mayContinue(h *fasthttp.RequestHeader) bool {
 	if conf := s.requestLimits(h); conf.MaxRequestBodySize > 0 {
 		limit = conf.MaxRequestBodySize
 	}
-	ok := h.ContentLength() <= limit && (isLogin(h) || s.headerUser(h) != nil)
+	ok := h.ContentLength() <= limit && len(h.Peek(tooLargeHeader)) == 0 && (isLogin(h) || s.headerUser(h) != nil)
 	if !ok {
 		h.SetConnectionClose()
 	}
@@ -567,8 +574,11 @@ func ParseCORSOrigins(text string) ([]string, error) {
 // of its strings holds NUL or bytes that are not UTF-8 (checkJSONText;
 // 400 naming the field). Requests without a body pass as they are.
 func jsonBodies(c *fiber.Ctx) error {
+	if firmwareUploadRoute(c.Method(), c.Path()) { // a package is a file, read as it arrives (its body is not read here)
+		return c.Next()
+	}
 	body := c.Request().Body()
-	if len(body) == 0 || bulkRoute(c.Method(), c.Path()) || firmwareUploadRoute(c.Method(), c.Path()) { // devices_bulk.go checks those, row by row; a package is a file
+	if len(body) == 0 || bulkRoute(c.Method(), c.Path()) { // devices_bulk.go checks those, row by row
 		return c.Next()
 	}
 	if err := checkContentType(c.Get(fiber.HeaderContentType)); err != nil {

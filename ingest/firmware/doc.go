@@ -99,6 +99,22 @@
 // without one and checked by a lookup: links in flight while instances
 // are upgraded keep working until they expire.
 //
+// An upload is streamed to disk, never held in memory (Files.Stage): its
+// body goes to a temporary file of its own in the package directory
+// (os.CreateTemp, so uploads at once never share a name; the same file
+// system, so its rename is atomic), its size and SHA-256 computed on the
+// way, and it stops reading past the largest size. The file is renamed
+// to its package's name inside the transaction that inserts the row,
+// after the insert and before the commit (Store.CreatePackage): a
+// refused insert (a duplicate version, an unknown product) places no
+// file and removes the temporary one; a failed commit removes the placed
+// one. So no row is committed without its file, which downloads would
+// answer with an error for as long as the row lives, and no file is
+// left by a refusal. The one window left is a crash between the rename
+// and the commit: it leaves a file no row names, never served and
+// harmless but for its space, the lesser of the two (a temporary file
+// left by a crash mid-upload is the same case).
+//
 // TestStartsOnceAcrossOwners breaks the first two points on purpose (two
 // owners, then the same epoch twice, starting one rollout side by side);
 // TestStartLostBeforeSend breaks the third (an owner stops between commit

@@ -54,7 +54,7 @@ func setup(t *testing.T, n, timeout int) (*meta.Store, *Service, *sent, Rollout)
 	svc.files = files
 	pkg := Package{ProductID: "fp", Version: "2.0", FileName: "x", Size: 1, SHA256: "00"}
 	pkg.ID = NewID()
-	pkg, err := svc.store.CreatePackage(ctx, pkg)
+	pkg, err := svc.store.CreatePackage(ctx, pkg, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,33 +52,48 @@ func CheckPackage(p Package) error {
 	return nil
 }
 
-// Upload stores a package: its file streamed from body (size and SHA-256
-// computed on the way, at most Files.Max bytes: a larger one is refused,
-// field "file"), then its row. Nothing is left half-written: the file is
-// removed when the row cannot be stored.
+// Upload stores a package: its file streamed from body to a temporary
+// file (size and SHA-256 computed on the way, at most Files.Max bytes: a
+// larger one is refused, field "file", without reading the rest), then
+// its row, in whose transaction the file is renamed into place
+// (Store.CreatePackage). Nothing is left half-written: the temporary
+// file is removed on any failure, and the placed file when the commit
+// fails; a crash between the rename and the commit leaves a file no row
+// names (never served), rather than a row whose file is missing.
 func (s *Service) Upload(ctx context.Context, p Package, body io.Reader) (Package, error) {
 	if err := CheckPackage(p); err != nil {
 		return Package{}, err
 	}
-	p.ID = NewID()
-	if p.Name == "" {
-		p.Name = p.Version
-	}
-	name, size, sum, err := s.files.Write(p.ID, body)
+	st, err := s.files.Stage(body)
 	if errors.Is(err, ErrTooLarge) {
 		return Package{}, schema.Invalid("file", "larger than the largest package, %d bytes", s.files.Max())
 	}
 	if err != nil {
 		return Package{}, err
 	}
-	if size == 0 {
-		_ = s.files.Remove(name)
+	defer st.Discard()
+	return s.UploadStaged(ctx, p, st)
+}
+
+// UploadStaged stores package p of the file st (Stage), which it places
+// or leaves to the caller to Discard.
+func (s *Service) UploadStaged(ctx context.Context, p Package, st *Staged) (Package, error) {
+	if err := CheckPackage(p); err != nil {
+		return Package{}, err
+	}
+	if st.Size == 0 {
 		return Package{}, schema.Invalid("file", "is empty")
 	}
-	p.FileName, p.Size, p.SHA256 = name, size, sum
-	out, err := s.store.CreatePackage(ctx, p)
+	p.ID = NewID()
+	if p.Name == "" {
+		p.Name = p.Version
+	}
+	p.FileName, p.Size, p.SHA256 = FileName(p.ID), st.Size, st.SHA256
+	out, err := s.store.CreatePackage(ctx, p, func() error { return st.Place(p.ID) })
+	if errors.Is(err, errCommit) {
+		_ = s.files.Remove(p.FileName)
+	}
 	if err != nil {
-		_ = s.files.Remove(name)
 		return Package{}, err
 	}
 	return out, nil

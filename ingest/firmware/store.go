@@ -98,14 +98,24 @@ type Package struct {
 const packageCols = `id, product_id, name, version, size, sha256, signature, release_notes, file_name, creator_id,
 	(extract(epoch FROM create_time) * 1000)::bigint AS create_ms`
 
-// CreatePackage stores p's row (its file is already in place). A version
+// errCommit: a package's commit failed after its file was placed.
+var errCommit = errors.New("commit failed")
+
+// CreatePackage stores p's row, calling place (which puts its file in
+// place) after the insert and before the commit: a row is committed only
+// with its file, and a file placed only for an inserted row. A version
 // the product has is meta.ErrDuplicateKey; an unknown product
 // meta.ErrNotFound.
-func (s *Store) CreatePackage(ctx context.Context, p Package) (Package, error) {
+func (s *Store) CreatePackage(ctx context.Context, p Package, place func() error) (Package, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return Package{}, fmt.Errorf("firmware: create package: %w", err)
+	}
+	defer tx.Rollback()
 	var out Package
-	err := s.db.GetContext(ctx, &out, `INSERT INTO firmware_packages (id, product_id, name, version, size, sha256, signature,
+	err = tx.GetContext(ctx, &out, `INSERT INTO firmware_packages (id, product_id, name, version, size, sha256, signature,
 		release_notes, file_name, creator_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING `+packageCols,
 		p.ID, p.ProductID, p.Name, p.Version, p.Size, p.SHA256, p.Signature, p.ReleaseNotes, p.FileName, p.CreatorID)
 	var pqErr *pq.Error
@@ -119,6 +129,12 @@ func (s *Store) CreatePackage(ctx context.Context, p Package) (Package, error) {
 	}
 	if err != nil {
 		return Package{}, fmt.Errorf("firmware: create package: %w", err)
+	}
+	if err := place(); err != nil {
+		return Package{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Package{}, fmt.Errorf("firmware: create package: %w: %w", errCommit, err)
 	}
 	return out, nil
 }
