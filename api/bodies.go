@@ -8,6 +8,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
+
+	"devicehub/meta"
 )
 
 // tooLargeHeader marks a request whose declared body is past its limit
@@ -54,11 +56,14 @@ func (s *Server) readBodies(c *fiber.Ctx) error {
 		return c.Next()
 	}
 	if firmwareUploadRoute(c.Method(), c.Path()) {
-		// Read by its handler. A body it did not read to its end (refused
-		// before, a 401 or 403 before it ran) closes the connection,
-		// whose next request would otherwise start inside it.
+		// Read by its handler. A body it did not read to its end is read
+		// to its end now when the caller may upload packages (a refusal
+		// of bad input: the client, still sending, would otherwise see a
+		// reset instead of its 400), within the upload's limit; anyone
+		// else's (a 401 or 403) is not read: the connection is closed,
+		// whose next request would otherwise start inside the body.
 		err := c.Next()
-		if c.Locals(bodyReadKey{}) == nil {
+		if c.Locals(bodyReadKey{}) == nil && !s.drainUpload(c) {
 			c.Context().SetConnectionClose()
 		}
 		return err
@@ -96,6 +101,24 @@ func (s *Server) readBodies(c *fiber.Ctx) error {
 	}
 	req.SetBodyRaw(body)
 	return c.Next()
+}
+
+// drainUpload reads the rest of a package upload's body that its handler
+// left unread, for a caller who may upload packages, up to the upload's
+// limit; it reports whether the body was read to its end (the connection
+// may then serve the next request).
+func (s *Server) drainUpload(c *fiber.Ctx) bool {
+	u, _ := c.Locals(userKey).(*meta.User)
+	if u == nil || !u.Can(permFirmwareWrite) {
+		return false
+	}
+	r := c.Context().RequestBodyStream()
+	if r == nil {
+		return true
+	}
+	limit := int64(s.firmwareBodyLimit())
+	n, err := io.Copy(io.Discard, io.LimitReader(r, limit+1))
+	return err == nil && n <= limit
 }
 
 // requestBody is the body of a request as it arrives.

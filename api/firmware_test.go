@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -431,5 +433,44 @@ func TestFirmwareDownloadCredentials(t *testing.T) {
 		if res.StatusCode != want {
 			t.Errorf("a package's link, deleted %v: %d, want %d", i == 1, res.StatusCode, want)
 		}
+	}
+}
+
+// TestFirmwareUploadRefusedBodyRead: an upload refused before its body is
+// read (a bad version) is answered once its body is read to its end: the
+// client, still sending, gets its 400 rather than a reset, and the
+// connection serves the next request.
+func TestFirmwareUploadRefusedBodyRead(t *testing.T) {
+	e := newFirmwareEnv(t, 16<<20)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(conn)
+	body := bytes.Repeat([]byte("x"), 4<<20)
+	head := "POST /api/firmware/package?productId=fwp&version=has+space HTTP/1.1\r\nHost: dh\r\nX-Access-Token: " + e.token +
+		"\r\nContent-Type: application/octet-stream\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+	go func() { _, _ = conn.Write(append([]byte(head), body...)) }()
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), "illegal_argument") || res.Close {
+		t.Fatalf("bad version: %d close=%v %s", res.StatusCode, res.Close, b)
+	}
+	if _, err := conn.Write([]byte("GET /api/firmware/package/nope HTTP/1.1\r\nHost: dh\r\nX-Access-Token: " + e.token + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the next request on the connection: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 404 {
+		t.Fatalf("the next request on the connection: %d", res.StatusCode)
 	}
 }
