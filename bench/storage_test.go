@@ -70,7 +70,7 @@ func TestRunStorageSmall(t *testing.T) {
 	if r.ConvertRows != r.Values || r.ConvertMonths < 1 || r.ConvertSeconds <= 0 {
 		t.Errorf("conversion: %d values, %d months, %.1fs", r.ConvertRows, r.ConvertMonths, r.ConvertSeconds)
 	}
-	if r.HistoryPerSec <= 0 || r.AggPerSec <= 0 || r.Queries != 20 {
+	if r.HistoryPerSec <= 0 || r.AggPerSec <= 0 || r.AggRollupPerSec <= 0 || r.Queries != 20 {
 		t.Errorf("queries: %d, %.1f/s, %.1f/s", r.Queries, r.HistoryPerSec, r.AggPerSec)
 	}
 	if r.InsertValues != 20_000 || r.InsertPerSec <= 0 {

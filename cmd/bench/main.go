@@ -824,6 +824,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			add(bench.Figure{Name: "tsdb.InsertBatch values/s" + n, Value: r.InsertPerSec, Unit: "values/s"})
 			add(bench.Figure{Name: "history queries/s" + n, Value: r.HistoryPerSec, Unit: "q/s"})
 			add(bench.Figure{Name: "1h x24 aggregate queries/s (device_property)" + n, Value: r.AggPerSec, Unit: "q/s"})
+			add(bench.Figure{Name: "1h x24 aggregate queries/s (hourly rollup)" + n, Value: r.AggRollupPerSec, Unit: "q/s"})
 			add(bench.Figure{Name: "conversion to the layout of 00006 values/s" + n, Value: float64(r.ConvertRows) / max(r.ConvertSeconds, 1e-9), Unit: "values/s"})
 			if o := r.Before; o != nil {
 				n := n + " before 00006"
@@ -832,6 +833,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				add(bench.Figure{Name: "tsdb.InsertBatch values/s" + n, Value: o.InsertPerSec, Unit: "values/s"})
 				add(bench.Figure{Name: "history queries/s" + n, Value: o.HistoryPerSec, Unit: "q/s"})
 				add(bench.Figure{Name: "1h x24 aggregate queries/s (device_property)" + n, Value: o.AggPerSec, Unit: "q/s"})
+				add(bench.Figure{Name: "1h x24 aggregate queries/s (hourly rollup)" + n, Value: o.AggRollupPerSec, Unit: "q/s"})
 			}
 		}
 	case "dashboard-mixed":
