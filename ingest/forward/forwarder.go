@@ -113,6 +113,10 @@ type Forwarder struct {
 
 	owner atomic.Bool
 	ready atomic.Bool
+	// redelivered counts the messages the broker delivered again (their
+	// DUP flag): sent to an earlier connection of the session and not
+	// acknowledged. The intake's only repeats are among them.
+	redelivered atomic.Int64
 
 	mu    sync.Mutex // rules, for the metrics and Status
 	rules map[string]*ruleState
@@ -192,11 +196,12 @@ var (
 	descSent    = prometheus.NewDesc("devicehub_forward_sent_total", "Messages of a forwarding rule its sink accepted.", []string{"rule"}, nil)
 	descFailed  = prometheus.NewDesc("devicehub_forward_failed_total", "Requests (or publish rounds) of a forwarding rule its sink refused or that failed; each is retried.", []string{"rule"}, nil)
 	descOwner   = prometheus.NewDesc("devicehub_forward_owner", "1 while this instance forwards telemetry (holds the forwarding lock).", nil, nil)
+	descRedeliv = prometheus.NewDesc("devicehub_forward_redelivered_total", "Messages the broker delivered to the forwarder again (DUP): sent to an earlier connection or owner and not acknowledged. Those spooled before a crash are forwarded again with new seqs (at-least-once).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (f *Forwarder) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLag, descPending, descBytes, descDropped, descSent, descFailed, descOwner} {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descBytes, descDropped, descSent, descFailed, descOwner, descRedeliv} {
 		ch <- d
 	}
 }
@@ -208,6 +213,7 @@ func (f *Forwarder) Collect(ch chan<- prometheus.Metric) {
 		owner = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descOwner, prometheus.GaugeValue, owner)
+	ch <- prometheus.MustNewConstMetric(descRedeliv, prometheus.CounterValue, float64(f.redelivered.Load()))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -291,6 +297,7 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 	defer poll.Stop()
 	var pending []mqtt.Message
 	var scratch []byte
+	var dups, dupsLogged int64 // redelivered this turn, and told
 	byProduct := f.byProduct()
 	sync := func() error {
 		for _, rs := range f.rules {
@@ -327,6 +334,10 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 			return errCrash
 		case m := <-in:
 			pending = append(pending, m.Msg)
+			if m.Msg.Duplicate() {
+				f.redelivered.Add(1)
+				dups++
+			}
 			if m.Msg.Retained() {
 				break
 			}
@@ -367,6 +378,11 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 				sub.SetFilters(f.want)
 			}
 			f.writeStatus(ctx)
+			if dups > dupsLogged {
+				f.log.Info("forward: the broker delivered messages again", "redelivered", dups-dupsLogged,
+					"why", "not acknowledged to an earlier connection or owner (cut or crashed between the spool's write and the acks): those spooled then are forwarded again, with new seqs")
+				dupsLogged = dups
+			}
 		}
 	}
 }
