@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -173,5 +175,57 @@ func TestMQTTSinkBrokerRestart(t *testing.T) {
 	}
 	if st.Sent != n {
 		t.Fatalf("sent %d of %d", st.Sent, n)
+	}
+}
+
+// A cursor that cannot be saved (here cursor.tmp is a directory; a full
+// disk does the same) deletes no segment: the reopened spool reads on
+// from the saved cursor. Deleting the segments the unsaved cursor had
+// passed first left a spool whose saved cursor's next message was in no
+// segment, which no sender could read again (seen failing).
+func TestSpoolCursorNotSaved(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20) // segments of 128 KiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte(fmt.Sprintf(`"deviceId":"d","pad":"%0500d"}`, 0))
+	for range 1000 { // about four segments
+		if err := sp.append(msg, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sp.sync(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := sp.read(10)
+	if err != nil || len(recs) != 10 {
+		t.Fatalf("read %d: %v", len(recs), err)
+	}
+	if err := sp.ack(10, 10); err != nil {
+		t.Fatal(err)
+	}
+	if len(sp.segs) < 3 {
+		t.Fatalf("%d segments", len(sp.segs))
+	}
+	if err := os.Mkdir(filepath.Join(dir, "cursor.tmp"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	sp.advance(11, 900)
+	if err := sp.save(); err == nil {
+		t.Fatal("the cursor saved")
+	}
+	sp.close()
+	if err := os.Remove(filepath.Join(dir, "cursor.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	sp, err = openSpool(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	recs, err = sp.read(5)
+	if err != nil || len(recs) != 5 || recs[0].seq != 11 {
+		t.Fatalf("after reopening: %d records, the first %v: %v", len(recs), recs[:min(1, len(recs))], err)
 	}
 }
