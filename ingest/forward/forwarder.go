@@ -603,6 +603,9 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 	m := &mqttSink{cfg: *r.MQTT, secret: r.Secret, ruleID: r.ID}
 	defer m.close()
 	window := r.batchSize()
+	// The window is refilled once an eighth of it is free: a spool read
+	// costs about the same for a few messages as for many.
+	refill := max(1, window/8)
 	timeout := time.Duration(r.MQTT.TimeoutMs) * time.Millisecond
 	retry := backoff.Backoff{Min: f.opt.BackoffMin, Max: f.opt.BackoffMax, Jitter: 0.5}
 	var fly []flight // published, in spool order
@@ -652,7 +655,7 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 				continue
 			}
 		}
-		if len(fly) < window {
+		if window-len(fly) >= refill {
 			recs, err := sp.read(window - len(fly))
 			if err != nil {
 				f.log.Error("forward: reading the spool failed", "rule", r.ID, "err", err)
@@ -679,7 +682,7 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 			continue
 		}
 		var more <-chan struct{} // room in the window: wait for messages too
-		if len(fly) < window {
+		if window-len(fly) >= refill {
 			more = sp.wake
 		}
 		late.Reset(time.Until(fly[0].at.Add(timeout)))

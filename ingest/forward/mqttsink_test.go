@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,31 +65,96 @@ func bareForwarder() *Forwarder {
 
 // BenchmarkMQTTSink is the MQTT sender's rate: b.N messages spooled and
 // synced beforehand, published to a private Mosquitto on this machine
-// (the rule's default batchSize), timed until the cursor is past them
-// all. Run it with a fixed count: -bench MQTTSink -benchtime 50000x.
+// (the rule's default batchSize, 500), timed until the cursor is past
+// them all; rtt=... puts a link of that round trip between the sender
+// and the broker (delayLink). Run it with a fixed count:
+// -bench MQTTSink -benchtime 50000x.
 func BenchmarkMQTTSink(b *testing.B) {
-	br := mqtttest.StartBroker(b)
-	user, pass := sinkLogin(b, br)
-	sp := spooled(b, b.N, 10)
-	r := Rule{ID: "bench", Kind: KindMQTT, Secret: pass,
-		MQTT: &MQTTSink{Broker: br.URL(), Topic: "/fwdsink/{deviceId}/event/{type}", Username: user}}
-	if err := r.MQTT.normalize(); err != nil {
-		b.Fatal(err)
+	for _, rtt := range []time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond} {
+		b.Run("rtt="+rtt.String(), func(b *testing.B) {
+			br := mqtttest.StartBroker(b)
+			user, pass := sinkLogin(b, br)
+			url := br.URL()
+			if rtt > 0 {
+				url = delayLink(b, strings.TrimPrefix(url, "tcp://"), rtt/2)
+			}
+			sp := spooled(b, b.N, 10)
+			r := Rule{ID: "bench", Kind: KindMQTT, Secret: pass,
+				MQTT: &MQTTSink{Broker: url, Topic: "/fwdsink/{deviceId}/event/{type}", Username: user}}
+			if err := r.MQTT.normalize(); err != nil {
+				b.Fatal(err)
+			}
+			f := bareForwarder()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			b.ResetTimer()
+			start := time.Now()
+			go func() { defer close(done); f.send(ctx, r, sp) }()
+			for sp.position() < uint64(b.N) {
+				time.Sleep(time.Millisecond)
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			cancel()
+			<-done
+			b.ReportMetric(float64(b.N)/el.Seconds(), "msg/s")
+		})
 	}
-	f := bareForwarder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	b.ResetTimer()
-	start := time.Now()
-	go func() { defer close(done); f.send(ctx, r, sp) }()
-	for sp.position() < uint64(b.N) {
-		time.Sleep(time.Millisecond)
+}
+
+// delayLink is a TCP relay to addr that holds every chunk oneWay before
+// passing it on, both ways (a long link's latency, not its bandwidth);
+// it returns the tcp:// URL to dial.
+func delayLink(t testing.TB, addr string, oneWay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	el := time.Since(start)
-	b.StopTimer()
-	cancel()
-	<-done
-	b.ReportMetric(float64(b.N)/el.Seconds(), "msg/s")
+	t.Cleanup(func() { ln.Close() })
+	pipe := func(dst, src net.Conn) {
+		type chunk struct {
+			b  []byte
+			at time.Time
+		}
+		q := make(chan chunk, 4096)
+		go func() {
+			defer dst.Close()
+			for c := range q {
+				time.Sleep(time.Until(c.at.Add(oneWay)))
+				if _, err := dst.Write(c.b); err != nil {
+					return
+				}
+			}
+		}()
+		defer close(q)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{buf[:n], time.Now()}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go pipe(up, c)
+			go pipe(c, up)
+		}
+	}()
+	return "tcp://" + ln.Addr().String()
 }
 
 // An MQTT rule's sink broker stopped mid-stream, with a window of
