@@ -25,9 +25,12 @@ import (
 // TestForwardSigkill forwards reports published through MQTT to a real
 // HTTP receiver, SIGKILLs devicehub mid-stream and starts it again on the
 // same spool directory: every report arrives, first arrivals in order per
-// device, and a repeat only of a message devicehub had not finished with
-// (its line's (ruleId, seq) seen before: a batch sent and not recorded;
-// or a message redelivered by the broker, which had no acknowledgement).
+// device, and a repeat only of a message devicehub had not finished with:
+// its line's (ruleId, seq) seen before (a batch sent and not recorded:
+// at most a batch), or a new seq (a message spooled, the process killed
+// before its acknowledgement reached the broker, which delivered it
+// again flagged DUP: at most the restarted server's
+// devicehub_forward_redelivered_total).
 func TestForwardSigkill(t *testing.T) {
 	var mu sync.Mutex
 	type line struct {
@@ -126,10 +129,15 @@ func TestForwardSigkill(t *testing.T) {
 		}
 		next[l.DeviceID]++
 	}
-	t.Logf("%d reports, %d lines: %d repeats of a batch (same seq), %d of redelivered messages", per*len(devs), len(received()), sameSeq, redelivered)
+	dup := second.metricValue(t, "devicehub_forward_redelivered_total")
+	t.Logf("%d reports, %d lines: %d repeats of a batch (same seq), %d of redelivered messages (new seq; the broker redelivered %.0f)",
+		per*len(devs), len(received()), sameSeq, redelivered, dup)
 	// A batch is at most 50 lines; the broker redelivers at most what one
 	// flush (20 ms) had taken plus the forwarder's queue.
 	if sameSeq > 50 {
 		t.Fatalf("%d repeats with the same seq: more than a batch", sameSeq)
+	}
+	if float64(redelivered) > dup {
+		t.Fatalf("%d repeats with a new seq, %.0f messages redelivered by the broker", redelivered, dup)
 	}
 }

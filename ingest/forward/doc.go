@@ -35,32 +35,65 @@
 // appended to the spool of every enabled rule it matches; every
 // FlushInterval the spools are written and fsynced, and only then are
 // the broker messages of that flush acknowledged, in order. A crash
-// before the fsync loses the unsynced appends and their acks alike: the
-// broker delivers those messages again to the session (to this owner
-// once it comes back, or to the next; the Subscriber's Close acknowledges
-// nothing and keeps the session, mqttconn's TestSubscriberRedelivers). A crash after the fsync and
-// before the acks (or acks lost with the connection) brings back
-// messages already spooled: they are spooled again and forwarded twice,
-// the only repeats on the intake side.
+// before the fsync loses the unsynced appends and their acks alike:
+// the broker delivers those messages again to the session (to this
+// owner once it comes back, or to the next; the Subscriber's Close
+// acknowledges nothing and keeps the session, mqttconn's
+// TestSubscriberRedelivers). A crash after the spool's write and
+// before the acks reach the broker (or acks lost with the connection)
+// brings back messages already spooled: they are spooled again and
+// forwarded twice, with new seqs, the only repeats on the intake
+// side. A killed process's writes survive in the page cache, so for a
+// process (not a machine) the window opens at the write, not the
+// fsync's end: it holds the messages of one flush, those that arrived
+// in a FlushInterval and while the previous flush wrote and fsynced
+// (on a loaded machine an fsync of tens of milliseconds makes that a
+// few hundred messages at a few thousand a second), plus acks queued
+// and not yet on the wire. The broker delivers them again with the
+// DUP flag, and the forwarder counts every DUP it takes
+// (devicehub_forward_redelivered_total, and a log line "the broker
+// delivered messages again" once a poll): the repeats with a new seq
+// are at most that count (TestForwardCrash, TestForwardSigkill). The
+// count may be larger: a DUP the killed owner had not spooled is
+// forwarded once.
 //
-// Sent, then the cursor. A rule's sender reads synced messages after its
-// cursor, in spool order, and sends them as a batch until the sink
-// accepts it (only a 2xx answer; every PUBACK); only then is the cursor
-// moved past the batch and saved (written to a temporary file, synced,
-// renamed over). A crash between the acceptance and the save sends that
-// batch again, with the same seq in every line: (ruleId, seq) is the
-// receiver's key to drop a repeat. Segments wholly behind the cursor are
-// deleted; a torn last line (a crash inside a write) is cut on open, and
-// its message was not acknowledged to the broker.
+// Sent, then the cursor. A rule's sender reads synced messages after
+// its cursor, in spool order. A webhook's sends them as a batch until
+// the sink accepts it (only a 2xx answer); only then is the cursor
+// moved past the batch and saved (written to a temporary file,
+// synced, renamed over). An MQTT sink's is pipelined: it publishes
+// each message at QoS 1 while fewer than the rule's batchSize
+// publishes await their PUBACK (the window; no round trip between
+// batches), and moves the cursor past the longest prefix of publishes
+// that were all acknowledged, never past one that was not; it saves
+// the cursor once half a window was acknowledged since the last save
+// and whenever nothing is in flight. A publish that fails or waits
+// longer than timeoutMs for its PUBACK, or a lost connection, drops
+// the connection with everything in flight, and the next connection
+// publishes again from the cursor (nothing is published on a new
+// connection while publishes of the old one are in flight). A crash
+// between the acceptance and the save sends those messages again (a
+// webhook's batch; an MQTT sink's publishes in flight and those
+// acknowledged since the last save, at most one and a half windows),
+// with the same seq in every line: (ruleId, seq) is the receiver's
+// key to drop a repeat. Segments wholly behind the cursor are deleted
+// once it is saved; a torn last line (a crash inside a write) is cut
+// on open, and its message was not acknowledged to the broker.
 //
 // In order per device. A device's messages come from one broker
-// connection in order (paho's OrderMatters; the Subscriber hands them on
-// from one goroutine per connection, a full queue holding the broker's
-// flow), are appended in that order,
-// and one sender per rule sends them in spool order, one batch at a
-// time, retrying a batch before anything after it. Repeats follow the
-// order of first arrivals: a redelivered message comes after the newer
-// ones already forwarded, never instead of them.
+// connection in order (paho's OrderMatters; the Subscriber hands them
+// on from one goroutine per connection, a full queue holding the
+// broker's flow), are appended in that order, and one sender per rule
+// sends them in spool order: a webhook's one batch at a time,
+// retrying a batch before anything after it; an MQTT sink's on one
+// connection, whose broker delivers QoS 1 messages in the order it
+// received them (MQTT 3.1.1, 4.6: each topic ordered), and after a
+// failure from the cursor, the first unacknowledged message, again in
+// order. The old connection's publishes the broker took are a prefix
+// of the same sequence, so the first arrivals stay in order and what
+// comes again comes with its seq. Repeats follow the order of first
+// arrivals: a redelivered message comes after the newer ones already
+// forwarded, never instead of them.
 //
 // One owner among instances. Of all instances, one forwards: the holder
 // of a PostgreSQL advisory lock (meta.Store.Lock, waited for and led by
@@ -84,18 +117,23 @@
 // devicehub_forward_dropped_total); intake is never refused, so a dead
 // sink never stops the session's acknowledgements nor grows the
 // broker's queue. A batch being retried drops the messages the bound
-// took meanwhile, so sent plus dropped is every message taken.
+// took meanwhile, and an MQTT sink's acknowledged prefix counts as
+// sent only what the bound had not taken, so sent plus dropped is
+// every message taken.
 //
-// TestForwardCrash breaks this on purpose: the owner killed with appends
-// not yet synced, between a sync and its acks (twice), and between a
-// sink's acceptance and the cursor's save (twice), each time coming back
-// to its spools and its session; every message arrives, the first
-// arrivals in order per device, and the repeats are at most the messages
-// unacknowledged at the crashes. Acknowledging a message on receipt
-// instead of after the sync loses messages there (seen failing).
-// TestForwardSigkill (cmd/devicehub) does it to the binary with SIGKILL;
-// TestForwardTwoInstances checks that only the lock's holder forwards and
-// that a successor continues the same spool.
+// TestForwardCrash breaks this on purpose: the owner killed with
+// appends not yet synced, between a sync and its acks (twice), and
+// between a sink's acceptance and the cursor's save (twice), each
+// time coming back to its spools and its session; every message
+// arrives, the first arrivals in order per device, and the repeats
+// are at most the messages unacknowledged at the crashes.
+// Acknowledging a message on receipt instead of after the sync loses
+// messages there (seen failing). TestForwardSigkill (cmd/devicehub)
+// does it to the binary with SIGKILL; TestMQTTSinkBrokerRestart stops
+// an MQTT sink's broker with a window in flight (counting a failed
+// publish acknowledged loses messages there, seen failing);
+// TestForwardTwoInstances checks that only the lock's holder forwards
+// and that a successor continues the same spool.
 //
 // Lag is the age of the oldest message not yet accepted by the sink
 // (devicehub_forward_lag_seconds and Status.LagMs, 0 when caught up).

@@ -505,13 +505,40 @@ func TestForwardCrash(t *testing.T) {
 	per := int(rounds.Load())
 	testkit.Eventually(t, 30*time.Second, "every message", func() bool { return rcv.distinct() == len(devs)*per })
 	dups := inOrder(t, rcv.got(), devs, per)
-	t.Logf("%d crashes, %d messages unacknowledged at them, %d repeats", crashes.Load(), unacked.Load(), dups)
+	sameSeq, newSeq := repeats(rcv.got())
+	t.Logf("%d crashes, %d messages unacknowledged at them, %d repeats: %d with their seq (batches sent again), %d with a new seq, of %d the broker redelivered",
+		crashes.Load(), unacked.Load(), dups, sameSeq, newSeq, f.redelivered.Load())
 	if crashes.Load() != 5 {
 		t.Fatalf("%d crashes", crashes.Load())
 	}
 	if int64(dups) > unacked.Load() {
 		t.Fatalf("%d repeats, more than in flight", dups)
 	}
+	// A message spooled twice came back from the broker, flagged DUP
+	// and counted (devicehub_forward_redelivered_total).
+	if int64(newSeq) > f.redelivered.Load() {
+		t.Fatalf("%d repeats with a new seq, %d redelivered by the broker", newSeq, f.redelivered.Load())
+	}
+}
+
+// repeats splits the lines whose message arrived before: sent again with
+// the seq of its first arrival (a batch whose cursor was not saved), or
+// with a new seq (spooled again: redelivered by the broker).
+func repeats(lines []got) (sameSeq, newSeq int) {
+	first := map[string]uint64{}
+	for _, l := range lines {
+		k := l.DeviceID + "/" + l.MessageID
+		s, ok := first[k]
+		switch {
+		case !ok:
+			first[k] = l.Seq
+		case s == l.Seq:
+			sameSeq++
+		default:
+			newSeq++
+		}
+	}
+	return sameSeq, newSeq
 }
 
 // The bound: with the receiver refusing, a spool over MaxBytes drops its

@@ -113,6 +113,10 @@ type Forwarder struct {
 
 	owner atomic.Bool
 	ready atomic.Bool
+	// redelivered counts the messages the broker delivered again (their
+	// DUP flag): sent to an earlier connection of the session and not
+	// acknowledged. The intake's only repeats are among them.
+	redelivered atomic.Int64
 
 	mu    sync.Mutex // rules, for the metrics and Status
 	rules map[string]*ruleState
@@ -192,11 +196,12 @@ var (
 	descSent    = prometheus.NewDesc("devicehub_forward_sent_total", "Messages of a forwarding rule its sink accepted.", []string{"rule"}, nil)
 	descFailed  = prometheus.NewDesc("devicehub_forward_failed_total", "Requests (or publish rounds) of a forwarding rule its sink refused or that failed; each is retried.", []string{"rule"}, nil)
 	descOwner   = prometheus.NewDesc("devicehub_forward_owner", "1 while this instance forwards telemetry (holds the forwarding lock).", nil, nil)
+	descRedeliv = prometheus.NewDesc("devicehub_forward_redelivered_total", "Messages the broker delivered to the forwarder again (DUP): sent to an earlier connection or owner and not acknowledged. Those spooled before a crash are forwarded again with new seqs (at-least-once).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (f *Forwarder) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLag, descPending, descBytes, descDropped, descSent, descFailed, descOwner} {
+	for _, d := range []*prometheus.Desc{descLag, descPending, descBytes, descDropped, descSent, descFailed, descOwner, descRedeliv} {
 		ch <- d
 	}
 }
@@ -208,6 +213,7 @@ func (f *Forwarder) Collect(ch chan<- prometheus.Metric) {
 		owner = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descOwner, prometheus.GaugeValue, owner)
+	ch <- prometheus.MustNewConstMetric(descRedeliv, prometheus.CounterValue, float64(f.redelivered.Load()))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -254,6 +260,13 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 			if rs.done != nil {
 				<-rs.done
 			}
+			if err == nil {
+				// A stop: an MQTT sender's cursor past what was
+				// acknowledged and not yet saved is saved.
+				if serr := rs.spool.save(); serr != nil {
+					f.log.Error("forward: saving the cursor failed", "rule", rs.rule.ID, "err", serr)
+				}
+			}
 			rs.spool.close()
 		}
 	}()
@@ -284,6 +297,7 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 	defer poll.Stop()
 	var pending []mqtt.Message
 	var scratch []byte
+	var dups, dupsLogged int64 // redelivered this turn, and told
 	byProduct := f.byProduct()
 	sync := func() error {
 		for _, rs := range f.rules {
@@ -320,6 +334,10 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 			return errCrash
 		case m := <-in:
 			pending = append(pending, m.Msg)
+			if m.Msg.Duplicate() {
+				f.redelivered.Add(1)
+				dups++
+			}
 			if m.Msg.Retained() {
 				break
 			}
@@ -360,6 +378,11 @@ func (f *Forwarder) lead(ctx context.Context, lost <-chan struct{}) (err error) 
 				sub.SetFilters(f.want)
 			}
 			f.writeStatus(ctx)
+			if dups > dupsLogged {
+				f.log.Info("forward: the broker delivered messages again", "redelivered", dups-dupsLogged,
+					"why", "not acknowledged to an earlier connection or owner (cut or crashed between the spool's write and the acks): those spooled then are forwarded again, with new seqs")
+				dupsLogged = dups
+			}
 		}
 	}
 }
@@ -469,11 +492,15 @@ func (f *Forwarder) startSender(ctx context.Context, rs *ruleState) {
 	}(rs.rule, rs.spool, rs.done)
 }
 
-// send is a rule's sender: batches in spool order, each retried with
-// backoff until the sink accepts it, then the cursor moves past it.
+// send is a rule's sender. A webhook's: batches in spool order, each
+// retried with backoff until the sink accepts it, then the cursor moves
+// past it. An MQTT sink's: sendMQTT.
 func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
-	sk := newSink(r)
-	defer sk.close()
+	if r.Kind == KindMQTT {
+		f.sendMQTT(ctx, r, sp)
+		return
+	}
+	sk := &webhook{cfg: *r.Webhook, secret: r.Secret}
 	size, wait := r.batchSize(), r.batchWait()
 	for ctx.Err() == nil {
 		batch, err := sp.read(size)
@@ -551,6 +578,157 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 		}
 		if err := sp.ack(batch[len(batch)-1].seq, len(batch)); err != nil {
 			f.log.Error("forward: saving the cursor failed", "rule", r.ID, "err", err)
+		}
+	}
+}
+
+// flight is a record published to an MQTT sink, its PUBACK not yet
+// taken into account.
+type flight struct {
+	rec record
+	tok mqtt.Token
+	at  time.Time // published
+}
+
+// sendMQTT is an MQTT rule's sender, pipelined: it publishes in spool
+// order while fewer than the rule's batchSize publishes await their
+// PUBACK, and moves the cursor past the longest prefix of publishes that
+// were all acknowledged, never past one that was not. The cursor is saved
+// once half a window was acknowledged since the last save, and whenever
+// nothing is in flight. A publish that failed or whose PUBACK is late
+// (timeoutMs), or a lost connection, drops the connection and everything
+// in flight: the next connection publishes again from the cursor, in
+// spool order (the package doc).
+func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
+	m := &mqttSink{cfg: *r.MQTT, secret: r.Secret, ruleID: r.ID}
+	defer m.close()
+	window := r.batchSize()
+	// The window is refilled once an eighth of it is free: a spool read
+	// costs about the same for a few messages as for many.
+	refill := max(1, window/8)
+	timeout := time.Duration(r.MQTT.TimeoutMs) * time.Millisecond
+	retry := backoff.Backoff{Min: f.opt.BackoffMin, Max: f.opt.BackoffMax, Jitter: 0.5}
+	var fly []flight // published, in spool order
+	unsaved := 0     // acknowledged, the saved cursor not past them
+	late := time.NewTimer(time.Hour)
+	defer late.Stop()
+	// fail drops the connection and what is in flight (sent again from
+	// the cursor) and waits; false: the sender is stopping.
+	fail := func(err error) bool {
+		m.drop()
+		fly = nil
+		sp.rewind()
+		sp.failure(err)
+		f.log.Debug("forward: MQTT sink failed; publishing again from the cursor", "rule", r.ID, "err", err)
+		return retry.Wait(ctx) == nil
+	}
+	// save saves the cursor; false: a test's crash.
+	save := func() bool {
+		if f.beforeAck != nil {
+			if err := f.beforeAck(r.ID, unsaved); err != nil {
+				select {
+				case f.crashed <- struct{}{}:
+				default:
+				}
+				return false
+			}
+		}
+		if err := sp.save(); err != nil {
+			f.log.Error("forward: saving the cursor failed", "rule", r.ID, "err", err)
+		}
+		unsaved = 0
+		return true
+	}
+	for ctx.Err() == nil {
+		if !m.connected() {
+			// A lost connection is failed before anything is published
+			// on the next one: the next starts from the cursor, never
+			// after publishes that were lost.
+			err := errors.New("mqtt: connection lost")
+			if len(fly) == 0 {
+				err = m.connect()
+			}
+			if err != nil {
+				if !fail(err) {
+					return
+				}
+				continue
+			}
+		}
+		if window-len(fly) >= refill {
+			recs, err := sp.read(window - len(fly))
+			if err != nil {
+				f.log.Error("forward: reading the spool failed", "rule", r.ID, "err", err)
+				m.drop()
+				fly = nil
+				sp.rewind()
+				leader.Sleep(ctx, f.opt.Retry)
+				continue
+			}
+			now := time.Now()
+			for _, rec := range recs {
+				fly = append(fly, flight{rec: rec, tok: m.publish(rec), at: now})
+			}
+		}
+		if len(fly) == 0 {
+			if unsaved > 0 && !save() {
+				return
+			}
+			select {
+			case <-sp.wake:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		var more <-chan struct{} // room in the window: wait for messages too
+		if window-len(fly) >= refill {
+			more = sp.wake
+		}
+		late.Reset(time.Until(fly[0].at.Add(timeout)))
+		select {
+		case <-fly[0].tok.Done():
+		case <-more:
+		case <-late.C:
+		case <-ctx.Done():
+			return
+		}
+		late.Stop()
+		// The prefix of publishes all acknowledged.
+		k := 0
+		var failed error
+	prefix:
+		for ; k < len(fly); k++ {
+			select {
+			case <-fly[k].tok.Done():
+				if err := fly[k].tok.Error(); err != nil {
+					failed = err
+					break prefix
+				}
+			default:
+				break prefix
+			}
+		}
+		if k > 0 {
+			sp.advance(fly[0].rec.seq, fly[k-1].rec.seq)
+			unsaved += k
+			fly = fly[k:]
+			retry.Reset()
+		}
+		switch {
+		case failed != nil:
+			if !fail(fmt.Errorf("mqtt publish: %w", failed)) {
+				return
+			}
+			continue
+		case len(fly) > 0 && time.Since(fly[0].at) >= timeout:
+			if !fail(fmt.Errorf("mqtt publish: no PUBACK within %s", timeout)) {
+				return
+			}
+			continue
+		}
+		if unsaved >= max(1, window/2) && !save() {
+			return
 		}
 	}
 }

@@ -77,7 +77,9 @@ type WebhookSink struct {
 
 // MQTTSink publishes each message at QoS 1 to Topic on another broker;
 // Topic may name {productId}, {deviceId}, {type} and {eventId}. The
-// secret is Username's password.
+// secret is Username's password. BatchSize is the window: how many
+// publishes may await their PUBACK at once (the sender publishes on
+// while earlier ones are unacknowledged); TimeoutMs how long one may.
 type MQTTSink struct {
 	Broker    string `json:"broker"`
 	Topic     string `json:"topic"`
@@ -248,8 +250,8 @@ func uniq(xs []string) []string {
 	return slices.Compact(out)
 }
 
-// batchSize is how many messages a request (or a round of publishes)
-// carries at most; batchWait how long a partial batch waits for more.
+// batchSize is how many messages a request carries at most (an MQTT
+// sink's window); batchWait how long a partial batch waits for more.
 func (r *Rule) batchSize() int {
 	if r.Webhook != nil {
 		return r.Webhook.BatchSize

@@ -17,20 +17,6 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
 
-// sink sends a batch of records; nil error only when the other side
-// accepted all of them (a 2xx answer; every PUBACK).
-type sink interface {
-	send(ctx context.Context, ruleID string, batch []record) error
-	close()
-}
-
-func newSink(r Rule) sink {
-	if r.Kind == KindWebhook {
-		return &webhook{cfg: *r.Webhook, secret: r.Secret}
-	}
-	return &mqttSink{cfg: *r.MQTT, secret: r.Secret, ruleID: r.ID}
-}
-
 // httpClient follows no redirect: a 3xx is not success.
 var httpClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
@@ -98,7 +84,9 @@ func (w *webhook) send(ctx context.Context, ruleID string, batch []record) error
 
 func (w *webhook) close() {}
 
-// mqttSink publishes each record at QoS 1 and waits for every PUBACK.
+// mqttSink is an MQTT rule's connection to its broker: records are
+// published at QoS 1, each with its own token (its PUBACK); the sender
+// (sendMQTT) keeps a window of them in flight.
 type mqttSink struct {
 	cfg    MQTTSink
 	secret string
@@ -123,43 +111,33 @@ func (m *mqttSink) topic(r record) string {
 		"{eventId}", hdr.EventID).Replace(t)
 }
 
-func (m *mqttSink) send(ctx context.Context, ruleID string, batch []record) error {
-	timeout := time.Duration(m.cfg.TimeoutMs) * time.Millisecond
-	if m.c == nil || !m.c.IsConnectionOpen() {
-		if m.c != nil {
-			m.c.Disconnect(0)
-			m.c = nil
-		}
-		c, err := dialSink(m.cfg, m.secret, m.ruleID, timeout)
-		if err != nil {
-			return err
-		}
-		m.c = c
+// connected reports an open connection.
+func (m *mqttSink) connected() bool { return m.c != nil && m.c.IsConnectionOpen() }
+
+// connect dials the broker; a connection paho lost is dropped first.
+func (m *mqttSink) connect() error {
+	m.drop()
+	c, err := dialSink(m.cfg, m.secret, m.ruleID, time.Duration(m.cfg.TimeoutMs)*time.Millisecond)
+	if err != nil {
+		return err
 	}
-	tokens := make([]mqtt.Token, len(batch))
-	for i, r := range batch {
-		m.buf = line(m.buf[:0], ruleID, r)
-		tokens[i] = m.c.Publish(m.topic(r), 1, false, bytes.Clone(m.buf))
-	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for _, t := range tokens {
-		select {
-		case <-t.Done():
-			if err := t.Error(); err != nil {
-				m.c.Disconnect(0)
-				m.c = nil
-				return fmt.Errorf("mqtt publish: %w", err)
-			}
-		case <-deadline.C:
-			m.c.Disconnect(0)
-			m.c = nil
-			return fmt.Errorf("mqtt publish: no PUBACK within %s", timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	m.c = c
 	return nil
+}
+
+// publish sends r; its token completes at its PUBACK (or with an error).
+// paho writes publishes in the order of the calls.
+func (m *mqttSink) publish(r record) mqtt.Token {
+	m.buf = line(m.buf[:0], m.ruleID, r)
+	return m.c.Publish(m.topic(r), 1, false, bytes.Clone(m.buf))
+}
+
+// drop closes the connection at once: what is in flight is abandoned.
+func (m *mqttSink) drop() {
+	if m.c != nil {
+		m.c.Disconnect(0)
+		m.c = nil
+	}
 }
 
 func (m *mqttSink) close() {

@@ -381,13 +381,46 @@ func (s *spool) rewind() {
 func (s *spool) ack(seq uint64, n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sent += uint64(n)
+	s.advanceLocked(seq, uint64(n))
+	return s.saveLocked()
+}
+
+// advance records that the sink accepted every message up to seq, the
+// messages first..seq (an MQTT sink's acknowledged prefix), without
+// saving the cursor: save does, when the sender chooses. Those the bound
+// dropped meanwhile stay counted dropped, not sent.
+func (s *spool) advance(first, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq <= s.cursor {
+		return
+	}
+	s.advanceLocked(seq, seq-max(s.cursor, first-1))
+}
+
+func (s *spool) advanceLocked(seq, n uint64) {
+	s.sent += n
 	s.cursor = max(s.cursor, seq)
 	s.head = 0
+}
+
+// save deletes the segments wholly sent and saves the cursor. Segments
+// go only once the cursor past them is saved: a reopened spool reads
+// from the saved cursor.
+func (s *spool) save() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saveLocked()
+}
+
+func (s *spool) saveLocked() error {
+	if err := s.saveCursorLocked(); err != nil {
+		return err
+	}
 	for len(s.segs) > 1 && s.segs[1].first-1 <= s.cursor {
 		s.removeFirstLocked()
 	}
-	return s.saveCursorLocked()
+	return nil
 }
 
 // position is the cursor: every seq up to it is sent or dropped.
