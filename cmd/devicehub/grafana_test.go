@@ -274,7 +274,7 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 		"devicehub_notify_sent_total", "devicehub_notify_failed_total", "devicehub_notify_send_seconds_bucket",
 		"devicehub_notify_queue_depth", "devicehub_notify_retried_total", "devicehub_notify_dead_total",
 		"devicehub_forward_sent_total", "devicehub_forward_lag_seconds", "devicehub_forward_pending_messages",
-		"devicehub_forward_dropped_total", "devicehub_forward_failed_total", "devicehub_forward_spool_bytes", "devicehub_forward_owner",
+		"devicehub_forward_dropped_total", "devicehub_forward_failed_total", "devicehub_forward_spool_bytes", "devicehub_forward_owner", "devicehub_forward_redelivered_total",
 		"devicehub_firmware_device_transitions_total", "devicehub_firmware_upgrades_total", "devicehub_firmware_reports_total",
 		"devicehub_firmware_rollouts_ended_total", "devicehub_firmware_downloads_total", "devicehub_firmware_download_bytes_total",
 		"devicehub_firmware_engine_owner"} {
