@@ -782,6 +782,26 @@ func (e *Evaluator) Transitions() []Transition {
 	return out
 }
 
+// Changed reports whether there is anything for Transitions or Dirty.
+func (e *Evaluator) Changed() bool {
+	return len(e.out)+len(e.dirtyDev)+len(e.dropped) > 0
+}
+
+// Untaken tells, of the transitions decided since the last call of
+// Transitions, whether any is of (rule, device), and whether one of them
+// raises or clears it.
+func (e *Evaluator) Untaken(ruleID, deviceID string) (touched, raiseOrClear bool) {
+	for _, t := range e.out {
+		if t.RuleID == ruleID && t.DeviceID == deviceID {
+			touched = true
+			if t.Kind == KindRaised || t.Kind == KindCleared {
+				return true, true
+			}
+		}
+	}
+	return touched, false
+}
+
 // StateRow is the persisted state of a (rule, device); DeviceRow a
 // device's. Data is compact JSON.
 type StateRow struct {

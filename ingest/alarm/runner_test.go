@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // rig is a product with rules in a database of its own, a gateway login
 // publishing for its devices, and runners evaluating it through a broker.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	ms       *meta.Store
 	store    *Store
 	product  string
@@ -36,7 +36,7 @@ type rig struct {
 	pub      mqtt.Client
 }
 
-func newRig(t *testing.T, broker string, rules ...string) *rig {
+func newRig(t testing.TB, broker string, rules ...string) *rig {
 	t.Helper()
 	ctx := context.Background()
 	g := &rig{t: t, ms: metatest.NewStore(t), product: testkit.RandID("alarm"), broker: broker, clientID: testkit.RandID("test-alarms-")}
