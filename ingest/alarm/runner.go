@@ -117,6 +117,7 @@ type Runner struct {
 	afterWrite  func() error       // tests: a crash between a write and its acks
 	beforeWrite func(*batch) error // tests: a write that fails
 	handed      atomic.Uint64      // batches handed to the writer this turn
+	evaluated   atomic.Uint64      // messages taken and evaluated (tests)
 
 	sub atomic.Pointer[mqttconn.Subscriber] // the owner's sessions, of the latest turn
 }
@@ -363,6 +364,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				continue
 			}
 			r.apply(ev, born, m)
+			r.evaluated.Add(1)
 			if len(pending) >= maxPending && !inFlight {
 				hand()
 			}

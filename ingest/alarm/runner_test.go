@@ -1,6 +1,7 @@
 package alarm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -546,4 +547,115 @@ func TestRunnerNoDataRestart(t *testing.T) {
 	if has(recs, "d3") {
 		t.Error("d3 reported while no owner ran and fired anyway: its restored timer beat its queued report")
 	}
+}
+
+func first(r *Runner, _ func()) *Runner { return r }
+
+// TestRunnerPipelineFailure breaks the pipeline's ordering rule on
+// purpose: the write of the batch holding the first report of round 2
+// fails while the whole of round 3 has been evaluated on top of it in
+// memory. No later batch of that turn may be written (nor, so,
+// acknowledged): the owner ends its turn, reloads what is stored and is
+// given again every message not acknowledged. Each device ends with one
+// alarm counting each of its reports exactly once; a later runner (a new
+// session's redeliveries) changes nothing. Without the rule (the loop
+// going on after a failed write) round 3's batch commits over the lost
+// one and round 2's reports, redelivered older than the device's latest,
+// are skipped: counts fall short.
+func TestRunnerPipelineFailure(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]},"clear":{"type":"manual"}}`)
+	const devices, rounds = 20, 6
+	var (
+		mu      sync.Mutex
+		failed  uint64 // the failed batch's seq in its turn, 0 before
+		after   []uint64
+		done    = make(chan struct{})
+		sawOnce bool
+	)
+	r, stop := g.runner(func(rr *Runner) {
+		rr.beforeWrite = func(b *batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if failed != 0 {
+				if b.seq > failed && !sawOnce { // the same turn: seqs restart at 1 in the next
+					after = append(after, b.seq)
+				}
+				if b.seq <= failed {
+					sawOnce = true
+				}
+				return nil
+			}
+			for _, m := range b.msgs {
+				if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"m2"`)) {
+					// Round 3 evaluated in memory behind this batch, then
+					// its write fails.
+					mu.Unlock()
+					if !testkit.Within(20*time.Second, func() bool { return rr.evaluated.Load() >= devices*4 }) { // rounds 0 to 3
+						t.Error("round 3 not evaluated behind the failing batch")
+					}
+					mu.Lock()
+					failed = b.seq
+					close(done)
+					return errors.New("test: the batch's write fails")
+				}
+			}
+			return nil
+		}
+	})
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Hour)
+	for round := range rounds {
+		var toks []mqtt.Token
+		for d := range devices {
+			toks = append(toks, g.pub.Publish(fmt.Sprintf("/%s/dev%02d/properties/report", g.product, d), 1, false,
+				fmt.Sprintf(`{"messageId":"m%d","timestamp":%d,"properties":{"temp":31}}`, round, base.Add(time.Duration(round)*time.Second).UnixMilli())))
+		}
+		for _, tok := range toks {
+			if err := mqttconn.WaitToken(tok, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 3 {
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("no batch of round 2 failed")
+			}
+		}
+	}
+	exact := func(what string) {
+		t.Helper()
+		var recs []Record
+		ok := testkit.Within(20*time.Second, func() bool {
+			recs = g.records(nil)
+			if len(recs) != devices {
+				return len(recs) > devices
+			}
+			for _, rec := range recs {
+				if rec.Count != rounds {
+					return rec.Count > rounds
+				}
+			}
+			return true
+		})
+		if !ok {
+			for _, rec := range recs {
+				if rec.Count != rounds {
+					t.Errorf("%s: %s: count %d, want %d", what, rec.DeviceID, rec.Count, rounds)
+				}
+			}
+			t.Fatalf("%s: %d alarms for %d devices", what, len(recs), devices)
+		}
+	}
+	exact("after the failed write")
+	mu.Lock()
+	if len(after) > 0 {
+		t.Errorf("batches %v written in the turn after batch %d's write failed", after, failed)
+	}
+	mu.Unlock()
+	// A new owner resumes the session: anything left unacknowledged comes
+	// again, and is recognised.
+	stop()
+	g.waitOwner(first(g.runner(nil)))
+	exact("after a second runner")
 }
