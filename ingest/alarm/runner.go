@@ -44,8 +44,9 @@ type Options struct {
 	// ProductIDs narrows the subscriptions to these products (tests);
 	// default every product.
 	ProductIDs []string
-	// FlushInterval: how often evaluated messages are written and then
-	// acknowledged. Default 50ms.
+	// FlushInterval: how often what was evaluated is handed to the writer
+	// (written, then acknowledged), when it is idle; a raise, escalation,
+	// de-escalation or clear is handed at once. Default 50ms.
 	FlushInterval time.Duration
 	// TickInterval: how often timers are checked. Default 100ms.
 	TickInterval time.Duration
@@ -56,10 +57,12 @@ type Options struct {
 	Retention time.Duration
 	// Queue bounds the messages taken but not yet evaluated. Default 4096.
 	Queue int
-	// Retry: how long a failed write waits. Default 500ms.
+	// Retry: the wait after a turn that failed (a failed write ends the
+	// turn: the next reloads the stored state). Default 500ms.
 	Retry time.Duration
 	// OnTransitions, if set, is given each batch's transitions once they
-	// are committed (the live feed).
+	// are committed (the live feed), in batch order, by the writer
+	// goroutine: it must not block.
 	OnTransitions func([]Transition)
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
@@ -114,9 +117,8 @@ type Runner struct {
 	ready     atomic.Bool   // the owner's sessions are connected and subscribed
 	committed atomic.Uint64 // batches written
 
-	afterWrite  func() error       // tests: a crash between a write and its acks
+	afterWrite  func(*batch) error // tests: a crash between a write and its acks
 	beforeWrite func(*batch) error // tests: a write that fails
-	handed      atomic.Uint64      // batches handed to the writer this turn
 	evaluated   atomic.Uint64      // messages taken and evaluated (tests)
 
 	sub atomic.Pointer[mqttconn.Subscriber] // the owner's sessions, of the latest turn
@@ -289,7 +291,6 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		devs, states := ev.Dirty()
 		seq++
 		toWrite <- &batch{seq: seq, trs: ev.Transitions(), devs: devs, states: states, msgs: pending}
-		r.handed.Store(seq)
 		pending, inFlight, due = nil, true, false
 		if n := ev.Evaluations(); n != evals {
 			r.m.evals.Add(float64(n - evals))
@@ -354,7 +355,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				handDue = false
 				handClears()
 			}
-			if due || len(pending) >= maxPending {
+			if due || len(pending) >= maxPending || ev.Alarming() {
 				hand()
 			}
 		case m := <-in:
@@ -365,8 +366,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 			r.apply(ev, born, m)
 			r.evaluated.Add(1)
-			if len(pending) >= maxPending && !inFlight {
-				hand()
+			if !inFlight && (len(pending) >= maxPending || ev.Alarming()) {
+				hand() // an alarm's change goes out at once while the writer is idle
 			}
 		case now := <-tick.C:
 			if len(marks) > 0 && now.Before(markDeadline) {
@@ -377,6 +378,9 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				clear(marks)
 			}
 			ev.Tick(now)
+			if !inFlight && ev.Alarming() {
+				hand()
+			}
 		case <-flush.C:
 			due = true
 			if !inFlight {
@@ -479,7 +483,7 @@ func (r *Runner) writeBatch(ctx context.Context, epoch int64, b *batch) (WriteRe
 		}
 		r.committed.Add(1)
 		if r.afterWrite != nil {
-			if err := r.afterWrite(); err != nil {
+			if err := r.afterWrite(b); err != nil {
 				return res, err
 			}
 		}

@@ -277,7 +277,7 @@ func TestRunnerExact(t *testing.T) {
 	var runners []live
 	start := func() {
 		r, stop := g.runner(func(r *Runner) {
-			r.afterWrite = func() error {
+			r.afterWrite = func(*batch) error {
 				if crashNext.CompareAndSwap(true, false) {
 					return errors.New("test crash between a write and its acks")
 				}
