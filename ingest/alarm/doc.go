@@ -138,7 +138,10 @@
 // alarms no untaken transition is of (Evaluator.Untaken): one that is
 // was evaluated on the alarm being active, and its own write finds the
 // clear and says so; the poll reads the clears only while no batch is
-// being written.
+// being written. Otherwise the evaluator can forget an alarm the store
+// has just raised anew, which then never clears
+// (TestRunnerHandClearPipelined: each of the three rules seen failing
+// without it).
 //
 // TestRunnerExact breaks this on purpose: two runners sharing the work,
 // the owner killed with a batch in memory, killed between a commit and its
