@@ -65,15 +65,38 @@
 // has its own sessions. A device's messages come from one broker
 // connection, in order, and are evaluated in that order by one goroutine.
 //
-// Write, then acknowledge. Messages are evaluated in memory; every
-// FlushInterval the transitions decided and the changed state (each
-// touched device's row: the latest message time and the keys of its
-// recent messages; each touched (rule, device)'s row) are written in ONE
-// transaction (Store.Write); only after its commit are the batch's
-// messages acknowledged, in order. So:
-//   - a crash (SIGKILL, a lost lock) before the commit loses the batch's
-//     effects and its acks alike: the messages come again, to a state that
-//     has not seen them, and are evaluated once;
+// Write, then acknowledge. Messages are evaluated in memory, in batches:
+// what the evaluator decided since the previous batch (the transitions;
+// each touched device's row: the latest message time and the keys of
+// its recent messages; each changed (rule, device)'s row) and the
+// messages that led to it. A batch is handed to one writer goroutine
+// every FlushInterval, at once when it holds a change users are told of
+// (a raise, escalation, de-escalation or clear: not a repeat), or at
+// maxPending messages, but only while the writer is idle: the writer
+// writes a batch in ONE transaction (Store.Write) and, only after its
+// commit, acknowledges its messages in order and announces its
+// transitions (OnTransitions: the live feed; the notify outbox is
+// filled by a trigger in the same transaction). Meanwhile the loop reads
+// and evaluates the next batch on top of the one being written. It is a
+// pipeline of one: batch N+1 is handed only once N's commit is reported,
+// so commits are in batch order and so are acknowledgements; while N is
+// written, N+1 grows (and the write takes it whole when it is done);
+// past maxPending messages the loop reads no more (backpressure: the
+// session's queue, then the broker, hold the rest). A failed write (an
+// error, ErrNotOwner, a lost lock) stops the writer, which writes and
+// acknowledges nothing after it, and ends the owner's turn: batch N+1
+// was evaluated on top of N's effects, and N+1's rows (the device's
+// latest time and keys) committed over a lost N would make N's messages,
+// when they come again, look already applied (TestRunnerPipelineFailure
+// fails so without the rule: counts short). The evaluator's memory goes
+// with the turn; the next turn reloads what is stored (Store.Load) and
+// the session gives again every message not acknowledged, those of N
+// and of every batch after it. So:
+//   - a crash (SIGKILL, a lost lock, a failed write) before a batch's
+//     commit loses its effects and its acks alike, and those of the
+//     batches after it (evaluated, never written nor acknowledged): the
+//     messages come again, to a state that has not seen them, and are
+//     evaluated once; an error whose commit did happen is the next case;
 //   - a crash after the commit and before the acks (or acks lost with the
 //     connection) brings back messages whose effects are stored. Each is
 //     recognised: a report or event older than the device's latest applied
@@ -109,7 +132,16 @@
 // active alarm per (rule, device) (a partial unique index); a raise that
 // meets an active one counts as a repeat of it. A clear by hand is seen by
 // the owner within PollInterval, or at the next write that finds the
-// record cleared; the next time the trigger is met is a new alarm.
+// record cleared; the next time the trigger is met is a new alarm. With
+// a batch evaluated while the previous one is written, what a write or
+// the poll finds cleared by hand is told to the evaluator only for the
+// alarms no untaken transition is of (Evaluator.Untaken): one that is
+// was evaluated on the alarm being active, and its own write finds the
+// clear and says so; the poll reads the clears only while no batch is
+// being written. Otherwise the evaluator can forget an alarm the store
+// has just raised anew, which then never clears
+// (TestRunnerHandClearPipelined: each of the three rules seen failing
+// without it).
 //
 // TestRunnerExact breaks this on purpose: two runners sharing the work,
 // the owner killed with a batch in memory, killed between a commit and its

@@ -100,6 +100,7 @@ type Evaluator struct {
 	timers    timerHeap
 	refs      Refs
 	out       []Transition
+	alarming  int // of out, the transitions that are not repeats
 	dirtyDev  map[*devState]struct{}
 	dropped   []stateKey // states of removed rules, to delete
 	evals     uint64
@@ -722,6 +723,9 @@ func (e *Evaluator) emit(st *ruleState, kind string, at int64, ev env) {
 	if sev == 0 {
 		sev = c.base
 	}
+	if kind != KindRepeated {
+		e.alarming++
+	}
 	e.out = append(e.out, Transition{
 		Kind: kind, RuleID: c.ID, RuleName: c.Name, ProductID: st.dev.product, DeviceID: st.dev.id,
 		Severity: severityByRank[sev], At: time.UnixMilli(at), Value: e.describe(st, ev),
@@ -778,8 +782,33 @@ func (e *Evaluator) describe(st *ruleState, ev env) string {
 // call, in order.
 func (e *Evaluator) Transitions() []Transition {
 	out := e.out
-	e.out = nil
+	e.out, e.alarming = nil, 0
 	return out
+}
+
+// Alarming reports whether a transition users are told of (raised,
+// escalated, de-escalated, cleared: not a repeat) is among those not yet
+// taken by Transitions.
+func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
+
+// Changed reports whether there is anything for Transitions or Dirty.
+func (e *Evaluator) Changed() bool {
+	return len(e.out)+len(e.dirtyDev)+len(e.dropped) > 0
+}
+
+// Untaken tells, of the transitions decided since the last call of
+// Transitions, whether any is of (rule, device), and whether one of them
+// raises or clears it.
+func (e *Evaluator) Untaken(ruleID, deviceID string) (touched, raiseOrClear bool) {
+	for _, t := range e.out {
+		if t.RuleID == ruleID && t.DeviceID == deviceID {
+			touched = true
+			if t.Kind == KindRaised || t.Kind == KindCleared {
+				return true, true
+			}
+		}
+	}
+	return touched, false
 }
 
 // StateRow is the persisted state of a (rule, device); DeviceRow a

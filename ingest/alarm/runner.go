@@ -44,8 +44,9 @@ type Options struct {
 	// ProductIDs narrows the subscriptions to these products (tests);
 	// default every product.
 	ProductIDs []string
-	// FlushInterval: how often evaluated messages are written and then
-	// acknowledged. Default 50ms.
+	// FlushInterval: how often what was evaluated is handed to the writer
+	// (written, then acknowledged), when it is idle; a raise, escalation,
+	// de-escalation or clear is handed at once. Default 50ms.
 	FlushInterval time.Duration
 	// TickInterval: how often timers are checked. Default 100ms.
 	TickInterval time.Duration
@@ -56,10 +57,12 @@ type Options struct {
 	Retention time.Duration
 	// Queue bounds the messages taken but not yet evaluated. Default 4096.
 	Queue int
-	// Retry: how long a failed write waits. Default 500ms.
+	// Retry: the wait after a turn that failed (a failed write ends the
+	// turn: the next reloads the stored state). Default 500ms.
 	Retry time.Duration
 	// OnTransitions, if set, is given each batch's transitions once they
-	// are committed (the live feed).
+	// are committed (the live feed), in batch order, by the writer
+	// goroutine: it must not block.
 	OnTransitions func([]Transition)
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
@@ -114,7 +117,9 @@ type Runner struct {
 	ready     atomic.Bool   // the owner's sessions are connected and subscribed
 	committed atomic.Uint64 // batches written
 
-	afterWrite func() error // tests: a crash between a write and its acks
+	afterWrite  func(*batch) error // tests: a crash between a write and its acks
+	beforeWrite func(*batch) error // tests: a write that fails
+	evaluated   atomic.Uint64      // messages taken and evaluated (tests)
 
 	sub atomic.Pointer[mqttconn.Subscriber] // the owner's sessions, of the latest turn
 }
@@ -254,49 +259,39 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer tick.Stop()
 	poll := time.NewTicker(r.opt.PollInterval)
 	defer poll.Stop()
-	var pending []mqttconn.Received
-	var lastPurge time.Time
+
+	// The write pipeline (package doc, "Write, then acknowledge"): one
+	// batch at a time is written by the writer, which acknowledges and
+	// announces it after its commit and stops at the first failure;
+	// meanwhile this loop evaluates the next batch in memory.
+	wctx, wcancel := context.WithCancel(ctx)
+	toWrite, written := make(chan *batch, 1), make(chan written, 1)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		r.writer(wctx, epoch, toWrite, written)
+	}()
+	defer func() { wcancel(); <-writerDone }() // before sub.Close: nothing acknowledged after the turn
+	var (
+		pending   []mqttconn.Received
+		seq       uint64
+		inFlight  bool // a batch is with the writer
+		due       bool // the flush interval passed since the last batch was handed
+		handDue   bool // the clears by hand are to be read when the writer is idle
+		lastPurge time.Time
+	)
 	var evals, lacking uint64
-	write := func() error {
-		trs := ev.Transitions()
+	// hand gives the writer what was evaluated since the last batch, if
+	// anything.
+	hand := func() {
+		if len(pending) == 0 && !ev.Changed() {
+			due = false
+			return
+		}
 		devs, states := ev.Dirty()
-		if len(trs)+len(devs)+len(states) > 0 {
-			for {
-				res, err := r.store.Write(ctx, epoch, trs, devs, states)
-				if err == nil {
-					for _, g := range res.Gone {
-						ev.Forget(g.RuleID, g.DeviceID, time.Time{})
-					}
-					for _, g := range res.Reraised {
-						ev.Reraised(g.RuleID, g.DeviceID, g.RaisedAt)
-					}
-					break
-				}
-				if errors.Is(err, ErrNotOwner) || ctx.Err() != nil {
-					return err
-				}
-				r.log.Warn("alarms: writing a batch failed; retrying", "err", err)
-				select {
-				case <-lost:
-					return errors.New("alarm lock lost")
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(r.opt.Retry):
-				}
-			}
-			r.committed.Add(1)
-			if r.afterWrite != nil {
-				if err := r.afterWrite(); err != nil {
-					return err
-				}
-			}
-		}
-		now := time.Now()
-		for _, p := range pending {
-			p.Msg.Ack()
-			r.m.lag.Observe(now.Sub(p.At).Seconds())
-		}
-		pending = pending[:0]
+		seq++
+		toWrite <- &batch{seq: seq, trs: ev.Transitions(), devs: devs, states: states, msgs: pending}
+		pending, inFlight, due = nil, true, false
 		if n := ev.Evaluations(); n != evals {
 			r.m.evals.Add(float64(n - evals))
 			evals = n
@@ -305,17 +300,64 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			r.m.lacking.Add(float64(n - lacking))
 			lacking = n
 		}
-		if len(trs) > 0 && r.opt.OnTransitions != nil {
-			r.opt.OnTransitions(trs)
+	}
+	// handClears reads the alarms cleared by hand. Only while no batch is
+	// with the writer: a clear read while one is written may be older or
+	// newer than its commit, which would leave the evaluator unsure which
+	// alarm the hand cleared.
+	handClears := func() {
+		hc, next, err := r.store.HandClears(ctx, handSince)
+		if err != nil {
+			return
 		}
-		return nil
+		handSince = next
+		for _, h := range hc {
+			// A transition of it not yet written was evaluated on the alarm
+			// being active: that write finds it cleared and says so
+			// (WriteResult), as for a clear read after the write.
+			if touched, _ := ev.Untaken(h.RuleID, h.DeviceID); !touched {
+				ev.Forget(h.RuleID, h.DeviceID, h.RaisedAt)
+			}
+		}
 	}
 	for {
+		in := in
+		if len(pending) >= maxPending && inFlight {
+			in = nil // backpressure: the session's queue fills, then the broker holds the rest
+		}
 		select {
 		case <-ctx.Done():
 			return nil // nothing acknowledged that is not written
 		case <-lost:
 			return errors.New("alarm lock lost")
+		case w := <-written:
+			inFlight = false
+			if w.err != nil {
+				// The writer wrote nothing after it: the batches
+				// evaluated on top of this one are dropped with the
+				// evaluator's memory, their messages unacknowledged.
+				return w.err
+			}
+			// What the write found cleared by hand, unless a transition
+			// not yet written is of the same alarm: then its own write
+			// finds the same and says so.
+			for _, g := range w.res.Gone {
+				if touched, _ := ev.Untaken(g.RuleID, g.DeviceID); !touched {
+					ev.Forget(g.RuleID, g.DeviceID, time.Time{})
+				}
+			}
+			for _, g := range w.res.Reraised {
+				if _, rc := ev.Untaken(g.RuleID, g.DeviceID); !rc {
+					ev.Reraised(g.RuleID, g.DeviceID, g.RaisedAt)
+				}
+			}
+			if handDue {
+				handDue = false
+				handClears()
+			}
+			if due || len(pending) >= maxPending || ev.Alarming() {
+				hand()
+			}
 		case m := <-in:
 			pending = append(pending, m)
 			if strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
@@ -323,10 +365,9 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				continue
 			}
 			r.apply(ev, born, m)
-			if len(pending) >= 10000 {
-				if err := write(); err != nil {
-					return err
-				}
+			r.evaluated.Add(1)
+			if !inFlight && (len(pending) >= maxPending || ev.Alarming()) {
+				hand() // an alarm's change goes out at once while the writer is idle
 			}
 		case now := <-tick.C:
 			if len(marks) > 0 && now.Before(markDeadline) {
@@ -337,9 +378,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				clear(marks)
 			}
 			ev.Tick(now)
+			if !inFlight && ev.Alarming() {
+				hand()
+			}
 		case <-flush.C:
-			if err := write(); err != nil {
-				return err
+			due = true
+			if !inFlight {
+				hand()
 			}
 		case <-poll.C:
 			v, err := r.store.RulesVersion(ctx)
@@ -355,12 +400,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
-			hc, next, err := r.store.HandClears(ctx, handSince)
-			if err == nil {
-				handSince = next
-				for _, h := range hc {
-					ev.Forget(h.RuleID, h.DeviceID, h.RaisedAt)
-				}
+			if inFlight {
+				handDue = true
+			} else {
+				handClears()
 			}
 			if counts, err := r.store.ActiveCounts(ctx); err == nil {
 				for s, n := range counts {
@@ -375,6 +418,85 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 		}
 	}
+}
+
+// maxPending bounds the messages of the batch being evaluated: reached,
+// the batch is handed to the writer at once, or (one is being written)
+// no more is read until it is.
+const maxPending = 10000
+
+// batch is what the evaluator decided between two hand-offs to the
+// writer, and the messages that led to it, in the order they came.
+type batch struct {
+	seq    uint64
+	trs    []Transition
+	devs   []DeviceRow
+	states []StateRow
+	msgs   []mqttconn.Received
+}
+
+// written is the writer's word on a batch: committed (res), or the
+// error that stopped the writer.
+type written struct {
+	seq uint64
+	res WriteResult
+	err error
+}
+
+// writer writes the batches it is handed, in order, each in one
+// transaction (Store.Write); after a batch's commit it acknowledges its
+// messages, in order, and announces its transitions (OnTransitions),
+// then tells the loop. A failed write stops it: no later batch is
+// written or acknowledged (they were evaluated on top of the failed one),
+// and the loop ends the turn.
+func (r *Runner) writer(ctx context.Context, epoch int64, in <-chan *batch, out chan<- written) {
+	for {
+		var b *batch
+		select {
+		case <-ctx.Done():
+			return
+		case b = <-in:
+		}
+		res, err := r.writeBatch(ctx, epoch, b)
+		out <- written{seq: b.seq, res: res, err: err} // the loop reads it, or has returned (buffered: one batch at a time)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeBatch commits b, then acknowledges and announces it.
+func (r *Runner) writeBatch(ctx context.Context, epoch int64, b *batch) (WriteResult, error) {
+	var res WriteResult
+	if r.beforeWrite != nil {
+		if err := r.beforeWrite(b); err != nil {
+			return res, err
+		}
+	}
+	if len(b.trs)+len(b.devs)+len(b.states) > 0 {
+		var err error
+		if res, err = r.store.Write(ctx, epoch, b.trs, b.devs, b.states); err != nil {
+			if !errors.Is(err, ErrNotOwner) && ctx.Err() == nil {
+				r.log.Warn("alarms: writing a batch failed; the evaluator reloads its state", "err", err)
+			}
+			return res, err
+		}
+		r.committed.Add(1)
+		if r.afterWrite != nil {
+			if err := r.afterWrite(b); err != nil {
+				return res, err
+			}
+		}
+	}
+	now := time.Now()
+	for _, p := range b.msgs {
+		p.Msg.Ack()
+		r.m.lag.Observe(now.Sub(p.At).Seconds())
+	}
+	if len(b.trs) > 0 && r.opt.OnTransitions != nil {
+		r.opt.OnTransitions(b.trs)
+	}
+	return res, nil
 }
 
 // loadRules reads every rule and its product's thing model into ev.
