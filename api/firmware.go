@@ -490,30 +490,46 @@ func (s *Server) deviceFirmware(c *fiber.Ctx) error {
 // when signed), one package and an expiry.
 // 200 the whole file, 206 a Range (bytes=N-, N-M, -N), 416 a range past
 // the end; 401 bad or missing credentials, 403 another device's or an
-// expired link, 404 an unknown token or package. The file is streamed
-// from disk: a download holds a buffer, never the package.
+// expired link, 404 an unknown token or package, 503 with Retry-After
+// the database busy, 500 anything else (the refusals' statuses and codes
+// are errors.go's). The file is streamed from disk: a download holds a
+// buffer, never the package.
 func (s *Server) downloadFirmware(c *fiber.Ctx) error {
-	code, n, err := s.download(c)
-	if fw := s.deps.Firmware; fw != nil {
-		fw.Downloaded(code, n)
+	n, err := s.download(c)
+	if err != nil {
+		// The refusal's envelope is written now (errors.go chooses its
+		// status), so that the status counted is the one sent.
+		if herr := c.App().ErrorHandler(c, err); herr != nil {
+			return herr
+		}
+		n = 0
 	}
-	return err
+	if fw := s.deps.Firmware; fw != nil {
+		fw.Downloaded(c.Response().StatusCode(), n)
+	}
+	return nil
 }
 
-func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
+// errDeviceCredentials refuses a download without its device's
+// credentials.
+var errDeviceCredentials = basicAuthError{realm: "devicehub firmware",
+	msg: "the device's secureId and secureKey as HTTP Basic auth are required"}
+
+// download answers a download, or returns its refusal; n is the length
+// of the body it sends.
+func (s *Server) download(c *fiber.Ctx) (n int64, err error) {
 	fw, err := s.firmware()
 	if err != nil {
-		return 500, 0, err
+		return 0, err
 	}
 	ctx := c.UserContext()
 	g, terr := fw.Signer().Check(c.Params("token"), time.Now())
 	if errors.Is(terr, firmware.ErrBadToken) {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "unknown download link", nil)
+		return 0, notFoundError("unknown download link")
 	}
 	user, pass, okAuth := basicAuth(c.Get(fiber.HeaderAuthorization))
 	if !okAuth {
-		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
-		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+		return 0, errDeviceCredentials
 	}
 	// The link carries a digest of its device's credentials as signed:
 	// the device's own are checked against it, without the database.
@@ -524,31 +540,30 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	if !fw.Signer().SameCred(g, user, pass) {
 		id, key, err := fw.SecureIDOwner(ctx, user)
 		if err != nil {
-			return busyOr500(c, err)
+			return 0, busyOr(err)
 		}
 		if id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
-			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
-			return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+			return 0, errDeviceCredentials
 		}
 		if id != g.DeviceID {
-			return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link is another device's", nil)
+			return 0, accessDeniedError("access denied: this download link is another device's")
 		}
 	}
 	if errors.Is(terr, firmware.ErrExpired) {
-		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
+		return 0, accessDeniedError("access denied: this download link has expired")
 	}
 	// The package's file, size and SHA-256: cached a moment (one read per
 	// package and 2 s, whatever the fleet downloading at once).
 	ref, err := fw.PackageFile(ctx, g.PackageID)
 	if err != nil {
-		return busyOr500(c, err)
+		return 0, busyOr(err)
 	}
 	if !ref.Found {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)
+		return 0, notFoundError("the package of this link is gone")
 	}
 	f, err := fw.Files().Open(ref.FileName)
 	if err != nil {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package's file is gone", nil)
+		return 0, notFoundError("the package's file is gone")
 	}
 	size := ref.Size
 	c.Set(fiber.HeaderAcceptRanges, "bytes")
@@ -557,16 +572,15 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	start, end, partial, satisfiable := parseRange(c.Get(fiber.HeaderRange), size)
 	if !satisfiable {
 		f.Close()
-		c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(size, 10))
-		return 416, 0, reply(c, fiber.StatusRequestedRangeNotSatisfiable, codeIllegalArgument, "range not satisfiable: the package has "+strconv.FormatInt(size, 10)+" bytes", nil)
+		return 0, rangeError{size: size}
 	}
 	if start > 0 {
 		if _, err := f.Seek(start, io.SeekStart); err != nil {
 			f.Close()
-			return 500, 0, err
+			return 0, err
 		}
 	}
-	n := end - start + 1
+	n = end - start + 1
 	status := fiber.StatusOK
 	if partial {
 		status = fiber.StatusPartialContent
@@ -577,24 +591,23 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 		f.Close()
 		c.Response().Header.SetContentLength(int(n))
 		c.Response().SkipBody = true
-		return status, 0, nil
+		return 0, nil
 	}
 	// fasthttp copies the stream to the connection with a small buffer
 	// and closes it (io.Closer) once sent.
 	c.Response().SetBodyStream(limitedFile{Reader: io.LimitReader(f, n), c: f}, int(n))
-	return status, n, nil
+	return n, nil
 }
 
-// busyOr500 answers a download whose lookup found the database busy
+// busyOr refuses a download whose lookup found the database busy
 // (firmware.IsBusy: the lookups allowed at once taken, PostgreSQL
-// refusing connections or timing out) 503 with Retry-After, which a
-// device asks again after; anything else is the error handler's 500.
-func busyOr500(c *fiber.Ctx, err error) (int, int64, error) {
+// refusing connections or timing out) as busy, which a device asks again
+// after; anything else is err, the error handler's 500.
+func busyOr(err error) error {
 	if firmware.IsBusy(err) {
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return 503, 0, reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "busy: ask again in a second", nil)
+		return busyError{msg: "busy: ask again in a second", retryAfter: 1}
 	}
-	return 500, 0, err
+	return err
 }
 
 type limitedFile struct {
