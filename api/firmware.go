@@ -245,6 +245,17 @@ func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (
 	return ofReachableProduct(ctx, "package", id, fw.Store().GetPackage, func(p firmware.Package) string { return p.ProductID })
 }
 
+// packageParam is the firmware service and the package of the route's
+// {id} (packageOf).
+func (s *Server) packageParam(c *fiber.Ctx) (FirmwareService, firmware.Package, error) {
+	fw, err := s.firmware()
+	if err != nil {
+		return nil, firmware.Package{}, err
+	}
+	p, err := s.packageOf(c.UserContext(), fw, c.Params("id"))
+	return fw, p, err
+}
+
 // firmwareList is what a firmware list's query asks: its page (pageArgs),
 // productId ("": any; else one the caller may reach) and the products
 // the caller reaches (nil: all).
@@ -254,48 +265,50 @@ type firmwareList struct {
 	products    []string
 }
 
-func listArgs(c *fiber.Ctx) (firmwareList, error) {
+// listArgs is the firmware service and what a list's query asks.
+func (s *Server) listArgs(c *fiber.Ctx) (FirmwareService, firmwareList, error) {
 	var l firmwareList
-	var err error
+	fw, err := s.firmware()
+	if err != nil {
+		return nil, l, err
+	}
 	if l.index, l.size, err = pageArgs(c); err != nil {
-		return l, err
+		return nil, l, err
 	}
 	ctx := c.UserContext()
 	if l.productID = c.Query("productId"); l.productID != "" {
 		if err := productVisible(ctx, l.productID); err != nil {
-			return l, err
+			return nil, l, err
 		}
 	}
 	if all, ids := meta.ProductsOf(ctx); !all {
 		l.products = append([]string{}, ids...)
 	}
-	return l, nil
+	return fw, l, nil
+}
+
+// okFirmwarePage answers a page of a firmware list (page index of size
+// rows each: data of total), or the error of its read.
+func okFirmwarePage[T any](c *fiber.Ctx, index, size int, data []T, total int, err error) error {
+	if err != nil {
+		return err
+	}
+	return ok(c, firmwarePage[T]{PageIndex: index, PageSize: size, Total: total, Data: data})
 }
 
 // listFirmware is GET /api/firmware/package?productId&pageIndex&pageSize.
 func (s *Server) listFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	l, err := listArgs(c)
+	fw, l, err := s.listArgs(c)
 	if err != nil {
 		return err
 	}
 	data, total, err := fw.Store().ListPackages(c.UserContext(), l.productID, l.products, l.index*l.size, l.size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Package]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
+	return okFirmwarePage(c, l.index, l.size, data, total, err)
 }
 
 // getFirmware is GET /api/firmware/package/{id}.
 func (s *Server) getFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	p, err := s.packageOf(c.UserContext(), fw, c.Params("id"))
+	_, p, err := s.packageParam(c)
 	if err != nil {
 		return err
 	}
@@ -305,11 +318,8 @@ func (s *Server) getFirmware(c *fiber.Ctx) error {
 // deleteFirmware is DELETE /api/firmware/package/{id}: refused (400,
 // field id) while a rollout refers to it.
 func (s *Server) deleteFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
+	fw, _, err := s.packageParam(c)
 	if err != nil {
-		return err
-	}
-	if _, err := s.packageOf(c.UserContext(), fw, c.Params("id")); err != nil {
 		return err
 	}
 	p, err := fw.DeletePackage(c.UserContext(), c.Params("id"))
@@ -354,13 +364,20 @@ func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (
 	return ofReachableProduct(ctx, "rollout", id, fw.Store().GetRollout, func(r firmware.Rollout) string { return r.ProductID })
 }
 
-// listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
-func (s *Server) listRollouts(c *fiber.Ctx) error {
+// rolloutParam is the firmware service and the rollout of the route's
+// {id} (rolloutOf).
+func (s *Server) rolloutParam(c *fiber.Ctx) (FirmwareService, firmware.Rollout, error) {
 	fw, err := s.firmware()
 	if err != nil {
-		return err
+		return nil, firmware.Rollout{}, err
 	}
-	l, err := listArgs(c)
+	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	return fw, r, err
+}
+
+// listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
+func (s *Server) listRollouts(c *fiber.Ctx) error {
+	fw, l, err := s.listArgs(c)
 	if err != nil {
 		return err
 	}
@@ -372,19 +389,12 @@ func (s *Server) listRollouts(c *fiber.Ctx) error {
 			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", schema.Truncate(state, 80))
 	}
 	data, total, err := fw.Store().ListRollouts(c.UserContext(), l.productID, state, l.products, l.index*l.size, l.size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
+	return okFirmwarePage(c, l.index, l.size, data, total, err)
 }
 
 // getRollout is GET /api/firmware/rollout/{id}, with its counts by state.
 func (s *Server) getRollout(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	_, r, err := s.rolloutParam(c)
 	if err != nil {
 		return err
 	}
@@ -393,11 +403,7 @@ func (s *Server) getRollout(c *fiber.Ctx) error {
 
 // rolloutCounts is GET /api/firmware/rollout/{id}/counts: devices by state.
 func (s *Server) rolloutCounts(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	_, r, err := s.rolloutParam(c)
 	if err != nil {
 		return err
 	}
@@ -407,11 +413,8 @@ func (s *Server) rolloutCounts(c *fiber.Ctx) error {
 // rolloutAction is POST /api/firmware/rollout/{id}/_pause, _resume, _cancel.
 func (s *Server) rolloutAction(act func(FirmwareService, context.Context, string) (firmware.Rollout, error)) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		fw, err := s.firmware()
+		fw, _, err := s.rolloutParam(c)
 		if err != nil {
-			return err
-		}
-		if _, err := s.rolloutOf(c.UserContext(), fw, c.Params("id")); err != nil {
 			return err
 		}
 		r, err := act(fw, c.UserContext(), c.Params("id"))
@@ -460,10 +463,7 @@ func (s *Server) jobsPage(c *fiber.Ctx, states []string) error {
 		return err
 	}
 	data, total, err := fw.Store().Jobs(c.UserContext(), r.ID, states, index*size, size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Job]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return okFirmwarePage(c, index, size, data, total, err)
 }
 
 // deviceFirmware is GET /api/device/instance/{id}/firmware: the version
