@@ -64,7 +64,7 @@ type loginResult struct {
 // address (LoginMaxFailures).
 func (s *Server) login(c *fiber.Ctx) error {
 	if ct := c.Get(fiber.HeaderContentType); ct == "" {
-		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Type must be application/json (got none)")
+		return unsupportedTypeError("Content-Type must be application/json (got none)")
 	} else if err := checkContentType(ct); err != nil {
 		return err
 	}

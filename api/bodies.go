@@ -116,7 +116,12 @@ func (s *Server) drainUpload(c *fiber.Ctx) bool {
 	if r == nil {
 		return true
 	}
-	limit := int64(s.firmwareBodyLimit())
+	return readRest(r, int64(s.firmwareBodyLimit()))
+}
+
+// readRest reads what is left of a streamed body, at most limit bytes of
+// it, and reports whether that was its end (nothing past limit left).
+func readRest(r io.Reader, limit int64) bool {
 	n, err := io.Copy(io.Discard, io.LimitReader(r, limit+1))
 	return err == nil && n <= limit
 }
@@ -149,7 +154,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // one read to its end is marked so (readBodies keeps the connection).
 func (b *bodyReader) finish(c *fiber.Ctx, err error) {
 	if !b.eof && err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(b, 64<<10))
+		readRest(b, 64<<10)
 	}
 	if b.eof {
 		c.Locals(bodyReadKey{}, true)

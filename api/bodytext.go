@@ -27,8 +27,16 @@ func checkContentType(contentType string) error {
 			return nil
 		}
 	}
-	return fiber.NewError(fiber.StatusUnsupportedMediaType,
-		fmt.Sprintf("Content-Type must be application/json (got %q)", safeText(contentType)))
+	return unsupportedTypeError(fmt.Sprintf("Content-Type must be application/json (got %q)", safeText(contentType)))
+}
+
+// checkIdentity refuses a body sent compressed: the routes that read
+// JSON or CSV take it as it is.
+func checkIdentity(c *fiber.Ctx) error {
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		return unsupportedTypeError("Content-Encoding is not supported: send the body uncompressed")
+	}
+	return nil
 }
 
 // maxTextDepth bounds the nesting checkJSONText follows, as encoding/json

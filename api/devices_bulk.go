@@ -242,13 +242,6 @@ func checkBulkJSON(c *fiber.Ctx) error {
 	return checkIdentity(c)
 }
 
-func checkIdentity(c *fiber.Ctx) error {
-	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
-		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Encoding is not supported: send the body uncompressed")
-	}
-	return nil
-}
-
 // importBody returns the import's body and whether it is CSV: by its
 // Content-Type (text/csv; JSON otherwise), or for a multipart upload the
 // file field's content (JSON if it starts with "[", else CSV: browsers
@@ -283,14 +276,12 @@ func importBody(c *fiber.Ctx) (body []byte, isCSV bool, deploy string, err error
 		return body, !looksLikeJSONArray(body), c.FormValue("deploy"), nil
 	case "text/csv", "application/csv":
 		if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
-			return nil, false, "", fiber.NewError(fiber.StatusUnsupportedMediaType,
-				fmt.Sprintf("CSV must be UTF-8 (got charset %q)", safeText(cs)))
+			return nil, false, "", unsupportedTypeError(fmt.Sprintf("CSV must be UTF-8 (got charset %q)", safeText(cs)))
 		}
 		return c.Body(), true, "", nil
 	}
 	if err := checkContentType(ct); err != nil {
-		return nil, false, "", fiber.NewError(fiber.StatusUnsupportedMediaType,
-			fmt.Sprintf("Content-Type must be text/csv, application/json or multipart/form-data (got %q)", safeText(ct)))
+		return nil, false, "", unsupportedTypeError(fmt.Sprintf("Content-Type must be text/csv, application/json or multipart/form-data (got %q)", safeText(ct)))
 	}
 	return c.Body(), false, "", nil
 }

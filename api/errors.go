@@ -57,10 +57,24 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			rules   importRefused
 			bulkTO  bulkTimeoutError
 			ready   notReadyError
+			missing notFoundError
+			media   unsupportedTypeError
+			basic   basicAuthError
+			rng     rangeError
 		)
 		switch {
 		case errors.As(err, &denied):
 			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
+		case errors.As(err, &missing):
+			return reply(c, fiber.StatusNotFound, codeNotFound, string(missing), nil)
+		case errors.As(err, &media):
+			return reply(c, fiber.StatusUnsupportedMediaType, codeUnsupportedType, string(media), nil)
+		case errors.As(err, &basic):
+			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="`+basic.realm+`"`)
+			return reply(c, fiber.StatusUnauthorized, codeUnauthorized, basic.msg, nil)
+		case errors.As(err, &rng):
+			c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(rng.size, 10))
+			return reply(c, fiber.StatusRequestedRangeNotSatisfiable, codeIllegalArgument, rng.Error(), nil)
 		case errors.As(err, &busy):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busy.retryAfter))
 			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, busy.msg, nil)
@@ -138,6 +152,37 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 type accessDeniedError string
 
 func (e accessDeniedError) Error() string { return string(e) }
+
+// notFoundError is a refusal of a request for something that is not
+// there, outside the stores' meta.ErrNotFound: 404 not_found, the text
+// its message.
+type notFoundError string
+
+func (e notFoundError) Error() string { return string(e) }
+
+// unsupportedTypeError refuses a body of a Content-Type, charset or
+// Content-Encoding the route does not read: 415 unsupported_media_type,
+// the text (which names what the route takes) its message.
+type unsupportedTypeError string
+
+func (e unsupportedTypeError) Error() string { return string(e) }
+
+// basicAuthError refuses a request whose HTTP Basic credentials are
+// missing or wrong: 401 unauthorized, msg its message, with
+// WWW-Authenticate asking for Basic credentials of realm.
+type basicAuthError struct {
+	realm, msg string
+}
+
+func (e basicAuthError) Error() string { return e.msg }
+
+// rangeError refuses a Range past the end of a firmware package of size
+// bytes: 416 illegal_argument, with Content-Range "bytes */size".
+type rangeError struct{ size int64 }
+
+func (e rangeError) Error() string {
+	return "range not satisfiable: the package has " + strconv.FormatInt(e.size, 10) + " bytes"
+}
 
 // busyError refuses a request for want of capacity on this instance (a
 // slot of a bounded pool): 503 too_many_requests, with Retry-After

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -23,20 +24,29 @@ func TestErrorHandlerTypedRefusals(t *testing.T) {
 		message    string
 		result     string // JSON; "" for none
 		retryAfter string
+		header     string // "Name: value" the refusal sets; "" for none
 	}{
 		{"access denied", accessDeniedError("access denied: this needs permission device:read"),
-			403, "access_denied", "access denied: this needs permission device:read", "", ""},
+			403, "access_denied", "access denied: this needs permission device:read", "", "", ""},
 		{"busy", busyError{msg: "too many dashboard requests in progress; retry later", retryAfter: 1},
-			503, "too_many_requests", "too many dashboard requests in progress; retry later", "", "1"},
+			503, "too_many_requests", "too many dashboard requests in progress; retry later", "", "1", ""},
 		{"user streams", fmt.Errorf("live: %w", &errUserStreams{kind: kindExport, limit: 2}),
-			429, "too_many_requests", "too many exports of this user at once (at most 2 per user); end one and retry", "", "5"},
+			429, "too_many_requests", "too many exports of this user at once (at most 2 per user); end one and retry", "", "5", ""},
 		{"import refused", importRefused{{Index: 1, Field: "name", Message: "is required"}, {Index: 3, Message: "x"}},
 			400, "illegal_argument", "rules[1].name: is required (nothing imported)",
-			`[{"index":1,"field":"name","message":"is required"},{"index":3,"message":"x"}]`, ""},
+			`[{"index":1,"field":"name","message":"is required"},{"index":3,"message":"x"}]`, "", ""},
 		{"bulk broker timeout", bulkTimeoutError{err: fmt.Errorf("logins: %w", errBrokerTimeout), created: json.RawMessage(`{"created":1}`)},
-			503, "broker_timeout", "logins: " + errBrokerTimeout.Error(), `{"created":1}`, ""},
+			503, "broker_timeout", "logins: " + errBrokerTimeout.Error(), `{"created":1}`, "", ""},
 		{"not ready", notReadyError{"postgres": "down"},
-			503, "server_error", "not ready", `{"postgres":"down"}`, ""},
+			503, "server_error", "not ready", `{"postgres":"down"}`, "", ""},
+		{"not found", notFoundError("unknown download link"),
+			404, "not_found", "unknown download link", "", "", ""},
+		{"unsupported type", unsupportedTypeError(`Content-Type must be application/json (got "text/plain")`),
+			415, "unsupported_media_type", `Content-Type must be application/json (got "text/plain")`, "", "", ""},
+		{"basic auth", basicAuthError{realm: "devicehub firmware", msg: "credentials required"},
+			401, "unauthorized", "credentials required", "", "", `WWW-Authenticate: Basic realm="devicehub firmware"`},
+		{"range", fmt.Errorf("download: %w", rangeError{size: 1000}),
+			416, "illegal_argument", "range not satisfiable: the package has 1000 bytes", "", "", "Content-Range: bytes */1000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,6 +70,9 @@ func TestErrorHandlerTypedRefusals(t *testing.T) {
 				string(env.Result) != tt.result || res.Header.Get("Retry-After") != tt.retryAfter {
 				t.Errorf("got %d %s (Retry-After %q), want %d %s %q result %s (Retry-After %q)",
 					res.StatusCode, body, res.Header.Get("Retry-After"), tt.status, tt.code, tt.message, tt.result, tt.retryAfter)
+			}
+			if name, value, _ := strings.Cut(tt.header, ": "); name != "" && res.Header.Get(name) != value {
+				t.Errorf("%s: %q, want %q", name, res.Header.Get(name), value)
 			}
 		})
 	}

@@ -245,6 +245,17 @@ func (s *Server) packageOf(ctx context.Context, fw FirmwareService, id string) (
 	return ofReachableProduct(ctx, "package", id, fw.Store().GetPackage, func(p firmware.Package) string { return p.ProductID })
 }
 
+// packageParam is the firmware service and the package of the route's
+// {id} (packageOf).
+func (s *Server) packageParam(c *fiber.Ctx) (FirmwareService, firmware.Package, error) {
+	fw, err := s.firmware()
+	if err != nil {
+		return nil, firmware.Package{}, err
+	}
+	p, err := s.packageOf(c.UserContext(), fw, c.Params("id"))
+	return fw, p, err
+}
+
 // firmwareList is what a firmware list's query asks: its page (pageArgs),
 // productId ("": any; else one the caller may reach) and the products
 // the caller reaches (nil: all).
@@ -254,48 +265,50 @@ type firmwareList struct {
 	products    []string
 }
 
-func listArgs(c *fiber.Ctx) (firmwareList, error) {
+// listArgs is the firmware service and what a list's query asks.
+func (s *Server) listArgs(c *fiber.Ctx) (FirmwareService, firmwareList, error) {
 	var l firmwareList
-	var err error
+	fw, err := s.firmware()
+	if err != nil {
+		return nil, l, err
+	}
 	if l.index, l.size, err = pageArgs(c); err != nil {
-		return l, err
+		return nil, l, err
 	}
 	ctx := c.UserContext()
 	if l.productID = c.Query("productId"); l.productID != "" {
 		if err := productVisible(ctx, l.productID); err != nil {
-			return l, err
+			return nil, l, err
 		}
 	}
 	if all, ids := meta.ProductsOf(ctx); !all {
 		l.products = append([]string{}, ids...)
 	}
-	return l, nil
+	return fw, l, nil
+}
+
+// okFirmwarePage answers a page of a firmware list (page index of size
+// rows each: data of total), or the error of its read.
+func okFirmwarePage[T any](c *fiber.Ctx, index, size int, data []T, total int, err error) error {
+	if err != nil {
+		return err
+	}
+	return ok(c, firmwarePage[T]{PageIndex: index, PageSize: size, Total: total, Data: data})
 }
 
 // listFirmware is GET /api/firmware/package?productId&pageIndex&pageSize.
 func (s *Server) listFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	l, err := listArgs(c)
+	fw, l, err := s.listArgs(c)
 	if err != nil {
 		return err
 	}
 	data, total, err := fw.Store().ListPackages(c.UserContext(), l.productID, l.products, l.index*l.size, l.size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Package]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
+	return okFirmwarePage(c, l.index, l.size, data, total, err)
 }
 
 // getFirmware is GET /api/firmware/package/{id}.
 func (s *Server) getFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	p, err := s.packageOf(c.UserContext(), fw, c.Params("id"))
+	_, p, err := s.packageParam(c)
 	if err != nil {
 		return err
 	}
@@ -305,11 +318,8 @@ func (s *Server) getFirmware(c *fiber.Ctx) error {
 // deleteFirmware is DELETE /api/firmware/package/{id}: refused (400,
 // field id) while a rollout refers to it.
 func (s *Server) deleteFirmware(c *fiber.Ctx) error {
-	fw, err := s.firmware()
+	fw, _, err := s.packageParam(c)
 	if err != nil {
-		return err
-	}
-	if _, err := s.packageOf(c.UserContext(), fw, c.Params("id")); err != nil {
 		return err
 	}
 	p, err := fw.DeletePackage(c.UserContext(), c.Params("id"))
@@ -354,13 +364,20 @@ func (s *Server) rolloutOf(ctx context.Context, fw FirmwareService, id string) (
 	return ofReachableProduct(ctx, "rollout", id, fw.Store().GetRollout, func(r firmware.Rollout) string { return r.ProductID })
 }
 
-// listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
-func (s *Server) listRollouts(c *fiber.Ctx) error {
+// rolloutParam is the firmware service and the rollout of the route's
+// {id} (rolloutOf).
+func (s *Server) rolloutParam(c *fiber.Ctx) (FirmwareService, firmware.Rollout, error) {
 	fw, err := s.firmware()
 	if err != nil {
-		return err
+		return nil, firmware.Rollout{}, err
 	}
-	l, err := listArgs(c)
+	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	return fw, r, err
+}
+
+// listRollouts is GET /api/firmware/rollout?productId&state&pageIndex&pageSize.
+func (s *Server) listRollouts(c *fiber.Ctx) error {
+	fw, l, err := s.listArgs(c)
 	if err != nil {
 		return err
 	}
@@ -372,19 +389,12 @@ func (s *Server) listRollouts(c *fiber.Ctx) error {
 			firmware.RolloutAborted, firmware.RolloutCompleted}, "unknown rollout state %q", schema.Truncate(state, 80))
 	}
 	data, total, err := fw.Store().ListRollouts(c.UserContext(), l.productID, state, l.products, l.index*l.size, l.size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Rollout]{PageIndex: l.index, PageSize: l.size, Total: total, Data: data})
+	return okFirmwarePage(c, l.index, l.size, data, total, err)
 }
 
 // getRollout is GET /api/firmware/rollout/{id}, with its counts by state.
 func (s *Server) getRollout(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	_, r, err := s.rolloutParam(c)
 	if err != nil {
 		return err
 	}
@@ -393,11 +403,7 @@ func (s *Server) getRollout(c *fiber.Ctx) error {
 
 // rolloutCounts is GET /api/firmware/rollout/{id}/counts: devices by state.
 func (s *Server) rolloutCounts(c *fiber.Ctx) error {
-	fw, err := s.firmware()
-	if err != nil {
-		return err
-	}
-	r, err := s.rolloutOf(c.UserContext(), fw, c.Params("id"))
+	_, r, err := s.rolloutParam(c)
 	if err != nil {
 		return err
 	}
@@ -407,11 +413,8 @@ func (s *Server) rolloutCounts(c *fiber.Ctx) error {
 // rolloutAction is POST /api/firmware/rollout/{id}/_pause, _resume, _cancel.
 func (s *Server) rolloutAction(act func(FirmwareService, context.Context, string) (firmware.Rollout, error)) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		fw, err := s.firmware()
+		fw, _, err := s.rolloutParam(c)
 		if err != nil {
-			return err
-		}
-		if _, err := s.rolloutOf(c.UserContext(), fw, c.Params("id")); err != nil {
 			return err
 		}
 		r, err := act(fw, c.UserContext(), c.Params("id"))
@@ -460,10 +463,7 @@ func (s *Server) jobsPage(c *fiber.Ctx, states []string) error {
 		return err
 	}
 	data, total, err := fw.Store().Jobs(c.UserContext(), r.ID, states, index*size, size)
-	if err != nil {
-		return err
-	}
-	return ok(c, firmwarePage[firmware.Job]{PageIndex: index, PageSize: size, Total: total, Data: data})
+	return okFirmwarePage(c, index, size, data, total, err)
 }
 
 // deviceFirmware is GET /api/device/instance/{id}/firmware: the version
@@ -490,30 +490,46 @@ func (s *Server) deviceFirmware(c *fiber.Ctx) error {
 // when signed), one package and an expiry.
 // 200 the whole file, 206 a Range (bytes=N-, N-M, -N), 416 a range past
 // the end; 401 bad or missing credentials, 403 another device's or an
-// expired link, 404 an unknown token or package. The file is streamed
-// from disk: a download holds a buffer, never the package.
+// expired link, 404 an unknown token or package, 503 with Retry-After
+// the database busy, 500 anything else (the refusals' statuses and codes
+// are errors.go's). The file is streamed from disk: a download holds a
+// buffer, never the package.
 func (s *Server) downloadFirmware(c *fiber.Ctx) error {
-	code, n, err := s.download(c)
-	if fw := s.deps.Firmware; fw != nil {
-		fw.Downloaded(code, n)
+	n, err := s.download(c)
+	if err != nil {
+		// The refusal's envelope is written now (errors.go chooses its
+		// status), so that the status counted is the one sent.
+		if herr := c.App().ErrorHandler(c, err); herr != nil {
+			return herr
+		}
+		n = 0
 	}
-	return err
+	if fw := s.deps.Firmware; fw != nil {
+		fw.Downloaded(c.Response().StatusCode(), n)
+	}
+	return nil
 }
 
-func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
+// errDeviceCredentials refuses a download without its device's
+// credentials.
+var errDeviceCredentials = basicAuthError{realm: "devicehub firmware",
+	msg: "the device's secureId and secureKey as HTTP Basic auth are required"}
+
+// download answers a download, or returns its refusal; n is the length
+// of the body it sends.
+func (s *Server) download(c *fiber.Ctx) (n int64, err error) {
 	fw, err := s.firmware()
 	if err != nil {
-		return 500, 0, err
+		return 0, err
 	}
 	ctx := c.UserContext()
 	g, terr := fw.Signer().Check(c.Params("token"), time.Now())
 	if errors.Is(terr, firmware.ErrBadToken) {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "unknown download link", nil)
+		return 0, notFoundError("unknown download link")
 	}
 	user, pass, okAuth := basicAuth(c.Get(fiber.HeaderAuthorization))
 	if !okAuth {
-		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
-		return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+		return 0, errDeviceCredentials
 	}
 	// The link carries a digest of its device's credentials as signed:
 	// the device's own are checked against it, without the database.
@@ -524,31 +540,30 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	if !fw.Signer().SameCred(g, user, pass) {
 		id, key, err := fw.SecureIDOwner(ctx, user)
 		if err != nil {
-			return busyOr500(c, err)
+			return 0, busyOr(err)
 		}
 		if id == "" || subtle.ConstantTimeCompare([]byte(key), []byte(pass)) != 1 {
-			c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="devicehub firmware"`)
-			return 401, 0, reply(c, fiber.StatusUnauthorized, codeUnauthorized, "the device's secureId and secureKey as HTTP Basic auth are required", nil)
+			return 0, errDeviceCredentials
 		}
 		if id != g.DeviceID {
-			return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link is another device's", nil)
+			return 0, accessDeniedError("access denied: this download link is another device's")
 		}
 	}
 	if errors.Is(terr, firmware.ErrExpired) {
-		return 403, 0, reply(c, fiber.StatusForbidden, codeAccessDenied, "access denied: this download link has expired", nil)
+		return 0, accessDeniedError("access denied: this download link has expired")
 	}
 	// The package's file, size and SHA-256: cached a moment (one read per
 	// package and 2 s, whatever the fleet downloading at once).
 	ref, err := fw.PackageFile(ctx, g.PackageID)
 	if err != nil {
-		return busyOr500(c, err)
+		return 0, busyOr(err)
 	}
 	if !ref.Found {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package of this link is gone", nil)
+		return 0, notFoundError("the package of this link is gone")
 	}
 	f, err := fw.Files().Open(ref.FileName)
 	if err != nil {
-		return 404, 0, reply(c, fiber.StatusNotFound, codeNotFound, "the package's file is gone", nil)
+		return 0, notFoundError("the package's file is gone")
 	}
 	size := ref.Size
 	c.Set(fiber.HeaderAcceptRanges, "bytes")
@@ -557,16 +572,15 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 	start, end, partial, satisfiable := parseRange(c.Get(fiber.HeaderRange), size)
 	if !satisfiable {
 		f.Close()
-		c.Set(fiber.HeaderContentRange, "bytes */"+strconv.FormatInt(size, 10))
-		return 416, 0, reply(c, fiber.StatusRequestedRangeNotSatisfiable, codeIllegalArgument, "range not satisfiable: the package has "+strconv.FormatInt(size, 10)+" bytes", nil)
+		return 0, rangeError{size: size}
 	}
 	if start > 0 {
 		if _, err := f.Seek(start, io.SeekStart); err != nil {
 			f.Close()
-			return 500, 0, err
+			return 0, err
 		}
 	}
-	n := end - start + 1
+	n = end - start + 1
 	status := fiber.StatusOK
 	if partial {
 		status = fiber.StatusPartialContent
@@ -577,24 +591,23 @@ func (s *Server) download(c *fiber.Ctx) (int, int64, error) {
 		f.Close()
 		c.Response().Header.SetContentLength(int(n))
 		c.Response().SkipBody = true
-		return status, 0, nil
+		return 0, nil
 	}
 	// fasthttp copies the stream to the connection with a small buffer
 	// and closes it (io.Closer) once sent.
 	c.Response().SetBodyStream(limitedFile{Reader: io.LimitReader(f, n), c: f}, int(n))
-	return status, n, nil
+	return n, nil
 }
 
-// busyOr500 answers a download whose lookup found the database busy
+// busyOr refuses a download whose lookup found the database busy
 // (firmware.IsBusy: the lookups allowed at once taken, PostgreSQL
-// refusing connections or timing out) 503 with Retry-After, which a
-// device asks again after; anything else is the error handler's 500.
-func busyOr500(c *fiber.Ctx, err error) (int, int64, error) {
+// refusing connections or timing out) as busy, which a device asks again
+// after; anything else is err, the error handler's 500.
+func busyOr(err error) error {
 	if firmware.IsBusy(err) {
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return 503, 0, reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "busy: ask again in a second", nil)
+		return busyError{msg: "busy: ask again in a second", retryAfter: 1}
 	}
-	return 500, 0, err
+	return err
 }
 
 type limitedFile struct {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
 	"devicehub/ingest/firmware"
@@ -211,7 +214,8 @@ func TestFirmwarePackages(t *testing.T) {
 // (403), and answers ranges with 206 from the offset asked, 416 past the
 // end.
 func TestFirmwareDownload(t *testing.T) {
-	e := newFirmwareEnv(t, 1<<20)
+	reg := prometheus.NewRegistry()
+	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Registerer: reg})
 	data := make([]byte, 64<<10)
 	for i := range data {
 		data[i] = byte(i * 7)
@@ -267,6 +271,29 @@ func TestFirmwareDownload(t *testing.T) {
 			t.Errorf("%s: %d, want %d: %.200s", c.name, res.StatusCode, c.status, body)
 		}
 	}
+	// Each download is counted under the status it was answered with.
+	want := map[string]float64{"200": 1, "206": 2, "416": 1, "401": 2, "403": 2, "404": 2, "500": 0, "503": 0}
+	if got := downloadCounts(t, reg); !maps.Equal(got, want) {
+		t.Errorf("devicehub_firmware_downloads_total: %v, want %v", got, want)
+	}
+}
+
+// downloadCounts is devicehub_firmware_downloads_total by code.
+func downloadCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "devicehub_firmware_downloads_total" {
+			for _, m := range mf.GetMetric() {
+				counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return counts
 }
 
 // TestFirmwareDownloadBusy: a device's own download reads no device
@@ -277,7 +304,8 @@ func TestFirmwareDownload(t *testing.T) {
 // 503 with Retry-After at once rather than queued for a connection until
 // it fails with a 500; once the database answers, both are answered.
 func TestFirmwareDownloadBusy(t *testing.T) {
-	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Lookups: 1, LookupWait: 200 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Lookups: 1, LookupWait: 200 * time.Millisecond, Registerer: reg})
 	data := bytes.Repeat([]byte("fw"), 1000)
 	var p firmware.Package
 	_ = json.Unmarshal(e.upload(url.Values{"productId": {"fwp"}, "version": {"3.1"}}, data).Result, &p)
@@ -332,6 +360,9 @@ func TestFirmwareDownloadBusy(t *testing.T) {
 	}
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" {
 		t.Fatalf("the second lookup, lookups all taken: %d Retry-After %q, want 503 and 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if n := downloadCounts(t, reg)["503"]; n != 1 {
+		t.Errorf("downloads counted 503: %v, want 1", n)
 	}
 	if res, err := get("fwd-a"); err != nil || res.StatusCode != 200 {
 		t.Fatalf("the device's own download, lookups all taken: %v %v (want 200)", res, err)

@@ -584,8 +584,8 @@ func jsonBodies(c *fiber.Ctx) error {
 	if err := checkContentType(c.Get(fiber.HeaderContentType)); err != nil {
 		return err
 	}
-	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
-		return fiber.NewError(fiber.StatusUnsupportedMediaType, "Content-Encoding is not supported: send the body uncompressed")
+	if err := checkIdentity(c); err != nil {
+		return err
 	}
 	if err := checkJSONText(body); err != nil {
 		return err

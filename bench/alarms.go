@@ -72,13 +72,7 @@ func (p *AlarmsParams) defaults() {
 			*d.v = d.d
 		}
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
 }
 
 // AlarmsBurst is one burst of one report per device, as fast as the
@@ -320,16 +314,11 @@ func alarmsTimers(n int, forD, spread time.Duration) AlarmsTimers {
 }
 
 func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) error {
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "alarms", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "alarms", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
-	if err != nil {
-		return err
-	}
-	defer broker.stop()
 	p.Logf("alarms: starting devicehub (api, ingest, alarms) on a private broker")
 	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
 		BrokerURL: broker.url(), Roles: "api,ingest", Args: p.ServerArgs, Conns: 8})

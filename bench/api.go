@@ -65,12 +65,7 @@ func (p APIParams) withDefaults() APIParams {
 	if p.BrokerURL == "" {
 		p.BrokerURL = envDefault("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884")
 	}
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(nil, &p.ClickHouseAddr, &p.Logf)
 	return p
 }
 

@@ -197,6 +197,22 @@ func childProcs(self string, child int, pgBackends func() []int, brokerURL, clic
 	return ps
 }
 
+// childDefaults fills the settings of a devicehub child a scenario left
+// empty: the PostgreSQL server (pgServerDSN; nil for a scenario that
+// asks none), ClickHouse (DEVICEHUB_CLICKHOUSE_ADDR, or the local one)
+// and the log (silent).
+func childDefaults(pgServer, clickhouse *string, logf *func(string, ...any)) {
+	if pgServer != nil {
+		*pgServer = pgServerDSN(*pgServer)
+	}
+	if *clickhouse == "" {
+		*clickhouse = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
+	}
+	if *logf == nil {
+		*logf = func(string, ...any) {}
+	}
+}
+
 // prepareChildRun makes what a scenario with a devicehub child needs first:
 // a temporary folder (the child's log, and the binary when none is given),
 // the binary, and a PostgreSQL database devicehub_bench_<name>_<random>.
@@ -217,4 +233,19 @@ func prepareChildRun(ctx context.Context, name, binary, pgServer string, logf fu
 		return "", "", nil, nil, err
 	}
 	return tmp, bin, db, func() { db.drop(); os.RemoveAll(tmp) }, nil
+}
+
+// prepareChildBroker is prepareChildRun and a private broker with
+// devicehub's plugin (startFleetBroker) for the child; cleanup stops the
+// broker, then drops the database and the directory.
+func prepareChildBroker(ctx context.Context, name, binary, pgServer string, logf func(string, ...any)) (tmp, bin string, db *pgDatabase, broker *fleetBroker, cleanup func(), err error) {
+	tmp, bin, db, drop, err := prepareChildRun(ctx, name, binary, pgServer, logf)
+	if err != nil {
+		return "", "", nil, nil, nil, err
+	}
+	if broker, err = startFleetBroker(ctx, brokerPlugin, nil); err != nil {
+		drop()
+		return "", "", nil, nil, nil, err
+	}
+	return tmp, bin, db, broker, func() { broker.stop(); drop() }, nil
 }

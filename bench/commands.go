@@ -62,13 +62,7 @@ func (p CommandsParams) withDefaults() CommandsParams {
 	if p.BrokerURL == "" {
 		p.BrokerURL = "tcp://127.0.0.1:1884"
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
 	return p
 }
 

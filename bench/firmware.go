@@ -141,13 +141,7 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
 	res.Params = p
 	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "firmware", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {

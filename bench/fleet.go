@@ -110,13 +110,7 @@ func (p FleetParams) withDefaults() FleetParams {
 	def(&p.DynsecChanges, 20)
 	defDur(&p.DynsecTime, 2*time.Minute)
 	defDur(&p.DynsecQuiet, 3*time.Second)
-	p.PostgresServer = pgServerDSN(p.PostgresServer)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresServer, &p.ClickHouseAddr, &p.Logf)
 	p.Batch = min(max(p.Batch, 1), 10000) // the bulk API's limit per call
 	p.Devices = max(p.Devices, 2)
 	p.Clients, p.Workers, p.Verify = max(p.Clients, 1), max(p.Workers, 1), max(p.Verify, 1)

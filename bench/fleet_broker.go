@@ -292,13 +292,7 @@ func (b *fleetBroker) stop() {
 		return
 	}
 	if b.cmd != nil {
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-b.exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-			<-b.exited
-		}
+		stopGroup(b.cmd, b.exited, 10*time.Second)
 		b.cmd = nil
 	}
 	if b.dir != "" {
@@ -315,4 +309,16 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stopGroup ends cmd's process group: SIGTERM, then SIGKILL if it has
+// not exited (exited closed) within grace; it returns once it has.
+func stopGroup(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
 }

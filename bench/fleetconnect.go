@@ -359,14 +359,7 @@ func (b *fleetBroker) restart(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	old := b.cmd
-	_ = syscall.Kill(-old.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-b.exited:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-old.Process.Pid, syscall.SIGKILL)
-		<-b.exited
-	}
+	stopGroup(b.cmd, b.exited, 30*time.Second)
 	down := time.Now()
 	b.cmd = exec.Command(bin, "-c", filepath.Join(b.dir, "mosquitto.conf"))
 	b.cmd.Dir = b.dir

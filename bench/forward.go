@@ -213,24 +213,13 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
 	res.Params = p
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "forward", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "forward", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return res, err
 	}
 	defer cleanup()
-	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
-	if err != nil {
-		return res, err
-	}
-	defer broker.stop()
 
 	rcv := &fwdReceiver{devices: p.Devices, next: make([]int64, p.Devices), alarmAt: map[string]time.Time{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

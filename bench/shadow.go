@@ -86,24 +86,13 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
-	if p.ClickHouseAddr == "" {
-		p.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
 	res.Params = p
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "shadow", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "shadow", p.ServerBinary, p.PostgresDSN, p.Logf)
 	if err != nil {
 		return res, err
 	}
 	defer cleanup()
-	broker, err := startFleetBroker(ctx, brokerPlugin, nil)
-	if err != nil {
-		return res, err
-	}
-	defer broker.stop()
 	p.Logf("shadow: starting devicehub (api, ingest) on a private broker")
 	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
 		BrokerURL: broker.url(), Roles: "api,ingest", Args: p.ServerArgs, Conns: 8})

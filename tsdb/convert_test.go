@@ -40,6 +40,33 @@ func convertFleet(start time.Time) ([]Message, []PropertyValue) {
 	return msgs, props
 }
 
+// convertStart is when convertFleet's values start, in the tests.
+var convertStart = time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+
+// oldLayoutDB opens a new database in the layout before version 6
+// (schema version 5: device_property sorted by property) holding
+// convertFleet(convertStart)'s values. It returns the database's name
+// for testOptions (prefix and a random number), the options it was
+// opened with (testOptions' changed by with, if not nil) and the values.
+func oldLayoutDB(ctx context.Context, t *testing.T, prefix string, with func(*Options)) (name string, old Options, db *DB, props []PropertyValue) {
+	t.Helper()
+	name = fmt.Sprint(prefix, rand.IntN(1e6))
+	old = testOptions(name, time.UTC)
+	old.SchemaVersion = 5
+	if with != nil {
+		with(&old)
+	}
+	db = openDBWith(t, old)
+	if !db.oldLayout {
+		t.Fatal("a version 5 database is not in the old layout")
+	}
+	msgs, props := convertFleet(convertStart)
+	if err := db.Insert(ctx, msgs, props); err != nil {
+		t.Fatal(err)
+	}
+	return name, old, db, props
+}
+
 // convertAnswers asks db what the dashboard asks: aggregates of every
 // function at several intervals (product-wide and per device), latest and
 // ranged history, latest values, exports and message counts.
@@ -117,19 +144,8 @@ func tableCount(t *testing.T, db *DB, pattern string) uint64 {
 func TestConvertPropertyLayout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // two databases' answers, three times
 	defer cancel()
-	name := fmt.Sprint("convert", rand.IntN(1e6))
-	old := testOptions(name, time.UTC)
-	old.SchemaVersion = 5
-	old.QueryTimeout = 2 * time.Minute // a busy machine
-	db := openDBWith(t, old)
-	if !db.oldLayout {
-		t.Fatal("a version 5 database is not in the old layout")
-	}
-	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
-	msgs, props := convertFleet(start)
-	if err := db.Insert(ctx, msgs, props); err != nil {
-		t.Fatal(err)
-	}
+	name, old, db, props := oldLayoutDB(ctx, t, "convert", func(o *Options) { o.QueryTimeout = 2 * time.Minute }) // a busy machine
+	start := convertStart
 	before := convertAnswers(t, db, start)
 	oldRaw := old
 	oldRaw.NoRollup, oldRaw.ResultTTL = true, -1
@@ -240,15 +256,8 @@ func countMonth(props []PropertyValue, m time.Month) uint64 {
 func TestConvertConcurrent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	name := fmt.Sprint("convertcc", rand.IntN(1e6))
-	old := testOptions(name, time.UTC)
-	old.SchemaVersion = 5
-	db := openDBWith(t, old)
-	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
-	msgs, props := convertFleet(start)
-	if err := db.Insert(ctx, msgs, props); err != nil {
-		t.Fatal(err)
-	}
+	name, _, _, props := oldLayoutDB(ctx, t, "convertcc", nil)
+	start := convertStart
 	var wantSum float64
 	for _, p := range props {
 		wantSum += p.Num
@@ -333,15 +342,7 @@ func TestConvertConcurrent(t *testing.T) {
 func TestConvertStrayRows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	name := fmt.Sprint("convertst", rand.IntN(1e6))
-	old := testOptions(name, time.UTC)
-	old.SchemaVersion = 5
-	db := openDBWith(t, old)
-	start := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
-	msgs, props := convertFleet(start)
-	if err := db.Insert(ctx, msgs, props); err != nil {
-		t.Fatal(err)
-	}
+	name, _, db, props := oldLayoutDB(ctx, t, "convertst", nil)
 	full := &DB{opt: db.opt, version: db.version, tzName: db.tzName}
 	full.opt.SchemaVersion = 0
 	stmts, err := full.statements()

@@ -132,15 +132,9 @@ func TestAlarmsSIGKILL(t *testing.T) {
 		}
 	}()
 
-	gw := mqtttest.Gateway(t, broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true).
-		SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	pub := gateway(t, broker.URL(), "gw-"+suffix, func(o *mqtt.ClientOptions) {
+		o.SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
+	})
 	// The rule is evaluated once its subscription is in place: a probe
 	// device's crossing raises its alarm.
 	n := 0

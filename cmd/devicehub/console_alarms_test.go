@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
-	"devicehub/ingest/mqtttest"
 )
 
 // TestConsoleAlarmsInBrowser: a device's report crosses a rule's
@@ -21,20 +19,9 @@ func TestConsoleAlarmsInBrowser(t *testing.T) {
 	own := startOwn(t, "consolealarms")
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "ca"+suffix, "boiler-"+suffix
-	srv.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Boiler", "classifiedId": "test",
-		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": alarmTestModel})
-	srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": dev, "name": "Basement boiler", "productId": product})
-	srv.call(t, token, "POST", "/api/alarm/config", map[string]any{"id": "hot-" + suffix, "name": "Boiler too hot", "productId": product,
-		"severity": "major", "enabled": true, "clear": map[string]any{"type": "manual"},
-		"trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 80}}}})
-	gw := mqtttest.Gateway(t, own.broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	own.productWithDevice(t, product, "Boiler", alarmTestModel, dev, "Basement boiler", false)
+	own.hotRule(t, "hot-"+suffix, "Boiler too hot", product)
+	pub := gateway(t, own.broker.URL(), "gw-"+suffix)
 	n := 0
 	testkit.Eventually(t, 30*time.Second, "the alarm", func() bool {
 		n++
@@ -44,13 +31,7 @@ func TestConsoleAlarmsInBrowser(t *testing.T) {
 	})
 
 	b := newBrowser(t, chromium)
-	b.run("sign in",
-		chromedp.Navigate(srv.base+"/"),
-		chromedp.WaitVisible(chromedp.ID("login-form")),
-		chromedp.SendKeys(chromedp.ID("login-user"), "admin"),
-		chromedp.SendKeys(chromedp.ID("login-password"), "admin123"),
-		chromedp.Click(chromedp.ID("login-submit")),
-		chromedp.WaitVisible(chromedp.ID("nav-alarms")))
+	signIn(b, srv.base, "admin", "admin123", chromedp.WaitVisible(chromedp.ID("nav-alarms")))
 	b.run("open the alarms", chromedp.Click(chromedp.ID("nav-alarms")), chromedp.WaitVisible(chromedp.ID("alarm-search")))
 	b.poll("the alarm listed", fmt.Sprintf(`(document.querySelector('.alarm-device') || {}).textContent === %q &&
 		document.querySelector('[data-severity]').dataset.severity === 'major'`, dev))

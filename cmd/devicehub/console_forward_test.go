@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
-	"devicehub/ingest/mqtttest"
 )
 
 // TestConsoleForwardInBrowser drives the Notifications pages' forwarding
@@ -49,11 +47,7 @@ func TestConsoleForwardInBrowser(t *testing.T) {
 	own := startOwn(t, "consoleforward", "DEVICEHUB_FORWARD_DIR="+t.TempDir())
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "cf"+suffix, "valve-"+suffix
-	srv.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Valves " + suffix, "classifiedId": "test",
-		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": alarmTestModel})
-	srv.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
-	srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": dev, "name": "Valve", "productId": product})
-	srv.call(t, token, "POST", "/api/device/instance/"+dev+"/deploy", nil)
+	own.productWithDevice(t, product, "Valves "+suffix, alarmTestModel, dev, "Valve", true)
 
 	b := newBrowser(t, chromium)
 	signIn(b, srv.base, "admin", "admin123", chromedp.WaitVisible(chromedp.ID("nav-notify")))
@@ -90,14 +84,7 @@ func TestConsoleForwardInBrowser(t *testing.T) {
 	}
 
 	// The device reports: the webhook receives, the page counts them sent.
-	gw := mqtttest.Gateway(t, own.broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	pub := gateway(t, own.broker.URL(), "gw-"+suffix)
 	n := 0
 	testkit.Eventually(t, 30*time.Second, "reports forwarded", func() bool {
 		n++

@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
-	"devicehub/ingest/mqtttest"
 )
 
 // TestConsoleNotifyInBrowser drives the Notifications pages in headless
@@ -50,12 +48,8 @@ func TestConsoleNotifyInBrowser(t *testing.T) {
 	own := startOwn(t, "consolenotify", "DEVICEHUB_NOTIFY_MAX_ATTEMPTS=1")
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "cn"+suffix, "pump-"+suffix
-	srv.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Pumps " + suffix, "classifiedId": "test",
-		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": alarmTestModel})
-	srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": dev, "name": "Pump", "productId": product})
-	srv.call(t, token, "POST", "/api/alarm/config", map[string]any{"id": "hot-" + suffix, "name": "Pump too hot", "productId": product,
-		"severity": "major", "enabled": true, "clear": map[string]any{"type": "manual"},
-		"trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 80}}}})
+	own.productWithDevice(t, product, "Pumps "+suffix, alarmTestModel, dev, "Pump", false)
+	own.hotRule(t, "hot-"+suffix, "Pump too hot", product)
 
 	b := newBrowser(t, chromium)
 	signIn(b, srv.base, "admin", "admin123", chromedp.WaitVisible(chromedp.ID("nav-notify")))
@@ -119,14 +113,7 @@ func TestConsoleNotifyInBrowser(t *testing.T) {
 	}
 
 	// An alarm: its notification answered 404 once is a dead letter.
-	gw := mqtttest.Gateway(t, own.broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	pub := gateway(t, own.broker.URL(), "gw-"+suffix)
 	n := 0
 	testkit.Eventually(t, 30*time.Second, "a dead letter", func() bool {
 		n++

@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
-	"devicehub/ingest/mqtttest"
 )
 
 // TestConsoleOutsideModelInBrowser: a device reports a value of a
@@ -25,22 +23,12 @@ func TestConsoleOutsideModelInBrowser(t *testing.T) {
 	own := startOwn(t, "consoleoutside", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "om"+suffix, "meter-"+suffix
-	srv.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Meters " + suffix, "classifiedId": "test",
-		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": `{"properties":[` +
-			`{"id":"temp","name":"Temperature","valueType":{"type":"float"}},` +
-			`{"id":"mode","name":"Mode","valueType":{"type":"enum","elements":[{"value":"eco","text":"Eco"},{"value":"boost","text":"Boost"}]}}]}`})
-	srv.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
-	srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": dev, "name": "Meter", "productId": product})
-	srv.call(t, token, "POST", "/api/device/instance/"+dev+"/deploy", nil)
+	own.productWithDevice(t, product, "Meters "+suffix, `{"properties":[`+
+		`{"id":"temp","name":"Temperature","valueType":{"type":"float"}},`+
+		`{"id":"mode","name":"Mode","valueType":{"type":"enum","elements":[{"value":"eco","text":"Eco"},{"value":"boost","text":"Boost"}]}}]}`,
+		dev, "Meter", true)
 
-	gw := mqtttest.Gateway(t, own.broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(own.broker.URL()).SetClientID("gw-" + suffix).SetCleanSession(true)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	pub := gateway(t, own.broker.URL(), "gw-"+suffix)
 	if err := mqttconn.WaitToken(pub.Publish("/"+product+"/"+dev+"/properties/report", 1, false,
 		`{"messageId":"m1","properties":{"temp":21.5,"mode":"turbo","switch":true}}`), 5*time.Second); err != nil {
 		t.Fatal(err)

@@ -10,48 +10,23 @@ import (
 
 	"devicehub/api/live"
 	"devicehub/ingest/firmware"
-	"devicehub/ingest/link"
 	"devicehub/meta"
 )
 
 // newFirmware builds firmware updates (ingest/firmware): packages in
 // cfg.FirmwareDir, the engine (Run), and ingest's hook for devices'
-// reports. Its sender waits for the command path (lateFirmware.set).
+// reports. It sends upgrades on send, the command path built after
+// ingest (lateCommands).
 func newFirmware(ctx context.Context, store *meta.Store, cfg config, log *slog.Logger, reg prometheus.Registerer,
-	changed func(firmware.Change)) (*firmware.Service, *lateFirmware, error) {
+	send *lateCommands, changed func(firmware.Change)) (*firmware.Service, error) {
 	files, err := firmware.NewFiles(cfg.FirmwareDir, cfg.FirmwareMaxSize)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	send := &lateFirmware{ready: make(chan struct{})}
 	opt := firmware.DefaultOptions()
 	opt.PublicURL, opt.URLLifetime = publicURL(cfg), cfg.FirmwareURLLifetime
 	opt.Logger, opt.Registerer, opt.Changed = log, reg, changed
-	svc, err := firmware.New(ctx, firmware.NewStore(store, cfg.QueryTimeout), files, store, send, opt)
-	if err != nil {
-		return nil, nil, err
-	}
-	return svc, send, nil
-}
-
-// lateFirmware is a firmware.Sender whose link.Commands comes later.
-type lateFirmware struct {
-	ready chan struct{}
-	cmds  *link.Commands
-}
-
-func (l *lateFirmware) set(c *link.Commands) {
-	l.cmds = c
-	close(l.ready)
-}
-
-func (l *lateFirmware) SendFirmware(ctx context.Context, t link.Target, m link.FirmwareUpgrade) error {
-	select {
-	case <-l.ready:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return l.cmds.SendFirmware(ctx, t, m)
+	return firmware.New(ctx, firmware.NewStore(store, cfg.QueryTimeout), files, store, send, opt)
 }
 
 // firmwareChanged announces a committed change of a device's firmware

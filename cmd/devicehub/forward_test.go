@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
@@ -67,14 +65,7 @@ func TestForwardSigkill(t *testing.T) {
 	first.call(t, token, "POST", "/api/notify/forward", map[string]any{"id": "out", "name": "Out", "productId": "fp",
 		"webhook": map[string]any{"url": rcv.URL, "batchSize": 50, "batchMs": 10}})
 
-	gw := mqtttest.Gateway(t, broker.URL())
-	o := mqtt.NewClientOptions().AddBroker(broker.URL()).SetClientID(testkit.RandID("fwd-gw-")).SetCleanSession(true)
-	gw(o)
-	pub := mqtt.NewClient(o)
-	if err := mqttconn.WaitToken(pub.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Disconnect(0)
+	pub := gateway(t, broker.URL(), testkit.RandID("fwd-gw-"))
 	// The forwarder subscribes within a second of the rule.
 	testkit.Eventually(t, 20*time.Second, "the forwarder's status", func() bool {
 		var r struct {

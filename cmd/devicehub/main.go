@@ -179,11 +179,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	defer stopRelay()
 	// Devices' shadows (cmd/devicehub/shadow.go): closed after ingest.
-	shadows, shadowSend := newShadows(store, ts, cfg, relay.shadowChanged)
+	// They and firmware updates send once the command path is built
+	// (late.go).
+	late := newLateCommands()
+	shadows := newShadows(store, ts, cfg, late, relay.shadowChanged)
 	defer shadows.Close()
-	// Firmware updates (cmd/devicehub/firmware.go): reports from ingest,
-	// upgrades sent once the command path is built.
-	fw, fwSend, err := newFirmware(ctx, store, cfg, log, reg, relay.firmwareChanged)
+	// Firmware updates (cmd/devicehub/firmware.go): reports from ingest.
+	fw, err := newFirmware(ctx, store, cfg, log, reg, late, relay.firmwareChanged)
 	if err != nil {
 		return err
 	}
@@ -224,8 +226,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	go cmds.RunExpiry(ctx, time.Second)
-	shadowSend.set(cmds)
-	fwSend.set(cmds)
+	late.set(cmds)
 	// The firmware engine: one instance at a time paces rollouts.
 	fwDone := make(chan struct{})
 	fctx, stopFirmware := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/bench/testkit"
+	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 	"devicehub/tsdb/tsdbtest"
@@ -161,6 +162,49 @@ func startOwn(t *testing.T, name string, extra ...string) *ownServer {
 		srv.wait(15 * time.Second)
 	})
 	return &ownServer{server: srv, broker: broker, suffix: suffix, token: login(t, srv.base)}
+}
+
+// productWithDevice creates product (named name, of thing model
+// metadata) and its device dev (named devName), both deployed when
+// deploy: where the browser tests start.
+func (own *ownServer) productWithDevice(t *testing.T, product, name, metadata, dev, devName string, deploy bool) {
+	t.Helper()
+	own.call(t, own.token, "POST", "/api/device/product", map[string]any{"id": product, "name": name, "classifiedId": "test",
+		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": metadata})
+	if deploy {
+		own.call(t, own.token, "POST", "/api/device-product/"+product+"/deploy", nil)
+	}
+	own.call(t, own.token, "POST", "/api/device/instance", map[string]any{"id": dev, "name": devName, "productId": product})
+	if deploy {
+		own.call(t, own.token, "POST", "/api/device/instance/"+dev+"/deploy", nil)
+	}
+}
+
+// hotRule creates an enabled alarm rule id of product: major when temp
+// is above 80, cleared by hand.
+func (own *ownServer) hotRule(t *testing.T, id, name, product string) {
+	t.Helper()
+	own.call(t, own.token, "POST", "/api/alarm/config", map[string]any{"id": id, "name": name, "productId": product,
+		"severity": "major", "enabled": true, "clear": map[string]any{"type": "manual"},
+		"trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 80}}}})
+}
+
+// gateway connects a client of the broker at url with the gateway's
+// login (any device's topics) and clientID, options changed by each of
+// with; it is disconnected when the test ends.
+func gateway(t *testing.T, url, clientID string, with ...func(*mqtt.ClientOptions)) mqtt.Client {
+	t.Helper()
+	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(clientID).SetCleanSession(true)
+	mqtttest.Gateway(t, url)(o)
+	for _, w := range with {
+		w(o)
+	}
+	c := mqtt.NewClient(o)
+	if err := mqttconn.WaitToken(c.Connect(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return c
 }
 
 // startServer starts the binary and waits until it answers /healthz.

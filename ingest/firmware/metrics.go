@@ -62,8 +62,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // downloadCodes are the statuses the download route answers with
 // (api's downloadFirmware): the whole file, a range, a range past the end,
-// bad credentials, another device's or an expired link, an unknown one.
-var downloadCodes = []int{200, 206, 416, 401, 403, 404}
+// bad credentials, another device's or an expired link, an unknown one,
+// the database busy, a failure.
+var downloadCodes = []int{200, 206, 416, 401, 403, 404, 503, 500}
 
 // Downloaded counts a download answered with code and n bytes.
 func (s *Service) Downloaded(code int, n int64) {

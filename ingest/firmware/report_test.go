@@ -19,53 +19,21 @@ func TestProgressBatched(t *testing.T) {
 	const n = 400
 	ms, svc, _, r := setup(t, n, 600)
 	ctx := context.Background()
-	epoch, err := svc.store.Claim(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := svc.store.start(ctx, epoch, r, false, n); err != nil || len(st) != n {
-		t.Fatalf("started %d: %v", len(st), err)
-	}
+	startJobs(t, svc, r, n)
 	steps := []wire.FirmwareProgress{
 		{State: StateDownloading, Progress: 10}, {State: StateDownloading, Progress: 60},
 		{State: StateDownloaded}, {State: StateVerified}, {State: StateDownloading, Progress: 30},
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var early []string
-	for i, p := range steps {
-		for d := 1; d <= n; d++ {
-			id := fmt.Sprintf("fd-%d", d)
-			p.RolloutID, p.Version = r.ID, "2.0"
-			wg.Add(1)
-			want := p
-			last := i == len(steps)-1
-			svc.Progress("fp", id, p, time.Now(), func() {
-				defer wg.Done()
-				if !last {
-					return
-				}
-				// Acknowledged: the last report is committed.
-				var got Job
-				_ = ms.DB().GetContext(ctx, &got, `SELECT state, progress FROM firmware_devices WHERE rollout_id = $1 AND device_id = $2`, r.ID, id)
-				if got.State != want.State || got.Progress != want.Progress {
-					mu.Lock()
-					early = append(early, fmt.Sprintf("%s %s/%d", id, got.State, got.Progress))
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("reports not all acknowledged")
-	}
-	if len(early) > 0 {
-		t.Fatalf("%d acknowledged before stored, e.g. %v", len(early), early[:min(5, len(early))])
-	}
+	last := steps[len(steps)-1]
+	reportAll(t, len(steps), n, func(step int, id string, ack func()) {
+		p := steps[step]
+		p.RolloutID, p.Version = r.ID, "2.0"
+		svc.Progress("fp", id, p, time.Now(), ack)
+	}, func(id string) (string, bool) {
+		var got Job
+		_ = ms.DB().GetContext(ctx, &got, `SELECT state, progress FROM firmware_devices WHERE rollout_id = $1 AND device_id = $2`, r.ID, id)
+		return fmt.Sprintf("%s/%d", got.State, got.Progress), got.State == last.State && got.Progress == last.Progress
+	})
 	var wrong int
 	if err := ms.DB().GetContext(ctx, &wrong, `SELECT count(*) FROM firmware_devices WHERE rollout_id = $1
 		AND NOT (state = 'DOWNLOADING' AND progress = 30 AND reported = 'DOWNLOADING')`, r.ID); err != nil {
@@ -118,6 +86,42 @@ func TestVersionBatched(t *testing.T) {
 	const n = 400
 	ms, svc, _, r := setup(t, n, 600)
 	ctx := context.Background()
+	startJobs(t, svc, r, n)
+	reportAll(t, 4, n, func(step int, id string, ack func()) {
+		switch step {
+		case 0:
+			svc.Version("fp", id, "1.9", time.Now(), ack)
+		case 1:
+			svc.Progress("fp", id, wire.FirmwareProgress{RolloutID: r.ID, Version: "2.0", State: StateDownloading, Progress: 10}, time.Now(), ack)
+		case 2:
+			svc.Version("fp", id, "1.8", time.Now(), ack)
+		case 3:
+			svc.Version("fp", id, "1.9", time.Now(), ack)
+		}
+	}, func(id string) (string, bool) {
+		var got struct {
+			State   string `db:"state"`
+			Version string `db:"version"`
+		}
+		_ = ms.DB().GetContext(ctx, &got, `SELECT j.state, v.version FROM firmware_devices j
+			JOIN device_firmware v ON v.device_id = j.device_id WHERE j.rollout_id = $1 AND j.device_id = $2`, r.ID, id)
+		return got.State + "/" + got.Version, got.State == StateQueued && got.Version == "1.9"
+	})
+	var wrong int
+	if err := ms.DB().GetContext(ctx, &wrong, `SELECT count(*) FROM firmware_devices j LEFT JOIN device_firmware v ON v.device_id = j.device_id
+		WHERE j.rollout_id = $1 AND NOT (j.state = 'QUEUED' AND j.attempts = 1 AND j.progress = 10 AND v.version = '1.9'
+			AND j.reason = 'reported version 1.8 after attempt 1')`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if wrong != 0 {
+		t.Fatalf("%d devices not QUEUED at 1.9 by their reports in order", wrong)
+	}
+}
+
+// startJobs claims the engine and starts rollout r's jobs of n devices.
+func startJobs(t *testing.T, svc *Service, r Rollout, n int) {
+	t.Helper()
+	ctx := context.Background()
 	epoch, err := svc.store.Claim(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -125,37 +129,35 @@ func TestVersionBatched(t *testing.T) {
 	if st, err := svc.store.start(ctx, epoch, r, false, n); err != nil || len(st) != n {
 		t.Fatalf("started %d: %v", len(st), err)
 	}
+}
+
+// reportAll queues steps rounds of reports of devices fd-1 to fd-n, all
+// at once, send(step, id, ack) queueing one, and waits (60 s at most)
+// until every one is acknowledged. When a device's last report is
+// acknowledged, stored(id) tells whether its row shows it committed (and
+// what the row holds): t fails if one was acknowledged before, or the
+// reports were applied out of order.
+func reportAll(t *testing.T, steps, n int, send func(step int, id string, ack func()), stored func(id string) (string, bool)) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var early []string
-	for step := range 4 {
+	for step := range steps {
+		last := step == steps-1
 		for d := 1; d <= n; d++ {
 			id := fmt.Sprintf("fd-%d", d)
 			wg.Add(1)
-			done := func() { wg.Done() }
-			switch step {
-			case 0:
-				svc.Version("fp", id, "1.9", time.Now(), done)
-			case 1:
-				svc.Progress("fp", id, wire.FirmwareProgress{RolloutID: r.ID, Version: "2.0", State: StateDownloading, Progress: 10}, time.Now(), done)
-			case 2:
-				svc.Version("fp", id, "1.8", time.Now(), done)
-			case 3:
-				svc.Version("fp", id, "1.9", time.Now(), func() {
-					defer wg.Done()
-					var got struct {
-						State   string `db:"state"`
-						Version string `db:"version"`
-					}
-					_ = ms.DB().GetContext(ctx, &got, `SELECT j.state, v.version FROM firmware_devices j
-						JOIN device_firmware v ON v.device_id = j.device_id WHERE j.rollout_id = $1 AND j.device_id = $2`, r.ID, id)
-					if got.State != StateQueued || got.Version != "1.9" {
-						mu.Lock()
-						early = append(early, fmt.Sprintf("%s %s/%s", id, got.State, got.Version))
-						mu.Unlock()
-					}
-				})
-			}
+			send(step, id, func() {
+				defer wg.Done()
+				if !last {
+					return
+				}
+				if row, ok := stored(id); !ok {
+					mu.Lock()
+					early = append(early, id+" "+row)
+					mu.Unlock()
+				}
+			})
 		}
 	}
 	done := make(chan struct{})
@@ -167,14 +169,5 @@ func TestVersionBatched(t *testing.T) {
 	}
 	if len(early) > 0 {
 		t.Fatalf("%d acknowledged before stored or out of order, e.g. %v", len(early), early[:min(5, len(early))])
-	}
-	var wrong int
-	if err := ms.DB().GetContext(ctx, &wrong, `SELECT count(*) FROM firmware_devices j LEFT JOIN device_firmware v ON v.device_id = j.device_id
-		WHERE j.rollout_id = $1 AND NOT (j.state = 'QUEUED' AND j.attempts = 1 AND j.progress = 10 AND v.version = '1.9'
-			AND j.reason = 'reported version 1.8 after attempt 1')`, r.ID); err != nil {
-		t.Fatal(err)
-	}
-	if wrong != 0 {
-		t.Fatalf("%d devices not QUEUED at 1.9 by their reports in order", wrong)
 	}
 }

@@ -201,6 +201,100 @@ function showFieldError(root, err, fallback) {
 
 const multi = (queries) => api('POST', '/api/dashboard/_multi', queries);
 
+// ---- pages that edit a list -------------------------------------------
+
+// fieldInput is a form's text input for the API's field (its data-field,
+// where showFieldError puts a refusal); fieldLabel a labelled control.
+function fieldInput(field, value, attrs) {
+  return h('input', Object.assign({ 'data-field': field, autocomplete: 'off', value: value === undefined || value === null ? '' : String(value) }, attrs || {}));
+}
+const fieldLabel = (text, control) => h('label', {}, text, control);
+
+// headerLines reads "Name: value" lines (a webhook's headers) as an
+// object; headerText writes one so.
+function headerLines(text) {
+  const headers = {};
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const i = line.indexOf(':');
+    headers[(i < 0 ? line : line.slice(0, i)).trim()] = i < 0 ? '' : line.slice(i + 1).trim();
+  }
+  return headers;
+}
+const headerText = (headers) => Object.entries(headers || {}).map(([k, v]) => k + ': ' + v).join('\n');
+
+// editPage is the frame of a page that lists one kind of object, at the
+// API's collection o.path, and edits one at a time in a form above the
+// list (the notification channels and subscriptions, notify.js; the
+// forwarding rules, forward.js). It appends to view a card: o.title and
+// a button o.newText (id o.id-new, o.onNew), o.head (more, optional),
+// the status line o.note (say(text, isError)), the editor (o.id-editor)
+// and the list (o.listId, or o.id-list). It returns what the pages share:
+//   load()          o.fetch()es the list and o.show(s) it (an error in
+//                   its place: "Could not load the " + o.what); an
+//                   answer a later load or stop() overtook is dropped
+//   stop()          drops the answers in flight (a form opens, the page
+//                   is left)
+//   act(x, action)  a button's handler on object x: 'delete' (confirmed:
+//                   "Delete the " + o.noun + ...? + o.deleteNote, DELETE
+//                   path/id) or another action (POST path/id/_action);
+//                   says what was done and reloads, or says the refusal
+//   open(form, save, x, read)
+//                   shows form in the editor; its submit sends read() as
+//                   a new object (POST path) or x's change (PUT path/id),
+//                   then closes the form, says so and reloads; a refusal
+//                   (or one read() throws) is shown beside its field
+//   list, editor    the places of the list and the form
+function editPage(view, o) {
+  const list = h('div', { class: 'table-wrap', id: o.listId || o.id + '-list' });
+  const editor = h('div', { id: o.id + '-editor' });
+  const newBtn = h('button', { type: 'button', id: o.id + '-new', onclick: o.onNew }, o.newText);
+  view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, o.title), newBtn),
+    o.head || null, o.note, editor, list));
+  list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
+  let seq = 0;
+  async function load() {
+    const mine = ++seq;
+    try {
+      const res = await o.fetch();
+      if (mine === seq) o.show(res);
+    } catch (e) {
+      if (mine === seq) list.replaceChildren(errorBox(e, 'Could not load the ' + o.what));
+    }
+  }
+  const url = (x) => o.path + '/' + encodeURIComponent(x.id);
+  const act = (x, action) => async () => {
+    if (action === 'delete' && !window.confirm('Delete the ' + o.noun + ' ' + x.name + '?' + (o.deleteNote ? ' ' + o.deleteNote : ''))) return;
+    try {
+      if (action === 'delete') await api('DELETE', url(x));
+      else await api('POST', url(x) + '/_' + action);
+      o.note.say({ delete: 'Deleted ', enable: 'Enabled ', disable: 'Disabled ' }[action] + x.name + '.');
+      load();
+    } catch (e) {
+      o.note.say(describe(e), true);
+    }
+  };
+  function open(form, save, x, read) {
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      save.disabled = true;
+      try {
+        const body = read();
+        const out = x.id ? await api('PUT', url(x), body) : await api('POST', o.path, body);
+        editor.replaceChildren();
+        o.note.say((x.id ? 'Saved ' : 'Created ') + out.name + '.');
+        load();
+      } catch (e) {
+        showFieldError(form, e, save);
+      } finally {
+        save.disabled = false;
+      }
+    });
+    editor.replaceChildren(form);
+  }
+  return { load, stop: () => { seq++; }, act, open, list, editor };
+}
+
 // ---- login ------------------------------------------------------------
 
 function showLogin(message) {

@@ -38,47 +38,31 @@ function forwardStatus(s) {
 
 function notifyForwardView(view) {
   notifyTabs(view, 'forward', 'Notifications');
-  const note = notifyNote('forward-note');
-  const list = h('div', { class: 'table-wrap', id: 'forward-list' });
-  const editor = h('div', { id: 'forward-editor' });
-  // The form offers the products: it opens once they are loaded.
-  const newBtn = h('button', { type: 'button', id: 'forward-new', onclick: () => loaded.then(() => edit(null)) }, 'New forwarding rule');
-  view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Forwarding rules'), newBtn),
-    h('p', { class: 'muted small' }, 'Telemetry sent on to other systems, at least once and in order per device; a sink that is down is caught up from a spool on disk.'),
-    note, editor, list));
   let rules = [];
   let products = [];
-  let seq = 0;
   let timer = 0;
-  async function load() {
-    const mine = ++seq;
-    clearTimeout(timer);
-    try {
-      const [r, p] = await Promise.all([
+  const page = editPage(view, {
+    id: 'forward', title: 'Forwarding rules', newText: 'New forwarding rule', path: '/api/notify/forward',
+    noun: 'forwarding rule', deleteNote: 'What its spool holds unsent is dropped.', what: 'forwarding rules',
+    // The form offers the products: it opens once they are loaded.
+    onNew: () => loaded.then(() => edit(null)),
+    head: h('p', { class: 'muted small' }, 'Telemetry sent on to other systems, at least once and in order per device; a sink that is down is caught up from a spool on disk.'),
+    note: notifyNote('forward-note'),
+    fetch: () => {
+      clearTimeout(timer);
+      return Promise.all([
         api('POST', '/api/notify/forward/_query', {}),
         products.length ? { data: products } : api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] }),
       ]);
-      if (mine !== seq) return;
+    },
+    show: ([r, p]) => {
       rules = (r.data || []).slice().sort(byName);
       products = (p.data || []).slice().sort(byName);
       draw();
-      timer = setTimeout(load, 3000); // the status moves: read it again
-    } catch (e) {
-      if (mine === seq) list.replaceChildren(errorBox(e, 'Could not load the forwarding rules'));
-    }
-  }
-  const act = (r, action) => async () => {
-    if (action === 'delete' && !window.confirm('Delete the forwarding rule ' + r.name + '? What its spool holds unsent is dropped.')) return;
-    try {
-      const path = '/api/notify/forward/' + encodeURIComponent(r.id);
-      if (action === 'delete') await api('DELETE', path);
-      else await api('POST', path + '/_' + action);
-      note.say({ delete: 'Deleted ', enable: 'Enabled ', disable: 'Disabled ' }[action] + r.name + '.');
-      load();
-    } catch (e) {
-      note.say(describe(e), true);
-    }
-  };
+      timer = setTimeout(page.load, 3000); // the status moves: read it again
+    },
+  });
+  const { list, editor, act } = page;
   // draw redraws the table when the rules changed; when only their
   // status did, it replaces the status cells (the buttons stay put).
   let drawn = '';
@@ -112,12 +96,12 @@ function notifyForwardView(view) {
 
   function edit(r) {
     clearTimeout(timer);
-    seq++; // no redraw under the form
+    page.stop(); // no redraw under the form
     r = r || { name: '', productId: (products[0] || {}).id || '', deviceIds: [], types: [], properties: [], kind: 'webhook', webhook: { url: '' }, enabled: true };
     const w = r.webhook || {};
     const m = r.mqtt || {};
-    const label = (text, control) => h('label', {}, text, control);
-    const inp = (field, value, attrs) => h('input', Object.assign({ 'data-field': field, autocomplete: 'off', value: value === undefined || value === null ? '' : String(value) }, attrs || {}));
+    const label = fieldLabel;
+    const inp = fieldInput;
     const f = {
       id: inp('id', r.id, { id: 'forward-id', placeholder: 'generated if empty', disabled: !!r.id }),
       name: inp('name', r.name, { id: 'forward-name' }),
@@ -142,7 +126,7 @@ function notifyForwardView(view) {
       mTimeoutMs: inp('mqtt.timeoutMs', m.timeoutMs, { type: 'number', min: 1, placeholder: '10000' }),
       enabled: h('input', { type: 'checkbox', 'data-field': 'enabled', id: 'forward-enabled-box', checked: r.enabled !== false }),
     };
-    f.headers.value = Object.entries(w.headers || {}).map(([k, v]) => k + ': ' + v).join('\n');
+    f.headers.value = headerText(w.headers);
     const sets = {
       webhook: h('fieldset', { class: 'fields', 'data-field': 'webhook' }, h('legend', {}, 'Webhook'),
         label('URL', f.url), label('Headers', f.headers), label('Batch: messages', f.batchSize), label('or ms', f.batchMs), label('Timeout (ms)', f.timeoutMs)),
@@ -164,13 +148,7 @@ function notifyForwardView(view) {
       if (f.id.value.trim()) out.id = f.id.value.trim();
       if (f.secret.value) out.secret = f.secret.value;
       if (out.kind === 'webhook') {
-        const headers = {};
-        for (const line of f.headers.value.split('\n')) {
-          if (!line.trim()) continue;
-          const i = line.indexOf(':');
-          headers[(i < 0 ? line : line.slice(0, i)).trim()] = i < 0 ? '' : line.slice(i + 1).trim();
-        }
-        out.webhook = { url: f.url.value.trim(), headers, batchSize: num(f.batchSize), batchMs: num(f.batchMs), timeoutMs: num(f.timeoutMs) };
+        out.webhook = { url: f.url.value.trim(), headers: headerLines(f.headers.value), batchSize: num(f.batchSize), batchMs: num(f.batchMs), timeoutMs: num(f.timeoutMs) };
       } else {
         out.mqtt = { broker: f.broker.value.trim(), topic: f.topic.value.trim(), username: f.username.value.trim() || undefined,
           clientId: f.clientId.value.trim() || undefined, batchSize: num(f.mBatchSize), timeoutMs: num(f.mTimeoutMs) };
@@ -185,27 +163,10 @@ function notifyForwardView(view) {
       h('div', { class: 'fields' }, label('Properties', f.properties), label('To', f.kind), label('Secret (webhook: HMAC key; broker: password)', f.secret),
         h('label', { class: 'check' }, f.enabled, 'enabled')),
       Object.values(sets),
-      h('div', { class: 'controls' }, save, h('button', { type: 'button', class: 'secondary', onclick: () => { editor.replaceChildren(); drawn = ''; load(); } }, 'Cancel')));
-    form.addEventListener('submit', async (ev) => {
-      ev.preventDefault();
-      save.disabled = true;
-      try {
-        const body = read();
-        const out = r.id ? await api('PUT', '/api/notify/forward/' + encodeURIComponent(r.id), body) : await api('POST', '/api/notify/forward', body);
-        editor.replaceChildren();
-        note.say((r.id ? 'Saved ' : 'Created ') + out.name + '.');
-        drawn = '';
-        load();
-      } catch (e) {
-        showFieldError(form, e, save);
-      } finally {
-        save.disabled = false;
-      }
-    });
-    editor.replaceChildren(form);
+      h('div', { class: 'controls' }, save, h('button', { type: 'button', class: 'secondary', onclick: () => { editor.replaceChildren(); page.load(); } }, 'Cancel')));
+    page.open(form, save, r, read);
     f.name.focus();
   }
-  list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
-  const loaded = load();
-  return { leave: () => { seq++; clearTimeout(timer); } };
+  const loaded = page.load();
+  return { leave: () => { page.stop(); clearTimeout(timer); } };
 }

@@ -80,24 +80,18 @@ function testResult(r) {
 
 function notifyChannelsView(view) {
   notifyTabs(view, 'channels', 'Notifications');
-  const note = notifyNote('channels-note');
-  const list = h('div', { class: 'table-wrap', id: 'channels-list' });
-  const editor = h('div', { id: 'channel-editor' });
-  const newBtn = h('button', { type: 'button', id: 'channel-new', onclick: () => edit(null) }, 'New channel');
-  view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Channels'), newBtn), note, editor, list));
   let channels = [];
-  let seq = 0;
-  async function load() {
-    const mine = ++seq;
-    try {
-      const res = await api('POST', '/api/notify/channel/_query', {});
-      if (mine !== seq) return;
+  const page = editPage(view, {
+    id: 'channel', listId: 'channels-list', title: 'Channels', newText: 'New channel', path: '/api/notify/channel', noun: 'channel', what: 'channels',
+    onNew: () => edit(null),
+    note: notifyNote('channels-note'),
+    fetch: () => api('POST', '/api/notify/channel/_query', {}),
+    show: (res) => {
       channels = (res.data || []).slice().sort(byName);
       draw();
-    } catch (e) {
-      if (mine === seq) list.replaceChildren(errorBox(e, 'Could not load the channels'));
-    }
-  }
+    },
+  });
+  const { list, editor, act } = page;
   const test = (c, out) => async () => {
     out.hidden = false;
     out.className = 'channel-test muted small';
@@ -110,16 +104,6 @@ function notifyChannelsView(view) {
     } catch (e) {
       out.className = 'channel-test error';
       out.textContent = describe(e);
-    }
-  };
-  const remove = (c) => async () => {
-    if (!window.confirm('Delete the channel ' + c.name + '?')) return;
-    try {
-      await api('DELETE', '/api/notify/channel/' + encodeURIComponent(c.id));
-      note.say('Deleted ' + c.name + '.');
-      load();
-    } catch (e) {
-      note.say(describe(e), true);
     }
   };
   function draw() {
@@ -138,7 +122,7 @@ function notifyChannelsView(view) {
           h('td', { class: 'controls' },
             h('button', { type: 'button', class: 'secondary', 'data-action': 'test', 'data-channel': c.id, onclick: test(c, out) }, 'Test'),
             h('button', { type: 'button', class: 'secondary', 'data-action': 'edit', 'data-channel': c.id, onclick: () => edit(c) }, 'Edit'),
-            h('button', { type: 'button', class: 'secondary', 'data-action': 'delete', 'data-channel': c.id, onclick: remove(c) }, 'Delete')));
+            h('button', { type: 'button', class: 'secondary', 'data-action': 'delete', 'data-channel': c.id, onclick: act(c, 'delete') }, 'Delete')));
       }))));
   }
 
@@ -148,9 +132,9 @@ function notifyChannelsView(view) {
     const w = c.webhook || {};
     const m = c.email || {};
     const q = c.mqtt || {};
-    const inp = (field, value, attrs) => h('input', Object.assign({ 'data-field': field, autocomplete: 'off', value: value === undefined || value === null ? '' : String(value) }, attrs || {}));
+    const inp = fieldInput;
     const area = (field, value, attrs) => { const a = h('textarea', Object.assign({ 'data-field': field, rows: 3, spellcheck: 'false' }, attrs || {})); a.value = value || ''; return a; };
-    const label = (text, control) => h('label', {}, text, control);
+    const label = fieldLabel;
     const f = {
       id: inp('id', c.id, { id: 'channel-id', placeholder: 'generated if empty', disabled: !!c.id }),
       name: inp('name', c.name, { id: 'channel-name', placeholder: 'e.g. On-call webhook' }),
@@ -158,7 +142,7 @@ function notifyChannelsView(view) {
       secret: inp('secret', '', { id: 'channel-secret', type: 'password', placeholder: c.hasSecret ? 'unchanged if empty' : 'none', autocomplete: 'new-password' }),
       url: inp('webhook.url', w.url, { id: 'channel-url', type: 'url', placeholder: 'https://…' }),
       method: h('select', { 'data-field': 'webhook.method', id: 'channel-method' }, ['POST', 'PUT', 'PATCH'].map((v) => h('option', { value: v, selected: v === (w.method || 'POST') }, v))),
-      headers: area('webhook.headers', Object.entries(w.headers || {}).map(([k, v]) => k + ': ' + v).join('\n'), { id: 'channel-headers', placeholder: 'Name: value, one a line' }),
+      headers: area('webhook.headers', headerText(w.headers), { id: 'channel-headers', placeholder: 'Name: value, one a line' }),
       wtemplate: area('webhook.template', w.template, { id: 'channel-webhook-template', placeholder: 'the notification as JSON if empty; a Go template over it otherwise' }),
       wtimeout: inp('webhook.timeoutMs', w.timeoutMs, { type: 'number', min: 0, placeholder: '10000' }),
       host: inp('email.host', m.host, { id: 'channel-host' }),
@@ -199,13 +183,7 @@ function notifyChannelsView(view) {
       if (f.id.value.trim()) out.id = f.id.value.trim();
       if (f.secret.value) out.secret = f.secret.value;
       if (out.kind === 'webhook') {
-        const headers = {};
-        for (const line of f.headers.value.split('\n')) {
-          if (!line.trim()) continue;
-          const i = line.indexOf(':');
-          headers[(i < 0 ? line : line.slice(0, i)).trim()] = i < 0 ? '' : line.slice(i + 1).trim();
-        }
-        out.webhook = { url: f.url.value.trim(), method: f.method.value, headers, template: f.wtemplate.value || undefined, timeoutMs: num(f.wtimeout) };
+        out.webhook = { url: f.url.value.trim(), method: f.method.value, headers: headerLines(f.headers.value), template: f.wtemplate.value || undefined, timeoutMs: num(f.wtimeout) };
       } else if (out.kind === 'email') {
         out.email = { host: f.host.value.trim(), port: num(f.port), starttls: f.starttls.checked, username: str(f.username), from: f.from.value.trim(),
           to: f.to.value.split(',').map((s) => s.trim()).filter(Boolean), subject: str(f.subject), template: f.etemplate.value || undefined, timeoutMs: num(f.etimeout) };
@@ -222,72 +200,40 @@ function notifyChannelsView(view) {
         label(c.kind === 'webhook' || !c.id ? 'Secret (webhook: HMAC key; else the password)' : 'Password', f.secret)),
       Object.values(sets),
       h('div', { class: 'controls' }, save, h('button', { type: 'button', class: 'secondary', onclick: () => editor.replaceChildren() }, 'Cancel')));
-    form.addEventListener('submit', async (ev) => {
-      ev.preventDefault();
-      save.disabled = true;
-      try {
-        const body = read();
-        const out = c.id ? await api('PUT', '/api/notify/channel/' + encodeURIComponent(c.id), body) : await api('POST', '/api/notify/channel', body);
-        editor.replaceChildren();
-        note.say((c.id ? 'Saved ' : 'Created ') + out.name + '.');
-        load();
-      } catch (e) {
-        showFieldError(form, e, save);
-      } finally {
-        save.disabled = false;
-      }
-    });
-    editor.replaceChildren(form);
+    page.open(form, save, c, read);
     f.name.focus();
   }
-  list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
-  load();
-  return { leave: () => { seq++; } };
+  page.load();
+  return { leave: page.stop };
 }
 
 // ---- subscriptions ----------------------------------------------------
 
 function notifySubscriptionsView(view) {
   notifyTabs(view, 'subscriptions', 'Notifications');
-  const note = notifyNote('subscriptions-note');
-  const list = h('div', { class: 'table-wrap', id: 'subscriptions-list' });
-  const editor = h('div', { id: 'subscription-editor' });
-  // The form offers the products and channels: it opens once they are
-  // loaded (a click before waits for them).
-  const newBtn = h('button', { type: 'button', id: 'subscription-new', onclick: () => loaded.then(() => edit(null)) }, 'New subscription');
-  view.append(h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Subscriptions'), newBtn), note, editor, list));
   let subs = [];
   let channels = [];
   let products = [];
-  const channelName = (id) => (channels.find((c) => c.id === id) || { name: id }).name;
-  let seq = 0;
-  async function load() {
-    const mine = ++seq;
-    try {
-      const [s, c, p] = await Promise.all([
-        api('POST', '/api/notify/subscription/_query', {}),
-        api('POST', '/api/notify/channel/_query', {}),
-        api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] }),
-      ]);
-      if (mine !== seq) return;
+  const page = editPage(view, {
+    id: 'subscription', listId: 'subscriptions-list', title: 'Subscriptions', newText: 'New subscription', path: '/api/notify/subscription', noun: 'subscription', what: 'subscriptions',
+    // The form offers the products and channels: it opens once they are
+    // loaded (a click before waits for them).
+    onNew: () => loaded.then(() => edit(null)),
+    note: notifyNote('subscriptions-note'),
+    fetch: () => Promise.all([
+      api('POST', '/api/notify/subscription/_query', {}),
+      api('POST', '/api/notify/channel/_query', {}),
+      api('POST', '/api/device-product/_query', { pageSize: 500, sorts: [{ name: 'name', order: 'asc' }] }),
+    ]),
+    show: ([s, c, p]) => {
       subs = (s.data || []).slice().sort(byName);
       channels = (c.data || []).slice().sort(byName);
       products = (p.data || []).slice().sort(byName);
       draw();
-    } catch (e) {
-      if (mine === seq) list.replaceChildren(errorBox(e, 'Could not load the subscriptions'));
-    }
-  }
-  const remove = (s) => async () => {
-    if (!window.confirm('Delete the subscription ' + s.name + '?')) return;
-    try {
-      await api('DELETE', '/api/notify/subscription/' + encodeURIComponent(s.id));
-      note.say('Deleted ' + s.name + '.');
-      load();
-    } catch (e) {
-      note.say(describe(e), true);
-    }
-  };
+    },
+  });
+  const { list, editor, act } = page;
+  const channelName = (id) => (channels.find((c) => c.id === id) || { name: id }).name;
   const chainText = (s) => s.channels.map((c, i) => (i === 0 ? '' : ' → after ' + msText(s.escalateMs[i - 1]) + ' unacknowledged: ') + channelName(c)).join('');
   function draw() {
     if (subs.length === 0) {
@@ -305,12 +251,12 @@ function notifySubscriptionsView(view) {
         h('td', { class: 'small' }, s.remindMs ? 'remind every ' + msText(s.remindMs) : 'no reminder', h('div', {}, s.quietMs ? 'at most one per ' + msText(s.quietMs) : 'no quiet time')),
         h('td', { class: 'controls' },
           h('button', { type: 'button', class: 'secondary', 'data-action': 'edit', 'data-subscription': s.id, onclick: () => edit(s) }, 'Edit'),
-          h('button', { type: 'button', class: 'secondary', 'data-action': 'delete', 'data-subscription': s.id, onclick: remove(s) }, 'Delete')))))));
+          h('button', { type: 'button', class: 'secondary', 'data-action': 'delete', 'data-subscription': s.id, onclick: act(s, 'delete') }, 'Delete')))))));
   }
 
   function edit(s) {
     s = s || { name: '', products: [], rules: [], minSeverity: 'info', kinds: ['raised'], channels: [], escalateMs: [], remindMs: 0, quietMs: 0, enabled: true };
-    const label = (text, control) => h('label', {}, text, control);
+    const label = fieldLabel;
     const name = h('input', { id: 'subscription-name', 'data-field': 'name', value: s.name, autocomplete: 'off' });
     const prodBox = h('fieldset', { class: 'checks', 'data-field': 'products', id: 'subscription-products' }, h('legend', {}, 'Products'),
       products.map((p) => h('label', { class: 'check' }, h('input', { type: 'checkbox', value: p.id, checked: s.products.includes(p.id) }), p.name || p.id)),
@@ -343,8 +289,7 @@ function notifySubscriptionsView(view) {
       h('div', { class: 'fields' }, label('Remind every (while active, unacknowledged)', remind), label('Quiet: at most one per alarm per', quiet),
         h('label', { class: 'check' }, enabled, 'enabled')),
       h('div', { class: 'controls' }, save, h('button', { type: 'button', class: 'secondary', onclick: () => editor.replaceChildren() }, 'Cancel')));
-    form.addEventListener('submit', async (ev) => {
-      ev.preventDefault();
+    const read = () => {
       const checked = (box) => [...box.querySelectorAll('input:checked')].map((i) => i.value);
       const body = {
         name: name.value, products: checked(prodBox), rules: rules.value.split(',').map((x) => x.trim()).filter(Boolean),
@@ -352,29 +297,15 @@ function notifySubscriptionsView(view) {
         escalateMs: steps.slice(1).map((st) => durMs(st.after)), remindMs: durMs(remind.value), quietMs: durMs(quiet.value), enabled: enabled.checked,
       };
       for (const [k, v] of [['remindMs', body.remindMs], ['quietMs', body.quietMs], ...body.escalateMs.map((v, i) => ['escalateMs[' + i + ']', v])]) {
-        if (Number.isNaN(v)) {
-          showFieldError(form, new ApiError(400, 'illegal_argument', k + ': not a duration (e.g. 90s, 15m, 1h)'), save);
-          return;
-        }
+        if (Number.isNaN(v)) throw new ApiError(400, 'illegal_argument', k + ': not a duration (e.g. 90s, 15m, 1h)');
       }
-      save.disabled = true;
-      try {
-        const out = s.id ? await api('PUT', '/api/notify/subscription/' + encodeURIComponent(s.id), body) : await api('POST', '/api/notify/subscription', body);
-        editor.replaceChildren();
-        note.say((s.id ? 'Saved ' : 'Created ') + out.name + '.');
-        load();
-      } catch (e) {
-        showFieldError(form, e, save);
-      } finally {
-        save.disabled = false;
-      }
-    });
-    editor.replaceChildren(form);
+      return body;
+    };
+    page.open(form, save, s, read);
     name.focus();
   }
-  list.replaceChildren(h('p', { class: 'muted small' }, 'Loading…'));
-  const loaded = load();
-  return { leave: () => { seq++; } };
+  const loaded = page.load();
+  return { leave: page.stop };
 }
 
 // ---- dead letters -----------------------------------------------------

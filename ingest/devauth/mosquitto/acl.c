@@ -21,7 +21,7 @@ static size_t prefix_len(const struct dev *d, const char *topic)
 }
 
 /* The uplinks below a device's prefix (README "Devices over MQTT";
- * ingest.ParseTopic): event ids are one non-empty level. */
+ * wire.ParseTopic in ingest/wire/topic.go): event ids are one non-empty level. */
 static bool is_uplink(const char *s)
 {
 	static const char *const fixed[] = {
