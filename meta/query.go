@@ -124,7 +124,7 @@ type Compiled struct {
 	// the terms' conditions (no term joins another with OR, at any depth
 	// of groups; true with no terms); Conj are then those conditions, in
 	// order, for code that recognises terms by their structure (the
-	// device list's totals, device_counts.go).
+	// device list's totals, deviceCountTerms in devices.go).
 	Conjunctive bool
 	Conj        []Cond
 }
