@@ -11,8 +11,9 @@
 // type has no json tags and no MarshalJSON (TestEncoders, TestRowEncoders
 // hold each encoder to the bytes encoding/json wrote from the tags). The
 // json tags left in meta are those of request bodies, and of the JSON meta
-// stores in its own columns. A page of meta's page cache keeps its JSON,
-// made once by okPage (meta.Page.Kept).
+// stores in its own columns. A page of meta's page cache is shared by the
+// requests that read it: okPage writes its JSON once and keeps it with the
+// page (meta.Page.Memo, which holds it without knowing what it is).
 //
 // It imports meta, tsdb, ingest/link (commands) and schema for their
 // types; none of them imports api. It does not import the ingest pipeline.

@@ -50,11 +50,12 @@ type enumObject struct {
 
 // okPage answers 200 "success" with a page as its result: the bytes ok
 // writes, the page written by appendPage and item. A page of meta's page
-// cache keeps its encoding (meta.Page.Kept), which is copied.
+// cache is shared by the requests that read it, and so is its JSON,
+// written once and kept with it (meta.Page.Memo), then copied.
 func okPage[T any](c *fiber.Ctx, page *meta.Page[T], item func(*T, []byte) []byte) error {
 	return okWith(c, func(b []byte) []byte {
-		if kept, ok := page.Kept(func(p *meta.Page[T]) []byte { return appendPage(nil, p, item) }); ok {
-			return append(b, kept...)
+		if kept, ok := page.Memo(func(p *meta.Page[T]) any { return appendPage(nil, p, item) }); ok {
+			return append(b, kept.([]byte)...)
 		}
 		return appendPage(b, page, item)
 	})

@@ -122,10 +122,14 @@ var AuditResource = &Resource{
 
 // QueryAudit answers POST /api/audit/_query.
 func (s *Store) QueryAudit(ctx context.Context, q *Query) (Page[AuditEntry], error) {
-	return queryPage(ctx, s, AuditResource, q,
-		"a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code, a.key_id, a.count, a.first_time",
-		"audit a", (*auditRow).entry)
+	return auditList.Query(ctx, s, q, nil)
 }
+
+// auditList is POST /api/audit/_query's statement.
+var auditList = NewList(AuditResource, ListSQL{
+	Select: "a.id, a.time, a.user_id, a.username, a.address, a.method, a.route, a.object_id, a.status, a.code, a.key_id, a.count, a.first_time",
+	From:   "audit a",
+}, (*auditRow).entry)
 
 // InsertAudit stores entries, in one transaction. Their times are theirs
 // (when the request was answered), not the insert's. Repeats (Repeat)

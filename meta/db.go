@@ -66,7 +66,7 @@ func DefaultOptions() Options {
 type Store struct {
 	db     *sqlx.DB
 	opts   Options
-	totals *totalCache // estimated list totals (query_page.go)
+	totals *totalCache // estimated list totals (list.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
 	tokens *tokenWatch // ended tokens, announced (tokenwatch.go)
 }

@@ -237,10 +237,20 @@ const (
 	deviceFrom  = "devices d" + deviceJoins
 )
 
-// deviceList reads device pages; dests follows deviceListColumns.
-var deviceList = &listSpec[deviceRow, Device]{
-	res: DeviceResource, columns: deviceListColumns, base: "devices d", joins: deviceJoins, key: "d.id",
-	total: deviceTotal,
+// deviceList is endpoint 7's statement, kept in the page cache; its
+// total by state and product is read from the product counts
+// (deviceTotal); dests follows deviceListColumns.
+var deviceList = &List[deviceRow, Device]{
+	res: DeviceResource,
+	sql: ListSQL{
+		Select: deviceListColumns,
+		From:   "devices d",
+		Joins:  deviceJoins,
+		Where:  []string{"d.product_id = ANY(@products)"},
+		Key:    "d.id",
+	},
+	cached: true,
+	total:  deviceTotal,
 	dests: func(r *deviceRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.Description, &r.ProductID, &r.State, &r.SuperDeviceType,
 			&r.Edge, &r.MediaDevice, &r.Features, &r.VirtualType, &r.ComeFrom, &r.DeviceCreateType, &r.PresetType,
@@ -256,8 +266,70 @@ var deviceList = &listSpec[deviceRow, Device]{
 		for _, f := range d.Features {
 			n += 60 + len(f.ID) + len(f.Name) + len(f.Type)
 		}
-		return n * 3 / 2 // its encoding (about n bytes) and the item
+		return n * 3 / 2 // the item, and what a caller keeps with its page (api: its JSON, about n bytes)
 	},
+}
+
+// deviceCountColumns are the columns of product_device_counts (schema
+// 00007, 00015) that count the devices of each state.
+var deviceCountColumns = map[string]string{
+	StateOnline:    "online",
+	StateOffline:   "offline",
+	StateNotActive: "not_active",
+}
+
+// deviceTotal answers the number of devices matching terms from the
+// product counts, exactly and without counting devices, when the counts
+// answer them (deviceCountTerms); ok is false for other terms, which the
+// list counts (or estimates).
+func deviceTotal(ctx context.Context, s *Store, terms *Compiled) (n int, ok bool, err error) {
+	state, product, ok := deviceCountTerms(terms)
+	if !ok {
+		return 0, false, nil
+	}
+	col := "devices"
+	if state != nil {
+		st, _ := state.(string)
+		if col, ok = deviceCountColumns[st]; !ok {
+			return 0, false, nil // a state no device is given: the list finds whether one has it
+		}
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	q := "SELECT COALESCE(sum(" + col + "), 0) FROM product_device_counts"
+	var args []any
+	if product != nil {
+		q += " WHERE product_id = $1"
+		args = append(args, product)
+	}
+	if err := s.db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		return 0, false, fmt.Errorf("meta: count devices: %w", err)
+	}
+	return n, true, nil
+}
+
+// deviceCountTerms says whether the product counts answer terms: none,
+// eq on state, eq on productId, or both, joined by and (in either order,
+// in groups or not); state and product are the values of those present.
+func deviceCountTerms(terms *Compiled) (state, product any, ok bool) {
+	if !terms.Conjunctive {
+		return nil, nil, false
+	}
+	for _, c := range terms.Conj {
+		if c.TermType != "eq" || len(c.Args) != 1 {
+			return nil, nil, false
+		}
+		v := terms.Args[c.Args[0]]
+		switch {
+		case c.Column == "state" && state == nil:
+			state = v
+		case c.Column == "productId" && product == nil:
+			product = v
+		default:
+			return nil, nil, false
+		}
+	}
+	return state, product, true
 }
 
 // jsonList decodes a JSONB array, giving [] rather than nil.
@@ -373,8 +445,7 @@ func (r *deviceRow) detail() DeviceDetail {
 // id, name, productId, state, superDeviceType, deviceType, classifiedId,
 // plus createTime) and sorts.
 var DeviceResource = &Resource{
-	Name:    "device",
-	Product: "d.product_id",
+	Name: "device",
 	Columns: map[string]Column{
 		"id":              {Expr: "d.id", Kind: KindText},
 		"name":            {Expr: "d.name", Kind: KindText},
@@ -396,13 +467,13 @@ var DeviceResource = &Resource{
 	TieBreak:    Natural("d.id"),
 }
 
-// QueryDevices answers endpoint 7 (see queryList for its total). Its
+// QueryDevices answers endpoint 7 (see List.Query for its total). Its
 // items carry no DeviceMetadata: a device's own thing model (up to
 // schema.MaxThingModelBytes) is read for a page only when asked for,
 // QueryDevicesWithModels, so that neither a page nor the page cache
 // holds the models of every device listed.
 func (s *Store) QueryDevices(ctx context.Context, q *Query) (Page[Device], error) {
-	return queryList(ctx, s, deviceList, q)
+	return deviceList.Query(ctx, s, q, nil)
 }
 
 // QueryDevicesWithModels is QueryDevices with each device's own thing

@@ -245,23 +245,21 @@ func (s *Store) getKey(ctx context.Context, id string) (Key, error) {
 // QueryKeys answers POST /api/user/key/_query: the keys of user userID,
 // or of every user when userID is "".
 func (s *Store) QueryKeys(ctx context.Context, q *Query, userID string) (Page[Key], error) {
-	c, err := KeyResource.Compile(q)
-	if err != nil {
-		return Page[Key]{}, err
-	}
+	var user Params
 	if userID != "" {
-		// ANDed to the client's terms (parenthesised when they hold an
-		// "or"): never widened by them.
-		c.Args = append(c.Args, userID)
-		cond := fmt.Sprintf("k.user_id = $%d", len(c.Args))
-		if c.Where == "" {
-			c.Where = cond
-		} else {
-			c.Where = "(" + c.Where + ") AND " + cond
-		}
+		user = Params{"user": userID}
 	}
-	return queryCompiled(ctx, s, KeyResource, q, c, keyColumns, "api_keys k JOIN users u ON u.id = k.user_id", (*keyRow).key)
+	return keyList.Query(ctx, s, q, user)
 }
+
+// keyList is POST /api/user/key/_query's statement: the keys of @user
+// when it is bound, ANDed to the client's terms (never widened by them).
+var keyList = NewList(KeyResource, ListSQL{
+	Select: keyColumns,
+	From:   "api_keys k",
+	Joins:  " JOIN users u ON u.id = k.user_id",
+	Where:  []string{"k.user_id = @user"},
+}, (*keyRow).key)
 
 // DeleteKey revokes key id of user userID (of any user when userID is
 // ""): it ends on every instance at once (00014's announcement). A key

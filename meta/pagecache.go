@@ -63,16 +63,17 @@ type pageCache struct {
 // pageID is a page's key in the cache: its list (its tag) and pageKey.
 type pageID struct{ list, key string }
 
-// sizedPage is a page (a Page[T]; shared, never modified but for its
-// encoding, made once: Page.Kept) and its size in
-// bytes as load gave it.
+// sizedPage is a page (a Page[T]; shared, never modified but for what a
+// caller makes of it, once: Page.Memo) and its size in bytes as load gave
+// it.
 type sizedPage struct {
 	val   any
 	bytes int
 }
 
 // Bounds of the cache: entries, their keys, and the bytes their pages
-// hold (items and their encoding, Page.Kept). A query whose key is longer runs uncached; a full
+// hold (items and what callers keep with them, Page.Memo). A query whose
+// key is longer runs uncached; a full
 // cache drops the pages that can no longer be served, then others, down to
 // three quarters of its bounds.
 const (
@@ -139,8 +140,8 @@ func overlaps(a, b []string) bool {
 // get returns the page of list under key: a servable kept one, the one of
 // an identical query in flight, or load's. load returns the page and its
 // size in bytes; keep tells it whether the page may be kept (and so may
-// keep its encoding, Page.Kept). A failed load is not kept; the callers that waited for
-// it get its error.
+// keep what callers make of it, Page.Memo). A failed load is not kept;
+// the callers that waited for it get its error.
 func (c *pageCache) get(ctx context.Context, list, key string, load func(ctx context.Context, keep bool) (any, int, error)) (any, error) {
 	if c == nil || c.ttl <= 0 || len(key) > maxPageKey {
 		v, _, err := load(ctx, false)

@@ -322,10 +322,10 @@ func TestPageCacheConcurrent(t *testing.T) {
 	}
 }
 
-// TestPageCacheKept: a kept page's encoding is made once and served to
-// every request that reads the page; a page read past the cache (a TTL of
-// 0 keeps none) has none.
-func TestPageCacheKept(t *testing.T) {
+// TestPageCacheMemo: what a caller makes of a kept page is made once and
+// served to every request that reads the page; a page read past the cache
+// (a TTL of 0 keeps none) keeps nothing.
+func TestPageCacheMemo(t *testing.T) {
 	s := openCachedStores(t, 1, time.Hour)[0]
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -336,22 +336,22 @@ func TestPageCacheKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls int
-	encode := func(p *meta.Page[meta.Device]) []byte {
+	encode := func(p *meta.Page[meta.Device]) any {
 		calls++
-		return []byte(fmt.Sprintf("%d of %d", len(p.Data), p.Total))
+		return fmt.Sprintf("%d of %d", len(p.Data), p.Total)
 	}
 	for range 3 {
 		d, err := s.QueryDevices(ctx, &meta.Query{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, ok := d.Kept(encode)
-		if !ok || string(b) != "3 of 3" {
-			t.Fatalf("Kept = %q, %v; want the encoding of the kept page", b, ok)
+		b, ok := d.Memo(encode)
+		if !ok || b != "3 of 3" {
+			t.Fatalf("Memo = %v, %v; want what was made of the kept page", b, ok)
 		}
 	}
 	if calls != 1 {
-		t.Fatalf("the kept page was encoded %d times, want once", calls)
+		t.Fatalf("made of the kept page %d times, want once", calls)
 	}
 
 	u := openCachedStores(t, 1, 0)[0]
@@ -359,7 +359,7 @@ func TestPageCacheKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, ok := d.Kept(encode); ok || b != nil || calls != 1 {
-		t.Fatalf("a page read with no cache: Kept = %q, %v (encoder called %d times)", b, ok, calls)
+	if b, ok := d.Memo(encode); ok || b != nil || calls != 1 {
+		t.Fatalf("a page read with no cache: Memo = %v, %v (made %d times)", b, ok, calls)
 	}
 }

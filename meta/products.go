@@ -88,9 +88,17 @@ const productColumns = `p.id, p.name, p.photo_url, p.classified_id, p.classified
 	p.preset_type, p.three_dimensional_url, p.model_from, p.manufacturer, p.describe, p.model, p.outside_model_policy,
 	COALESCE((SELECT pc.devices FROM product_device_counts pc WHERE pc.product_id = p.id), 0) AS device_num`
 
-// productList reads product pages; dests follows productColumns.
-var productList = &listSpec[productRow, Product]{
-	res: ProductResource, columns: productColumns, base: "products p", key: "p.id",
+// productList is endpoint 1's statement, kept in the page cache; dests
+// follows productColumns.
+var productList = &List[productRow, Product]{
+	res: ProductResource,
+	sql: ListSQL{
+		Select: productColumns,
+		From:   "products p",
+		Where:  []string{"p.id = ANY(@products)"},
+		Key:    "p.id",
+	},
+	cached: true,
 	dests: func(r *productRow) []any {
 		return []any{&r.ID, &r.Name, &r.PhotoURL, &r.ClassifiedID, &r.ClassifiedName, &r.MessageProtocol,
 			&r.ProtocolName, &r.Metadata, &r.TransportProtocol, (*string)(&r.DeviceType), &r.SecureID, &r.SecureKey, &r.State,
@@ -106,14 +114,13 @@ var productList = &listSpec[productRow, Product]{
 			len(p.CreatorID) + len(p.ModifierID) + len(p.AccessID) + len(p.AccessProvider) + len(p.AccessName) +
 			len(p.StorePolicy) + len(p.OrgID) + len(p.ThreeDimensionalURL) + len(p.ModelFrom) + len(p.Manufacturer) +
 			len(p.Describe) + len(p.Model) + len(p.Configuration.SecureID)
-		return n * 3 / 2 // its encoding (about n bytes) and the item
+		return n * 3 / 2 // the item, and what a caller keeps with its page (api: its JSON, about n bytes)
 	},
 }
 
 // ProductResource is the whitelist of product query columns and sorts.
 var ProductResource = &Resource{
-	Name:    "product",
-	Product: "p.id",
+	Name: "product",
 	Columns: map[string]Column{
 		"id":                {Expr: "p.id", Kind: KindText},
 		"name":              {Expr: "p.name", Kind: KindText},
@@ -151,14 +158,14 @@ var ProductResource = &Resource{
 	TieBreak:    Natural("p.id"),
 }
 
-// QueryProducts answers endpoint 1 (see queryList for its total).
+// QueryProducts answers endpoint 1 (see List.Query for its total).
 func (s *Store) QueryProducts(ctx context.Context, q *Query) (Page[Product], error) {
-	return queryList(ctx, s, productList, q)
+	return productList.Query(ctx, s, q, nil)
 }
 
 // CountProducts answers endpoint 6.
 func (s *Store) CountProducts(ctx context.Context, q *Query) (int, error) {
-	return s.countWhere(ctx, ProductResource, q, "products p")
+	return productList.Count(ctx, s, q, nil)
 }
 
 // GetProduct answers endpoint 2.

@@ -105,10 +105,6 @@ type Resource struct {
 	Sorts       map[string]string // API sort name -> SQL expression
 	DefaultSort string            // ORDER BY body used when the query has no sorts
 	TieBreak    string            // appended to custom sorts for stable paging, e.g. "p.id"
-	// Product is the product id of a row, e.g. "d.product_id", for the
-	// product limit of a request (LimitProducts); "" for resources of no
-	// product.
-	Product string
 }
 
 // Compiled is the SQL of a query body. Where is "" or a condition without
@@ -124,6 +120,21 @@ type Compiled struct {
 	// Order is OrderBy as keys, for statements that sort by the same keys
 	// under other names (the list query's candidate set).
 	Order []OrderKey
+	// Conjunctive says whether Where is nothing but the conjunction of
+	// the terms' conditions (no term joins another with OR, at any depth
+	// of groups; true with no terms); Conj are then those conditions, in
+	// order, for code that recognises terms by their structure (the
+	// device list's totals, deviceCountTerms in devices.go).
+	Conjunctive bool
+	Conj        []Cond
+}
+
+// Cond is one condition of a query body as compiled: its column (the
+// Resource's name for it), its termType and its values' indexes in Args.
+type Cond struct {
+	Column   string
+	TermType string
+	Args     []int
 }
 
 // OrderKey is one key of an ORDER BY: a trusted SQL expression and its
@@ -395,7 +406,11 @@ func (r *Resource) Compile(q *Query) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Compiled{Where: where, Args: c.args, OrderBy: orderBy, Order: order}, nil
+	out := &Compiled{Where: where, Args: c.args, OrderBy: orderBy, Order: order, Conjunctive: !c.or}
+	if out.Conjunctive {
+		out.Conj = c.conds
+	}
+	return out, nil
 }
 
 // parseOrder splits a trusted ORDER BY body ("d.create_time DESC, d.id")
@@ -462,6 +477,8 @@ type compiler struct {
 	r     *Resource
 	args  []any
 	terms int
+	conds []Cond // every condition compiled, in order
+	or    bool   // a term joins another with OR, at some depth
 }
 
 // list renders a term list at the given depth, returning the SQL, the number
@@ -491,9 +508,11 @@ func (c *compiler) list(terms []Term, field string, depth int) (string, int, boo
 				return "", 0, false, schema.Invalid(f, "a term has either a column or nested terms, not both")
 			}
 			var err error
+			first := len(c.args)
 			if s, err = c.cond(t, f); err != nil {
 				return "", 0, false, err
 			}
+			c.record(first)
 		case len(t.Terms) > 0:
 			inner, m, _, err := c.list(t.Terms, f+".terms", depth+1)
 			if err != nil {
@@ -515,11 +534,21 @@ func (c *compiler) list(terms []Term, field string, depth int) (string, int, boo
 		if n > 0 {
 			sb.WriteString(joiner)
 			hasOr = hasOr || joiner == " OR "
+			c.or = c.or || joiner == " OR "
 		}
 		sb.WriteString(s)
 		n++
 	}
 	return sb.String(), n, hasOr, nil
+}
+
+// record gives the condition cond just added to c.conds its values:
+// Args from index first on.
+func (c *compiler) record(first int) {
+	cond := &c.conds[len(c.conds)-1]
+	for i := first; i < len(c.args); i++ {
+		cond.Args = append(cond.Args, i)
+	}
 }
 
 // termTypes lists the known termTypes, for messages.
@@ -552,6 +581,7 @@ func (c *compiler) cond(t *Term, field string) (string, error) {
 	if tt == "" {
 		tt = "eq"
 	}
+	c.conds = append(c.conds, Cond{Column: name, TermType: tt})
 	vField := field + ".value"
 	switch tt {
 	case "eq", "not", "gt", "gte", "lt", "lte":

@@ -18,7 +18,7 @@ import (
 // the trigram indexes serve prefixes ('x%') as well. No index holds state
 // (00015: presence changes stay HOT updates): a state filter is read
 // through the order's index, and its total from the product counts
-// (device_counts.go).
+// (deviceTotal, devices.go).
 
 // extensionHint explains a migration error caused by the pg_trgm
 // extension, which the server must ship (Debian: in postgresql-15, from

@@ -154,8 +154,14 @@ var RoleResource = &Resource{
 // QueryRoles answers endpoint 13: roles with their permissions and
 // products.
 func (s *Store) QueryRoles(ctx context.Context, q *Query) (Page[Role], error) {
-	return queryPage(ctx, s, RoleResource, q, roleColumns, "roles r", (*roleRow).role)
+	return roleList.Query(ctx, s, q, nil)
 }
+
+// roleList is endpoint 13's statement.
+var roleList = NewList(RoleResource, ListSQL{
+	Select: roleColumns,
+	From:   "roles r",
+}, (*roleRow).role)
 
 // GetRole returns one role, or ErrNotFound.
 func (s *Store) GetRole(ctx context.Context, id string) (Role, error) {

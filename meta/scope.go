@@ -208,23 +208,6 @@ func ProductAllowed(ctx context.Context, id string) bool {
 	return found
 }
 
-// limitWhere ANDs to a compiled query's condition that column (a product
-// id expression) is one of ctx's products: a bound parameter, so that
-// the page cache and the estimate cache key it.
-func limitWhere(ctx context.Context, c *Compiled, column string) {
-	all, ids := ProductsOf(ctx)
-	if all || column == "" {
-		return
-	}
-	cond := fmt.Sprintf("%s = ANY($%d)", column, len(c.Args)+1)
-	c.Args = append(c.Args, pq.StringArray(ids))
-	if c.Where == "" {
-		c.Where = cond
-	} else {
-		c.Where = c.Where + " AND " + cond
-	}
-}
-
 // limitCond is a condition that column (a product id) is one of ctx's
 // products, with its parameter bound as $n: NULL (no limit) or the list.
 func limitCond(ctx context.Context, column string, n int) (string, any) {

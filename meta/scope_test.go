@@ -261,6 +261,15 @@ func TestProductLimit(t *testing.T) {
 	if n, err := s.CountProducts(bg, queryBody(t, `{}`)); err != nil || n != 2 {
 		t.Fatalf("count: %d %v", n, err)
 	}
+	// The limit narrows the total too: the product counts, which answer
+	// these terms for the whole fleet, do not answer them under a limit.
+	for body, want := range map[string]int{`{}`: 1, `{"terms":[{"column":"productId","value":"pb"}]}`: 0,
+		`{"terms":[{"column":"state","value":"notActive"}]}`: 1} {
+		p, err := s.QueryDevices(limited, queryBody(t, body))
+		if err != nil || p.Total != want || len(p.Data) != want || !p.TotalExact {
+			t.Fatalf("devices limited, %s: total %d (exact %v), %d items, %v; want %d", body, p.Total, p.TotalExact, len(p.Data), err, want)
+		}
+	}
 	// An OR in the terms does not escape the limit.
 	p, err := s.QueryDevices(limited, queryBody(t, `{"terms":[{"column":"id","value":"db"},{"column":"id","value":"da","type":"or"}]}`))
 	if err != nil || len(p.Data) != 1 || p.Data[0].ID != "da" {

@@ -238,8 +238,14 @@ type UserPatch struct {
 
 // QueryUsers answers POST /api/user/_query.
 func (s *Store) QueryUsers(ctx context.Context, q *Query) (Page[UserDetail], error) {
-	return queryPage(ctx, s, UserResource, q, userColumns, "users u", (*userRow).detail)
+	return userList.Query(ctx, s, q, nil)
 }
+
+// userList is POST /api/user/_query's statement.
+var userList = NewList(UserResource, ListSQL{
+	Select: userColumns,
+	From:   "users u",
+}, (*userRow).detail)
 
 // GetUser returns one user, or ErrNotFound.
 func (s *Store) GetUser(ctx context.Context, id string) (UserDetail, error) {

@@ -8,7 +8,7 @@
 // It must not import api (api talks to it through a small interface
 // declared in api, AlarmStore); it uses meta for the advisory lock, the
 // database handle, the product limit of a request and the list engine
-// (meta.QueryScoped), ingest/leader for the turns taken under that lock,
+// (meta.List: ruleList and recordList in store.go), ingest/leader for the turns taken under that lock,
 // ingest/mqttconn for its MQTT sessions (an mqttconn.Subscriber),
 // ingest/wire to decode uplinks, ingest for the broker pool's will rule
 // (ingest.BornAt), and schema for the thing model. Nothing in ingest's

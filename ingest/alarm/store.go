@@ -90,13 +90,19 @@ var RuleResource = &meta.Resource{
 	},
 	DefaultSort: "r.create_time DESC, r.id",
 	TieBreak:    meta.Natural("r.id"),
-	Product:     "r.product_id",
 }
 
 // QueryRules answers a query body over the rules of ctx's products.
 func (s *Store) QueryRules(ctx context.Context, q *meta.Query) (meta.Page[StoredRule], error) {
-	return meta.QueryScoped(ctx, s.ms, RuleResource, q, ruleColumns, "alarm_rules r", (*ruleRow).rule)
+	return ruleList.Query(ctx, s.ms, q, nil)
 }
+
+// ruleList is the rules' list statement.
+var ruleList = meta.NewList(RuleResource, meta.ListSQL{
+	Select: ruleColumns,
+	From:   "alarm_rules r",
+	Where:  []string{"r.product_id = ANY(@products)"},
+}, (*ruleRow).rule)
 
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.timeout)
@@ -427,7 +433,6 @@ var RecordResource = &meta.Resource{
 	},
 	DefaultSort: "a.raised_time DESC, a.id DESC",
 	TieBreak:    "a.id",
-	Product:     "a.product_id",
 }
 
 func recordConv(r *Record) Record { return *r }
@@ -435,8 +440,15 @@ func recordConv(r *Record) Record { return *r }
 // QueryRecords answers a query body over the records of ctx's products,
 // newest first.
 func (s *Store) QueryRecords(ctx context.Context, q *meta.Query) (meta.Page[Record], error) {
-	return meta.QueryScoped(ctx, s.ms, RecordResource, q, recordColumns, "alarm_records a", recordConv)
+	return recordList.Query(ctx, s.ms, q, nil)
 }
+
+// recordList is the records' list statement.
+var recordList = meta.NewList(RecordResource, meta.ListSQL{
+	Select: recordColumns,
+	From:   "alarm_records a",
+	Where:  []string{"a.product_id = ANY(@products)"},
+}, recordConv)
 
 // GetRecord returns record id (meta.ErrNotFound outside ctx's products).
 func (s *Store) GetRecord(ctx context.Context, id int64) (Record, error) {

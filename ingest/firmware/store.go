@@ -56,6 +56,7 @@ var ErrInUse = errors.New("in use")
 // Store keeps packages, rollouts, the devices' jobs and reported
 // versions in PostgreSQL (00025-00027).
 type Store struct {
+	ms      *meta.Store
 	db      *sqlx.DB
 	timeout time.Duration
 }
@@ -66,7 +67,7 @@ func NewStore(ms *meta.Store, timeout time.Duration) *Store {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &Store{db: ms.DB(), timeout: timeout}
+	return &Store{ms: ms, db: ms.DB(), timeout: timeout}
 }
 
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -160,22 +161,33 @@ func (s *Store) GetPackage(ctx context.Context, id string) (Package, error) {
 func (s *Store) ListPackages(ctx context.Context, productID string, products []string, offset, limit int) ([]Package, int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	where := `($1 = '' OR product_id = $1) AND ($2::text[] IS NULL OR product_id = ANY($2))`
-	var prods any
-	if products != nil {
-		prods = pq.Array(products)
-	}
-	var total int
-	if err := s.db.GetContext(ctx, &total, `SELECT count(*) FROM firmware_packages WHERE `+where, productID, prods); err != nil {
-		return nil, 0, fmt.Errorf("firmware: packages: %w", err)
-	}
-	out := []Package{}
-	err := s.db.SelectContext(ctx, &out, `SELECT `+packageCols+` FROM firmware_packages WHERE `+where+`
-		ORDER BY create_time DESC, id LIMIT $3 OFFSET $4`, productID, prods, limit, offset)
+	out, total, err := packageList.Range(ctx, s.ms, offset, limit, listParams(map[string]any{"product": productID}, products))
 	if err != nil {
 		return nil, 0, fmt.Errorf("firmware: packages: %w", err)
 	}
 	return out, total, nil
+}
+
+// packageList is ListPackages' statement, newest first.
+var packageList = meta.NewList(&meta.Resource{Name: "firmware package", DefaultSort: "create_time DESC, id"}, meta.ListSQL{
+	Select: packageCols,
+	From:   "firmware_packages",
+	Where:  []string{"product_id = @product", "product_id = ANY(@within)"},
+}, func(p *Package) Package { return *p })
+
+// listParams binds the lists' parameters: those of named that are not
+// "", and @within to products unless nil (all).
+func listParams(named map[string]any, products []string) meta.Params {
+	params := meta.Params{}
+	for k, v := range named {
+		if v != "" {
+			params[k] = v
+		}
+	}
+	if products != nil {
+		params["within"] = pq.StringArray(products)
+	}
+	return params
 }
 
 // DeletePackage deletes a package's row and returns it (its file is the
@@ -492,22 +504,11 @@ func (s *Store) Counts(ctx context.Context, rolloutID string) (map[string]int, e
 func (s *Store) ListRollouts(ctx context.Context, productID, state string, products []string, offset, limit int) ([]Rollout, int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	where := `($1 = '' OR product_id = $1) AND ($2 = '' OR state = $2) AND ($3::text[] IS NULL OR product_id = ANY($3))`
-	var prods any
-	if products != nil {
-		prods = pq.Array(products)
-	}
-	var total int
-	if err := s.db.GetContext(ctx, &total, `SELECT count(*) FROM firmware_rollouts WHERE `+where, productID, state, prods); err != nil {
-		return nil, 0, fmt.Errorf("firmware: rollouts: %w", err)
-	}
-	out := []Rollout{}
-	if err := s.db.SelectContext(ctx, &out, `SELECT `+rolloutCols+` FROM firmware_rollouts WHERE `+where+`
-		ORDER BY create_time DESC, id LIMIT $4 OFFSET $5`, productID, state, prods, limit, offset); err != nil {
+	out, total, err := rolloutList.Range(ctx, s.ms, offset, limit, listParams(map[string]any{"product": productID, "state": state}, products))
+	if err != nil {
 		return nil, 0, fmt.Errorf("firmware: rollouts: %w", err)
 	}
 	for i := range out {
-		out[i].fill()
 		c, err := s.Counts(ctx, out[i].ID)
 		if err != nil {
 			return nil, 0, err
@@ -516,6 +517,13 @@ func (s *Store) ListRollouts(ctx context.Context, productID, state string, produ
 	}
 	return out, total, nil
 }
+
+// rolloutList is ListRollouts' statement, newest first.
+var rolloutList = meta.NewList(&meta.Resource{Name: "firmware rollout", DefaultSort: "create_time DESC, id"}, meta.ListSQL{
+	Select: rolloutCols,
+	From:   "firmware_rollouts",
+	Where:  []string{"product_id = @product", "state = @state", "product_id = ANY(@within)"},
+}, func(r *Rollout) Rollout { r.fill(); return *r })
 
 // SetState moves a rollout to state from one of from (pause: running;
 // resume: paused; cancel: running or paused). Canceling marks its QUEUED
@@ -588,27 +596,26 @@ type Job struct {
 func (s *Store) Jobs(ctx context.Context, rolloutID string, states []string, offset, limit int) ([]Job, int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var st any
+	params := meta.Params{"rollout": rolloutID}
 	if len(states) > 0 {
-		st = pq.Array(states)
+		params["states"] = pq.StringArray(states)
 	}
-	var total int
-	if err := s.db.GetContext(ctx, &total, `SELECT count(*) FROM firmware_devices WHERE rollout_id = $1
-		AND ($2::text[] IS NULL OR state = ANY($2))`, rolloutID, st); err != nil {
-		return nil, 0, fmt.Errorf("firmware: jobs: %w", err)
-	}
-	out := []Job{}
-	err := s.db.SelectContext(ctx, &out, `SELECT j.rollout_id, j.device_id, j.state, j.reported, j.progress, j.reason, j.attempts,
-		COALESCE(v.version, '') AS version, (extract(epoch FROM j.start_time) * 1000)::bigint AS start_ms,
-		(extract(epoch FROM j.update_time) * 1000)::bigint AS update_ms
-		FROM firmware_devices j LEFT JOIN device_firmware v ON v.device_id = j.device_id
-		WHERE j.rollout_id = $1 AND ($2::text[] IS NULL OR j.state = ANY($2))
-		ORDER BY j.device_id LIMIT $3 OFFSET $4`, rolloutID, st, limit, offset)
+	out, total, err := jobList.Range(ctx, s.ms, offset, limit, params)
 	if err != nil {
 		return nil, 0, fmt.Errorf("firmware: jobs: %w", err)
 	}
 	return out, total, nil
 }
+
+// jobList is Jobs' statement, by device id.
+var jobList = meta.NewList(&meta.Resource{Name: "firmware job", DefaultSort: "j.device_id"}, meta.ListSQL{
+	Select: `j.rollout_id, j.device_id, j.state, j.reported, j.progress, j.reason, j.attempts,
+		COALESCE(v.version, '') AS version, (extract(epoch FROM j.start_time) * 1000)::bigint AS start_ms,
+		(extract(epoch FROM j.update_time) * 1000)::bigint AS update_ms`,
+	From:  "firmware_devices j",
+	Joins: " LEFT JOIN device_firmware v ON v.device_id = j.device_id",
+	Where: []string{"j.rollout_id = @rollout", "j.state = ANY(@states)"},
+}, func(j *Job) Job { return *j })
 
 // DeviceVersion is the version a device last reported ("" none).
 func (s *Store) DeviceVersion(ctx context.Context, deviceID string) (string, error) {

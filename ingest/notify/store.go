@@ -370,28 +370,34 @@ func (s *Store) DeadLetters(ctx context.Context, q DeadQuery) ([]Dead, int, erro
 	if q.Limit <= 0 || q.Limit > 1000 {
 		q.Limit = 100
 	}
-	where := `state = 'dead' AND ($1 = '' OR channel_id = $1) AND ($2 = '' OR subscription_id = $2) AND ($3::text[] IS NULL OR payload->>'productId' = ANY($3))`
-	var products any
+	params := meta.Params{}
+	if q.ChannelID != "" {
+		params["channel"] = q.ChannelID
+	}
+	if q.SubscriptionID != "" {
+		params["subscription"] = q.SubscriptionID
+	}
 	if q.Products != nil {
-		products = pq.StringArray(q.Products)
+		params["within"] = pq.StringArray(q.Products)
 	}
-	var total int
-	if err := s.db.GetContext(ctx, &total, `SELECT count(*) FROM notify_outbox WHERE `+where, q.ChannelID, q.SubscriptionID, products); err != nil {
-		return nil, 0, fmt.Errorf("notify: dead letters: %w", err)
-	}
-	var rows []Dead
-	err := s.db.SelectContext(ctx, &rows, `SELECT id, record_id, subscription_id, channel_id, step, kind, attempts, last_error, payload,
-		(extract(epoch FROM create_time) * 1000)::BIGINT AS create_ms, (extract(epoch FROM done_time) * 1000)::BIGINT AS done_ms
-		FROM notify_outbox WHERE `+where+` ORDER BY done_time DESC, id DESC LIMIT $4 OFFSET $5`,
-		q.ChannelID, q.SubscriptionID, products, q.Limit, q.Offset)
+	rows, total, err := deadList.Range(ctx, s.ms, q.Offset, q.Limit, params)
 	if err != nil {
 		return nil, 0, fmt.Errorf("notify: dead letters: %w", err)
 	}
-	for i := range rows {
-		_ = json.Unmarshal(rows[i].Payload, &rows[i].Alarm)
-	}
 	return rows, total, nil
 }
+
+// deadList is DeadLetters' statement, the latest first.
+var deadList = meta.NewList(&meta.Resource{Name: "dead letter", DefaultSort: "done_time DESC, id DESC"}, meta.ListSQL{
+	Select: `id, record_id, subscription_id, channel_id, step, kind, attempts, last_error, payload,
+		(extract(epoch FROM create_time) * 1000)::BIGINT AS create_ms, (extract(epoch FROM done_time) * 1000)::BIGINT AS done_ms`,
+	From: "notify_outbox",
+	Where: []string{"state = 'dead'", "channel_id = @channel", "subscription_id = @subscription",
+		"payload->>'productId' = ANY(@within)"},
+}, func(d *Dead) Dead {
+	_ = json.Unmarshal(d.Payload, &d.Alarm)
+	return *d
+})
 
 // Replay makes dead letter id pending again, due now, its attempts
 // counted afresh; same id, so the same idempotency key.
