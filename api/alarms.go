@@ -474,5 +474,24 @@ func (s *Server) handleAlarm(c *fiber.Ctx, clear bool) error {
 	if err != nil {
 		return err
 	}
+	if s.deps.AlarmHandled != nil {
+		s.deps.AlarmHandled(handledTransition(&r, clear))
+	}
 	return okItem(c, &r, appendRecord)
+}
+
+// handledTransition is the transition a hand made of r (acknowledged, or
+// cleared), as the live feed announces it: its value the comment.
+func handledTransition(r *alarm.Record, clear bool) alarm.Transition {
+	t := alarm.Transition{Kind: alarm.KindAcked, RuleID: r.RuleID, RuleName: r.RuleName, ProductID: r.ProductID,
+		DeviceID: r.DeviceID, Severity: r.Severity, Value: r.AckComment}
+	switch {
+	case clear && r.ClearedTime != nil:
+		t.Kind, t.At, t.Value = alarm.KindCleared, *r.ClearedTime, r.ClearValue
+	case !clear && r.AckedTime != nil:
+		t.At = *r.AckedTime
+	default:
+		t.At = time.Now()
+	}
+	return t
 }

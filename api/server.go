@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"devicehub/ingest/alarm"
 	"devicehub/meta"
 	"devicehub/meta/cache"
 	"devicehub/schema"
@@ -190,6 +191,10 @@ type Deps struct {
 	// Alarms keeps alarm rules and records (alarms.go); nil: the alarm
 	// routes answer server_error.
 	Alarms AlarmStore
+	// AlarmHandled, if set, is given each acknowledgement and clear by
+	// hand once committed (the live feed: cmd/devicehub announces it to
+	// every instance, as the evaluator's transitions are).
+	AlarmHandled func(alarm.Transition)
 
 	// Notify keeps notification channels, subscriptions and dead letters
 	// (notify.go); nil answers those routes with a server error.

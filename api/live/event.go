@@ -92,7 +92,8 @@ func SkippedFrame(n uint64) []byte {
 }
 
 // EventAlarm is the event of an alarm transition (ingest/alarm): raised,
-// escalated, deescalated or cleared, delivered to the subscribers
+// escalated, deescalated or cleared by the evaluator, acknowledged or
+// cleared by hand (api), delivered to the subscribers
 // watching its device, so scoped as every device's events are.
 const EventAlarm = "alarm"
 
@@ -102,9 +103,9 @@ type AlarmEvent struct {
 	ProductID string `json:"productId"`
 	RuleID    string `json:"ruleId"`
 	RuleName  string `json:"ruleName"`
-	Kind      string `json:"kind"` // raised, escalated, deescalated, cleared
+	Kind      string `json:"kind"` // raised, escalated, deescalated, cleared, acknowledged
 	Severity  string `json:"severity"`
-	Value     string `json:"value,omitempty"` // what caused it, e.g. "temp=31.5"
+	Value     string `json:"value,omitempty"` // what caused it, e.g. "temp=31.5"; by hand, the comment
 	Timestamp int64  `json:"timestamp"`       // the transition's time, epoch ms
 }
 

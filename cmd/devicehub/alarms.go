@@ -120,7 +120,8 @@ func (r *eventRelay) send(ctx context.Context) {
 }
 
 // alarmTransitions announces a committed batch of alarm transitions (the
-// alarm runner's OnTransitions).
+// alarm runner's OnTransitions, and api's AlarmHandled: acks and clears
+// by hand).
 func (r *eventRelay) alarmTransitions(trs []alarm.Transition) {
 	for _, t := range trs {
 		if t.Kind == alarm.KindRepeated {

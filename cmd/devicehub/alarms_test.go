@@ -43,6 +43,7 @@ func (s *server) metricValue(t *testing.T, sample string) float64 {
 }
 
 type alarmRecord struct {
+	ID       string `json:"id"`
 	DeviceID string `json:"deviceId"`
 	State    string `json:"state"`
 	Count    int    `json:"count"`
@@ -68,8 +69,8 @@ func (s *server) alarmRecords(t *testing.T, token string) ([]alarmRecord, error)
 // evaluation; 100 devices cross a threshold in rounds while the
 // evaluating process is SIGKILLed and then the broker restarts. Every
 // device ends with exactly one alarm whose count is its number of reports
-// above the threshold: none lost, none doubled. The alarm transitions
-// reach /api/live on the other instance.
+// above the threshold: none lost, none doubled. The alarm transitions,
+// and an acknowledgement by hand, reach /api/live on the other instance.
 func TestAlarmsSIGKILL(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
@@ -231,6 +232,24 @@ func TestAlarmsSIGKILL(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("no alarm event on /api/live")
+	}
+	// A hand's acknowledgement is announced too (api's AlarmHandled, over
+	// the PostgreSQL relay).
+	for _, r := range recs {
+		if r.DeviceID == "dev000" {
+			other.call(t, token, "POST", "/api/alarm/record/"+r.ID+"/_ack", map[string]any{"comment": "seen"})
+		}
+	}
+	select {
+	case e := <-events:
+		var ev struct {
+			DeviceID, Kind, Value string
+		}
+		if json.Unmarshal([]byte(e), &ev) != nil || ev.DeviceID != "dev000" || ev.Kind != "acknowledged" || ev.Value != "seen" {
+			t.Errorf("live alarm event after the ack: %s", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no acknowledged event on /api/live")
 	}
 	if t.Failed() {
 		b, _ := os.ReadFile(other.logf)

@@ -333,6 +333,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 			Live:        hub, // GET /api/live (api/live.go)
 			LiveDevices: store,
+			// acks and clears by hand (api/alarms.go), announced as the
+			// evaluator's transitions are
+			AlarmHandled: func(t alarm.Transition) { relay.alarmTransitions([]alarm.Transition{t}) },
 
 			Notify:  notify.NewStore(store),  // channels, subscriptions, dead letters (api/notify.go)
 			Forward: forward.NewStore(store), // forwarding rules and their status (api/forward.go)
