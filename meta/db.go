@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/schema"
 )
@@ -44,6 +46,12 @@ type Options struct {
 	// in any case, nor "admin" or a name starting with "$" whatever this
 	// holds (meta/device_input.go).
 	ReservedLogins []string
+	// PasswordCost is the bcrypt cost of the passwords the store hashes,
+	// and of the dummy hash an unknown username is checked against
+	// (0: bcrypt.DefaultCost). The tests' stores (meta/metatest) use
+	// bcrypt.MinCost: under the race detector one hash at the default
+	// cost takes about a second of CPU.
+	PasswordCost int
 }
 
 // DefaultOptions returns options that work with `make run`.
@@ -59,6 +67,7 @@ func DefaultOptions() Options {
 		TotalEstimateTTL: DefaultTotalEstimateTTL,
 		PageCacheTTL:     DefaultPageCacheTTL,
 		ReservedLogins:   []string{"devicehub"}, // the service login of `make run`
+		PasswordCost:     bcrypt.DefaultCost,
 	}
 }
 
@@ -69,6 +78,9 @@ type Store struct {
 	totals *totalCache // estimated list totals (query_page.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
 	tokens *tokenWatch // ended tokens, announced (tokenwatch.go)
+	// dummyHash is the hash an unknown username's password is checked
+	// against (login.go), made at the first such login.
+	dummyHash func() []byte
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -82,6 +94,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL),
 		pages: newPageCache(opts.DSN, opts.PageCacheTTL), tokens: newTokenWatch(opts.DSN)}
+	s.dummyHash = sync.OnceValue(func() []byte {
+		hash, _ := s.hashPassword("not a password")
+		return hash
+	})
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {

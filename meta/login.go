@@ -41,7 +41,7 @@ func (s *Store) Login(ctx context.Context, address, username, password string, l
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Session{}, fmt.Errorf("meta: login: %w", err)
 	}
-	hash := dummyHash
+	hash := s.dummyHash()
 	if known {
 		hash = []byte(row.Hash)
 	}
@@ -131,5 +131,3 @@ func (s *Store) sweepLoginAttempts(ctx context.Context) error {
 	}
 	return nil
 }
-
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("not a password"), bcrypt.DefaultCost)
