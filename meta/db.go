@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -78,9 +77,6 @@ type Store struct {
 	totals *totalCache // estimated list totals (query_page.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
 	tokens *tokenWatch // ended tokens, announced (tokenwatch.go)
-	// dummyHash is the hash an unknown username's password is checked
-	// against (login.go), made at the first such login.
-	dummyHash func() []byte
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -94,10 +90,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, opts: opts, totals: newTotalCache(opts.TotalEstimateTTL),
 		pages: newPageCache(opts.DSN, opts.PageCacheTTL), tokens: newTokenWatch(opts.DSN)}
-	s.dummyHash = sync.OnceValue(func() []byte {
-		hash, _ := s.hashPassword("not a password")
-		return hash
-	})
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -130,4 +131,21 @@ func (s *Store) sweepLoginAttempts(ctx context.Context) error {
 		return fmt.Errorf("meta: sweep login attempts: %w", err)
 	}
 	return nil
+}
+
+// dummyHashes holds the hash an unknown username's password is checked
+// against, one per bcrypt cost (Options.PasswordCost), made at the
+// first such login of the process.
+var dummyHashes sync.Map // int → func() []byte
+
+func (s *Store) dummyHash() []byte {
+	cost := s.opts.PasswordCost
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	f, _ := dummyHashes.LoadOrStore(cost, sync.OnceValue(func() []byte {
+		hash, _ := hashPassword(cost, "not a password")
+		return hash
+	}))
+	return f.(func() []byte)()
 }

@@ -121,7 +121,10 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 // hashPassword is how every password is stored: bcrypt, at
 // Options.PasswordCost (default bcrypt.DefaultCost).
 func (s *Store) hashPassword(password string) ([]byte, error) {
-	cost := s.opts.PasswordCost
+	return hashPassword(s.opts.PasswordCost, password)
+}
+
+func hashPassword(cost int, password string) ([]byte, error) {
 	if cost == 0 {
 		cost = bcrypt.DefaultCost
 	}
