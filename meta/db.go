@@ -10,6 +10,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/schema"
 )
@@ -44,6 +45,12 @@ type Options struct {
 	// in any case, nor "admin" or a name starting with "$" whatever this
 	// holds (meta/device_input.go).
 	ReservedLogins []string
+	// PasswordCost is the bcrypt cost of the passwords the store hashes,
+	// and of the dummy hash an unknown username is checked against
+	// (0: bcrypt.DefaultCost). The tests' stores (meta/metatest) use
+	// bcrypt.MinCost: under the race detector one hash at the default
+	// cost takes about a second of CPU.
+	PasswordCost int
 }
 
 // DefaultOptions returns options that work with `make run`.
@@ -59,6 +66,7 @@ func DefaultOptions() Options {
 		TotalEstimateTTL: DefaultTotalEstimateTTL,
 		PageCacheTTL:     DefaultPageCacheTTL,
 		ReservedLogins:   []string{"devicehub"}, // the service login of `make run`
+		PasswordCost:     bcrypt.DefaultCost,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -41,7 +42,7 @@ func (s *Store) Login(ctx context.Context, address, username, password string, l
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Session{}, fmt.Errorf("meta: login: %w", err)
 	}
-	hash := dummyHash
+	hash := s.dummyHash()
 	if known {
 		hash = []byte(row.Hash)
 	}
@@ -132,4 +133,19 @@ func (s *Store) sweepLoginAttempts(ctx context.Context) error {
 	return nil
 }
 
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("not a password"), bcrypt.DefaultCost)
+// dummyHashes holds the hash an unknown username's password is checked
+// against, one per bcrypt cost (Options.PasswordCost), made at the
+// first such login of the process.
+var dummyHashes sync.Map // int → func() []byte
+
+func (s *Store) dummyHash() []byte {
+	cost := s.opts.PasswordCost
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	f, _ := dummyHashes.LoadOrStore(cost, sync.OnceValue(func() []byte {
+		hash, _ := hashPassword(cost, "not a password")
+		return hash
+	}))
+	return f.(func() []byte)()
+}

@@ -78,29 +78,34 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	if err != nil {
 		return fmt.Errorf("meta: ensure admin: %w", err)
 	}
+	// The hash (one bcrypt, costly) is made only for an admin to create.
+	var hash []byte
 	if !exists {
 		if err := checkPassword("admin password", password, "admin", MinPasswordLen); err != nil {
 			return fmt.Errorf("meta: %w", err)
 		}
-	}
-	hash, err := hashPassword(password)
-	if err != nil {
-		return err
+		if hash, err = s.hashPassword(password); err != nil {
+			return err
+		}
 	}
 	ctx, cancel = s.timeout(ctx)
 	defer cancel()
 	stmts := []struct {
-		q    string
-		args []any
+		q      string
+		args   []any
+		create bool // only when the admin was not there
 	}{
-		{`INSERT INTO roles (id, name, description, creator_id) VALUES ('admin', 'Administrator', 'Full access to the platform', 'admin') ON CONFLICT (id) DO NOTHING`, nil},
-		{`INSERT INTO users (id, username, name, password_hash) VALUES ('admin', 'admin', 'Administrator', $1) ON CONFLICT (username) DO NOTHING`, []any{string(hash)}},
-		{`INSERT INTO user_roles (user_id, role_id) SELECT id, 'admin' FROM users WHERE username = 'admin' ON CONFLICT DO NOTHING`, nil},
+		{`INSERT INTO roles (id, name, description, creator_id) VALUES ('admin', 'Administrator', 'Full access to the platform', 'admin') ON CONFLICT (id) DO NOTHING`, nil, false},
+		{`INSERT INTO users (id, username, name, password_hash) VALUES ('admin', 'admin', 'Administrator', $1) ON CONFLICT (username) DO NOTHING`, []any{string(hash)}, true},
+		{`INSERT INTO user_roles (user_id, role_id) SELECT id, 'admin' FROM users WHERE username = 'admin' ON CONFLICT DO NOTHING`, nil, false},
 		// Role admin holds every permission, those added since too.
-		{`INSERT INTO role_permissions (role_id, permission) SELECT 'admin', unnest($1::text[]) ON CONFLICT DO NOTHING`, []any{pq.Array(Permissions)}},
+		{`INSERT INTO role_permissions (role_id, permission) SELECT 'admin', unnest($1::text[]) ON CONFLICT DO NOTHING`, []any{pq.Array(Permissions)}, false},
 	}
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		for _, st := range stmts {
+			if st.create && exists {
+				continue
+			}
 			if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
 				return err
 			}
@@ -113,9 +118,17 @@ func (s *Store) EnsureAdmin(ctx context.Context, password string) error {
 	return nil
 }
 
-// hashPassword is how every password is stored: bcrypt, default cost.
-func hashPassword(password string) ([]byte, error) {
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+// hashPassword is how every password is stored: bcrypt, at
+// Options.PasswordCost (default bcrypt.DefaultCost).
+func (s *Store) hashPassword(password string) ([]byte, error) {
+	return hashPassword(s.opts.PasswordCost, password)
+}
+
+func hashPassword(cost int, password string) ([]byte, error) {
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), cost)
 	if err != nil {
 		return nil, fmt.Errorf("meta: hash password: %w", err)
 	}
@@ -310,7 +323,7 @@ func (s *Store) addUser(ctx context.Context, n NewUser, minPassword int) (UserDe
 	if err := checkPassword("password", n.Password, n.Username, minPassword); err != nil {
 		return UserDetail{}, err
 	}
-	hash, err := hashPassword(n.Password)
+	hash, err := s.hashPassword(n.Password)
 	if err != nil {
 		return UserDetail{}, err
 	}
@@ -461,7 +474,7 @@ func (s *Store) SetPassword(ctx context.Context, id, password string) error {
 }
 
 func (s *Store) setPassword(ctx context.Context, id, password string, keep []byte) error {
-	hash, err := hashPassword(password)
+	hash, err := s.hashPassword(password)
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,54 @@ func fastPassword(t *testing.T, s *meta.Store, username, password string) {
 	}
 }
 
+// passwordCost is the bcrypt cost of username's stored hash.
+func passwordCost(t *testing.T, s *meta.Store, username string) int {
+	t.Helper()
+	var hash string
+	if err := s.DB().Get(&hash, `SELECT password_hash FROM users WHERE username = $1`, username); err != nil {
+		t.Fatal(err)
+	}
+	cost, err := bcrypt.Cost([]byte(hash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cost
+}
+
+// TestPasswordCost: a store hashes every password at its
+// Options.PasswordCost (the tests' stores at bcrypt.MinCost): the
+// admin's, a new user's and a changed one.
+func TestPasswordCost(t *testing.T) {
+	opts := meta.DefaultOptions()
+	opts.PasswordCost = bcrypt.MinCost + 1
+	s := openTestStore(t, metatest.NewDatabase(t), opts)
+	ctx := context.Background()
+	if err := s.EnsureAdmin(ctx, "admin123"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := s.CreateUser(ctx, "lou", "lou-pass-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"admin", "lou"} {
+		if cost := passwordCost(t, s, name); cost != opts.PasswordCost {
+			t.Errorf("%s's password hashed at cost %d, want %d", name, cost, opts.PasswordCost)
+		}
+	}
+	if err := s.SetPassword(ctx, u.ID, "lou-pass-2"); err != nil {
+		t.Fatal(err)
+	}
+	if cost := passwordCost(t, s, "lou"); cost != opts.PasswordCost {
+		t.Errorf("lou's changed password hashed at cost %d, want %d", cost, opts.PasswordCost)
+	}
+	if _, err := s.Login(ctx, "127.0.0.1", "lou", "lou-pass-2", time.Minute); err != nil {
+		t.Fatalf("login with the changed password: %v", err)
+	}
+	if cost := passwordCost(t, metatest.NewStore(t), "admin"); cost != metatest.PasswordCost {
+		t.Errorf("metatest's admin password hashed at cost %d, want %d", cost, metatest.PasswordCost)
+	}
+}
+
 func TestEnsureAdmin(t *testing.T) {
 	s := openTestStore(t, metatest.NewDatabase(t), meta.DefaultOptions())
 	ctx := context.Background()
@@ -90,6 +138,10 @@ func TestEnsureAdmin(t *testing.T) {
 	}
 	if sess.User.ID != "admin" || sess.User.Username != "admin" || !reflect.DeepEqual(sess.User.Roles, []string{"admin"}) {
 		t.Fatalf("admin %+v", sess.User)
+	}
+	// Hashed at bcrypt's default cost (Options.PasswordCost's default).
+	if cost := passwordCost(t, s, "admin"); cost != bcrypt.DefaultCost {
+		t.Fatalf("admin's password hashed at cost %d, want bcrypt.DefaultCost (%d)", cost, bcrypt.DefaultCost)
 	}
 
 	// Later starts keep the existing admin's password, even when the

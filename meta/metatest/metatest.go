@@ -1,5 +1,15 @@
 // Package metatest gives tests a fresh, migrated PostgreSQL database of
 // their own on the real server, dropped when the test ends.
+//
+// NewStore's database is a copy (CREATE DATABASE ... TEMPLATE) of a
+// template migrated once: devicehub_tmpl_<digest of the migrations>,
+// kept on the server between runs and shared by every test process. Under
+// the race detector the migrations cost seconds a database; the copy a
+// fraction of one. The copy gets an installation id of its own, as a
+// migrated database does. Passwords are hashed at bcrypt's lowest cost
+// (PasswordCost), the template's admin's too. NewDatabase stays an empty
+// database, for the tests of migrating and of the server starting on a
+// new database.
 package metatest
 
 import (
@@ -12,6 +22,7 @@ import (
 	"testing"
 
 	_ "github.com/lib/pq" // PostgreSQL driver
+	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/meta"
 )
@@ -31,15 +42,22 @@ func ServerDSN() string {
 func NewStore(t testing.TB) *meta.Store {
 	t.Helper()
 	opts := meta.DefaultOptions()
-	opts.DSN = NewDatabase(t)
+	opts.DSN = NewMigratedDatabase(t)
 	return openStore(t, opts)
 }
 
-// openStore opens a migrated store with opts (8 connections) and an admin
-// user (password "admin123"), closed when the test ends.
+// PasswordCost is the bcrypt cost of the passwords of the tests' stores:
+// the lowest, as one hash at the default cost takes about a second of CPU
+// under the race detector (and a login checks one).
+const PasswordCost = bcrypt.MinCost
+
+// openStore opens a migrated store with opts (8 connections, passwords
+// hashed at PasswordCost) and an admin user (password "admin123"), closed
+// when the test ends.
 func openStore(t testing.TB, opts meta.Options) *meta.Store {
 	t.Helper()
 	opts.MaxOpenConns = 8
+	opts.PasswordCost = PasswordCost
 	s, err := meta.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("metatest: open store: %v", err)
@@ -54,6 +72,21 @@ func openStore(t testing.TB, opts meta.Options) *meta.Store {
 // NewDatabase creates an empty database and returns its DSN.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "")
+}
+
+// NewMigratedDatabase creates a database with every migration applied and
+// the admin user (password "admin123"), copied from the template, and
+// returns its DSN.
+func NewMigratedDatabase(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, "template")
+}
+
+// newDatabase creates database devicehub_test_<random>, empty or (from
+// "template") a copy of the template, dropped in t.Cleanup.
+func newDatabase(t testing.TB, from string) string {
+	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "devicehub_test_" + hex.EncodeToString(b[:])
@@ -62,7 +95,12 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("metatest: %v", err)
 	}
 	defer admin.Close()
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+	if from == "" {
+		_, err = admin.Exec("CREATE DATABASE " + name)
+	} else {
+		err = copyTemplate(admin, name)
+	}
+	if err != nil {
 		t.Fatalf("metatest: create database (is PostgreSQL up? run `make services`): %v", err)
 	}
 	t.Cleanup(func() {
