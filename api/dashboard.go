@@ -173,7 +173,7 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
 	defer cancel()
-	now, loc := time.Now(), s.deps.Dashboard.Location()
+	now, loc := s.dashboardNow(), s.deps.Dashboard.Location()
 	plans := make([]*dashboardPlan, len(qs))
 	var budget dashboardBudget
 	for i := range qs {
@@ -246,6 +246,14 @@ func (s *Server) dashboardMulti(c *fiber.Ctx) error {
 		}
 		return append(b, ']')
 	})
+}
+
+// dashboardNow is the clock of date math (Options.DashboardClock).
+func (s *Server) dashboardNow() time.Time {
+	if s.opts.DashboardClock != nil {
+		return s.opts.DashboardClock()
+	}
+	return time.Now()
 }
 
 // itemBuffers hold the items of a query of endpoint 14 until the answer

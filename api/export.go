@@ -103,7 +103,7 @@ func (s *Server) dashboardExport(c *fiber.Ctx) error {
 	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
 	defer cancel()
-	plan, err := s.planExport(ctx, &q, time.Now(), s.deps.Dashboard.Location(), formatValue)
+	plan, err := s.planExport(ctx, &q, s.dashboardNow(), s.deps.Dashboard.Location(), formatValue)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	// slot before it is refused with 503 too_many_requests (0: 2 s).
 	DashboardConcurrency int
 	DashboardWait        time.Duration
+	// DashboardClock is the "now" of endpoint 14's and exports' date math
+	// and default ranges (nil: time.Now); tests fix it.
+	DashboardClock func() time.Time
 	// CORSOrigins are the browser origins (scheme://host[:port], or "*"
 	// for any) allowed to call the API across origins; see
 	// ParseCORSOrigins. None (the default) sends no CORS headers.
