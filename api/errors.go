@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"devicehub/api/dashboard"
 	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/notify"
@@ -58,12 +59,16 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			bulkTO  bulkTimeoutError
 			ready   notReadyError
 		)
+		var dashBusy *dashboard.BusyError
 		switch {
 		case errors.As(err, &denied):
 			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
 		case errors.As(err, &busy):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busy.retryAfter))
 			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, busy.msg, nil)
+		case errors.As(err, &dashBusy): // endpoint 14's and exports' admission
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashBusy.RetryAfter))
+			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, dashBusy.Error(), nil)
 		case errors.As(err, &streams):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
 			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, streams.Error(), nil)

@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bytes"
@@ -225,7 +225,7 @@ func historyEntry(v tsdb.PropertyValue, model *schema.ThingModel, loc *time.Loca
 		hv.OutsideModel = &struct {
 			Text  string `json:"text"`
 			Value string `json:"value"`
-		}{outsideModelText[reason], reason}
+		}{schema.OutsideText(reason), reason}
 	}
 	return historyData{Value: hv, TimeString: v.Time.In(loc).Format(time.DateTime), Timestamp: v.Time.UnixMilli(), TimeZone: loc.String()}
 }
@@ -530,4 +530,24 @@ type propAggData struct {
 	Timestamp  int    `json:"timestamp"` // position 0, 1, 2... within the property
 	Time       int64  `json:"time"`      // the bucket's start, epoch ms
 	TimeZone   string `json:"timeZone"`  // of timeString and the buckets' boundaries
+}
+
+// trickyTexts are strings whose JSON encoding has escapes or
+// replacements (as api's json_internal_test.go).
+var trickyTexts = []string{
+	"", "plain", `quote " and \ backslash`, "<script>&amp;</script>", "\x00\x01\x1f\x7f", "\b\f\n\r\t",
+	"\xff\xfe invalid", "cut \xe2\x82", "\u2028\u2029", "Żółw 电表 🚀", "{\"properties\":[]}", "%_like_%",
+}
+
+// randomText mixes the pieces of trickyTexts.
+func randomText(r *rand.Rand) string {
+	var b []byte
+	for range r.IntN(6) {
+		t := trickyTexts[r.IntN(len(trickyTexts))]
+		if len(t) > 0 {
+			i := r.IntN(len(t))
+			b = append(b, t[i:min(len(t), i+r.IntN(8)+1)]...)
+		}
+	}
+	return string(b)
 }

@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func sameAsJSON(t *testing.T, body []byte) (fast int) {
 	if !json.Valid(body) {
 		return 0
 	}
-	var want []dashboardQuery
+	var want []Query
 	werr := json.Unmarshal(body, &want)
 	got, ok := decodeQueriesFast(body)
 	if ok {

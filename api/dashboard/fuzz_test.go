@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"encoding/json"
@@ -30,20 +30,20 @@ func FuzzDashboardQuery(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	s := &Server{}
+	s := New(Options{}, Deps{})
 	now := time.Date(2024, 2, 29, 12, 0, 0, 0, time.UTC)
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var qs []dashboardQuery
+		var qs []Query
 		if json.Unmarshal(body, &qs) != nil {
 			return
 		}
 		for i := range qs {
 			at := fmt.Sprintf("[%d]", i)
-			_, err := s.planDashboard(at, &qs[i], now, berlin)
+			_, err := s.planQuery(at, &qs[i], now, berlin, false)
 			if err == nil {
 				continue
 			}

@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bytes"
@@ -197,12 +197,12 @@ func queryText(b []byte) string {
 var queryFields = []string{"dashboard", "object", "measurement", "dimension", "group", "params"}
 
 // decodeQueriesFast is json.Unmarshal of body, valid JSON, into a
-// []dashboardQuery, when it can tell that is what encoding/json decodes;
+// []Query, when it can tell that is what encoding/json decodes;
 // false: ask encoding/json. Params alias body.
-func decodeQueriesFast(body []byte) ([]dashboardQuery, bool) {
-	var qs []dashboardQuery
+func decodeQueriesFast(body []byte) ([]Query, bool) {
+	var qs []Query
 	ok := walkJSON(body, false, func(_, elem []byte) bool {
-		var q dashboardQuery
+		var q Query
 		ok := walkFields(elem, queryFields, func(key, v []byte) bool {
 			if string(key) == "params" {
 				q.Params = json.RawMessage(v)
@@ -233,7 +233,7 @@ func decodeQueriesFast(body []byte) ([]dashboardQuery, bool) {
 		return nil, false
 	}
 	if qs == nil {
-		qs = []dashboardQuery{}
+		qs = []Query{}
 	}
 	return qs, true
 }

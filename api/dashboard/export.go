@@ -1,4 +1,4 @@
-package api
+package dashboard
 
 import (
 	"bufio"
@@ -8,18 +8,13 @@ import (
 	"fmt"
 	"math"
 	"mime"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gofiber/fiber/v2"
-
-	"devicehub/meta"
 	"devicehub/schema"
 	"devicehub/schema/jsonw"
 	"devicehub/tsdb"
@@ -36,10 +31,13 @@ import (
 // limits it would have to change.
 //
 // Everything that can be refused is checked before the first byte is
-// sent (400 in the envelope): the query, the format, the device and the
-// thing model, and the first ClickHouse query. Then rows are written as
-// they come from ClickHouse (tsdb/export.go) through a buffered writer,
-// never gathered: an export costs the same memory whatever its size.
+// sent (400 in the envelope): the format (ParseExportFormat), the query,
+// the device and the thing model (PlanExport), and, once the export holds
+// its slot of the gate, the first ClickHouse query (Export.Start). Then
+// rows are written as they come from ClickHouse (tsdb/export.go) through
+// a buffered writer, never gathered (Export.Write): an export costs the
+// same memory whatever its size. api streams it, and ends it with its
+// caller's token.
 
 // Export formats.
 const (
@@ -51,285 +49,216 @@ const (
 )
 
 const (
-	// maxExports bounds the exports running at once in the process; one
-	// more waits up to exportWait for a slot, then gets 503. An export
-	// takes a core's worth of formatting while it runs (a few seconds per
-	// million values), so two cores serve a few at a time; dashboard
-	// requests have their own slots (DashboardConcurrency).
-	maxExports = 4
-	exportWait = 2 * time.Second
 	// exportTimeout bounds a whole export (10M values took 16 s here);
 	// each ClickHouse query has its own timeout (tsdb QueryTimeout).
 	exportTimeout = time.Hour
-	// exportDeadlineEvery is how many rows are written between moves of
-	// the connection's write deadline (see live.go: fasthttp sets it once).
+	// exportDeadlineEvery is how many rows are written between calls of
+	// Write's tick (api moves the connection's write deadline: fasthttp
+	// sets it once).
 	exportDeadlineEvery = 1024
 )
+
+// Timeout bounds what precedes an export's rows (api: its lookups, the
+// token check, the wait for a slot, the first query), as Run bounds
+// endpoint 14's requests.
+const Timeout = dashboardTimeout
 
 // isoMillis is the time column: ISO 8601 with milliseconds and the
 // platform zone's offset.
 const isoMillis = "2006-01-02T15:04:05.000Z07:00"
 
-// exportPlan is a checked and resolved export: the plan of its query (as
+// ExportFormat is what an export writes: CSV or JSON lines, with or
+// without a formatValue column.
+type ExportFormat struct {
+	NDJSON      bool
+	FormatValue bool
+}
+
+// ParseExportFormat reads an export's query parameters format (csv,
+// ndjson) and formatValue (true, false) and its Accept header: without a
+// format, the first of text/csv and application/x-ndjson that accept
+// names, else CSV.
+func ParseExportFormat(format, accept, formatValue string) (ExportFormat, error) {
+	var f ExportFormat
+	switch strings.ToLower(format) {
+	case exportCSV:
+	case exportNDJSON, "jsonl", "json-lines":
+		f.NDJSON = true
+	case "":
+		f.NDJSON = acceptsNDJSON(accept)
+	default:
+		return f, schema.Invalid("format", "must be csv or ndjson")
+	}
+	if formatValue != "" {
+		var err error
+		if f.FormatValue, err = strconv.ParseBool(formatValue); err != nil {
+			return f, schema.Invalid("formatValue", "must be true or false")
+		}
+	}
+	return f, nil
+}
+
+// acceptsNDJSON reports whether the first of text/csv and JSON lines the
+// Accept header names is JSON lines.
+func acceptsNDJSON(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+		switch strings.ToLower(strings.TrimSpace(mt)) {
+		case mimeCSV:
+			return false
+		case mimeNDJSON, "application/jsonl", "application/x-jsonlines":
+			return true
+		}
+	}
+	return false
+}
+
+// Export is a checked and resolved export: the plan of its query (as
 // endpoint 14 plans one), the file's name and columns, and a history
-// query's stream, prepared before the answer starts.
-type exportPlan struct {
-	query       *dashboardPlan
+// query's stream, prepared once it holds its slot (Start).
+type Export struct {
+	s           *Service
+	query       *queryPlan
+	ndjson      bool
 	name        string   // of the file offered (Content-Disposition)
 	columns     []string // the header row; the keys of a JSON line
 	formatValue bool     // a formatValue column
 	loc         *time.Location
-	stream      *tsdb.Export // history: set by prepareExport
+	stream      *tsdb.Export // history: set by Start
+	slot        bool         // holds a slot of the gate's exports
 }
 
-// dashboardExport is POST /api/dashboard/_export?format=csv|ndjson&formatValue=true.
-func (s *Server) dashboardExport(c *fiber.Ctx) error {
-	format, err := exportFormat(c)
-	if err != nil {
-		return err
+// PlanExport checks an export's body, checked JSON text of one query,
+// and looks its device or product up within the caller's products (ctx),
+// as Run does endpoint 14's queries.
+func (s *Service) PlanExport(ctx context.Context, f ExportFormat, body []byte) (*Export, error) {
+	var q Query
+	if err := json.Unmarshal(body, &q); err != nil {
+		return nil, s.deps.JSONError(err)
 	}
-	formatValue := false
-	if v := c.Query("formatValue"); v != "" {
-		if formatValue, err = strconv.ParseBool(v); err != nil {
-			return schema.Invalid("formatValue", "must be true or false")
-		}
+	if s.deps.Store == nil {
+		return nil, errors.New("dashboard: export: no time-series store")
 	}
-	var q dashboardQuery
-	if err := decodeJSON(c, &q); err != nil {
-		return err
-	}
-	if s.deps.Dashboard == nil {
-		return errors.New("api: export: no time-series store")
-	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), dashboardTimeout)
-	defer cancel()
-	plan, err := s.planExport(ctx, &q, s.dashboardNow(), s.deps.Dashboard.Location(), formatValue)
-	if err != nil {
-		return err
-	}
-	// The export counts against its user's limit (UserLimits) and ends
-	// with its token, as a live stream does (live.go; auth.go
-	// tokensEnded): registered before the token is read again here, so
-	// that an end committed after that read finds it, and one committed
-	// before is seen by the read.
-	token := strings.Clone(c.Get(tokenHeader))
-	st, err := s.streams.add(token, currentUser(c).ID, kindExport)
-	if err != nil {
-		return userStreamsReply(c, err)
-	}
-	streaming := false
-	defer func() {
-		if !streaming {
-			s.streams.remove(st)
-		}
-	}()
-	expires, err := s.deps.Auth.TokenExpiry(ctx, token)
-	if err != nil {
-		return err
-	}
-	if !s.exports.acquire(ctx) {
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashboardRetryAfterS))
-		return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, "too many exports in progress; retry later", nil)
-	}
-	if err := s.prepareExport(ctx, plan); err != nil {
-		s.exports.release()
-		return err
-	}
-	ext, ctype := "csv", mimeCSV+"; charset=utf-8; header=present"
-	if format == exportNDJSON {
-		ext, ctype = "ndjson", mimeNDJSON
-	}
-	c.Set(fiber.HeaderContentType, ctype)
-	c.Set(fiber.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": plan.name + "." + ext}))
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	c.Set("X-Accel-Buffering", "no")
-	// The Ctx is reused once the handler returns: the stream keeps only
-	// what it needs of the request.
-	rc := c.Context()
-	conn, shutdown, log := rc.Conn(), rc.Done(), s.log
-	timeout := s.opts.WriteTimeout
-	allProducts, products := meta.ProductsOf(c.UserContext())
-	check := func() (time.Time, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), liveLookup)
-		defer cancel()
-		return s.deps.Auth.TokenExpiry(ctx, token)
-	}
-	streaming = true
-	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer s.exports.release()
-		defer s.streams.remove(st)
-		// The stream outlives the request's context; it keeps the
-		// caller's products (every product of theirs, for message counts).
-		ctx, cancel := context.WithTimeout(meta.LimitProducts(context.Background(), allProducts, products), exportTimeout)
-		defer cancel()
-		var tokenEnded atomic.Bool
-		go func() {
-			// The server's shutdown ends the export; so does its token's
-			// end (logout, user disabled or deleted, key revoked, roles
-			// changed: announced, st.end; expiry, or a read again that
-			// fails), which also cuts the connection at once: a write
-			// blocked on a slow reader returns, and what the socket still
-			// holds is dropped (linger 0), not delivered.
-			expiry := time.NewTimer(untilRecheck(expires))
-			defer expiry.Stop()
-			for {
-				var err error
-				select {
-				case <-shutdown:
-					cancel()
-					return
-				case <-ctx.Done():
-					return
-				case <-st.end:
-				case <-st.recheck:
-					expires, err = check()
-				case <-expiry.C:
-					expires, err = check()
-				}
-				if ctx.Err() != nil {
-					return // the export ended first: its connection may serve another request
-				}
-				if err == nil && !isClosed(st.end) {
-					expiry.Reset(untilRecheck(expires))
-					continue
-				}
-				tokenEnded.Store(true)
-				cancel()
-				cutConn(conn)
-				return
-			}
-		}()
-		enc := &exportEncoder{w: w, ndjson: format == exportNDJSON, columns: plan.columns, conn: conn, timeout: timeout}
-		enc.moveDeadline()
-		err := enc.header()
-		if err == nil {
-			err = s.writeExport(ctx, plan, enc)
-		}
-		if err == nil {
-			err = w.Flush()
-		}
-		if err != nil {
-			// The status is sent: cut the connection before the body's
-			// last chunk, so that the client sees a broken transfer, not
-			// a short file.
-			if tokenEnded.Load() {
-				log.Info("export ended with its token", "file", plan.name, "rows", enc.rows)
-			} else {
-				log.Warn("export ended early", "file", plan.name, "rows", enc.rows, "err", err)
-			}
-			if conn != nil {
-				_ = conn.Close()
-			}
-		}
-	})
-	return nil
-}
-
-// isClosed reports whether ch is closed (it is never sent on).
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// cutConn closes conn at once, dropping what its send buffer still holds
-// (SO_LINGER 0: the peer gets a reset, not the rest of the data).
-func cutConn(conn net.Conn) {
-	if conn == nil {
-		return
-	}
-	if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = conn.Close()
-}
-
-// exportFormat is the format parameter (csv, ndjson), else the first of
-// text/csv and application/x-ndjson the Accept header names, else CSV.
-func exportFormat(c *fiber.Ctx) (string, error) {
-	switch f := strings.ToLower(c.Query("format")); f {
-	case exportCSV, exportNDJSON:
-		return f, nil
-	case "jsonl", "json-lines":
-		return exportNDJSON, nil
-	case "":
-	default:
-		return "", schema.Invalid("format", "must be csv or ndjson")
-	}
-	for _, part := range strings.Split(c.Get(fiber.HeaderAccept), ",") {
-		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-		switch strings.ToLower(strings.TrimSpace(mt)) {
-		case mimeCSV:
-			return exportCSV, nil
-		case mimeNDJSON, "application/jsonl", "application/x-jsonlines":
-			return exportNDJSON, nil
-		}
-	}
-	return exportCSV, nil
-}
-
-// planExport checks an export's query and looks its device or product
-// up, as endpoint 14 does its queries (planQuery, resolveDashboard).
-func (s *Server) planExport(ctx context.Context, q *dashboardQuery, now time.Time, loc *time.Location, formatValue bool) (*exportPlan, error) {
-	plan, err := planQuery("body", q, now, loc, true)
+	loc := s.deps.Store.Location()
+	p, err := s.planQuery("body", &q, s.now(), loc, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.resolveDashboard(ctx, plan); err != nil {
+	if err := s.resolve(ctx, p); err != nil {
 		return nil, err
 	}
-	e := &exportPlan{query: plan, formatValue: formatValue && plan.counts == nil, loc: loc}
+	e := &Export{s: s, query: p, ndjson: f.NDJSON, formatValue: f.FormatValue && p.counts == nil, loc: loc}
 	switch {
-	case plan.counts != nil:
-		e.name = exportName("messages", plan.counts.ProductID, plan.counts.Range.Interval())
+	case p.counts != nil:
+		e.name = exportName("messages", p.counts.ProductID, p.counts.Range.Interval())
 		e.columns = []string{"timestamp", "time", "timeString", "value"}
-	case plan.agg != nil:
-		e.name = exportName(plan.agg.ProductID, plan.agg.DeviceID, plan.agg.Agg, plan.agg.Range.Interval())
+	case p.agg != nil:
+		e.name = exportName(p.agg.ProductID, p.agg.DeviceID, p.agg.Agg, p.agg.Range.Interval())
 		e.columns = []string{"timestamp", "time", "timeString", "property", "agg", "value"}
 	default:
-		e.name = exportName(plan.history.ProductID, plan.history.DeviceID, "history")
+		e.name = exportName(p.history.ProductID, p.history.DeviceID, "history")
 		e.columns = []string{"timestamp", "time", "deviceId", "property", "type", "value"}
 	}
 	if e.formatValue {
 		e.columns = append(e.columns, "formatValue")
 	}
-	if plan.history != nil {
+	if p.history != nil {
 		// Last, after the columns clients already read by position.
 		e.columns = append(e.columns, "outsideModel")
 	}
 	return e, nil
 }
 
-// prepareExport runs what an export can be refused for once it holds its
-// slot, so that it is answered in the envelope: a history query's first
-// ClickHouse query (PrepareExport, of History.ExportQuery).
-func (s *Server) prepareExport(ctx context.Context, e *exportPlan) error {
+// Start takes the export's slot of the gate (a *BusyError when none comes
+// free in time) and runs what it can still be refused for, so that it is
+// answered in the envelope: a history query's first ClickHouse query
+// (PrepareExport). After a nil error, Close gives the slot back.
+func (e *Export) Start(ctx context.Context) error {
+	g := e.s.gate
+	if err := g.admit(ctx, &g.exports); err != nil {
+		return err
+	}
+	e.slot = true
+	if err := e.prepare(ctx); err != nil {
+		e.Close()
+		return err
+	}
+	return nil
+}
+
+// Close gives the export's slot back (once).
+func (e *Export) Close() {
+	if e.slot {
+		e.slot = false
+		e.s.gate.release(&e.s.gate.exports)
+	}
+}
+
+// prepare runs a history query's first ClickHouse query (PrepareExport,
+// of history.exportQuery).
+func (e *Export) prepare(ctx context.Context) error {
 	if e.query.history == nil {
 		return nil
 	}
-	exporter, ok := s.deps.Dashboard.(exportHistoryExporter)
+	exporter, ok := e.s.deps.Store.(exportHistoryExporter)
 	if !ok {
-		return errors.New("api: export: the time-series store cannot stream values")
+		return errors.New("dashboard: export: the time-series store cannot stream values")
 	}
 	var err error
-	e.stream, err = exporter.PrepareExport(ctx, e.query.resolved.ExportQuery())
+	e.stream, err = exporter.PrepareExport(ctx, e.query.resolved.exportQuery())
 	return err
 }
 
-// writeExport writes an export's rows: its query run as endpoint 14 runs
-// it (message counts; property aggregates, a property at a time) or its
+// Name is the file's name without extension (logs).
+func (e *Export) Name() string { return e.name }
+
+// ContentType is the file's media type.
+func (e *Export) ContentType() string {
+	if e.ndjson {
+		return mimeNDJSON
+	}
+	return mimeCSV + "; charset=utf-8; header=present"
+}
+
+// ContentDisposition offers the file as an attachment by its name.
+func (e *Export) ContentDisposition() string {
+	ext := "csv"
+	if e.ndjson {
+		ext = "ndjson"
+	}
+	return mime.FormatMediaType("attachment", map[string]string{"filename": e.name + "." + ext})
+}
+
+// Write writes the export's rows to w, its header first, and flushes w,
+// within exportTimeout; tick is called before the first row and every
+// exportDeadlineEvery rows (api moves the connection's write deadline).
+// It returns how many rows it wrote.
+func (e *Export) Write(ctx context.Context, w *bufio.Writer, tick func()) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, exportTimeout)
+	defer cancel()
+	enc := &exportEncoder{w: w, ndjson: e.ndjson, columns: e.columns, tick: tick}
+	enc.moveDeadline()
+	err := enc.header()
+	if err == nil {
+		err = e.write(ctx, enc)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	return enc.rows, err
+}
+
+// write writes an export's rows: its query run as endpoint 14 runs it
+// (message counts; property aggregates, a property at a time) or its
 // stream (history).
-func (s *Server) writeExport(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+func (e *Export) write(ctx context.Context, enc *exportEncoder) error {
 	switch {
 	case e.query.counts != nil:
-		return s.writeCounts(ctx, e, enc)
+		return e.writeCounts(ctx, enc)
 	case e.query.agg != nil:
-		return s.writeAggregates(ctx, e, enc)
+		return e.writeAggregates(ctx, enc)
 	}
-	return writeHistory(ctx, e, enc)
+	return e.writeHistory(ctx, enc)
 }
 
 // fileNameChars are kept in a file name; others become '_'.
@@ -351,8 +280,8 @@ func exportName(parts ...string) string {
 }
 
 // writeCounts: one row per bucket, newest first (as endpoint 14's items).
-func (s *Server) writeCounts(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
-	buckets, err := s.messageCounts(ctx, *e.query.counts)
+func (e *Export) writeCounts(ctx context.Context, enc *exportEncoder) error {
+	buckets, err := e.s.messageCounts(ctx, *e.query.counts)
 	if err != nil {
 		return err
 	}
@@ -372,11 +301,11 @@ func (s *Server) writeCounts(ctx context.Context, e *exportPlan, enc *exportEnco
 // writeAggregates: one row per property and bucket, the properties in
 // request order, each newest bucket first (as endpoint 14's items). One
 // property's buckets are read at a time.
-func (s *Server) writeAggregates(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+func (e *Export) writeAggregates(ctx context.Context, enc *exportEncoder) error {
 	q := *e.query.agg
 	for _, prop := range e.query.agg.Properties {
 		q.Properties = []string{prop}
-		series, err := s.deps.Dashboard.PropertyAggregates(ctx, q)
+		series, err := e.s.deps.Store.PropertyAggregates(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -422,7 +351,7 @@ type exportHistoryExporter interface {
 // writeHistory: every value of the device's properties in [from, to)
 // (all of its history without them), or with `history` the newest that
 // many of each; property by property, oldest first.
-func writeHistory(ctx context.Context, e *exportPlan, enc *exportEncoder) error {
+func (e *Export) writeHistory(ctx context.Context, enc *exportEncoder) error {
 	model := e.query.resolved.Model
 	var (
 		defProp string
@@ -462,33 +391,6 @@ func writeHistory(ctx context.Context, e *exportPlan, enc *exportEncoder) error 
 	})
 }
 
-// storedValue is a stored value as endpoint 14's history items carry it
-// (appendHistoryItem).
-func storedValue(v *tsdb.PropertyValue) any {
-	switch v.ValueType {
-	case "number":
-		return v.Num
-	case "bool":
-		return v.Num != 0
-	case "json":
-		return json.RawMessage(v.Str)
-	}
-	return v.Str
-}
-
-// plainText is a value's text where the thing model does not format it.
-func plainText(v any) string {
-	switch v := v.(type) {
-	case json.RawMessage:
-		return string(v)
-	case string:
-		return v
-	case float64:
-		return string(appendJSONFloat(nil, v))
-	}
-	return fmt.Sprint(v)
-}
-
 // exportEncoder writes rows as CSV (RFC 4180: a header row, fields
 // quoted when they hold a comma, quote or line break, quotes doubled,
 // CRLF line ends) or as JSON lines (one object per row, keyed by the
@@ -500,13 +402,12 @@ type exportEncoder struct {
 	buf     []byte
 	col     int
 	rows    int64
-	conn    net.Conn      // its write deadline is moved as rows go out
-	timeout time.Duration // WriteTimeout
+	tick    func() // called as rows go out (Export.Write)
 }
 
 func (e *exportEncoder) moveDeadline() {
-	if e.conn != nil && e.timeout > 0 {
-		_ = e.conn.SetWriteDeadline(time.Now().Add(e.timeout))
+	if e.tick != nil {
+		e.tick()
 	}
 }
 
@@ -707,22 +608,3 @@ func formulaLike(s string) bool {
 // and format characters (unicode.Cf: zero-width space and joiners, the
 // byte order mark).
 func invisibleLead(r rune) bool { return unicode.IsSpace(r) || unicode.Is(unicode.Cf, r) }
-
-// appendJSONFloat appends f as encoding/json writes a float64: the
-// shortest text that reads back as f, exponent form outside 1e-6..1e21.
-func appendJSONFloat(b []byte, f float64) []byte {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9, as encoding/json does
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
