@@ -15,6 +15,11 @@
 // requests that read it: okPage writes its JSON once and keeps it with the
 // page (meta.Page.Memo, which holds it without knowing what it is).
 //
+// Endpoint 14 and exports are api/dashboard's (decode, plan, resolve,
+// admission, run, encode): their handlers (dashboard.go) check the body,
+// hand in the caller's scope, and serve and stream what it answers; its
+// typed errors are mapped to codes here (errors.go).
+//
 // It imports meta, tsdb, ingest/link (commands) and schema for their
 // types; none of them imports api. It does not import the ingest pipeline.
 package api

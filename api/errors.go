@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"devicehub/api/dashboard"
 	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/notify"
@@ -62,6 +63,7 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			basic   basicAuthError
 			rng     rangeError
 		)
+		var dashBusy *dashboard.BusyError
 		switch {
 		case errors.As(err, &denied):
 			return reply(c, fiber.StatusForbidden, codeAccessDenied, string(denied), nil)
@@ -78,6 +80,9 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		case errors.As(err, &busy):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(busy.retryAfter))
 			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, busy.msg, nil)
+		case errors.As(err, &dashBusy): // endpoint 14's and exports' admission
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(dashBusy.RetryAfter))
+			return reply(c, fiber.StatusServiceUnavailable, codeTooManyRequests, dashBusy.Error(), nil)
 		case errors.As(err, &streams):
 			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(liveRetryAfterS))
 			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, streams.Error(), nil)

@@ -303,7 +303,7 @@ func watchClient(conn net.Conn) (gone <-chan struct{}, stop func()) {
 // Per-user limits of long responses (UserLimits): how many live streams
 // and exports one user (a credential's owner: its logins and API keys
 // alike) may hold open on an instance at once. The instance's own limits
-// (live.Options MaxSubscribers, maxExports) stay: these keep one user
+// (live.Options MaxSubscribers, api/dashboard's maxExports) stay: these keep one user
 // from taking all of them.
 const (
 	defaultUserLiveStreams = 20

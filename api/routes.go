@@ -113,7 +113,7 @@ func (s *Server) routes() {
 
 	// Dashboard.
 	api.Post("/dashboard/_multi", s.need(permDashboardRead), s.dashboardMulti) // 14
-	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (export.go).
+	// One query of endpoint 14 as a CSV or JSON-lines file, streamed (api/dashboard/export.go).
 	api.Post("/dashboard/_export", s.need(permDashboardRead), s.dashboardExport)
 
 	// Firmware updates (firmware.go): read with device:read, written with

@@ -7,14 +7,13 @@ import (
 
 	"devicehub/meta"
 	"devicehub/schema"
-	"devicehub/tsdb"
 )
 
 // Product scope (meta/scope.go). need(p) puts the products the caller
 // holds p on onto the request's context (meta.LimitProducts); the store's
 // lists, counts, details and writes see only those, and so do the device
 // and product lookups of commands, endpoint 14, exports (deviceRef,
-// productModel) and the live stream: an object outside them is 404
+// productModel, handed to api/dashboard as its Scope) and the live stream: an object outside them is 404
 // not_found, as if it did not exist. A missing permission is 403.
 
 // productVisible is nil when ctx may reach product id, else the not_found
@@ -35,24 +34,17 @@ func deviceVisible(ctx context.Context, dev meta.DeviceRef) error {
 	return fmt.Errorf("device %q: %w", schema.Truncate(dev.ID, 80), meta.ErrNotFound)
 }
 
-// messageCounts answers a message-count query (endpoint 14's and an
-// export's) within ctx's products: a product outside is not_found; every
-// product (q.ProductID "") is every product of the limit, one query of
-// that set (tsdb sums their counts per bucket, cached per set); a caller
-// limited to no product gets no buckets.
-func (s *Server) messageCounts(ctx context.Context, q tsdb.CountQuery) ([]tsdb.Bucket, error) {
-	all, products := meta.ProductsOf(ctx)
-	if q.ProductID != "" {
-		if err := productVisible(ctx, q.ProductID); err != nil {
-			return nil, err
-		}
-	} else if !all {
-		if len(products) == 0 {
-			return nil, nil
-		}
-		q.Products = products
+// productModel looks up a product's thing model through the server's
+// short-lived cache (cleared by every product or device change through
+// this instance, at most DeviceCacheTTL old), as deviceRef does devices.
+func (s *Server) productModel(ctx context.Context, id string) (string, error) {
+	if err := productVisible(ctx, id); err != nil { // the cache is shared by every caller
+		return "", err
 	}
-	return s.deps.Dashboard.MessageCounts(ctx, q)
+	return s.models.get(ctx, id, func(ctx context.Context, id string) (string, time.Time, error) {
+		p, err := s.deps.Products.GetProduct(ctx, id)
+		return p.Metadata, time.Time{}, err
+	})
 }
 
 // deviceRef looks a device up through the server's short-lived cache of

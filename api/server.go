@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"devicehub/api/dashboard"
 	"devicehub/ingest/alarm"
 	"devicehub/meta"
 	"devicehub/meta/cache"
@@ -51,6 +52,9 @@ type Options struct {
 	// slot before it is refused with 503 too_many_requests (0: 2 s).
 	DashboardConcurrency int
 	DashboardWait        time.Duration
+	// DashboardClock is the "now" of endpoint 14's and exports' date math
+	// and default ranges (nil: time.Now); tests fix it.
+	DashboardClock func() time.Time
 	// CORSOrigins are the browser origins (scheme://host[:port], or "*"
 	// for any) allowed to call the API across origins; see
 	// ParseCORSOrigins. None (the default) sends no CORS headers.
@@ -217,15 +221,14 @@ type Deps struct {
 
 // Server is the HTTP API.
 type Server struct {
-	app     *fiber.App
-	opts    Options
-	deps    Deps
-	log     *slog.Logger
-	tokens  *lookupCache[[sha256.Size]byte, *meta.User] // token checks, by meta.TokenDigest
-	refs    *lookupCache[string, meta.DeviceRef]        // devices behind commands and dashboard queries
-	models  *lookupCache[string, string]                // thing models of products behind product-wide dashboard queries
-	dash    *gate                                       // dashboard requests in flight
-	exports *gate                                       // exports in flight
+	app    *fiber.App
+	opts   Options
+	deps   Deps
+	log    *slog.Logger
+	tokens *lookupCache[[sha256.Size]byte, *meta.User] // token checks, by meta.TokenDigest
+	refs   *lookupCache[string, meta.DeviceRef]        // devices behind commands and dashboard queries
+	models *lookupCache[string, string]                // thing models of products behind product-wide dashboard queries
+	dash   *dashboard.Service                          // endpoint 14 and exports, and their admission
 
 	tokenWatch *meta.TokenWatch // ended tokens, from every instance (auth.go tokensEnded); nil: none heard
 	streams    liveStreams      // open live streams, by token (live.go)
@@ -241,10 +244,9 @@ func New(opts Options, deps Deps) *Server {
 		deps.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, deps: deps, log: deps.Logger, tokens: &lookupCache[[sha256.Size]byte, *meta.User]{c: cache.New(keyedLookupOptions[[sha256.Size]byte, *meta.User](opts.TokenCacheTTL, 100_000))},
-		refs:    newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
-		models:  newLookupCache[string](opts.DeviceCacheTTL, 10_000),
-		dash:    newGate(opts.DashboardConcurrency, opts.DashboardWait),
-		exports: newGate(maxExports, exportWait)}
+		refs:   newLookupCache[meta.DeviceRef](opts.DeviceCacheTTL, 100_000),
+		models: newLookupCache[string](opts.DeviceCacheTTL, 10_000)}
+	s.dash = s.newDashboard()
 	s.app = fiber.New(fiber.Config{
 		AppName:        "devicehub",
 		BodyLimit:      opts.BodyLimit,

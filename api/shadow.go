@@ -86,7 +86,7 @@ func markShadow(v shadow.View, metadata string) shadowJSON {
 		rj := reportedJSON{Reported: r}
 		if err == nil {
 			if reason := model.Outside(id, reportedValue(r.Value)); reason != "" {
-				rj.OutsideModel = &outsideModelJSON{Text: outsideModelText[reason], Value: reason}
+				rj.OutsideModel = &outsideModelJSON{Text: schema.OutsideText(reason), Value: reason}
 			}
 		}
 		out.Reported[id] = rj

@@ -18,6 +18,16 @@ const (
 // OutsideReasons lists every reason, in a fixed order.
 var OutsideReasons = []string{OutsideUndeclared, OutsideNotInEnum, OutsideWrongType}
 
+// OutsideText is the label of a reason, the text of the API's
+// outsideModel mark ("" for an unknown reason).
+func OutsideText(reason string) string { return outsideLabels[reason] }
+
+var outsideLabels = map[string]string{
+	OutsideUndeclared: "Not in the thing model",
+	OutsideNotInEnum:  "Not one of the enum's elements",
+	OutsideWrongType:  "Not of the property's type",
+}
+
 // Outside says why the reported value v of property id does not fit m:
 // OutsideUndeclared when m declares no such top-level property, else what
 // its ValueType.Outside says ("" when it fits). A nil m declares nothing.

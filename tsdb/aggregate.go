@@ -52,7 +52,7 @@ type AggQuery struct {
 	Properties []string  // at least one; repeats are ignored
 	Agg        string    // AggAvg, AggMin, ...
 	Limit      int       // newest buckets kept per property; <= 0 means MaxBuckets
-	// Range, if set, is the buckets resolved (BucketParams.Resolve):
+	// Range, if set, is the buckets resolved (NewRange):
 	// Interval, From, To and Limit are then ignored.
 	Range *Range
 }

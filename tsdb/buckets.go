@@ -185,6 +185,51 @@ func newBucketRange(interval string, from, to time.Time, loc *time.Location, lim
 	return bucketRange{interval: interval, starts: starts, lo: starts[len(starts)-1], hi: step(interval, starts[0], 1, loc)}, nil
 }
 
+// Range is a resolved bucket range: the buckets of an interval that a
+// query returns, newest first, computed once (NewRange) and handed to the
+// queries that run on it (CountQuery.Range, AggQuery.Range).
+type Range struct{ r bucketRange }
+
+// NewRange computes the buckets of interval in loc (nil: time.Local)
+// holding a moment between from and to (either order), at most limit
+// (<= 0: MaxBuckets), newest kept. An unknown interval, or a range
+// outside what ClickHouse's DateTime holds, is an error wrapping
+// schema.ErrIllegalArgument.
+func NewRange(interval string, from, to time.Time, loc *time.Location, limit int) (Range, error) {
+	r, err := newBucketRange(interval, from, to, loc, limit)
+	if err != nil {
+		return Range{}, err
+	}
+	return Range{r: r}, nil
+}
+
+// Interval is the range's interval.
+func (r Range) Interval() string { return r.r.interval }
+
+// Starts are the starts of the range's buckets, newest first (shared: not
+// to be modified).
+func (r Range) Starts() []time.Time { return r.r.starts }
+
+// Len is how many buckets the range holds.
+func (r Range) Len() int { return len(r.r.starts) }
+
+// End is the end of the range's newest bucket (exclusive): with Starts,
+// what a store other than ClickHouse (alarm counts in PostgreSQL) buckets
+// its rows between.
+func (r Range) End() time.Time { return r.r.hi }
+
+// resolved is the range of a query given either resolved (r non-nil) or
+// by its interval, ends and limit.
+func resolved(r *Range, interval string, from, to time.Time, loc *time.Location, limit int) (bucketRange, error) {
+	if r != nil {
+		if len(r.r.starts) == 0 {
+			return bucketRange{}, fmt.Errorf("tsdb: an unresolved Range: %w", schema.ErrIllegalArgument)
+		}
+		return r.r, nil
+	}
+	return newBucketRange(interval, from, to, loc, limit)
+}
+
 // bucketSQL is the ClickHouse expression of the bucket holding the
 // DateTime column col, in the zone tz (an IANA name): epoch seconds of the
 // bucket's start for buckets shorter than a day, the Date (days since

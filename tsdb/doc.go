@@ -4,7 +4,10 @@
 // aggregates per bucket, property history, latest or over a range, with
 // the result cache of cache.go) plus partition-based retention. Bucket
 // edges and date math, in the platform time zone, live here only
-// (buckets.go, datemath.go).
+// (buckets.go, datemath.go). The queries take typed arguments (CountQuery,
+// AggQuery with a Range from NewRange, HistoryQuery, ExportQuery); the
+// request's policy, its parameters' names, defaults and bounds, is
+// api/dashboard's, and no request field name appears here.
 //
 // It speaks the native protocol only and keeps to SQL that runs on
 // ClickHouse 18.16 as on current releases (no TTL, DateTime64,

@@ -22,7 +22,7 @@ type CountQuery struct {
 	// series (an empty set counts nothing). nil: every product.
 	Products []string
 	Limit    int // newest buckets kept; <= 0 means MaxBuckets
-	// Range, if set, is the buckets resolved (BucketParams.Resolve):
+	// Range, if set, is the buckets resolved (NewRange):
 	// Interval, From, To and Limit are then ignored.
 	Range *Range
 }
