@@ -9,7 +9,7 @@
 -- name, is one: the name sort reads devices_name_natural (00032) since
 -- the sort is natural, and eq and in on name are planned on the GiST
 -- trigram index (pg_trgm's equality) with or without it (EXPLAIN of
--- 50 device list shapes, scoped and not, on 100,000 devices). Every
+-- 44 device list shapes, scoped and not, on 100,000 devices). Every
 -- other index of devices is the only one
 -- of some list's plan: the default order (devices_create_time), a
 -- product's devices by time (devices_product_create_time: 0.04 ms against
