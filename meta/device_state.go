@@ -157,14 +157,7 @@ func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (i
 	if len(changes) == 0 {
 		return 0, nil
 	}
-	ids := make([]string, len(changes))
-	online := make([]bool, len(changes))
-	at := make([]string, len(changes))
-	addr := make([]string, len(changes))
-	for i, c := range changes {
-		ids[i], online[i], addr[i] = c.DeviceID, c.Online, c.Address
-		at[i] = c.At.UTC().Format(time.RFC3339Nano)
-	}
+	args := stateChangeArgs(changes)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -175,25 +168,10 @@ func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (i
 	if _, err := tx.ExecContext(ctx, noTrigramEquality); err != nil {
 		return 0, fmt.Errorf("meta: apply state changes: %w", err)
 	}
-	// Lock the rows in id order first: the UPDATE's join visits them in no
-	// set order, and two ingest instances updating overlapping batches
-	// would otherwise deadlock.
-	// (Joined, not id = ANY($1): see DeviceStatuses.)
-	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM devices d JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id
-		ORDER BY d.id FOR NO KEY UPDATE OF d`, pq.StringArray(ids)); err != nil {
+	if _, err := tx.ExecContext(ctx, stateLockSQL, args[0]); err != nil {
 		return 0, fmt.Errorf("meta: apply state changes: %w", err)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE devices d SET
-			state = CASE WHEN c.online THEN 'online' ELSE 'offline' END,
-			online_time = CASE WHEN c.online THEN c.at ELSE d.online_time END,
-			offline_time = CASE WHEN c.online THEN d.offline_time ELSE c.at END,
-			address = CASE WHEN c.online AND c.address <> '' THEN c.address ELSE d.address END
-		FROM (SELECT DISTINCT ON (id) id, online, at, address
-			FROM unnest($1::text[], $2::bool[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u(id, online, at, address, n)
-			ORDER BY id, at DESC, n DESC) c
-		WHERE d.id = c.id AND d.state <> 'notActive'
-			AND c.at >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz)`,
-		pq.StringArray(ids), pq.BoolArray(online), pq.StringArray(at), pq.StringArray(addr))
+	res, err := tx.ExecContext(ctx, stateUpdateSQL, args...)
 	if err != nil {
 		return 0, fmt.Errorf("meta: apply state changes: %w", err)
 	}
@@ -203,3 +181,39 @@ func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (i
 	}
 	return int(n), nil
 }
+
+// stateChangeArgs are the parameters of stateLockSQL ($1) and
+// stateUpdateSQL: the changes' device ids, online flags, times and
+// addresses, as arrays.
+func stateChangeArgs(changes []StateChange) []any {
+	ids := make([]string, len(changes))
+	online := make([]bool, len(changes))
+	at := make([]string, len(changes))
+	addr := make([]string, len(changes))
+	for i, c := range changes {
+		ids[i], online[i], addr[i] = c.DeviceID, c.Online, c.Address
+		at[i] = c.At.UTC().Format(time.RFC3339Nano)
+	}
+	return []any{pq.StringArray(ids), pq.BoolArray(online), pq.StringArray(at), pq.StringArray(addr)}
+}
+
+// stateLockSQL locks a batch's rows in id order first: the UPDATE's join
+// visits them in no set order, and two ingest instances updating
+// overlapping batches would otherwise deadlock. (Joined, not id =
+// ANY($1): see DeviceStatuses.)
+const stateLockSQL = `SELECT 1 FROM devices d JOIN (SELECT DISTINCT unnest($1::text[]) AS id) u ON u.id = d.id
+		ORDER BY d.id FOR NO KEY UPDATE OF d`
+
+// stateUpdateSQL writes a batch's changes (ApplyStateChanges). It sets no
+// indexed column, so that a row's new version is a HOT update wherever
+// its page has room (schema 00015, 00033).
+const stateUpdateSQL = `UPDATE devices d SET
+			state = CASE WHEN c.online THEN 'online' ELSE 'offline' END,
+			online_time = CASE WHEN c.online THEN c.at ELSE d.online_time END,
+			offline_time = CASE WHEN c.online THEN d.offline_time ELSE c.at END,
+			address = CASE WHEN c.online AND c.address <> '' THEN c.address ELSE d.address END
+		FROM (SELECT DISTINCT ON (id) id, online, at, address
+			FROM unnest($1::text[], $2::bool[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u(id, online, at, address, n)
+			ORDER BY id, at DESC, n DESC) c
+		WHERE d.id = c.id AND d.state <> 'notActive'
+			AND c.at >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz)`

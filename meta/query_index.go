@@ -8,8 +8,8 @@ import (
 )
 
 // The terms of list queries are served by indexes of the migrations
-// (pg_trgm's for like/nlike): a GiST trigram index on device names and
-// btree (name, id) for eq (00007), GIN trigram indexes on device ids and
+// (pg_trgm's for like/nlike): a GiST trigram index on device names, which
+// serves eq and in on name too (00007, 00033), GIN trigram indexes on device ids and
 // product names (00002), btree indexes for the default order (createTime
 // desc, id) and a product's devices, and btree indexes in the collation of
 // Natural for the id and name sorts of devices (a product's too) and
