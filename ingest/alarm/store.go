@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -27,6 +28,8 @@ type Store struct {
 	ms      *meta.Store
 	db      *sqlx.DB
 	timeout time.Duration
+
+	statements atomic.Uint64 // sent by Write, BEGIN and COMMIT apart (BenchmarkRunner)
 }
 
 // NewStore is a store over ms's database.
@@ -647,11 +650,12 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	var res WriteResult
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	stx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return res, fmt.Errorf("alarm: write: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }()
+	defer func() { _ = stx.Rollback() }()
+	tx := writeTx{stx, &s.statements}
 	var cur int64
 	if err := tx.GetContext(ctx, &cur, "SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE"); err != nil {
 		return res, fmt.Errorf("alarm: write: %w", err)
@@ -708,12 +712,33 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	return res, nil
 }
 
+// writeTx is Write's transaction; it counts the statements it sends.
+type writeTx struct {
+	*sqlx.Tx
+	n *atomic.Uint64
+}
+
+func (t writeTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	t.n.Add(1)
+	return t.Tx.ExecContext(ctx, q, args...)
+}
+
+func (t writeTx) GetContext(ctx context.Context, dest any, q string, args ...any) error {
+	t.n.Add(1)
+	return t.Tx.GetContext(ctx, dest, q, args...)
+}
+
+func (t writeTx) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
+	t.n.Add(1)
+	return t.Tx.SelectContext(ctx, dest, q, args...)
+}
+
 // liveRules keeps the transitions of rules that exist and are enabled,
 // their rows locked (FOR SHARE) until the batch commits: a rule disabled
 // or deleted meanwhile (its alarms cleared with it, clearRuleAlarms)
 // raises or repeats nothing, and one disabled after waits for the batch
 // and clears what it raised.
-func liveRules(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Transition, error) {
+func liveRules(ctx context.Context, tx writeTx, trs []Transition) ([]Transition, error) {
 	if len(trs) == 0 {
 		return trs, nil
 	}
@@ -751,7 +776,7 @@ type WriteResult struct {
 // those of one alarm fold into one (count + n, the last value and time),
 // and all of a batch's are written by one statement at the end, or before
 // another transition of the same alarm.
-func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (WriteResult, error) {
+func writeTransitions(ctx context.Context, tx writeTx, trs []Transition) (WriteResult, error) {
 	var res WriteResult
 	lost := map[HandClear]bool{}
 	pending := map[HandClear]*repeats{}
@@ -846,7 +871,7 @@ type repeats struct {
 
 // repeatRecords adds each batch entry's repeats to its active record in
 // one statement, and returns those that found none (cleared by hand).
-func repeatRecords(ctx context.Context, tx *sqlx.Tx, batch []*repeats) ([]*repeats, error) {
+func repeatRecords(ctx context.Context, tx writeTx, batch []*repeats) ([]*repeats, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -882,7 +907,7 @@ func repeatRecords(ctx context.Context, tx *sqlx.Tx, batch []*repeats) ([]*repea
 
 // raiseRecord inserts a new active record, or (one is active already: the
 // state was lost or rebuilt) counts a repeat of it: one alarm either way.
-func raiseRecord(ctx context.Context, tx *sqlx.Tx, t Transition) error {
+func raiseRecord(ctx context.Context, tx writeTx, t Transition) error {
 	var id int64
 	err := tx.GetContext(ctx, &id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
 		count, first_value, last_value, raised_time, last_time)
@@ -900,7 +925,7 @@ func raiseRecord(ctx context.Context, tx *sqlx.Tx, t Transition) error {
 	return insertTransition(ctx, tx, id, t)
 }
 
-func repeatRecord(ctx context.Context, tx *sqlx.Tx, t Transition, n int) (bool, error) {
+func repeatRecord(ctx context.Context, tx writeTx, t Transition, n int) (bool, error) {
 	res, err := tx.ExecContext(ctx, `UPDATE alarm_records SET count = count + $3, last_value = $4, last_time = greatest(last_time, $5)
 		WHERE rule_id = $1 AND device_id = $2 AND state = 'active'`, t.RuleID, t.DeviceID, n, t.Value, t.At)
 	if err != nil {
@@ -910,7 +935,7 @@ func repeatRecord(ctx context.Context, tx *sqlx.Tx, t Transition, n int) (bool, 
 	return k == 1, nil
 }
 
-func insertTransition(ctx context.Context, tx *sqlx.Tx, record int64, t Transition) error {
+func insertTransition(ctx context.Context, tx writeTx, record int64, t Transition) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO alarm_transitions (record_id, time, kind, severity, value) VALUES ($1, $2, $3, $4, $5)`,
 		record, t.At, t.Kind, t.Severity, t.Value)
 	if err != nil {
