@@ -30,6 +30,7 @@ type Store struct {
 	timeout time.Duration
 
 	statements atomic.Uint64 // sent by Write, BEGIN and COMMIT apart (BenchmarkRunner)
+	afterLock  func()        // tests: Write has locked the active records
 }
 
 // NewStore is a store over ms's database.
@@ -661,7 +662,7 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
 	}
 	defer func() { _ = stx.Rollback() }()
-	tx := writeTx{stx, &s.statements}
+	tx := writeTx{stx, s}
 	if trs, err = owned(ctx, tx, epoch, trs); err != nil {
 		return WriteResult{}, err
 	}
@@ -681,21 +682,21 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 // writeTx is Write's transaction; it counts the statements it sends.
 type writeTx struct {
 	*sqlx.Tx
-	n *atomic.Uint64
+	s *Store
 }
 
 func (t writeTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	t.n.Add(1)
+	t.s.statements.Add(1)
 	return t.Tx.ExecContext(ctx, q, args...)
 }
 
 func (t writeTx) GetContext(ctx context.Context, dest any, q string, args ...any) error {
-	t.n.Add(1)
+	t.s.statements.Add(1)
 	return t.Tx.GetContext(ctx, dest, q, args...)
 }
 
 func (t writeTx) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
-	t.n.Add(1)
+	t.s.statements.Add(1)
 	return t.Tx.SelectContext(ctx, dest, q, args...)
 }
 
@@ -842,6 +843,9 @@ func writeTransitions(ctx context.Context, tx writeTx, trs []Transition) (WriteR
 	active, err := lockRecords(ctx, tx, onlyOrder, lock)
 	if err != nil {
 		return WriteResult{}, err
+	}
+	if tx.s.afterLock != nil {
+		tx.s.afterLock()
 	}
 	p, res := plan(trs, changed, active)
 	for _, round := range p {

@@ -215,6 +215,46 @@ func dumpAlarms(t *testing.T, s *Store) string {
 	return b.String()
 }
 
+// TestStoreWriteLocks: the active records a batch changes are locked
+// from the start of its write (the plan is decided on which are active):
+// a hand's clear of one waits for the batch (here: gives up after its
+// lock_timeout) rather than slip in and fail the write.
+func TestStoreWriteLocks(t *testing.T) {
+	s := writerStore(t)
+	ctx := context.Background()
+	epoch, _ := s.Claim(ctx)
+	if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v1", 1)}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var handErr error
+	s.afterLock = func() {
+		tx, err := s.db.Begin()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.Exec("SET LOCAL lock_timeout = '200ms'"); err != nil {
+			t.Error(err)
+			return
+		}
+		_, handErr = tx.Exec("UPDATE alarm_records SET state = 'cleared', cleared_by = 'bob' WHERE rule_id = 'r1' AND device_id = 'd1' AND state = 'active'")
+		if handErr == nil {
+			handErr = tx.Commit()
+		}
+	}
+	if _, err := s.Write(ctx, epoch, []Transition{tr(KindEscalated, "r1", "d1", "critical", "v2", 2)}, nil, nil); err != nil {
+		t.Fatalf("the batch's write: %v", err)
+	}
+	var pe *pq.Error
+	if !errors.As(handErr, &pe) || pe.Code != "55P03" {
+		t.Errorf("a clear by hand during the write: %v, want it to wait for the lock", handErr)
+	}
+	if recs := records(t, s, ctx); len(recs) != 1 || recs[0].State != StateActive || recs[0].Severity != "critical" {
+		t.Errorf("records %+v", recs)
+	}
+}
+
 func slicesSortBy[T any](s []T, key func(T) string) {
 	slices.SortStableFunc(s, func(a, b T) int { return strings.Compare(key(a), key(b)) })
 }
@@ -228,7 +268,7 @@ func stepwiseWrite(ctx context.Context, s *Store, epoch int64, trs []Transition)
 		return WriteResult{}, err
 	}
 	defer func() { _ = stx.Rollback() }()
-	tx := writeTx{stx, &s.statements}
+	tx := writeTx{stx, s}
 	var cur int64
 	if err := tx.GetContext(ctx, &cur, "SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE"); err != nil {
 		return WriteResult{}, err
@@ -414,4 +454,27 @@ func stepwiseInsertTransition(ctx context.Context, tx writeTx, record int64, t T
 		return fmt.Errorf("alarm: transition: %w", err)
 	}
 	return nil
+}
+
+// TestStoreStateWrittenAndDeleted: a rule state both written and deleted
+// in one batch (its rule dropped, then back) ends deleted, as when the
+// delete was a statement after the write; whether it had a row or not.
+func TestStoreStateWrittenAndDeleted(t *testing.T) {
+	s := writerStore(t)
+	ctx := context.Background()
+	epoch, _ := s.Claim(ctx)
+	both := []StateRow{{RuleID: "r1", DeviceID: "d1", Data: []byte(`{}`)}, {RuleID: "r1", DeviceID: "d1"}}
+	for i := range 2 {
+		if i == 1 { // now with a row before
+			if _, err := s.Write(ctx, epoch, nil, nil, both[:1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Write(ctx, epoch, nil, nil, both); err != nil {
+			t.Fatal(err)
+		}
+		if _, states, err := s.Load(ctx); err != nil || len(states) != 0 {
+			t.Errorf("round %d: states %v (%v), want none", i, states, err)
+		}
+	}
 }
