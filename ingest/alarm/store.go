@@ -643,11 +643,12 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 // fails with ErrNotOwner when epoch is no longer the owner's, writing
 // nothing.
 //
-// Its statements do not grow with the batch: one checks the epoch and
-// locks the rules (owned), one locks the active records and adds the
-// repeats, then one per round writes the records and their transition
-// rows (writeTransitions: one round unless an alarm has two changes in
-// the batch), and one writes the state rows (writeState).
+// Its statements do not grow with the number of alarms it raises,
+// escalates or clears: one checks the epoch and locks the rules (owned),
+// one locks the active records and adds the repeats, then one per round
+// writes the records and their transition rows (writeTransitions: one
+// round unless an alarm has two changes in the batch), and one writes
+// the state rows (writeState).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
@@ -792,17 +793,18 @@ type WriteResult struct {
 }
 
 // writeTransitions applies trs, in order per (rule, device), with a
-// number of statements that does not grow with the batch: one that
-// locks the active records of the alarms with a raise, escalation,
-// de-escalation or clear in the batch (and adds the repeats of the
-// others: repeats are the bulk of a batch, every report meeting an
-// active alarm's trigger), then one per round (plan).
+// number of statements that does not grow with the number of alarms the
+// batch raises, escalates or clears: one that locks the active records
+// of the alarms with such a change in the batch (and adds the repeats of
+// the others: repeats are the bulk of a batch, every report meeting an
+// active alarm's trigger), then one per round (plan): as many as the
+// most changes one alarm has in the batch, one in most batches.
 //
 // Which alarms are active is all a batch's outcome depends on, and the
 // lock fixes it: records are inserted only by the owner (the epoch) and
 // changed otherwise only by a hand (a clear, an acknowledgement: they
 // wait for the lock) or a rule's disabling (it waits for the rule rows
-// liveRules locked). So the plan is decided here, as the statements one
+// owned locked). So the plan is decided here, as the statements one
 // transition at a time would decide it, and run as few statements.
 func writeTransitions(ctx context.Context, tx writeTx, trs []Transition) (WriteResult, error) {
 	if len(trs) == 0 {
