@@ -647,8 +647,8 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 // escalates or clears: one checks the epoch and locks the rules (owned),
 // one locks the active records and adds the repeats, then one per round
 // writes the records and their transition rows (writeTransitions: one
-// round unless an alarm has two changes in the batch), and one writes
-// the state rows (writeState).
+// round unless an alarm changes twice in the batch: raised, then
+// repeated or cleared), and one writes the state rows (writeState).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
