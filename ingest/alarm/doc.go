@@ -73,10 +73,12 @@
 // every FlushInterval, at once when it holds a change users are told of
 // (a raise, escalation, de-escalation or clear: not a repeat), or at
 // maxPending messages, but only while the writer is idle: the writer
-// writes a batch in ONE transaction (Store.Write) and, only after its
-// commit, acknowledges its messages in order and announces its
-// transitions (OnTransitions: the live feed; the notify outbox is
-// filled by a trigger in the same transaction). Meanwhile the loop reads
+// writes a batch in ONE transaction (Store.Write: a few statements
+// however many alarms it raises, escalates or clears; "One record"
+// below) and, only after its commit, acknowledges its messages in order
+// and announces its transitions (OnTransitions: the live feed; the
+// notify outbox is filled by a trigger on the transition rows, in the
+// same transaction). Meanwhile the loop reads
 // and evaluates the next batch on top of the one being written. It is a
 // pipeline of one: batch N+1 is handed only once N's commit is reported,
 // so commits are in batch order and so are acknowledgements; while N is
@@ -130,7 +132,28 @@
 //
 // One record. Whatever an evaluator believes, PostgreSQL holds at most one
 // active alarm per (rule, device) (a partial unique index); a raise that
-// meets an active one counts as a repeat of it. A clear by hand is seen by
+// meets an active one counts as a repeat of it.
+//
+// A batch is written set-wise. Its write first locks the active records
+// of the alarms it changes (FOR UPDATE) and adds the repeats of the
+// others (one statement; a repeat that finds no record is a new alarm,
+// below). Which records are active is then all the batch's outcome
+// depends on, and nobody else changes it before the commit: only the
+// owner inserts records (the epoch), a hand's clear or acknowledgement
+// waits for the lock (TestStoreWriteLocks), a rule's disabling for the
+// rule rows. So the write decides in memory what statements one
+// transition at a time would do, and runs it in rounds, one statement
+// each: round i inserts or updates each alarm's record for its i-th
+// change (repeats before it folded in) and inserts the transition rows,
+// in the batch's order. The outbox's trigger reads a record when the
+// statement that inserted its transition row ends, so a record's
+// transition is its last change in a round and repeats after it go in
+// the next: each notification says what it said when every transition
+// had its own statements. Most batches are one round (TestStoreSetwise
+// compares both writers, record, transition and outbox row by row,
+// over random batches with hands between them).
+//
+// A clear by hand is seen by
 // the owner within PollInterval, or at the next write that finds the
 // record cleared; the next time the trigger is met is a new alarm. With
 // a batch evaluated while the previous one is written, what a write or

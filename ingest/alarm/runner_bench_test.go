@@ -60,6 +60,7 @@ func BenchmarkRunner(b *testing.B) {
 		published := map[string]time.Time{}
 		var lat []time.Duration
 		var waits, writes []time.Duration // arrival -> written; a batch's transaction
+		var changes int                   // transitions users are told of (not repeats)
 		began := map[uint64]time.Time{}
 		r, stop := g.runner(func(r *Runner) {
 			r.opt.FlushInterval = 50 * time.Millisecond // the default
@@ -85,6 +86,9 @@ func BenchmarkRunner(b *testing.B) {
 				mu.Lock()
 				defer mu.Unlock()
 				for _, t := range trs {
+					if t.Kind != KindRepeated {
+						changes++
+					}
 					if t.Kind == KindRaised && t.RuleID == g.product+"-hot" {
 						if at, ok := published[t.DeviceID]; ok {
 							lat = append(lat, now.Sub(at))
@@ -139,8 +143,13 @@ func BenchmarkRunner(b *testing.B) {
 		b.ReportMetric(q(writes, 0.5), "write-p50-ms")
 		b.ReportMetric(q(writes, 0.99), "write-p99-ms")
 		b.ReportMetric(float64(len(writes)), "paced-batches")
+		b.ReportMetric(float64(r.store.statements.Load())/float64(r.Batches()), "paced-stmts/batch")
 		mu.Unlock()
 		// bursts
+		mu.Lock()
+		writes, changes = nil, 0
+		mu.Unlock()
+		batches0, stmts0 := r.Batches(), r.store.statements.Load()
 		base := evaluatorAcked(r)
 		start = time.Now()
 		var toks []mqtt.Token
@@ -158,6 +167,14 @@ func BenchmarkRunner(b *testing.B) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		b.ReportMetric(float64(devices*rounds)/time.Since(start).Seconds(), "burst-reports/s")
+		mu.Lock()
+		nb := float64(r.Batches() - batches0)
+		b.ReportMetric(float64(r.store.statements.Load()-stmts0)/nb, "burst-stmts/batch")
+		b.ReportMetric(float64(changes)/nb, "burst-changes/batch")
+		b.ReportMetric(q(writes, 0.5), "burst-write-p50-ms")
+		b.ReportMetric(q(writes, 0.99), "burst-write-p99-ms")
+		b.ReportMetric(nb, "burst-batches")
+		mu.Unlock()
 		b.ReportMetric(float64(r.Batches()), "batches")
 		stop()
 	}

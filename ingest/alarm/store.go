@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -27,6 +28,9 @@ type Store struct {
 	ms      *meta.Store
 	db      *sqlx.DB
 	timeout time.Duration
+
+	statements atomic.Uint64 // sent by Write, BEGIN and COMMIT apart (BenchmarkRunner)
+	afterLock  func()        // tests: Write has locked the active records
 }
 
 // NewStore is a store over ms's database.
@@ -646,9 +650,17 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 }
 
 // Write stores one batch in one transaction: the transitions the
-// evaluator decided (records raised, updated, cleared; transition rows)
-// and its changed state. It fails with ErrNotOwner when epoch is no
-// longer the owner's, writing nothing.
+// evaluator decided (records raised, updated, cleared; transition rows;
+// the notify outbox's rows, by its trigger) and its changed state. It
+// fails with ErrNotOwner when epoch is no longer the owner's, writing
+// nothing.
+//
+// Its statements do not grow with the number of alarms it raises,
+// escalates or clears: one checks the epoch and locks the rules (owned),
+// one locks the active records and adds the repeats, then one per round
+// writes the records and their transition rows (writeTransitions: one
+// round unless an alarm changes twice in the batch: raised, then
+// repeated or cleared), and one writes the state rows (writeState).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
@@ -656,63 +668,23 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 // or clear of it is dropped, and the (rule, device) returned in Gone. The
 // caller tells its evaluator (Forget, Reraised).
 func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) (WriteResult, error) {
-	var res WriteResult
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	stx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return res, fmt.Errorf("alarm: write: %w", err)
+		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }()
-	var cur int64
-	if err := tx.GetContext(ctx, &cur, "SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE"); err != nil {
-		return res, fmt.Errorf("alarm: write: %w", err)
-	}
-	if cur != epoch {
-		return res, ErrNotOwner
-	}
-	if trs, err = liveRules(ctx, tx, trs); err != nil {
+	defer func() { _ = stx.Rollback() }()
+	tx := writeTx{stx, s}
+	if trs, err = owned(ctx, tx, epoch, trs); err != nil {
 		return WriteResult{}, err
 	}
-	if res, err = writeTransitions(ctx, tx, trs); err != nil {
+	res, err := writeTransitions(ctx, tx, trs)
+	if err != nil {
 		return WriteResult{}, err
 	}
-	if len(devs) > 0 {
-		ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
-		for i, d := range devs {
-			ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_device_state (device_id, product_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
-			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
-			pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data))
-		if err != nil {
-			return WriteResult{}, fmt.Errorf("alarm: write device state: %w", err)
-		}
-	}
-	var upD, upR, upData, delD, delR []string
-	for _, st := range states {
-		if st.Data == nil {
-			delD, delR = append(delD, st.DeviceID), append(delR, st.RuleID)
-			continue
-		}
-		upD, upR, upData = append(upD, st.DeviceID), append(upR, st.RuleID), append(upData, string(st.Data))
-	}
-	if len(upD) > 0 {
-		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_rule_state (device_id, rule_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
-			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data`,
-			pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData))
-		if err != nil {
-			return WriteResult{}, fmt.Errorf("alarm: write rule state: %w", err)
-		}
-	}
-	if len(delD) > 0 {
-		_, err := tx.ExecContext(ctx, `DELETE FROM alarm_rule_state s USING unnest($1::text[], $2::text[]) AS x(d, r)
-			WHERE s.device_id = x.d AND s.rule_id = x.r`, pq.StringArray(delD), pq.StringArray(delR))
-		if err != nil {
-			return WriteResult{}, fmt.Errorf("alarm: delete rule state: %w", err)
-		}
+	if err := writeState(ctx, tx, devs, states); err != nil {
+		return WriteResult{}, err
 	}
 	if err := tx.Commit(); err != nil {
 		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
@@ -720,17 +692,37 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	return res, nil
 }
 
-// liveRules keeps the transitions of rules that exist and are enabled,
-// their rows locked (FOR SHARE) until the batch commits: a rule disabled
-// or deleted meanwhile (its alarms cleared with it, clearRuleAlarms)
-// raises or repeats nothing, and one disabled after waits for the batch
-// and clears what it raised.
-func liveRules(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Transition, error) {
-	if len(trs) == 0 {
-		return trs, nil
-	}
+// writeTx is Write's transaction; it counts the statements it sends.
+type writeTx struct {
+	*sqlx.Tx
+	s *Store
+}
+
+func (t writeTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	t.s.statements.Add(1)
+	return t.Tx.ExecContext(ctx, q, args...)
+}
+
+func (t writeTx) GetContext(ctx context.Context, dest any, q string, args ...any) error {
+	t.s.statements.Add(1)
+	return t.Tx.GetContext(ctx, dest, q, args...)
+}
+
+func (t writeTx) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
+	t.s.statements.Add(1)
+	return t.Tx.SelectContext(ctx, dest, q, args...)
+}
+
+// owned fails with ErrNotOwner unless epoch is the owner's, its row
+// locked (FOR SHARE) until the batch commits: a Claim waits for it. It
+// keeps the transitions of rules that exist and are enabled, their rows
+// locked (FOR SHARE) as well: a rule disabled or deleted meanwhile (its
+// alarms cleared with it, clearRuleAlarms) raises or repeats nothing,
+// and one disabled after waits for the batch and clears what it raised.
+// One statement.
+func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition) ([]Transition, error) {
 	seen := map[string]bool{}
-	var ids []string
+	ids := []string{}
 	for _, t := range trs {
 		if !seen[t.RuleID] {
 			seen[t.RuleID] = true
@@ -738,18 +730,72 @@ func liveRules(ctx context.Context, tx *sqlx.Tx, trs []Transition) ([]Transition
 		}
 	}
 	slices.Sort(ids) // one lock order for every writer
-	var live []string
-	if err := tx.SelectContext(ctx, &live, "SELECT id FROM alarm_rules WHERE id = ANY($1) AND enabled ORDER BY id FOR SHARE", pq.StringArray(ids)); err != nil {
-		return nil, fmt.Errorf("alarm: write: rules: %w", err)
+	var row struct {
+		Epoch int64          `db:"epoch"`
+		Live  pq.StringArray `db:"live"`
 	}
-	if len(live) == len(ids) {
+	err := tx.GetContext(ctx, &row, `SELECT (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE) AS epoch,
+		ARRAY(SELECT id FROM alarm_rules WHERE id = ANY($1) AND enabled ORDER BY id FOR SHARE) AS live`, pq.StringArray(ids))
+	if err != nil {
+		return nil, fmt.Errorf("alarm: write: %w", err)
+	}
+	if row.Epoch != epoch {
+		return nil, ErrNotOwner
+	}
+	if len(row.Live) == len(ids) {
 		return trs, nil
 	}
-	ok := make(map[string]bool, len(live))
-	for _, id := range live {
+	ok := make(map[string]bool, len(row.Live))
+	for _, id := range row.Live {
 		ok[id] = true
 	}
 	return slices.DeleteFunc(trs, func(t Transition) bool { return !ok[t.RuleID] }), nil
+}
+
+// writeState writes the touched devices' rows and the changed rule
+// states (a state holding nothing: its row deleted), in one statement.
+func writeState(ctx context.Context, tx writeTx, devs []DeviceRow, states []StateRow) error {
+	if len(devs)+len(states) == 0 {
+		return nil
+	}
+	ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
+	for i, d := range devs {
+		ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
+	}
+	var upD, upR, upData, delD, delR []string
+	gone := map[HandClear]bool{}
+	for _, st := range states {
+		if st.Data == nil {
+			delD, delR = append(delD, st.DeviceID), append(delR, st.RuleID)
+			gone[HandClear{RuleID: st.RuleID, DeviceID: st.DeviceID}] = true
+		}
+	}
+	for _, st := range states {
+		// A state both written and deleted (a rule dropped and back in one
+		// batch) is deleted, as the delete after the write left it; one
+		// statement must not change a row twice.
+		if st.Data != nil && !gone[HandClear{RuleID: st.RuleID, DeviceID: st.DeviceID}] {
+			upD, upR, upData = append(upD, st.DeviceID), append(upR, st.RuleID), append(upData, string(st.Data))
+		}
+	}
+	_, err := tx.ExecContext(ctx, `WITH d AS (
+			INSERT INTO alarm_device_state (device_id, product_id, data)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
+			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data),
+		u AS (
+			INSERT INTO alarm_rule_state (device_id, rule_id, data)
+			SELECT * FROM unnest($4::text[], $5::text[], $6::jsonb[])
+			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data),
+		x AS (
+			DELETE FROM alarm_rule_state s USING unnest($7::text[], $8::text[]) AS x(d, r)
+			WHERE s.device_id = x.d AND s.rule_id = x.r)
+		SELECT 1`,
+		pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data),
+		pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData), pq.StringArray(delD), pq.StringArray(delR))
+	if err != nil {
+		return fmt.Errorf("alarm: write state: %w", err)
+	}
+	return nil
 }
 
 // WriteResult says what a Write found cleared by hand.
@@ -758,43 +804,208 @@ type WriteResult struct {
 	Reraised []HandClear // new alarms raised by a repeat of one a hand cleared
 }
 
-// writeTransitions applies trs in order per (rule, device). Repeats are
-// the bulk of a batch (every report meeting an active alarm's trigger):
-// those of one alarm fold into one (count + n, the last value and time),
-// and all of a batch's are written by one statement at the end, or before
-// another transition of the same alarm.
-func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (WriteResult, error) {
+// writeTransitions applies trs, in order per (rule, device), with a
+// number of statements that does not grow with the number of alarms the
+// batch raises, escalates or clears: one that locks the active records
+// of the alarms with such a change in the batch (and adds the repeats of
+// the others: repeats are the bulk of a batch, every report meeting an
+// active alarm's trigger), then one per round (plan): as many as the
+// most changes one alarm has in the batch, one in most batches.
+//
+// Which alarms are active is all a batch's outcome depends on, and the
+// lock fixes it: records are inserted only by the owner (the epoch) and
+// changed otherwise only by a hand (a clear, an acknowledgement: they
+// wait for the lock) or a rule's disabling (it waits for the rule rows
+// owned locked). So the plan is decided here, as the statements one
+// transition at a time would decide it, and run as few statements.
+func writeTransitions(ctx context.Context, tx writeTx, trs []Transition) (WriteResult, error) {
+	if len(trs) == 0 {
+		return WriteResult{}, nil
+	}
+	changed := map[HandClear]bool{} // alarms with a transition other than a repeat
+	for _, t := range trs {
+		if t.Kind != KindRepeated {
+			changed[HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}] = true
+		}
+	}
+	// The repeats of the other alarms, folded: n of them, the last value
+	// and time.
+	only := map[HandClear]*repeats{}
+	var onlyOrder []*repeats
+	for _, t := range trs {
+		k := HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}
+		if changed[k] {
+			continue
+		}
+		if r := only[k]; r != nil {
+			r.n, r.last = r.n+1, t
+			continue
+		}
+		only[k] = &repeats{first: t, last: t, n: 1}
+		onlyOrder = append(onlyOrder, only[k])
+	}
+	lock := make([]HandClear, 0, len(changed))
+	for _, t := range trs {
+		if k := (HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}); changed[k] {
+			lock = append(lock, k)
+			changed[k] = false // listed
+		}
+	}
+	for _, k := range lock {
+		changed[k] = true
+	}
+	active, err := lockRecords(ctx, tx, onlyOrder, lock)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	if tx.s.afterLock != nil {
+		tx.s.afterLock()
+	}
+	p, res := plan(trs, changed, active)
+	for _, round := range p {
+		if err := writeRound(ctx, tx, round); err != nil {
+			return WriteResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// repeats are n repeats of one alarm in a batch.
+type repeats struct {
+	first, last Transition
+	n           int
+}
+
+// lockRecords adds the repeats of reps to their active records and locks
+// the active records of keys (FOR UPDATE: a hand's clear or
+// acknowledgement of one waits for the batch), in one statement. It
+// returns which of both have an active record.
+func lockRecords(ctx context.Context, tx writeTx, reps []*repeats, keys []HandClear) (map[HandClear]bool, error) {
+	rules, devs, vals := make([]string, len(reps)), make([]string, len(reps)), make([]string, len(reps))
+	ns, ats := make([]int64, len(reps)), make([]string, len(reps))
+	for i, r := range reps {
+		rules[i], devs[i], vals[i] = r.last.RuleID, r.last.DeviceID, r.last.Value
+		ns[i], ats[i] = int64(r.n), r.last.At.UTC().Format(time.RFC3339Nano)
+	}
+	lrules, ldevs := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		lrules[i], ldevs[i] = k.RuleID, k.DeviceID
+	}
+	var found []struct {
+		Rule   string `db:"rule_id"`
+		Device string `db:"device_id"`
+	}
+	err := tx.SelectContext(ctx, &found, `WITH rep AS (
+			UPDATE alarm_records a SET count = a.count + x.n, last_value = x.v, last_time = greatest(a.last_time, x.t)
+			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[]) AS x(r, d, n, v, t)
+			WHERE a.rule_id = x.r AND a.device_id = x.d AND a.state = 'active'
+			RETURNING a.rule_id, a.device_id),
+		lk AS (
+			SELECT a.rule_id, a.device_id FROM alarm_records a, unnest($6::text[], $7::text[]) AS y(r, d)
+			WHERE a.rule_id = y.r AND a.device_id = y.d AND a.state = 'active'
+			FOR UPDATE OF a)
+		SELECT rule_id, device_id FROM rep UNION ALL SELECT rule_id, device_id FROM lk`,
+		pq.StringArray(rules), pq.StringArray(devs), pq.Int64Array(ns), pq.StringArray(vals), pq.StringArray(ats),
+		pq.StringArray(lrules), pq.StringArray(ldevs))
+	if err != nil {
+		return nil, fmt.Errorf("alarm: write: lock records: %w", err)
+	}
+	out := make(map[HandClear]bool, len(found))
+	for _, f := range found {
+		out[HandClear{RuleID: f.Rule, DeviceID: f.Device}] = true
+	}
+	return out, nil
+}
+
+// change is what one statement does to one alarm's record: insert it
+// (a raise), or update the active one (repeats folded: n, the last value
+// and time; an escalation's severity and time; a clear), with at most
+// one transition row, its last piece.
+type change struct {
+	k      HandClear // the alarm: (rule, device)
+	insert bool
+	t      Transition // the transition (a raise, for an insert)
+	tr     bool       // a transition row is written (t)
+	n      int64      // repeats: count + n, last value v
+	v      string
+	lt     time.Time // last_time = greatest(last_time, lt); zero: none
+	sev    string    // the record's new severity; "": unchanged
+	clear  bool      // cleared at t.At with t.Value
+	seq    int       // the order the statements one at a time would have written it
+}
+
+// plan decides, in the order trs came, what each alarm's record goes
+// through, given which alarms had an active record when locked (active)
+// (the repeats of the alarms with no other transition were added by
+// lockRecords where it found the record). It is the order of statements one
+// transition at a time would run, cut into rounds: round i holds each
+// alarm's i-th change, so that no statement changes a record twice, and
+// a record's transition row is the last of its changes in its statement.
+// The outbox's trigger (ingest/notify, 00023_notify.sql) reads the
+// record when the statement that inserted the transition row ends: it
+// thus reads what it read when each transition had its own statements
+// (the count, last value and state of the record then), and repeats
+// after a transition go in a later round. Most batches are one round;
+// an alarm raised, then repeated or cleared in one batch makes it two or
+// more.
+func plan(trs []Transition, changed, active map[HandClear]bool) ([][]change, WriteResult) {
 	var res WriteResult
+	byKey := map[HandClear][]change{}
+	var keys []HandClear
+	seq := 0
+	add := func(k HandClear, c change) {
+		seq++
+		c.k, c.seq = k, seq
+		cs := byKey[k]
+		if len(cs) == 0 {
+			keys = append(keys, k)
+		}
+		if n := len(cs); n > 0 && !cs[n-1].insert && !cs[n-1].tr && !c.insert {
+			// Repeats before this change of the same record: one update.
+			p := &cs[n-1]
+			p.n += c.n
+			if c.n > 0 {
+				p.v = c.v
+			}
+			if c.lt.After(p.lt) {
+				p.lt = c.lt
+			}
+			p.t, p.tr, p.sev, p.clear, p.seq = c.t, c.tr, c.sev, c.clear, c.seq
+			return
+		}
+		byKey[k] = append(cs, c)
+	}
+	// reraise: n repeats found no active record (a hand cleared it): the
+	// trigger met again is a new alarm, raised by the first.
+	reraise := func(k HandClear, r *repeats) {
+		first := r.first
+		first.Kind = KindRaised
+		add(k, change{insert: true, t: first, tr: true})
+		active[k] = true
+		if r.n > 1 {
+			add(k, change{n: int64(r.n - 1), v: r.last.Value, lt: r.last.At})
+		}
+		res.Reraised = append(res.Reraised, HandClear{RuleID: first.RuleID, DeviceID: first.DeviceID, RaisedAt: first.At})
+	}
 	lost := map[HandClear]bool{}
 	pending := map[HandClear]*repeats{}
 	var order []HandClear
-	flush := func(keys []HandClear) error {
-		var batch []*repeats
-		for _, k := range keys {
-			if r := pending[k]; r != nil {
-				batch = append(batch, r)
-				delete(pending, k)
-			}
+	flush := func(k HandClear) {
+		r := pending[k]
+		if r == nil {
+			return
 		}
-		gone, err := repeatRecords(ctx, tx, batch)
-		if err != nil {
-			return err
-		}
-		for _, r := range gone {
-			// A hand cleared it: the trigger met again is a new alarm.
-			first := r.first
-			first.Kind = KindRaised
-			if err := raiseRecord(ctx, tx, first); err != nil {
-				return err
+		delete(pending, k)
+		switch {
+		case !changed[k]:
+			if !active[k] { // lockRecords added them where it found the record
+				reraise(k, r)
 			}
-			if r.n > 1 {
-				if _, err := repeatRecord(ctx, tx, r.last, r.n-1); err != nil {
-					return err
-				}
-			}
-			res.Reraised = append(res.Reraised, HandClear{RuleID: first.RuleID, DeviceID: first.DeviceID, RaisedAt: first.At})
+		case active[k]:
+			add(k, change{n: int64(r.n), v: r.last.Value, lt: r.last.At})
+		default:
+			reraise(k, r)
 		}
-		return nil
 	}
 	for _, t := range trs {
 		k := HandClear{RuleID: t.RuleID, DeviceID: t.DeviceID}
@@ -810,123 +1021,126 @@ func writeTransitions(ctx context.Context, tx *sqlx.Tx, trs []Transition) (Write
 			}
 			continue
 		}
-		if err := flush([]HandClear{k}); err != nil {
-			return res, err
-		}
+		flush(k)
 		switch t.Kind {
 		case KindRaised:
 			delete(lost, k)
-			if err := raiseRecord(ctx, tx, t); err != nil {
-				return res, err
+			if active[k] { // one active already (the state was lost or rebuilt): a repeat of it
+				add(k, change{n: 1, v: t.Value, lt: t.At})
+				continue
 			}
+			add(k, change{insert: true, t: t, tr: true})
+			active[k] = true
 		case KindEscalated, KindDeescalated, KindCleared:
 			if lost[k] {
 				continue
 			}
-			q := `UPDATE alarm_records SET severity = $3, last_time = greatest(last_time, $4) WHERE rule_id = $1 AND device_id = $2 AND state = 'active' RETURNING id`
-			args := []any{t.RuleID, t.DeviceID, t.Severity, t.At}
-			if t.Kind == KindCleared {
-				args = []any{t.RuleID, t.DeviceID, t.At, t.Value}
-				q = `UPDATE alarm_records SET state = 'cleared', cleared_time = $3, clear_value = $4 WHERE rule_id = $1 AND device_id = $2 AND state = 'active' RETURNING id`
-			}
-			var id int64
-			err := tx.GetContext(ctx, &id, q, args...)
-			if errors.Is(err, sql.ErrNoRows) {
+			if !active[k] {
 				lost[k] = true
 				res.Gone = append(res.Gone, k)
 				continue
 			}
-			if err != nil {
-				return res, fmt.Errorf("alarm: %s: %w", t.Kind, err)
+			c := change{t: t, tr: true}
+			if t.Kind == KindCleared {
+				c.clear = true
+				active[k] = false
+			} else {
+				c.sev, c.lt = t.Severity, t.At
 			}
-			if err := insertTransition(ctx, tx, id, t); err != nil {
-				return res, err
-			}
+			add(k, c)
 		}
 	}
-	if err := flush(order); err != nil {
-		return res, err
+	for _, k := range order {
+		flush(k)
 	}
-	return res, nil
-}
-
-// repeats are n repeats of one alarm in a batch.
-type repeats struct {
-	first, last Transition
-	n           int
-}
-
-// repeatRecords adds each batch entry's repeats to its active record in
-// one statement, and returns those that found none (cleared by hand).
-func repeatRecords(ctx context.Context, tx *sqlx.Tx, batch []*repeats) ([]*repeats, error) {
-	if len(batch) == 0 {
-		return nil, nil
-	}
-	rules, devs, vals := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
-	ns, ats := make([]int64, len(batch)), make([]string, len(batch))
-	for i, r := range batch {
-		rules[i], devs[i], vals[i] = r.last.RuleID, r.last.DeviceID, r.last.Value
-		ns[i], ats[i] = int64(r.n), r.last.At.UTC().Format(time.RFC3339Nano)
-	}
-	var done []struct {
-		Rule   string `db:"rule_id"`
-		Device string `db:"device_id"`
-	}
-	err := tx.SelectContext(ctx, &done, `UPDATE alarm_records a SET count = a.count + x.n, last_value = x.v, last_time = greatest(a.last_time, x.t)
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::timestamptz[]) AS x(r, d, n, v, t)
-		WHERE a.rule_id = x.r AND a.device_id = x.d AND a.state = 'active'
-		RETURNING a.rule_id, a.device_id`, pq.StringArray(rules), pq.StringArray(devs), pq.Int64Array(ns), pq.StringArray(vals), pq.StringArray(ats))
-	if err != nil {
-		return nil, fmt.Errorf("alarm: repeats: %w", err)
-	}
-	found := make(map[HandClear]bool, len(done))
-	for _, d := range done {
-		found[HandClear{RuleID: d.Rule, DeviceID: d.Device}] = true
-	}
-	var gone []*repeats
-	for _, r := range batch {
-		if !found[HandClear{RuleID: r.last.RuleID, DeviceID: r.last.DeviceID}] {
-			gone = append(gone, r)
+	var rounds [][]change
+	for _, k := range keys {
+		for i, c := range byKey[k] {
+			if i == len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[i] = append(rounds[i], c)
 		}
 	}
-	return gone, nil
+	for _, r := range rounds {
+		slices.SortFunc(r, func(a, b change) int { return a.seq - b.seq })
+	}
+	return rounds, res
 }
 
-// raiseRecord inserts a new active record, or (one is active already: the
-// state was lost or rebuilt) counts a repeat of it: one alarm either way.
-func raiseRecord(ctx context.Context, tx *sqlx.Tx, t Transition) error {
-	var id int64
-	err := tx.GetContext(ctx, &id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
-		count, first_value, last_value, raised_time, last_time)
-		VALUES ($1, $2, $3, $4, $5, 'active', 1, $6, $6, $7, $7)
-		ON CONFLICT (rule_id, device_id) WHERE state = 'active' DO NOTHING RETURNING id`,
-		t.RuleID, t.RuleName, t.ProductID, t.DeviceID, t.Severity, t.Value, t.At)
-	if errors.Is(err, sql.ErrNoRows) {
-		_, err := repeatRecord(ctx, tx, t, 1)
-		return err
+// writeRound runs one round of changes, each of another record, in one
+// statement: the records inserted, those updated, then the transition
+// rows, in the order they would have been written one at a time (the
+// outbox's rows follow it).
+func writeRound(ctx context.Context, tx writeTx, cs []change) error {
+	n := len(cs)
+	var (
+		seqs, counts                             = make([]int64, n), make([]int64, n)
+		inserts, clears, trows                   = make([]bool, n), make([]bool, n), make([]bool, n)
+		rules, names, products, devs, vals, sevs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		lts, kinds, tsevs, tvals, tats           = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		wantIns, wantUpd, wantTr                 int64
+	)
+	for i, c := range cs {
+		seqs[i], counts[i], inserts[i], clears[i], trows[i] = int64(c.seq), c.n, c.insert, c.clear, c.tr
+		rules[i], names[i], products[i], devs[i] = c.k.RuleID, c.t.RuleName, c.t.ProductID, c.k.DeviceID
+		vals[i], sevs[i] = c.v, c.sev
+		lts[i] = "-infinity"
+		if !c.lt.IsZero() {
+			lts[i] = c.lt.UTC().Format(time.RFC3339Nano)
+		}
+		kinds[i], tsevs[i], tvals[i], tats[i] = c.t.Kind, c.t.Severity, c.t.Value, c.t.At.UTC().Format(time.RFC3339Nano)
+		if c.insert {
+			wantIns++
+		} else {
+			wantUpd++
+		}
+		if c.tr {
+			wantTr++
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("alarm: raise: %w", err)
+	var got struct {
+		Ins int64 `db:"ins"`
+		Upd int64 `db:"upd"`
+		Tr  int64 `db:"tr"`
 	}
-	t.Kind = KindRaised
-	return insertTransition(ctx, tx, id, t)
-}
-
-func repeatRecord(ctx context.Context, tx *sqlx.Tx, t Transition, n int) (bool, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE alarm_records SET count = count + $3, last_value = $4, last_time = greatest(last_time, $5)
-		WHERE rule_id = $1 AND device_id = $2 AND state = 'active'`, t.RuleID, t.DeviceID, n, t.Value, t.At)
+	err := tx.GetContext(ctx, &got, `WITH x AS (
+			SELECT * FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::text[],
+				$7::bigint[], $8::text[], $9::timestamptz[], $10::text[], $11::bool[],
+				$12::bool[], $13::text[], $14::text[], $15::text[], $16::timestamptz[])
+				AS x(seq, ins, r, rn, p, d, n, v, lt, sev, clr, tr, tk, ts, tv, ta)),
+		ins AS (
+			INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state,
+				count, first_value, last_value, raised_time, last_time)
+			SELECT r, rn, p, d, ts, 'active', 1, tv, tv, ta, ta FROM x WHERE ins ORDER BY seq
+			RETURNING id, rule_id, device_id),
+		upd AS (
+			UPDATE alarm_records a SET count = a.count + x.n,
+				last_value = CASE WHEN x.n > 0 THEN x.v ELSE a.last_value END,
+				last_time = greatest(a.last_time, x.lt),
+				severity = CASE WHEN x.sev = '' THEN a.severity ELSE x.sev END,
+				state = CASE WHEN x.clr THEN 'cleared' ELSE a.state END,
+				cleared_time = CASE WHEN x.clr THEN x.ta ELSE a.cleared_time END,
+				clear_value = CASE WHEN x.clr THEN x.tv ELSE a.clear_value END
+			FROM x WHERE NOT x.ins AND a.rule_id = x.r AND a.device_id = x.d AND a.state = 'active'
+			RETURNING a.id, a.rule_id, a.device_id),
+		tr AS (
+			INSERT INTO alarm_transitions (record_id, time, kind, severity, value)
+			SELECT coalesce(ins.id, upd.id), x.ta, x.tk, x.ts, x.tv FROM x
+				LEFT JOIN ins ON ins.rule_id = x.r AND ins.device_id = x.d
+				LEFT JOIN upd ON upd.rule_id = x.r AND upd.device_id = x.d
+			WHERE x.tr ORDER BY x.seq
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM ins) AS ins, (SELECT count(*) FROM upd) AS upd, (SELECT count(*) FROM tr) AS tr`,
+		pq.Int64Array(seqs), pq.BoolArray(inserts), pq.StringArray(rules), pq.StringArray(names), pq.StringArray(products), pq.StringArray(devs),
+		pq.Int64Array(counts), pq.StringArray(vals), pq.StringArray(lts), pq.StringArray(sevs), pq.BoolArray(clears),
+		pq.BoolArray(trows), pq.StringArray(kinds), pq.StringArray(tsevs), pq.StringArray(tvals), pq.StringArray(tats))
 	if err != nil {
-		return false, fmt.Errorf("alarm: repeat: %w", err)
+		return fmt.Errorf("alarm: write: records: %w", err)
 	}
-	k, _ := res.RowsAffected()
-	return k == 1, nil
-}
-
-func insertTransition(ctx context.Context, tx *sqlx.Tx, record int64, t Transition) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO alarm_transitions (record_id, time, kind, severity, value) VALUES ($1, $2, $3, $4, $5)`,
-		record, t.At, t.Kind, t.Severity, t.Value)
-	if err != nil {
-		return fmt.Errorf("alarm: transition: %w", err)
+	if got.Ins != wantIns || got.Upd != wantUpd || got.Tr != wantTr {
+		// The lock makes this impossible; said rather than written wrong.
+		return fmt.Errorf("alarm: write: records changed under the batch (inserted %d of %d, updated %d of %d)", got.Ins, wantIns, got.Upd, wantUpd)
 	}
 	return nil
 }

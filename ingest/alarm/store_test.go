@@ -12,14 +12,14 @@ import (
 	"devicehub/schema"
 )
 
-func newStore(t *testing.T) *Store {
+func newStore(t testing.TB) *Store {
 	t.Helper()
 	return NewStore(metatest.NewStore(t))
 }
 
 // writerStore is newStore with enabled rules r1 and r2 of product p1, so
 // that the evaluator's writes of their transitions are taken.
-func writerStore(t *testing.T) *Store {
+func writerStore(t testing.TB) *Store {
 	t.Helper()
 	s := newStore(t)
 	for _, id := range []string{"r1", "r2"} {
