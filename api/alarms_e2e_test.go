@@ -847,13 +847,11 @@ func TestAlarmE2EBadRules(t *testing.T) {
 // evaluator decides for an alarm a hand cleared already is dropped by the
 // store (Gone) and not announced again.
 //
-// Fails today (checked): the evaluator's runner hands OnTransitions the
-// transitions it decided, not those the store wrote, so the new alarm's
-// raise goes out as a repeat (not announced) and the dropped clear is
-// announced. The fix is the runner's (ingest/alarm/runner.go), which
-// another change is reworking; unskip this with it.
+// Fails when the runner hands OnTransitions the transitions its
+// evaluator decided instead of those the store wrote (WriteResult.Written):
+// the new alarm's raise then goes out as a repeat (not announced) and the
+// dropped clear is announced.
 func TestAlarmE2EHandClearRace(t *testing.T) {
-	t.Skip("known bug: the live feed follows the evaluator's transitions, not the store's (Reraised, Gone); see the comment")
 	t.Parallel()
 	a := newAlarmE2E(t, false)
 	p := a.product("race")

@@ -76,7 +76,10 @@
 // writes a batch in ONE transaction (Store.Write: a few statements
 // however many alarms it raises, escalates or clears; "One record"
 // below) and, only after its commit, acknowledges its messages in order
-// and announces its transitions (OnTransitions: the live feed; the
+// and announces its transitions as the store wrote them (OnTransitions,
+// WriteResult.Written: the live feed; a repeat of an alarm a hand cleared
+// meanwhile goes out as the new alarm's raise, and a clear or escalation
+// of the hand-cleared one not at all, TestAlarmE2EHandClearRace; the
 // notify outbox is filled by a trigger on the transition rows, in the
 // same transaction). Meanwhile the loop reads
 // and evaluates the next batch on top of the one being written. It is a

@@ -60,9 +60,11 @@ type Options struct {
 	// Retry: the wait after a turn that failed (a failed write ends the
 	// turn: the next reloads the stored state). Default 500ms.
 	Retry time.Duration
-	// OnTransitions, if set, is given each batch's transitions once they
-	// are committed (the live feed), in batch order, by the writer
-	// goroutine: it must not block.
+	// OnTransitions, if set, is given each batch's transitions as they
+	// were stored (WriteResult.Written: no repeats; a repeat the store
+	// made a new alarm as its raise; none of an alarm a hand cleared
+	// meanwhile), once committed (the live feed), in write order, by the
+	// writer goroutine: it must not block.
 	OnTransitions func([]Transition)
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
@@ -493,8 +495,8 @@ func (r *Runner) writeBatch(ctx context.Context, epoch int64, b *batch) (WriteRe
 		p.Msg.Ack()
 		r.m.lag.Observe(now.Sub(p.At).Seconds())
 	}
-	if len(b.trs) > 0 && r.opt.OnTransitions != nil {
-		r.opt.OnTransitions(b.trs)
+	if len(res.Written) > 0 && r.opt.OnTransitions != nil {
+		r.opt.OnTransitions(res.Written)
 	}
 	return res, nil
 }

@@ -802,6 +802,13 @@ func writeState(ctx context.Context, tx writeTx, devs []DeviceRow, states []Stat
 type WriteResult struct {
 	Gone     []HandClear // alarms a hand cleared: forget them
 	Reraised []HandClear // new alarms raised by a repeat of one a hand cleared
+	// Written is every transition the write stored (raised, escalated,
+	// de-escalated, cleared; repeats are counts, not among them), in the
+	// order they were written: what was announced must be what was
+	// stored, which differs from what the evaluator decided where a hand
+	// cleared an alarm meanwhile (a repeat stored as a new raise; a clear,
+	// an escalation of the hand-cleared alarm dropped).
+	Written []Transition
 }
 
 // writeTransitions applies trs, in order per (rule, device), with a
@@ -1064,6 +1071,18 @@ func plan(trs []Transition, changed, active map[HandClear]bool) ([][]change, Wri
 	}
 	for _, r := range rounds {
 		slices.SortFunc(r, func(a, b change) int { return a.seq - b.seq })
+	}
+	var written []change
+	for _, k := range keys {
+		for _, c := range byKey[k] {
+			if c.tr {
+				written = append(written, c)
+			}
+		}
+	}
+	slices.SortFunc(written, func(a, b change) int { return a.seq - b.seq })
+	for _, c := range written {
+		res.Written = append(res.Written, c.t)
 	}
 	return rounds, res
 }

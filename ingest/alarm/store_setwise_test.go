@@ -67,6 +67,10 @@ func TestStoreSetwise(t *testing.T) {
 			sec += float64(rng.IntN(3)) / 2 // times may repeat
 			trs = append(trs, tr(kind, k.RuleID, k.DeviceID, sevs[rng.IntN(len(sevs))], fmt.Sprintf("v%d", rng.IntN(1000)), sec))
 		}
+		var before int64
+		if err := step.db.Get(&before, "SELECT coalesce(max(id), 0) FROM alarm_transitions"); err != nil {
+			t.Fatal(err)
+		}
 		want, err := stepwiseWrite(ctx, step, eStep, slices.Clone(trs), nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -75,6 +79,21 @@ func TestStoreSetwise(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Written: the transitions the one-at-a-time writer stored, in
+		// the order it stored them (what the live feed announces).
+		var stored []string
+		if err := step.db.Select(&stored, `SELECT t.kind || ' ' || r.rule_id || ' ' || r.device_id || ' ' || t.severity || ' ' || t.value
+			FROM alarm_transitions t JOIN alarm_records r ON r.id = t.record_id WHERE t.id > $1 ORDER BY t.id`, before); err != nil {
+			t.Fatal(err)
+		}
+		var written []string
+		for _, w := range got.Written {
+			written = append(written, w.Kind+" "+w.RuleID+" "+w.DeviceID+" "+w.Severity+" "+w.Value)
+		}
+		if !slices.Equal(written, stored) {
+			t.Fatalf("batch %d %v: Written %q, the one-at-a-time writer stored %q", batch, trs, written, stored)
+		}
+		got.Written = nil
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("batch %d %v: WriteResult %+v, one at a time %+v", batch, trs, got, want)
 		}

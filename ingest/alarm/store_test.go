@@ -121,7 +121,8 @@ func TestStoreRecordLifecycle(t *testing.T) {
 		t.Errorf("escalation of a cleared alarm: %+v", res)
 	}
 	res = w(tr(KindRepeated, "r1", "d1", "major", "temp=35", 8), tr(KindRepeated, "r1", "d1", "major", "temp=36", 9))
-	if !reflect.DeepEqual(res, WriteResult{Reraised: []HandClear{{RuleID: "r1", DeviceID: "d1", RaisedAt: at(8)}}}) {
+	if !reflect.DeepEqual(res, WriteResult{Reraised: []HandClear{{RuleID: "r1", DeviceID: "d1", RaisedAt: at(8)}},
+		Written: []Transition{tr(KindRaised, "r1", "d1", "major", "temp=35", 8)}}) {
 		t.Errorf("repeat of a cleared alarm: %+v", res)
 	}
 	hc, last, err := s.HandClears(ctx, 0)
