@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestForEach(t *testing.T) {
@@ -27,19 +28,27 @@ func TestForEach(t *testing.T) {
 			t.Fatalf("index %d done %d times", i, n)
 		}
 	}
-	// The first error stops the others and is returned.
+	// The first error stops the others and is returned: a call after
+	// index 10 waits for the ctx the error cancels, so each of the other
+	// three workers takes at most one index after it (whatever the
+	// scheduler does), and none takes another once cancelled.
 	boom := errors.New("boom")
 	var after atomic.Int32
 	err = forEach(context.Background(), 100000, 4, func(ctx context.Context, i int) error {
-		if i == 10 {
+		switch {
+		case i == 10:
 			return boom
-		}
-		if i > 10 && ctx.Err() == nil {
+		case i > 10:
 			after.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				t.Error("the error did not cancel the others' ctx")
+			}
 		}
 		return nil
 	})
-	if !errors.Is(err, boom) || after.Load() > 1000 {
+	if !errors.Is(err, boom) || after.Load() > 3 {
 		t.Fatalf("err %v, %d ran on", err, after.Load())
 	}
 	// An ended ctx stops it with ctx's error; n = 0 calls nothing.
