@@ -67,7 +67,7 @@ func (p *AlarmsParams) defaults() {
 			*d.v = d.d
 		}
 	}
-	p.defaults()
+	p.childDefaults()
 }
 
 // AlarmsBurst is one burst of one report per device, as fast as the

@@ -55,7 +55,7 @@ func (p APIParams) withDefaults() APIParams {
 	if p.BrokerURL == "" {
 		p.BrokerURL = envDefault("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884")
 	}
-	p.defaults()
+	p.childDefaults()
 	return p
 }
 

@@ -210,8 +210,8 @@ type ChildParams struct {
 	Logf func(format string, args ...any) `json:"-"`
 }
 
-// defaults fills the fields left empty.
-func (c *ChildParams) defaults() {
+// childDefaults fills the fields left empty.
+func (c *ChildParams) childDefaults() {
 	c.PostgresDSN = pgServerDSN(c.PostgresDSN)
 	if c.ClickHouseAddr == "" {
 		c.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")

@@ -51,7 +51,7 @@ func (p CommandsParams) withDefaults() CommandsParams {
 	if p.BrokerURL == "" {
 		p.BrokerURL = "tcp://127.0.0.1:1884"
 	}
-	p.defaults()
+	p.childDefaults()
 	return p
 }
 

@@ -137,7 +137,7 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.defaults()
+	p.childDefaults()
 	res.Params = p
 	tmp, bin, db, cleanup, err := p.prepare(ctx, "firmware")
 	if err != nil {

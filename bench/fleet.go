@@ -106,7 +106,7 @@ func (p FleetParams) withDefaults() FleetParams {
 	def(&p.DynsecChanges, 20)
 	defDur(&p.DynsecTime, 2*time.Minute)
 	defDur(&p.DynsecQuiet, 3*time.Second)
-	p.defaults()
+	p.childDefaults()
 	p.Batch = min(max(p.Batch, 1), 10000) // the bulk API's limit per call
 	p.Devices = max(p.Devices, 2)
 	p.Clients, p.Workers, p.Verify = max(p.Clients, 1), max(p.Workers, 1), max(p.Verify, 1)

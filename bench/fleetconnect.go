@@ -96,7 +96,7 @@ func (p FleetConnectParams) withDefaults() FleetConnectParams {
 	defDur(&p.Timeout, 3*time.Minute)
 	p.PerAddress = min(p.PerAddress, 25000)
 	p.Probes = min(p.Probes, p.Devices)
-	p.defaults()
+	p.childDefaults()
 	return p
 }
 

@@ -207,7 +207,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.defaults()
+	p.childDefaults()
 	res.Params = p
 	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "forward")
 	if err != nil {

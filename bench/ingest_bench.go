@@ -125,7 +125,7 @@ func (r IngestResult) String() string {
 
 func (p IngestParams) withDefaults() IngestParams {
 	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
-	p.defaults()
+	p.childDefaults()
 	if p.Devices <= 0 {
 		p.Devices = 1000
 	}

@@ -47,7 +47,7 @@ type LiveParams struct {
 
 func (p LiveParams) withDefaults() LiveParams {
 	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
-	p.defaults()
+	p.childDefaults()
 	if p.Rate <= 0 {
 		p.Rate = 2000
 	}

@@ -78,7 +78,7 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	p.defaults()
+	p.childDefaults()
 	res.Params = p
 	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "shadow")
 	if err != nil {

@@ -40,7 +40,7 @@ type SoakParams struct {
 
 func (p SoakParams) withDefaults() SoakParams {
 	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
-	p.defaults()
+	p.childDefaults()
 	if p.Duration <= 0 {
 		p.Duration = 10 * time.Minute
 	}
