@@ -400,20 +400,22 @@ func (s *Server) activeAlarms(c *fiber.Ctx) error {
 	return ok(c, counts)
 }
 
-func recordID(c *fiber.Ctx) (int64, error) {
+// alarmRecord answers the start of a record's route: the alarm store and
+// the record id the route names.
+func (s *Server) alarmRecord(c *fiber.Ctx) (AlarmStore, int64, error) {
+	store, err := s.alarms()
+	if err != nil {
+		return nil, 0, err
+	}
 	id, err := strconv.ParseInt(c.Params("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, meta.ErrNotFound // no such record
+		return nil, 0, meta.ErrNotFound // no such record
 	}
-	return id, nil
+	return store, id, nil
 }
 
 func (s *Server) getAlarmRecord(c *fiber.Ctx) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
-	id, err := recordID(c)
+	store, id, err := s.alarmRecord(c)
 	if err != nil {
 		return err
 	}
@@ -446,11 +448,7 @@ func (s *Server) ackAlarm(c *fiber.Ctx) error   { return s.handleAlarm(c, false)
 func (s *Server) clearAlarm(c *fiber.Ctx) error { return s.handleAlarm(c, true) }
 
 func (s *Server) handleAlarm(c *fiber.Ctx, clear bool) error {
-	store, err := s.alarms()
-	if err != nil {
-		return err
-	}
-	id, err := recordID(c)
+	store, id, err := s.alarmRecord(c)
 	if err != nil {
 		return err
 	}

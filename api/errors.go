@@ -11,7 +11,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"devicehub/api/dashboard"
-	"devicehub/ingest/forward"
 	"devicehub/ingest/link"
 	"devicehub/ingest/notify"
 	"devicehub/ingest/shadow"
@@ -99,14 +98,6 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusTooManyRequests, codeTooManyRequests, err.Error(), nil)
 		case errors.Is(err, meta.ErrBadCredentials):
 			return reply(c, fiber.StatusBadRequest, codeIllegalPassword, "wrong username or password", nil)
-		case errors.Is(err, notify.ErrInvalid):
-			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(err.Error()), nil)
-		case errors.Is(err, notify.ErrNotFound):
-			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
-		case errors.Is(err, forward.ErrInvalid):
-			return reply(c, fiber.StatusBadRequest, codeIllegalArgument, safeText(err.Error()), nil)
-		case errors.Is(err, forward.ErrNotFound):
-			return reply(c, fiber.StatusNotFound, codeNotFound, safeText(err.Error()), nil)
 		case errors.Is(err, notify.ErrInUse):
 			return reply(c, fiber.StatusConflict, codeConflict, safeText(err.Error()), nil)
 		case errors.Is(err, meta.ErrNotFound):

@@ -111,12 +111,7 @@ func appendDevice(d *meta.Device, b []byte) []byte {
 	if d.DeviceMetadata != "" {
 		b = appendStringField(b, "deviceMetadata", d.DeviceMetadata)
 	}
-	b = appendField(b, "configuration", false)
-	b = append(b, '{')
-	b = jsonw.String(appendField(b, "secureId", true), d.Configuration.SecureID)
-	b = appendStringField(b, "secureKey", d.Configuration.SecureKey)
-	b = appendStringField(b, "channelId", d.Configuration.ChannelID)
-	b = append(b, '}')
+	b = appendDeviceConfig(&d.Configuration, appendField(b, "configuration", false))
 	b = appendStringField(b, "orgId", d.OrgID)
 	b = appendStringField(b, "storePolicy", d.StorePolicy)
 	return append(b, '}')
@@ -186,6 +181,16 @@ func appendIntField(b []byte, name string, v int64) []byte {
 	return strconv.AppendInt(appendField(b, name, false), v, 10)
 }
 
+// appendDeviceConfig appends a device's configuration (its login), in a
+// list item and in a detail alike.
+func appendDeviceConfig(c *meta.DeviceConfig, b []byte) []byte {
+	b = append(b, '{')
+	b = jsonw.String(appendField(b, "secureId", true), c.SecureID)
+	b = appendStringField(b, "secureKey", c.SecureKey)
+	b = appendStringField(b, "channelId", c.ChannelID)
+	return append(b, '}')
+}
+
 func appendFeature(f *meta.DeviceFeature, b []byte) []byte {
 	b = append(b, '{')
 	b = jsonw.String(appendField(b, "id", true), f.ID)
@@ -227,12 +232,7 @@ func appendDeviceDetail(d *meta.DeviceDetail, b []byte) []byte {
 	b = appendMillisField(b, "modifyTime", d.ModifyTime)
 	b = appendStringField(b, "metadata", d.Metadata)
 	b = appendBoolField(b, "independentMetadata", d.IndependentMetadata)
-	b = appendField(b, "configuration", false)
-	b = append(b, '{')
-	b = jsonw.String(appendField(b, "secureId", true), d.Configuration.SecureID)
-	b = appendStringField(b, "secureKey", d.Configuration.SecureKey)
-	b = appendStringField(b, "channelId", d.Configuration.ChannelID)
-	b = append(b, '}')
+	b = appendDeviceConfig(&d.Configuration, appendField(b, "configuration", false))
 	b = jsonw.Raw(appendField(b, "deviceConfiguration", false), d.DeviceConfiguration)
 	b = jsonw.Raw(appendField(b, "cachedConfiguration", false), d.CachedConfiguration)
 	b = appendBoolField(b, "aloneConfiguration", d.AloneConfiguration)

@@ -199,7 +199,7 @@ func (s *Server) saveSubscription(c *fiber.Ctx, create bool) error {
 	if scope != nil {
 		for i, p := range sub.Products {
 			if !containsString(scope, p) {
-				return fmt.Errorf("products[%d]: no product %q among the caller's: %w", i, schema.Truncate(p, 80), notify.ErrInvalid)
+				return schema.Invalid(fmt.Sprintf("products[%d]", i), "no product %q among the caller's", schema.Truncate(p, 80))
 			}
 		}
 	}
@@ -270,7 +270,7 @@ func (s *Server) queryDead(c *fiber.Ctx) error {
 		q.PageSize = 100
 	}
 	if q.PageIndex < 0 || q.PageSize < 1 || q.PageSize > 1000 || q.PageIndex > 1_000_000 {
-		return fmt.Errorf("pageIndex, pageSize: at least 0 and 1 to 1000: %w", notify.ErrInvalid)
+		return schema.Invalid("pageIndex, pageSize", "at least 0 and 1 to 1000")
 	}
 	dead, total, err := store.DeadLetters(c.UserContext(), notify.DeadQuery{ChannelID: q.ChannelID, SubscriptionID: q.SubscriptionID,
 		Products: notifyScope(c), Limit: q.PageSize, Offset: q.PageIndex * q.PageSize})
@@ -292,7 +292,7 @@ func (s *Server) replayDead(c *fiber.Ctx) error {
 	}
 	id, err := strconv.ParseInt(c.Params("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return fmt.Errorf("dead letter %q: %w", schema.Truncate(c.Params("id"), 80), notify.ErrNotFound)
+		return fmt.Errorf("dead letter %q: %w", schema.Truncate(c.Params("id"), 80), meta.ErrNotFound)
 	}
 	if err := store.Replay(c.UserContext(), id, notifyScope(c)); err != nil {
 		return err

@@ -16,7 +16,6 @@ import (
 
 	"devicehub/api/live"
 	"devicehub/ingest/alarm"
-	"devicehub/ingest/dynsec"
 	"devicehub/ingest/wire"
 	"devicehub/schema"
 )
@@ -39,17 +38,13 @@ type AlarmsParams struct {
 	// Timers: devices of the in-process no-data timer measure (default
 	// 1,000,000), whose deadline (TimerFor after the report, default 15s)
 	// falls within TimerSpread (default 10s).
-	Timers         int           `json:"timers"`
-	TimerFor       time.Duration `json:"timerFor"`
-	TimerSpread    time.Duration `json:"timerSpread"`
-	Timeout        time.Duration `json:"timeout"`     // bound of each wait; default 5 minutes
-	PostgresDSN    string        `json:"postgresDsn"` // server, no database
-	ClickHouseAddr string        `json:"clickhouseAddr"`
-	ServerBinary   string        `json:"-"`
-	ServerArgs     []string      `json:"serverArgs,omitempty"`
+	Timers      int           `json:"timers"`
+	TimerFor    time.Duration `json:"timerFor"`
+	TimerSpread time.Duration `json:"timerSpread"`
+	Timeout     time.Duration `json:"timeout"` // bound of each wait; default 5 minutes
 	// SkipServer runs only the in-process measures (state and timers).
-	SkipServer bool                             `json:"skipServer"`
-	Logf       func(format string, args ...any) `json:"-"`
+	SkipServer bool `json:"skipServer"`
+	ChildParams
 }
 
 func (p *AlarmsParams) defaults() {
@@ -72,7 +67,7 @@ func (p *AlarmsParams) defaults() {
 			*d.v = d.d
 		}
 	}
-	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 }
 
 // AlarmsBurst is one burst of one report per device, as fast as the
@@ -314,7 +309,7 @@ func alarmsTimers(n int, forD, spread time.Duration) AlarmsTimers {
 }
 
 func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) error {
-	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "alarms", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "alarms")
 	if err != nil {
 		return err
 	}
@@ -328,16 +323,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	defer srv.stop()
 
 	product := "benchalarm" + randHex(4)
-	var prod map[string]any
-	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench alarms",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
-		return err
-	}
-	prod["metadata"] = alarmsModel
-	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
-		return err
-	}
-	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+	if err := srv.deployProduct(ctx, product, "Bench alarms", alarmsModel); err != nil {
 		return err
 	}
 	ids := liveIDs(product, p.Devices)
@@ -365,18 +351,13 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		return nil
 	}
 
-	admin, err := dialAdmin(ctx, broker.url())
-	if err != nil {
-		return err
-	}
-	user, pass := "bench-gw-"+randHex(4), randHex(16)
-	err = dynsec.AddGateway(ctx, admin, user, pass)
-	admin.Close()
+	// The private broker goes with its logins: no removal.
+	gateway, _, err := newGateway(ctx, broker.url())
 	if err != nil {
 		return err
 	}
 	gw := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.url()).SetClientID("bench-gw-" + randHex(4)).
-		SetUsername(user).SetPassword(pass).SetCleanSession(true).SetWriteTimeout(10 * time.Second))
+		SetUsername(gateway.Username).SetPassword(gateway.Password).SetCleanSession(true).SetWriteTimeout(10 * time.Second))
 	if err := waitToken(gw.Connect(), 30*time.Second); err != nil {
 		return fmt.Errorf("bench: gateway connect: %w", err)
 	}

@@ -21,25 +21,16 @@ type APIParams struct {
 	// CachedRequests are the measured requests per query with the page
 	// cache warm, and of the bare-Fiber ceiling, default 50000 (a run of
 	// a few seconds: ten times as fast as without).
-	CachedRequests int    `json:"cachedRequests"`
-	Warmup         int    `json:"warmup"` // per query, default 100
-	SkipCeiling    bool   `json:"skipCeiling"`
-	PostgresDSN    string `json:"postgresDsn"` // server, no database; default as RunCommands
+	CachedRequests int  `json:"cachedRequests"`
+	Warmup         int  `json:"warmup"` // per query, default 100
+	SkipCeiling    bool `json:"skipCeiling"`
 	// The devicehub child's broker (its presence client connects even
-	// without the ingest role) and ClickHouse (a database of its own,
-	// dropped at the end); defaults $DEVICEHUB_MQTT_URL or
-	// tcp://127.0.0.1:1884, $DEVICEHUB_CLICKHOUSE_ADDR or 127.0.0.1:9000.
-	BrokerURL      string `json:"brokerUrl"`
-	ClickHouseAddr string `json:"clickhouseAddr"`
-	// ServerBinary is a built cmd/devicehub; empty: RunAPI builds one into
-	// a temporary directory (the working directory must be inside the
-	// repository). ServerArgs are extra flags of the child (they override
-	// its DEVICEHUB_* configuration, e.g. -roles=api,ingest).
-	ServerBinary string   `json:"-"`
-	ServerArgs   []string `json:"serverArgs,omitempty"`
-	// Progress, if set, receives a live status line; Logf setup steps.
-	Progress io.Writer                        `json:"-"`
-	Logf     func(format string, args ...any) `json:"-"`
+	// without the ingest role); default $DEVICEHUB_MQTT_URL or
+	// tcp://127.0.0.1:1884.
+	BrokerURL string `json:"brokerUrl"`
+	// Progress, if set, receives a live status line.
+	Progress io.Writer `json:"-"`
+	ChildParams
 }
 
 func (p APIParams) withDefaults() APIParams {
@@ -61,11 +52,10 @@ func (p APIParams) withDefaults() APIParams {
 	if p.CachedRequests <= 0 {
 		p.CachedRequests = 50_000
 	}
-	p.PostgresDSN = pgServerDSN(p.PostgresDSN)
 	if p.BrokerURL == "" {
 		p.BrokerURL = envDefault("DEVICEHUB_MQTT_URL", "tcp://127.0.0.1:1884")
 	}
-	childDefaults(nil, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	return p
 }
 
@@ -188,7 +178,7 @@ func apiQueries(p APIParams) []apiQuery {
 func RunAPI(ctx context.Context, p APIParams) (APIResult, error) {
 	p = p.withDefaults()
 	res := APIResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "api", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, cleanup, err := p.prepare(ctx, "api")
 	if err != nil {
 		return res, err
 	}

@@ -227,6 +227,24 @@ func (s *apiClient) call(ctx context.Context, method, path string, body, out any
 	return json.Unmarshal(env.Result, out)
 }
 
+// deployProduct creates product id, named name (a custom product of
+// devices that reach the broker directly), with the thing model metadata
+// ("": none), and deploys it.
+func (s *apiClient) deployProduct(ctx context.Context, id, name, metadata string) error {
+	var prod map[string]any
+	if err := s.call(ctx, "POST", "/api/device/product", map[string]any{"id": id, "name": name,
+		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
+		return err
+	}
+	if metadata != "" {
+		prod["metadata"] = metadata
+		if err := s.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
+			return err
+		}
+	}
+	return s.call(ctx, "POST", "/api/device-product/"+id+"/deploy", nil, nil)
+}
+
 // do sends one request (body nil: none) and returns the body of a 200
 // answer.
 func (s *apiClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {

@@ -15,7 +15,7 @@ func TestRunAPISmall(t *testing.T) {
 	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, CachedRequests: 20, Warmup: 2, ServerBinary: bin})
+	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, CachedRequests: 20, Warmup: 2, ChildParams: ChildParams{ServerBinary: bin}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,15 +15,6 @@ import (
 	"devicehub/ingest/mqttconn"
 )
 
-// serverBinary returns bin, or builds cmd/devicehub into dir when bin is
-// empty (the working directory must be inside the repository).
-func serverBinary(ctx context.Context, bin, dir string) (string, error) {
-	if bin != "" {
-		return bin, nil
-	}
-	return BuildServer(ctx, dir)
-}
-
 // envDefault is $name, else def.
 func envDefault(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -197,49 +188,77 @@ func childProcs(self string, child int, pgBackends func() []int, brokerURL, clic
 	return ps
 }
 
-// childDefaults fills the settings of a devicehub child a scenario left
-// empty: the PostgreSQL server (pgServerDSN; nil for a scenario that
-// asks none), ClickHouse (DEVICEHUB_CLICKHOUSE_ADDR, or the local one)
-// and the log (silent).
-func childDefaults(pgServer, clickhouse *string, logf *func(string, ...any)) {
-	if pgServer != nil {
-		*pgServer = pgServerDSN(*pgServer)
+// ChildParams are the settings of a scenario's devicehub child, the same
+// in every scenario that starts one (cmd/bench fills them from one set of
+// flags). Zero fields take the defaults noted.
+type ChildParams struct {
+	// PostgresDSN is the PostgreSQL server, a DSN without database (the
+	// run creates a database of its own there, dropped at the end);
+	// default $DEVICEHUB_TEST_POSTGRES or local.
+	PostgresDSN string `json:"postgresDsn"`
+	// ClickHouseAddr is where the child gets a ClickHouse database of its
+	// own; default $DEVICEHUB_CLICKHOUSE_ADDR or 127.0.0.1:9000.
+	ClickHouseAddr string `json:"clickhouseAddr"`
+	// ServerBinary is a built cmd/devicehub; empty: the scenario builds
+	// one into a temporary directory (the working directory must be inside
+	// the repository).
+	ServerBinary string `json:"-"`
+	// ServerArgs are extra flags of the child; they override its
+	// DEVICEHUB_* configuration (e.g. -roles=api,ingest).
+	ServerArgs []string `json:"serverArgs,omitempty"`
+	// Logf, if set, receives the setup steps.
+	Logf func(format string, args ...any) `json:"-"`
+}
+
+// childDefaults fills the fields left empty.
+func (c *ChildParams) childDefaults() {
+	c.PostgresDSN = pgServerDSN(c.PostgresDSN)
+	if c.ClickHouseAddr == "" {
+		c.ClickHouseAddr = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
 	}
-	if *clickhouse == "" {
-		*clickhouse = envDefault("DEVICEHUB_CLICKHOUSE_ADDR", "127.0.0.1:9000")
-	}
-	if *logf == nil {
-		*logf = func(string, ...any) {}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
 	}
 }
 
-// prepareChildRun makes what a scenario with a devicehub child needs first:
-// a temporary folder (the child's log, and the binary when none is given),
-// the binary, and a PostgreSQL database devicehub_bench_<name>_<random>.
-// cleanup drops the database and removes the folder.
-func prepareChildRun(ctx context.Context, name, binary, pgServer string, logf func(string, ...any)) (tmp, bin string, db *pgDatabase, cleanup func(), err error) {
+// workDir makes a temporary folder devicehub-bench-<name>-* for the child
+// (its log, and the binary when none is given) and returns the binary:
+// ServerBinary, else one built there. The caller removes tmp.
+func (c *ChildParams) workDir(ctx context.Context, name string) (tmp, bin string, err error) {
 	if tmp, err = os.MkdirTemp("", "devicehub-bench-"+name+"-"); err != nil {
-		return "", "", nil, nil, err
+		return "", "", err
 	}
-	if binary == "" {
-		logf("%s: building cmd/devicehub", name)
+	if bin = c.ServerBinary; bin != "" {
+		return tmp, bin, nil
 	}
-	if bin, err = serverBinary(ctx, binary, tmp); err != nil {
+	c.Logf("%s: building cmd/devicehub", name)
+	if bin, err = BuildServer(ctx, tmp); err != nil {
 		os.RemoveAll(tmp)
+		return "", "", err
+	}
+	return tmp, bin, nil
+}
+
+// prepare makes what a scenario with a devicehub child needs first: the
+// work folder and the binary (workDir), and a PostgreSQL database
+// devicehub_bench_<name>_<random> on PostgresDSN. cleanup drops the
+// database and removes the folder.
+func (c *ChildParams) prepare(ctx context.Context, name string) (tmp, bin string, db *pgDatabase, cleanup func(), err error) {
+	if tmp, bin, err = c.workDir(ctx, name); err != nil {
 		return "", "", nil, nil, err
 	}
-	if db, err = createPGDatabase(ctx, pgServer, "devicehub_bench_"+name); err != nil {
+	if db, err = createPGDatabase(ctx, c.PostgresDSN, "devicehub_bench_"+name); err != nil {
 		os.RemoveAll(tmp)
 		return "", "", nil, nil, err
 	}
 	return tmp, bin, db, func() { db.drop(); os.RemoveAll(tmp) }, nil
 }
 
-// prepareChildBroker is prepareChildRun and a private broker with
-// devicehub's plugin (startFleetBroker) for the child; cleanup stops the
-// broker, then drops the database and the directory.
-func prepareChildBroker(ctx context.Context, name, binary, pgServer string, logf func(string, ...any)) (tmp, bin string, db *pgDatabase, broker *fleetBroker, cleanup func(), err error) {
-	tmp, bin, db, drop, err := prepareChildRun(ctx, name, binary, pgServer, logf)
+// prepareBroker is prepare and a private broker with devicehub's plugin
+// (startFleetBroker) for the child; cleanup stops the broker, then drops
+// the database and the directory.
+func (c *ChildParams) prepareBroker(ctx context.Context, name string) (tmp, bin string, db *pgDatabase, broker *fleetBroker, cleanup func(), err error) {
+	tmp, bin, db, drop, err := c.prepare(ctx, name)
 	if err != nil {
 		return "", "", nil, nil, nil, err
 	}

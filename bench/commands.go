@@ -24,23 +24,12 @@ type CommandsParams struct {
 	Rate        float64 `json:"rate"`        // req/s, open loop; 0: closed loop (as fast as answered)
 	// SkipCeiling leaves out the bare-Fiber ceiling run.
 	SkipCeiling bool   `json:"skipCeiling"`
-	BrokerURL   string `json:"brokerUrl"`   // default $DEVICEHUB_MQTT_URL or tcp://127.0.0.1:1884
-	PostgresDSN string `json:"postgresDsn"` // server, no database; default $DEVICEHUB_TEST_POSTGRES or local
-	// ClickHouseAddr of the devicehub child (a database of its own,
-	// dropped at the end); default $DEVICEHUB_CLICKHOUSE_ADDR or
-	// 127.0.0.1:9000.
-	ClickHouseAddr string `json:"clickhouseAddr"`
-	// ServerBinary is a built cmd/devicehub; empty: RunCommands builds one
-	// into a temporary directory (the working directory must be inside the
-	// repository). ServerArgs are extra flags of the child (they override
-	// its DEVICEHUB_* configuration, e.g. -roles=api,ingest to record the
-	// downlinks too).
-	ServerBinary string   `json:"-"`
-	ServerArgs   []string `json:"serverArgs,omitempty"`
+	BrokerURL   string `json:"brokerUrl"` // default $DEVICEHUB_MQTT_URL or tcp://127.0.0.1:1884
 	// Progress, if set, receives a live status line.
 	Progress io.Writer `json:"-"`
-	// Logf, if set, receives setup steps.
-	Logf func(format string, args ...any) `json:"-"`
+	// ChildParams: the devicehub child (-roles=api,ingest in ServerArgs
+	// records the downlinks too).
+	ChildParams
 }
 
 func (p CommandsParams) withDefaults() CommandsParams {
@@ -62,7 +51,7 @@ func (p CommandsParams) withDefaults() CommandsParams {
 	if p.BrokerURL == "" {
 		p.BrokerURL = "tcp://127.0.0.1:1884"
 	}
-	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	return p
 }
 
@@ -121,7 +110,7 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	p = p.withDefaults()
 	res := CommandsResult{Params: p, ServerRoles: childRoles("api", p.ServerArgs)}
 	product := "benchcmd" + randHex(4) // unique: other runs' devices stay apart
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "cmd", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, cleanup, err := p.prepare(ctx, "cmd")
 	if err != nil {
 		return res, err
 	}
@@ -135,16 +124,7 @@ func RunCommands(ctx context.Context, p CommandsParams) (CommandsResult, error) 
 	defer srv.stop()
 	res.ServerPID = srv.pid()
 
-	var prod map[string]any
-	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench commands",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
-		return res, err
-	}
-	prod["metadata"] = cmdModel
-	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
-		return res, err
-	}
-	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+	if err := srv.deployProduct(ctx, product, "Bench commands", cmdModel); err != nil {
 		return res, err
 	}
 	// Each device connects with its own login, shown by its create call.

@@ -22,7 +22,7 @@ func TestRunCommandsSmall(t *testing.T) {
 	broker := mqtttest.StartBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ServerBinary: bin,
+	res, err := RunCommands(ctx, CommandsParams{Devices: 3, Concurrency: 4, Requests: 60, Warmup: 8, ChildParams: ChildParams{ServerBinary: bin},
 		BrokerURL: broker.URL()})
 	if err != nil {
 		t.Fatal(err)

@@ -31,12 +31,8 @@ type FirmwareParams struct {
 	// Gateways are the MQTT connections playing the devices; default 4.
 	Gateways int `json:"gateways"`
 	// Timeout bounds each phase; default 10 minutes.
-	Timeout        time.Duration                    `json:"timeout"`
-	PostgresDSN    string                           `json:"postgresDsn"`
-	ClickHouseAddr string                           `json:"clickhouseAddr"`
-	ServerBinary   string                           `json:"-"`
-	ServerArgs     []string                         `json:"serverArgs,omitempty"`
-	Logf           func(format string, args ...any) `json:"-"`
+	Timeout time.Duration `json:"timeout"`
+	ChildParams
 }
 
 // FirmwarePhase is one server handing the package to every device.
@@ -141,9 +137,9 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	res.Params = p
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "firmware", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, cleanup, err := p.prepare(ctx, "firmware")
 	if err != nil {
 		return res, err
 	}
@@ -177,11 +173,7 @@ func RunFirmware(ctx context.Context, p FirmwareParams) (res FirmwareResult, err
 	defer srv.stop()
 
 	product := "benchfw" + randHex(4)
-	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench firmware",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, nil); err != nil {
-		return res, err
-	}
-	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+	if err := srv.deployProduct(ctx, product, "Bench firmware", ""); err != nil {
 		return res, err
 	}
 	p.Logf("firmware: provisioning %d devices", p.Devices)

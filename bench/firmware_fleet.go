@@ -14,7 +14,6 @@ import (
 
 	"devicehub/bench/fwdevice"
 	"devicehub/bench/mqttc"
-	"devicehub/ingest/dynsec"
 )
 
 // fwFleet is the firmware bench's simulated devices: a bench/fwdevice
@@ -109,20 +108,15 @@ func startFWFleet(ctx context.Context, brokerURL, product string, logins []fwLog
 			f.close()
 		}
 	}()
-	admin, err := dialAdmin(ctx, brokerURL)
-	if err != nil {
-		return nil, err
-	}
-	user, pass := "bench-fw-"+randHex(4), randHex(16)
-	err = dynsec.AddGateway(ctx, admin, user, pass)
-	admin.Close()
+	// The private broker goes with its logins: no removal.
+	gateway, _, err := newGateway(ctx, brokerURL)
 	if err != nil {
 		return nil, err
 	}
 	addr := brokerURL[len("tcp://"):]
 	for i := range max(gateways, 1) {
 		opt := mqttc.Options{Addr: addr, MaxPacket: 1 << 20,
-			Connect: mqttc.Connect{ClientID: "bench-fw-" + randHex(4), Username: user, Password: pass, KeepAlive: 60, CleanSession: true}}
+			Connect: mqttc.Connect{ClientID: "bench-fw-" + randHex(4), Username: gateway.Username, Password: gateway.Password, KeepAlive: 60, CleanSession: true}}
 		if i == 0 {
 			opt.OnMessage = f.dispatch
 		}

@@ -82,7 +82,7 @@ func TestFirmwareSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const n, size = 300, 256 << 10
-	res, err := RunFirmware(ctx, FirmwareParams{Devices: n, Size: size, Timeout: 90 * time.Second, ServerBinary: bin, Logf: t.Logf})
+	res, err := RunFirmware(ctx, FirmwareParams{Devices: n, Size: size, Timeout: 90 * time.Second, ChildParams: ChildParams{ServerBinary: bin, Logf: t.Logf}})
 	t.Logf("%s", res)
 	if err != nil {
 		t.Fatal(err)

@@ -68,13 +68,9 @@ type FleetParams struct {
 	DynsecTime    time.Duration `json:"dynsecTime"`
 	DynsecQuiet   time.Duration `json:"dynsecQuiet"`
 
-	PostgresServer string `json:"postgresServer"` // DSN without database; default local
-	ClickHouseAddr string `json:"clickhouseAddr"` // default 127.0.0.1:9000
-	// ServerBinary is a built cmd/devicehub (empty: built); ServerArgs are
-	// extra flags of the child (roles api, -device-auth plugin).
-	ServerBinary string                           `json:"-"`
-	ServerArgs   []string                         `json:"serverArgs,omitempty"`
-	Logf         func(format string, args ...any) `json:"-"`
+	// ChildParams: the devicehub child (it runs with roles api and
+	// -device-auth plugin).
+	ChildParams
 }
 
 func (p FleetParams) withDefaults() FleetParams {
@@ -110,7 +106,7 @@ func (p FleetParams) withDefaults() FleetParams {
 	def(&p.DynsecChanges, 20)
 	defDur(&p.DynsecTime, 2*time.Minute)
 	defDur(&p.DynsecQuiet, 3*time.Second)
-	childDefaults(&p.PostgresServer, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	p.Batch = min(max(p.Batch, 1), 10000) // the bulk API's limit per call
 	p.Devices = max(p.Devices, 2)
 	p.Clients, p.Workers, p.Verify = max(p.Clients, 1), max(p.Workers, 1), max(p.Verify, 1)

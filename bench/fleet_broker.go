@@ -73,10 +73,26 @@ func isDynsecPlugin(path string) bool {
 }
 
 // withoutOtherPlugins removes from a Mosquitto configuration every plugin
-// but the dynamic-security one, with the plugin_opt_ lines that belong to
-// it (Mosquitto gives each plugin_opt_ line to the plugin line above it).
-// It also reports whether there was such a plugin.
+// but the dynamic-security one, with its plugin_opt_ lines. It also
+// reports whether there was such a plugin.
 func withoutOtherPlugins(conf string) (out string, removed bool) {
+	return dropPlugins(conf, func(path string) bool { return !isDynsecPlugin(path) }, nil)
+}
+
+// withoutPlugins removes every plugin (with its plugin_opt_ lines) from a
+// Mosquitto configuration and allows anonymous clients.
+func withoutPlugins(conf string) string {
+	out, _ := dropPlugins(conf, func(string) bool { return true },
+		func(f []string) bool { return len(f) >= 1 && f[0] == "allow_anonymous" })
+	return out + "allow_anonymous true\n"
+}
+
+// dropPlugins removes from a Mosquitto configuration the plugins drop
+// picks (by the library's path), with the plugin_opt_ lines that belong
+// to each (Mosquitto gives each plugin_opt_ line to the plugin line above
+// it), and the lines also (if not nil) picks by their fields. removed
+// reports whether a plugin was dropped.
+func dropPlugins(conf string, drop func(path string) bool, also func(fields []string) bool) (out string, removed bool) {
 	var b strings.Builder
 	skipping := false
 	sc := bufio.NewScanner(strings.NewReader(conf))
@@ -84,45 +100,18 @@ func withoutOtherPlugins(conf string) (out string, removed bool) {
 		line := sc.Text()
 		f := strings.Fields(line)
 		if len(f) >= 2 && (f[0] == "plugin" || f[0] == "auth_plugin") {
-			skipping = !isDynsecPlugin(f[1])
+			skipping = drop(f[1])
 			removed = removed || skipping
 		} else if skipping && (len(f) == 0 || !strings.HasPrefix(f[0], "plugin_opt_") && !strings.HasPrefix(f[0], "auth_opt_")) {
 			skipping = false
 		}
-		if skipping {
+		if skipping || also != nil && also(f) {
 			continue
 		}
 		b.WriteString(line)
 		b.WriteByte('\n')
 	}
 	return b.String(), removed
-}
-
-// withoutPlugins removes every plugin (with its plugin_opt_ lines) from a
-// Mosquitto configuration and allows anonymous clients.
-func withoutPlugins(conf string) string {
-	var b strings.Builder
-	skipping := false
-	sc := bufio.NewScanner(strings.NewReader(conf))
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 2 && (f[0] == "plugin" || f[0] == "auth_plugin"):
-			skipping = true
-			continue
-		case len(f) >= 1 && (strings.HasPrefix(f[0], "plugin_opt_") || strings.HasPrefix(f[0], "auth_opt_")) && skipping:
-			continue
-		case len(f) >= 1 && f[0] == "allow_anonymous":
-			skipping = false
-			continue
-		}
-		skipping = false
-		b.WriteString(line)
-		b.WriteByte('\n')
-	}
-	b.WriteString("allow_anonymous true\n")
-	return b.String()
 }
 
 // hasOtherPlugin reports whether conf loads a plugin besides the

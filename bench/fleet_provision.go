@@ -130,7 +130,7 @@ func runFleetPlugin(ctx context.Context, p FleetParams, res *FleetResult) error 
 	}
 	defer broker.stop()
 	e := &fleetEnv{p: p, broker: broker, adminPassword: "bench-" + randHex(8), seed: randHex(8), chPID: clickhousePID(p.ClickHouseAddr)}
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "fleet", p.ServerBinary, p.PostgresServer, p.Logf)
+	tmp, bin, db, cleanup, err := p.prepare(ctx, "fleet")
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func TestRunFleetSmall(t *testing.T) {
 	res, err := RunFleet(ctx, FleetParams{Devices: 200, Batch: 100, Clients: 2, Verify: 10, Logins: 1000,
 		Baseline: time.Second, Churn: 2 * time.Second, ChurnRate: 30, ChurnPool: 20, Workers: 4,
 		IngestDevices: 20, IngestDuration: time.Second, IngestRounds: 1,
-		DynsecSizes: []int{50}, DynsecChanges: 3, DynsecQuiet: 500 * time.Millisecond, ServerBinary: bin, Logf: t.Logf})
+		DynsecSizes: []int{50}, DynsecChanges: 3, DynsecQuiet: 500 * time.Millisecond, ChildParams: ChildParams{ServerBinary: bin, Logf: t.Logf}})
 	t.Logf("took %s\n%s", time.Since(start).Round(time.Millisecond), res)
 	// Every broker and child it started is gone.
 	for _, ph := range res.Phases() {

@@ -63,11 +63,7 @@ type FleetConnectParams struct {
 	SkipDevicehubRestart bool `json:"skipDevicehubRestart,omitempty"`
 	SkipCeilings         bool `json:"skipCeilings,omitempty"`
 
-	PostgresServer string                           `json:"postgresServer"`
-	ClickHouseAddr string                           `json:"clickhouseAddr"`
-	ServerBinary   string                           `json:"-"`
-	ServerArgs     []string                         `json:"serverArgs,omitempty"`
-	Logf           func(format string, args ...any) `json:"-"`
+	ChildParams
 }
 
 func (p FleetConnectParams) withDefaults() FleetConnectParams {
@@ -100,9 +96,7 @@ func (p FleetConnectParams) withDefaults() FleetConnectParams {
 	defDur(&p.Timeout, 3*time.Minute)
 	p.PerAddress = min(p.PerAddress, 25000)
 	p.Probes = min(p.Probes, p.Devices)
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
-	}
+	p.childDefaults()
 	return p
 }
 
@@ -418,8 +412,7 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 	if err != nil {
 		return res, err
 	}
-	fp := FleetParams{Devices: p.Devices, Batch: p.Batch, Clients: p.Clients, Verify: 10, PostgresServer: p.PostgresServer,
-		ClickHouseAddr: p.ClickHouseAddr, ServerBinary: p.ServerBinary, Logf: p.Logf,
+	fp := FleetParams{Devices: p.Devices, Batch: p.Batch, Clients: p.Clients, Verify: 10,
 		// Ingest too, on one plain persistent subscription (the default:
 		// kept across broker restarts), whatever the bench's children use.
 		// Provisioning is not what this scenario measures (fleet does): a
@@ -427,10 +420,12 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 		// machine rather than answer 503 and end the run. A memory limit
 		// for 100,000 devices: at the default 160 MiB the collector ran
 		// nonstop once a storm's backlog held the heap above it.
-		ServerArgs: append([]string{"-roles=api,ingest", "-mqtt-share-group=none", "-login-wait=30s", "-memory-limit=512MiB"},
-			p.ServerArgs...)}.withDefaults()
+		ChildParams: p.ChildParams}
+	fp.ServerArgs = append([]string{"-roles=api,ingest", "-mqtt-share-group=none", "-login-wait=30s", "-memory-limit=512MiB"},
+		p.ServerArgs...)
+	fp = fp.withDefaults()
 	e := &fleetEnv{p: fp, broker: pool[0], pool: pool, adminPassword: "bench-" + randHex(8), seed: randHex(8), chPID: clickhousePID(fp.ClickHouseAddr)}
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "fleetconnect", fp.ServerBinary, fp.PostgresServer, p.Logf)
+	tmp, bin, db, cleanup, err := fp.prepare(ctx, "fleetconnect")
 	if err != nil {
 		return res, err
 	}

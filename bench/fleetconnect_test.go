@@ -28,7 +28,7 @@ func TestFleetConnectSmall(t *testing.T) {
 	start := time.Now()
 	const n = 2000
 	res, err := RunFleetConnect(ctx, FleetConnectParams{Devices: n, Brokers: 2, Batch: 1000, Clients: 2, Interval: 2 * time.Second,
-		Steady: 3 * time.Second, Probes: 50, PerAddress: 800, Timeout: 60 * time.Second, ServerBinary: bin, Logf: t.Logf})
+		Steady: 3 * time.Second, Probes: 50, PerAddress: 800, Timeout: 60 * time.Second, ChildParams: ChildParams{ServerBinary: bin, Logf: t.Logf}})
 	t.Logf("took %s\n%s", time.Since(start).Round(time.Millisecond), res)
 	// Targets (storms within 1.5x their ceiling, p99 under 2 s) are the
 	// full-size run's; a busy test machine may miss them, and the run

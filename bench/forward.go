@@ -17,8 +17,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"devicehub/ingest/dynsec"
-	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
 
@@ -30,12 +28,8 @@ type ForwardParams struct {
 	Outage  time.Duration `json:"outage"`  // the phase with the sink down; default 5 min
 	Alarms  int           `json:"alarms"`  // alarms raised during the steady phase; default 200
 	// Timeout bounds the catch-up after the outage; default 10 min.
-	Timeout        time.Duration                    `json:"timeout"`
-	PostgresDSN    string                           `json:"postgresDsn"`
-	ClickHouseAddr string                           `json:"clickhouseAddr"`
-	ServerBinary   string                           `json:"-"`
-	ServerArgs     []string                         `json:"serverArgs,omitempty"`
-	Logf           func(format string, args ...any) `json:"-"`
+	Timeout time.Duration `json:"timeout"`
+	ChildParams
 }
 
 // ForwardPhase is one phase at the offered rate.
@@ -213,9 +207,9 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	res.Params = p
-	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "forward", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "forward")
 	if err != nil {
 		return res, err
 	}
@@ -243,16 +237,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	cpu0, _ := procCPUTime(srv.pid())
 
 	product := "benchfwd" + randHex(4)
-	var prod map[string]any
-	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench forward",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
-		return res, err
-	}
-	prod["metadata"] = `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"hum","name":"Humidity","valueType":{"type":"float"}}]}`
-	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
-		return res, err
-	}
-	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+	if err := srv.deployProduct(ctx, product, "Bench forward", `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"hum","name":"Humidity","valueType":{"type":"float"}}]}`); err != nil {
 		return res, err
 	}
 	ids := make([]string, p.Devices+p.Alarms)
@@ -285,17 +270,11 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 		return res, err
 	}
 
-	admin, err := dialAdmin(ctx, broker.url())
+	// The private broker goes with its logins: no removal.
+	gw, _, err := newGateway(ctx, broker.url())
 	if err != nil {
 		return res, err
 	}
-	user, pass := "bench-gw-"+randHex(4), randHex(16)
-	err = dynsec.AddGateway(ctx, admin, user, pass)
-	admin.Close()
-	if err != nil {
-		return res, err
-	}
-	gw := mqttconn.Login{Username: user, Password: pass}
 	pub, err := mqttConnect(broker.url(), "bench-pub-"+randHex(4), true, gw)
 	if err != nil {
 		return res, err

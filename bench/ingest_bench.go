@@ -7,6 +7,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,16 +31,10 @@ import (
 
 // IngestParams configure RunIngest. Zero fields take the defaults noted.
 type IngestParams struct {
-	gateway        mqttconn.Login // the publishers' broker login
-	BrokerURL      string         // default tcp://127.0.0.1:1884
-	ClickHouseAddr string         // default 127.0.0.1:9000
-	PostgresServer string         // DSN without database, default postgres://postgres@127.0.0.1:5432
-	// ServerBinary is a built cmd/devicehub; empty: RunIngest builds one
-	// into a temporary directory (BuildServer; the working directory must be
-	// inside the repository).
-	ServerBinary string
-	// ServerArgs are extra flags of the devicehub child.
-	ServerArgs         []string
+	gateway   mqttconn.Login // the publishers' broker login
+	BrokerURL string         // default tcp://127.0.0.1:1884
+	// ChildParams: the devicehub child.
+	ChildParams
 	Devices            int           // simulated devices, default 1000; device i reports 2 + i%13 properties
 	Duration           time.Duration // publishing time of the ingest phase, default 15s
 	BrokerDuration     time.Duration // publishing time of the broker-ceiling phase, default 5s
@@ -129,7 +124,8 @@ func (r IngestResult) String() string {
 }
 
 func (p IngestParams) withDefaults() IngestParams {
-	defaultServices(&p.BrokerURL, &p.ClickHouseAddr, &p.PostgresServer)
+	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
+	p.childDefaults()
 	if p.Devices <= 0 {
 		p.Devices = 1000
 	}
@@ -170,7 +166,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	}
 	defer removeGateway()
 	p.gateway = gateway
-	tmp, bin, err := serverWorkDir(ctx, "devicehub-bench-", p.ServerBinary)
+	tmp, bin, err := p.workDir(ctx, "ingest")
 	if err != nil {
 		return res, err
 	}
@@ -208,7 +204,7 @@ func RunIngest(ctx context.Context, p IngestParams) (IngestResult, error) {
 	debug.FreeOSMemory()
 
 	// Databases of this run, the product and its deployed devices.
-	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, p.ClickHouseCluster, "devicehub_bench_", product, ids)
+	db, err := openRunDB(ctx, p.PostgresDSN, p.ClickHouseAddr, p.ClickHouseCluster, "devicehub_bench_", product, ids)
 	if err != nil {
 		return res, err
 	}

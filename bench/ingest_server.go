@@ -33,22 +33,6 @@ func BuildServer(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// serverWorkDir makes a temporary directory for a run's server (its log)
-// and returns the server binary: bin if given, else one built into the
-// directory. The caller removes dir.
-func serverWorkDir(ctx context.Context, prefix, bin string) (dir, server string, err error) {
-	if dir, err = os.MkdirTemp("", prefix); err != nil {
-		return "", "", err
-	}
-	if server = bin; server == "" {
-		if server, err = BuildServer(ctx, dir); err != nil {
-			os.RemoveAll(dir)
-			return "", "", err
-		}
-	}
-	return dir, server, nil
-}
-
 // serverProc is one devicehub child process.
 type serverProc struct {
 	cmd     *exec.Cmd

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -38,19 +39,15 @@ type LiveParams struct {
 	Watched     int `json:"watched"`
 	Subscribers int `json:"subscribers"`
 	// Duration of each phase's publishing. Default 20s.
-	Duration       time.Duration `json:"duration"`
-	BrokerURL      string        `json:"brokerUrl"`      // default tcp://127.0.0.1:1884
-	ClickHouseAddr string        `json:"clickhouseAddr"` // default 127.0.0.1:9000
-	PostgresServer string        `json:"postgresServer"` // DSN without database, default postgres://postgres@127.0.0.1:5432
-	// ServerBinary is a built cmd/devicehub; empty: built. ServerArgs are
-	// extra flags of the child (roles api,ingest).
-	ServerBinary string                           `json:"-"`
-	ServerArgs   []string                         `json:"serverArgs,omitempty"`
-	Logf         func(format string, args ...any) `json:"-"`
+	Duration  time.Duration `json:"duration"`
+	BrokerURL string        `json:"brokerUrl"` // default tcp://127.0.0.1:1884
+	// ChildParams: the devicehub child (it runs with roles api,ingest).
+	ChildParams
 }
 
 func (p LiveParams) withDefaults() LiveParams {
-	defaultServices(&p.BrokerURL, &p.ClickHouseAddr, &p.PostgresServer)
+	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
+	p.childDefaults()
 	if p.Rate <= 0 {
 		p.Rate = 2000
 	}
@@ -66,9 +63,6 @@ func (p LiveParams) withDefaults() LiveParams {
 	}
 	if p.Duration <= 0 {
 		p.Duration = 20 * time.Second
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
 	}
 	return p
 }
@@ -247,7 +241,7 @@ func liveIDs(prefix string, n int) []string {
 
 func liveEndToEnd(ctx context.Context, p LiveParams, res *LiveResult) (LiveLatency, error) {
 	var out LiveLatency
-	tmp, bin, db, cleanup, err := prepareChildRun(ctx, "live", p.ServerBinary, p.PostgresServer, p.Logf)
+	tmp, bin, db, cleanup, err := p.prepare(ctx, "live")
 	if err != nil {
 		return out, err
 	}
@@ -358,7 +352,7 @@ func liveAfterStorage(ctx context.Context, p LiveParams) (LiveLatency, error) {
 	}
 	product := "benchlive" + randHex(3)
 	ids := liveIDs(product, p.Devices)
-	s, err := startBenchServer(ctx, p.PostgresServer, "devicehub_bench_live", 4, func(store *meta.Store, deps *api.Deps, bs *benchServer) error {
+	s, err := startBenchServer(ctx, p.PostgresDSN, "devicehub_bench_live", 4, func(store *meta.Store, deps *api.Deps, bs *benchServer) error {
 		deps.Live, deps.LiveDevices = hub, store
 		bs.closers = append(bs.closers, hub.Close)
 		return addDevices(ctx, bs.db.dsn(), product, ids)

@@ -12,21 +12,6 @@ import (
 	"devicehub/tsdb"
 )
 
-// defaultServices fills in the addresses of the services .ci/services
-// starts, where a scenario's parameters leave them empty.
-func defaultServices(broker, clickhouse, postgres *string) {
-	for _, d := range []struct {
-		v   *string
-		def string
-	}{
-		{broker, "tcp://127.0.0.1:1884"}, {clickhouse, "127.0.0.1:9000"}, {postgres, "postgres://postgres@127.0.0.1:5432"},
-	} {
-		if *d.v == "" {
-			*d.v = d.def
-		}
-	}
-}
-
 // runDB is one run's own PostgreSQL and ClickHouse databases (both named
 // name), with one deployed product and its devices, written before the
 // server starts (its device cache keeps misses for a while).

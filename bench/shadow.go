@@ -10,8 +10,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-
-	"devicehub/ingest/dynsec"
 )
 
 // ShadowParams configure RunShadow. Zero fields take the defaults noted.
@@ -20,14 +18,8 @@ type ShadowParams struct {
 	Devices int `json:"devices"`
 	// Timeout bounds each wait (a storm drained, every delta delivered);
 	// default 5 minutes.
-	Timeout     time.Duration `json:"timeout"`
-	PostgresDSN string        `json:"postgresDsn"` // server, no database; default local
-	// ClickHouseAddr of the devicehub child; default
-	// $DEVICEHUB_CLICKHOUSE_ADDR or 127.0.0.1:9000.
-	ClickHouseAddr string                           `json:"clickhouseAddr"`
-	ServerBinary   string                           `json:"-"`
-	ServerArgs     []string                         `json:"serverArgs,omitempty"`
-	Logf           func(format string, args ...any) `json:"-"`
+	Timeout time.Duration `json:"timeout"`
+	ChildParams
 }
 
 // ShadowStorm is one storm of births: every device's birth published at
@@ -86,9 +78,9 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	childDefaults(&p.PostgresDSN, &p.ClickHouseAddr, &p.Logf)
+	p.childDefaults()
 	res.Params = p
-	tmp, bin, db, broker, cleanup, err := prepareChildBroker(ctx, "shadow", p.ServerBinary, p.PostgresDSN, p.Logf)
+	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "shadow")
 	if err != nil {
 		return res, err
 	}
@@ -102,16 +94,7 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	defer srv.stop()
 
 	product := "benchshadow" + randHex(4)
-	var prod map[string]any
-	if err := srv.call(ctx, "POST", "/api/device/product", map[string]any{"id": product, "name": "Bench shadow",
-		"classifiedId": "meter", "modelFrom": "custom", "accessId": "mqtt-direct", "deviceType": "device"}, &prod); err != nil {
-		return res, err
-	}
-	prod["metadata"] = `{"properties":[{"id":"target","name":"Target","valueType":{"type":"float"},"expands":{"type":["read","write"]}}]}`
-	if err := srv.call(ctx, "PATCH", "/api/device-product", prod, nil); err != nil {
-		return res, err
-	}
-	if err := srv.call(ctx, "POST", "/api/device-product/"+product+"/deploy", nil, nil); err != nil {
+	if err := srv.deployProduct(ctx, product, "Bench shadow", `{"properties":[{"id":"target","name":"Target","valueType":{"type":"float"},"expands":{"type":["read","write"]}}]}`); err != nil {
 		return res, err
 	}
 	ids := make([]string, p.Devices)
@@ -131,13 +114,8 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 
 	// One gateway connection plays every device: it publishes their
 	// births and wills and receives their deltas.
-	admin, err := dialAdmin(ctx, broker.url())
-	if err != nil {
-		return res, err
-	}
-	user, pass := "bench-gw-"+randHex(4), randHex(16)
-	err = dynsec.AddGateway(ctx, admin, user, pass)
-	admin.Close()
+	// The private broker goes with its logins: no removal.
+	gateway, _, err := newGateway(ctx, broker.url())
 	if err != nil {
 		return res, err
 	}
@@ -150,7 +128,7 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 		counting atomic.Bool
 	)
 	o := mqtt.NewClientOptions().AddBroker(broker.url()).SetClientID("bench-gw-" + randHex(4)).
-		SetUsername(user).SetPassword(pass).SetCleanSession(true).SetMaxResumePubInFlight(1000)
+		SetUsername(gateway.Username).SetPassword(gateway.Password).SetCleanSession(true).SetMaxResumePubInFlight(1000)
 	gw := mqtt.NewClient(o)
 	if err := waitToken(gw.Connect(), 30*time.Second); err != nil {
 		return res, fmt.Errorf("bench: gateway connect: %w", err)

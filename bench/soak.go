@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"devicehub/ingest/wire"
 	"errors"
@@ -24,23 +25,22 @@ import (
 // brings each back, as an operator's supervisor would. Nothing else may
 // use the services meanwhile (stop `make run`).
 type SoakParams struct {
-	BrokerURL      string        // the project's broker, default tcp://127.0.0.1:1884
-	ClickHouseAddr string        // default 127.0.0.1:9000
-	PostgresServer string        // DSN without database, default postgres://postgres@127.0.0.1:5432
-	ServerBinary   string        // a built cmd/devicehub; empty: built
-	Duration       time.Duration // publishing time, default 10m
-	Rate           int           // QoS 1 reports per second, default 2000
-	Devices        int           // default 100
+	BrokerURL string        // the project's broker, default tcp://127.0.0.1:1884
+	Duration  time.Duration // publishing time, default 10m
+	Rate      int           // QoS 1 reports per second, default 2000
+	Devices   int           // default 100
 	// When each fault starts, as a share of Duration, and how long it
 	// lasts: broker restart (SIGTERM, back after BrokerDown), ClickHouse
 	// SIGKILL, PostgreSQL stop.
 	BrokerAt, ClickHouseAt, PostgresAt       float64
 	BrokerDown, ClickHouseDown, PostgresDown time.Duration
-	Logf                                     func(format string, args ...any)
+	// ChildParams: the devicehub child.
+	ChildParams
 }
 
 func (p SoakParams) withDefaults() SoakParams {
-	defaultServices(&p.BrokerURL, &p.ClickHouseAddr, &p.PostgresServer)
+	p.BrokerURL = cmp.Or(p.BrokerURL, "tcp://127.0.0.1:1884")
+	p.childDefaults()
 	if p.Duration <= 0 {
 		p.Duration = 10 * time.Minute
 	}
@@ -55,9 +55,6 @@ func (p SoakParams) withDefaults() SoakParams {
 	}
 	if p.BrokerDown <= 0 {
 		p.BrokerDown, p.ClickHouseDown, p.PostgresDown = 3*time.Second, 30*time.Second, 20*time.Second
-	}
-	if p.Logf == nil {
-		p.Logf = func(string, ...any) {}
 	}
 	return p
 }
@@ -91,7 +88,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	if err != nil {
 		return res, err
 	}
-	tmp, bin, err := serverWorkDir(ctx, "devicehub-soak-", p.ServerBinary)
+	tmp, bin, err := p.workDir(ctx, "soak")
 	if err != nil {
 		return res, err
 	}
@@ -107,7 +104,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%04d", product, i)
 	}
-	db, err := openRunDB(ctx, p.PostgresServer, p.ClickHouseAddr, "", "devicehub_soak_", product, ids)
+	db, err := openRunDB(ctx, p.PostgresDSN, p.ClickHouseAddr, "", "devicehub_soak_", product, ids)
 	if err != nil {
 		return res, err
 	}
@@ -115,7 +112,7 @@ func RunSoak(ctx context.Context, p SoakParams) (SoakResult, error) {
 	ch, name := db.ch, db.name
 
 	clientID := "bench-soak-" + randHex(4)
-	srv, err := startServer(ctx, bin, tmp, serverConfig{Env: map[string]string{
+	srv, err := startServer(ctx, bin, tmp, serverConfig{Args: p.ServerArgs, Env: map[string]string{
 		"POSTGRES_DSN":     db.dsn,
 		"CLICKHOUSE_ADDR":  p.ClickHouseAddr,
 		"CLICKHOUSE_DB":    name,

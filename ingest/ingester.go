@@ -147,7 +147,7 @@ func DefaultOptions() Options {
 		host = "local"
 	}
 	return Options{
-		BrokerURL:          "tcp://127.0.0.1:1884", // .ci/services Mosquitto
+		BrokerURL:          mqttconn.DefaultBrokerURL,
 		Login:              mqttconn.DefaultLogin,
 		ClientID:           "devicehub-ingest-" + host,      // stable per machine
 		ShareGroup:         NoShareGroup,                    // one instance; a kept subscription

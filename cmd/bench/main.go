@@ -200,8 +200,8 @@ func newFlags() *flags {
 	fs.DurationVar(&f.brokerDuration, "broker-duration", 5*time.Second, "ingest: broker ceiling publishing time")
 	fs.DurationVar(&f.chDuration, "clickhouse-duration", 0, "ingest: raw ClickHouse insert ceiling time (0: as -broker-duration)")
 	fs.IntVar(&f.ingestConns, "ingest-connections", 0, "ingest: the server's subscriber connections (0: its default)")
-	fs.StringVar(&f.serverBin, "server-bin", "", "ingest, api, commands: a built cmd/devicehub to run (default: go build it once per run)")
-	fs.StringVar(&f.serverFlags, "server-flags", "", "ingest, api, commands: extra flags of the devicehub child, space-separated (e.g. \"-ingest-batch-rows=100000 -pprof-addr=127.0.0.1:6060\"; api and commands run it with -roles api unless this says otherwise)")
+	fs.StringVar(&f.serverBin, "server-bin", "", "every scenario with a devicehub child: a built cmd/devicehub to run (default: go build it once per run)")
+	fs.StringVar(&f.serverFlags, "server-flags", "", "every scenario with a devicehub child: extra flags of it, space-separated (e.g. \"-ingest-batch-rows=100000 -pprof-addr=127.0.0.1:6060\"; api and commands run it with -roles api unless this says otherwise)")
 	fs.StringVar(&f.ingestQoS, "ingest-qos", "0,1", "ingest: QoS levels, comma-separated")
 	fs.StringVar(&f.dashSizes, "dash-sizes", "1000000", "dashboard: message counts, comma-separated")
 	fs.StringVar(&f.dashPGSizes, "dash-pg-sizes", "1000000", "dashboard: sizes also loaded into PostgreSQL for the baseline")
@@ -462,6 +462,21 @@ func cpuFigures(add func(bench.Figure), prefix string, cpu ...bench.CPUBreakdown
 
 func runScenario(ctx context.Context, s string, f *flags, serverBin func() (string, error), rep *bench.Report, progress io.Writer, logf func(string, ...any)) error {
 	add := func(fig bench.Figure) { fig.Scenario = s; rep.Figures = append(rep.Figures, fig) }
+	// child is the devicehub child of a scenario that starts one, running bin.
+	child := func(bin string) bench.ChildParams {
+		return bench.ChildParams{PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
+			ServerArgs: strings.Fields(f.serverFlags), Logf: logf}
+	}
+	// result records a scenario's result and its figures, and returns the
+	// scenario's error.
+	result := func(r interface{ Figures() []bench.Figure }, err error) error {
+		rep.Results[s] = r
+		logf("%s", r)
+		for _, fig := range r.Figures() {
+			add(fig)
+		}
+		return err
+	}
 	switch s {
 	case "commands":
 		bin, err := serverBin()
@@ -479,9 +494,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				mode = fmt.Sprintf("%.0f reads/s", rate)
 			}
 			r, err := bench.RunCommands(ctx, bench.CommandsParams{Devices: f.cmdDevices, Concurrency: f.cmdConc,
-				Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: rate, BrokerURL: f.broker, PostgresDSN: f.postgres,
-				ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags),
-				Progress: progress, Logf: logf})
+				Requests: f.cmdRequests, Warmup: f.cmdWarmup, Rate: rate, BrokerURL: f.broker,
+				Progress: progress, ChildParams: child(bin)})
 			results = append(results, r)
 			rep.Results[s] = results
 			rep.Timelines["commands: read property, "+mode] = r.Reads.Timeline
@@ -520,8 +534,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			return err
 		}
 		r, err := bench.RunAPI(ctx, bench.APIParams{Devices: f.apiDevices, Products: f.apiProducts, Concurrency: f.apiConc,
-			Requests: f.apiReqs, CachedRequests: f.apiCachedReqs, PostgresDSN: f.postgres, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
-			ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Progress: progress, Logf: logf})
+			Requests: f.apiReqs, CachedRequests: f.apiCachedReqs, BrokerURL: f.broker,
+			Progress: progress, ChildParams: child(bin)})
 		rep.Results[s] = r
 		for _, q := range r.Queries {
 			rep.Timelines["api: "+q.Name] = q.Load.Timeline
@@ -556,8 +570,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			return err
 		}
 		r, err := bench.RunLive(ctx, bench.LiveParams{Rate: f.liveRate, Devices: f.liveDevices, QoS: 1, Watched: f.liveWatched,
-			Subscribers: f.liveSubs, Duration: f.liveDuration, BrokerURL: f.broker, ClickHouseAddr: f.clickhouse,
-			PostgresServer: f.postgres, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
+			Subscribers: f.liveSubs, Duration: f.liveDuration, BrokerURL: f.broker,
+			ChildParams: child(bin)})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -591,13 +605,9 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			Baseline: f.fleetBaseline, Churn: f.fleetChurn, ChurnRate: f.fleetChurnRate, ChurnPool: f.fleetChurnPool,
 			Workers: f.fleetWorkers, IngestDevices: f.fleetIngestDevices, IngestInflight: f.fleetIngestInflight,
 			IngestDuration: f.fleetIngestDuration, IngestRounds: f.fleetIngestRounds, DynsecSizes: sizes,
-			DynsecChanges: f.fleetDynsecChanges, DynsecTime: f.fleetDynsecTime, PostgresServer: f.postgres,
-			ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
+			DynsecChanges: f.fleetDynsecChanges, DynsecTime: f.fleetDynsecTime,
+			ChildParams: child(bin)})
+		err = result(r, err)
 		for _, ph := range r.Phases() {
 			cpuFigures(add, "", ph.CPU)
 		}
@@ -605,24 +615,14 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 			rep.Timelines["fleet: PUBACK of a connected device, quiet then churn"] = r.Churn.Timeline
 			rep.Timelines["fleet: churn calls"] = r.Churn.Ops.Timeline
 		}
-		if err != nil {
-			return err
-		}
+		return err
 	case "shadow":
 		bin, err := serverBin()
 		if err != nil {
 			return err
 		}
-		r, err := bench.RunShadow(ctx, bench.ShadowParams{Devices: f.shadowDevices, Timeout: f.shadowTimeout,
-			PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
-		if err != nil {
-			return err
-		}
+		return result(bench.RunShadow(ctx, bench.ShadowParams{Devices: f.shadowDevices, Timeout: f.shadowTimeout,
+			ChildParams: child(bin)}))
 	case "alarms":
 		var bin string
 		if !f.alarmSkipServer {
@@ -631,49 +631,23 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 				return err
 			}
 		}
-		r, err := bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
+		return result(bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
 			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
-			SkipServer: f.alarmSkipServer, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
-			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
-		if err != nil {
-			return err
-		}
+			SkipServer: f.alarmSkipServer, ChildParams: child(bin)}))
 	case "forward":
 		bin, err := serverBin()
 		if err != nil {
 			return err
 		}
-		r, err := bench.RunForward(ctx, bench.ForwardParams{Rate: f.fwdRate, Devices: f.fwdDevices, Alarms: f.fwdAlarms, Steady: f.fwdSteady,
-			Outage: f.fwdOutage, Timeout: f.fwdTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin,
-			ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
-		if err != nil {
-			return err
-		}
+		return result(bench.RunForward(ctx, bench.ForwardParams{Rate: f.fwdRate, Devices: f.fwdDevices, Alarms: f.fwdAlarms, Steady: f.fwdSteady,
+			Outage: f.fwdOutage, Timeout: f.fwdTimeout, ChildParams: child(bin)}))
 	case "firmware":
 		bin, err := serverBin()
 		if err != nil {
 			return err
 		}
-		r, err := bench.RunFirmware(ctx, bench.FirmwareParams{Devices: f.fwDevices, Size: f.fwSize, Rate: f.fwRate, Gateways: f.fwGateways,
-			Timeout: f.fwTimeout, PostgresDSN: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
-		if err != nil {
-			return err
-		}
+		return result(bench.RunFirmware(ctx, bench.FirmwareParams{Devices: f.fwDevices, Size: f.fwSize, Rate: f.fwRate, Gateways: f.fwGateways,
+			Timeout: f.fwTimeout, ChildParams: child(bin)}))
 	case "fleet-connect":
 		bin, err := serverBin()
 		if err != nil {
@@ -682,16 +656,9 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Brokers: f.fcBrokers, Batch: f.fleetBatch, Clients: f.fleetClients,
 			Interval: f.fcInterval, Steady: f.fcSteady, ConnectConcurrency: f.fcConcurrency, PerAddress: f.fcPerAddress,
 			Probes: f.fcProbes, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub, SkipCeilings: f.fcSkipCeilings,
-			PostgresServer: f.postgres, ClickHouseAddr: f.clickhouse, ServerBinary: bin, ServerArgs: strings.Fields(f.serverFlags), Logf: logf})
-		rep.Results[s] = r
-		logf("%s", r)
-		for _, fig := range r.Figures() {
-			add(fig)
-		}
+			ChildParams: child(bin)})
 		rep.Timelines["fleet-connect: reports stored per second"] = r.StoredTimeline()
-		if err != nil {
-			return err
-		}
+		return result(r, err)
 	case "soak":
 		bin, err := serverBin()
 		if err != nil {
@@ -699,8 +666,8 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		logf("soak: %s at %d QoS 1 reports/s from %d devices; the broker restarted, ClickHouse killed and PostgreSQL stopped on the way",
 			f.soakDuration, f.soakRate, f.soakDevices)
-		r, err := bench.RunSoak(ctx, bench.SoakParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, PostgresServer: f.postgres,
-			ServerBinary: bin, Duration: f.soakDuration, Rate: f.soakRate, Devices: f.soakDevices, Logf: logf})
+		r, err := bench.RunSoak(ctx, bench.SoakParams{BrokerURL: f.broker, Duration: f.soakDuration, Rate: f.soakRate, Devices: f.soakDevices,
+			ChildParams: child(bin)})
 		rep.Results[s] = r
 		if err != nil {
 			return err
@@ -725,10 +692,10 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		var results []bench.IngestResult
 		for _, q := range qs {
 			logf("ingest: QoS %d, %d devices, %s (broker ceiling %s and raw ClickHouse ceiling first, the broker ceiling again after)", q, f.ingestDevices, f.ingestDuration, f.brokerDuration)
-			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseAddr: f.clickhouse, ClickHouseCluster: f.clickhouseCluster, PostgresServer: f.postgres,
-				ServerBinary: bin, Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration,
+			r, err := bench.RunIngest(ctx, bench.IngestParams{BrokerURL: f.broker, ClickHouseCluster: f.clickhouseCluster,
+				Devices: f.ingestDevices, Duration: f.ingestDuration, BrokerDuration: f.brokerDuration,
 				ClickHouseDuration: f.chDuration, QoS: byte(q), Publishers: f.ingestPublishers, Connections: f.ingestConns,
-				ServerArgs: strings.Fields(f.serverFlags)})
+				ChildParams: child(bin)})
 			results = append(results, r)
 			rep.Results[s] = results
 			if err != nil {

@@ -75,12 +75,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.BrokerURL == "" {
-		o.BrokerURL = "tcp://127.0.0.1:1884"
-	}
-	if o.Login == (mqttconn.Login{}) {
-		o.Login = mqttconn.DefaultLogin
-	}
+	mqttconn.Defaults(&o.BrokerURL, &o.Login)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = 50 * time.Millisecond
 	}

@@ -122,7 +122,7 @@ type Syncer struct {
 // New returns a Syncer of src's devices; Run runs it.
 func New(src Source, opt Options) *Syncer {
 	if opt.BrokerURL == "" {
-		opt.BrokerURL = "tcp://127.0.0.1:1884"
+		opt.BrokerURL = mqttconn.DefaultBrokerURL
 	}
 	if opt.ClientID == "" {
 		opt.ClientID = "devicehub-devauth-" + strings.ToLower(rand.Text()[:8])

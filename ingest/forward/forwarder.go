@@ -63,12 +63,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.BrokerURL == "" {
-		o.BrokerURL = "tcp://127.0.0.1:1884"
-	}
-	if o.Login == (mqttconn.Login{}) {
-		o.Login = mqttconn.DefaultLogin
-	}
+	mqttconn.Defaults(&o.BrokerURL, &o.Login)
 	if o.Dir == "" {
 		o.Dir = ".data/forward"
 	}

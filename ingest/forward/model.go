@@ -1,25 +1,14 @@
 package forward
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
-)
 
-// Sentinel errors, mapped to the API's codes by api.
-var (
-	// ErrInvalid: a rule that cannot be saved; the text names the field.
-	ErrInvalid = errors.New("invalid")
-	// ErrNotFound: no such rule (or none within the caller's products).
-	ErrNotFound = errors.New("not found")
+	"devicehub/schema"
 )
-
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
-}
 
 // Sink kinds.
 const (
@@ -127,48 +116,48 @@ func (r Rule) Public() Rule {
 func (r *Rule) Normalize() error {
 	r.Name = strings.TrimSpace(r.Name)
 	if r.Name == "" || len(r.Name) > 200 {
-		return invalid("name", "required, at most 200 characters")
+		return schema.Invalid("name", "required, at most 200 characters")
 	}
 	if r.ProductID == "" || len(r.ProductID) > 64 || strings.ContainsAny(r.ProductID, "/+#") {
-		return invalid("productId", "required, at most 64 characters, no / + #")
+		return schema.Invalid("productId", "required, at most 64 characters, no / + #")
 	}
 	if len(r.DeviceIDs) > 10000 {
-		return invalid("deviceIds", "at most 10000")
+		return schema.Invalid("deviceIds", "at most 10000")
 	}
 	for i, d := range r.DeviceIDs {
 		if d == "" || len(d) > 64 || strings.ContainsAny(d, "/+#") {
-			return invalid(fmt.Sprintf("deviceIds[%d]", i), "a device id: 1 to 64 characters, no / + #")
+			return schema.Invalid(fmt.Sprintf("deviceIds[%d]", i), "a device id: 1 to 64 characters, no / + #")
 		}
 	}
 	for i, t := range r.Types {
 		if !slices.Contains(allTypes, t) {
-			return invalid(fmt.Sprintf("types[%d]", i), "%q is none of property, event, online, offline", clip(t))
+			return schema.Invalid(fmt.Sprintf("types[%d]", i), "%q is none of property, event, online, offline", clip(t))
 		}
 	}
 	if len(r.Properties) > 1000 {
-		return invalid("properties", "at most 1000")
+		return schema.Invalid("properties", "at most 1000")
 	}
 	for i, p := range r.Properties {
 		if p == "" || len(p) > 64 {
-			return invalid(fmt.Sprintf("properties[%d]", i), "a property id: 1 to 64 characters")
+			return schema.Invalid(fmt.Sprintf("properties[%d]", i), "a property id: 1 to 64 characters")
 		}
 	}
 	if len(r.Properties) > 0 && len(r.Types) > 0 && !slices.Contains(r.Types, TypeProperty) {
-		return invalid("properties", "given while types leave out property")
+		return schema.Invalid("properties", "given while types leave out property")
 	}
 	r.DeviceIDs, r.Types, r.Properties = uniq(r.DeviceIDs), uniq(r.Types), uniq(r.Properties)
 	if (r.Webhook == nil) == (r.MQTT == nil) {
-		return invalid("kind", "exactly one of webhook and mqtt must be given")
+		return schema.Invalid("kind", "exactly one of webhook and mqtt must be given")
 	}
 	if r.Webhook != nil {
 		if r.Kind != "" && r.Kind != KindWebhook {
-			return invalid("kind", "%q does not match the webhook settings", clip(r.Kind))
+			return schema.Invalid("kind", "%q does not match the webhook settings", clip(r.Kind))
 		}
 		r.Kind = KindWebhook
 		return r.Webhook.normalize()
 	}
 	if r.Kind != "" && r.Kind != KindMQTT {
-		return invalid("kind", "%q does not match the mqtt settings", clip(r.Kind))
+		return schema.Invalid("kind", "%q does not match the mqtt settings", clip(r.Kind))
 	}
 	r.Kind = KindMQTT
 	return r.MQTT.normalize()
@@ -177,30 +166,30 @@ func (r *Rule) Normalize() error {
 func (w *WebhookSink) normalize() error {
 	u, err := url.Parse(w.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return invalid("webhook.url", "an http or https URL")
+		return schema.Invalid("webhook.url", "an http or https URL")
 	}
 	for k, v := range w.Headers {
 		if k == "" || strings.ContainsAny(k, " :\r\n") || strings.ContainsAny(v, "\r\n") {
-			return invalid("webhook.headers", "header %q: a name without spaces or colons, a value on one line", clip(k))
+			return schema.Invalid("webhook.headers", "header %q: a name without spaces or colons, a value on one line", clip(k))
 		}
 	}
 	if w.BatchSize == 0 {
 		w.BatchSize = DefaultBatchSize
 	}
 	if w.BatchSize < 1 || w.BatchSize > maxBatchSize {
-		return invalid("webhook.batchSize", "1 to %d", maxBatchSize)
+		return schema.Invalid("webhook.batchSize", "1 to %d", maxBatchSize)
 	}
 	if w.BatchMs == 0 {
 		w.BatchMs = DefaultBatchMs
 	}
 	if w.BatchMs < 1 || w.BatchMs > 60000 {
-		return invalid("webhook.batchMs", "1 to 60000")
+		return schema.Invalid("webhook.batchMs", "1 to 60000")
 	}
 	if w.TimeoutMs == 0 {
 		w.TimeoutMs = DefaultTimeout.Milliseconds()
 	}
 	if w.TimeoutMs < 1 || w.TimeoutMs > 300000 {
-		return invalid("webhook.timeoutMs", "1 to 300000")
+		return schema.Invalid("webhook.timeoutMs", "1 to 300000")
 	}
 	return nil
 }
@@ -208,28 +197,28 @@ func (w *WebhookSink) normalize() error {
 func (m *MQTTSink) normalize() error {
 	u, err := url.Parse(m.Broker)
 	if err != nil || (u.Scheme != "tcp" && u.Scheme != "ssl" && u.Scheme != "mqtt" && u.Scheme != "mqtts") || u.Host == "" {
-		return invalid("mqtt.broker", "a tcp://, ssl://, mqtt:// or mqtts:// URL")
+		return schema.Invalid("mqtt.broker", "a tcp://, ssl://, mqtt:// or mqtts:// URL")
 	}
 	if m.Topic == "" {
 		m.Topic = DefaultTopic
 	}
 	if len(m.Topic) > 1000 || strings.ContainsAny(m.Topic, "+#\x00") {
-		return invalid("mqtt.topic", "a topic (placeholders {productId} {deviceId} {type} {eventId}), no wildcards")
+		return schema.Invalid("mqtt.topic", "a topic (placeholders {productId} {deviceId} {type} {eventId}), no wildcards")
 	}
 	if m.BatchSize == 0 {
 		m.BatchSize = DefaultBatchSize
 	}
 	if m.BatchSize < 1 || m.BatchSize > maxBatchSize {
-		return invalid("mqtt.batchSize", "1 to %d", maxBatchSize)
+		return schema.Invalid("mqtt.batchSize", "1 to %d", maxBatchSize)
 	}
 	if m.TimeoutMs == 0 {
 		m.TimeoutMs = DefaultTimeout.Milliseconds()
 	}
 	if m.TimeoutMs < 1 || m.TimeoutMs > 300000 {
-		return invalid("mqtt.timeoutMs", "1 to 300000")
+		return schema.Invalid("mqtt.timeoutMs", "1 to 300000")
 	}
 	if len(m.ClientID) > 200 {
-		return invalid("mqtt.clientId", "at most 200 characters")
+		return schema.Invalid("mqtt.clientId", "at most 200 characters")
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/lib/pq"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // Store is the PostgreSQL side: the rules and their status.
@@ -128,7 +129,7 @@ func getRule(ctx context.Context, q sqlx.QueryerContext, id string, products []s
 	var r ruleRow
 	err := sqlx.GetContext(ctx, q, &r, ruleSelect+` WHERE r.id = $1 AND`+scoped, id, productsArg(products))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(id), ErrNotFound)
+		return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(id), meta.ErrNotFound)
 	}
 	if err != nil {
 		return Rule{}, fmt.Errorf("forward: rule: %w", err)
@@ -165,7 +166,7 @@ func (s *Store) SaveRule(ctx context.Context, r Rule, by string, create bool, pr
 		return Rule{}, err
 	}
 	if products != nil && !containsString(products, r.ProductID) {
-		return Rule{}, invalid("productId", "no product %q among the caller's", clip(r.ProductID))
+		return Rule{}, schema.Invalid("productId", "no product %q among the caller's", clip(r.ProductID))
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
@@ -175,14 +176,14 @@ func (s *Store) SaveRule(ctx context.Context, r Rule, by string, create bool, pr
 			r.ID = newID()
 		}
 		if len(r.ID) > 64 || strings.ContainsAny(r.ID, "/ ") {
-			return Rule{}, invalid("id", "at most 64 characters, no / or space")
+			return Rule{}, schema.Invalid("id", "at most 64 characters, no / or space")
 		}
 		_, err = s.db.ExecContext(ctx, `INSERT INTO forward_rules (id, name, product_id, device_ids, types, properties, kind, sink,
 			secret, enabled, creator_id, modifier_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
 			r.ID, r.Name, r.ProductID, pq.StringArray(r.DeviceIDs), pq.StringArray(r.Types), pq.StringArray(r.Properties),
 			r.Kind, r.sink(), r.Secret, r.Enabled, by)
 		if isCode(err, "23505") {
-			return Rule{}, invalid("id", "a forwarding rule %q exists", clip(r.ID))
+			return Rule{}, schema.Invalid("id", "a forwarding rule %q exists", clip(r.ID))
 		}
 	} else {
 		var res sql.Result
@@ -193,12 +194,12 @@ func (s *Store) SaveRule(ctx context.Context, r Rule, by string, create bool, pr
 			pq.StringArray(r.Properties), r.Kind, r.sink(), r.Secret, r.Enabled, by)
 		if err == nil {
 			if n, _ := res.RowsAffected(); n == 0 {
-				return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(r.ID), ErrNotFound)
+				return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(r.ID), meta.ErrNotFound)
 			}
 		}
 	}
 	if isCode(err, "23503") {
-		return Rule{}, invalid("productId", "no product %q", clip(r.ProductID))
+		return Rule{}, schema.Invalid("productId", "no product %q", clip(r.ProductID))
 	}
 	if err != nil {
 		return Rule{}, fmt.Errorf("forward: save rule: %w", err)
@@ -217,7 +218,7 @@ func (s *Store) SetEnabled(ctx context.Context, id string, enabled bool, by stri
 		return Rule{}, fmt.Errorf("forward: enable rule: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(id), ErrNotFound)
+		return Rule{}, fmt.Errorf("forwarding rule %q: %w", clip(id), meta.ErrNotFound)
 	}
 	return getRule(ctx, s.db, id, nil)
 }
@@ -231,7 +232,7 @@ func (s *Store) DeleteRule(ctx context.Context, id string, products []string) er
 		return fmt.Errorf("forward: delete rule: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("forwarding rule %q: %w", clip(id), ErrNotFound)
+		return fmt.Errorf("forwarding rule %q: %w", clip(id), meta.ErrNotFound)
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func DefaultPresenceOptions() PresenceOptions {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return PresenceOptions{
-		BrokerURL:      "tcp://127.0.0.1:1884", // .ci/services Mosquitto
+		BrokerURL:      mqttconn.DefaultBrokerURL,
 		Login:          mqttconn.DefaultLogin,
 		ClientID:       "devicehub-presence-" + host + "-" + hex.EncodeToString(b[:]), // unique: plain subscription per instance
 		KeepAlive:      30 * time.Second,                                              // paho's default

@@ -20,6 +20,21 @@ type Login struct {
 // set up with (.ci/mosquitto-setup).
 var DefaultLogin = Login{Username: "devicehub", Password: "devicehub-dev"}
 
+// DefaultBrokerURL is the broker a role's options default to: the
+// project's Mosquitto (.ci/services).
+const DefaultBrokerURL = "tcp://127.0.0.1:1884"
+
+// Defaults fills a role's broker setting left empty: url with
+// DefaultBrokerURL, login with DefaultLogin.
+func Defaults(url *string, login *Login) {
+	if *url == "" {
+		*url = DefaultBrokerURL
+	}
+	if *login == (Login{}) {
+		*login = DefaultLogin
+	}
+}
+
 // ReconnectEvery is how often a Resume client tries a lost connection
 // again: the broker's return is noticed within this long.
 const ReconnectEvery = 250 * time.Millisecond

@@ -19,6 +19,7 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/notify"
+	"devicehub/schema"
 )
 
 // smtpServer is Debian's aiosmtpd (.ci/services installs it) on a free
@@ -186,7 +187,7 @@ func TestValidation(t *testing.T) {
 			c.Name = "c"
 		}
 		_, err := g.store.SaveChannel(ctx, c, "test", true)
-		if !errors.Is(err, notify.ErrInvalid) || !strings.HasPrefix(err.Error(), field+":") {
+		if !errors.Is(err, schema.ErrIllegalArgument) || !strings.HasPrefix(err.Error(), field+":") {
 			t.Fatalf("%s: %v", field, err)
 		}
 	}
@@ -214,7 +215,7 @@ func TestValidation(t *testing.T) {
 			s.Name = "s"
 		}
 		_, err := g.store.SaveSubscription(ctx, s, "test", true, nil)
-		if !errors.Is(err, notify.ErrInvalid) || !strings.HasPrefix(err.Error(), field+":") {
+		if !errors.Is(err, schema.ErrIllegalArgument) || !strings.HasPrefix(err.Error(), field+":") {
 			t.Fatalf("%s: %v", field, err)
 		}
 	}

@@ -2,7 +2,6 @@ package notify
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net/mail"
 	"net/url"
@@ -10,20 +9,9 @@ import (
 	"strings"
 	"text/template"
 	"time"
-)
 
-// Sentinel errors, mapped to the API's codes by api.
-var (
-	// ErrInvalid: a channel or subscription that cannot be saved; the
-	// error's text names the field.
-	ErrInvalid = errors.New("invalid")
-	// ErrNotFound: no such channel, subscription or dead letter.
-	ErrNotFound = errors.New("not found")
+	"devicehub/schema"
 )
-
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
-}
 
 // Channel kinds.
 const (
@@ -110,7 +98,7 @@ func timeoutOf(ms int64) time.Duration {
 func (c *Channel) Normalize() error {
 	c.Name = strings.TrimSpace(c.Name)
 	if c.Name == "" || len(c.Name) > 200 {
-		return invalid("name", "required, at most 200 characters")
+		return schema.Invalid("name", "required, at most 200 characters")
 	}
 	set := 0
 	for _, p := range []bool{c.Webhook != nil, c.Email != nil, c.MQTT != nil} {
@@ -119,24 +107,24 @@ func (c *Channel) Normalize() error {
 		}
 	}
 	if set != 1 {
-		return invalid("kind", "exactly one of webhook, email and mqtt must be given")
+		return schema.Invalid("kind", "exactly one of webhook, email and mqtt must be given")
 	}
 	switch {
 	case c.Webhook != nil:
 		if c.Kind != "" && c.Kind != KindWebhook {
-			return invalid("kind", "%q does not match the webhook settings", c.Kind)
+			return schema.Invalid("kind", "%q does not match the webhook settings", c.Kind)
 		}
 		c.Kind = KindWebhook
 		return c.Webhook.normalize()
 	case c.Email != nil:
 		if c.Kind != "" && c.Kind != KindEmail {
-			return invalid("kind", "%q does not match the email settings", c.Kind)
+			return schema.Invalid("kind", "%q does not match the email settings", c.Kind)
 		}
 		c.Kind = KindEmail
 		return c.Email.normalize()
 	default:
 		if c.Kind != "" && c.Kind != KindMQTT {
-			return invalid("kind", "%q does not match the mqtt settings", c.Kind)
+			return schema.Invalid("kind", "%q does not match the mqtt settings", c.Kind)
 		}
 		c.Kind = KindMQTT
 		return c.MQTT.normalize()
@@ -145,7 +133,7 @@ func (c *Channel) Normalize() error {
 
 func checkTimeout(field string, ms int64) error {
 	if ms < 0 || ms > 120_000 {
-		return invalid(field, "between 0 (the default, 10 s) and 120000")
+		return schema.Invalid(field, "between 0 (the default, 10 s) and 120000")
 	}
 	return nil
 }
@@ -153,18 +141,18 @@ func checkTimeout(field string, ms int64) error {
 func (w *Webhook) normalize() error {
 	u, err := url.Parse(w.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return invalid("webhook.url", "an http or https URL is required")
+		return schema.Invalid("webhook.url", "an http or https URL is required")
 	}
 	w.Method = strings.ToUpper(strings.TrimSpace(w.Method))
 	if w.Method == "" {
 		w.Method = "POST"
 	}
 	if !slices.Contains([]string{"POST", "PUT", "PATCH"}, w.Method) {
-		return invalid("webhook.method", "one of POST, PUT, PATCH")
+		return schema.Invalid("webhook.method", "one of POST, PUT, PATCH")
 	}
 	for k, v := range w.Headers {
 		if k == "" || strings.ContainsAny(k, " :\r\n") || strings.ContainsAny(v, "\r\n") {
-			return invalid("webhook.headers", "header %q is not a valid header", k)
+			return schema.Invalid("webhook.headers", "header %q is not a valid header", k)
 		}
 	}
 	if _, err := parseTemplate("webhook.template", w.Template); err != nil {
@@ -176,23 +164,23 @@ func (w *Webhook) normalize() error {
 func (e *Email) normalize() error {
 	e.Host = strings.TrimSpace(e.Host)
 	if e.Host == "" || strings.ContainsAny(e.Host, " /:") {
-		return invalid("email.host", "a host name or address is required")
+		return schema.Invalid("email.host", "a host name or address is required")
 	}
 	if e.Port == 0 {
 		e.Port = 25
 	}
 	if e.Port < 1 || e.Port > 65535 {
-		return invalid("email.port", "between 1 and 65535")
+		return schema.Invalid("email.port", "between 1 and 65535")
 	}
 	if _, err := mail.ParseAddress(e.From); err != nil {
-		return invalid("email.from", "not an e-mail address")
+		return schema.Invalid("email.from", "not an e-mail address")
 	}
 	if len(e.To) == 0 || len(e.To) > 100 {
-		return invalid("email.to", "1 to 100 recipients")
+		return schema.Invalid("email.to", "1 to 100 recipients")
 	}
 	for i, to := range e.To {
 		if _, err := mail.ParseAddress(to); err != nil {
-			return invalid(fmt.Sprintf("email.to[%d]", i), "not an e-mail address")
+			return schema.Invalid(fmt.Sprintf("email.to[%d]", i), "not an e-mail address")
 		}
 	}
 	if _, err := parseTemplate("email.subject", e.Subject); err != nil {
@@ -207,13 +195,13 @@ func (e *Email) normalize() error {
 func (m *MQTT) normalize() error {
 	u, err := url.Parse(m.Broker)
 	if err != nil || !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme) || u.Host == "" {
-		return invalid("mqtt.broker", "a broker URL (tcp://host:port, ssl://, ws://) is required")
+		return schema.Invalid("mqtt.broker", "a broker URL (tcp://host:port, ssl://, ws://) is required")
 	}
 	if m.Topic == "" || strings.ContainsAny(m.Topic, "+#\x00") {
-		return invalid("mqtt.topic", "a topic without wildcards is required")
+		return schema.Invalid("mqtt.topic", "a topic without wildcards is required")
 	}
 	if m.QoS > 2 {
-		return invalid("mqtt.qos", "0, 1 or 2")
+		return schema.Invalid("mqtt.qos", "0, 1 or 2")
 	}
 	if _, err := parseTemplate("mqtt.template", m.Template); err != nil {
 		return err
@@ -228,14 +216,14 @@ func parseTemplate(field, src string) (*template.Template, error) {
 		return nil, nil
 	}
 	if len(src) > 64<<10 {
-		return nil, invalid(field, "at most 64 KiB")
+		return nil, schema.Invalid(field, "at most 64 KiB")
 	}
 	t, err := template.New(field).Option("missingkey=error").Parse(src)
 	if err != nil {
-		return nil, invalid(field, "%v", err)
+		return nil, schema.Invalid(field, "%v", err)
 	}
 	if err := t.Execute(&bytes.Buffer{}, SampleNotification()); err != nil {
-		return nil, invalid(field, "%v", err)
+		return nil, schema.Invalid(field, "%v", err)
 	}
 	return t, nil
 }
@@ -278,14 +266,14 @@ func severityRank(s string) int { return slices.Index(Severities, s) + 1 }
 func (s *Subscription) Normalize() error {
 	s.Name = strings.TrimSpace(s.Name)
 	if s.Name == "" || len(s.Name) > 200 {
-		return invalid("name", "required, at most 200 characters")
+		return schema.Invalid("name", "required, at most 200 characters")
 	}
 	if len(s.Products) == 0 || len(s.Products) > 1000 {
-		return invalid("products", "1 to 1000 products")
+		return schema.Invalid("products", "1 to 1000 products")
 	}
 	for i, p := range s.Products {
 		if p == "" {
-			return invalid(fmt.Sprintf("products[%d]", i), "empty")
+			return schema.Invalid(fmt.Sprintf("products[%d]", i), "empty")
 		}
 	}
 	if s.Rules == nil {
@@ -293,44 +281,44 @@ func (s *Subscription) Normalize() error {
 	}
 	for i, r := range s.Rules {
 		if r == "" {
-			return invalid(fmt.Sprintf("rules[%d]", i), "empty")
+			return schema.Invalid(fmt.Sprintf("rules[%d]", i), "empty")
 		}
 	}
 	if s.MinSeverity == "" {
 		s.MinSeverity = Severities[0]
 	}
 	if severityRank(s.MinSeverity) == 0 {
-		return invalid("minSeverity", "one of %s", strings.Join(Severities, ", "))
+		return schema.Invalid("minSeverity", "one of %s", strings.Join(Severities, ", "))
 	}
 	if len(s.Kinds) == 0 {
 		s.Kinds = []string{"raised"}
 	}
 	for i, k := range s.Kinds {
 		if !slices.Contains(TransitionKinds, k) {
-			return invalid(fmt.Sprintf("kinds[%d]", i), "one of %s", strings.Join(TransitionKinds, ", "))
+			return schema.Invalid(fmt.Sprintf("kinds[%d]", i), "one of %s", strings.Join(TransitionKinds, ", "))
 		}
 	}
 	if len(s.Channels) == 0 || len(s.Channels) > 10 {
-		return invalid("channels", "1 to 10 channels, the escalation chain")
+		return schema.Invalid("channels", "1 to 10 channels, the escalation chain")
 	}
 	if s.EscalateMs == nil {
 		s.EscalateMs = []int64{}
 	}
 	if len(s.EscalateMs) != len(s.Channels)-1 {
-		return invalid("escalateMs", "one delay per channel after the first (%d)", len(s.Channels)-1)
+		return schema.Invalid("escalateMs", "one delay per channel after the first (%d)", len(s.Channels)-1)
 	}
 	var prev int64
 	for i, ms := range s.EscalateMs {
 		if ms <= prev {
-			return invalid(fmt.Sprintf("escalateMs[%d]", i), "positive and growing")
+			return schema.Invalid(fmt.Sprintf("escalateMs[%d]", i), "positive and growing")
 		}
 		prev = ms
 	}
 	if s.RemindMs < 0 || (s.RemindMs > 0 && s.RemindMs < 1000) {
-		return invalid("remindMs", "0 (none) or at least 1000")
+		return schema.Invalid("remindMs", "0 (none) or at least 1000")
 	}
 	if s.QuietMs < 0 {
-		return invalid("quietMs", "0 (none) or positive")
+		return schema.Invalid("quietMs", "0 (none) or positive")
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/lib/pq"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // Store is the PostgreSQL side: channels, subscriptions and the outbox.
@@ -100,7 +101,7 @@ func getChannel(ctx context.Context, q sqlx.QueryerContext, id string) (Channel,
 	var r channelRow
 	err := sqlx.GetContext(ctx, q, &r, `SELECT `+channelCols+` FROM notify_channels WHERE id = $1`, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Channel{}, fmt.Errorf("channel %q: %w", clipID(id), ErrNotFound)
+		return Channel{}, fmt.Errorf("channel %q: %w", clipID(id), meta.ErrNotFound)
 	}
 	if err != nil {
 		return Channel{}, fmt.Errorf("notify: channel: %w", err)
@@ -150,7 +151,7 @@ func (s *Store) SaveChannel(ctx context.Context, c Channel, by string, create bo
 		_, err := s.db.ExecContext(ctx, `INSERT INTO notify_channels (id, name, kind, config, secret, creator_id, modifier_id)
 			VALUES ($1, $2, $3, $4, $5, $6, $6)`, c.ID, c.Name, c.Kind, c.config(), c.Secret, by)
 		if isUnique(err) {
-			return Channel{}, invalid("id", "a channel %q exists", clipID(c.ID))
+			return Channel{}, schema.Invalid("id", "a channel %q exists", clipID(c.ID))
 		}
 		if err != nil {
 			return Channel{}, fmt.Errorf("notify: create channel: %w", err)
@@ -163,7 +164,7 @@ func (s *Store) SaveChannel(ctx context.Context, c Channel, by string, create bo
 			return Channel{}, fmt.Errorf("notify: update channel: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return Channel{}, fmt.Errorf("channel %q: %w", clipID(c.ID), ErrNotFound)
+			return Channel{}, fmt.Errorf("channel %q: %w", clipID(c.ID), meta.ErrNotFound)
 		}
 	}
 	return getChannel(ctx, s.db, c.ID)
@@ -188,7 +189,7 @@ func (s *Store) DeleteChannel(ctx context.Context, id string) error {
 		return fmt.Errorf("notify: delete channel: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("channel %q: %w", clipID(id), ErrNotFound)
+		return fmt.Errorf("channel %q: %w", clipID(id), meta.ErrNotFound)
 	}
 	return nil
 }
@@ -245,7 +246,7 @@ func (s *Store) Subscription(ctx context.Context, id string, products []string) 
 	var r subRow
 	err := s.db.GetContext(ctx, &r, `SELECT `+subCols+` FROM notify_subscriptions WHERE id = $1 AND `+cond, id, arg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Subscription{}, fmt.Errorf("subscription %q: %w", clipID(id), ErrNotFound)
+		return Subscription{}, fmt.Errorf("subscription %q: %w", clipID(id), meta.ErrNotFound)
 	}
 	if err != nil {
 		return Subscription{}, fmt.Errorf("notify: subscription: %w", err)
@@ -289,7 +290,7 @@ func (s *Store) SaveSubscription(ctx context.Context, sub Subscription, by strin
 			found = found || k == c
 		}
 		if !found {
-			return Subscription{}, invalid(fmt.Sprintf("channels[%d]", i), "no channel %q", clipID(c))
+			return Subscription{}, schema.Invalid(fmt.Sprintf("channels[%d]", i), "no channel %q", clipID(c))
 		}
 	}
 	args := []any{sub.ID, sub.Name, pq.StringArray(sub.Products), pq.StringArray(sub.Rules), severityRank(sub.MinSeverity),
@@ -302,7 +303,7 @@ func (s *Store) SaveSubscription(ctx context.Context, sub Subscription, by strin
 		_, err := s.db.ExecContext(ctx, `INSERT INTO notify_subscriptions (id, name, products, rules, min_severity, kinds, channels,
 			escalate_ms, remind_ms, quiet_ms, enabled, creator_id, modifier_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`, args...)
 		if isUnique(err) {
-			return Subscription{}, invalid("id", "a subscription %q exists", clipID(sub.ID))
+			return Subscription{}, schema.Invalid("id", "a subscription %q exists", clipID(sub.ID))
 		}
 		if err != nil {
 			return Subscription{}, fmt.Errorf("notify: create subscription: %w", err)
@@ -316,7 +317,7 @@ func (s *Store) SaveSubscription(ctx context.Context, sub Subscription, by strin
 			return Subscription{}, fmt.Errorf("notify: update subscription: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return Subscription{}, fmt.Errorf("subscription %q: %w", clipID(sub.ID), ErrNotFound)
+			return Subscription{}, fmt.Errorf("subscription %q: %w", clipID(sub.ID), meta.ErrNotFound)
 		}
 	}
 	return s.Subscription(ctx, sub.ID, nil)
@@ -333,7 +334,7 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string, products []st
 		return fmt.Errorf("notify: delete subscription: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("subscription %q: %w", clipID(id), ErrNotFound)
+		return fmt.Errorf("subscription %q: %w", clipID(id), meta.ErrNotFound)
 	}
 	return nil
 }
@@ -414,7 +415,7 @@ func (s *Store) Replay(ctx context.Context, id int64, products []string) error {
 		return fmt.Errorf("notify: replay: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("dead letter %d: %w", id, ErrNotFound)
+		return fmt.Errorf("dead letter %d: %w", id, meta.ErrNotFound)
 	}
 	_, _ = s.db.ExecContext(ctx, `SELECT pg_notify('`+wakeChannel+`', '')`) // the poll is the fallback
 	return nil
