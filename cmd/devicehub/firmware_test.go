@@ -481,7 +481,16 @@ func TestFirmwareRules(t *testing.T) {
 				started++
 			}
 		}
-		if r.State != "aborted" || r.Counts["FAILED"] < 10 || r.Counts["CANCELED"] == 0 || started >= 30 {
+		// Aborted once at least 10 had started and more than 10% of those
+		// had failed: which devices the engine started first (and so how
+		// many of the failing ten) depends on the machine's pace.
+		begun := 0
+		for state, n := range r.Counts {
+			if state != "QUEUED" && state != "CANCELED" {
+				begun += n
+			}
+		}
+		if r.State != "aborted" || begun < 10 || r.Counts["FAILED"]*100 <= 10*begun || r.Counts["CANCELED"] == 0 || started >= 30 {
 			t.Fatalf("rollout %s (%s), %v, %d devices started", r.State, r.Reason, r.Counts, started)
 		}
 		t.Logf("aborted: %s; %d of 50 started", r.Reason, started)
