@@ -433,7 +433,7 @@ func TestAlarmE2ETriggerKinds(t *testing.T) {
 			}
 			last := time.Now()
 			c.clear(k)
-			recs = a.waitRecords(t, k.rule, "the clear", func(rs []recordOut) bool { return len(rs) >= 1 && rs[len(rs)-1].State == "cleared" })
+			a.waitRecords(t, k.rule, "the clear", func(rs []recordOut) bool { return len(rs) >= 1 && rs[len(rs)-1].State == "cleared" })
 			if took := time.Since(last); took < c.clearAfter-100*time.Millisecond || c.clearAfter > 0 && took > c.clearAfter+time.Second {
 				t.Errorf("cleared %v after the last such event, want within a second after clear.for %v", took, c.clearAfter)
 			}

@@ -74,12 +74,6 @@ func appendMillis(b []byte, m meta.Millis) []byte {
 	return strconv.AppendInt(b, t.UnixMilli(), 10)
 }
 
-// The JSON writer's functions under the names api/dashboard*.go calls
-// them by, until the dashboards move to their own package (issue 47).
-func appendJSONString(b []byte, s string) []byte { return jsonw.String(b, s) }
-func appendJSONBytes(b, p []byte) []byte         { return jsonw.Bytes(b, p) }
-func appendCompactJSON(b, raw []byte) []byte     { return jsonw.Compact(b, raw) }
-
 // appendDevice appends a device list item (endpoint 7).
 func appendDevice(d *meta.Device, b []byte) []byte {
 	b = append(b, '{')

@@ -82,8 +82,6 @@ func (w *webhook) send(ctx context.Context, ruleID string, batch []record) error
 	return nil
 }
 
-func (w *webhook) close() {}
-
 // mqttSink is an MQTT rule's connection to its broker: records are
 // published at QoS 1, each with its own token (its PUBACK); the sender
 // (sendMQTT) keeps a window of them in flight.
