@@ -91,7 +91,7 @@ func TestQuickStart(t *testing.T) {
 
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
-	env, chDB, _ := testEnv(t, broker.URL(), "quickstart")
+	env, chDB, _ := firstStartEnv(t, broker.URL(), "quickstart") // a new user's first start
 	srv := startServer(t, bin, env, "quickstart")
 	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stops
 	t.Cleanup(func() {
