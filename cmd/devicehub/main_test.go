@@ -34,6 +34,7 @@ import (
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 func TestSigtermDrains(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
 	const shutdownTimeout = 10 * time.Second
