@@ -129,13 +129,16 @@ func firstStartEnv(t *testing.T, brokerURL, name string) (env []string, chDB, su
 	return testEnvOn(t, metatest.NewDatabase(t), brokerURL, name)
 }
 
-// testEnvOn is testEnv on the PostgreSQL database at dsn.
+// testEnvOn is testEnv on the PostgreSQL database at dsn. The server's
+// pool is 8 connections, as metatest's stores: binaries run in parallel,
+// and PostgreSQL's max_connections (100 by default) is shared by them all.
 func testEnvOn(t *testing.T, dsn, brokerURL, name string) (env []string, chDB, suffix string) {
 	t.Helper()
 	suffix = randHex()
 	chDB = "devicehub_" + name + "_test_" + suffix
 	env = append(os.Environ(),
 		"DEVICEHUB_POSTGRES_DSN="+dsn,
+		"DEVICEHUB_POSTGRES_MAX_CONNS=8",
 		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
 		"DEVICEHUB_MQTT_URL="+brokerURL,
 		"DEVICEHUB_MQTT_CLIENT_ID="+name+"-test-"+suffix,
