@@ -23,7 +23,7 @@ run: services build
 ## servers call t.Parallel: they mostly wait (on PostgreSQL, ClickHouse, the
 ## broker), so TEST_PARALLEL of them run at once in a package, more than
 ## go test's default (GOMAXPROCS).
-TEST_PARALLEL ?= 8
+TEST_PARALLEL ?= 4
 test: services vet
 	$(GO) test -race -count=1 -timeout 45m -parallel $(TEST_PARALLEL) $(PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
