@@ -19,9 +19,13 @@ run: services build
 	DEVICEHUB_HTTP_ADDR=$(HTTP_ADDR) ./bin/devicehub
 
 ## test: vet, every test with the race detector against the real services,
-## then each fuzz target for FUZZ_SHORT.
+## then each fuzz target for FUZZ_SHORT. Tests that own their databases and
+## servers call t.Parallel: they mostly wait (on PostgreSQL, ClickHouse, the
+## broker), so TEST_PARALLEL of them run at once in a package, more than
+## go test's default (GOMAXPROCS).
+TEST_PARALLEL ?= 4
 test: services vet
-	$(GO) test -race -count=1 -timeout 45m $(PKGS)
+	$(GO) test -race -count=1 -timeout 45m -parallel $(TEST_PARALLEL) $(PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 fmt:

@@ -17,6 +17,7 @@ import (
 // query, status, duration, bytes and remote address, and no secret is in
 // any line the server logged.
 func TestAccessLog(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	opts := api.DefaultOptions()
 	opts.AccessLog = true
@@ -99,6 +100,7 @@ func TestAccessLog(t *testing.T) {
 
 // TestAccessLogOff: without Options.AccessLog, requests log nothing.
 func TestAccessLogOff(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	e := newEnvWith(t, func(_ *meta.Store, deps *api.Deps) {
 		deps.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

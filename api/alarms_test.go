@@ -120,6 +120,7 @@ func (e *alarmEnv) records(token string, body string) []recordOut {
 // delete; export and import as one document, all or nothing; bad rules
 // refused naming the field.
 func TestAlarmRulesAPI(t *testing.T) {
+	t.Parallel()
 	e := newAlarmEnv(t)
 	var got map[string]any
 	e.ok("POST", "/api/alarm/config", hotRule("hot", "pa"), &got)
@@ -221,6 +222,7 @@ func TestAlarmRulesAPI(t *testing.T) {
 // device, rule and time, newest first; acknowledged and cleared by hand
 // with a comment, every transition kept and audited.
 func TestAlarmRecordsAPI(t *testing.T) {
+	t.Parallel()
 	e := newAlarmEnv(t)
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tr := func(kind, rule, product, dev, sev, val string, sec int) alarm.Transition {
@@ -289,6 +291,7 @@ func TestAlarmRecordsAPI(t *testing.T) {
 // rules and records anywhere (404 as if absent, lists and counts without
 // them); a viewer reads alarms but neither handles them nor writes rules.
 func TestAlarmScope(t *testing.T) {
+	t.Parallel()
 	e := newAlarmEnv(t)
 	e.ok("POST", "/api/alarm/config", hotRule("ra", "pa"), nil)
 	e.ok("POST", "/api/alarm/config", hotRule("rb", "pb"), nil)
@@ -366,6 +369,7 @@ func TestAlarmScope(t *testing.T) {
 // as it answers message counts, narrowed by product, device, severity and
 // state, within the caller's products.
 func TestAlarmCountsDashboard(t *testing.T) {
+	t.Parallel()
 	e := newAlarmEnv(t)
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(h, m int) time.Time { return base.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute) }

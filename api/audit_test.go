@@ -62,6 +62,7 @@ func (e *env) waitAudit(terms string, n int) []auditJSON {
 }
 
 func TestAuditWrites(t *testing.T) {
+	t.Parallel()
 	e := newAuditEnv(t)
 	start := time.Now().UnixMilli()
 	e.createProduct("audited", "Audited", nil)
@@ -129,6 +130,7 @@ func TestAuditWrites(t *testing.T) {
 // TestAuditLogins: every login attempt, successful or not, with the
 // username tried; a failure names no user id.
 func TestAuditLogins(t *testing.T) {
+	t.Parallel()
 	e := newAuditEnv(t)
 	annID, _ := e.addUser("ann", meta.RoleViewer) // a password hashed at bcrypt's lowest cost: fast under -race
 	if r := e.do("POST", "/api/authorize/login", map[string]string{"username": "ann", "password": "wrong-password"}, ""); r.HTTPStatus != 400 {
@@ -160,6 +162,7 @@ func TestAuditLogins(t *testing.T) {
 // TestAuditAdminsOnly: the trail is read with user:admin only, and its
 // query body is checked.
 func TestAuditAdminsOnly(t *testing.T) {
+	t.Parallel()
 	e := newAuditEnv(t)
 	_, opTok := e.addUser("op", meta.RoleOperator)
 	_, viewTok := e.addUser("viewer", meta.RoleViewer)
@@ -187,6 +190,7 @@ func TestAuditAdminsOnly(t *testing.T) {
 // TestAuditRetention: the sweep deletes the entries older than the
 // retention, and only those.
 func TestAuditRetention(t *testing.T) {
+	t.Parallel()
 	e := newAuditEnv(t)
 	ctx := context.Background()
 	now := time.Now()

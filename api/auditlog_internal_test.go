@@ -78,6 +78,7 @@ func (g *gatedStore) InsertAudit(ctx context.Context, entries []meta.AuditEntry)
 // entries more are dropped, counted and logged; close stores what is
 // buffered.
 func TestAuditLogBounded(t *testing.T) {
+	t.Parallel()
 	store := &gatedStore{Store: metatest.NewStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	var out syncBuffer
 	opts := DefaultOptions()
@@ -109,6 +110,7 @@ func TestAuditLogBounded(t *testing.T) {
 // (nothing lost); they are stored when it is back. At close, what cannot
 // be stored is counted as dropped.
 func TestAuditLogDatabaseDown(t *testing.T) {
+	t.Parallel()
 	store, px := metatest.NewStoreBehindProxy(t)
 	var out syncBuffer
 	opts := DefaultOptions()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	f := func(body string, status int, code string) {
 		t.Helper()
@@ -55,6 +56,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestTokenRequired(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	unauthorized := func(token string) {
 		t.Helper()
@@ -86,6 +88,7 @@ func TestTokenRequired(t *testing.T) {
 }
 
 func TestTokenSlides(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var before, after int64
 	if err := e.store.DB().Get(&before, `SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM tokens`); err != nil {
@@ -108,6 +111,7 @@ func TestTokenSlides(t *testing.T) {
 // (which hold no data: the console calls the API with its token) answers
 // 401 without a token.
 func TestEveryRouteNeedsToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	open := map[string]bool{"/api/authorize/login": true, "/healthz": true, "/readyz": true, "/metrics": true,
 		"/openapi.json": true, "/docs": true, "/docs/:file": true, "/": true, "/assets/:name": true, "/images/:name": true,
@@ -154,6 +158,7 @@ func routes(t *testing.T, e *env) []route {
 }
 
 func TestLoginLockout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	login := func(pass string) response {
 		t.Helper()
@@ -253,6 +258,7 @@ func (e *env) loginFrom(client *http.Client, user, pass string) loginReply {
 // TestLoginLockoutPerAddress: failures from one client address lock that
 // address out of the account, not everyone else.
 func TestLoginLockoutPerAddress(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, b := clientFrom(t, "127.0.0.2"), clientFrom(t, "127.0.0.3")
 	for i := 0; i < 5; i++ {
@@ -287,6 +293,7 @@ func TestLoginLockoutPerAddress(t *testing.T) {
 // TestLoginParallelGuessing: wrong passwords sent all at once get no more
 // checks than sent one after another.
 func TestLoginParallelGuessing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const n, maxFailures = 40, 5
 	client := clientFrom(t, "127.0.0.4")
@@ -330,6 +337,7 @@ func TestLoginParallelGuessing(t *testing.T) {
 // TestLoginUnknownAccountAlike: an unknown account answers like a real one
 // with a wrong password, limit included, and takes as long.
 func TestLoginUnknownAccountAlike(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	known, unknown := clientFrom(t, "127.0.0.5"), clientFrom(t, "127.0.0.6")
 	var knownTime, unknownTime time.Duration

@@ -15,6 +15,7 @@ import (
 // TestBadInput: every malformed request answers 400 (or 404) with a code and
 // a message naming the field, and writes nothing.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("base", "Base", nil)
 	long := strings.Repeat("x", 200)
@@ -128,6 +129,7 @@ func (e *env) send(method, path, contentType, body string) response {
 // string of any JSON body are refused with 400 illegal_argument naming the
 // field, on every endpoint that reads a body, and nothing is written.
 func TestBadInputHygiene(t *testing.T) {
+	t.Parallel()
 	// Models resolves the device of commands; Commands and Dashboard stay
 	// nil: a refused body must never reach them.
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) { deps.Models = store })
@@ -225,6 +227,7 @@ func TestBadInputHygiene(t *testing.T) {
 // TestContentType: a body is JSON (application/json, application/*+json,
 // or no Content-Type at all); anything else is 415 and changes nothing.
 func TestContentType(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	n := 0
 	product := func() string {

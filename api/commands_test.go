@@ -81,6 +81,7 @@ func startSim(t *testing.T, presence *link.Presence, product string, ids []strin
 }
 
 func TestCommandEndpoints(t *testing.T) {
+	t.Parallel()
 	e, product, presence := cmdEnv(t)
 	startSim(t, presence, product, []string{"c1"}, sim.Options{})
 	startSim(t, presence, product, []string{"mute"}, sim.Options{Silent: true})
@@ -157,6 +158,7 @@ func TestCommandEndpoints(t *testing.T) {
 // A command caches the device's reference; a write through the API
 // forgets it at once, so the next command sees the change.
 func TestCommandSeesDeviceWrites(t *testing.T) {
+	t.Parallel()
 	e, _, _ := cmdEnv(t)
 	e.fails("GET", "/api/device/standard/c2/property/temp", nil, 500, "client_offline") // c2 is now cached
 	e.ok("DELETE", "/api/device/instance/c2", nil, nil)
@@ -169,6 +171,7 @@ func TestCommandSeesDeviceWrites(t *testing.T) {
 // by kind and outcome, with their latency, the downlinks sent, the reads
 // pending and the devices online.
 func TestCommandMetricsEndpoint(t *testing.T) {
+	t.Parallel()
 	e, product, presence := cmdEnv(t)
 	startSim(t, presence, product, []string{"c1"}, sim.Options{})
 	startSim(t, presence, product, []string{"mute"}, sim.Options{Silent: true})

@@ -13,6 +13,7 @@ import (
 // every property whose PATCH succeeded is in the stored model: no update
 // is lost. Retrying on conflict, every client's property gets in.
 func TestConcurrentProductPatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("cc", "Concurrent", nil)
 	addProperty := func(i int) (status int, code string) {
@@ -107,6 +108,7 @@ func TestConcurrentProductPatches(t *testing.T) {
 // TestStaleDeviceUpdate: a device update that sends back an old modifyTime
 // is refused with 409 and changes nothing; without modifyTime it applies.
 func TestStaleDeviceUpdate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("su", "Stale", nil)
 	var d map[string]any

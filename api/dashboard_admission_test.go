@@ -35,6 +35,7 @@ func (p *preparingStore) PrepareExport(ctx context.Context, q tsdb.ExportQuery) 
 // time and is refused with 503 too_many_requests and Retry-After, while
 // endpoint 14's requests, whose slots are apart, still answer.
 func TestExportConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	db := tsdbtest.NewDB(t, shanghai)
 	ps := &preparingStore{DB: db, entered: make(chan struct{}, 8), release: make(chan struct{})}
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) { deps.Dashboard, deps.Models = ps, store })

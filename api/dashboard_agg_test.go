@@ -62,6 +62,7 @@ func (e *env) propAgg(params map[string]any) []propAggResult {
 // present newest first with null (avg, min, max, first, last) or 0
 // (count, sum) where empty; buckets are hours of Asia/Shanghai.
 func TestDashboardPropertyAggregates(t *testing.T) {
+	t.Parallel()
 	e, db := propEnv(t, shanghai)
 	day := time.Date(2024, 3, 1, 0, 0, 0, 0, shanghai)
 	type val struct {
@@ -164,6 +165,7 @@ func TestDashboardPropertyAggregates(t *testing.T) {
 // The DST days of Europe/Berlin: hour buckets follow the local clock, 02:00
 // twice in October, none in March; 15-minute buckets too.
 func TestDashboardPropertyAggregatesDST(t *testing.T) {
+	t.Parallel()
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +201,7 @@ func TestDashboardPropertyAggregatesDST(t *testing.T) {
 // values of it come oldest first; sending to = the oldest item's timestamp
 // pages back through every value once.
 func TestDashboardHistoryRange(t *testing.T) {
+	t.Parallel()
 	e, db := propEnv(t, shanghai)
 	base := time.Date(2024, 6, 1, 8, 0, 0, 0, shanghai)
 	var ps []tsdb.PropertyValue
@@ -272,6 +275,7 @@ func TestDashboardHistoryRange(t *testing.T) {
 // answer of the instance that stored it, and within a second in the
 // answers of another instance sharing the databases.
 func TestDashboardLateMessage(t *testing.T) {
+	t.Parallel()
 	dbA := tsdbtest.NewDB(t, shanghai)
 	dbB := tsdbtest.OpenDB(t, dbA.Database(), shanghai) // the other instance's handle
 	envA := newEnvWith(t, func(_ *meta.Store, deps *api.Deps) { deps.Dashboard = dbA })
@@ -327,6 +331,7 @@ func TestDashboardLateMessage(t *testing.T) {
 // and within a second when stored through another instance sharing the
 // database.
 func TestDashboardLatePropertyValue(t *testing.T) {
+	t.Parallel()
 	e, dbA := propEnv(t, shanghai)
 	dbB := tsdbtest.OpenDB(t, dbA.Database(), shanghai) // the other instance's handle
 	yesterday := time.Now().In(shanghai).AddDate(0, 0, -1)
@@ -372,6 +377,7 @@ func TestDashboardLatePropertyValue(t *testing.T) {
 // Every new parameter refuses bad input with 400 illegal_argument naming
 // the field.
 func TestDashboardPropertyBadInput(t *testing.T) {
+	t.Parallel()
 	e, _ := propEnv(t, shanghai)
 	e.createProduct("other", "Other", nil)
 	e.ok("POST", "/api/device/instance", map[string]any{"id": "o1", "name": "o1", "productId": "other"}, nil)

@@ -511,6 +511,7 @@ func parseGolden(t *testing.T, name string, data []byte) goldenCase {
 // TestDashboardGolden replays the golden set: each stored request must
 // get the stored answer, byte for byte.
 func TestDashboardGolden(t *testing.T) {
+	t.Parallel()
 	e, lim := goldenEnv(t)
 	send := func(c goldenCase) (int, http.Header, []byte) {
 		req, err := http.NewRequest("POST", e.base+"/api/dashboard/"+c.path, strings.NewReader(c.body))

@@ -45,6 +45,7 @@ func refused(t *testing.T, e *env, body any, field, limit string) {
 }
 
 func TestDashboardLimitQueries(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	var body []map[string]any
 	for range 33 {
@@ -55,6 +56,7 @@ func TestDashboardLimitQueries(t *testing.T) {
 }
 
 func TestDashboardLimitHistory(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	refused(t, e, []any{historyQuery("h", map[string]any{"deviceId": "dd", "history": 1001, "properties": []string{"temp"}})},
 		"[0].params.history", "1000")
@@ -62,6 +64,7 @@ func TestDashboardLimitHistory(t *testing.T) {
 }
 
 func TestDashboardLimitProperties(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	refused(t, e, []any{historyQuery("h", map[string]any{"deviceId": "dd", "properties": propertyIDs(101)})},
 		"[0].params.properties", "100")
@@ -70,6 +73,7 @@ func TestDashboardLimitProperties(t *testing.T) {
 
 // "All properties" of a device counts as its thing model's properties.
 func TestDashboardLimitAllProperties(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	var props []string
 	for _, id := range propertyIDs(101) {
@@ -87,6 +91,7 @@ func TestDashboardLimitAllProperties(t *testing.T) {
 }
 
 func TestDashboardLimitHistoryValues(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	q := historyQuery("h", map[string]any{"deviceId": "dd", "history": 1000, "properties": propertyIDs(100)})
 	e.ok("POST", "/api/dashboard/_multi", []any{q}, nil) // 100,000 values
@@ -95,6 +100,7 @@ func TestDashboardLimitHistoryValues(t *testing.T) {
 }
 
 func TestDashboardLimitBuckets(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	refused(t, e, []any{countQuery(map[string]any{"time": "1h", "limit": 10001})}, "[0].params.limit", "10000")
 	var body []any
@@ -128,6 +134,7 @@ func (b *blockingStore) PropertyHistory(ctx context.Context, productID, deviceID
 // bounded time and is refused with 503 too_many_requests and Retry-After,
 // while other endpoints still answer.
 func TestDashboardConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	db := tsdbtest.NewDB(t, shanghai)
 	bs := &blockingStore{DashboardStore: db, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	opts := api.DefaultOptions()
@@ -168,6 +175,7 @@ func TestDashboardConcurrencyLimit(t *testing.T) {
 // A response's items are bounded in bytes, whatever their count: here a
 // long group repeated in every bucket.
 func TestDashboardLimitResultBytes(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	q := countQuery(map[string]any{"time": "1h", "limit": 10000})
 	q["group"] = strings.Repeat("g", 4000)

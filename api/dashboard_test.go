@@ -55,6 +55,7 @@ type aggResult struct {
 }
 
 func TestDashboardMessageCounts(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	// Messages over 14 months, with month ends, the leap day and times just
 	// before and after midnight in Shanghai (16:00 UTC).
@@ -165,6 +166,7 @@ func TestDashboardMessageCounts(t *testing.T) {
 }
 
 func TestDashboardHistory(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	t0 := time.Date(2024, 6, 1, 8, 0, 0, 0, time.UTC)
 	var props []tsdb.PropertyValue
@@ -286,6 +288,7 @@ func (e *env) refusedMentioning(body, mention string) {
 }
 
 func TestDashboardBadInput(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	agg, f := dashAgg, e.refusedMentioning
 	f(`{}`, "body")
@@ -331,6 +334,7 @@ func (e *env) aggQuery(params map[string]any) []aggResult {
 // ending with the bucket that holds to, whatever the unit and the day of
 // month, leap day or DST day to falls on.
 func TestDashboardDefaultRange(t *testing.T) {
+	t.Parallel()
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Fatal(err)
@@ -388,6 +392,7 @@ func TestDashboardDefaultRange(t *testing.T) {
 // process's (UTC on the test machines): now/d is 00:00 in Shanghai. Hour
 // buckets show the rounded edge whatever the time of day the test runs.
 func TestDashboardDateMathZone(t *testing.T) {
+	t.Parallel()
 	e := aggEnv(t, shanghai)
 	f := func(from, to string, want func(now time.Time) (newest, oldest string)) {
 		t.Helper()
@@ -426,6 +431,7 @@ func TestDashboardDateMathZone(t *testing.T) {
 // naming the parameter: here a default range reaching before 1970, which
 // ClickHouse's DateTime cannot hold.
 func TestDashboardInvalidArgumentFromTSDB(t *testing.T) {
+	t.Parallel()
 	e := aggEnv(t, shanghai)
 	agg, f := dashAgg, e.refusedMentioning
 	to1971 := time.Date(1971, 6, 15, 12, 0, 0, 0, shanghai).UnixMilli()

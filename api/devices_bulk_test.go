@@ -135,6 +135,7 @@ var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // counted on their product, each key returned once (and masked after),
 // and the broker waited for on every one at its stored login version.
 func TestBulkCreateDeploy10000(t *testing.T) {
+	t.Parallel()
 	e, rec := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	e.ok("POST", "/api/device-product/meter/deploy", nil, nil)
@@ -213,6 +214,7 @@ func TestBulkCreateDeploy10000(t *testing.T) {
 // TestBulkCreateBadRowNothingStored: one bad row of 10,000 (row 9,999)
 // refuses them all, naming that row; nothing is stored.
 func TestBulkCreateBadRowNothingStored(t *testing.T) {
+	t.Parallel()
 	e, _ := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	devs := fleet("meter", meta.MaxBulkDevices, 0)
@@ -240,6 +242,7 @@ func TestBulkCreateBadRowNothingStored(t *testing.T) {
 // TestBulkCreateDuplicates: an id or secureId twice in the request, and
 // ones that exist already, are bad rows; nothing is stored.
 func TestBulkCreateDuplicates(t *testing.T) {
+	t.Parallel()
 	e, _ := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	e.createDevice("old", "Old", "meter", map[string]any{"configuration": map[string]any{"secureId": "old-login"}})
@@ -275,6 +278,7 @@ func TestBulkCreateDuplicates(t *testing.T) {
 // on every bulk route; an empty list too; a bulk body may be up to 16
 // MiB, every other route's stays 1 MiB.
 func TestBulkLimits(t *testing.T) {
+	t.Parallel()
 	e, _ := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	devs := fleet("meter", meta.MaxBulkDevices+1, 0)
@@ -335,6 +339,7 @@ func TestBulkLimits(t *testing.T) {
 // the wrong number of fields, another product) or the header (an unknown
 // column), and store nothing.
 func TestBulkImportCSV(t *testing.T) {
+	t.Parallel()
 	e, rec := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	e.createProduct("other", "Other", nil)
@@ -430,6 +435,7 @@ func (e *env) upload(path, filename string, content []byte, fields map[string]st
 // TestBulkImportUploadAndJSON: the console's multipart upload (CSV or
 // JSON, deploy as a form field) and a JSON body import alike.
 func TestBulkImportUploadAndJSON(t *testing.T) {
+	t.Parallel()
 	e, _ := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	e.ok("POST", "/api/device-product/meter/deploy", nil, nil)
@@ -469,6 +475,7 @@ func TestBulkImportUploadAndJSON(t *testing.T) {
 // nothing changes. Only devices whose state changed count, and the broker
 // is waited for on exactly those.
 func TestBulkDeployUndeployDelete(t *testing.T) {
+	t.Parallel()
 	e, rec := newBulkEnv(t)
 	e.createProduct("on", "On", nil)
 	e.createProduct("off", "Off", nil)

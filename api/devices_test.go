@@ -67,6 +67,7 @@ func enumValue(v any) string {
 }
 
 func TestDeviceCreate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("meter", "Power meter", nil)
 
@@ -170,6 +171,7 @@ func TestDeviceCreate(t *testing.T) {
 }
 
 func TestDeviceDetailFields(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("gw", "Gateway", map[string]any{"deviceType": "gateway", "classifiedName": "Gateways", "accessName": "MQTT direct", "accessProvider": "mqtt-server-gateway", "messageProtocol": "jetlinks-v3", "protocolName": "JetLinks", "transportProtocol": "MQTT", "regulator": true, "photoUrl": "/p.png"})
 	e.createDevice("d1", "Device 1", "gw", map[string]any{"photoUrl": "/d.png"})
@@ -236,6 +238,7 @@ func TestDeviceDetailFields(t *testing.T) {
 }
 
 func TestDeviceQuery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("pa", "Meters", nil)
 	e.createProduct("pb", "Gateways", map[string]any{"deviceType": "gateway", "classifiedId": "gw"})
@@ -340,6 +343,7 @@ func TestDeviceQuery(t *testing.T) {
 }
 
 func TestDeviceMetadataInheritance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "Thermo", nil)
 	e.createDevice("d", "Thermo 1", "p", nil)
@@ -419,6 +423,7 @@ func TestDeviceMetadataInheritance(t *testing.T) {
 // TestDeviceMetadataInvalid: endpoint 9 refuses invalid thing models, names
 // the offending path and stores nothing.
 func TestDeviceMetadataInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	e.createDevice("d", "D", "p", nil)
@@ -482,6 +487,7 @@ func TestDeviceMetadataInvalid(t *testing.T) {
 }
 
 func TestDeviceDeploy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	e.createDevice("d", "D", "p", nil)
@@ -529,6 +535,7 @@ func TestDeviceDeploy(t *testing.T) {
 }
 
 func TestDeviceUpdate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	e.createProduct("q", "Q", nil)
@@ -573,6 +580,7 @@ func TestDeviceUpdate(t *testing.T) {
 }
 
 func TestDeviceDelete(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	e.ok("POST", "/api/device-product/p/deploy", nil, nil)
@@ -615,6 +623,7 @@ func TestDeviceDelete(t *testing.T) {
 }
 
 func TestApplyStateChanges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.createProduct("p", "P", nil)
@@ -698,6 +707,7 @@ func TestApplyStateChanges(t *testing.T) {
 // TestApplyStateChangesConcurrent: overlapping batches from two ingest
 // instances, in opposite orders, neither deadlock nor fail.
 func TestApplyStateChangesConcurrent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	if _, err := e.store.DB().Exec(`INSERT INTO devices (id, name, product_id, state)

@@ -61,6 +61,7 @@ func (e *env) exportText(qs, accept string, query any) (string, http.Header) {
 // reads them back through a CSV export, row by row against what was
 // stored: all of them, in order, with both time columns and exact values.
 func TestExportMillionValues(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("stores a million values")
 	}
@@ -133,6 +134,7 @@ func TestExportMillionValues(t *testing.T) {
 // against endpoint 14's answers, quoting, formatValue and the Accept
 // header.
 func TestExportFormats(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	now := time.Now().Truncate(time.Millisecond)
 	t0 := now.Add(-time.Hour)
@@ -247,6 +249,7 @@ func TestExportFormats(t *testing.T) {
 // Numbers stay numbers, negative ones included, and the JSON lines keep
 // every value as sent.
 func TestExportCSVFormulas(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	t0 := time.Now().Truncate(time.Second).Add(-time.Hour)
 	attacks := []string{
@@ -314,6 +317,7 @@ func TestExportCSVFormulas(t *testing.T) {
 
 // TestExportBadInput: every refusal is the envelope, before any row.
 func TestExportBadInput(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	history := func(params map[string]any) map[string]any {
 		return map[string]any{"dashboard": "device", "object": "dp", "measurement": "properties", "dimension": "history", "params": params}
@@ -353,6 +357,7 @@ func TestExportBadInput(t *testing.T) {
 // rows, leave the next one to run (a leaked slot would make it wait 2 s
 // and answer 503).
 func TestExportClientGone(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	const n = 300_000 // about 20 MB of CSV: more than the sockets' buffers hold
 	base := time.Now().Add(-time.Hour).UnixMilli()

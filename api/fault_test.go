@@ -40,6 +40,7 @@ func (b *syncBuffer) String() string {
 // server_error without internals, and recovers when it comes back. Tokens
 // and passwords never reach the log.
 func TestPostgresDown(t *testing.T) {
+	t.Parallel()
 	dsn := metatest.NewDatabase(t)
 	u, err := url.Parse(dsn)
 	if err != nil {

@@ -90,6 +90,7 @@ func (e *firmwareEnv) checkPackage(what string, r response, data []byte) firmwar
 // and renamed into place with its row; a refusal (too large, a duplicate
 // version) leaves no file; uploads at once both land.
 func TestFirmwareUploadStreamed(t *testing.T) {
+	t.Parallel()
 	e := newFirmwareEnv(t, 100_000)
 	data := bytes.Repeat([]byte("0123456789"), 10_000) // 100,000 bytes: the largest
 	onlyPackages := func(what string, want int) {
@@ -213,6 +214,7 @@ func TestFirmwareUploadStreamed(t *testing.T) {
 // routes still get their body whole and within their limit, chunked or
 // not, and the connection stays usable after one.
 func TestFirmwareStreamOtherRoutes(t *testing.T) {
+	t.Parallel()
 	e := newFirmwareEnv(t, 100_000)
 	send := func(body io.Reader) response {
 		req, _ := http.NewRequest("POST", e.base+"/api/device/instance", body)
@@ -264,6 +266,8 @@ func TestFirmwareStreamOtherRoutes(t *testing.T) {
 
 // TestFirmwareUploadMemory reports the heap allocated by one 32 MiB
 // upload (raw and multipart), server and client in this process.
+//
+// Serial: runtime.MemStats counts the allocations of every running test.
 func TestFirmwareUploadMemory(t *testing.T) {
 	e := newFirmwareEnv(t, 64<<20)
 	data := bytes.Repeat([]byte("firmware"), 4<<20) // 32 MiB

@@ -83,6 +83,7 @@ func (e *firmwareEnv) upload(q url.Values, body []byte) response {
 }
 
 func TestFirmwarePackages(t *testing.T) {
+	t.Parallel()
 	e := newFirmwareEnv(t, 100_000)
 	data := bytes.Repeat([]byte("firmware!"), 7000) // 63,000 bytes
 	sum := sha256.Sum256(data)
@@ -214,6 +215,7 @@ func TestFirmwarePackages(t *testing.T) {
 // (403), and answers ranges with 206 from the offset asked, 416 past the
 // end.
 func TestFirmwareDownload(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Registerer: reg})
 	data := make([]byte, 64<<10)
@@ -304,6 +306,7 @@ func downloadCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // 503 with Retry-After at once rather than queued for a connection until
 // it fails with a 500; once the database answers, both are answered.
 func TestFirmwareDownloadBusy(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newFirmwareEnvWith(t, 1<<20, firmware.Options{PublicURL: "http://dh.test", Lookups: 1, LookupWait: 200 * time.Millisecond, Registerer: reg})
 	data := bytes.Repeat([]byte("fw"), 1000)
@@ -385,6 +388,7 @@ func TestFirmwareDownloadBusy(t *testing.T) {
 // digest) works for its device only; a token whose digest was replaced
 // is unknown (404).
 func TestFirmwareDownloadCredentials(t *testing.T) {
+	t.Parallel()
 	e := newFirmwareEnv(t, 1<<20)
 	data := bytes.Repeat([]byte("cred"), 500)
 	var p firmware.Package
@@ -472,6 +476,7 @@ func TestFirmwareDownloadCredentials(t *testing.T) {
 // client, still sending, gets its 400 rather than a reset, and the
 // connection serves the next request.
 func TestFirmwareUploadRefusedBodyRead(t *testing.T) {
+	t.Parallel()
 	e := newFirmwareEnv(t, 16<<20)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // field, _enable/_disable, the status the owner wrote, product scoping,
 // writes audited.
 func TestForwardAPI(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, p := range []string{"fw-a", "fw-b"} {
 		e.createProduct(p, p, nil)

@@ -25,6 +25,7 @@ import (
 // nor change or reset a password (403 access_denied saying so); nothing
 // is changed, and the same calls with the login's token still work.
 func TestHardeningKeysNeverManageUsers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	victimID, _ := e.addUser("victim", meta.RoleViewer)
 	key := e.createKey(e.token, map[string]any{"name": "all", "permissions": meta.Permissions}).Key
@@ -71,6 +72,7 @@ func TestHardeningKeysNeverManageUsers(t *testing.T) {
 // token, a key, a device's secureKey) says Cache-Control: no-store, so
 // that no browser or proxy keeps it.
 func TestHardeningNoStore(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("ns", "NS", nil)
 	e.ok("POST", "/api/device/instance", map[string]any{"id": "ns-1", "name": "N", "productId": "ns"}, nil)
@@ -105,6 +107,7 @@ func TestHardeningNoStore(t *testing.T) {
 // hold is refused at creation (400 naming it), not kept to widen the key
 // silently once the user is given it.
 func TestHardeningKeyProducts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("ka", "A", nil)
 	e.createProduct("kb", "B", nil)
@@ -164,6 +167,7 @@ func rawExchange(t *testing.T, base, head string) (*http.Response, net.Conn, *bu
 // once, none of it read; Expect: 100-continue gets no 100 without a
 // live token (417, the connection closed), and a signed-in caller's does.
 func TestHardeningBodyAfterAuth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	_, viewer := e.addUser("viewer1", meta.RoleViewer)
@@ -228,6 +232,7 @@ func TestHardeningBodyAfterAuth(t *testing.T) {
 // it the other way cannot smuggle a request behind it. Plain framings
 // still work on the same connection.
 func TestHardeningFraming(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	login := `{"username":"admin","password":"admin123"}`
 	smuggled := "GET /api/authorize/me HTTP/1.1\nHost: t\nX-Access-Token: " + e.token
@@ -287,6 +292,7 @@ func TestHardeningFraming(t *testing.T) {
 // a reset ends every API key of the user as well as its tokens (a reset
 // all of them, a change all but the token that made it).
 func TestHardeningPasswords(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, c := range []struct{ username, password, want string }{
 		{"u1", strings.Repeat(" ", 8), "white space"},
@@ -365,6 +371,7 @@ func (e *env) userID(username string) string {
 // count and first and last times grow as attempts come; every attempt is
 // counted.
 func TestHardeningFailedLoginAudit(t *testing.T) {
+	t.Parallel()
 	e := newAuditEnv(t)
 	one := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}, Timeout: time.Minute}
 	defer one.CloseIdleConnections()
@@ -424,6 +431,7 @@ func TestHardeningFailedLoginAudit(t *testing.T) {
 // is served to the addresses of Options.MetricsAllow (loopback by
 // default) or with its bearer token, and to nobody else (403).
 func TestHardeningMetricsAccess(t *testing.T) {
+	t.Parallel()
 	get := func(base, auth string) testkit.Response {
 		t.Helper()
 		req, err := http.NewRequest("GET", base+"/metrics", nil)

@@ -25,6 +25,7 @@ import (
 // texts a spreadsheet takes for formulas beyond OWASP's leading = + - @:
 // those after leading spaces (ASCII, no-break) and the fullwidth forms.
 func TestHardening3ExportFormulaGuard(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	t0 := time.Now().Truncate(time.Second).Add(-time.Hour)
 	attacks := []string{" =1+1", "  @SUM(1)", "\u00a0=HYPERLINK(\"http://evil.example\")", "＝1+1", "＋1+1", "－1+1", "＠SUM(1)", "\u3000＝1"}
@@ -63,6 +64,7 @@ func TestHardening3ExportFormulaGuard(t *testing.T) {
 // Windows editors and Excel save them) imports through the console's
 // multipart upload, JSON and CSV alike.
 func TestHardening3ImportBOM(t *testing.T) {
+	t.Parallel()
 	e, _ := newBulkEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	for _, f := range []struct{ name, content, id string }{
@@ -100,6 +102,7 @@ func bigModel(n int) string {
 // asked for (?deviceMetadata=true), so that a list of devices with large
 // models answers small.
 func TestHardening3MetadataBounds(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct("p", "P", nil)
 	for i := range 20 {
@@ -240,6 +243,7 @@ func startedExport(t *testing.T, base, token string) *http.Response {
 // (429 too_many_requests for a third), while another user still gets one
 // of the instance's 4; a finished export gives its slot back.
 func TestHardening3ExportsPerUser(t *testing.T) {
+	t.Parallel()
 	e := bigExportEnv(t, 300_000)
 	if _, err := e.store.CreateUser(context.Background(), "vera", "password-vera", meta.RoleViewer); err != nil {
 		t.Fatal(err)
@@ -306,6 +310,7 @@ func cutWithin(t *testing.T, what string, res *http.Response, from time.Time, d 
 // 1 s of its user's disabling, and of its API key's revocation, like a
 // live stream; the client sees a broken transfer, never a complete file.
 func TestHardening3ExportEndsWithToken(t *testing.T) {
+	t.Parallel()
 	e := bigExportEnv(t, 300_000)
 	for _, u := range []string{"dora", "kim"} {
 		if _, err := e.store.CreateUser(context.Background(), u, "password-"+u, meta.RoleViewer); err != nil {
@@ -340,6 +345,7 @@ func TestHardening3ExportEndsWithToken(t *testing.T) {
 // theirs it comes with), another user still opens one; a closed stream
 // gives its place back.
 func TestHardening3LiveStreamsPerUser(t *testing.T) {
+	t.Parallel()
 	product := "lu" + liveSuffix()
 	dev := product + "-1"
 	var hub interface{ Subscribers() int }
@@ -391,6 +397,7 @@ func TestHardening3LiveStreamsPerUser(t *testing.T) {
 // sa is named as before, and an administrator still gets the precise
 // message.
 func TestHardening3HiddenConflicts(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	// b1 is sb's; its secureId is "b1" (the id by default). sb-login is
 	// the secureId of another device of sb.

@@ -97,6 +97,7 @@ func (s *sseStream) ended(d time.Duration) (time.Time, bool) {
 // its subscription is released when the client leaves; the line says
 // bytes -1.
 func TestHardeningAccessLogLive(t *testing.T) {
+	t.Parallel()
 	product := "al" + liveSuffix()
 	dev := product + "-1"
 	logs := &syncBuffer{}
@@ -144,6 +145,7 @@ func TestHardeningAccessLogLive(t *testing.T) {
 // every instance, and the other instance's token cache forgets the token
 // as fast; streams of other tokens go on.
 func TestHardeningLiveEndsWithToken(t *testing.T) {
+	t.Parallel()
 	product := "lt" + liveSuffix()
 	dev := product + "-1"
 	var storeA *meta.Store
@@ -254,6 +256,7 @@ func TestHardeningLiveEndsWithToken(t *testing.T) {
 // Content-Type is refused: failed guesses sent so would lock the account
 // out of its user's address.
 func TestHardeningLoginNeedsJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	post := func(contentType, body string) response {
 		t.Helper()
@@ -294,6 +297,7 @@ func TestHardeningLoginNeedsJSON(t *testing.T) {
 // 400 illegal_argument on every route, before any handler or database
 // sees them.
 func TestHardeningRequestText(t *testing.T) {
+	t.Parallel()
 	product := "rt" + liveSuffix()
 	dev := product + "-1"
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
@@ -371,6 +375,7 @@ func TestHardeningRequestText(t *testing.T) {
 // nothing. Generated keys are 128-bit random (32 hex digits), and echoing
 // the masked key back keeps the stored one.
 func TestHardeningDeviceKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("p", "P", nil)
 	conf := func(key string) map[string]any { return map[string]any{"secureKey": key} }
@@ -426,6 +431,7 @@ func TestHardeningDeviceKeys(t *testing.T) {
 // segment away); percent-encoded path parameters are decoded, on every
 // route that takes an id.
 func TestHardeningIDs(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) { deps.Models = store })
 	for _, id := range []string{".", ".."} {
 		r := e.fails("POST", "/api/device/product", map[string]any{"id": id, "name": "N", "classifiedId": "c", "modelFrom": "custom",
@@ -509,6 +515,7 @@ func liveRaw(t *testing.T, base, query string) (*net.TCPConn, *bufio.Reader) {
 // connection or only its sending side, frees its subscription and its
 // connection at once, not at the next heartbeat's failed write.
 func TestHardeningLiveClientGone(t *testing.T) {
+	t.Parallel()
 	product := "lg" + liveSuffix()
 	dev := product + "-1"
 	var hub *live.Hub
@@ -557,6 +564,7 @@ func TestHardeningLiveClientGone(t *testing.T) {
 // X-Content-Type-Options: nosniff, so that no browser reads a JSON
 // answer (which may echo client text) as HTML or script.
 func TestHardeningNosniff(t *testing.T) {
+	t.Parallel()
 	product := "ns" + liveSuffix()
 	dev := product + "-1"
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
@@ -622,6 +630,7 @@ func TestHardeningNosniff(t *testing.T) {
 // "admin" or a name starting with "$", in any case: refused with 400
 // naming configuration.secureId at create and update, and nothing changes.
 func TestHardeningReservedSecureIDs(t *testing.T) {
+	t.Parallel()
 	mo := meta.DefaultOptions()
 	mo.DSN = metatest.NewDatabase(t)
 	mo.ReservedLogins = []string{"svc-login"}

@@ -41,6 +41,7 @@ func brokerCheck(connected func() bool) func(context.Context) error {
 // while /readyz is 503 naming mqtt and mqtt_ingest down and the stores
 // up, neither needing a token; with the broker back, /readyz is 200 again.
 func TestHealthzAndReadyzFollowTheBroker(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.StartBroker(t)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ch := tsdbtest.NewDB(t, time.UTC)
@@ -119,6 +120,7 @@ func TestHealthzAndReadyzFollowTheBroker(t *testing.T) {
 // TestReadyzStoreDown: a failing store check makes /readyz 503 naming it,
 // while /healthz stays 200.
 func TestReadyzStoreDown(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
 		deps.Health["clickhouse"] = func(context.Context) error { return errors.New("connection refused") }
 	})
@@ -170,6 +172,7 @@ var preflight = map[string]string{
 // follows gets Access-Control-Allow-Origin; a preflight or request from
 // another origin gets no allow header.
 func TestCORSAllowedOrigins(t *testing.T) {
+	t.Parallel()
 	opts := api.DefaultOptions()
 	var err error
 	if opts.CORSOrigins, err = api.ParseCORSOrigins("https://console.example.com, http://localhost:3000"); err != nil {
@@ -217,6 +220,7 @@ func TestCORSAllowedOrigins(t *testing.T) {
 // response carries a CORS header, and a preflight gets no special
 // treatment: it is a request without a token like any other.
 func TestCORSNoOriginsNoHeaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	st, h := corsRequest(t, e, "OPTIONS", "/api/device-product/_query", "https://console.example.com", preflight)
 	if len(h) != 0 || st != http.StatusUnauthorized {
@@ -229,6 +233,7 @@ func TestCORSNoOriginsNoHeaders(t *testing.T) {
 }
 
 func TestParseCORSOrigins(t *testing.T) {
+	t.Parallel()
 	f := func(text string, want []string, wantErr bool) {
 		t.Helper()
 		got, err := api.ParseCORSOrigins(text)

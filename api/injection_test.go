@@ -8,6 +8,7 @@ import (
 // TestSQLInjection: injection attempts through ids, term columns, term
 // values and sort names are refused or match nothing, and change nothing.
 func TestSQLInjection(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("victim", "Victim", nil)
 	e.ok("POST", "/api/device/instance", map[string]any{"id": "victim-1", "name": "V", "productId": "victim"}, nil)

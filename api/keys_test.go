@@ -64,6 +64,7 @@ func init() {
 // loses a role, the key loses it at once; when the user is disabled, the
 // key is refused.
 func TestKeyNeverExceedsItsCreator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("kp", "Key product", nil)
 	opID, opTok := e.addUser("op", meta.RoleOperator, meta.RoleViewer)
@@ -123,6 +124,7 @@ func TestKeyNeverExceedsItsCreator(t *testing.T) {
 // refused by another on the same database within 1 s, though that one
 // had it cached; so is its live stream ended.
 func TestKeyRevokedOnEveryInstance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hub := newLiveHub(t)
 	other := serveStore(t, api.DefaultOptions(), e.store, func(d *api.Deps) { d.Live, d.LiveDevices = hub, e.store })
@@ -149,6 +151,7 @@ func TestKeyRevokedOnEveryInstance(t *testing.T) {
 // refused (403) wherever it lacks the permission, and limited to its
 // products when it names some.
 func TestKeyWithFewerPermissions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("fa", "Product A", nil)
 	e.createProduct("fb", "Product B", nil)
@@ -210,6 +213,7 @@ func TestKeyWithFewerPermissions(t *testing.T) {
 // TestKeyExpires: a key past its expiry is 401, though it was cached; a
 // key cannot be made already expired.
 func TestKeyExpires(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.fails("POST", "/api/user/key", map[string]any{"name": "old", "permissions": []string{"device:read"}, "expiresAt": time.Now().Add(-time.Minute).UnixMilli()}, 400, "illegal_argument")
 	expires := time.Now().Add(3 * time.Second)
@@ -230,6 +234,7 @@ func TestKeyExpires(t *testing.T) {
 // no listing; a user lists and revokes only its own keys, an
 // administrator anyone's; the last use is shown.
 func TestKeyListings(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, annTok := e.addUser("ann", meta.RoleViewer)
 	_, bobTok := e.addUser("bob", meta.RoleViewer)

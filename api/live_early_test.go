@@ -19,6 +19,7 @@ import (
 // a message that fails to decode never shows, not even the values before
 // its error.
 func TestLiveBeforeStorage(t *testing.T) {
+	t.Parallel()
 	product := "lb" + liveSuffix()
 	dev := product + "-1"
 	ch := tsdbtest.NewDB(t, time.UTC)

@@ -240,6 +240,7 @@ func liveQuery(token string, devices []string, props ...string) string {
 // devices and properties only; the token works as header and as query
 // parameter.
 func TestLiveValuesAndState(t *testing.T) {
+	t.Parallel()
 	product := "lp" + liveSuffix()
 	d1, d2 := product+"-1", product+"-2"
 	ch := tsdbtest.NewDB(t, time.UTC)
@@ -353,6 +354,7 @@ func liveRefused(t *testing.T, e *env, name, query, token string, status int, co
 // TestLiveRefusals: every refusal comes before the stream, as the usual
 // envelope; each case would open a stream without its rule.
 func TestLiveRefusals(t *testing.T) {
+	t.Parallel()
 	product := "lr" + liveSuffix()
 	var ids []string
 	for i := range 101 { // of 64 characters: 100 of them and 100 properties fit the request head
@@ -436,6 +438,7 @@ func stallConn(t *testing.T, base, query string) net.Conn {
 // skipped event counting the rest and the newest events, at most a
 // queue's worth: nothing is lost without being counted.
 func TestLiveStalledSubscriber(t *testing.T) {
+	t.Parallel()
 	const (
 		n          = 3000
 		queueBytes = 512 << 10 // room for a flush's worth for the reader
@@ -534,6 +537,7 @@ func TestLiveStalledSubscriber(t *testing.T) {
 // a subscriber of instance b, which does not ingest, through the
 // PostgreSQL bus; b's own presence view gives the state changes.
 func TestLiveAcrossInstances(t *testing.T) {
+	t.Parallel()
 	product := "lx" + liveSuffix()
 	dev := product + "-1"
 	ch := tsdbtest.NewDB(t, time.UTC)
@@ -569,6 +573,7 @@ func TestLiveAcrossInstances(t *testing.T) {
 // TestLivePing: the stream starts with a comment, so the client sees it
 // open at once (the 15 s heartbeat is the same comment).
 func TestLivePing(t *testing.T) {
+	t.Parallel()
 	product := "lq" + liveSuffix()
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
 		addLiveDevices(t, store, product, product+"-1")

@@ -8,6 +8,7 @@ import (
 // TestHTTPMetricsLabels: each request is counted, and its latency
 // observed, under its route pattern, method and status label "code".
 func TestHTTPMetricsLabels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.ok("GET", "/api/authorize/me", nil, nil)
 	e.fails("GET", "/api/device-product/missing-1", nil, 404, "not_found")

@@ -16,6 +16,7 @@ import (
 // total's bound (1,000), which is read page by page in the database's
 // order.
 func TestNaturalOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("nat", "Natural", nil)
 	ids := []string{"dev-10", "Dev-3", "dev-2", "dev-1", "dev-3", "DEV-20", "dev-02", "dev-1a"}

@@ -15,6 +15,7 @@ import (
 // epoch ms; history items name the zone; /api/settings says it; format
 // writes zone letters.
 func TestDashboardTimeZoneInTheOpen(t *testing.T) {
+	t.Parallel()
 	e, db := dashEnv(t)
 	at := time.Date(2024, 3, 10, 9, 30, 0, 0, shanghai)
 	if err := db.Insert(t.Context(), []tsdb.Message{{Time: at, ProductID: "dp", DeviceID: "dd", Direction: "up",
@@ -58,6 +59,7 @@ func TestDashboardTimeZoneInTheOpen(t *testing.T) {
 // does not exist is not_found (as a property query of it is), and a
 // parameter no query has is 400 naming it, on both decoding paths.
 func TestDashboardWhatDoesNotExist(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	count := func(params map[string]any) map[string]any {
 		return map[string]any{"dashboard": "device", "object": "message", "measurement": "quantity", "dimension": "agg", "group": "g", "params": params}
@@ -84,6 +86,7 @@ func TestDashboardWhatDoesNotExist(t *testing.T) {
 // whether the device is connected: an empty answer would read as "no
 // value yet".
 func TestReadUndeclaredProperty(t *testing.T) {
+	t.Parallel()
 	e, _ := dashEnv(t)
 	r := e.fails("GET", "/api/device/standard/dd/property/nosuch", nil, http.StatusBadRequest, "illegal_argument")
 	if !strings.Contains(r.Message, "property") || !strings.Contains(r.Message, `"nosuch"`) {
@@ -101,6 +104,7 @@ func TestReadUndeclaredProperty(t *testing.T) {
 // TestAllowedColumnsWhole: an unknown column or sort is answered with
 // every column allowed in the result, where the message is cut.
 func TestAllowedColumnsWhole(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, c := range []struct {
 		path string

@@ -21,6 +21,7 @@ import (
 // and dead letters, channels changed only on every product, writes
 // audited.
 func TestNotifyAPI(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var mu sync.Mutex
 	status := http.StatusNotFound

@@ -47,6 +47,7 @@ type outsideItem struct {
 // "boost"), a string for a float (target "hot"); the value that fits is
 // the sign that the message is stored.
 func TestOutsideModelPolicy(t *testing.T) {
+	t.Parallel()
 	var reg prometheus.Registerer
 	var store *meta.Store
 	ch := tsdbtest.NewDB(t, time.UTC)

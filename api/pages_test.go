@@ -16,6 +16,7 @@ import (
 // product counts answer), the last page for a pageIndex past the end,
 // and illegal_argument for bad bodies.
 func TestListTotals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	if _, err := e.store.DB().Exec(`INSERT INTO devices (id, name, product_id, secure_id, create_time)
@@ -104,6 +105,7 @@ func TestListTotals(t *testing.T) {
 // reads: at once when it goes through this server, within a second when
 // another instance (here: SQL on its own connection) commits it.
 func TestListsShowWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("meter", "Meter", nil)
 	names := func() string {

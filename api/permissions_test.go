@@ -165,6 +165,7 @@ var walkBodies = map[string]string{
 // that permission, 401 when disabled, and 404 not_found for the objects
 // of a product outside its own.
 func TestEveryRouteDeclaresAccess(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) { deps.Models, deps.LiveDevices = store, store })
 	for _, p := range []string{walkInside, walkOutside} {
 		e.createProduct(p, p, nil)
@@ -293,6 +294,7 @@ func TestEveryRouteDeclaresAccess(t *testing.T) {
 // permissions each grants, as {text, value}; the administrator holds
 // every permission, and /api/authorize/me says what the caller holds.
 func TestBuiltinRoles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var page struct {
 		Data []struct {
@@ -336,6 +338,7 @@ func TestBuiltinRoles(t *testing.T) {
 // secrets; an operator writes devices but sees no secret, neither the
 // generated one at creation nor one it would choose.
 func TestViewerAndOperatorLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct("lim", "Limits", nil)
 	e.ok("POST", "/api/device-product/lim/deploy", nil, nil)

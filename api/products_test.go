@@ -15,6 +15,7 @@ type productPage struct {
 }
 
 func TestProductLifecycle(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 
 	// Create with a generated id and the documented defaults.
@@ -131,6 +132,7 @@ func TestProductLifecycle(t *testing.T) {
 }
 
 func TestProductQuery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for i := 0; i < 30; i++ {
 		dt := []string{"device", "gateway", "childrenDevice"}[i%3]
@@ -185,6 +187,7 @@ func TestProductQuery(t *testing.T) {
 }
 
 func TestRoleQuery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, r := range []struct{ id, name string }{{"operator", "Operator"}, {"viewer", "Viewer"}} {
 		if _, err := e.store.DB().Exec(`INSERT INTO roles (id, name, description) VALUES ($1, $2, 'x') ON CONFLICT (id) DO NOTHING`, r.id, r.name); err != nil {

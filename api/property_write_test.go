@@ -208,6 +208,7 @@ func (d *testDevice) received() []shadowMsg {
 // let be written, a value not of its type and an offline device are
 // refused, and nothing reaches the device.
 func TestWriteProperties(t *testing.T) {
+	t.Parallel()
 	le := newLinkEnv(t, nil)
 	le.addDevice("w1")
 	le.addDevice("w2") // never connects

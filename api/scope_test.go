@@ -115,6 +115,7 @@ func pageIDs(t *testing.T, raw json.RawMessage) (ids []string, total int) {
 
 // TestScopeReads: lists, counts, details, guessed ids.
 func TestScopeReads(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	list := func(path, body string) ([]string, int) {
 		t.Helper()
@@ -175,6 +176,7 @@ func TestScopeReads(t *testing.T) {
 // TestScopeWrites: no write reaches sb or its devices, and none moves a
 // device there; bulk rows name them as unknown.
 func TestScopeWrites(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	e.hidden(e.alice, "POST", "/api/device/instance", `{"id":"new-b","name":"N","productId":"sb"}`, "sb")
 	e.okAs(e.alice, "POST", "/api/device/instance", `{"id":"new-a","name":"N","productId":"sa"}`, nil)
@@ -248,6 +250,7 @@ func mustJSONText(t *testing.T, v any) string {
 // TestScopeCommandsAndLive: commands and live streams to sb's devices
 // are refused as to devices that do not exist.
 func TestScopeCommandsAndLive(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	e.hidden(e.alice, "GET", "/api/device/standard/b1/property/temp", nil, "b1")
 	e.hidden(e.alice, "POST", "/api/device/instance/b1/properties/_read", `["temp"]`, "b1")
@@ -295,6 +298,7 @@ func TestScopeCommandsAndLive(t *testing.T) {
 // products' only; a named product, or a device, outside is not_found, in
 // endpoint 14 and in exports.
 func TestScopeDashboard(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	now := time.Now().UTC()
 	var msgs []tsdb.Message
@@ -420,6 +424,7 @@ func TestScopeDashboard(t *testing.T) {
 // TestScopeRoleChange: a change of a role's products reaches its users'
 // next requests within 1 s (the token cache hears it), both ways.
 func TestScopeRoleChange(t *testing.T) {
+	t.Parallel()
 	e := newScopeEnv(t)
 	devices := func() []string {
 		t.Helper()

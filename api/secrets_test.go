@@ -9,6 +9,7 @@ import (
 // a stored secureKey, but the one that creates the device and the one that
 // rotates its key.
 func TestSecureKeyMasked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var bodies, shown []string
 	show := func(r response) {

@@ -166,6 +166,7 @@ func (d *testDevice) askShadow(id string) ([]shadowMsg, shadowMsg) {
 // version. Then again across a restart of ingest: a device that connects
 // while devicehub is down gets its delta once devicehub is back.
 func TestShadowOfflineDevice(t *testing.T) {
+	t.Parallel()
 	se := newShadowEnv(t)
 	se.addDeployed("s1")
 	for i, body := range []string{
@@ -231,6 +232,7 @@ func TestShadowOfflineDevice(t *testing.T) {
 // TestShadowVersionConflict: a change conditional on a version the shadow
 // no longer has is 409 version_conflict and changes nothing.
 func TestShadowVersionConflict(t *testing.T) {
+	t.Parallel()
 	se := newShadowEnv(t)
 	se.addDeployed("v1")
 	// No shadow yet: only version 0 (or none) may be named.
@@ -273,6 +275,7 @@ func TestShadowVersionConflict(t *testing.T) {
 // TestShadowDeltaEmpties: the delta holds the desired properties whose
 // reported value differs, and empties once the device reports them.
 func TestShadowDeltaEmpties(t *testing.T) {
+	t.Parallel()
 	se := newShadowEnv(t)
 	se.addDeployed("r1")
 	dev := connectTestDevice(t, se.broker.URL(), se.product, "r1", se.gateway)
@@ -325,6 +328,7 @@ func TestShadowDeltaEmpties(t *testing.T) {
 // TestShadowBulk: one bulk change reaches every device of a product, each
 // with its own version, and each device is sent its delta.
 func TestShadowBulk(t *testing.T) {
+	t.Parallel()
 	se := newShadowEnv(t)
 	const n = 10000 // the issue's size: one bulk call, every device its delta
 	devices := make([]map[string]any, n)
@@ -410,6 +414,7 @@ func TestShadowBulk(t *testing.T) {
 // pool, and is offline while its desired state changes three times, gets
 // one delta with the last version when it connects to another broker.
 func TestShadowBrokerPool(t *testing.T) {
+	t.Parallel()
 	a, b := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
 	se := newShadowEnvPool(t, []*mqtttest.Broker{a, b})
 	gwB := mqtttest.Gateway(t, b.URL())
@@ -437,6 +442,7 @@ func TestShadowBrokerPool(t *testing.T) {
 // type, a desired property since taken out of the model); values that fit
 // are not, and devices are sent their shadow unmarked.
 func TestShadowReportedOutsideModel(t *testing.T) {
+	t.Parallel()
 	se := newShadowEnv(t)
 	se.addDeployed("om1")
 	se.ok("PUT", "/api/device/instance/om1/shadow", `{"desired":{"fan":2,"target":21.5}}`, nil)

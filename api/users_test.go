@@ -22,6 +22,7 @@ type userJSON struct {
 }
 
 func TestUserAdministration(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// Creation: checked input; the password never comes back.
 	e.fails("POST", "/api/user", map[string]any{"username": "ann", "password": "short", "roles": []string{"viewer"}}, 400, "illegal_argument")
@@ -105,6 +106,7 @@ func TestUserAdministration(t *testing.T) {
 // TestOperatorCannotManageUsers: no user:admin, no user endpoint but
 // one's own password; and no way to raise one's own roles.
 func TestOperatorCannotManageUsers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	opID, opTok := e.addUser("op", meta.RoleOperator)
 	for _, c := range []struct {
@@ -143,6 +145,7 @@ func TestOperatorCannotManageUsers(t *testing.T) {
 // change is announced like an ended token (migration 00011), and the
 // permissions are read again.
 func TestRoleChangeWithinOneSecond(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	opts := api.DefaultOptions()
 	if opts.TokenCacheTTL < 5*time.Second {
@@ -208,6 +211,7 @@ func TestRoleChangeWithinOneSecond(t *testing.T) {
 // TestLastAdministrator: no deletion, disabling or change of roles may
 // leave no enabled user holding user:admin.
 func TestLastAdministrator(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, c := range []struct {
 		method, path string
@@ -243,6 +247,7 @@ func TestLastAdministrator(t *testing.T) {
 // API of one instance loses its tokens and live streams on both within
 // 1 s; a role change that takes device:read ends its streams too.
 func TestDisabledUserEndsEverywhere(t *testing.T) {
+	t.Parallel()
 	const product, dev = "uend", "uend-1"
 	var hubA = newLiveHub(t)
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {

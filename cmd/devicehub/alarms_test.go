@@ -72,6 +72,7 @@ func (s *server) alarmRecords(t *testing.T, token string) ([]alarmRecord, error)
 // above the threshold: none lost, none doubled. The alarm transitions,
 // and an acknowledgement by hand, reach /api/live on the other instance.
 func TestAlarmsSIGKILL(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "alarms")

@@ -28,6 +28,7 @@ const ruleModel = `{"properties":[` +
 // is wider than the window. A viewer (alarm:read, no rule:write) sees the
 // rules and the editor without a button that writes.
 func TestConsoleAlarmRulesInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consolerules")
 	srv, suffix, token := own.server, own.suffix, own.token

@@ -15,6 +15,7 @@ import (
 // threshold; the console's Alarms page lists the alarm, its device page
 // shows it, and the page acknowledges and clears it with comments.
 func TestConsoleAlarmsInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consolealarms")
 	srv, suffix, token := own.server, own.suffix, own.token

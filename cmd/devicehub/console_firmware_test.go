@@ -24,6 +24,7 @@ import (
 // use is refused deletion (the server's message shown). At 420 px both
 // pages fit.
 func TestConsoleFirmwareInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consolefirmware", "DEVICEHUB_FIRMWARE_DIR="+t.TempDir())
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token

@@ -26,6 +26,7 @@ import (
 // disable, enable, edit and delete work from the list; at 420 px the page
 // fits.
 func TestConsoleForwardInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	var mu sync.Mutex
 	var lines []map[string]any

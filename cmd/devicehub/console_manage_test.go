@@ -31,6 +31,8 @@ import (
 // bucket read on the platform's clock, labelled. The device list is in
 // the server's order. At 420 px nothing overflows horizontally. A viewer
 // sees none of the buttons.
+//
+// Serial: t.Setenv (the browser's TZ) is the whole process's.
 func TestConsoleManageInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	own := startOwn(t, "consolemanage", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms", "DEVICEHUB_TIMEZONE=Asia/Kolkata")

@@ -27,6 +27,7 @@ import (
 // subscription names it (the server's 409 shown), and deleted after it.
 // At 420 px the pages fit; an operator (no notify:admin) has none of them.
 func TestConsoleNotifyInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	var status atomic.Int32
 	status.Store(http.StatusNotFound)

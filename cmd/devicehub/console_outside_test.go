@@ -19,6 +19,7 @@ import (
 // marked not_in_enum and the declared, fitting value is not; the product
 // page shows the product's outsideModelPolicy and changes it.
 func TestConsoleOutsideModelInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consoleoutside", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
 	srv, suffix, token := own.server, own.suffix, own.token

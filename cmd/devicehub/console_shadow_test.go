@@ -20,6 +20,7 @@ import (
 // once the device reports it, the page shows it applied; "Write now"
 // writes the property and shows the device took it.
 func TestConsoleShadow(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consoleshadow", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token

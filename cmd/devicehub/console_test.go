@@ -36,6 +36,7 @@ import (
 // test) installs it. DEVICEHUB_CONSOLE_SCREENSHOTS=<dir> saves a
 // screenshot of each page there.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "console", "DEVICEHUB_INGEST_FLUSH_INTERVAL=100ms")
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token

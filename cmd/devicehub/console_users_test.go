@@ -21,6 +21,7 @@ import (
 // signs in; it makes an API key, whose secret is shown once and works,
 // and revokes it: the key is refused within 1 s.
 func TestConsoleUsersInBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := findChromium(t)
 	own := startOwn(t, "consoleusers")
 	srv, suffix, token := own.server, own.suffix, own.token

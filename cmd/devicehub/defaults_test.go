@@ -13,6 +13,7 @@ import (
 // TestWarnDefaultAdmin: while the admin's password is the development
 // default, every start logs a warning saying so; once it is changed, none.
 func TestWarnDefaultAdmin(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := metatest.NewStore(t) // the admin, with admin123
 	var buf bytes.Buffer

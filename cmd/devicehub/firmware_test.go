@@ -383,6 +383,7 @@ func TestFirmwareRollout1000(t *testing.T) {
 // refused to another device; and 20% failing devices abort a rollout at
 // its threshold, before the rest are started.
 func TestFirmwareRules(t *testing.T) {
+	t.Parallel()
 	srv := startOwn(t, "fwrules", "DEVICEHUB_FIRMWARE_DIR="+t.TempDir())
 	product := "fwr" + srv.suffix
 	fwProduct(t, srv, product)
@@ -504,6 +505,7 @@ func TestFirmwareRules(t *testing.T) {
 // claims UPDATED, one that stalls once (timed out, retried), one whose
 // hash is wrong, and one offline until the others are done.
 func TestFirmwareDevices(t *testing.T) {
+	t.Parallel()
 	srv := startOwn(t, "fwdev", "DEVICEHUB_FIRMWARE_DIR="+t.TempDir())
 	product := "fwd" + srv.suffix
 	fwProduct(t, srv, product)

@@ -30,6 +30,7 @@ import (
 // again flagged DUP: at most the restarted server's
 // devicehub_forward_redelivered_total).
 func TestForwardSigkill(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	type line struct {
 		RuleID    string `json:"ruleId"`

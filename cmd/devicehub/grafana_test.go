@@ -195,6 +195,7 @@ var scrapeLabels = map[string]bool{"instance": true, "job": true}
 // the server. The log is JSON lines with an access line per request and no
 // token.
 func TestGrafanaDashboardMetrics(t *testing.T) {
+	t.Parallel()
 	queries := grafanaQueries(t, "grafana-dashboard.json")
 	own := startOwn(t, "grafana", "DEVICEHUB_LOG_FORMAT=json", "DEVICEHUB_ACCESS_LOG=true", "DEVICEHUB_LOG_LEVEL=info")
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token

@@ -34,6 +34,7 @@ import (
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 func TestSigtermDrains(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
 	const shutdownTimeout = 10 * time.Second
@@ -111,15 +112,33 @@ func TestSigtermDrains(t *testing.T) {
 }
 
 // testEnv is the environment of a binary under test: a PostgreSQL
-// database of its own, ClickHouse database chDB (the server creates it;
-// tsdbtest.OpenDB drops it), the broker at brokerURL and admin password
-// admin123. Names end in suffix, random.
+// database of its own, already migrated with the admin (a copy of
+// metatest's template: the server's migrations find nothing to do),
+// ClickHouse database chDB (the server creates it; tsdbtest.OpenDB drops
+// it), the broker at brokerURL and admin password admin123. Names end in
+// suffix, random.
 func testEnv(t *testing.T, brokerURL, name string) (env []string, chDB, suffix string) {
+	t.Helper()
+	return testEnvOn(t, metatest.NewMigratedDatabase(t), brokerURL, name)
+}
+
+// firstStartEnv is testEnv on an empty PostgreSQL database: the server
+// migrates it and creates the admin, as on a new user's first start.
+func firstStartEnv(t *testing.T, brokerURL, name string) (env []string, chDB, suffix string) {
+	t.Helper()
+	return testEnvOn(t, metatest.NewDatabase(t), brokerURL, name)
+}
+
+// testEnvOn is testEnv on the PostgreSQL database at dsn. The server's
+// pool is 8 connections, as metatest's stores: binaries run in parallel,
+// and PostgreSQL's max_connections (100 by default) is shared by them all.
+func testEnvOn(t *testing.T, dsn, brokerURL, name string) (env []string, chDB, suffix string) {
 	t.Helper()
 	suffix = randHex()
 	chDB = "devicehub_" + name + "_test_" + suffix
 	env = append(os.Environ(),
-		"DEVICEHUB_POSTGRES_DSN="+metatest.NewDatabase(t),
+		"DEVICEHUB_POSTGRES_DSN="+dsn,
+		"DEVICEHUB_POSTGRES_MAX_CONNS=8",
 		"DEVICEHUB_CLICKHOUSE_DB="+chDB,
 		"DEVICEHUB_MQTT_URL="+brokerURL,
 		"DEVICEHUB_MQTT_CLIENT_ID="+name+"-test-"+suffix,

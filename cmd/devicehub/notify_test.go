@@ -25,6 +25,7 @@ import (
 // delivered before it is sent: an alarm's later notification overtook
 // an earlier one.)
 func TestNotifySigkill(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	type hit struct {
 		key, body string

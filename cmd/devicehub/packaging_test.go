@@ -85,6 +85,7 @@ func readDockerfile(t *testing.T, path string) []dockerStage {
 // The final stage copies that binary, runs it as a non-root user, and sets
 // only variables devicehub has.
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	stages := readDockerfile(t, "Dockerfile")
 	if len(stages) < 2 {
 		t.Fatalf("want a multi-stage build, got %d stages", len(stages))

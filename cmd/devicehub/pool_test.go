@@ -36,6 +36,7 @@ import (
 //     A are still stored, and a deploy answers 503 broker_timeout; B back,
 //     it gets the full sync: the device deployed meanwhile connects there.
 func TestBrokerPool(t *testing.T) {
+	t.Parallel()
 	a, b := mqtttest.StartBroker(t), mqtttest.StartBroker(t)
 	e := &trustEnv{t: t, broker: a, bin: testkit.Devicehub(t)}
 	e.start("pool", a.URL()+","+b.URL(), "DEVICEHUB_LOGIN_WAIT=2s")

@@ -20,6 +20,7 @@ import (
 // an offlineTime, the onlineTime kept. /metrics follows the presence view
 // (devicehub_devices_online) and shows the command metrics.
 func TestPresenceThroughHTTP(t *testing.T) {
+	t.Parallel()
 	own := startOwn(t, "presence")
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "pp"+suffix, "pd"+suffix

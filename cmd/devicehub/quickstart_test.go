@@ -67,6 +67,7 @@ var quickStartSteps = []quickStartStep{
 // two commands set API and MQTT_PORT to make run's addresses; the test sets
 // them to its own, and no other command may name those addresses.
 func TestQuickStart(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "sed", "mosquitto_pub"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed", tool)
@@ -91,7 +92,7 @@ func TestQuickStart(t *testing.T) {
 
 	broker := mqtttest.StartBroker(t)
 	bin := testkit.Devicehub(t)
-	env, chDB, _ := testEnv(t, broker.URL(), "quickstart")
+	env, chDB, _ := firstStartEnv(t, broker.URL(), "quickstart") // a new user's first start
 	srv := startServer(t, bin, env, "quickstart")
 	tsdbtest.OpenDB(t, chDB, nil) // dropped at the end, after the server stops
 	t.Cleanup(func() {

@@ -23,6 +23,7 @@ import (
 // counted), while the ingest pipeline is not built: no devicehub_ingest_*
 // metric is registered and /readyz checks no ingest connection.
 func TestAPIOnlyInstance(t *testing.T) {
+	t.Parallel()
 	own := startOwn(t, "apionly", "DEVICEHUB_ROLES=api")
 	srv, broker, suffix, token := own.server, own.broker, own.suffix, own.token
 	product, device := "ap"+suffix, "ad"+suffix

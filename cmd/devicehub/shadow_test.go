@@ -25,6 +25,7 @@ import (
 // is stopped, gets one delta with the last values and version once
 // devicehub is back (its birth waited in ingest's broker session).
 func TestShadowAcrossRestart(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.StartBroker(t)
 	env, chDB, suffix := testEnv(t, broker.URL(), "shadow")
 	bin := testkit.Devicehub(t)

@@ -192,6 +192,7 @@ func waitLost(t *testing.T, lost chan struct{}, what string) {
 // is the broker's, with the logins and rights devicehub keeps in its own
 // broker plugin (ingest/devauth).
 func TestDeviceTrust(t *testing.T) {
+	t.Parallel()
 	e := newTrustEnv(t)
 	url := e.broker.URL()
 	a, b := e.newDevice("ta-"+randHex()), e.newDevice("tb-"+randHex())
