@@ -506,10 +506,12 @@ const dailyMV = "device_message_daily_mv"
 // inserted by another process while this runs may be counted twice or not
 // at all, so change the zone with ingest stopped.
 func (db *DB) checkDailyZone(ctx context.Context, stmts []string) error {
+	// SHOW CREATE TABLE reads this view's definition only: a query of
+	// system.tables' create_table_query reads every table's, and fails
+	// (UNKNOWN_TABLE) when another instance's Open drops a table of the
+	// database meanwhile (the conversion's record table, TestCluster).
 	var create string
-	err := db.conn.QueryRow(ctx,
-		"SELECT create_table_query FROM system.tables WHERE database = ? AND name = ?",
-		db.opt.Database, dailyMV).Scan(&create)
+	err := db.conn.QueryRow(ctx, "SHOW CREATE TABLE `"+db.opt.Database+"`."+dailyMV).Scan(&create)
 	if err != nil {
 		return fmt.Errorf("tsdb: read %s definition: %w", dailyMV, err)
 	}
