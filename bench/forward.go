@@ -217,13 +217,12 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.childDefaults()
+	run, err := p.withBroker(ctx, "forward")
 	res.Params = p
-	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "forward")
 	if err != nil {
 		return res, err
 	}
-	defer cleanup()
+	defer run.cleanup()
 
 	rcv := &fwdReceiver{devices: p.Devices, next: make([]int64, p.Devices), alarmAt: map[string]time.Time{},
 		alarmGot: map[string]time.Time{}}
@@ -237,9 +236,9 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	hook := "http://" + ln.Addr().String()
 
 	p.Logf("forward: starting devicehub (api, ingest) on a private broker")
-	args := append([]string{"-forward-dir", tmp + "/spool", "-forward-spool-bytes", "8GiB"}, p.ServerArgs...)
-	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: broker.url(), Roles: "api,ingest", Args: args, Conns: 4})
+	args := append([]string{"-forward-dir", run.tmp + "/spool", "-forward-spool-bytes", "8GiB"}, p.ServerArgs...)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: run.bin, LogDir: run.tmp, DB: run.db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: run.broker.url(), Roles: "api,ingest", Args: args, Conns: 4})
 	if err != nil {
 		return res, err
 	}
@@ -282,11 +281,11 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	}
 
 	// The private broker goes with its logins: no removal.
-	gw, _, err := newGateway(ctx, broker.url())
+	gw, _, err := newGateway(ctx, run.broker.url())
 	if err != nil {
 		return res, err
 	}
-	pub, err := mqttConnect(broker.url(), "bench-pub-"+randHex(4), true, gw)
+	pub, err := mqttConnect(run.broker.url(), "bench-pub-"+randHex(4), true, gw)
 	if err != nil {
 		return res, err
 	}
@@ -380,7 +379,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 		}
 	}
 
-	commits, err := watchCommits(db.dsn())
+	commits, err := watchCommits(run.db.dsn())
 	if err != nil {
 		return res, err
 	}
@@ -411,7 +410,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	rcv.mu.Unlock()
 	res.AlarmP50Ms, res.AlarmP99Ms, res.AlarmMaxMs = al.P50Ms, al.P99Ms, al.MaxMs
 	at, whole := commits.close()
-	if res.AlarmSplit, err = splitAlarms(ctx, db.dsn(), pubAt, gotAt, at, whole); err != nil {
+	if res.AlarmSplit, err = splitAlarms(ctx, run.db.dsn(), pubAt, gotAt, at, whole); err != nil {
 		return res, err
 	}
 	p.Logf("forward: alarms %s", res.AlarmSplit)
