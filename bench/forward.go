@@ -515,7 +515,8 @@ type AlarmSplit struct {
 	PublishToCommit Span   `json:"publishToCommit"`
 	CommitToWebhook Span   `json:"commitToWebhook"`
 	// The stretches within those two: published -> the evaluator received
-	// the report (the transition's time: its arrival) -> its write's
+	// the report (the transition's time: its arrival, to the millisecond
+	// below, so a few are slightly negative) -> its write's
 	// transaction began (the outbox row's create_time, now()) -> committed
 	// -> the dispatcher's transaction that sent it began (done_time,
 	// now()) -> the webhook received it.
