@@ -268,3 +268,22 @@ func (c *ChildParams) prepareBroker(ctx context.Context, name string) (tmp, bin 
 	}
 	return tmp, bin, db, broker, func() { broker.stop(); drop() }, nil
 }
+
+// brokerChild is what a scenario with a devicehub child on a private
+// broker runs on (prepareBroker's): the work folder, the binary, the
+// database, the broker; cleanup removes them.
+type brokerChild struct {
+	tmp, bin string
+	db       *pgDatabase
+	broker   *fleetBroker
+	cleanup  func()
+}
+
+// withBroker fills c's defaults (childDefaults), then prepares a devicehub
+// child on a private broker (prepareBroker). c's defaults are filled even
+// when it fails.
+func (c *ChildParams) withBroker(ctx context.Context, name string) (b brokerChild, err error) {
+	c.childDefaults()
+	b.tmp, b.bin, b.db, b.broker, b.cleanup, err = c.prepareBroker(ctx, name)
+	return b, err
+}

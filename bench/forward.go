@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -18,6 +20,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"devicehub/ingest/wire"
+	"devicehub/meta"
 )
 
 // ForwardParams configure RunForward. Zero fields take the defaults noted.
@@ -66,22 +69,24 @@ type ForwardResult struct {
 	Requests   int64   `json:"requests"`
 	// Alarm raised (the report published) -> the notification's webhook
 	// request received, during the steady phase.
-	AlarmsRaised    int     `json:"alarmsRaised"`
-	AlarmsNotified  int     `json:"alarmsNotified"`
-	AlarmP50Ms      float64 `json:"alarmP50Ms"`
-	AlarmP99Ms      float64 `json:"alarmP99Ms"`
-	AlarmMaxMs      float64 `json:"alarmMaxMs"`
-	DevicehubCPU    float64 `json:"devicehubCpuSeconds"`
-	DevicehubPeakMB float64 `json:"devicehubPeakRssMb"`
+	AlarmsRaised   int     `json:"alarmsRaised"`
+	AlarmsNotified int     `json:"alarmsNotified"`
+	AlarmP50Ms     float64 `json:"alarmP50Ms"`
+	AlarmP99Ms     float64 `json:"alarmP99Ms"`
+	AlarmMaxMs     float64 `json:"alarmMaxMs"`
+	// AlarmSplit divides those latencies at the commit of the alarm.
+	AlarmSplit      AlarmSplit `json:"alarmSplit"`
+	DevicehubCPU    float64    `json:"devicehubCpuSeconds"`
+	DevicehubPeakMB float64    `json:"devicehubPeakRssMb"`
 }
 
 func (r ForwardResult) String() string {
 	return fmt.Sprintf("forward: %d reports/s offered to %d devices; steady %.0fs: ingest %.0f msg/s, webhook lag p50 %.0f ms p99 %.0f ms max %.0f ms; "+
 		"sink down %.0fs: ingest %.0f msg/s (%.3fx), spool %.0f MB, lag %.0f s at its end; caught up in %.1f s; %d published, %d delivered, %d missing, %d out of order, %d repeats, %.0f dropped; "+
-		"alarms %d raised, %d notified, p50 %.0f ms p99 %.0f ms max %.0f ms",
+		"alarms %d raised, %d notified, p50 %.0f ms p99 %.0f ms max %.0f ms; %s",
 		r.Params.Rate, r.Params.Devices, r.Steady.Seconds, r.Steady.IngestRate, r.Steady.LagP50Ms, r.Steady.LagP99Ms, r.Steady.LagMaxMs,
 		r.Outage.Seconds, r.Outage.IngestRate, r.IngestRatio, r.Outage.EndSpoolBytes/1e6, r.Outage.EndLagSeconds, r.CatchUpMs/1000,
-		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.AlarmP50Ms, r.AlarmP99Ms, r.AlarmMaxMs)
+		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.AlarmP50Ms, r.AlarmP99Ms, r.AlarmMaxMs, r.AlarmSplit)
 }
 
 // Figures are the result's report lines.
@@ -94,6 +99,8 @@ func (r ForwardResult) Figures() []Figure {
 		{Name: "messages never delivered" + n, Value: float64(r.Missing), Unit: "messages", Target: "0"},
 		{Name: "catch-up after the outage" + n, Value: r.CatchUpMs, Unit: "ms"},
 		{Name: "alarm raised -> webhook received p99 (under the same load)", Value: r.AlarmP99Ms, Unit: "ms", Target: "<= 200"},
+		{Name: "alarm: report published -> alarm committed p99", Value: r.AlarmSplit.PublishToCommit.P99Ms, Unit: "ms"},
+		{Name: "alarm: committed -> webhook received p99", Value: r.AlarmSplit.CommitToWebhook.P99Ms, Unit: "ms"},
 	}
 }
 
@@ -112,6 +119,7 @@ type fwdReceiver struct {
 	lags       []int32 // ms, of first arrivals while recording
 	recording  bool
 	alarmAt    map[string]time.Time // device -> when its alarm's report was published
+	alarmGot   map[string]time.Time // device -> when its first notification arrived
 	alarmLags  []float64
 }
 
@@ -125,9 +133,11 @@ func (r *fwdReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		_ = json.Unmarshal(body, &n)
 		dev, _ := n.Alarm["deviceId"].(string)
 		r.mu.Lock()
-		if at, ok := r.alarmAt[dev]; ok {
-			r.alarmLags = append(r.alarmLags, float64(now.Sub(at).Microseconds())/1000)
-			delete(r.alarmAt, dev)
+		if _, again := r.alarmGot[dev]; !again {
+			if at, ok := r.alarmAt[dev]; ok {
+				r.alarmLags = append(r.alarmLags, float64(now.Sub(at).Microseconds())/1000)
+				r.alarmGot[dev] = now
+			}
 		}
 		r.mu.Unlock()
 		return
@@ -207,15 +217,15 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
 	}
-	p.childDefaults()
+	run, err := p.withBroker(ctx, "forward")
 	res.Params = p
-	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "forward")
 	if err != nil {
 		return res, err
 	}
-	defer cleanup()
+	defer run.cleanup()
 
-	rcv := &fwdReceiver{devices: p.Devices, next: make([]int64, p.Devices), alarmAt: map[string]time.Time{}}
+	rcv := &fwdReceiver{devices: p.Devices, next: make([]int64, p.Devices), alarmAt: map[string]time.Time{},
+		alarmGot: map[string]time.Time{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, err
@@ -226,9 +236,9 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	hook := "http://" + ln.Addr().String()
 
 	p.Logf("forward: starting devicehub (api, ingest) on a private broker")
-	args := append([]string{"-forward-dir", tmp + "/spool", "-forward-spool-bytes", "8GiB"}, p.ServerArgs...)
-	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: broker.url(), Roles: "api,ingest", Args: args, Conns: 4})
+	args := append([]string{"-forward-dir", run.tmp + "/spool", "-forward-spool-bytes", "8GiB"}, p.ServerArgs...)
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: run.bin, LogDir: run.tmp, DB: run.db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: run.broker.url(), Roles: "api,ingest", Args: args, Conns: 4})
 	if err != nil {
 		return res, err
 	}
@@ -271,11 +281,11 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	}
 
 	// The private broker goes with its logins: no removal.
-	gw, _, err := newGateway(ctx, broker.url())
+	gw, _, err := newGateway(ctx, run.broker.url())
 	if err != nil {
 		return res, err
 	}
-	pub, err := mqttConnect(broker.url(), "bench-pub-"+randHex(4), true, gw)
+	pub, err := mqttConnect(run.broker.url(), "bench-pub-"+randHex(4), true, gw)
 	if err != nil {
 		return res, err
 	}
@@ -369,6 +379,11 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 		}
 	}
 
+	commits, err := watchCommits(run.db.dsn())
+	if err != nil {
+		return res, err
+	}
+	defer commits.close()
 	p.Logf("forward: steady phase, %d reports/s for %s, the webhook up, %d alarms raised meanwhile", p.Rate, p.Steady, p.Alarms)
 	rcv.mu.Lock()
 	rcv.recording = true
@@ -376,13 +391,13 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	if res.Steady, err = phase("sink up", p.Steady, true); err != nil {
 		return res, err
 	}
-	// Every steady message delivered before the outage starts.
+	// Every steady message and alarm delivered before the outage starts.
 	steadyAll := k.Load()
 	for wait := time.Now().Add(time.Minute); ; {
 		rcv.mu.Lock()
-		d := rcv.delivered
+		d, notified := rcv.delivered, len(rcv.alarmLags)
 		rcv.mu.Unlock()
-		if d >= steadyAll || time.Now().After(wait) {
+		if d >= steadyAll && notified >= res.AlarmsRaised || time.Now().After(wait) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -390,12 +405,15 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	lagStats(&res.Steady)
 	rcv.mu.Lock()
 	res.AlarmsNotified = len(rcv.alarmLags)
-	al := slices.Clone(rcv.alarmLags)
+	al := spanOf(slices.Clone(rcv.alarmLags))
+	pubAt, gotAt := maps.Clone(rcv.alarmAt), maps.Clone(rcv.alarmGot)
 	rcv.mu.Unlock()
-	slices.Sort(al)
-	if len(al) > 0 {
-		res.AlarmP50Ms, res.AlarmP99Ms, res.AlarmMaxMs = al[len(al)/2], al[min(len(al)-1, len(al)*99/100)], al[len(al)-1]
+	res.AlarmP50Ms, res.AlarmP99Ms, res.AlarmMaxMs = al.P50Ms, al.P99Ms, al.MaxMs
+	at, whole := commits.close()
+	if res.AlarmSplit, err = splitAlarms(ctx, run.db.dsn(), pubAt, gotAt, at, whole); err != nil {
+		return res, err
 	}
+	p.Logf("forward: alarms %s", res.AlarmSplit)
 
 	p.Logf("forward: the webhook answers 503 for %s", p.Outage)
 	rcv.down.Store(true)
@@ -463,4 +481,198 @@ func publishPaced(ctx context.Context, c mqtt.Client, rate int, deadline time.Ti
 		}
 	}
 	return nil
+}
+
+// Span is one stretch of the alarms' latencies: its p50, p99 and max.
+type Span struct {
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs"`
+}
+
+func (s Span) String() string { return fmt.Sprintf("p50 %.0f ms p99 %.0f ms", s.P50Ms, s.P99Ms) }
+
+// spanOf is the span of ms (sorted in place).
+func spanOf(ms []float64) Span {
+	if len(ms) == 0 {
+		return Span{}
+	}
+	slices.Sort(ms)
+	return Span{P50Ms: ms[len(ms)/2], P99Ms: ms[min(len(ms)-1, len(ms)*99/100)], MaxMs: ms[len(ms)-1]}
+}
+
+// AlarmSplit divides each notified alarm's latency (the report published
+// -> its notification received) at the times PostgreSQL and the bench saw
+// in between. All clocks are the one machine's.
+type AlarmSplit struct {
+	Alarms int `json:"alarms"` // alarms whose every time is known
+	// Commit is how the commit was seen: "listen" (the outbox trigger's
+	// announcement, sent at the commit, arriving at a LISTEN connection
+	// of the bench: the same wake the dispatcher gets), or "write start"
+	// (the write's transaction start, when the announcements and the
+	// transactions did not pair one to one).
+	Commit          string `json:"commit"`
+	PublishToCommit Span   `json:"publishToCommit"`
+	CommitToWebhook Span   `json:"commitToWebhook"`
+	// The stretches within those two: published -> the evaluator received
+	// the report (the transition's time: its arrival, to the millisecond
+	// below, so a few are slightly negative) -> its write's
+	// transaction began (the outbox row's create_time, now()) -> committed
+	// -> the dispatcher's transaction that sent it began (done_time,
+	// now()) -> the webhook received it.
+	PublishToEvaluator Span `json:"publishToEvaluator"`
+	EvaluatorToWrite   Span `json:"evaluatorToWrite"`
+	WriteToCommit      Span `json:"writeToCommit"`
+	CommitToClaim      Span `json:"commitToClaim"`
+	ClaimToWebhook     Span `json:"claimToWebhook"`
+}
+
+func (a AlarmSplit) String() string {
+	return fmt.Sprintf("split of %d (commit by %s): published -> committed %s (-> evaluator %s, -> write began %s, -> committed %s); "+
+		"committed -> webhook %s (-> dispatcher's transaction began %s, -> webhook %s)", a.Alarms, a.Commit,
+		a.PublishToCommit, a.PublishToEvaluator, a.EvaluatorToWrite, a.WriteToCommit, a.CommitToWebhook, a.CommitToClaim, a.ClaimToWebhook)
+}
+
+// commitWatch records when each announcement of the outbox trigger
+// (devicehub_notify: one per transaction that enqueued, sent at its
+// commit) reaches a LISTEN connection of the bench.
+type commitWatch struct {
+	mu      sync.Mutex
+	at      []time.Time
+	listens int // more than one: reconnected, announcements may be lost
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func watchCommits(dsn string) (*commitWatch, error) {
+	w := &commitWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan struct{}, 1)
+	var err error
+	go func() {
+		defer close(w.done)
+		err = meta.Listen(dsn, []string{"devicehub_notify"}, meta.ListenHandler{
+			Notify: func(string, string) {
+				now := time.Now()
+				w.mu.Lock()
+				w.at = append(w.at, now)
+				w.mu.Unlock()
+			},
+			Listening: func() {
+				w.mu.Lock()
+				w.listens++
+				w.mu.Unlock()
+				select {
+				case ready <- struct{}{}:
+				default:
+				}
+			},
+		}, w.stop)
+	}()
+	select {
+	case <-ready:
+		return w, nil
+	case <-w.done:
+		return nil, fmt.Errorf("bench: LISTEN devicehub_notify: %v", err)
+	case <-time.After(10 * time.Second):
+		close(w.stop)
+		<-w.done
+		return nil, fmt.Errorf("bench: LISTEN devicehub_notify: no connection in 10 s")
+	}
+}
+
+// close ends the watch (again: no-op): the announcements' arrivals, and
+// whether none can have been lost (one connection throughout).
+func (w *commitWatch) close() ([]time.Time, bool) {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.at, w.listens == 1
+}
+
+// splitAlarms reads the raised notifications' times in the database of
+// dsn and pairs them with the bench's: published (pub) and received
+// (got), per device. commits are the announcements' arrivals; whole says
+// none was lost. The alarm evaluator writes one transaction at a time,
+// so the k-th transaction that enqueued commits before the (k+1)-th
+// begins and is the k-th announcement.
+func splitAlarms(ctx context.Context, dsn string, pub, got map[string]time.Time, commits []time.Time, whole bool) (AlarmSplit, error) {
+	var a AlarmSplit
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return a, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT o.payload->>'deviceId', t.time, o.create_time, o.done_time
+		FROM notify_outbox o JOIN alarm_transitions t ON o.step = 't' || t.id
+		WHERE o.kind = 'raised' AND o.state = 'delivered'`)
+	if err != nil {
+		return a, fmt.Errorf("bench: alarm times: %w", err)
+	}
+	defer rows.Close()
+	type alarmTimes struct {
+		dev                  string
+		eval, write, claimed time.Time
+	}
+	var all []alarmTimes
+	writes := map[time.Time]bool{}
+	for rows.Next() {
+		var t alarmTimes
+		if err := rows.Scan(&t.dev, &t.eval, &t.write, &t.claimed); err != nil {
+			return a, fmt.Errorf("bench: alarm times: %w", err)
+		}
+		all = append(all, t)
+		writes[t.write] = true
+	}
+	if err := rows.Err(); err != nil {
+		return a, fmt.Errorf("bench: alarm times: %w", err)
+	}
+	// Every enqueuing transaction's start: a raise not yet delivered
+	// counts too.
+	var starts []time.Time
+	if err := func() error {
+		r, err := db.QueryContext(ctx, `SELECT DISTINCT create_time FROM notify_outbox WHERE kind = 'raised' ORDER BY 1`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var t time.Time
+			if err := r.Scan(&t); err != nil {
+				return err
+			}
+			starts = append(starts, t)
+		}
+		return r.Err()
+	}(); err != nil {
+		return a, fmt.Errorf("bench: alarm transactions: %w", err)
+	}
+	commitOf := func(write time.Time) time.Time { return write }
+	a.Commit = "write start"
+	if whole && len(starts) == len(commits) {
+		a.Commit = "listen"
+		commitOf = func(write time.Time) time.Time {
+			i, _ := slices.BinarySearchFunc(starts, write, time.Time.Compare)
+			return commits[i]
+		}
+	}
+	msOf := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
+	var pubCommit, commitHook, pubEval, evalWrite, writeCommit, commitClaim, claimHook []float64
+	for _, t := range all {
+		p, ok1 := pub[t.dev]
+		g, ok2 := got[t.dev]
+		if !ok1 || !ok2 {
+			continue
+		}
+		c := commitOf(t.write)
+		pubCommit, commitHook = append(pubCommit, msOf(p, c)), append(commitHook, msOf(c, g))
+		pubEval, evalWrite, writeCommit = append(pubEval, msOf(p, t.eval)), append(evalWrite, msOf(t.eval, t.write)), append(writeCommit, msOf(t.write, c))
+		commitClaim, claimHook = append(commitClaim, msOf(c, t.claimed)), append(claimHook, msOf(t.claimed, g))
+	}
+	a.Alarms = len(pubCommit)
+	a.PublishToCommit, a.CommitToWebhook = spanOf(pubCommit), spanOf(commitHook)
+	a.PublishToEvaluator, a.EvaluatorToWrite, a.WriteToCommit = spanOf(pubEval), spanOf(evalWrite), spanOf(writeCommit)
+	a.CommitToClaim, a.ClaimToWebhook = spanOf(commitClaim), spanOf(claimHook)
+	return a, nil
 }

@@ -78,16 +78,15 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	p.childDefaults()
+	run, err := p.withBroker(ctx, "shadow")
 	res.Params = p
-	tmp, bin, db, broker, cleanup, err := p.prepareBroker(ctx, "shadow")
 	if err != nil {
 		return res, err
 	}
-	defer cleanup()
+	defer run.cleanup()
 	p.Logf("shadow: starting devicehub (api, ingest) on a private broker")
-	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: broker.url(), Roles: "api,ingest", Args: p.ServerArgs, Conns: 8})
+	srv, err := startChildAPI(ctx, childAPIConfig{Binary: run.bin, LogDir: run.tmp, DB: run.db, ClickHouseAddr: p.ClickHouseAddr,
+		BrokerURL: run.broker.url(), Roles: "api,ingest", Args: p.ServerArgs, Conns: 8})
 	if err != nil {
 		return res, err
 	}
@@ -115,7 +114,7 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	// One gateway connection plays every device: it publishes their
 	// births and wills and receives their deltas.
 	// The private broker goes with its logins: no removal.
-	gateway, _, err := newGateway(ctx, broker.url())
+	gateway, _, err := newGateway(ctx, run.broker.url())
 	if err != nil {
 		return res, err
 	}
@@ -127,7 +126,7 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 		start    time.Time
 		counting atomic.Bool
 	)
-	o := mqtt.NewClientOptions().AddBroker(broker.url()).SetClientID("bench-gw-" + randHex(4)).
+	o := mqtt.NewClientOptions().AddBroker(run.broker.url()).SetClientID("bench-gw-" + randHex(4)).
 		SetUsername(gateway.Username).SetPassword(gateway.Password).SetCleanSession(true).SetMaxResumePubInFlight(1000)
 	gw := mqtt.NewClient(o)
 	if err := waitToken(gw.Connect(), 30*time.Second); err != nil {

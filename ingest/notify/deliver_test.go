@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,11 +342,9 @@ func TestEscalationAndReminders(t *testing.T) {
 	}
 }
 
-// With the database's DSN, workers are woken by the trigger's
-// announcement at commit, and by a replay, not by their poll (an hour
-// here). (Fails without the trigger's pg_notify: nothing is delivered
-// within the wait.)
-func TestWokenByTrigger(t *testing.T) {
+// newListeningRig is a rig whose database's DSN is known, for a
+// dispatcher that LISTENs.
+func newListeningRig(t *testing.T) (rig, string) {
 	dsn := metatest.NewDatabase(t)
 	opts := meta.DefaultOptions()
 	opts.DSN = dsn
@@ -353,7 +353,15 @@ func TestWokenByTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ms.Close() })
-	g := rig{ms: ms, store: notify.NewStore(ms), alarms: alarms{t: t, db: ms.DB()}}
+	return rig{ms: ms, store: notify.NewStore(ms), alarms: alarms{t: t, db: ms.DB()}}, dsn
+}
+
+// With the database's DSN, workers are woken by the trigger's
+// announcement at commit, and by a replay, not by their poll (an hour
+// here). (Fails without the trigger's pg_notify: nothing is delivered
+// within the wait.)
+func TestWokenByTrigger(t *testing.T) {
+	g, dsn := newListeningRig(t)
 	rcv := newReceiver(t)
 	rcv.set(http.StatusNotFound, 0)
 	ch := g.webhook(t, rcv.URL("/w"), "")
@@ -425,4 +433,64 @@ func TestServerClock(t *testing.T) {
 		}
 		return n == 2
 	})
+}
+
+// One announcement wakes one worker, and a worker that takes a row wakes
+// the next: alarms committed in one transaction (one announcement) have
+// every worker sending at once, with the poll an hour away. (Fails
+// without the wake in deliverOne: one worker sends them one at a time.)
+func TestWakeFansOut(t *testing.T) {
+	g, dsn := newListeningRig(t)
+	o := fast()
+	o.Poll, o.DSN = time.Hour, dsn
+	// The receiver holds each request until every worker has one (or 5 s).
+	var mu sync.Mutex
+	inFlight, most, sent, released := 0, 0, 0, false
+	all := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == o.Workers && !released {
+			released = true
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second):
+		}
+		mu.Lock()
+		inFlight--
+		sent++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	ch := g.webhook(t, srv.URL, "")
+	g.subscribe(t, notify.Subscription{Products: []string{"p1"}, Channels: []string{ch.ID}})
+	g.run(t, o)
+	time.Sleep(300 * time.Millisecond) // the workers' first look has passed; they now wait for an hour or a wake
+	n := 2 * o.Workers
+	tx := g.ms.DB().MustBegin()
+	for i := range n {
+		var id int64
+		if err := tx.Get(&id, `INSERT INTO alarm_records (rule_id, rule_name, product_id, device_id, severity, state, raised_time, last_time)
+			VALUES ('r1', 'r1', 'p1', $1, 'major', 'active', now(), now()) RETURNING id`, fmt.Sprintf("d%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		tx.MustExec(`INSERT INTO alarm_transitions (record_id, time, kind, severity) VALUES ($1, now(), 'raised', 'major')`, id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, "every alarm sent", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if most != o.Workers {
+		t.Fatalf("at most %d sent at once, want %d (every worker)", most, o.Workers)
+	}
 }

@@ -111,14 +111,14 @@ func (d *Dispatcher) Run(ctx context.Context) {
 // wakeChannel is announced by the outbox trigger and by a replay.
 const wakeChannel = "devicehub_notify"
 
-// Wake makes the idle workers look for due rows now.
+// Wake makes an idle worker look for due rows now. One is enough: a
+// worker that takes a row wakes another before it sends (deliverOne), so
+// a backlog has every worker on it, and one announcement does not send
+// every worker to the claim at once to find a single row.
 func (d *Dispatcher) Wake() {
-	for range d.opt.Workers {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-			return
-		}
+	select {
+	case d.wake <- struct{}{}:
+	default: // as many wake-ups pending as workers: enough
 	}
 }
 
@@ -150,12 +150,29 @@ type outboxRow struct {
 	Kind           string `db:"kind"`
 	Payload        []byte `db:"payload"`
 	Attempts       int    `db:"attempts"`
+	// The channel, read by the same statement (one round trip less before
+	// the send); HasChannel false: it was deleted.
+	HasChannel    bool   `db:"has_channel"`
+	ChannelName   string `db:"channel_name"`
+	ChannelKind   string `db:"channel_kind"`
+	ChannelConfig []byte `db:"channel_config"`
+	ChannelSecret string `db:"channel_secret"`
+}
+
+// channel is the row's channel, or the error of a deleted one.
+func (r outboxRow) channel() (Channel, error) {
+	if !r.HasChannel {
+		return Channel{}, fmt.Errorf("channel %q: %w", clipID(r.ChannelID), meta.ErrNotFound)
+	}
+	return channelRow{ID: r.ChannelID, Name: r.ChannelName, Kind: r.ChannelKind, Config: r.ChannelConfig, Secret: r.ChannelSecret}.channel()
 }
 
 // claim takes the earliest due row whose alarm has no earlier pending row
-// on its channel, and that no other worker holds.
-const claim = `SELECT o.id, o.record_id, o.subscription_id, o.channel_id, o.step, o.kind, o.payload, o.attempts
-	FROM notify_outbox o
+// on its channel, and that no other worker holds, with its channel.
+const claim = `SELECT o.id, o.record_id, o.subscription_id, o.channel_id, o.step, o.kind, o.payload, o.attempts,
+	  c.id IS NOT NULL AS has_channel, coalesce(c.name, '') AS channel_name, coalesce(c.kind, '') AS channel_kind,
+	  coalesce(c.config, '{}') AS channel_config, coalesce(c.secret, '') AS channel_secret
+	FROM notify_outbox o LEFT JOIN notify_channels c ON c.id = o.channel_id
 	WHERE o.state = 'pending' AND o.due_time <= now()
 	  AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.record_id = o.record_id AND p.channel_id = o.channel_id
 	                  AND p.state = 'pending' AND p.id < o.id)
@@ -177,12 +194,13 @@ func (d *Dispatcher) deliverOne(ctx context.Context) (took bool, err error) {
 		}
 		return false, err
 	}
+	d.Wake() // another worker for the next due row, if any
 	n := Notification{ID: r.ID, IdempotencyKey: strconv.FormatInt(r.ID, 10), Kind: r.Kind, Step: r.Step,
 		SubscriptionID: r.SubscriptionID, ChannelID: r.ChannelID, Attempt: r.Attempts + 1}
 	if err := json.Unmarshal(r.Payload, &n.Alarm); err != nil {
 		return true, err
 	}
-	ch, err := getChannel(ctx, tx, r.ChannelID)
+	ch, err := r.channel()
 	var sendErr error
 	start := time.Now()
 	if err != nil {

@@ -50,7 +50,8 @@
 // SMTP server's acceptance, an MQTT PUBACK) marks a row delivered.
 //
 // Woken, not only polled. The trigger announces (pg_notify, sent at
-// commit) and the workers of every instance LISTENing wake; the poll
+// commit) and one worker of every instance LISTENing wakes; a worker that
+// takes a row wakes another, so a burst has every worker on it. The poll
 // (Options.Poll) covers a lost announcement, so a missed wake-up delays a
 // notification and never loses it.
 //
