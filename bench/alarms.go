@@ -105,7 +105,7 @@ type AlarmsResult struct {
 	Ratio       float64        `json:"ratio"` // IngestOn / IngestOff
 	// StateBytes: the evaluator's heap per device (10 rules, one report
 	// each), measured in this process; StoredBytes: PostgreSQL's
-	// alarm_device_state and alarm_rule_state per device after the run.
+	// alarm_state per device after the run.
 	StateBytes  float64      `json:"stateBytesPerDevice"`
 	StoredBytes float64      `json:"storedBytesPerDevice"`
 	Timers      AlarmsTimers `json:"timers"`
@@ -606,8 +606,7 @@ func storedStateBytes(ctx context.Context, dsn string) (float64, error) {
 	}
 	defer db.Close()
 	var size, n float64
-	err = db.QueryRowContext(ctx, `SELECT pg_total_relation_size('alarm_device_state') + pg_total_relation_size('alarm_rule_state'),
-		(SELECT count(*) FROM alarm_device_state)`).Scan(&size, &n)
+	err = db.QueryRowContext(ctx, `SELECT pg_total_relation_size('alarm_state'), (SELECT count(*) FROM alarm_state)`).Scan(&size, &n)
 	if err != nil || n == 0 {
 		return 0, err
 	}
