@@ -667,7 +667,7 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, error) {
 // writes the records and their transition rows (writeTransitions: one
 // round unless an alarm changes twice in the batch: raised, then
 // repeated or cleared), and one writes the touched devices' state rows
-// (writeState).
+// (writeState: one per stateChunk rows).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
