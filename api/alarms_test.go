@@ -69,7 +69,7 @@ func (e *alarmEnv) raise(trs ...alarm.Transition) {
 			e.t.Fatal(err)
 		}
 	}
-	if _, err := e.alarms.Write(context.Background(), e.epoch, trs, nil, nil); err != nil {
+	if _, err := e.alarms.Write(context.Background(), e.epoch, trs, nil); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -169,7 +169,7 @@ func goldenEnv(t *testing.T) (*env, string) {
 		{Kind: "raised", RuleID: "gc", ProductID: "gq", DeviceID: "gq1", Severity: "warning", At: at(2, 0)},
 	}
 	for _, tr := range trs {
-		if _, err := as.Write(ctx, epoch, []alarm.Transition{tr}, nil, nil); err != nil {
+		if _, err := as.Write(ctx, epoch, []alarm.Transition{tr}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -67,9 +67,9 @@
 //
 // Write, then acknowledge. Messages are evaluated in memory, in batches:
 // what the evaluator decided since the previous batch (the transitions;
-// each touched device's row: the latest message time and the keys of
-// its recent messages; each changed (rule, device)'s row) and the
-// messages that led to it. A batch is handed to one writer goroutine
+// each touched device's row, one a device: the latest message time, the
+// keys of its recent messages, the latest values its rules read and the
+// state of each of its rules) and the messages that led to it. A batch is handed to one writer goroutine
 // every FlushInterval, at once when it holds a change users are told of
 // (a raise, escalation, de-escalation or clear: not a repeat), or at
 // maxPending messages, but only while the writer is idle: the writer
@@ -122,8 +122,14 @@
 //
 // A device keeps the keys of its messages at its latest time only (and
 // of its births and wills): a redelivered report or event older than
-// that is skipped by its time already. A rule state holding nothing has
-// no row; a flush writes the rows that changed.
+// that is skipped by its time already. A device's rule states are part
+// of its row (alarm_state, 00034_alarm_state.sql): whatever a batch
+// changed of a device, its rule states included, is written in the same
+// statement as the rest of the batch's devices, and a rule state holding
+// nothing is left out of the row. A flush writes the rows of the devices
+// touched, but not a row equal to the one last handed to the writer: that
+// one is committed by an earlier batch of the turn, or its write failed
+// and the turn ended with the evaluator's memory.
 //
 // Rules that go. Disabling or deleting a rule clears its active alarms in
 // the same transaction ("rule disabled", "rule deleted", a cleared

@@ -102,7 +102,7 @@ type Evaluator struct {
 	out       []Transition
 	alarming  int // of out, the transitions that are not repeats
 	dirtyDev  map[*devState]struct{}
-	dropped   []stateKey // states of removed rules, to delete
+	names     map[string]string // the property ids the rules read, interned: a device's values share them
 	evals     uint64
 	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
 }
@@ -143,6 +143,7 @@ func New(refs Refs) *Evaluator {
 		devices:   map[string]*devState{},
 		refs:      refs,
 		dirtyDev:  map[*devState]struct{}{},
+		names:     map[string]string{},
 	}
 }
 
@@ -152,30 +153,126 @@ func New(refs Refs) *Evaluator {
 type devState struct {
 	id, product string
 	D           devData
-	rules       map[string]*ruleState // by rule id
+	rules       []*ruleState // a few: a slice costs less heap than a map (100,000s of devices)
+	saved       uint64       // hash of the row last written (or restored); 0: none
+}
+
+// rule is the device's state of rule id, nil when it has none.
+func (d *devState) rule(id string) *ruleState {
+	for _, st := range d.rules {
+		if st.rule.ID == id {
+			return st
+		}
+	}
+	return nil
+}
+
+// devRow is a device's stored row: its part and, under "r", the states of
+// its rules that hold something, by rule id.
+type devRow struct {
+	devData
+	Rules map[string]*stateData `json:"r,omitempty"`
 }
 
 type devData struct {
-	LastAt int64                `json:"t,omitempty"` // ms of the latest report or event applied
-	Keys   []string             `json:"k,omitempty"` // recent message keys, oldest first
-	Props  map[string]*propData `json:"p,omitempty"`
+	LastAt int64    `json:"t,omitempty"` // ms of the latest report or event applied
+	Keys   []string `json:"k,omitempty"` // recent message keys, oldest first
+	Props  props    `json:"p,omitempty"`
 }
 
+// props are a device's latest values of the properties its rules read,
+// sorted by id, inline in one slice (not a map of pointers: the
+// evaluator's heap, and what the collector scans, grow with the devices);
+// stored as a JSON object by id.
+type props []propData
+
 type propData struct {
+	ID      string // interned (Evaluator.names)
+	Cur     value
+	At      int64
+	Prev    value // if hasPrev
+	PrevAt  int64
+	hasPrev bool
+	inMsg   bool // carried by the message being evaluated
+}
+
+// propJSON is a propData's stored form.
+type propJSON struct {
 	Cur    value  `json:"c"`
 	At     int64  `json:"t"`
 	Prev   *value `json:"p,omitempty"`
 	PrevAt int64  `json:"q,omitempty"`
-	inMsg  bool   // carried by the message being evaluated
+}
+
+func (ps props) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i := range ps {
+		p := &ps[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		k, err := json.Marshal(p.ID)
+		if err != nil {
+			return nil, err
+		}
+		j := propJSON{Cur: p.Cur, At: p.At, PrevAt: p.PrevAt}
+		if p.hasPrev {
+			j.Prev = &p.Prev
+		}
+		v, err := json.Marshal(&j)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(append(b, k...), ':'), v...)
+	}
+	return append(b, '}'), nil
+}
+
+func (ps *props) UnmarshalJSON(b []byte) error {
+	var m map[string]*propJSON
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	out := make(props, 0, len(m))
+	for id, j := range m {
+		if j == nil {
+			continue
+		}
+		p := propData{ID: id, Cur: j.Cur, At: j.At, PrevAt: j.PrevAt}
+		if j.Prev != nil {
+			p.Prev, p.hasPrev = *j.Prev, true
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b propData) int { return strings.Compare(a.ID, b.ID) })
+	*ps = out
+	return nil
+}
+
+// find is property id's entry, nil when none. The pointer is good until
+// the next add.
+func (ps props) find(id string) *propData {
+	for i := range ps {
+		if ps[i].ID == id {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
+// add inserts an entry for id (not there yet) in order and returns it.
+func (ps *props) add(id string) *propData {
+	i, _ := slices.BinarySearchFunc(*ps, id, func(p propData, id string) int { return strings.Compare(p.ID, id) })
+	*ps = slices.Insert(*ps, i, propData{ID: id})
+	return &(*ps)[i]
 }
 
 // ruleState is the state of one rule for one device.
 type ruleState struct {
-	rule  *compiled
-	dev   *devState
-	S     stateData
-	idx   int    // in the timer heap, -1 when not there
-	saved uint64 // hash of the row last written (or restored); 0: no row
+	rule *compiled
+	dev  *devState
+	S    stateData
+	idx  int // in the timer heap, -1 when not there
 }
 
 type stateData struct {
@@ -189,8 +286,6 @@ type stateData struct {
 	LastSeen   int64   `json:"l,omitempty"` // nodata: the latest report
 	RaisedAt   int64   `json:"r,omitempty"` // the active alarm's raise (its record's raised time)
 }
-
-type stateKey struct{ Rule, Device string }
 
 // zero reports whether s holds nothing: no row is needed for it.
 func (s *stateData) zero() bool {
@@ -207,8 +302,9 @@ func rowHash(b []byte) uint64 {
 
 // SetRules replaces the rules: rules are compiled against their
 // product's thing model (models by product id). The state of a rule that
-// stays (same id) is kept; the state of a rule that goes is dropped (and
-// deleted by the next Dirty). Rules must be valid (Rule.Validate).
+// stays (same id) is kept; the state of a rule that goes is dropped (its
+// device's row is written without it by the next Dirty). Rules must be
+// valid (Rule.Validate).
 func (e *Evaluator) SetRules(rules []Rule, models map[string]*schema.ThingModel) {
 	next := map[string]*compiled{}
 	byProduct := map[string][]*compiled{}
@@ -219,17 +315,25 @@ func (e *Evaluator) SetRules(rules []Rule, models map[string]*schema.ThingModel)
 		c := compile(r, models[r.ProductID])
 		next[r.ID] = c
 		byProduct[r.ProductID] = append(byProduct[r.ProductID], c)
+		for p := range c.props {
+			if _, ok := e.names[p]; !ok {
+				e.names[p] = p
+			}
+		}
 	}
 	for _, d := range e.devices {
-		for id, st := range d.rules {
-			c, ok := next[id]
+		n := len(d.rules)
+		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool {
+			c, ok := next[st.rule.ID]
 			if !ok || c.ProductID != d.product || c.Trigger.Type != st.rule.Trigger.Type {
 				e.timers.remove(st)
-				delete(d.rules, id)
-				e.dropped = append(e.dropped, stateKey{id, d.id})
-				continue
+				return true
 			}
 			st.rule = c
+			return false
+		})
+		if len(d.rules) != n {
+			e.dirtyDev[d] = struct{}{}
 		}
 	}
 	e.rules, e.byProduct = next, byProduct
@@ -274,25 +378,27 @@ func (e *Evaluator) device(product, id string) *devState {
 		if d != nil { // the device moved to another product: start over
 			e.dropDevice(d)
 		}
-		d = &devState{id: id, product: product, rules: map[string]*ruleState{}}
+		d = &devState{id: id, product: product}
 		e.devices[id] = d
 	}
 	return d
 }
 
+// dropDevice forgets d: its row is the one of the device that replaces
+// it (another product's), written by the next Dirty.
 func (e *Evaluator) dropDevice(d *devState) {
-	for id, st := range d.rules {
+	for _, st := range d.rules {
 		e.timers.remove(st)
-		e.dropped = append(e.dropped, stateKey{id, d.id})
 	}
+	delete(e.dirtyDev, d)
 	delete(e.devices, d.id)
 }
 
 func (e *Evaluator) state(d *devState, c *compiled) *ruleState {
-	st := d.rules[c.ID]
+	st := d.rule(c.ID)
 	if st == nil {
 		st = &ruleState{rule: c, dev: d, idx: -1}
-		d.rules[c.ID] = st
+		d.rules = append(d.rules, st)
 	}
 	return st
 }
@@ -367,26 +473,25 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 		if !wanted(p.ID) {
 			continue
 		}
-		if d.D.Props == nil {
-			d.D.Props = map[string]*propData{}
-		}
-		pd := d.D.Props[p.ID]
+		pd := d.D.Props.find(p.ID)
 		if pd == nil {
-			pd = &propData{}
-			d.D.Props[p.ID] = pd
+			name, ok := e.names[p.ID]
+			if !ok {
+				name = p.ID
+			}
+			pd = d.D.Props.add(name)
 		} else {
-			prev := pd.Cur
-			pd.Prev, pd.PrevAt = &prev, pd.At
+			pd.Prev, pd.PrevAt, pd.hasPrev = pd.Cur, pd.At, true
 		}
 		pd.Cur, pd.At, pd.inMsg = p.Value.v, mt, true
 	}
 	defer func() {
-		for _, pd := range d.D.Props {
-			pd.inMsg = false
+		for i := range d.D.Props {
+			d.D.Props[i].inMsg = false
 		}
 	}()
 	has := func(id string) bool {
-		pd := d.D.Props[id]
+		pd := d.D.Props.find(id)
 		return pd != nil && pd.inMsg
 	}
 	ev := &reportEnv{e: e, d: d}
@@ -403,7 +508,7 @@ func (e *Evaluator) report(d *devState, rules []*compiled, at, mt int64, props [
 				e.lacking++ // a threshold the device lacks: not evaluated (Condition.Ref)
 				continue
 			}
-			if d.rules[c.ID] == nil && !(met && fresh) {
+			if d.rule(c.ID) == nil && !(met && fresh) {
 				continue // no state and nothing to start: none is made (most reports of most devices)
 			}
 			e.step(e.state(d, c), at, met, fresh, ev)
@@ -793,7 +898,7 @@ func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
 
 // Changed reports whether there is anything for Transitions or Dirty.
 func (e *Evaluator) Changed() bool {
-	return len(e.out)+len(e.dirtyDev)+len(e.dropped) > 0
+	return len(e.out)+len(e.dirtyDev) > 0
 }
 
 // Untaken tells, of the transitions decided since the last call of
@@ -811,84 +916,72 @@ func (e *Evaluator) Untaken(ruleID, deviceID string) (touched, raiseOrClear bool
 	return touched, false
 }
 
-// StateRow is the persisted state of a (rule, device); DeviceRow a
-// device's. Data is compact JSON.
-type StateRow struct {
-	RuleID, DeviceID string
-	Data             []byte // nil: delete the row
-}
-
-// DeviceRow is a device's persisted part.
+// DeviceRow is a device's persisted state: its part and its rule states
+// in one row (devRow, compact JSON).
 type DeviceRow struct {
 	DeviceID, ProductID string
 	Data                []byte
 }
 
-// Dirty returns the rows changed since the last call (states of removed
-// rules as deletions) and forgets them. Of a touched device, only the
-// rule states whose row differs from the one last written are returned:
-// most reports change none. A state back to zero (nothing held, no
-// timer) is a deletion of its row and leaves memory too.
-func (e *Evaluator) Dirty() ([]DeviceRow, []StateRow) {
+// Dirty returns the rows of the devices touched since the last call and
+// forgets them: a row holds the device's part and the states of its rules
+// that hold something (a rule state back to zero, nothing held and no
+// timer, leaves the row and memory; so does the state of a rule that
+// went). A row equal to the one last written is not returned (a message
+// that changed nothing).
+func (e *Evaluator) Dirty() []DeviceRow {
 	var devs []DeviceRow
-	var states []StateRow
-	for _, k := range e.dropped {
-		states = append(states, StateRow{RuleID: k.Rule, DeviceID: k.Device})
-	}
-	e.dropped = nil
 	for d := range e.dirtyDev {
-		b, _ := json.Marshal(&d.D)
-		devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
-		for id, st := range d.rules {
-			if st.S.zero() && st.idx < 0 {
-				if st.saved != 0 {
-					states = append(states, StateRow{RuleID: id, DeviceID: d.id})
-				}
-				delete(d.rules, id)
-				continue
+		row := devRow{devData: d.D}
+		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool { return st.S.zero() && st.idx < 0 })
+		if len(d.rules) == 0 {
+			d.rules = nil
+		} else {
+			row.Rules = make(map[string]*stateData, len(d.rules))
+			for _, st := range d.rules {
+				row.Rules[st.rule.ID] = &st.S
 			}
-			b, _ := json.Marshal(&st.S)
-			if h := rowHash(b); h != st.saved {
-				st.saved = h
-				states = append(states, StateRow{RuleID: id, DeviceID: d.id, Data: b})
-			}
+		}
+		b, _ := json.Marshal(&row)
+		if h := rowHash(b); h != d.saved {
+			d.saved = h
+			devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
 		}
 	}
 	clear(e.dirtyDev)
 	slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
-	slices.SortFunc(states, func(a, b StateRow) int {
-		if c := strings.Compare(a.DeviceID, b.DeviceID); c != 0 {
-			return c
-		}
-		return strings.Compare(a.RuleID, b.RuleID)
-	})
-	return devs, states
+	return devs
 }
 
-// Restore loads persisted rows (after SetRules): states of rules that are
-// gone are dropped, timers are rebuilt. Timers already due fire at the
-// next Tick.
-func (e *Evaluator) Restore(devs []DeviceRow, states []StateRow) error {
+// Restore loads persisted rows (after SetRules): the states of rules that
+// are gone (or of another product now) are dropped, and their devices'
+// rows written without them by the next Dirty; timers are rebuilt.
+// Timers already due fire at the next Tick.
+func (e *Evaluator) Restore(devs []DeviceRow) error {
 	for _, r := range devs {
-		d := e.device(r.ProductID, r.DeviceID)
-		if err := json.Unmarshal(r.Data, &d.D); err != nil {
+		var row devRow
+		if err := json.Unmarshal(r.Data, &row); err != nil {
 			return fmt.Errorf("alarm: device %s state: %w", r.DeviceID, err)
 		}
-	}
-	for _, r := range states {
-		d := e.devices[r.DeviceID]
-		c := e.rules[r.RuleID]
-		if d == nil || c == nil || c.ProductID != d.product {
-			e.dropped = append(e.dropped, stateKey{r.RuleID, r.DeviceID})
-			continue
+		d := e.device(r.ProductID, r.DeviceID)
+		d.D = row.devData
+		for i := range d.D.Props {
+			if name, ok := e.names[d.D.Props[i].ID]; ok {
+				d.D.Props[i].ID = name
+			}
 		}
-		st := e.state(d, c)
-		if err := json.Unmarshal(r.Data, &st.S); err != nil {
-			return fmt.Errorf("alarm: rule %s device %s state: %w", r.RuleID, r.DeviceID, err)
-		}
-		st.saved = rowHash(r.Data)
-		if st.S.Deadline != 0 {
-			heap.Push(&e.timers, st)
+		d.saved = rowHash(r.Data)
+		for id, sd := range row.Rules {
+			c := e.rules[id]
+			if c == nil || c.ProductID != d.product || sd == nil {
+				e.dirtyDev[d] = struct{}{}
+				continue
+			}
+			st := e.state(d, c)
+			st.S = *sd
+			if st.S.Deadline != 0 {
+				heap.Push(&e.timers, st)
+			}
 		}
 	}
 	return nil
@@ -903,7 +996,7 @@ func (e *Evaluator) Forget(ruleID, deviceID string, raisedAt time.Time) {
 	if d == nil {
 		return
 	}
-	st := d.rules[ruleID]
+	st := d.rule(ruleID)
 	if st == nil || !st.S.Active || !raisedAt.IsZero() && raisedAt.UnixMilli() != st.S.RaisedAt {
 		return
 	}
@@ -920,7 +1013,7 @@ func (e *Evaluator) Forget(ruleID, deviceID string, raisedAt time.Time) {
 // at at (the store found the one the evaluator held cleared by hand).
 func (e *Evaluator) Reraised(ruleID, deviceID string, at time.Time) {
 	if d := e.devices[deviceID]; d != nil {
-		if st := d.rules[ruleID]; st != nil && st.S.Active {
+		if st := d.rule(ruleID); st != nil && st.S.Active {
 			st.S.RaisedAt = at.UnixMilli()
 			e.markDirty(st)
 		}
@@ -931,10 +1024,10 @@ func (e *Evaluator) Reraised(ruleID, deviceID string, at time.Time) {
 // severity.
 func (e *Evaluator) Active(ruleID, deviceID string) (bool, string) {
 	d := e.devices[deviceID]
-	if d == nil || d.rules[ruleID] == nil {
+	if d == nil || d.rule(ruleID) == nil {
 		return false, ""
 	}
-	s := d.rules[ruleID].S
+	s := d.rule(ruleID).S
 	return s.Active, severityByRank[s.Sev]
 }
 
@@ -948,7 +1041,7 @@ type reportEnv struct {
 func (r *reportEnv) lack() { r.lacked = true }
 
 func (r *reportEnv) current(prop string) (value, bool) {
-	pd := r.d.D.Props[prop]
+	pd := r.d.D.Props.find(prop)
 	if pd == nil {
 		return value{}, false
 	}
@@ -956,14 +1049,14 @@ func (r *reportEnv) current(prop string) (value, bool) {
 }
 
 func (r *reportEnv) fresh(prop string) (cur, prev value, dt float64, ok, hasPrev bool) {
-	pd := r.d.D.Props[prop]
+	pd := r.d.D.Props.find(prop)
 	if pd == nil || !pd.inMsg {
 		return value{}, value{}, 0, false, false
 	}
-	if pd.Prev == nil {
+	if !pd.hasPrev {
 		return pd.Cur, value{}, 0, true, false
 	}
-	return pd.Cur, *pd.Prev, float64(pd.At-pd.PrevAt) / 1000, true, true
+	return pd.Cur, pd.Prev, float64(pd.At-pd.PrevAt) / 1000, true, true
 }
 
 func (r *reportEnv) ref(kind, id string) (value, bool) {

@@ -1,6 +1,7 @@
 package alarm
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -371,9 +372,9 @@ func TestEvalRestore(t *testing.T) {
 		h.report(1, "temp", 31)
 		h.presence(2, false)
 		if restart {
-			devs, states := h.e.Dirty()
+			devs := h.e.Dirty()
 			h2 := newHarness(t, rules...)
-			if err := h2.e.Restore(devs, states); err != nil {
+			if err := h2.e.Restore(devs); err != nil {
 				t.Fatal(err)
 			}
 			h2.got, h2.seq = h.got, h.seq
@@ -407,9 +408,10 @@ func TestEvalSetRules(t *testing.T) {
 	if h.tick(100) != 0 {
 		t.Error("the removed rule's timer fired")
 	}
-	_, states := h.e.Dirty()
-	if len(states) != 1 || states[0].RuleID != "b" || states[0].Data != nil {
-		t.Errorf("states to write: %+v", states)
+	devs := h.e.Dirty()
+	var row devRow
+	if len(devs) != 1 || json.Unmarshal(devs[0].Data, &row) != nil || row.Rules["b"] != nil || row.Rules["a"] == nil {
+		t.Errorf("rows to write: %+v", devs)
 	}
 	if ok, sev := h.e.Active("a", "d1"); !ok || sev != SeverityMajor {
 		t.Error("the kept rule lost its alarm")

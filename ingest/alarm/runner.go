@@ -214,11 +214,11 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	devs, states, err := r.store.Load(ctx)
+	devs, err := r.store.Load(ctx)
 	if err != nil {
 		return err
 	}
-	if err := ev.Restore(devs, states); err != nil {
+	if err := ev.Restore(devs); err != nil {
 		return err
 	}
 	r.log.Info("alarms: evaluating", "rules", ev.Rules(), "devices", len(devs), "epoch", epoch)
@@ -285,9 +285,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			due = false
 			return
 		}
-		devs, states := ev.Dirty()
 		seq++
-		toWrite <- &batch{seq: seq, trs: ev.Transitions(), devs: devs, states: states, msgs: pending}
+		toWrite <- &batch{seq: seq, trs: ev.Transitions(), devs: ev.Dirty(), msgs: pending}
 		pending, inFlight, due = nil, true, false
 		if n := ev.Evaluations(); n != evals {
 			r.m.evals.Add(float64(n - evals))
@@ -425,11 +424,10 @@ const maxPending = 10000
 // batch is what the evaluator decided between two hand-offs to the
 // writer, and the messages that led to it, in the order they came.
 type batch struct {
-	seq    uint64
-	trs    []Transition
-	devs   []DeviceRow
-	states []StateRow
-	msgs   []mqttconn.Received
+	seq  uint64
+	trs  []Transition
+	devs []DeviceRow
+	msgs []mqttconn.Received
 }
 
 // written is the writer's word on a batch: committed (res), or the
@@ -470,9 +468,9 @@ func (r *Runner) writeBatch(ctx context.Context, epoch int64, b *batch) (WriteRe
 			return res, err
 		}
 	}
-	if len(b.trs)+len(b.devs)+len(b.states) > 0 {
+	if len(b.trs)+len(b.devs) > 0 {
 		var err error
-		if res, err = r.store.Write(ctx, epoch, b.trs, b.devs, b.states); err != nil {
+		if res, err = r.store.Write(ctx, epoch, b.trs, b.devs); err != nil {
 			if !errors.Is(err, ErrNotOwner) && ctx.Err() == nil {
 				r.log.Warn("alarms: writing a batch failed; the evaluator reloads its state", "err", err)
 			}

@@ -495,7 +495,7 @@ func TestRunnerNoDataRestart(t *testing.T) {
 	stored := func(devs ...string) func() bool {
 		return func() bool {
 			var n int
-			err := g.ms.DB().Get(&n, `SELECT count(*) FROM alarm_rule_state WHERE rule_id = $1 AND device_id = ANY($2) AND data->>'l' IS NOT NULL`, rule, pq.StringArray(devs))
+			err := g.ms.DB().Get(&n, `SELECT count(*) FROM alarm_state WHERE device_id = ANY($2) AND data->'r'->$1->>'l' IS NOT NULL`, rule, pq.StringArray(devs))
 			return err == nil && n == len(devs)
 		}
 	}

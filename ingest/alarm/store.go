@@ -21,7 +21,8 @@ import (
 )
 
 // Store keeps rules, alarm records, their transitions and the evaluator's
-// state in PostgreSQL (schema/postgres/00019_alarms.sql). Reads and writes
+// state in PostgreSQL (schema/postgres/00019_alarms.sql; the state a row
+// per device, 00034_alarm_state.sql). Reads and writes
 // of rules and records see only the products of ctx
 // (meta.LimitProducts): others are meta.ErrNotFound, as if absent.
 type Store struct {
@@ -605,48 +606,53 @@ func (s *Store) Claim(ctx context.Context) (int64, error) {
 	return epoch, nil
 }
 
-// Load reads the evaluator's persisted state. Rule states whose alarm a
-// hand cleared (the state says active, no record is) come back inactive.
-func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
+// Load reads the evaluator's persisted state, a row per device. Rule
+// states whose alarm a hand cleared (the state says active, no record
+// is) come back inactive.
+func (s *Store) Load(ctx context.Context) ([]DeviceRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	var devs []struct {
-		Device  string `db:"device_id"`
-		Product string `db:"product_id"`
-		Data    []byte `db:"data"`
-	}
-	if err := s.db.SelectContext(ctx, &devs, "SELECT device_id, product_id, data FROM alarm_device_state"); err != nil {
-		return nil, nil, fmt.Errorf("alarm: load: %w", err)
-	}
-	var states []struct {
-		Device string `db:"device_id"`
+	var active []struct {
 		Rule   string `db:"rule_id"`
-		Data   []byte `db:"data"`
-		Active bool   `db:"active"`
+		Device string `db:"device_id"`
 	}
-	err := s.db.SelectContext(ctx, &states, `SELECT s.device_id, s.rule_id, s.data,
-		EXISTS (SELECT 1 FROM alarm_records a WHERE a.rule_id = s.rule_id AND a.device_id = s.device_id AND a.state = 'active') AS active
-		FROM alarm_rule_state s`)
+	if err := s.db.SelectContext(ctx, &active, "SELECT rule_id, device_id FROM alarm_records WHERE state = 'active'"); err != nil {
+		return nil, fmt.Errorf("alarm: load: %w", err)
+	}
+	isActive := make(map[HandClear]bool, len(active))
+	for _, a := range active {
+		isActive[HandClear{RuleID: a.Rule, DeviceID: a.Device}] = true
+	}
+	rows, err := s.db.QueryxContext(ctx, "SELECT device_id, product_id, data FROM alarm_state")
 	if err != nil {
-		return nil, nil, fmt.Errorf("alarm: load: %w", err)
+		return nil, fmt.Errorf("alarm: load: %w", err)
 	}
-	dr := make([]DeviceRow, len(devs))
-	for i, d := range devs {
-		dr[i] = DeviceRow{DeviceID: d.Device, ProductID: d.Product, Data: d.Data}
-	}
-	sr := make([]StateRow, 0, len(states))
-	for _, st := range states {
-		data := st.Data
-		if !st.Active {
-			var sd stateData
-			if json.Unmarshal(data, &sd) == nil && sd.Active {
-				sd.Active, sd.Sev, sd.ClearSince, sd.Deadline = false, 0, 0, 0
-				data, _ = json.Marshal(&sd)
+	defer rows.Close()
+	var out []DeviceRow
+	for rows.Next() {
+		var d DeviceRow
+		if err := rows.Scan(&d.DeviceID, &d.ProductID, &d.Data); err != nil {
+			return nil, fmt.Errorf("alarm: load: %w", err)
+		}
+		var row devRow
+		if json.Unmarshal(d.Data, &row) == nil {
+			cleared := false
+			for id, sd := range row.Rules {
+				if sd != nil && sd.Active && !isActive[HandClear{RuleID: id, DeviceID: d.DeviceID}] {
+					sd.Active, sd.Sev, sd.ClearSince, sd.Deadline = false, 0, 0, 0
+					cleared = true
+				}
+			}
+			if cleared {
+				d.Data, _ = json.Marshal(&row)
 			}
 		}
-		sr = append(sr, StateRow{RuleID: st.Rule, DeviceID: st.Device, Data: data})
+		out = append(out, d)
 	}
-	return dr, sr, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("alarm: load: %w", err)
+	}
+	return out, nil
 }
 
 // Write stores one batch in one transaction: the transitions the
@@ -660,15 +666,18 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, []StateRow, error) {
 // one locks the active records and adds the repeats, then one per round
 // writes the records and their transition rows (writeTransitions: one
 // round unless an alarm changes twice in the batch: raised, then
-// repeated or cleared), and one writes the state rows (writeState).
+// repeated or cleared), and one writes the touched devices' state rows
+// (writeState: one per stateChunk rows).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
 // hand's clear), returned in Reraised with its raise time; an escalation
 // or clear of it is dropped, and the (rule, device) returned in Gone. The
 // caller tells its evaluator (Forget, Reraised).
-func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) (WriteResult, error) {
-	ctx, cancel := s.ctx(ctx)
+func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs []DeviceRow) (WriteResult, error) {
+	// The bound of a batch grows with its rows: a rule disabled rewrites
+	// the row of every device that had its state.
+	ctx, cancel := context.WithTimeout(ctx, s.timeout+time.Duration(len(devs)+len(trs))*time.Millisecond)
 	defer cancel()
 	stx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -683,7 +692,7 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	if err != nil {
 		return WriteResult{}, err
 	}
-	if err := writeState(ctx, tx, devs, states); err != nil {
+	if err := writeState(ctx, tx, devs); err != nil {
 		return WriteResult{}, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -752,48 +761,25 @@ func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition) ([]Tr
 	return slices.DeleteFunc(trs, func(t Transition) bool { return !ok[t.RuleID] }), nil
 }
 
-// writeState writes the touched devices' rows and the changed rule
-// states (a state holding nothing: its row deleted), in one statement.
-func writeState(ctx context.Context, tx writeTx, devs []DeviceRow, states []StateRow) error {
-	if len(devs)+len(states) == 0 {
-		return nil
-	}
-	ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
-	for i, d := range devs {
-		ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
-	}
-	var upD, upR, upData, delD, delR []string
-	gone := map[HandClear]bool{}
-	for _, st := range states {
-		if st.Data == nil {
-			delD, delR = append(delD, st.DeviceID), append(delR, st.RuleID)
-			gone[HandClear{RuleID: st.RuleID, DeviceID: st.DeviceID}] = true
+// stateChunk bounds the rows of one statement of writeState.
+const stateChunk = 10000
+
+// writeState writes the touched devices' rows (their rule states in
+// them): one statement, or one per stateChunk rows (a rule disabled
+// rewrites the rows of all the devices that had its state).
+func writeState(ctx context.Context, tx writeTx, devs []DeviceRow) error {
+	for chunk := range slices.Chunk(devs, stateChunk) {
+		ids, products, data := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
+		for i, d := range chunk {
+			ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
 		}
-	}
-	for _, st := range states {
-		// A state both written and deleted (a rule dropped and back in one
-		// batch) is deleted, as the delete after the write left it; one
-		// statement must not change a row twice.
-		if st.Data != nil && !gone[HandClear{RuleID: st.RuleID, DeviceID: st.DeviceID}] {
-			upD, upR, upData = append(upD, st.DeviceID), append(upR, st.RuleID), append(upData, string(st.Data))
+		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_state (device_id, product_id, data)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::json[])
+			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
+			pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data))
+		if err != nil {
+			return fmt.Errorf("alarm: write state: %w", err)
 		}
-	}
-	_, err := tx.ExecContext(ctx, `WITH d AS (
-			INSERT INTO alarm_device_state (device_id, product_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
-			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data),
-		u AS (
-			INSERT INTO alarm_rule_state (device_id, rule_id, data)
-			SELECT * FROM unnest($4::text[], $5::text[], $6::jsonb[])
-			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data),
-		x AS (
-			DELETE FROM alarm_rule_state s USING unnest($7::text[], $8::text[]) AS x(d, r)
-			WHERE s.device_id = x.d AND s.rule_id = x.r)
-		SELECT 1`,
-		pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data),
-		pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData), pq.StringArray(delD), pq.StringArray(delR))
-	if err != nil {
-		return fmt.Errorf("alarm: write state: %w", err)
 	}
 	return nil
 }

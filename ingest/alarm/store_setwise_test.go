@@ -71,11 +71,11 @@ func TestStoreSetwise(t *testing.T) {
 		if err := step.db.Get(&before, "SELECT coalesce(max(id), 0) FROM alarm_transitions"); err != nil {
 			t.Fatal(err)
 		}
-		want, err := stepwiseWrite(ctx, step, eStep, slices.Clone(trs), nil, nil)
+		want, err := stepwiseWrite(ctx, step, eStep, slices.Clone(trs), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := set.Write(ctx, eSet, slices.Clone(trs), nil, nil)
+		got, err := set.Write(ctx, eSet, slices.Clone(trs), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestStoreWriteLocks(t *testing.T) {
 	s := writerStore(t)
 	ctx := context.Background()
 	epoch, _ := s.Claim(ctx)
-	if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v1", 1)}, nil, nil); err != nil {
+	if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v1", 1)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var handErr error
@@ -262,7 +262,7 @@ func TestStoreWriteLocks(t *testing.T) {
 			handErr = tx.Commit()
 		}
 	}
-	if _, err := s.Write(ctx, epoch, []Transition{tr(KindEscalated, "r1", "d1", "critical", "v2", 2)}, nil, nil); err != nil {
+	if _, err := s.Write(ctx, epoch, []Transition{tr(KindEscalated, "r1", "d1", "critical", "v2", 2)}, nil); err != nil {
 		t.Fatalf("the batch's write: %v", err)
 	}
 	var pe *pq.Error
@@ -279,9 +279,9 @@ func slicesSortBy[T any](s []T, key func(T) string) {
 }
 
 // stepwiseWrite is Write as it was before it wrote set-wise: statements
-// one transition at a time, the epoch, the rules' locks and each kind of
-// state row each in a statement of its own.
-func stepwiseWrite(ctx context.Context, s *Store, epoch int64, trs []Transition, devs []DeviceRow, states []StateRow) (WriteResult, error) {
+// one transition at a time, the epoch and the rules' locks each in a
+// statement of its own (the state rows as Write writes them).
+func stepwiseWrite(ctx context.Context, s *Store, epoch int64, trs []Transition, devs []DeviceRow) (WriteResult, error) {
 	stx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return WriteResult{}, err
@@ -302,42 +302,8 @@ func stepwiseWrite(ctx context.Context, s *Store, epoch int64, trs []Transition,
 	if err != nil {
 		return WriteResult{}, err
 	}
-	if len(devs) > 0 {
-		ids, products, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
-		for i, d := range devs {
-			ids[i], products[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_device_state (device_id, product_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
-			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
-			pq.StringArray(ids), pq.StringArray(products), pq.StringArray(data))
-		if err != nil {
-			return WriteResult{}, err
-		}
-	}
-	var upD, upR, upData, delD, delR []string
-	for _, st := range states {
-		if st.Data == nil {
-			delD, delR = append(delD, st.DeviceID), append(delR, st.RuleID)
-			continue
-		}
-		upD, upR, upData = append(upD, st.DeviceID), append(upR, st.RuleID), append(upData, string(st.Data))
-	}
-	if len(upD) > 0 {
-		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_rule_state (device_id, rule_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[])
-			ON CONFLICT (device_id, rule_id) DO UPDATE SET data = EXCLUDED.data`,
-			pq.StringArray(upD), pq.StringArray(upR), pq.StringArray(upData))
-		if err != nil {
-			return WriteResult{}, err
-		}
-	}
-	if len(delD) > 0 {
-		_, err := tx.ExecContext(ctx, `DELETE FROM alarm_rule_state s USING unnest($1::text[], $2::text[]) AS x(d, r)
-			WHERE s.device_id = x.d AND s.rule_id = x.r`, pq.StringArray(delD), pq.StringArray(delR))
-		if err != nil {
-			return WriteResult{}, err
-		}
+	if err := writeState(ctx, tx, devs); err != nil {
+		return WriteResult{}, err
 	}
 	return res, stx.Commit()
 }
@@ -367,8 +333,8 @@ func stepwiseLiveRules(ctx context.Context, tx writeTx, trs []Transition) ([]Tra
 }
 
 // BenchmarkStoreWrite: Write and stepwiseWrite, alternately, each on its
-// own database, of the same batches: 2,000 devices' rows and a rule
-// state each, 2% of them raising (even batches) or clearing (odd ones)
+// own database, of the same batches: 2,000 devices' rows (a rule state
+// in each), 2% of them raising (even batches) or clearing (odd ones)
 // an alarm, 10% repeating another's; an outbox subscription hears every
 // raise and clear. It reports each one's milliseconds and statements per
 // batch; "alarms" writes the same batches without the state rows.
@@ -388,9 +354,9 @@ func benchStoreWrite(b *testing.B, withState bool) {
 	}
 	eSet, _ := set.Claim(ctx)
 	eStep, _ := step.Claim(ctx)
-	batch := func(i int) ([]Transition, []DeviceRow, []StateRow) {
+	batch := func(i int) ([]Transition, []DeviceRow) {
 		var trs []Transition
-		devs, states := make([]DeviceRow, devices), make([]StateRow, devices)
+		devs := make([]DeviceRow, devices)
 		for d := range devices {
 			dev := fmt.Sprintf("d%05d", d)
 			switch {
@@ -405,28 +371,27 @@ func benchStoreWrite(b *testing.B, withState bool) {
 					trs = append(trs, tr(KindRepeated, "r2", dev, "major", "limit=190", float64(i)))
 				}
 			}
-			devs[d] = DeviceRow{DeviceID: dev, ProductID: "p1", Data: []byte(fmt.Sprintf(`{"t":%d,"k":["h0123456789abcdef"],"p":{"temp":{"c":20.5,"t":%d}}}`, i, i))}
-			states[d] = StateRow{RuleID: "r3", DeviceID: dev, Data: []byte(fmt.Sprintf(`{"d":%d,"l":%d}`, i+3600000, i))}
+			devs[d] = DeviceRow{DeviceID: dev, ProductID: "p1", Data: []byte(fmt.Sprintf(`{"t":%d,"k":["h0123456789abcdef"],"p":{"temp":{"c":{"n":20.5},"t":%d}},"r":{"r3":{"d":%d,"l":%d}}}`, i, i, i+3600000, i))}
 		}
 		if !withState {
-			return trs, nil, nil
+			return trs, nil
 		}
-		return trs, devs, states
+		return trs, devs
 	}
 	var tSet, tStep time.Duration
 	var nSet, nStep uint64
 	i := 0
 	for b.Loop() {
-		trs, devs, states := batch(i)
+		trs, devs := batch(i)
 		i++
 		s0, t0 := step.statements.Load(), time.Now()
-		if _, err := stepwiseWrite(ctx, step, eStep, slices.Clone(trs), devs, states); err != nil {
+		if _, err := stepwiseWrite(ctx, step, eStep, slices.Clone(trs), devs); err != nil {
 			b.Fatal(err)
 		}
 		tStep += time.Since(t0)
 		nStep += step.statements.Load() - s0
 		s0, t0 = set.statements.Load(), time.Now()
-		if _, err := set.Write(ctx, eSet, slices.Clone(trs), devs, states); err != nil {
+		if _, err := set.Write(ctx, eSet, slices.Clone(trs), devs); err != nil {
 			b.Fatal(err)
 		}
 		tSet += time.Since(t0)
@@ -609,27 +574,4 @@ func stepwiseInsertTransition(ctx context.Context, tx writeTx, record int64, t T
 		return fmt.Errorf("alarm: transition: %w", err)
 	}
 	return nil
-}
-
-// TestStoreStateWrittenAndDeleted: a rule state both written and deleted
-// in one batch (its rule dropped, then back) ends deleted, as when the
-// delete was a statement after the write; whether it had a row or not.
-func TestStoreStateWrittenAndDeleted(t *testing.T) {
-	s := writerStore(t)
-	ctx := context.Background()
-	epoch, _ := s.Claim(ctx)
-	both := []StateRow{{RuleID: "r1", DeviceID: "d1", Data: []byte(`{}`)}, {RuleID: "r1", DeviceID: "d1"}}
-	for i := range 2 {
-		if i == 1 { // now with a row before
-			if _, err := s.Write(ctx, epoch, nil, nil, both[:1]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := s.Write(ctx, epoch, nil, nil, both); err != nil {
-			t.Fatal(err)
-		}
-		if _, states, err := s.Load(ctx); err != nil || len(states) != 0 {
-			t.Errorf("round %d: states %v (%v), want none", i, states, err)
-		}
-	}
 }

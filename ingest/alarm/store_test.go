@@ -70,7 +70,7 @@ func TestStoreRecordLifecycle(t *testing.T) {
 	}
 	w := func(trs ...Transition) WriteResult {
 		t.Helper()
-		res, err := s.Write(ctx, epoch, trs, nil, nil)
+		res, err := s.Write(ctx, epoch, trs, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func TestStoreOneActive(t *testing.T) {
 	ctx := context.Background()
 	epoch, _ := s.Claim(ctx)
 	for range 2 {
-		if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)}, nil, nil); err != nil {
+		if _, err := s.Write(ctx, epoch, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,7 +170,7 @@ func TestStoreFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.Write(ctx, old, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)},
-		[]DeviceRow{{DeviceID: "d1", ProductID: "p1", Data: []byte(`{}`)}}, nil)
+		[]DeviceRow{{DeviceID: "d1", ProductID: "p1", Data: []byte(`{}`)}})
 	if !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("stale owner's write: %v", err)
 	}
@@ -189,17 +189,16 @@ func TestStoreState(t *testing.T) {
 		`{"id":"off","trigger":{"type":"offline","for":"1m"}}`)
 	h.report(1, "temp", 31)
 	h.presence(2, false)
-	devs, states := h.e.Dirty()
-	if _, err := s.Write(ctx, epoch, h.trs, devs, states); err != nil {
+	if _, err := s.Write(ctx, epoch, h.trs, h.e.Dirty()); err != nil {
 		t.Fatal(err)
 	}
-	ld, ls, err := s.Load(ctx)
+	ld, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h2 := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`,
 		`{"id":"off","trigger":{"type":"offline","for":"1m"}}`)
-	if err := h2.e.Restore(ld, ls); err != nil {
+	if err := h2.e.Restore(ld); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := h2.e.Active("r1", "d1"); !ok {
@@ -213,21 +212,20 @@ func TestStoreState(t *testing.T) {
 	if _, err := s.ClearByHand(ctx, recs[0].ID, Actor{ID: "u", Name: "u"}, ""); err != nil {
 		t.Fatal(err)
 	}
-	ld, ls, _ = s.Load(ctx)
+	ld, _ = s.Load(ctx)
 	h3 := newHarness(t, `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
-	if err := h3.e.Restore(ld, ls); err != nil {
+	if err := h3.e.Restore(ld); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := h3.e.Active("r1", "d1"); ok {
 		t.Error("an alarm cleared by hand came back active")
 	}
 	// and the removed rule's state is deleted by the next write
-	devs, states = h3.e.Dirty()
-	if _, err := s.Write(ctx, epoch, nil, devs, states); err != nil {
+	if _, err := s.Write(ctx, epoch, nil, h3.e.Dirty()); err != nil {
 		t.Fatal(err)
 	}
 	var n int
-	_ = s.db.Get(&n, "SELECT count(*) FROM alarm_rule_state WHERE rule_id = 'off'")
+	_ = s.db.Get(&n, "SELECT count(*) FROM alarm_state WHERE data::jsonb -> 'r' ? 'off'")
 	if n != 0 {
 		t.Error("the state of a rule that is gone stayed")
 	}
@@ -325,7 +323,7 @@ func TestStoreRuleGone(t *testing.T) {
 	}
 	w := func(trs ...Transition) {
 		t.Helper()
-		if _, err := s.Write(ctx, epoch, trs, nil, nil); err != nil {
+		if _, err := s.Write(ctx, epoch, trs, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
