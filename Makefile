@@ -22,10 +22,18 @@ run: services build
 ## then each fuzz target for FUZZ_SHORT. Tests that own their databases and
 ## servers call t.Parallel: they mostly wait (on PostgreSQL, ClickHouse, the
 ## broker), so TEST_PARALLEL of them run at once in a package, more than
-## go test's default (GOMAXPROCS).
+## go test's default (GOMAXPROCS). For the same reason TEST_P packages run
+## at once, not GOMAXPROCS (2 here): a package's test binary uses a third
+## to a half of a core on average (api about 110 CPU-s under -race, tsdb
+## about 30, bench about 75, over minutes of wall time). TEST_PKGS names
+## the longest packages first so that they start first and the short ones
+## fill in beside them (go test starts packages in the order named; ./...
+## adds the rest once).
 TEST_PARALLEL ?= 4
+TEST_P        ?= 4
+TEST_PKGS     ?= ./api ./cmd/devicehub ./bench ./tsdb ./meta ./ingest/alarm ./ingest ./api/dashboard $(PKGS)
 test: services vet
-	$(GO) test -race -count=1 -timeout 45m -parallel $(TEST_PARALLEL) $(PKGS)
+	$(GO) test -race -count=1 -timeout 45m -p $(TEST_P) -parallel $(TEST_PARALLEL) $(TEST_PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 fmt:
