@@ -22,10 +22,18 @@ run: services build
 ## then each fuzz target for FUZZ_SHORT. Tests that own their databases and
 ## servers call t.Parallel: they mostly wait (on PostgreSQL, ClickHouse, the
 ## broker), so TEST_PARALLEL of them run at once in a package, more than
-## go test's default (GOMAXPROCS).
+## go test's default (GOMAXPROCS). For the same reason TEST_P packages run
+## at once, not GOMAXPROCS (2 here): a package's test binary uses a third
+## to a half of a core on average (api about 110 CPU-s under -race, tsdb
+## about 30, bench about 75, over minutes of wall time). TEST_PKGS names
+## the longest packages first so that they start first and the short ones
+## fill in beside them (go test starts packages in the order named; ./...
+## adds the rest once).
 TEST_PARALLEL ?= 4
+TEST_P        ?= 4
+TEST_PKGS     ?= ./api ./cmd/devicehub ./bench ./tsdb ./meta ./ingest/alarm ./ingest ./api/dashboard $(PKGS)
 test: services vet
-	$(GO) test -race -count=1 -timeout 45m -parallel $(TEST_PARALLEL) $(PKGS)
+	$(GO) test -race -count=1 -timeout 45m -p $(TEST_P) -parallel $(TEST_PARALLEL) $(TEST_PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)
 
 fmt:
@@ -47,6 +55,11 @@ lint: vet
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s); `make test` runs
 ## them for FUZZ_SHORT executions. A crash is saved under testdata/fuzz: commit it.
+## A package's test binary is built once with the fuzzing instrumentation
+## (`go test -c -fuzz .`) and run for each of its targets from the package's
+## folder, with the corpus cache `go test -fuzz` uses ($GOCACHE/fuzz/<import
+## path>): the same fuzzing as one `go test -fuzz` per target, without
+## linking the binary again for each (ingest/wire has 8 targets).
 ## FUZZ_SHORT is a count, not a duration: in Go 1.26 a duration -fuzztime can
 ## fail a clean target with a bare "context deadline exceeded" when the
 ## deadline fires while a worker is mid-call (golang/go#75804, fixed in Go
@@ -68,10 +81,17 @@ FUZZ_TARGETS := \
 	./api/:FuzzCheckJSONText \
 	./bench/mqttc/:FuzzDecode
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t##*:}; \
+	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; exe=$$bin/$$(echo "$$pkg" | tr -c 'A-Za-z0-9\n' _)test; \
+		if [ ! -x "$$exe" ]; then \
+			if ! out=$$($(GO) test -c -fuzz . -o "$$exe" $$pkg 2>&1); then echo "$$out" | tail -40; exit 1; fi; \
+		fi; \
 		echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
-		if ! out=$$($(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); then \
+		corpus=$$cache/$$($(GO) list $$pkg); \
+		if ! out=$$(cd $$pkg && "$$exe" -test.paniconexit0 -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
+				-test.fuzzcachedir "$$corpus" 2>&1); then \
 			echo "$$out" | tail -40; exit 1; fi; \
 	done
 

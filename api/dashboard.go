@@ -32,7 +32,7 @@ type DeviceModels interface {
 
 // newDashboard is the server's dashboard service.
 func (s *Server) newDashboard() *dashboard.Service {
-	opts := dashboard.Options{Concurrency: s.opts.DashboardConcurrency, Wait: s.opts.DashboardWait, Clock: s.opts.DashboardClock}
+	opts := dashboard.Options{Concurrency: s.opts.DashboardConcurrency, Wait: s.opts.DashboardWait, Clock: s.opts.dashboardClock}
 	return dashboard.New(opts, dashboard.Deps{Store: s.deps.Dashboard, Scope: dashboardScope{s}, Alarms: dashboardAlarms{s},
 		AlarmSeverities: alarm.Severities(), AlarmStates: []string{alarm.StateActive, alarm.StateCleared}, JSONError: jsonError})
 }
@@ -61,7 +61,7 @@ func (d dashboardAlarms) AlarmCounts(ctx context.Context, q dashboard.AlarmCount
 	if err != nil {
 		return nil, err
 	}
-	return store.Counts(ctx, alarm.CountQuery{Starts: q.Starts, End: q.End,
+	return store.Counts(ctx, alarm.CountQuery{Starts: q.Range.Starts(), End: q.Range.End(),
 		ProductID: q.ProductID, DeviceID: q.DeviceID, Severity: q.Severity, State: q.State})
 }
 

@@ -65,7 +65,7 @@ func goldenEnv(t *testing.T) (*env, string) {
 	db := tsdbtest.NewDB(t, shanghai)
 	var as *alarm.Store
 	opts := api.DefaultOptions()
-	opts.DashboardClock = func() time.Time { return goldenNow }
+	api.SetDashboardClock(&opts, func() time.Time { return goldenNow })
 	e := newEnvOpts(t, opts, func(store *meta.Store, deps *api.Deps) {
 		as = alarm.NewStore(store)
 		deps.Alarms = as

@@ -52,9 +52,6 @@ type Options struct {
 	// slot before it is refused with 503 too_many_requests (0: 2 s).
 	DashboardConcurrency int
 	DashboardWait        time.Duration
-	// DashboardClock is the "now" of endpoint 14's and exports' date math
-	// and default ranges (nil: time.Now); tests fix it.
-	DashboardClock func() time.Time
 	// CORSOrigins are the browser origins (scheme://host[:port], or "*"
 	// for any) allowed to call the API across origins; see
 	// ParseCORSOrigins. None (the default) sends no CORS headers.
@@ -79,6 +76,10 @@ type Options struct {
 	// ParseAddressList.
 	MetricsAllow []netip.Prefix
 	MetricsToken string
+	// dashboardClock is the "now" of endpoint 14's and exports' date math
+	// and default ranges (nil: time.Now). Only tests set it
+	// (SetDashboardClock, hooks_test.go), to fix the golden set's dates.
+	dashboardClock func() time.Time
 }
 
 // DefaultMetricsAllow is the default of Options.MetricsAllow: loopback,

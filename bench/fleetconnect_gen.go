@@ -147,13 +147,13 @@ func runFleetGen(in io.Reader, out io.Writer) error {
 		defer t.Stop()
 		for {
 			select {
+			case <-t.C: // the counters, every 200 ms until the parent is gone
+				write(genLine{Stats: &genStats{Connected: f.connected.Load(), Connects: f.connects.Load(), DialFailures: f.dialFailures.Load(),
+					Refused: f.refused.Load(), Lost: f.lost.Load(), Sent: f.sent.Load(), Acked: f.acked.Load(), AckFailed: f.ackFailed.Load(),
+					Skipped: f.skipped.Load(), BirthsAcked: f.birthsAcked.Load()}})
 			case <-stop:
 				return
-			case <-t.C:
 			}
-			write(genLine{Stats: &genStats{Connected: f.connected.Load(), Connects: f.connects.Load(), DialFailures: f.dialFailures.Load(),
-				Refused: f.refused.Load(), Lost: f.lost.Load(), Sent: f.sent.Load(), Acked: f.acked.Load(), AckFailed: f.ackFailed.Load(),
-				Skipped: f.skipped.Load(), BirthsAcked: f.birthsAcked.Load()}})
 		}
 	}()
 	defer close(stop)

@@ -35,6 +35,7 @@ func bulkRows(t *testing.T, err error) []meta.BulkRowError {
 // from values that break each rule of a new device (device_input.go's
 // included: ids, secureIds and keys of every kind), each sent both ways.
 func TestCreateDevicesSameRulesAsCreateDevice(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -139,6 +140,7 @@ func TestCreateDevicesSameRulesAsCreateDevice(t *testing.T) {
 // count follows, and the login versions returned are the stored ones.
 // Bulk undeploy and deploy return new versions for the changed rows only.
 func TestCreateDevicesTriggers(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -263,6 +265,7 @@ func TestCreateDevicesTriggers(t *testing.T) {
 // without one get it, a row naming another is bad, an unknown one is
 // not found; deploying needs the products deployed.
 func TestCreateDevicesImportProduct(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -296,6 +299,7 @@ func TestCreateDevicesImportProduct(t *testing.T) {
 
 // TestDecodeDevicesCSV reads CSV rows into devices.
 func TestDecodeDevicesCSV(t *testing.T) {
+	t.Parallel()
 	f := func(text string, wantRows int, wantBad string, wantErr string) {
 		t.Helper()
 		rows, bad, err := meta.DecodeDevicesCSV(strings.NewReader(text))

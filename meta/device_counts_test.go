@@ -71,6 +71,7 @@ func checkDeviceTotals(t *testing.T, s *meta.Store, step string, products ...str
 // deploy, births and wills, undeploy, delete, a move to another product
 // and SQL written past the store.
 func TestDeviceTotalsByState(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 1, 0)
 	ctx := context.Background()
 	createTestProduct(t, s, "p1", true)
@@ -139,6 +140,7 @@ func TestDeviceTotalsByState(t *testing.T) {
 // the devices already there, and makes state changes HOT-eligible (no
 // index on state); its Down puts the index back.
 func TestMigrateDevicePresence(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := metatest.NewDatabase(t)
 	opts := meta.DefaultOptions()

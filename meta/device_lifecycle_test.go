@@ -100,6 +100,7 @@ func ptr[T any](v T) *T { return &v }
 var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func TestCreateDevice(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -153,6 +154,7 @@ func TestCreateDevice(t *testing.T) {
 }
 
 func TestCreateDeviceRefused(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -208,6 +210,7 @@ func TestCreateDeviceRefused(t *testing.T) {
 }
 
 func TestUpdateDevice(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)
@@ -315,6 +318,7 @@ func TestUpdateDevice(t *testing.T) {
 // TestUpdateDeviceConcurrentConditional: of writes sent together on one
 // version, exactly one applies; the others are told of the conflict.
 func TestUpdateDeviceConcurrentConditional(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	createTestProduct(t, s, "p", false)
 	v := millis(createTestDevice(t, s, "d", "p").ModifyTime)
@@ -344,6 +348,7 @@ func TestUpdateDeviceConcurrentConditional(t *testing.T) {
 }
 
 func TestDeployUndeployDeleteDevice(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "off", false)
@@ -419,6 +424,7 @@ func TestDeployUndeployDeleteDevice(t *testing.T) {
 }
 
 func TestDeviceStatusesAndRef(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -469,6 +475,7 @@ func TestDeviceStatusesAndRef(t *testing.T) {
 }
 
 func TestApplyStateChanges(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -576,6 +583,7 @@ func TestApplyStateChanges(t *testing.T) {
 }
 
 func TestDeviceMetadata(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	p := createTestProduct(t, s, "p", false)

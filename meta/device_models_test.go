@@ -12,6 +12,7 @@ import (
 // model; QueryDevicesWithModels adds them for the page's devices, within
 // the caller's products, and leaves the page cache's page without them.
 func TestQueryDevicesWithModels(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)

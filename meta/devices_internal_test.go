@@ -7,6 +7,7 @@ import "testing"
 // and grouping; never for another termType, column, a repeat or an OR at
 // any depth.
 func TestDeviceCountTerms(t *testing.T) {
+	t.Parallel()
 	f := func(body string, wantOK bool, wantState, wantProduct any) {
 		t.Helper()
 		q, err := DecodeQuery([]byte(body))

@@ -14,6 +14,7 @@ import (
 // TestKeyLastUsed: a key's last use is written on its first use, then
 // only once it is more than a minute old, not on every check.
 func TestKeyLastUsed(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	if _, err := s.CreateUser(ctx, "prog", "password-prog", meta.RoleViewer); err != nil {

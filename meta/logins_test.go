@@ -53,6 +53,7 @@ func sortedLogins(l []meta.DeviceLogin) []meta.DeviceLogin {
 // for a device gives it a new, higher login_version and says so
 // (DeviceDetail.Login); writes that change nothing of it say nothing.
 func TestLoginVersions(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -104,6 +105,7 @@ func TestLoginVersions(t *testing.T) {
 }
 
 func TestDeviceLogins(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -153,6 +155,7 @@ func TestDeviceLogins(t *testing.T) {
 }
 
 func TestRotateDeviceSecret(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -197,6 +200,7 @@ func TestRotateDeviceSecret(t *testing.T) {
 }
 
 func TestInstallationID(t *testing.T) {
+	t.Parallel()
 	dsn := metatest.NewDatabase(t)
 	ctx := context.Background()
 	s1 := openTestStore(t, dsn, meta.DefaultOptions())
@@ -266,6 +270,7 @@ func nextEvent(t *testing.T, events <-chan []string) []string {
 // (announcements come in commit order), which proves the absence without
 // waiting for it.
 func TestWatchDevices(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -332,6 +337,7 @@ func TestWatchDevices(t *testing.T) {
 // TestWatchDevicesReconnects: after its connection is lost and back, the
 // watch calls without ids (announcements meanwhile are lost) and goes on.
 func TestWatchDevicesReconnects(t *testing.T) {
+	t.Parallel()
 	direct, behind, px, _ := storesBehindProxy(t)
 	createTestProduct(t, direct, "p", true)
 	createTestDevice(t, direct, "a", "p")
@@ -352,6 +358,7 @@ func TestWatchDevicesReconnects(t *testing.T) {
 // be reached still returns when its context ends (a shutdown does not wait
 // for the database).
 func TestWatchDevicesStopsWhileUnreachable(t *testing.T) {
+	t.Parallel()
 	_, behind, px, _ := storesBehindProxy(t)
 	px.Down()
 	defer px.Up()
@@ -382,6 +389,7 @@ func advisoryWaiters(t *testing.T, db *sqlx.DB) int {
 }
 
 func TestLock(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	const key = 4242
@@ -467,6 +475,7 @@ func TestLock(t *testing.T) {
 // TestLockLost: when the lock's connection dies, lost is closed, and the
 // lock is gone with it.
 func TestLockLost(t *testing.T) {
+	t.Parallel()
 	_, behind, px, dsn := storesBehindProxy(t)
 	ctx := context.Background()
 	const key = 77
@@ -507,6 +516,7 @@ func TestLockLost(t *testing.T) {
 // every watcher hears whole, however many devices (one NOTIFY holds at
 // most 7,900 bytes); a malformed announcement is skipped.
 func TestLoginsApplied(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

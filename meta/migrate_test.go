@@ -16,6 +16,7 @@ import (
 // first and then find nothing to do), and the waiting costs about a
 // second, not goose's default five.
 func TestMigrateTogether(t *testing.T) {
+	t.Parallel()
 	dsn := metatest.NewDatabase(t)
 	const instances = 4
 	type result struct {

@@ -11,6 +11,7 @@ import (
 // (products.go nextModifyTime): deploy, undeploy, rotation and the thing
 // model too, not only UpdateDevice.
 func TestDeviceWritesNeverMoveModifyTimeBack(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)

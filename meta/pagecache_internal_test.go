@@ -32,6 +32,7 @@ func livePageCache(t *testing.T, ttl time.Duration) *pageCache {
 // failure reaches them all and is not kept; a panicking load fails its
 // waiters, not the process.
 func TestPageCacheFlights(t *testing.T) {
+	t.Parallel()
 	c := livePageCache(t, time.Hour) // its watcher outside the bubble: it waits on the network
 	synctest.Test(t, func(t *testing.T) { pageCacheFlights(t, c) })
 }
@@ -98,6 +99,7 @@ func pageCacheFlights(t *testing.T, c *pageCache) {
 // TestPageCacheBounds: the entries, their keys and the items kept stay
 // within their bounds, and an expired page is loaded again.
 func TestPageCacheBounds(t *testing.T) {
+	t.Parallel()
 	c := livePageCache(t, time.Hour)
 	ctx := context.Background()
 	big := func(context.Context, bool) (any, int, error) { return "big", maxPageBytes / 8, nil }

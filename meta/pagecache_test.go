@@ -95,6 +95,7 @@ func waitListed(t *testing.T, what string, list func() []string, want []string) 
 // change is. (Removing the cache, or a kept page's check of its
 // generation, fails one half or the other.)
 func TestPageCacheServesKeptPages(t *testing.T) {
+	t.Parallel()
 	s := openCachedStores(t, 1, time.Hour)[0]
 	createTestProduct(t, s, "p", false)
 	createTestDevice(t, s, "d1", "p")
@@ -119,6 +120,7 @@ func TestPageCacheServesKeptPages(t *testing.T) {
 // next page read, without waiting for its announcement. Many rounds: a
 // write that relied on the announcement alone would lose the race often.
 func TestPageCacheOwnWrites(t *testing.T) {
+	t.Parallel()
 	s := openCachedStores(t, 1, time.Hour)[0]
 	ctx := context.Background()
 	createTestProduct(t, s, "p", true)
@@ -198,6 +200,7 @@ func TestPageCacheOwnWrites(t *testing.T) {
 // a second, and on the next read after SyncLists. Without the announcing
 // triggers the kept page (an hour's TTL) would be served on.
 func TestPageCacheOtherWriters(t *testing.T) {
+	t.Parallel()
 	stores := openCachedStores(t, 2, time.Hour)
 	a, b := stores[0], stores[1]
 	ctx := context.Background()
@@ -233,6 +236,7 @@ func TestPageCacheOtherWriters(t *testing.T) {
 // TestPageCacheOff: with no TTL nothing is kept: a change in SQL, not yet
 // (or never) announced, shows at once.
 func TestPageCacheOff(t *testing.T) {
+	t.Parallel()
 	s := openCachedStores(t, 1, 0)[0]
 	createTestProduct(t, s, "p", false)
 	createTestDevice(t, s, "d1", "p")
@@ -254,6 +258,7 @@ func TestPageCacheOff(t *testing.T) {
 // race writers of both instances; once the writes stop, every reader's
 // next page is the tables' state. Run with -race.
 func TestPageCacheConcurrent(t *testing.T) {
+	t.Parallel()
 	stores := openCachedStores(t, 2, time.Hour)
 	a, b := stores[0], stores[1]
 	ctx := context.Background()
@@ -326,6 +331,7 @@ func TestPageCacheConcurrent(t *testing.T) {
 // served to every request that reads the page; a page read past the cache
 // (a TTL of 0 keeps none) keeps nothing.
 func TestPageCacheMemo(t *testing.T) {
+	t.Parallel()
 	s := openCachedStores(t, 1, time.Hour)[0]
 	ctx := context.Background()
 	createTestProduct(t, s, "p", false)

@@ -15,6 +15,7 @@ import (
 // a count of the devices after each kind of write: single and bulk
 // inserts, deletes, a device moved to another product, TRUNCATE.
 func TestProductDeviceNum(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 0, 0)
 	ctx := context.Background()
 	listExec(t, s, `INSERT INTO products (id, name, device_type, create_time) VALUES
@@ -102,6 +103,7 @@ func TestProductDeviceNum(t *testing.T) {
 // TestQueryProducts checks product pages: terms, the bounded total and a
 // page past the end.
 func TestQueryProducts(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 3, 0)
 	listExec(t, s, `INSERT INTO products (id, name, device_type, state, create_time)
 		SELECT 'p' || i, 'Product ' || i, 'device', i % 2, now() - make_interval(secs => i) FROM generate_series(1, 9) AS i`)
@@ -155,6 +157,7 @@ func TestQueryProducts(t *testing.T) {
 // TestListCountsMigrationDown checks that 00007 goes down and up again on a
 // database with devices, the counts taken anew.
 func TestListCountsMigrationDown(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 0, 0)
 	ctx := context.Background()
 	listExec(t, s, `INSERT INTO products (id, name, device_type) VALUES ('a', 'A', 'device')`)

@@ -12,6 +12,7 @@ import (
 // TestTotalKey checks that different terms or values never share a key,
 // and that paging and order do not change it.
 func TestTotalKey(t *testing.T) {
+	t.Parallel()
 	key := func(body string) string {
 		t.Helper()
 		q, err := DecodeQuery([]byte(body))
@@ -73,6 +74,7 @@ func TestTotalKey(t *testing.T) {
 
 // TestTotalCache checks expiry, the size bound and the key bound.
 func TestTotalCache(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		off := newTotalCache(0)
 		off.put("a", 1)

@@ -210,6 +210,7 @@ func FuzzCompileQuery(f *testing.F) {
 
 // TestCheckCompiled makes sure the fuzz assertions catch leaked values.
 func TestCheckCompiledQuery(t *testing.T) {
+	t.Parallel()
 	bad := []*Compiled{
 		{Where: "p.name = $2", Args: []any{"a", "b"}},
 		{Where: "p.name = $1", Args: []any{"a", "b"}},

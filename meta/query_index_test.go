@@ -10,6 +10,7 @@ import (
 )
 
 func TestExtensionHint(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		err  error

@@ -120,6 +120,7 @@ func listQuery(t *testing.T, s *meta.Store, body string) meta.Page[meta.Device] 
 // seeded devices, with the total counted exactly (a large limit) and with
 // it estimated past a limit of 2 (pages of 3): the same rows either way.
 func TestQueryDevicesTermTypes(t *testing.T) {
+	t.Parallel()
 	exact, estimated := openListStore(t, 10_000, 0), openListStore(t, 2, 0)
 	devs := seedListDevices(t, exact, listNames)
 	seedListDevices(t, estimated, listNames)
@@ -214,6 +215,7 @@ func TestQueryDevicesTermTypes(t *testing.T) {
 
 // TestQueryDevicesSorts checks each sort against the model, on both paths.
 func TestQueryDevicesSorts(t *testing.T) {
+	t.Parallel()
 	exact, estimated := openListStore(t, 10_000, 0), openListStore(t, 2, 0)
 	devs := seedListDevices(t, exact, listNames)
 	seedListDevices(t, estimated, listNames)
@@ -272,6 +274,7 @@ func TestQueryDevicesSorts(t *testing.T) {
 // to the end of the page asked for, an estimate past it, and a pageIndex
 // past the end giving the last page.
 func TestQueryDevicesTotal(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 5, 0)
 	var names []string
 	for i := range 12 {
@@ -322,6 +325,7 @@ func TestQueryDevicesTotal(t *testing.T) {
 // terms (their pages read only the page), and what still makes the total
 // exact: a short page, a page past the end, other terms.
 func TestQueryDevicesTotalKept(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 5, time.Hour)
 	var names []string
 	for i := range 12 {
@@ -361,6 +365,7 @@ func TestQueryDevicesTotalKept(t *testing.T) {
 
 // TestQueryDevicesBadInput checks that a bad body is an input error.
 func TestQueryDevicesBadInput(t *testing.T) {
+	t.Parallel()
 	s := openListStore(t, 0, 0)
 	for _, body := range []string{
 		`{"terms":[{"column":"secureKey","value":"x"}]}`,

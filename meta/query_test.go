@@ -40,6 +40,7 @@ func compileBody(body string) (*Compiled, error) {
 }
 
 func TestCompileQueryWhere(t *testing.T) {
+	t.Parallel()
 	f := func(body string, wantWhere string, wantArgs []any) {
 		t.Helper()
 		c, err := compileBody(body)
@@ -171,6 +172,7 @@ func TestCompileQueryWhere(t *testing.T) {
 }
 
 func TestCompileQueryOrderBy(t *testing.T) {
+	t.Parallel()
 	f := func(body string, want string) {
 		t.Helper()
 		c, err := compileBody(body)
@@ -192,6 +194,7 @@ func TestCompileQueryOrderBy(t *testing.T) {
 
 // TestCompileQueryOrderKeys checks Compiled.Order, the keys of OrderBy.
 func TestCompileQueryOrderKeys(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		body string
 		want []OrderKey
@@ -224,6 +227,7 @@ func TestCompileQueryOrderKeys(t *testing.T) {
 }
 
 func TestCompileQueryErrors(t *testing.T) {
+	t.Parallel()
 	f := func(body string, wantField, wantMsg string) {
 		t.Helper()
 		_, err := compileBody(body)
@@ -331,6 +335,7 @@ func TestCompileQueryErrors(t *testing.T) {
 
 // TestCompileQueryDirect covers a Query built in Go rather than decoded.
 func TestCompileQueryDirect(t *testing.T) {
+	t.Parallel()
 	c, err := testResource.Compile(nil)
 	if err != nil || c.Where != "" || len(c.Args) != 0 || c.OrderBy != testResource.DefaultSort {
 		t.Fatalf("Compile(nil) = %+v, %v", c, err)
@@ -351,6 +356,7 @@ func TestCompileQueryDirect(t *testing.T) {
 }
 
 func TestDecodeQuery(t *testing.T) {
+	t.Parallel()
 	tr, fa := true, false
 	f := func(body string, want Query) {
 		t.Helper()
@@ -379,6 +385,7 @@ func TestDecodeQuery(t *testing.T) {
 }
 
 func TestQueryPage(t *testing.T) {
+	t.Parallel()
 	tr, fa := true, false
 	f := func(q *Query, total int, wantIndex, wantSize, wantOffset int) {
 		t.Helper()
@@ -411,6 +418,7 @@ func TestQueryPage(t *testing.T) {
 }
 
 func TestDecodeQueryCurrentPage(t *testing.T) {
+	t.Parallel()
 	q, err := DecodeQuery([]byte(`{"current":3,"pageSize":20}`))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // Roles (roles.go) against a real PostgreSQL database.
 
 func TestCreateRole(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 
@@ -81,6 +82,7 @@ func queryBody(t *testing.T, body string) *meta.Query {
 }
 
 func TestQueryRoles(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t) // has role admin
 	ctx := context.Background()
 	// Of the built-in roles, admin only here.

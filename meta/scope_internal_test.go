@@ -9,6 +9,7 @@ import (
 // TestUserScope: a user's scope per permission, from its grants, and
 // Restrict's intersection with a subset of permissions and products.
 func TestUserScope(t *testing.T) {
+	t.Parallel()
 	var u User
 	// product:read on every product (one role) and on a (another); device:read
 	// on b and a; device:write on c; user:admin from a limited role (not held);
@@ -102,6 +103,7 @@ func TestUserScope(t *testing.T) {
 
 // TestProductListJSON: absent, null and a list are three answers.
 func TestProductListJSON(t *testing.T) {
+	t.Parallel()
 	f := func(body string, set bool, ids []string) {
 		t.Helper()
 		var in RoleInput

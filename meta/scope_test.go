@@ -16,6 +16,7 @@ import (
 // products only (Authenticate), their changes are announced to the
 // token watchers, and a product's deletion takes it from its roles.
 func TestRoleProducts(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	for _, id := range []string{"pa", "pb", "pc"} {
@@ -111,6 +112,7 @@ func TestRoleProducts(t *testing.T) {
 // TestRoleEditing: creation, change and deletion of roles, and the
 // input errors naming their field, with nothing half-written.
 func TestRoleEditing(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	createTestProduct(t, s, "pa", false)
@@ -205,6 +207,7 @@ func userID(t *testing.T, s *meta.Store, username string) string {
 // counts and finds only them and their devices; the same query without
 // the limit, asked before and after, is not served the limited page.
 func TestProductLimit(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	bg := context.Background()
 	createTestProduct(t, s, "pa", false)

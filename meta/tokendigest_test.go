@@ -14,6 +14,7 @@ import (
 // stack too), and ParseTokenID gives it back from the TokenID; text that
 // is no TokenID names no digest.
 func TestTokenDigest(t *testing.T) {
+	t.Parallel()
 	for _, token := range []string{"", "t", strings.Repeat("a", 127), strings.Repeat("b", 128), strings.Repeat("c", 129), strings.Repeat("x", 5000), meta.KeyPrefix + "secret"} {
 		d := meta.TokenDigest(token)
 		if d != sha256.Sum256([]byte(token)) {

@@ -16,6 +16,7 @@ import (
 // (a user with 300 tokens disabled); expired tokens swept are not; a
 // TRUNCATE asks for every token to be checked again (nil); Stop stops.
 func TestWatchTokens(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	heard := make(chan []string, 100)

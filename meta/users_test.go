@@ -40,12 +40,16 @@ func openTestStore(t *testing.T, dsn string, opts meta.Options) *meta.Store {
 }
 
 // storeWithLimiter is a store with an admin (password admin123) whose
-// login limiter locks after maxFailures for lockout.
+// login limiter locks after maxFailures for lockout: a copy of metatest's
+// migrated template (migrating an empty database costs seconds under
+// -race), hashing at metatest.PasswordCost (the unknown users' dummy hash
+// too: one check at the default cost is about a second under -race).
 func storeWithLimiter(t *testing.T, maxFailures int, lockout time.Duration) *meta.Store {
 	t.Helper()
 	opts := meta.DefaultOptions()
 	opts.LoginMaxFailures, opts.LoginLockout = maxFailures, lockout
-	s := openTestStore(t, metatest.NewDatabase(t), opts)
+	opts.PasswordCost = metatest.PasswordCost
+	s := openTestStore(t, metatest.NewMigratedDatabase(t), opts)
 	if err := s.EnsureAdmin(context.Background(), "admin123"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +89,7 @@ func passwordCost(t *testing.T, s *meta.Store, username string) int {
 // Options.PasswordCost (the tests' stores at bcrypt.MinCost): the
 // admin's, a new user's and a changed one.
 func TestPasswordCost(t *testing.T) {
+	t.Parallel()
 	opts := meta.DefaultOptions()
 	opts.PasswordCost = bcrypt.MinCost + 1
 	s := openTestStore(t, metatest.NewDatabase(t), opts)
@@ -116,6 +121,7 @@ func TestPasswordCost(t *testing.T) {
 }
 
 func TestEnsureAdmin(t *testing.T) {
+	t.Parallel()
 	s := openTestStore(t, metatest.NewDatabase(t), meta.DefaultOptions())
 	ctx := context.Background()
 
@@ -171,6 +177,7 @@ func TestEnsureAdmin(t *testing.T) {
 }
 
 func TestCreateUser(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	if err := s.CreateRole(ctx, meta.Role{ID: "reader", Name: "Reader"}); err != nil {
@@ -245,6 +252,7 @@ func TestCreateUser(t *testing.T) {
 }
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	s := storeWithLimiter(t, 0, time.Minute) // no limiter here
 	ctx := context.Background()
 
@@ -299,6 +307,7 @@ func TestLogin(t *testing.T) {
 // TestLoginSweepsOldTokens: a login deletes the tokens expired for more
 // than a day, and keeps the others.
 func TestLoginSweepsOldTokens(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	fastPassword(t, s, "admin", "admin123")
 	ctx := context.Background()
@@ -331,6 +340,7 @@ func TestLoginSweepsOldTokens(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	fastPassword(t, s, "admin", "admin123")
 	ctx := context.Background()
@@ -396,6 +406,7 @@ func TestAuthenticate(t *testing.T) {
 }
 
 func TestLogout(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	fastPassword(t, s, "admin", "admin123")
 	ctx := context.Background()
@@ -427,6 +438,7 @@ func TestLogout(t *testing.T) {
 // TestTokensStoredHashed: the tokens table holds the SHA-256 of each token
 // and nowhere the token itself.
 func TestTokensStoredHashed(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	fastPassword(t, s, "admin", "admin123")
 	ctx := context.Background()
@@ -457,6 +469,7 @@ func TestTokensStoredHashed(t *testing.T) {
 
 // TestLoginLimiter covers the per address and username attempt limit.
 func TestLoginLimiter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	fail := func(t *testing.T, s *meta.Store, addr, user string) {
 		t.Helper()
@@ -470,6 +483,7 @@ func TestLoginLimiter(t *testing.T) {
 	}
 
 	t.Run("trips after the limit, for that address and username only", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		for range 3 {
 			fail(t, s, "10.0.0.1", "admin")
@@ -493,6 +507,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("unknown usernames are limited like real ones", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 2, 10*time.Minute)
 		fail(t, s, "10.0.0.1", "ghost")
 		fail(t, s, "10.0.0.1", "ghost")
@@ -502,6 +517,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("a success clears the count", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		for range 2 {
 			fail(t, s, "10.0.0.1", "admin")
@@ -517,6 +533,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("failures more than a lockout apart are not in a row", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		fail(t, s, "10.0.0.1", "admin")
 		fail(t, s, "10.0.0.1", "admin")
@@ -531,6 +548,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("the lock expires and the count starts again", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		for range 3 {
 			fail(t, s, "10.0.0.1", "admin")
@@ -550,6 +568,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("failed checks sweep idle pairs", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		if _, err := s.DB().Exec(`INSERT INTO login_attempts (address, username, failures, last_attempt) VALUES
 			('old', 'x', 2, now() - interval '11 minutes'), ('recent', 'x', 2, now() - interval '9 minutes')`); err != nil {
@@ -566,6 +585,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("parallel attempts get no more checks", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 3, 10*time.Minute)
 		const n = 8
 		errs := make([]error, n)
@@ -597,6 +617,7 @@ func TestLoginLimiter(t *testing.T) {
 	})
 
 	t.Run("0 disables the limit", func(t *testing.T) {
+		t.Parallel()
 		s := storeWithLimiter(t, 0, 10*time.Minute)
 		for range 6 {
 			fail(t, s, "10.0.0.1", "admin")
@@ -613,6 +634,7 @@ func TestLoginLimiter(t *testing.T) {
 // TestUserPermissions: a token check gives the union of the permissions
 // of the user's enabled roles; a disabled role grants nothing.
 func TestUserPermissions(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	if _, err := s.CreateUser(ctx, "both", "both-pass", meta.RoleViewer, meta.RoleOperator); err != nil {
@@ -653,6 +675,7 @@ func TestUserPermissions(t *testing.T) {
 // TestUserAdminStore: creation, changes and the last administrator, in
 // the store; two administrators disabling each other at once leave one.
 func TestUserAdminStore(t *testing.T) {
+	t.Parallel()
 	s := metatest.NewStore(t)
 	ctx := context.Background()
 	_, err := s.AddUser(ctx, meta.NewUser{Username: "ann", Password: "seven77", Roles: []string{}})

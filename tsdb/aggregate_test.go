@@ -248,6 +248,7 @@ func TestPropertyAggregatesRefused(t *testing.T) {
 // device's values of the range through the primary key, a few granules,
 // not the table: 1.2M rows of 200 devices, one device's day read.
 func TestPropertyAggregatesReadLittle(t *testing.T) {
+	t.Parallel()
 	db := openDB(t, "aggread", shanghai)
 	ctx := ctxT(t)
 	end := sh(t, "2024-06-01 00:00:00")

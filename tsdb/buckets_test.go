@@ -322,6 +322,7 @@ func TestBucketsMinutes(t *testing.T) {
 // zones with DST, half-hour and 45-minute offsets, 30-minute DST (Lord
 // Howe) and offset changes without DST (Pyongyang 2015, Samoa 2011).
 func TestBucketsFast(t *testing.T) {
+	t.Parallel()
 	zones := []string{"UTC", "Europe/Berlin", "America/Santiago", "Asia/Kolkata", "Asia/Kathmandu",
 		"Australia/Lord_Howe", "Asia/Pyongyang", "Pacific/Apia", "America/St_Johns", "Asia/Beirut"}
 	r := rand.New(rand.NewPCG(1, 2))

@@ -142,6 +142,7 @@ func tableCount(t *testing.T, db *DB, pattern string) uint64 {
 // bypassed; each value is stored and rolled up once; a value stored
 // afterwards is rolled up by the new views.
 func TestConvertPropertyLayout(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // two databases' answers, three times
 	defer cancel()
 	name, old, db, props := oldLayoutDB(ctx, t, "convert", func(o *Options) { o.QueryTimeout = 2 * time.Minute }) // a busy machine

@@ -20,10 +20,11 @@ var (
 	shanghai = mustLoad("Asia/Shanghai")
 	berlin   = mustLoad("Europe/Berlin")
 
-	sharedMu  sync.Mutex
-	sharedDB  *DB
-	toDrop    []*DB
-	runSuffix = fmt.Sprintf("%d_%d", time.Now().Unix(), rand.IntN(1e6))
+	sharedMu   sync.Mutex // toDrop
+	toDrop     []*DB
+	sharedOpen sync.Mutex // sharedDB
+	sharedDB   *DB
+	runSuffix  = fmt.Sprintf("%d_%d", time.Now().Unix(), rand.IntN(1e6))
 )
 
 func mustLoad(name string) *time.Location {
@@ -86,20 +87,16 @@ func openDBWith(t testing.TB, opt Options) *DB {
 }
 
 // shared returns the run's main test database (platform zone Asia/Shanghai);
-// tests keep apart by product id.
+// tests keep apart by product id. The first call opens it, under
+// sharedOpen so that parallel tests open it once.
 func shared(t testing.TB) *DB {
 	t.Helper()
-	sharedMu.Lock()
-	db := sharedDB
-	sharedMu.Unlock()
-	if db != nil {
-		return db
+	sharedOpen.Lock()
+	defer sharedOpen.Unlock()
+	if sharedDB == nil {
+		sharedDB = openDB(t, "main", shanghai)
 	}
-	db = openDB(t, "main", shanghai)
-	sharedMu.Lock()
-	sharedDB = db
-	sharedMu.Unlock()
-	return db
+	return sharedDB
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"devicehub/schema"
+	"devicehub/tsdb"
 )
 
 // Endpoint 14's alarm counts: object "alarm", measurement "quantity",
@@ -16,11 +17,11 @@ import (
 // alarms raised in each bucket, newest first, from the alarm store
 // (Deps.Alarms, in PostgreSQL).
 
-// AlarmCountQuery is a checked alarm-count query: its buckets' starts,
-// newest first, and the end of the newest; its filters ("": any).
+// AlarmCountQuery is a checked alarm-count query: its buckets (Range:
+// their starts, newest first, and the end of the newest, as the message
+// counts' plan computed them) and its filters ("": any).
 type AlarmCountQuery struct {
-	Starts    []time.Time
-	End       time.Time
+	Range     tsdb.Range
 	ProductID string
 	DeviceID  string
 	Severity  string
@@ -61,7 +62,7 @@ func (s *Service) planAlarmCounts(at string, q *Query, now time.Time, loc *time.
 		return nil, err
 	}
 	return &queryPlan{at: at, group: q.Group, buckets: b.rng.Len(), layout: b.layout,
-		alarms: &AlarmCountQuery{Starts: b.rng.Starts(), End: b.rng.End(),
+		alarms: &AlarmCountQuery{Range: b.rng,
 			ProductID: p.ProductID, DeviceID: p.DeviceID, Severity: p.Severity, State: p.State}}, nil
 }
 
@@ -93,8 +94,9 @@ func (s *Service) runAlarmCounts(ctx context.Context, p *queryPlan, size *result
 	var scratch [64]byte
 	ts := scratch[:0]
 	prefix := countItemPrefix(p.group)
+	starts := p.alarms.Range.Starts()
 	for i, n := range counts {
-		if b, ts, err = appendCountItem(b, ts, size, prefix, n, p.layout, p.alarms.Starts[i].In(loc), i); err != nil {
+		if b, ts, err = appendCountItem(b, ts, size, prefix, n, p.layout, starts[i].In(loc), i); err != nil {
 			return b, err
 		}
 	}

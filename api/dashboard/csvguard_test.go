@@ -9,6 +9,7 @@ import "testing"
 // fullwidth forms (＝ ＋ － ＠, which a Japanese or Chinese Excel reads as
 // = + - @). Numbers as they stand stay numbers.
 func TestFormulaLike(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want bool

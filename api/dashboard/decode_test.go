@@ -104,6 +104,7 @@ var decodeSeeds = []string{
 // duplicates, values of every JSON kind and whitespace; it decodes most
 // of them.
 func TestDecodeQueriesFast(t *testing.T) {
+	t.Parallel()
 	fast := 0
 	for _, s := range decodeSeeds {
 		fast += sameAsJSON(t, []byte(s))

@@ -41,6 +41,7 @@ func appendItem(b []byte, size *resultBytes, item any) ([]byte, error) {
 // layout hold (text to escape, non-ASCII, invalid UTF-8), and each item
 // is counted into the result's size as appendItem counts it.
 func TestAppendCountItem(t *testing.T) {
+	t.Parallel()
 	loc, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +95,7 @@ func TestAppendCountItem(t *testing.T) {
 
 // TestEpochMillis: what epochMillis reads it reads as json.Unmarshal does.
 func TestEpochMillis(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{"0", "-0", "1", "-1", "1732600000000", "-1732600000000", "999999999999999999", "-999999999999999999",
 		"9999999999999999999", "1.5", "1e3", "01", "-", "", `"1"`, "1 ", " 1", "+1", "null", "--1", "1-"} {
 		var want int64
@@ -139,6 +141,7 @@ func aggTestFloats() []float64 {
 // hold, and each item is counted into the result's size as appendItem
 // counts it.
 func TestAppendPropAggItem(t *testing.T) {
+	t.Parallel()
 	loc, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +197,7 @@ func TestAppendPropAggItem(t *testing.T) {
 // TestAppendPropAggItemRefused: an item the result's size refuses is
 // taken back out of the items, as appendItem leaves them.
 func TestAppendPropAggItemRefused(t *testing.T) {
+	t.Parallel()
 	var size resultBytes
 	size.n.Store(maxDashboardResult - 10)
 	b := []byte(`{"x":1}`)
@@ -267,6 +271,7 @@ var historyTestJSON = []string{`{}`, `[]`, `null`, `true`, `0`, `-1.5e3`, `"s"`,
 // refused with encoding/json's error and leaves b as it was; each item
 // is counted into the result's size as appendItem counts it.
 func TestAppendHistoryItem(t *testing.T) {
+	t.Parallel()
 	model, err := schema.ParseThingModelString(historyTestModel)
 	if err != nil {
 		t.Fatal(err)
@@ -421,6 +426,7 @@ func randomJSON(r *rand.Rand, depth int) string {
 // TestAppendHistoryItemRefused: an item the result's size refuses is
 // taken back out of the items, as appendItem leaves them.
 func TestAppendHistoryItemRefused(t *testing.T) {
+	t.Parallel()
 	var size resultBytes
 	size.n.Store(maxDashboardResult - 10)
 	b := []byte(`{"x":1}`)

@@ -12,6 +12,7 @@ import (
 // TestImports: the package imports neither HTTP (api serves it) nor api
 // nor ingest (doc.go).
 func TestImports(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)

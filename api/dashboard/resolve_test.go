@@ -18,6 +18,7 @@ import (
 // as looked up: the device's product must be the query's, and the thing
 // model counts the properties of a query that names none.
 func TestHistoryResolve(t *testing.T) {
+	t.Parallel()
 	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"hum","name":"Humidity","valueType":{"type":"int"}}],"events":[],"functions":[],"tags":[]}`
 	q := tsdb.HistoryQuery{ProductID: "p", DeviceID: "d", N: 3}
 	_, err := resolveHistory(q, meta.DeviceRef{ProductID: "other", Metadata: model})
@@ -46,6 +47,7 @@ func TestHistoryResolve(t *testing.T) {
 // (PropertyHistory, its From and To unused) or, Bounded, as the values of
 // its range (HistoryRange); its ExportQuery streams the same range.
 func TestHistoryRun(t *testing.T) {
+	t.Parallel()
 	db := tsdbtest.NewDB(t, time.UTC)
 	ctx := context.Background()
 	base := time.Date(2024, 6, 1, 0, 0, 0, 0, time.UTC)
@@ -96,6 +98,7 @@ func TestHistoryRun(t *testing.T) {
 // object, a property the model lacks or that is not numeric on its index
 // as sent, and the model is handed back.
 func TestAggResolve(t *testing.T) {
+	t.Parallel()
 	model := `{"properties":[{"id":"temp","name":"Temperature","valueType":{"type":"float"}},{"id":"label","name":"Label","valueType":{"type":"string"}}],"events":[],"functions":[],"tags":[]}`
 	f := func(q tsdb.AggQuery, m aggModel, sent []string, field, msg string) {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 )
 
 func TestJavaPattern(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2024, 2, 9, 7, 5, 3, 42e6, time.UTC)
 	f := func(pattern, want string) {
 		t.Helper()
@@ -75,6 +76,7 @@ func TestJavaPattern(t *testing.T) {
 }
 
 func TestTimeParam(t *testing.T) {
+	t.Parallel()
 	shanghai, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)

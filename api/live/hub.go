@@ -72,28 +72,24 @@ func DefaultOptions() Options {
 
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.Queue <= 0 {
-		o.Queue = d.Queue
-	}
-	if o.QueueBytes <= 0 {
-		o.QueueBytes = d.QueueBytes
-	}
-	if o.MaxSubscribers <= 0 {
-		o.MaxSubscribers = d.MaxSubscribers
-	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = d.Heartbeat
-	}
-	if o.ForwardDelay <= 0 {
-		o.ForwardDelay = d.ForwardDelay
-	}
-	if o.ForwardQueue <= 0 {
-		o.ForwardQueue = d.ForwardQueue
-	}
+	positiveOr(&o.Queue, d.Queue)
+	positiveOr(&o.QueueBytes, d.QueueBytes)
+	positiveOr(&o.MaxSubscribers, d.MaxSubscribers)
+	positiveOr(&o.Heartbeat, d.Heartbeat)
+	positiveOr(&o.ForwardDelay, d.ForwardDelay)
+	positiveOr(&o.ForwardQueue, d.ForwardQueue)
 	if o.Logger == nil {
 		o.Logger = d.Logger
 	}
 	return o
+}
+
+// positiveOr sets *v to def when it is not positive (zero or negative: the
+// default).
+func positiveOr[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // index maps a device to the subscriptions watching it. It is never

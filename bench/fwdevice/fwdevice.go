@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"devicehub/ingest/wire"
 )
 
 // Topic levels below /{productId}/{deviceId}/ (FIRMWARE.md).
@@ -44,18 +46,8 @@ type Conn interface {
 	Subscribe(topic string, handler func(payload []byte)) error
 }
 
-// Upgrade is the firmware/upgrade downlink.
-type Upgrade struct {
-	MessageID string `json:"messageId"`
-	RolloutID string `json:"rolloutId"`
-	Version   string `json:"version"`
-	Size      int64  `json:"size"`
-	SHA256    string `json:"sha256"`
-	Signature string `json:"signature,omitempty"`
-	URL       string `json:"url"`
-	Expires   int64  `json:"expires"`
-	Timestamp int64  `json:"timestamp"`
-}
+// Upgrade is the firmware/upgrade downlink, as devicehub sends it.
+type Upgrade = wire.FirmwareUpgrade
 
 // Progress is the firmware/progress uplink. Percent is set with
 // DOWNLOADING only, Reason with FAILED only.

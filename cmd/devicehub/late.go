@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
 )
 
 // lateCommands is the command path (link.Commands) of the services built
@@ -43,7 +44,7 @@ func (l *lateCommands) SendShadow(ctx context.Context, t link.Target, m link.Sha
 }
 
 // SendFirmware is firmware updates' sender (firmware.Sender).
-func (l *lateCommands) SendFirmware(ctx context.Context, t link.Target, m link.FirmwareUpgrade) error {
+func (l *lateCommands) SendFirmware(ctx context.Context, t link.Target, m wire.FirmwareUpgrade) error {
 	c, err := l.wait(ctx)
 	if err != nil {
 		return err

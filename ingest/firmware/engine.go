@@ -23,7 +23,7 @@ const lockKey = 0x6669726d77 // "firmw"
 
 // Sender sends an upgrade to a device (*link.Commands.SendFirmware).
 type Sender interface {
-	SendFirmware(ctx context.Context, t link.Target, m link.FirmwareUpgrade) error
+	SendFirmware(ctx context.Context, t link.Target, m wire.FirmwareUpgrade) error
 }
 
 // Options configure a Service. Zero fields take DefaultOptions' values.
@@ -346,10 +346,10 @@ func (s *Service) sendAll(ctx context.Context, r Rollout, pkg Package, starts []
 // with a download link for it alone (bound to its credentials as the
 // start read them), working for the longer of URLLifetime and the
 // rollout's timeout.
-func (s *Service) Upgrade(r Rollout, pkg Package, st Start, now time.Time) link.FirmwareUpgrade {
+func (s *Service) Upgrade(r Rollout, pkg Package, st Start, now time.Time) wire.FirmwareUpgrade {
 	life := max(s.opt.URLLifetime, time.Duration(r.TimeoutSeconds)*time.Second)
 	exp := now.Add(life)
-	return link.FirmwareUpgrade{MessageID: st.MessageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
+	return wire.FirmwareUpgrade{MessageID: st.MessageID, RolloutID: r.ID, Version: pkg.Version, Size: pkg.Size,
 		SHA256: pkg.SHA256, Signature: pkg.Signature, URL: s.DownloadURL(st.DeviceID, st.SecureID, st.SecureKey, pkg.ID, exp),
 		Expires: exp.UnixMilli(), Timestamp: now.UnixMilli()}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"devicehub/ingest/link"
+	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -16,10 +17,10 @@ import (
 // sent records the upgrades a service sends, by device.
 type sent struct {
 	mu  sync.Mutex
-	got map[string][]link.FirmwareUpgrade
+	got map[string][]wire.FirmwareUpgrade
 }
 
-func (s *sent) SendFirmware(_ context.Context, t link.Target, m link.FirmwareUpgrade) error {
+func (s *sent) SendFirmware(_ context.Context, t link.Target, m wire.FirmwareUpgrade) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got[t.DeviceID] = append(s.got[t.DeviceID], m)
@@ -67,7 +68,7 @@ func setup(t *testing.T, n, timeout int) (*meta.Store, *Service, *sent, Rollout)
 
 func newService(t *testing.T, ms *meta.Store) (*Service, *sent) {
 	t.Helper()
-	s := &sent{got: map[string][]link.FirmwareUpgrade{}}
+	s := &sent{got: map[string][]wire.FirmwareUpgrade{}}
 	svc, err := New(context.Background(), NewStore(ms, 0), nil, ms, s, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,26 +10,11 @@ import (
 	"devicehub/tsdb"
 )
 
-// FirmwareUpgrade is the message devicehub sends a device on
-// /{p}/{d}/firmware/upgrade (ingest/firmware; the protocol is README
-// "Firmware updates"): the package to download and install.
-type FirmwareUpgrade struct {
-	MessageID string `json:"messageId"`
-	RolloutID string `json:"rolloutId"`
-	Version   string `json:"version"`
-	Size      int64  `json:"size"`
-	SHA256    string `json:"sha256"`
-	Signature string `json:"signature,omitempty"`
-	URL       string `json:"url"`
-	Expires   int64  `json:"expires"`   // epoch ms when the URL stops working
-	Timestamp int64  `json:"timestamp"` // epoch ms
-}
-
 // SendFirmware publishes an upgrade to the device t at QoS 1, recorded
 // as a downlink (messageType FIRMWARE_UPGRADE). As a shadow message, it is
 // sent whether or not the device is online as this instance sees it, to
 // every broker of a pool. The publish waits at most the default timeout.
-func (c *Commands) SendFirmware(ctx context.Context, t Target, m FirmwareUpgrade) error {
+func (c *Commands) SendFirmware(ctx context.Context, t Target, m wire.FirmwareUpgrade) error {
 	if m.Timestamp == 0 {
 		m.Timestamp = time.Now().UnixMilli()
 	}

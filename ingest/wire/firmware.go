@@ -15,6 +15,22 @@ const (
 	MaxFirmwareReasonLen  = 512
 )
 
+// FirmwareUpgrade is the message devicehub sends a device on
+// /{p}/{d}/firmware/upgrade (ingest/firmware sends it through ingest/link,
+// bench/fwdevice's simulated device reads it; the protocol is README
+// "Firmware updates"): the package to download and install.
+type FirmwareUpgrade struct {
+	MessageID string `json:"messageId"`
+	RolloutID string `json:"rolloutId"`
+	Version   string `json:"version"`
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`
+	Signature string `json:"signature,omitempty"`
+	URL       string `json:"url"`
+	Expires   int64  `json:"expires"`   // epoch ms when the URL stops working
+	Timestamp int64  `json:"timestamp"` // epoch ms
+}
+
 // FirmwareProgress is a device's report on .../firmware/progress
 // {messageId?, timestamp?, rolloutId, version, state, progress?, reason?}.
 type FirmwareProgress struct {
