@@ -90,19 +90,22 @@ func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *s
 
 func (b *stateBatcher) add(c meta.StateChange, done func()) {
 	b.mu.Lock()
-	if i, ok := b.waiting[c.DeviceID]; ok {
-		r := &b.buf[i-b.taken]
-		first := r.done
-		r.change, r.added = r.change.Fold(c), time.Now()
-		r.done = func() { first(); done() }
-		b.mu.Unlock()
-		b.m.stateFolded.Inc()
-		if b.folded != nil {
-			b.folded()
+	for {
+		if i, ok := b.waiting[c.DeviceID]; ok {
+			r := &b.buf[i-b.taken]
+			first := r.done
+			r.change, r.added = r.change.Fold(c), time.Now()
+			r.done = func() { first(); done() }
+			b.mu.Unlock()
+			b.m.stateFolded.Inc()
+			if b.folded != nil {
+				b.folded()
+			}
+			return
 		}
-		return
-	}
-	for len(b.buf) >= b.maxBuf && !b.stopped {
+		if len(b.buf) < b.maxBuf || b.stopped {
+			break
+		}
 		select {
 		case b.kick <- struct{}{}:
 		default:
