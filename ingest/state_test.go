@@ -312,16 +312,7 @@ func TestStormFoldsStateChanges(t *testing.T) {
 	h := &heldStates{store: e.store, release: make(chan struct{}), entered: make(chan struct{}), changes: map[string][]meta.StateChange{}}
 	opt := testOptions(p)
 	opt.StateWriters = 1 // every device behind the held write
-	in, err := New(ctxT(t, 30*time.Second), opt, e.ch, e.store, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = in.Close(ctx)
-		purgeSessions(t, opt)
-	})
+	in := e.startIngesterWith(opt, h)
 	dev := newPublisher(t, nil)
 	topic := func(d, level string) string { return "/" + p + "/" + d + "/" + level }
 	dev.MustPublish(t, topic(held, "online"), 1, "{}")

@@ -58,14 +58,8 @@ func TestApplyFoldedStateChanges(t *testing.T) {
 	t0 := time.UnixMilli(time.Now().UnixMilli())
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	ms := func(s int) int64 { return at(s).UnixMilli() }
-	type view struct {
-		state, address  string
-		online, offline int64
-	}
-	get := func(id string) view {
-		d := deviceDetail(t, s, id)
-		return view{string(d.State), d.Address, millis(d.OnlineTime), millis(d.OfflineTime)}
-	}
+	type view = stateView
+	get := func(id string) view { return getStateView(t, s, id) }
 	apply := func(cs ...meta.StateChange) {
 		t.Helper()
 		if _, err := s.ApplyStateChanges(ctx, cs); err != nil {
@@ -93,4 +87,16 @@ func TestApplyFoldedStateChanges(t *testing.T) {
 	if v, w := get("b"), (view{"online", "", ms(7), 0}); v != w {
 		t.Fatalf("b after a stale will folded: %+v, want %+v", v, w)
 	}
+}
+
+// stateView is a device's connection state as the API shows it.
+type stateView struct {
+	state, address  string
+	online, offline int64
+}
+
+func getStateView(t *testing.T, s *meta.Store, id string) stateView {
+	t.Helper()
+	d := deviceDetail(t, s, id)
+	return stateView{string(d.State), d.Address, millis(d.OnlineTime), millis(d.OfflineTime)}
 }
