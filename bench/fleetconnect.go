@@ -152,6 +152,14 @@ type ConnectStorm struct {
 	Connack               LatencySummary // dial to CONNACK
 	// DownSeconds: the broker stopped to listening again (restart only).
 	DownSeconds float64 `json:"downSeconds,omitempty"`
+	// With devicehub: its state changes over the storm (until the last
+	// wait), written to PostgreSQL and folded into a later change of
+	// their device (devicehub_ingest_state_{changes,folded}_total), and
+	// the mean wait of those written from the state writer to committed
+	// (devicehub_ingest_state_delay_seconds{stage="write"}).
+	StateWritten   float64 `json:"stateWritten,omitempty"`
+	StateFolded    float64 `json:"stateFolded,omitempty"`
+	StateWriteMean float64 `json:"stateWriteMeanSeconds,omitempty"`
 	// Unreached: each wait whose bound passed, with what it had then
 	// ("94,569 of 100,000 connected within 3m0s"); its seconds are -1.
 	Unreached map[string]string `json:"unreached,omitempty"`
@@ -184,7 +192,8 @@ func (s ConnectStorm) String() string {
 	}
 	st := ""
 	if s.StateSeconds != 0 || s.Unreached[waitState] != "" {
-		st = fmt.Sprintf("; PostgreSQL all online %s, presence view agrees %s", s.secs(waitState, s.StateSeconds), s.secs(waitPresence, s.PresenceSeconds))
+		st = fmt.Sprintf("; PostgreSQL all online %s, presence view agrees %s; state changes %.0f written, %.0f folded, write %.0f ms on average",
+			s.secs(waitState, s.StateSeconds), s.secs(waitPresence, s.PresenceSeconds), s.StateWritten, s.StateFolded, 1000*s.StateWriteMean)
 	}
 	return fmt.Sprintf("%s99%% connected %s, all %s%s; %d dial failures (%d refused); CONNACK %s\n    %s",
 		d, s.secs(wait99, s.To99), s.secs(waitAll, s.ToAll), st, s.DialFailures, s.Refused, s.Connack, s.Phase)
@@ -747,6 +756,10 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 	g.resetConnack()
 	st := &ConnectStorm{Unreached: map[string]string{}}
 	connects0 := g.connects.Load()
+	var m0 promSamples
+	if s.state != nil {
+		m0 = s.state.stateMetrics(ctx)
+	}
 	if err := act(); err != nil {
 		return st, err
 	}
@@ -819,6 +832,15 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 	}
 	close(stop)
 	<-done
+	if m0 != nil {
+		if m1 := s.state.stateMetrics(ctx); m1 != nil {
+			st.StateWritten = m1[stateWrittenMetric] - m0[stateWrittenMetric]
+			st.StateFolded = m1[stateFoldedMetric] - m0[stateFoldedMetric]
+			if n := m1[stateWriteCount] - m0[stateWriteCount]; n > 0 {
+				st.StateWriteMean = (m1[stateWriteSum] - m0[stateWriteSum]) / n
+			}
+		}
+	}
 	st.Curve = append(st.Curve, connected()) // the end, also of a storm under a second
 	if len(st.Unreached) == 0 {
 		st.Unreached = nil
@@ -827,6 +849,30 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 	st.Connack = g.connackSummary()
 	st.Phase = meter.end(n, "device")
 	return st, err
+}
+
+// The devicehub child's series a storm reads (stateMetrics).
+const (
+	stateWrittenMetric = "devicehub_ingest_state_changes_total"
+	stateFoldedMetric  = "devicehub_ingest_state_folded_total"
+	stateWriteSum      = `devicehub_ingest_state_delay_seconds_sum{stage="write"}`
+	stateWriteCount    = `devicehub_ingest_state_delay_seconds_count{stage="write"}`
+)
+
+// stateMetrics are the devicehub child's metrics now; nil if it did not
+// answer.
+func (r *fleetConnectRun) stateMetrics(ctx context.Context) promSamples {
+	c := r.e.current.Load()
+	if c == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := c.proc.scrapeMetrics(cctx)
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 func (r *fleetConnectRun) steady(ctx context.Context, rssBefore map[string]int64) (*FleetSteady, error) {
@@ -925,7 +971,7 @@ func (r *fleetConnectRun) devicehubRestart(ctx context.Context) (*DevicehubResta
 	commits1, _ := r.w.pgCommits(ctx)
 	res.PGCommits = commits1 - commits0
 	if m, err := e.child.proc.scrapeMetrics(ctx); err == nil {
-		res.StateChanges = m["devicehub_ingest_state_changes_total"]
+		res.StateChanges = m[stateWrittenMetric]
 	}
 	res.DevicesLost = r.f.lost.Load() - lost0
 	res.Phase = meter.end(n, "device")

@@ -19,7 +19,8 @@
 // and its product's outsideModelPolicy (keep or drop) applied before they
 // are stored, from models kept in memory (models.go); births and wills
 // are written to PostgreSQL by several batchers, each for its share of
-// the devices (state.go).
+// the devices, a device's change still waiting folded into the one behind
+// it (state.go).
 //
 // Births and devices' requests for their shadow are also handed to
 // Options.Shadow (ingest/shadow, through ShadowHook), and acknowledged

@@ -245,6 +245,7 @@ type metrics struct {
 	flushSeconds            prometheus.Histogram
 	flushErrors             prometheus.Counter
 	stateChanges            prometheus.Counter
+	stateFolded             prometheus.Counter
 	stateErrors             prometheus.Counter
 	stateDelay              *prometheus.HistogramVec // by stage (state.go)
 	badTimes                prometheus.Counter
@@ -270,6 +271,8 @@ func newMetrics(depth, parked func() float64) *metrics {
 			Help: "Failed ClickHouse inserts (retried)."}),
 		stateChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_changes_total",
 			Help: "Online/offline changes written to PostgreSQL."}),
+		stateFolded: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_folded_total",
+			Help: "Online/offline changes folded into a later change of the same device queued behind them, and written with it (not counted as written)."}),
 		stateErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_state_errors_total",
 			Help: "Failed state-change writes (retried)."}),
 		stateDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "devicehub_ingest_state_delay_seconds",
@@ -290,7 +293,7 @@ func newMetrics(depth, parked func() float64) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
-		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateErrors, m.stateDelay, m.badTimes, m.parked, m.queueDepth} {
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateFolded, m.stateErrors, m.stateDelay, m.badTimes, m.parked, m.queueDepth} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
@@ -302,8 +305,9 @@ func (m *metrics) register(r prometheus.Registerer) error {
 type Stats struct {
 	Received, Stored, Acked uint64
 	Dropped                 map[string]uint64 // by reason
-	StateChanges            uint64
-	BadTimestamps           uint64 // stored at their arrival time instead
+	StateChanges            uint64            // written to PostgreSQL
+	StateFolded             uint64            // folded into a later change of their device, written with it
+	BadTimestamps           uint64            // stored at their arrival time instead
 }
 
 // item is one received message on its way to a worker.
@@ -353,12 +357,12 @@ type Ingester struct {
 	// refresher runs the device cache's refresh until runCtx ends.
 	refresher sync.WaitGroup
 
-	received, stored, acked, stateN atomic.Uint64
-	badTimes                        atomic.Uint64 // messages stored at arrival time: a bad timestamp
-	storedQoS0                      func()        // the done of a QoS 0 message's rows (process)
-	dropped                         sync.Map      // reason -> *atomic.Uint64
-	closeOnce                       sync.Once
-	closeErr                        error
+	received, stored, acked, stateN, foldedN atomic.Uint64
+	badTimes                                 atomic.Uint64 // messages stored at arrival time: a bad timestamp
+	storedQoS0                               func()        // the done of a QoS 0 message's rows (process)
+	dropped                                  sync.Map      // reason -> *atomic.Uint64
+	closeOnce                                sync.Once
+	closeErr                                 error
 }
 
 // New connects Options.Connections subscriber clients to the broker,
@@ -452,7 +456,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		in.writers = append(in.writers, tsdb.NewWriter(db, wopt))
 	}
 	in.states = newStateShards(states, opt.StateWriters, opt.StateFlushInterval, opt.StateBatch, in.log, in.m,
-		func(n int) { in.stateN.Add(uint64(n)) })
+		func(n int) { in.stateN.Add(uint64(n)) }, func() { in.foldedN.Add(1) })
 	for _, f := range wire.UplinkFilters(opt.ProductIDs...) {
 		if opt.ShareGroup == NoShareGroup {
 			in.filters[f] = opt.QoS
@@ -885,6 +889,7 @@ func (in *Ingester) Stats() Stats {
 		Stored:        in.stored.Load(),
 		Acked:         in.acked.Load(),
 		StateChanges:  in.stateN.Load(),
+		StateFolded:   in.foldedN.Load(),
 		BadTimestamps: in.badTimes.Load(),
 		Dropped:       make(map[string]uint64),
 	}

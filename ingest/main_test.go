@@ -114,7 +114,13 @@ func testOptions(products ...string) Options {
 // sessions removed at the end of the test.
 func (e *env) startIngester(opt Options) *Ingester {
 	e.t.Helper()
-	in, err := New(ctxT(e.t, 30*time.Second), opt, e.ch, e.store, e.store)
+	return e.startIngesterWith(opt, e.store)
+}
+
+// startIngesterWith is startIngester writing device state through states.
+func (e *env) startIngesterWith(opt Options, states StateApplier) *Ingester {
+	e.t.Helper()
+	in, err := New(ctxT(e.t, 30*time.Second), opt, e.ch, e.store, states)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -19,6 +19,17 @@ import (
 // past that add waits (the worker, and so the broker, hold the rest), so
 // a storm of births while PostgreSQL is away does not grow the buffer
 // without bound.
+//
+// A device has at most one change waiting: a change added while one of
+// its device waits is folded into it (meta.StateChange.Fold), in its
+// place, and both dones run once that is written. A broker restart sends
+// each device's will (queued for ingest's session at the shutdown) and,
+// once it is back, its birth: with the writes behind, the birth finds the
+// will still waiting, and the storm writes one change per device instead
+// of two. Nothing is lost or reordered: Fold stores what the two written
+// in their order would (the birth, and the will's time as the offline
+// time), and a device's changes already taken are written before the next
+// batch is taken (one write at a time per batcher).
 type stateBatcher struct {
 	apply    StateApplier
 	interval time.Duration
@@ -30,6 +41,8 @@ type stateBatcher struct {
 	room    *sync.Cond // signalled when buf shrinks or the batcher stops
 	maxBuf  int        // maxPendingStates; tests lower it
 	buf     []stateReq
+	waiting map[string]int // device -> its change's place in buf, plus taken
+	taken   int            // changes taken from the front of buf so far
 	stopped bool
 	kick    chan struct{}
 	closing chan struct{}
@@ -37,6 +50,7 @@ type stateBatcher struct {
 	ctx     context.Context
 	abort   context.CancelFunc
 	written func(n int)
+	folded  func() // a change folded into the one waiting (add)
 }
 
 // backlogBatches: with more than max changes buffered (a storm of births
@@ -53,8 +67,8 @@ const maxPendingStates = 100000
 
 type stateReq struct {
 	change meta.StateChange
-	done   func()
-	added  time.Time // when handed to the batcher
+	done   func()    // of every change folded into it
+	added  time.Time // when the latest change folded into it was handed to the batcher
 }
 
 // Stages of devicehub_ingest_state_delay_seconds.
@@ -69,19 +83,36 @@ func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *s
 	b := &stateBatcher{apply: apply, interval: interval, max: max, log: log, m: m,
 		kick: make(chan struct{}, 1), closing: make(chan struct{}), exited: make(chan struct{}), ctx: ctx, abort: cancel}
 	b.room, b.maxBuf = sync.NewCond(&b.mu), maxPendingStates
+	b.waiting = make(map[string]int)
 	go b.run()
 	return b
 }
 
 func (b *stateBatcher) add(c meta.StateChange, done func()) {
 	b.mu.Lock()
-	for len(b.buf) >= b.maxBuf && !b.stopped {
+	for {
+		if i, ok := b.waiting[c.DeviceID]; ok {
+			r := &b.buf[i-b.taken]
+			first := r.done
+			r.change, r.added = r.change.Fold(c), time.Now()
+			r.done = func() { first(); done() }
+			b.mu.Unlock()
+			b.m.stateFolded.Inc()
+			if b.folded != nil {
+				b.folded()
+			}
+			return
+		}
+		if len(b.buf) < b.maxBuf || b.stopped {
+			break
+		}
 		select {
 		case b.kick <- struct{}{}:
 		default:
 		}
 		b.room.Wait()
 	}
+	b.waiting[c.DeviceID] = b.taken + len(b.buf)
 	b.buf = append(b.buf, stateReq{c, done, time.Now()})
 	full := len(b.buf) >= b.max
 	b.mu.Unlock()
@@ -119,6 +150,10 @@ func (b *stateBatcher) run() {
 			}
 			batch := slices.Clone(b.buf[:n])
 			b.buf = b.buf[n:]
+			for _, r := range batch {
+				delete(b.waiting, r.change.DeviceID)
+			}
+			b.taken += n
 			more := len(b.buf) > 0
 			if n > 0 {
 				b.room.Broadcast()
@@ -152,7 +187,11 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 		b.log.Warn("device state write failed; retrying", "changes", len(changes), "err", err)
 		if retry.Wait(b.ctx) != nil {
 			b.mu.Lock()
-			b.buf = append(batch, b.buf...) // counted as not written by close
+			// Counted as not written by close. Nothing takes from buf
+			// any more, and nothing is folded into these: a change of
+			// theirs added now waits behind them.
+			b.buf = append(batch, b.buf...)
+			b.taken -= len(batch)
 			b.mu.Unlock()
 			return false
 		}
@@ -214,13 +253,13 @@ type stateShards struct {
 	shards []*stateBatcher
 }
 
-func newStateShards(apply StateApplier, n int, interval time.Duration, batch int, log *slog.Logger, m *metrics, written func(int)) *stateShards {
+func newStateShards(apply StateApplier, n int, interval time.Duration, batch int, log *slog.Logger, m *metrics, written func(int), folded func()) *stateShards {
 	s := &stateShards{seed: maphash.MakeSeed()}
 	n = max(n, 1)
 	for range n {
 		b := newStateBatcher(apply, interval, batch, log, m)
 		b.maxBuf = max(maxPendingStates/n, 1) // the bound is the whole's
-		b.written = written
+		b.written, b.folded = written, folded
 		s.shards = append(s.shards, b)
 	}
 	return s

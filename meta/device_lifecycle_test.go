@@ -487,14 +487,8 @@ func TestApplyStateChanges(t *testing.T) {
 	}
 	t0 := time.UnixMilli(time.Now().UnixMilli())
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	type view struct {
-		state, address  string
-		online, offline int64
-	}
-	get := func(id string) view {
-		d := deviceDetail(t, s, id)
-		return view{string(d.State), d.Address, millis(d.OnlineTime), millis(d.OfflineTime)}
-	}
+	type view = stateView
+	get := func(id string) view { return getStateView(t, s, id) }
 	ms := func(d time.Duration) int64 { return at(d).UnixMilli() }
 
 	for _, step := range []struct {

@@ -137,21 +137,58 @@ type deviceRefRow struct {
 	CreatorID   string `db:"creator_id"`
 }
 
-// StateChange is one connection event of a device, from ingest.
+// StateChange is one connection event of a device, from ingest, or
+// several of one device folded into one (Fold).
 type StateChange struct {
 	DeviceID string
 	Online   bool
 	At       time.Time
-	Address  string // remote address, for online changes; "" keeps the stored one
+	// Address is the remote address of the device's connection: of an
+	// online change, or of one folded into it or into a later offline
+	// change; "" keeps the stored one.
+	Address string
+	// OtherAt is the latest time of the changes of the other kind folded
+	// into this one (a will's, for an online change; a birth's, for an
+	// offline one), zero if none: it is stored as that kind's time as a
+	// change of its own at that time would be.
+	OtherAt time.Time
+}
+
+// Fold returns the one change that stores what c and then next, changes
+// of the same device, store when written one by one in the order of
+// their times: the later of the two (next on equal times, as in a batch),
+// with OtherAt the latest time of the other kind among them and, if it
+// has none, the address of the earlier (an address folded from a change
+// older than the stored state is stored all the same). ingest folds a
+// device's queued change into the one behind it, so that a storm of wills
+// and births writes one change per device.
+func (c StateChange) Fold(next StateChange) StateChange {
+	early, late := c, next
+	if next.At.Before(c.At) {
+		early, late = next, c
+	}
+	other := early.OtherAt // of the kind that is not late's
+	if early.Online != late.Online {
+		other = early.At
+	}
+	if other.After(late.OtherAt) {
+		late.OtherAt = other
+	}
+	if late.Address == "" {
+		late.Address = early.Address
+	}
+	return late
 }
 
 // ApplyStateChanges writes a batch of state changes in one transaction: online
-// sets state online and online_time (and address), offline sets state
-// offline and offline_time. Devices in state notActive are left alone, and
-// so is a change older than the device's last online or offline time
-// (out-of-order delivery). Of several changes of one device in the batch
-// the latest wins (the later in the slice on equal times). It returns the
-// number of devices changed.
+// sets state online and online_time, offline sets state offline and
+// offline_time, and either the address if it has one; a change's OtherAt
+// (Fold) sets the other kind's time where it is not older than the stored
+// times. Devices in state notActive are left alone, and so is a change
+// older than the device's last online or offline time (out-of-order
+// delivery). Of several changes of one device in the batch the latest
+// wins (the later in the slice on equal times). It returns the number of
+// devices changed.
 func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (int, error) {
 	defer s.pages.changed("devices") // once committed: the next page read sees it
 	if len(changes) == 0 {
@@ -183,18 +220,22 @@ func (s *Store) ApplyStateChanges(ctx context.Context, changes []StateChange) (i
 }
 
 // stateChangeArgs are the parameters of stateLockSQL ($1) and
-// stateUpdateSQL: the changes' device ids, online flags, times and
-// addresses, as arrays.
+// stateUpdateSQL: the changes' device ids, online flags, times,
+// addresses and other kind's times ("" for none), as arrays.
 func stateChangeArgs(changes []StateChange) []any {
 	ids := make([]string, len(changes))
 	online := make([]bool, len(changes))
 	at := make([]string, len(changes))
 	addr := make([]string, len(changes))
+	other := make([]string, len(changes)) // "": none
 	for i, c := range changes {
 		ids[i], online[i], addr[i] = c.DeviceID, c.Online, c.Address
 		at[i] = c.At.UTC().Format(time.RFC3339Nano)
+		if !c.OtherAt.IsZero() {
+			other[i] = c.OtherAt.UTC().Format(time.RFC3339Nano)
+		}
 	}
-	return []any{pq.StringArray(ids), pq.BoolArray(online), pq.StringArray(at), pq.StringArray(addr)}
+	return []any{pq.StringArray(ids), pq.BoolArray(online), pq.StringArray(at), pq.StringArray(addr), pq.StringArray(other)}
 }
 
 // stateLockSQL locks a batch's rows in id order first: the UPDATE's join
@@ -209,11 +250,15 @@ const stateLockSQL = `SELECT 1 FROM devices d JOIN (SELECT DISTINCT unnest($1::t
 // its page has room (schema 00015, 00033).
 const stateUpdateSQL = `UPDATE devices d SET
 			state = CASE WHEN c.online THEN 'online' ELSE 'offline' END,
-			online_time = CASE WHEN c.online THEN c.at ELSE d.online_time END,
-			offline_time = CASE WHEN c.online THEN d.offline_time ELSE c.at END,
-			address = CASE WHEN c.online AND c.address <> '' THEN c.address ELSE d.address END
-		FROM (SELECT DISTINCT ON (id) id, online, at, address
-			FROM unnest($1::text[], $2::bool[], $3::timestamptz[], $4::text[]) WITH ORDINALITY AS u(id, online, at, address, n)
+			online_time = CASE WHEN c.online THEN c.at
+				WHEN c.other >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz) THEN c.other
+				ELSE d.online_time END,
+			offline_time = CASE WHEN NOT c.online THEN c.at
+				WHEN c.other >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz) THEN c.other
+				ELSE d.offline_time END,
+			address = CASE WHEN c.address <> '' THEN c.address ELSE d.address END
+		FROM (SELECT DISTINCT ON (id) id, online, at, address, NULLIF(other, '')::timestamptz AS other
+			FROM unnest($1::text[], $2::bool[], $3::timestamptz[], $4::text[], $5::text[]) WITH ORDINALITY AS u(id, online, at, address, other, n)
 			ORDER BY id, at DESC, n DESC) c
 		WHERE d.id = c.id AND d.state <> 'notActive'
 			AND c.at >= COALESCE(GREATEST(d.online_time, d.offline_time), '-infinity'::timestamptz)`

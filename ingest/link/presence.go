@@ -268,18 +268,40 @@ func (p *Presence) onConnect(i int) {
 	}
 	go func() {
 		defer p.seedWG.Done()
-		if err := p.resubscribe(i); err != nil {
-			p.log.Error("presence resubscribe failed", "err", err)
-			return
+		// A storm can keep the broker from answering within
+		// ConnectTimeout: tried again, or the view would be neither
+		// subscribed nor seeded until the next reconnect.
+		for {
+			err := p.resubscribe(i)
+			if err == nil {
+				break
+			}
+			p.log.Warn("presence resubscribe failed; retrying", "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-p.seedCtx.Done():
+				return
+			}
+			if !p.clients[i].IsConnectionOpen() {
+				return // its next connection subscribes again
+			}
 		}
 		// The seed reads the stored state as of now; a device that came
 		// back before this client resubscribed, and whose birth is not
 		// stored yet, is in neither: after a broker restart 69 and 294 of
 		// 5,000 reconnected devices stayed out of the view for good (bench
-		// fleet-connect, two runs). So the view is seeded again once those
-		// writes have landed; messages since the resubscription still win.
-		for i, wait := range reseedAfter {
-			if i > 0 {
+		// fleet-connect, two runs). So the view is seeded again as those
+		// writes land, messages since the resubscription winning, until
+		// reseedFor has passed: the stored state of a storm's devices can
+		// take minutes to catch up (a 100,000-device broker restart: 185 s,
+		// when seeds that ended at 77 s left devices out of the view).
+		start := time.Now()
+		for n := 0; ; n++ {
+			wait := reseedEvery
+			if n < len(reseedAfter) {
+				wait = reseedAfter[n]
+			}
+			if n > 0 {
 				select {
 				case <-time.After(wait):
 				case <-p.seedCtx.Done():
@@ -292,22 +314,37 @@ func (p *Presence) onConnect(i int) {
 					return
 				}
 			}
+			last := n >= len(reseedAfter)-1 && time.Since(start) >= reseedFor
 			ctx, cancel := context.WithTimeout(p.seedCtx, p.opt.ConnectTimeout)
-			err := p.seed(ctx, i == len(reseedAfter)-1)
+			err := p.seed(ctx, last)
 			cancel()
 			if err != nil {
-				p.log.Error("presence reseed failed", "err", err)
+				p.log.Warn("presence reseed failed", "err", err)
+				if last {
+					p.mu.Lock()
+					p.touched = nil // the messages since the reconnect stand
+					p.mu.Unlock()
+				}
+			}
+			if last {
 				return
 			}
 		}
 	}()
 }
 
-// reseedAfter are the waits before each seed of the view after a
-// reconnect: at once, then after the stored state has caught up with the
+// reseedAfter are the waits before the first seeds of the view after a
+// reconnect: at once, then as the stored state catches up with the
 // births that came in before the resubscription (ingest writes state
-// every 200 ms; a storm of births takes PostgreSQL a few seconds).
-var reseedAfter = []time.Duration{0, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second}
+// every 200 ms; a storm of births takes PostgreSQL seconds to minutes);
+// then one every reseedEvery, the last once reseedFor has passed since
+// the resubscription. Each reads every online device (a query of 100,000
+// ids takes PostgreSQL tens of ms), and only after a reconnect.
+var (
+	reseedAfter = []time.Duration{0, 2 * time.Second, 5 * time.Second, 10 * time.Second}
+	reseedEvery = 10 * time.Second
+	reseedFor   = 5 * time.Minute
+)
 
 // seed merges the stored online devices into the view: a device changed
 // by a message since tracking began keeps what the message said. last

@@ -2,6 +2,9 @@ package link
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,5 +72,62 @@ func TestPresenceView(t *testing.T) {
 	p.Close()
 	if metricValue(t, reg, "devicehub_devices_online") != -1 {
 		t.Fatalf("devicehub_devices_online still registered after Close")
+	}
+}
+
+// laggingLister is the stored state catching up: what it lists is set by
+// the test as it goes.
+type laggingLister struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (l *laggingLister) set(ids ...string) {
+	l.mu.Lock()
+	l.ids = ids
+	l.mu.Unlock()
+}
+
+func (l *laggingLister) OnlineDeviceIDs(context.Context) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ids), nil
+}
+
+// TestPresenceReseedsUntilCaughtUp: after a broker restart the view is
+// seeded again until reseedFor has passed, not only on the first waits: a
+// birth the view missed (published before it resubscribed) and stored
+// late, as a storm's are, reaches the view. Then the reseeding ends.
+func TestPresenceReseedsUntilCaughtUp(t *testing.T) {
+	after, every, bound := reseedAfter, reseedEvery, reseedFor
+	reseedAfter, reseedEvery, reseedFor = []time.Duration{0, 50 * time.Millisecond}, 100*time.Millisecond, 3*time.Second
+	t.Cleanup(func() { reseedAfter, reseedEvery, reseedFor = after, every, bound })
+	broker := mqtttest.StartBroker(t)
+	opt := DefaultPresenceOptions()
+	opt.BrokerURL, opt.ClientID, opt.ProductIDs = broker.URL(), randID("presence-test-"), []string{randID("pr")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stored := &laggingLister{}
+	p, err := NewPresence(ctx, opt, stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	broker.Stop(syscall.SIGTERM)
+	testkit.Eventually(t, 10*time.Second, "presence disconnected", func() bool { return !p.Connected() })
+	broker.Start()
+	testkit.Eventually(t, 20*time.Second, "presence reconnected", p.Connected)
+	time.Sleep(500 * time.Millisecond) // past the first waits
+	stored.set("missed")               // its birth stored only now
+	testkit.Eventually(t, 2*time.Second, "the late-stored device in the view", func() bool { return p.IsOnline("missed") })
+	testkit.Eventually(t, 10*time.Second, "the reseeding over", func() bool {
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return p.touched == nil
+	})
+	stored.set()
+	time.Sleep(300 * time.Millisecond)
+	if !p.IsOnline("missed") {
+		t.Fatal("seeded again after reseedFor")
 	}
 }
