@@ -78,6 +78,10 @@ type AlarmsBurst struct {
 	// Evaluated: reports the evaluator acknowledged per second (rules on).
 	Evaluated  float64 `json:"evaluatedPerSecond,omitempty"`
 	CPUSeconds float64 `json:"cpuSeconds"` // devicehub's, until both drained
+	// CPU is where the machine's CPU went over the burst: the bench (the
+	// generator), devicehub, the run database's PostgreSQL backends, the
+	// broker, ClickHouse and the whole machine (is it the bound?).
+	CPU CPUBreakdown `json:"cpu"`
 }
 
 // AlarmsTimers is the in-process measure of the no-data timers.
@@ -329,6 +333,9 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		return err
 	}
 	defer srv.stop()
+	backends, closeBackends := db.backends()
+	defer closeBackends()
+	procs := childProcs("generator", srv.pid(), backends, broker.url(), p.ClickHouseAddr)
 
 	product := "benchalarm" + randHex(4)
 	if err := srv.deployProduct(ctx, product, "Bench alarms", alarmsModel); err != nil {
@@ -412,6 +419,11 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 			return b, err
 		}
 		cpu0, _ := procCPUTime(srv.pid())
+		phase := "burst, rules off"
+		if rulesOn {
+			phase = "burst, rules on"
+		}
+		span := startCPUSpan(phase, procs)
 		t0 := time.Now()
 		toks := make([]mqtt.Token, 0, len(ids))
 		payload := fmt.Sprintf(`{"properties":{"temp":21,"hum":%d,"volt":221,"curr":5}}`, 40+round%7)
@@ -439,6 +451,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		}
 		cpu1, _ := procCPUTime(srv.pid())
 		b.CPUSeconds = (cpu1 - cpu0).Seconds()
+		b.CPU = span.breakdown(span.snapshot(), int64(len(ids)))
 		return b, nil
 	}
 	// evaluating waits until the evaluator takes the product's reports
@@ -484,7 +497,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 			if err != nil {
 				return err
 			}
-			p.Logf("alarms: ingest %.0f/s, evaluator %.0f/s, devicehub %.1f CPU s", b.Ingest, b.Evaluated, b.CPUSeconds)
+			p.Logf("alarms: ingest %.0f/s, evaluator %.0f/s, devicehub %.1f CPU s\n%s", b.Ingest, b.Evaluated, b.CPUSeconds, b.CPU)
 			res.Bursts = append(res.Bursts, b)
 		}
 	}
