@@ -1133,7 +1133,10 @@ func (r FleetConnectResult) missedTargets() []string {
 			out = append(out, fmt.Sprintf("%s: PostgreSQL all online in %.1f s, target %s", st.name, s.StateSeconds, stateText))
 		}
 	}
-	if s := r.Steady; s != nil && s.EndToEnd.P99Ms > 2000 {
+	if s := r.Steady; s != nil && s.EndToEnd.N == 0 {
+		// Ingest more than the prober's window behind: no report seen.
+		out = append(out, fmt.Sprintf("steady: end to end: no probe report stored within %s of its publish, target p99 <= 2000 ms", probeLookback))
+	} else if s != nil && s.EndToEnd.P99Ms > 2000 {
 		out = append(out, fmt.Sprintf("steady: end to end p99 %.0f ms, target <= 2000", s.EndToEnd.P99Ms))
 	}
 	if d := r.DevicehubRestart; d != nil {

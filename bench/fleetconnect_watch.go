@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -274,6 +275,9 @@ func (w *fleetWatch) sampler() {
 	}
 }
 
+// probeLookback bounds the end-to-end latencies the prober sees (prober).
+const probeLookback = 10 * time.Minute
+
 // prober polls ClickHouse for the probe devices' recent reports and
 // times each from its publish (the report's own timestamp, which the
 // generator sets as it publishes; the children share this machine's
@@ -285,8 +289,8 @@ func (w *fleetWatch) prober() {
 		ids = append(ids, "'"+w.f.logins[i].ID+"'")
 	}
 	q := `SELECT device_id, message_id, ts FROM device_message WHERE product_id = '` + w.e.product + `' AND device_id IN (` + strings.Join(ids, ",") +
-		`) AND message_type = 'REPORT_PROPERTY' AND time >= now() - 60`
-	counted := map[string]time.Time{} // device/message id -> first sighting, for 2 minutes
+		`) AND message_type = 'REPORT_PROPERTY' AND time >= now() - ` + strconv.Itoa(int(probeLookback/time.Second))
+	counted := map[string]time.Time{} // device/message id -> first sighting, for twice the window
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -303,7 +307,7 @@ func (w *fleetWatch) prober() {
 		}
 		now := time.Now()
 		for k, at := range counted {
-			if now.Sub(at) > 2*time.Minute {
+			if now.Sub(at) > 2*probeLookback {
 				delete(counted, k)
 			}
 		}
@@ -319,7 +323,7 @@ func (w *fleetWatch) prober() {
 				continue
 			}
 			counted[k] = now
-			if sent := time.UnixMilli(ts); now.Sub(sent) < time.Minute {
+			if sent := time.UnixMilli(ts); now.Sub(sent) < probeLookback {
 				seen = append(seen, max(now.Sub(sent), 0))
 			}
 		}

@@ -50,6 +50,10 @@ type ForwardPhase struct {
 	// them (metrics).
 	EndLagSeconds float64 `json:"endLagSeconds"`
 	EndSpoolBytes float64 `json:"endSpoolBytes"`
+	// CPU is where the machine's CPU went over the phase's load (the
+	// generator, devicehub, the run database's PostgreSQL backends, the
+	// broker, ClickHouse, the whole machine).
+	CPU CPUBreakdown `json:"cpu"`
 }
 
 // ForwardResult is what RunForward measured.
@@ -309,11 +313,15 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	}
 	time.Sleep(2 * time.Second) // their subscriptions follow the rules within a poll
 
+	backends, closeBackends := run.db.backends()
+	defer closeBackends()
+	procs := childProcs("generator and webhook", srv.pid(), backends, run.broker.url(), p.ClickHouseAddr)
 	var k atomic.Int64 // the next message's global index
 	phase := func(name string, d time.Duration, alarms bool) (ForwardPhase, error) {
 		ph := ForwardPhase{}
 		acked0 := metric("devicehub_ingest_acked_total")
 		pub0 := k.Load()
+		span := startCPUSpan(name, procs)
 		t0 := time.Now()
 		var alarmDone chan struct{}
 		if alarms {
@@ -351,6 +359,7 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 		if err != nil {
 			return ph, err
 		}
+		ph.CPU = span.breakdown(span.snapshot(), k.Load()-pub0)
 		ph.Seconds = time.Since(t0).Seconds()
 		ph.Published = k.Load() - pub0
 		// Ingest's rate: what it acknowledged while the load ran, until
@@ -361,8 +370,8 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 		ph.IngestRate = (metric("devicehub_ingest_acked_total") - acked0) / time.Since(t0).Seconds()
 		ph.EndLagSeconds = metric("devicehub_forward_lag_seconds")
 		ph.EndSpoolBytes = metric("devicehub_forward_spool_bytes")
-		p.Logf("forward: %s: %d published in %.1f s, ingest %.0f msg/s, forward lag %.1f s, spool %.1f MB", name, ph.Published,
-			ph.Seconds, ph.IngestRate, ph.EndLagSeconds, ph.EndSpoolBytes/1e6)
+		p.Logf("forward: %s: %d published in %.1f s, ingest %.0f msg/s, forward lag %.1f s, spool %.1f MB\n%s", name, ph.Published,
+			ph.Seconds, ph.IngestRate, ph.EndLagSeconds, ph.EndSpoolBytes/1e6, ph.CPU)
 		return ph, nil
 	}
 	lagStats := func(ph *ForwardPhase) {
