@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -137,11 +138,21 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusInternalServerError, safeText(devErr.Code), safeText(devErr.Error()), nil)
 		case errors.As(err, &fe):
 			return fiberError(c, fe)
+		case errors.Is(err, context.DeadlineExceeded):
+			// A store's own bound passed (PostgreSQL or ClickHouse busy):
+			// the request may be retried; logged, as the server's limit.
+			log.Warn("request timed out in storage", "method", c.Method(), "path", c.Path(), "err", err)
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(storageRetryAfterS))
+			return reply(c, fiber.StatusServiceUnavailable, codeTimeOut, "the server's storage did not answer in time; retry later", nil)
 		}
 		log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
 		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
 	}
 }
+
+// storageRetryAfterS is the Retry-After, in seconds, of a request whose
+// storage did not answer within its bound (503 time_out).
+const storageRetryAfterS = 2
 
 // accessDeniedError is a refusal of a request its caller may not make:
 // 403 access_denied, the text (which names what is missing) its message.

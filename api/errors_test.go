@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,6 +46,8 @@ func TestErrorHandlerTypedRefusals(t *testing.T) {
 			415, "unsupported_media_type", `Content-Type must be application/json (got "text/plain")`, "", "", ""},
 		{"basic auth", basicAuthError{realm: "devicehub firmware", msg: "credentials required"},
 			401, "unauthorized", "credentials required", "", "", `WWW-Authenticate: Basic realm="devicehub firmware"`},
+		{"storage timeout", fmt.Errorf("meta: create devices: %w", context.DeadlineExceeded),
+			503, "time_out", "the server's storage did not answer in time; retry later", "", "2", ""},
 		{"range", fmt.Errorf("download: %w", rangeError{size: 1000}),
 			416, "illegal_argument", "range not satisfiable: the package has 1000 bytes", "", "", "Content-Range: bytes */1000"},
 	}
