@@ -2,18 +2,10 @@ package meta_test
 
 import (
 	"context"
-	"database/sql"
-	"io/fs"
-	"path"
-	"strconv"
-	"strings"
 	"testing"
-
-	"github.com/pressly/goose/v3"
 
 	"devicehub/meta"
 	"devicehub/meta/metatest"
-	"devicehub/schema"
 )
 
 // TestMigratePresenceIndexes: the presence-indexes migration drops
@@ -23,33 +15,8 @@ import (
 // indexes left.
 func TestMigratePresenceIndexes(t *testing.T) {
 	ctx := context.Background()
-	files, err := fs.Glob(schema.Postgres, "postgres/*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var version, before int64
-	for i, f := range files {
-		if strings.HasSuffix(f, "_presence_indexes.sql") {
-			v, _, _ := strings.Cut(path.Base(f), "_")
-			p, _, _ := strings.Cut(path.Base(files[i-1]), "_")
-			version, _ = strconv.ParseInt(v, 10, 64)
-			before, _ = strconv.ParseInt(p, 10, 64)
-		}
-	}
-	if version == 0 {
-		t.Fatal("no *_presence_indexes.sql migration")
-	}
-	dsn := metatest.NewDatabase(t)
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sub, _ := fs.Sub(schema.Postgres, "postgres")
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := metatest.Migrations(t, "_presence_indexes.sql")
+	db, p, dsn, before := m.DB, m.Provider, m.DSN, m.Before
 	if _, err := p.UpTo(ctx, before); err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,12 @@ package alarm
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"io/fs"
 	"reflect"
-	"strings"
 	"testing"
-
-	"github.com/pressly/goose/v3"
 
 	"devicehub/meta"
 	"devicehub/meta/metatest"
-	"devicehub/schema"
 )
 
 // TestMigrateAlarmState: an upgrade keeps the evaluator's state. Rows in
@@ -26,27 +20,8 @@ import (
 // is dropped. The migration's Down splits the rows again.
 func TestMigrateAlarmState(t *testing.T) {
 	ctx := context.Background()
-	dsn := metatest.NewDatabase(t)
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sub, _ := fs.Sub(schema.Postgres, "postgres")
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var before int64 // the version before the fold: the old layout
-	srcs := p.ListSources()
-	for i, src := range srcs {
-		if strings.HasSuffix(src.Path, "_alarm_state.sql") && i > 0 {
-			before = srcs[i-1].Version
-		}
-	}
-	if before == 0 {
-		t.Fatal("no *_alarm_state.sql migration")
-	}
+	m := metatest.Migrations(t, "_alarm_state.sql") // Before: the old layout
+	db, p, dsn, before := m.DB, m.Provider, m.DSN, m.Before
 
 	// The state of an evaluator: d1 with an active alarm (r1) and an
 	// offline timer ("off"); d3 with an alarm a hand cleared (r1).

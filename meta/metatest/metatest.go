@@ -18,13 +18,17 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 	"testing"
 
 	_ "github.com/lib/pq" // PostgreSQL driver
+	"github.com/pressly/goose/v3"
 	"golang.org/x/crypto/bcrypt"
 
 	"devicehub/meta"
+	"devicehub/schema"
 )
 
 // ServerDSN is the maintenance database of the test server; override with
@@ -112,4 +116,45 @@ func newDatabase(t testing.TB, from string) string {
 		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
 	})
 	return fmt.Sprintf("%s/%s?sslmode=disable", ServerDSN(), name)
+}
+
+// Migration is an empty database of a test's own (NewDatabase), goose's
+// provider of the PostgreSQL migrations (schema/postgres) over it, and
+// the versions of one migration and of the one before it: for the tests
+// of that migration (up to Before, data in the old layout, then up and
+// down).
+type Migration struct {
+	DSN             string
+	DB              *sql.DB
+	Provider        *goose.Provider
+	Before, Version int64
+}
+
+// Migrations returns the Migration of the migration whose file name ends
+// in suffix (e.g. "_alarm_state.sql"); the test fails if there is none.
+func Migrations(t testing.TB, suffix string) Migration {
+	t.Helper()
+	m := Migration{DSN: NewDatabase(t)}
+	var err error
+	if m.DB, err = sql.Open("postgres", m.DSN); err != nil {
+		t.Fatalf("metatest: %v", err)
+	}
+	t.Cleanup(func() { m.DB.Close() })
+	sub, err := fs.Sub(schema.Postgres, "postgres")
+	if err != nil {
+		t.Fatalf("metatest: %v", err)
+	}
+	if m.Provider, err = goose.NewProvider(goose.DialectPostgres, m.DB, sub); err != nil {
+		t.Fatalf("metatest: %v", err)
+	}
+	srcs := m.Provider.ListSources()
+	for i, src := range srcs {
+		if strings.HasSuffix(src.Path, suffix) && i > 0 {
+			m.Before, m.Version = srcs[i-1].Version, src.Version
+		}
+	}
+	if m.Version == 0 {
+		t.Fatalf("metatest: no migration *%s", suffix)
+	}
+	return m
 }
