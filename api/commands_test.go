@@ -37,6 +37,10 @@ func cmdEnv(t *testing.T) (*env, string, *link.Presence) {
 	e := newEnvWith(t, func(store *meta.Store, deps *api.Deps) {
 		popt := link.DefaultPresenceOptions()
 		popt.BrokerURL, popt.ClientID, popt.Registerer = brokerURL(), "api-test-"+suffix, deps.Registry
+		// This env's products only: tests running at once on the shared
+		// broker use the same device ids ("mute", "c1"), and another
+		// test's will would take this one's device offline.
+		popt.ProductIDs = []string{"ctl" + suffix, "plain" + suffix}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var err error
