@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/lib/pq"
 )
 
 // TestErrorHandlerTypedRefusals: the typed refusals handlers return are
@@ -47,6 +48,8 @@ func TestErrorHandlerTypedRefusals(t *testing.T) {
 		{"basic auth", basicAuthError{realm: "devicehub firmware", msg: "credentials required"},
 			401, "unauthorized", "credentials required", "", "", `WWW-Authenticate: Basic realm="devicehub firmware"`},
 		{"storage timeout", fmt.Errorf("meta: create devices: %w", context.DeadlineExceeded),
+			503, "time_out", "the server's storage did not answer in time; retry later", "", "2", ""},
+		{"statement canceled", fmt.Errorf("meta: create devices: %w", &pq.Error{Code: "57014", Message: "canceling statement due to user request"}),
 			503, "time_out", "the server's storage did not answer in time; retry later", "", "2", ""},
 		{"range", fmt.Errorf("download: %w", rangeError{size: 1000}),
 			416, "illegal_argument", "range not satisfiable: the package has 1000 bytes", "", "", "Content-Range: bytes */1000"},
