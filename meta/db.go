@@ -150,6 +150,14 @@ func (s *Store) timeout(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, s.opts.QueryTimeout)
 }
 
+// bulkTimeout bounds a bulk write of n rows: one QueryTimeout, and one
+// more per bulkChunk rows. A 10,000-device create is several statements
+// that each touch every row's indexes and triggers; under load it took
+// longer than one QueryTimeout (TestShadowBulk, 57014 under make test).
+func (s *Store) bulkTimeout(ctx context.Context, n int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opts.QueryTimeout*time.Duration(1+(n+bulkChunk-1)/bulkChunk))
+}
+
 // inTx runs f in a transaction, committed if f returns nil.
 func (s *Store) inTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
 	tx, err := s.db.BeginTxx(ctx, nil)

@@ -237,7 +237,7 @@ func (s *Store) CreateDevices(ctx context.Context, b BulkCreate, creator User) (
 		products[r.ProductID] = true
 	}
 
-	ctx, cancel := s.timeout(ctx)
+	ctx, cancel := s.bulkTimeout(ctx, len(rows))
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -481,7 +481,7 @@ func (s *Store) lockBulkTargets(ctx context.Context, q *sqlx.Tx, ids []string, o
 func (s *Store) changeDevices(ctx context.Context, what string, ids []string, ok func(bulkTarget) (string, string),
 	logins bool, write string, args ...any) (BulkChanged, error) {
 	defer s.pages.changed("devices", "product_device_counts") // once committed: the next page read sees it
-	ctx, cancel := s.timeout(ctx)
+	ctx, cancel := s.bulkTimeout(ctx, len(ids))
 	defer cancel()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
