@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -268,6 +269,9 @@ func startGenPool(ctx context.Context, addrs []string, product string, logins []
 		g.sources += sources
 		c := &genChild{replies: make(chan *genReply, 1), exited: make(chan struct{}), first: first, n: n, stderr: &tailBuffer{}}
 		c.cmd = exec.Command(exe)
+		if p.GenNice > 0 { // nice execs exe in its place: the child's pid, its threads all at the lower priority
+			c.cmd = exec.Command("nice", "-n", strconv.Itoa(p.GenNice), exe)
+		}
 		c.cmd.Env = append(os.Environ(), FleetGenEnv+"=1")
 		c.cmd.Stderr = c.stderr
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

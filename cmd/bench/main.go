@@ -154,7 +154,7 @@ type flags struct {
 	fleetSyncTimeout                                  time.Duration
 	fleetDynsecSizes                                  string
 	fcDevices, fcBrokers, fcConcurrency, fcPerAddress int
-	fcProbes                                          int
+	fcProbes, fcGenNice                               int
 	fcInterval, fcSteady, fcTimeout                   time.Duration
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
 	shadowDevices                                     int
@@ -257,6 +257,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.fcConcurrency, "fc-concurrency", 256, "fleet-connect: dials in flight")
 	fs.IntVar(&f.fcPerAddress, "fc-per-address", 20000, "fleet-connect: connections per loopback source address (127.0.0.2, ...)")
 	fs.IntVar(&f.fcProbes, "fc-probes", 1000, "fleet-connect: devices whose reports are timed publish to stored")
+	fs.IntVar(&f.fcGenNice, "fc-gen-nice", 19, "fleet-connect: nice value of the generator children, which stand for devices on other machines (negative: the bench's own)")
 	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained)")
 	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
 	fs.BoolVar(&f.fcSkipDevicehub, "fc-skip-devicehub-restart", false, "fleet-connect: no devicehub restart")
@@ -655,7 +656,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Brokers: f.fcBrokers, Batch: f.fleetBatch, Clients: f.fleetClients,
 			Interval: f.fcInterval, Steady: f.fcSteady, ConnectConcurrency: f.fcConcurrency, PerAddress: f.fcPerAddress,
-			Probes: f.fcProbes, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub, SkipCeilings: f.fcSkipCeilings,
+			Probes: f.fcProbes, GenNice: f.fcGenNice, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub, SkipCeilings: f.fcSkipCeilings,
 			ChildParams: child(bin)})
 		rep.Timelines["fleet-connect: reports stored per second"] = r.StoredTimeline()
 		return result(r, err)
