@@ -96,17 +96,23 @@ type AlarmsTimers struct {
 // AlarmsResult is what RunAlarms measured.
 type AlarmsResult struct {
 	Params AlarmsParams `json:"params"`
-	// Latency: report published -> alarm event (raised) on /api/live.
-	Latency     LatencySummary `json:"latency"`
-	Raised      int64          `json:"raised"`  // raised events received for watched devices
-	Cleared     int64          `json:"cleared"` // cleared events received
-	Expected    int64          `json:"expected"`
-	SteadyCPU   float64        `json:"steadyCpuSeconds"` // devicehub's CPU during the latency phase
-	Bursts      []AlarmsBurst  `json:"bursts"`
-	IngestOff   float64        `json:"ingestOff"` // medians
-	IngestOn    float64        `json:"ingestOn"`
-	EvaluatedOn float64        `json:"evaluatedOn"`
-	Ratio       float64        `json:"ratio"` // IngestOn / IngestOff
+	// Latency: report published -> alarm event (raised) on /api/live,
+	// split at the evaluator's receipt of the report (the event's
+	// timestamp: the transition's time, its arrival at the evaluator, to
+	// the millisecond): published -> received (ToEvaluator), received ->
+	// on /api/live (EvaluatorToLive: evaluated, written, announced).
+	Latency         LatencySummary `json:"latency"`
+	ToEvaluator     LatencySummary `json:"toEvaluator"`
+	EvaluatorToLive LatencySummary `json:"evaluatorToLive"`
+	Raised          int64          `json:"raised"`  // raised events received for watched devices
+	Cleared         int64          `json:"cleared"` // cleared events received
+	Expected        int64          `json:"expected"`
+	SteadyCPU       float64        `json:"steadyCpuSeconds"` // devicehub's CPU during the latency phase
+	Bursts          []AlarmsBurst  `json:"bursts"`
+	IngestOff       float64        `json:"ingestOff"` // medians
+	IngestOn        float64        `json:"ingestOn"`
+	EvaluatedOn     float64        `json:"evaluatedOn"`
+	Ratio           float64        `json:"ratio"` // IngestOn / IngestOff
 	// StateBytes: the evaluator's heap per device (10 rules, one report
 	// each), measured in this process; StoredBytes: PostgreSQL's
 	// alarm_state per device after the run.
@@ -118,10 +124,12 @@ type AlarmsResult struct {
 func (r AlarmsResult) String() string {
 	p := r.Params
 	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared; devicehub %.1f CPU s in %s)\n"+
+		"  split: published -> evaluator received p50 %.1f ms p99 %.1f ms; -> alarm event p50 %.1f ms p99 %.1f ms\n"+
 		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
 		"  rule state: %.0f heap bytes a device (in process), %.0f stored bytes a device (PostgreSQL)\n"+
 		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
 		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.SteadyCPU, p.Duration,
+		r.ToEvaluator.P50Ms, r.ToEvaluator.P99Ms, r.EvaluatorToLive.P50Ms, r.EvaluatorToLive.P99Ms,
 		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
 		r.Timers.Devices, r.Timers.HeapBytes, r.Timers.ApplySeconds, r.Timers.Fired, r.Timers.Late.P50Ms, r.Timers.Late.P99Ms, r.Timers.Late.MaxMs)
 }
@@ -522,7 +530,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		index[id] = i
 	}
 	lastHigh := make([]atomic.Int64, len(ids)) // publish time (unix ns) of the device's latest crossing report
-	var hist Histogram
+	var hist, toEval, evalToLive Histogram
 	var raised, cleared atomic.Int64
 	var wg sync.WaitGroup
 	var bodies []interface{ Close() error }
@@ -545,7 +553,10 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 			case alarm.KindRaised:
 				if i, ok := index[e.DeviceID]; ok {
 					if at := lastHigh[i].Load(); at > 0 {
-						hist.Record(now.Sub(time.Unix(0, at)))
+						pub, got := time.Unix(0, at), time.UnixMilli(e.Timestamp)
+						hist.Record(now.Sub(pub))
+						toEval.Record(max(got.Sub(pub), 0))
+						evalToLive.Record(max(now.Sub(got), 0))
 						raised.Add(1)
 					}
 				}
@@ -586,6 +597,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.Latency, res.Raised, res.Cleared, res.Expected = hist.Summary(), raised.Load(), cleared.Load(), expected
+	res.ToEvaluator, res.EvaluatorToLive = toEval.Summary(), evalToLive.Summary()
 	res.StoredBytes, err = storedStateBytes(ctx, db.dsn())
 	return err
 }
