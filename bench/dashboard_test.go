@@ -16,6 +16,7 @@ import (
 // the history has 14 properties x min(10, messages of the device), and
 // PostgreSQL gives the same totals. Correctness only, not timing.
 func TestRunDashboardSmall(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const n = 20000
