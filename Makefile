@@ -68,6 +68,7 @@ FUZZTIME   ?= 30s
 FUZZ_SHORT ?= 10000x
 FUZZ_TARGETS := \
 	./meta/:FuzzCompileQuery \
+	./meta/:FuzzDecodeDevicesCSV \
 	./schema/:FuzzParseThingModel \
 	./ingest/wire/:FuzzParseTopic \
 	./ingest/wire/:FuzzDecodeReport \
@@ -77,8 +78,9 @@ FUZZ_TARGETS := \
 	./ingest/wire/:FuzzDecodeReply \
 	./ingest/wire/:FuzzDecodeFirmwareProgress \
 	./ingest/wire/:FuzzDecodeFirmwareVersion \
-	./api/:FuzzDashboardQuery \
 	./api/:FuzzCheckJSONText \
+	./api/dashboard/:FuzzDashboardQuery \
+	./api/dashboard/:FuzzDecodeQueriesFast \
 	./bench/mqttc/:FuzzDecode
 fuzz:
 	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
@@ -93,6 +95,7 @@ fuzz:
 		if ! out=$$(cd $$pkg && "$$exe" -test.paniconexit0 -test.run '^$$' -test.fuzz "^$$fn\$$" -test.fuzztime $(FUZZTIME) \
 				-test.fuzzcachedir "$$corpus" 2>&1); then \
 			echo "$$out" | tail -40; exit 1; fi; \
+		case "$$out" in *"no fuzz tests to fuzz"*) echo "$$pkg has no fuzz target $$fn: FUZZ_TARGETS is out of date"; exit 1;; esac; \
 	done
 
 ## cluster: a local scale-out setup (REFERENCE.md "Scaling out"): ZooKeeper, ClickHouse

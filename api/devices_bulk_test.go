@@ -144,20 +144,10 @@ func TestBulkCreateDeploy10000(t *testing.T) {
 	if len(body) <= 1<<20 {
 		t.Fatalf("body of %d bytes: want more than 1 MiB", len(body))
 	}
-	var times []time.Duration
 	var res bulkCreated
-	for i := range 3 {
-		if i > 0 { // again, on an empty table
-			if _, err := e.store.DB().Exec(`DELETE FROM devices`); err != nil {
-				t.Fatal(err)
-			}
-			rec.take()
-		}
-		start := time.Now()
-		e.ok("POST", "/api/device/instance/batch/_create?deploy=true", body, &res)
-		times = append(times, time.Since(start))
-	}
-	t.Logf("10,000 devices created and deployed in one request: %v", times)
+	start := time.Now()
+	e.ok("POST", "/api/device/instance/batch/_create?deploy=true", body, &res)
+	t.Logf("10,000 devices created and deployed in one request: %v", time.Since(start))
 	if res.Total != 10_000 || !res.Deployed || len(res.Devices) != 10_000 {
 		t.Fatalf("result: total %d, deployed %v, %d devices", res.Total, res.Deployed, len(res.Devices))
 	}

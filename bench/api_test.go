@@ -12,6 +12,7 @@ import (
 
 // TestRunAPISmall runs the api scenario at a toy size.
 func TestRunAPISmall(t *testing.T) {
+	t.Parallel()
 	bin := testkit.Devicehub(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 // A session kept for a client that is gone is counted, from a fresh $SYS
 // update (Mosquitto sends one every 10 s).
 func TestReadBrokerStateCountsGoneSessions(t *testing.T) {
+	t.Parallel()
 	broker := mqtttest.SharedURL()
 	prefix := "bench-test-gone-" + randHex(4)
 	id := prefix + "-0" // as purgeSessions names them

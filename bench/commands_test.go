@@ -18,6 +18,7 @@ import (
 // runs on a private broker: the shared one's logins, those of a `make
 // run` beside `make test` too, are not the test's.
 func TestRunCommandsSmall(t *testing.T) {
+	t.Parallel()
 	bin := testkit.Devicehub(t)
 	broker := mqtttest.StartBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -83,6 +84,7 @@ func envInt(name string, def int) int {
 
 // TestPacedProcs: a paced run up to onePRate holds this process to one P
 // until restored; faster paced runs and closed loop leave it alone.
+// Serial: GOMAXPROCS is the whole process's.
 func TestPacedProcs(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	for _, tc := range []struct {

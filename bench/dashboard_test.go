@@ -15,6 +15,8 @@ import (
 // generator put in those windows, per-day counts add up to every message,
 // the history has 14 properties x min(10, messages of the device), and
 // PostgreSQL gives the same totals. Correctness only, not timing.
+// Serial: its runs measure this process's CPU (ingest alone, each load),
+// and beside the parallel tests it came within seconds of its 2 minutes.
 func TestRunDashboardSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

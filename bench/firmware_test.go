@@ -20,6 +20,7 @@ import (
 // the phase counts every byte, every device UPDATED, and the child's RSS
 // and CPU.
 func TestFirmwareCeiling(t *testing.T) {
+	t.Parallel()
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}
@@ -75,6 +76,7 @@ func TestFirmwareCeiling(t *testing.T) {
 // 256 KiB package: both phases end with every device UPDATED, devicehub's
 // by its rollout's counts, every byte counted and no FAILED report.
 func TestFirmwareSmall(t *testing.T) {
+	t.Parallel()
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}

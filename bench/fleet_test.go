@@ -16,6 +16,7 @@ import (
 // dynamic-security file of 50): every phase runs and fills its figures,
 // and every process, database and broker it started is gone after it.
 func TestRunFleetSmall(t *testing.T) {
+	t.Parallel()
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}

@@ -18,6 +18,8 @@ import (
 // presence view show each device's true state after each storm, no
 // acknowledged report, birth or will is lost, and everything the run
 // started is gone after it. The storm path of 100,000 devices, small.
+// Serial: it counts this process's open files after the run, which the
+// other tests' connections would add to.
 func TestFleetConnectSmall(t *testing.T) {
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)

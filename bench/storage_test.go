@@ -18,6 +18,7 @@ import (
 // stored again through tsdb.InsertBatch, and both databases dropped.
 // Correctness only, not sizes or timing.
 func TestRunStorageSmall(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	name := "devicehub_bench_storage_test_" + randHex(4)
