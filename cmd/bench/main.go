@@ -257,7 +257,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.fcConcurrency, "fc-concurrency", 256, "fleet-connect: dials in flight")
 	fs.IntVar(&f.fcPerAddress, "fc-per-address", 20000, "fleet-connect: connections per loopback source address (127.0.0.2, ...)")
 	fs.IntVar(&f.fcProbes, "fc-probes", 1000, "fleet-connect: devices whose reports are timed publish to stored")
-	fs.IntVar(&f.fcGenNice, "fc-gen-nice", 19, "fleet-connect: nice value of the generator children, which stand for devices on other machines (negative: the bench's own)")
+	fs.IntVar(&f.fcGenNice, "fc-gen-nice", 0, "fleet-connect: nice value of the generator children, which stand for devices on other machines (19: devicehub, brokers and databases served first; 0: the bench's own priority)")
 	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained)")
 	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
 	fs.BoolVar(&f.fcSkipDevicehub, "fc-skip-devicehub-restart", false, "fleet-connect: no devicehub restart")
