@@ -61,7 +61,10 @@
 // its cursor, in spool order. A webhook's sends them as a batch until
 // the sink accepts it (only a 2xx answer); only then is the cursor
 // moved past the batch and saved (written to a temporary file,
-// synced, renamed over). An MQTT sink's is pipelined: it publishes
+// synced, renamed over). A stop (or a changed rule, or a lost lock)
+// waits for a webhook's batch in flight, at most its timeout, so that
+// a handover to the next owner sends nothing twice
+// (TestForwardTwoInstances). An MQTT sink's is pipelined: it publishes
 // each message at QoS 1 while fewer than the rule's batchSize
 // publishes await their PUBACK (the window; no round trip between
 // batches), and moves the cursor past the longest prefix of publishes

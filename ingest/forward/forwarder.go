@@ -546,7 +546,12 @@ func (f *Forwarder) send(ctx context.Context, r Rule, sp *spool) {
 					break
 				}
 			}
-			err := sk.send(ctx, r.ID, batch)
+			// A batch in flight is finished, not abandoned, when the
+			// sender is stopped (a stop, a changed rule, a lost lock): the
+			// receiver may already hold it, and an answer not waited for
+			// leaves the cursor behind it, so that the next owner sends
+			// it again. The webhook's timeout bounds the wait.
+			err := sk.send(context.WithoutCancel(ctx), r.ID, batch)
 			if err == nil {
 				break
 			}
