@@ -99,25 +99,32 @@ func TestConsoleForwardInBrowser(t *testing.T) {
 	b.shot("forward")
 
 	btn := func(action string) string { return fmt.Sprintf(`button[data-action=%s][data-forward=out]`, action) }
-	b.run("disable", chromedp.Click(chromedp.CSS(btn("disable"))), chromedp.WaitVisible(chromedp.CSS(btn("enable"))))
+	// The list re-renders every 3 s (the status moves): each click and
+	// wait is one evaluation in the page (browser.click, poll).
+	shown := func(sel string) string { return fmt.Sprintf(`!!document.querySelector(%q)`, sel) }
+	b.click("disable", btn("disable"))
+	b.poll("Enable shown", shown(btn("enable")))
 	srv.do(t, token, "GET", "/api/notify/forward/out", nil, &rule)
 	if rule.Enabled {
 		t.Fatal("enabled after Disable")
 	}
-	b.run("enable", chromedp.Click(chromedp.CSS(btn("enable"))), chromedp.WaitVisible(chromedp.CSS(btn("disable"))))
+	b.click("enable", btn("enable"))
+	b.poll("Disable shown", shown(btn("disable")))
 	srv.do(t, token, "GET", "/api/notify/forward/out", nil, &rule)
 	if !rule.Enabled {
 		t.Fatal("disabled after Enable")
 	}
 	narrowFits(b, "forwarding rules", "#/notify/forward", btn("edit"))
-	b.run("edit", chromedp.Click(chromedp.CSS(btn("edit"))), chromedp.WaitVisible(chromedp.ID("forward-name")))
+	b.click("edit", btn("edit"))
+	b.run("edit", chromedp.WaitVisible(chromedp.ID("forward-name")))
 	b.run("every property", fill("#forward-properties", ""), chromedp.Click(chromedp.ID("forward-save")))
 	b.poll("saved", `document.getElementById('forward-note').textContent === 'Saved To the lake.'`)
 	srv.do(t, token, "GET", "/api/notify/forward/out", nil, &rule)
 	if len(rule.Properties) != 0 || rule.Webhook.URL != rcv.URL {
 		t.Fatalf("the rule after the edit: %+v", rule)
 	}
-	b.run("delete", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`), chromedp.Click(chromedp.CSS(btn("delete"))))
+	b.run("confirm", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true`))
+	b.click("delete", btn("delete"))
 	b.poll("deleted", `document.getElementById('forward-list').textContent.includes('No forwarding rule yet.')`)
 	if res, err := srv.api(token).Request("GET", "/api/notify/forward/out", nil); err != nil || res.HTTPStatus != 404 {
 		t.Fatalf("the deleted rule answers %d (%v)", res.HTTPStatus, err)

@@ -402,6 +402,17 @@ func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel in one evaluation in the page. A page that
+// re-renders on a timer (the forwarding rules' status every 3 s) can
+// replace the node between chromedp's query and its click ("Could not
+// find node with given id").
+func (b *browser) click(what, sel string) {
+	b.t.Helper()
+	if !evalJS[bool](b, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel)) {
+		b.fail(what, fmt.Errorf("no element %s", sel))
+	}
+}
+
 // poll waits (10 s at most) until the JavaScript expression is true.
 func (b *browser) poll(what, expr string) {
 	b.t.Helper()
