@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/lib/pq"
 
 	"devicehub/api/dashboard"
 	"devicehub/ingest/link"
@@ -139,7 +138,7 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 			return reply(c, fiber.StatusInternalServerError, safeText(devErr.Code), safeText(devErr.Error()), nil)
 		case errors.As(err, &fe):
 			return fiberError(c, fe)
-		case errors.Is(err, context.DeadlineExceeded), isStatementCanceled(err):
+		case errors.Is(err, context.DeadlineExceeded), meta.IsStatementCanceled(err):
 			// A store's own bound passed (PostgreSQL or ClickHouse busy):
 			// the request may be retried; logged, as the server's limit.
 			log.Warn("request timed out in storage", "method", c.Method(), "path", c.Path(), "err", err)
@@ -149,14 +148,6 @@ func errorHandler(log *slog.Logger) fiber.ErrorHandler {
 		log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
 		return reply(c, fiber.StatusInternalServerError, codeServerError, "internal server error", nil)
 	}
-}
-
-// isStatementCanceled is PostgreSQL's query_canceled (57014): lib/pq's
-// answer when a statement's context ended (it cancels the statement and
-// returns the server's error, not the context's).
-func isStatementCanceled(err error) bool {
-	var pe *pq.Error
-	return errors.As(err, &pe) && pe.Code == "57014"
 }
 
 // storageRetryAfterS is the Retry-After, in seconds, of a request whose

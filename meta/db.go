@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"time"
@@ -172,6 +173,15 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sqlx.Tx) error) error {
 		return fmt.Errorf("meta: commit: %w", err)
 	}
 	return nil
+}
+
+// IsStatementCanceled reports PostgreSQL's query_canceled (57014): what
+// lib/pq returns when a statement's context ended (it cancels the
+// statement and returns the server's error, not the context's). Callers
+// treat it as that context's deadline.
+func IsStatementCanceled(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == "57014"
 }
 
 // isUniqueViolation reports a PostgreSQL unique_violation (23505).
