@@ -73,11 +73,9 @@ type ForwardResult struct {
 	Requests   int64   `json:"requests"`
 	// Alarm raised (the report published) -> the notification's webhook
 	// request received, during the steady phase.
-	AlarmsRaised   int     `json:"alarmsRaised"`
-	AlarmsNotified int     `json:"alarmsNotified"`
-	AlarmP50Ms     float64 `json:"alarmP50Ms"`
-	AlarmP99Ms     float64 `json:"alarmP99Ms"`
-	AlarmMaxMs     float64 `json:"alarmMaxMs"`
+	AlarmsRaised   int  `json:"alarmsRaised"`
+	AlarmsNotified int  `json:"alarmsNotified"`
+	Alarm          Span `json:"alarm"`
 	// AlarmSplit divides those latencies at the commit of the alarm.
 	AlarmSplit      AlarmSplit `json:"alarmSplit"`
 	DevicehubCPU    float64    `json:"devicehubCpuSeconds"`
@@ -87,10 +85,10 @@ type ForwardResult struct {
 func (r ForwardResult) String() string {
 	return fmt.Sprintf("forward: %d reports/s offered to %d devices; steady %.0fs: ingest %.0f msg/s, webhook lag p50 %.0f ms p99 %.0f ms max %.0f ms; "+
 		"sink down %.0fs: ingest %.0f msg/s (%.3fx), spool %.0f MB, lag %.0f s at its end; caught up in %.1f s; %d published, %d delivered, %d missing, %d out of order, %d repeats, %.0f dropped; "+
-		"alarms %d raised, %d notified, p50 %.0f ms p99 %.0f ms max %.0f ms; %s",
+		"alarms %d raised, %d notified, %s max %.0f ms; %s",
 		r.Params.Rate, r.Params.Devices, r.Steady.Seconds, r.Steady.IngestRate, r.Steady.LagP50Ms, r.Steady.LagP99Ms, r.Steady.LagMaxMs,
 		r.Outage.Seconds, r.Outage.IngestRate, r.IngestRatio, r.Outage.EndSpoolBytes/1e6, r.Outage.EndLagSeconds, r.CatchUpMs/1000,
-		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.AlarmP50Ms, r.AlarmP99Ms, r.AlarmMaxMs, r.AlarmSplit)
+		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.Alarm, r.Alarm.MaxMs, r.AlarmSplit)
 }
 
 // Figures are the result's report lines.
@@ -102,7 +100,7 @@ func (r ForwardResult) Figures() []Figure {
 			Baseline: r.Steady.IngestRate, Ratio: r.IngestRatio, Target: "ratio >= 0.95"},
 		{Name: "messages never delivered" + n, Value: float64(r.Missing), Unit: "messages", Target: "0"},
 		{Name: "catch-up after the outage" + n, Value: r.CatchUpMs, Unit: "ms"},
-		{Name: "alarm raised -> webhook received p99 (under the same load)", Value: r.AlarmP99Ms, Unit: "ms", Target: "<= 200"},
+		{Name: "alarm raised -> webhook received p99 (under the same load)", Value: r.Alarm.P99Ms, Unit: "ms", Target: "<= 200"},
 		{Name: "alarm: report published -> alarm committed p99", Value: r.AlarmSplit.PublishToCommit.P99Ms, Unit: "ms"},
 		{Name: "alarm: committed -> webhook received p99", Value: r.AlarmSplit.CommitToWebhook.P99Ms, Unit: "ms"},
 	}
@@ -414,10 +412,9 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	lagStats(&res.Steady)
 	rcv.mu.Lock()
 	res.AlarmsNotified = len(rcv.alarmLags)
-	al := spanOf(slices.Clone(rcv.alarmLags))
+	res.Alarm = spanOf(slices.Clone(rcv.alarmLags))
 	pubAt, gotAt := maps.Clone(rcv.alarmAt), maps.Clone(rcv.alarmGot)
 	rcv.mu.Unlock()
-	res.AlarmP50Ms, res.AlarmP99Ms, res.AlarmMaxMs = al.P50Ms, al.P99Ms, al.MaxMs
 	at, whole := commits.close()
 	if res.AlarmSplit, err = splitAlarms(ctx, run.db.dsn(), pubAt, gotAt, at, whole); err != nil {
 		return res, err
