@@ -61,10 +61,7 @@
 // its cursor, in spool order. A webhook's sends them as a batch until
 // the sink accepts it (only a 2xx answer); only then is the cursor
 // moved past the batch and saved (written to a temporary file,
-// synced, renamed over). A stop (or a changed rule, or a lost lock)
-// waits for a webhook's batch in flight, at most its timeout, so that
-// a handover to the next owner sends nothing twice
-// (TestForwardTwoInstances). An MQTT sink's is pipelined: it publishes
+// synced, renamed over). An MQTT sink's is pipelined: it publishes
 // each message at QoS 1 while fewer than the rule's batchSize
 // publishes await their PUBACK (the window; no round trip between
 // batches), and moves the cursor past the longest prefix of publishes
@@ -74,7 +71,12 @@
 // longer than timeoutMs for its PUBACK, or a lost connection, drops
 // the connection with everything in flight, and the next connection
 // publishes again from the cursor (nothing is published on a new
-// connection while publishes of the old one are in flight). A crash
+// connection while publishes of the old one are in flight). A stop (or
+// a changed rule, or a lost lock) waits for a webhook's batch in
+// flight, or an MQTT sink's publishes in flight, at most the sink's
+// timeout, and saves the cursor past what was accepted, so that a
+// handover to the next owner sends nothing twice
+// (TestForwardTwoInstances, TestForwardMQTTHandover). A crash
 // between the acceptance and the save sends those messages again (a
 // webhook's batch; an MQTT sink's publishes in flight and those
 // acknowledged since the last save, at most one and a half windows),

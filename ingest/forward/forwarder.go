@@ -598,7 +598,8 @@ type flight struct {
 // nothing is in flight. A publish that failed or whose PUBACK is late
 // (timeoutMs), or a lost connection, drops the connection and everything
 // in flight: the next connection publishes again from the cursor, in
-// spool order (the package doc).
+// spool order. A stop waits for the publishes in flight and saves the
+// cursor past those acknowledged (finish; the package doc).
 func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 	m := &mqttSink{cfg: *r.MQTT, secret: r.Secret, ruleID: r.ID}
 	defer m.close()
@@ -611,7 +612,6 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 	var fly []flight // published, in spool order
 	unsaved := 0     // acknowledged, the saved cursor not past them
 	late := time.NewTimer(time.Hour)
-	defer late.Stop()
 	// fail drops the connection and what is in flight (sent again from
 	// the cursor) and waits; false: the sender is stopping.
 	fail := func(err error) bool {
@@ -639,6 +639,56 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 		unsaved = 0
 		return true
 	}
+	// settle moves the cursor past the publishes at the front of fly that
+	// were all acknowledged, never past one that was not, and returns the
+	// error of the first that failed.
+	settle := func() error {
+		k := 0
+		var failed error
+	prefix:
+		for ; k < len(fly); k++ {
+			select {
+			case <-fly[k].tok.Done():
+				if err := fly[k].tok.Error(); err != nil {
+					failed = err
+					break prefix
+				}
+			default:
+				break prefix
+			}
+		}
+		if k > 0 {
+			sp.advance(fly[0].rec.seq, fly[k-1].rec.seq)
+			unsaved += k
+			fly = fly[k:]
+			retry.Reset()
+		}
+		return failed
+	}
+	// finish ends a stopped sender (a stop, a changed rule, a lost lock)
+	// as a webhook's ends its batch in flight: it waits for the publishes
+	// in flight, at most timeoutMs after the newest was published, and
+	// saves the cursor past those acknowledged, so that the next owner
+	// publishes none of them again (TestForwardMQTTHandover).
+	finish := func() {
+		if len(fly) > 0 {
+			wait := time.NewTimer(time.Until(fly[len(fly)-1].at.Add(timeout)))
+			defer wait.Stop()
+		all:
+			for _, fl := range fly {
+				select {
+				case <-fl.tok.Done():
+				case <-wait.C:
+					break all
+				}
+			}
+			_ = settle()
+		}
+		if unsaved > 0 {
+			save()
+		}
+	}
+	defer late.Stop()
 	for ctx.Err() == nil {
 		if !m.connected() {
 			// A lost connection is failed before anything is published
@@ -650,6 +700,7 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 			}
 			if err != nil {
 				if !fail(err) {
+					finish()
 					return
 				}
 				continue
@@ -691,38 +742,21 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 		case <-more:
 		case <-late.C:
 		case <-ctx.Done():
+			finish()
 			return
 		}
 		late.Stop()
-		// The prefix of publishes all acknowledged.
-		k := 0
-		var failed error
-	prefix:
-		for ; k < len(fly); k++ {
-			select {
-			case <-fly[k].tok.Done():
-				if err := fly[k].tok.Error(); err != nil {
-					failed = err
-					break prefix
-				}
-			default:
-				break prefix
-			}
-		}
-		if k > 0 {
-			sp.advance(fly[0].rec.seq, fly[k-1].rec.seq)
-			unsaved += k
-			fly = fly[k:]
-			retry.Reset()
-		}
+		failed := settle()
 		switch {
 		case failed != nil:
 			if !fail(fmt.Errorf("mqtt publish: %w", failed)) {
+				finish()
 				return
 			}
 			continue
 		case len(fly) > 0 && time.Since(fly[0].at) >= timeout:
 			if !fail(fmt.Errorf("mqtt publish: no PUBACK within %s", timeout)) {
+				finish()
 				return
 			}
 			continue
@@ -731,6 +765,7 @@ func (f *Forwarder) sendMQTT(ctx context.Context, r Rule, sp *spool) {
 			return
 		}
 	}
+	finish()
 }
 
 // writeStatus records this owner's view of its rules in PostgreSQL.

@@ -56,6 +56,82 @@ func spooled(t testing.TB, n, devs int) *spool {
 	return sp
 }
 
+// sinkLines subscribes to a sink broker's /fwdsink/+/event/+ for the
+// test and returns what arrived so far, in order.
+func sinkLines(t *testing.T, br *mqtttest.Broker, user, pass string) func() []got {
+	t.Helper()
+	sub, err := mqtttest.Dial(br.URL(), testkit.RandID("sub"), user, pass, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Disconnect(0) })
+	handle, received := lineCollector(t)
+	if tok := sub.Subscribe("/fwdsink/+/event/+", 1, handle); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	return received
+}
+
+// lineCollector is a message handler keeping each forwarded line, and
+// what it kept so far, in order.
+func lineCollector(t *testing.T) (mqtt.MessageHandler, func() []got) {
+	var mu sync.Mutex
+	var lines []got
+	return func(_ mqtt.Client, m mqtt.Message) {
+			var l got
+			if err := json.Unmarshal(m.Payload(), &l); err != nil {
+				t.Errorf("payload %q", m.Payload())
+			}
+			mu.Lock()
+			lines = append(lines, l)
+			mu.Unlock()
+		}, func() []got {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]got(nil), lines...)
+		}
+}
+
+// everyMessage waits until the n messages of spooled(n, devs) arrived
+// and returns every line, checked in order per device (inOrder), and the
+// number of repeats.
+func everyMessage(t *testing.T, received func() []got, n, devs int) ([]got, int) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "every message", func() bool {
+		seen := map[string]bool{}
+		for _, l := range received() {
+			seen[l.MessageID] = true
+		}
+		return len(seen) == n
+	})
+	var ids []string
+	for i := range devs {
+		ids = append(ids, fmt.Sprintf("d%d", i))
+	}
+	all := received()
+	return all, inOrder(t, all, ids, n/devs)
+}
+
+// sinkRule is an MQTT rule to broker (a URL) with the test sink's
+// topic and login; window 0 is the default batchSize.
+func sinkRule(t testing.TB, id, broker, user, pass string, window int) Rule {
+	t.Helper()
+	r := Rule{ID: id, Kind: KindMQTT, Secret: pass,
+		MQTT: &MQTTSink{Broker: broker, Topic: "/fwdsink/{deviceId}/event/{type}", Username: user, BatchSize: window}}
+	if err := r.MQTT.normalize(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// sending runs f's sender of r over sp until stop, which waits for it.
+func sending(f *Forwarder, r Rule, sp *spool) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.send(ctx, r, sp) }()
+	return func() { cancel(); <-done }
+}
+
 // bareForwarder runs senders without a database or an intake.
 func bareForwarder() *Forwarder {
 	o := Options{BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Retry: 50 * time.Millisecond,
@@ -79,24 +155,17 @@ func BenchmarkMQTTSink(b *testing.B) {
 				url = delayLink(b, strings.TrimPrefix(url, "tcp://"), rtt/2)
 			}
 			sp := spooled(b, b.N, 10)
-			r := Rule{ID: "bench", Kind: KindMQTT, Secret: pass,
-				MQTT: &MQTTSink{Broker: url, Topic: "/fwdsink/{deviceId}/event/{type}", Username: user}}
-			if err := r.MQTT.normalize(); err != nil {
-				b.Fatal(err)
-			}
+			r := sinkRule(b, "bench", url, user, pass, 0)
 			f := bareForwarder()
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
 			b.ResetTimer()
 			start := time.Now()
-			go func() { defer close(done); f.send(ctx, r, sp) }()
+			stop := sending(f, r, sp)
 			for sp.position() < uint64(b.N) {
 				time.Sleep(time.Millisecond)
 			}
 			el := time.Since(start)
 			b.StopTimer()
-			cancel()
-			<-done
+			stop()
 			b.ReportMetric(float64(b.N)/el.Seconds(), "msg/s")
 		})
 	}
@@ -169,23 +238,14 @@ func delayLink(t testing.TB, addr string, oneWay time.Duration) string {
 func TestMQTTSinkBrokerRestart(t *testing.T) {
 	br := mqtttest.StartBroker(t)
 	user, pass := sinkLogin(t, br)
-	var mu sync.Mutex
-	var lines []got
+	handle, received := lineCollector(t)
 	o := mqtt.NewClientOptions().AddBroker(br.URL()).SetClientID("fwd-restart-sub").SetUsername(user).SetPassword(pass).
 		SetCleanSession(false).SetAutoReconnect(true).SetMaxReconnectInterval(100 * time.Millisecond).
 		SetConnectRetry(true).SetConnectRetryInterval(100 * time.Millisecond).SetOrderMatters(true)
 	o.SetOnConnectHandler(func(c mqtt.Client) {
 		c.Subscribe("/fwdsink/+/event/+", 1, nil) // the kept session holds it too
 	})
-	o.SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
-		var l got
-		if err := json.Unmarshal(m.Payload(), &l); err != nil {
-			t.Errorf("payload %q", m.Payload())
-		}
-		mu.Lock()
-		lines = append(lines, l)
-		mu.Unlock()
-	})
+	o.SetDefaultPublishHandler(handle)
 	sub := mqtt.NewClient(o)
 	if err := mqttconn.WaitToken(sub.Connect(), 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -195,40 +255,19 @@ func TestMQTTSinkBrokerRestart(t *testing.T) {
 		tok := sub.Subscribe("/fwdsink/+/event/+", 1, nil)
 		return tok.WaitTimeout(time.Second) && tok.Error() == nil
 	})
-	received := func() []got { mu.Lock(); defer mu.Unlock(); return append([]got(nil), lines...) }
 
 	const n, devs = 20000, 10
 	sp := spooled(t, n, devs)
-	r := Rule{ID: "restart", Kind: KindMQTT, Secret: pass,
-		MQTT: &MQTTSink{Broker: br.URL(), Topic: "/fwdsink/{deviceId}/event/{type}", Username: user, BatchSize: 500}}
-	if err := r.MQTT.normalize(); err != nil {
-		t.Fatal(err)
-	}
-	f := bareForwarder()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f.send(ctx, r, sp) }()
-	defer func() { cancel(); <-done }()
+	r := sinkRule(t, "restart", br.URL(), user, pass, 500)
+	defer sending(bareForwarder(), r, sp)()
 
 	testkit.Eventually(t, 30*time.Second, "a quarter received", func() bool { return len(received()) >= n/4 })
 	br.Stop(syscall.SIGTERM)
 	stoppedAt := sp.position()
 	time.Sleep(300 * time.Millisecond)
 	br.Start()
-	testkit.Eventually(t, 60*time.Second, "every message", func() bool {
-		seen := map[string]bool{}
-		for _, l := range received() {
-			seen[l.MessageID] = true
-		}
-		return len(seen) == n
-	})
+	all, dups := everyMessage(t, received, n, devs)
 	testkit.Eventually(t, 10*time.Second, "the cursor past every message", func() bool { return sp.position() == n })
-	all := received()
-	var ids []string
-	for i := range devs {
-		ids = append(ids, fmt.Sprintf("d%d", i))
-	}
-	dups := inOrder(t, all, ids, n/devs)
 	first := map[string]uint64{}
 	for _, l := range all {
 		if s, ok := first[l.MessageID]; ok && s != l.Seq {
@@ -305,32 +344,10 @@ func TestSpoolCursorNotSaved(t *testing.T) {
 func TestMQTTSinkCrash(t *testing.T) {
 	br := mqtttest.StartBroker(t)
 	user, pass := sinkLogin(t, br)
-	var mu sync.Mutex
-	var lines []got
-	sub, err := mqtttest.Dial(br.URL(), testkit.RandID("sub"), user, pass, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Disconnect(0)
-	if tok := sub.Subscribe("/fwdsink/+/event/+", 1, func(_ mqtt.Client, m mqtt.Message) {
-		var l got
-		if err := json.Unmarshal(m.Payload(), &l); err != nil {
-			t.Errorf("payload %q", m.Payload())
-		}
-		mu.Lock()
-		lines = append(lines, l)
-		mu.Unlock()
-	}); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	received := func() []got { mu.Lock(); defer mu.Unlock(); return append([]got(nil), lines...) }
+	received := sinkLines(t, br, user, pass)
 	const n, devs, window = 6000, 4, 200
 	sp := spooled(t, n, devs)
-	r := Rule{ID: "crash", Kind: KindMQTT, Secret: pass,
-		MQTT: &MQTTSink{Broker: br.URL(), Topic: "/fwdsink/{deviceId}/event/{type}", Username: user, BatchSize: window}}
-	if err := r.MQTT.normalize(); err != nil {
-		t.Fatal(err)
-	}
+	r := sinkRule(t, "crash", br.URL(), user, pass, window)
 	f := bareForwarder()
 	var saves, unsavedAtCrash atomic.Int64
 	f.beforeAck = func(_ string, k int) error {
@@ -340,12 +357,7 @@ func TestMQTTSinkCrash(t *testing.T) {
 		}
 		return nil
 	}
-	run := func(sp *spool) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); f.send(ctx, r, sp) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	run := func(sp *spool) { t.Cleanup(sending(f, r, sp)) }
 	run(sp)
 	select {
 	case <-f.crashed:
@@ -359,22 +371,48 @@ func TestMQTTSinkCrash(t *testing.T) {
 	}
 	defer sp2.close()
 	run(sp2)
-	testkit.Eventually(t, 60*time.Second, "every message", func() bool {
-		seen := map[string]bool{}
-		for _, l := range received() {
-			seen[l.MessageID] = true
-		}
-		return len(seen) == n
-	})
-	var ids []string
-	for i := range devs {
-		ids = append(ids, fmt.Sprintf("d%d", i))
-	}
-	all := received()
-	dups := inOrder(t, all, ids, n/devs)
+	all, dups := everyMessage(t, received, n, devs)
 	sameSeq, newSeq := repeats(all)
 	t.Logf("%d lines, %d repeats (%d with their seq); %d acknowledged and not saved at the crash", len(all), dups, sameSeq, unsavedAtCrash.Load())
 	if newSeq != 0 || dups > window*3/2 || dups < int(unsavedAtCrash.Load()) {
 		t.Fatalf("%d repeats, %d with a new seq, for a window of %d and %d unsaved", dups, newSeq, window, unsavedAtCrash.Load())
+	}
+}
+
+// An MQTT rule's sender stopped mid-stream (a stop, a changed rule, a
+// lost lock) with a window of publishes in flight over a slow link, and
+// the next owner reopening its spool: every message arrives once. The
+// stop waits for the PUBACKs in flight and saves the cursor past them, as
+// a webhook's waits for its batch. Returning at once (the cursor saved
+// only every half window) has the next owner publish again up to one and
+// a half windows (seen failing).
+func TestForwardMQTTHandover(t *testing.T) {
+	br := mqtttest.StartBroker(t)
+	user, pass := sinkLogin(t, br)
+	received := sinkLines(t, br, user, pass)
+	const n, devs, window = 6000, 4, 200
+	sp := spooled(t, n, devs)
+	// 25 ms each way: a window's PUBACKs are always outstanding.
+	link := delayLink(t, strings.TrimPrefix(br.URL(), "tcp://"), 25*time.Millisecond)
+	r := sinkRule(t, "handover", link, user, pass, window)
+	f := bareForwarder()
+	stop := sending(f, r, sp)
+	testkit.Eventually(t, 30*time.Second, "a quarter received", func() bool { return len(received()) >= n/4 })
+	stop()
+	stoppedAt := sp.position()
+	sp.close()
+	if stoppedAt >= n {
+		t.Fatalf("the stop was not mid-stream: cursor %d", stoppedAt)
+	}
+	sp2, err := openSpool(sp.dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp2.close()
+	defer sending(f, r, sp2)()
+	all, dups := everyMessage(t, received, n, devs)
+	t.Logf("%d lines; the stop at %d of %d", len(all), stoppedAt, n)
+	if dups != 0 {
+		t.Fatalf("%d messages published again by the next owner", dups)
 	}
 }
