@@ -103,6 +103,8 @@ type Evaluator struct {
 	alarming  int // of out, the transitions that are not repeats
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
+	entries   []ruleEntry       // Dirty's scratch: a row's rule states
+	rowSize   int               // Dirty: the bytes of a row, as last written (its buffer's estimate)
 	evals     uint64
 	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
 }
@@ -144,6 +146,7 @@ func New(refs Refs) *Evaluator {
 		refs:      refs,
 		dirtyDev:  map[*devState]struct{}{},
 		names:     map[string]string{},
+		rowSize:   256,
 	}
 }
 
@@ -168,7 +171,8 @@ func (d *devState) rule(id string) *ruleState {
 }
 
 // devRow is a device's stored row: its part and, under "r", the states of
-// its rules that hold something, by rule id.
+// its rules that hold something, by rule id. It is read with
+// json.Unmarshal and written by appendRow (row.go).
 type devRow struct {
 	devData
 	Rules map[string]*stateData `json:"r,omitempty"`
@@ -183,7 +187,7 @@ type devData struct {
 // props are a device's latest values of the properties its rules read,
 // sorted by id, inline in one slice (not a map of pointers: the
 // evaluator's heap, and what the collector scans, grow with the devices);
-// stored as a JSON object by id.
+// stored as a JSON object by id (appendJSON, UnmarshalJSON).
 type props []propData
 
 type propData struct {
@@ -202,30 +206,6 @@ type propJSON struct {
 	At     int64  `json:"t"`
 	Prev   *value `json:"p,omitempty"`
 	PrevAt int64  `json:"q,omitempty"`
-}
-
-func (ps props) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	for i := range ps {
-		p := &ps[i]
-		if i > 0 {
-			b = append(b, ',')
-		}
-		k, err := json.Marshal(p.ID)
-		if err != nil {
-			return nil, err
-		}
-		j := propJSON{Cur: p.Cur, At: p.At, PrevAt: p.PrevAt}
-		if p.hasPrev {
-			j.Prev = &p.Prev
-		}
-		v, err := json.Marshal(&j)
-		if err != nil {
-			return nil, err
-		}
-		b = append(append(append(b, k...), ':'), v...)
-	}
-	return append(b, '}'), nil
 }
 
 func (ps *props) UnmarshalJSON(b []byte) error {
@@ -930,25 +910,45 @@ type DeviceRow struct {
 // went). A row equal to the one last written is not returned (a message
 // that changed nothing).
 func (e *Evaluator) Dirty() []DeviceRow {
+	if len(e.dirtyDev) == 0 {
+		return nil
+	}
+	// The rows are written one after another into one buffer (sized by
+	// the previous call's rows), each sliced out of it at the end.
+	buf := make([]byte, 0, len(e.dirtyDev)*e.rowSize)
 	var devs []DeviceRow
+	var ends []int
 	for d := range e.dirtyDev {
-		row := devRow{devData: d.D}
 		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool { return st.S.zero() && st.idx < 0 })
 		if len(d.rules) == 0 {
 			d.rules = nil
-		} else {
-			row.Rules = make(map[string]*stateData, len(d.rules))
-			for _, st := range d.rules {
-				row.Rules[st.rule.ID] = &st.S
-			}
 		}
-		b, _ := json.Marshal(&row)
-		if h := rowHash(b); h != d.saved {
+		es := e.entries[:0]
+		for _, st := range d.rules {
+			es = append(es, ruleEntry{st.rule.ID, &st.S})
+		}
+		sortEntries(es)
+		e.entries = es
+		start := len(buf)
+		buf = appendRow(buf, &d.D, es)
+		if h := rowHash(buf[start:]); h != d.saved {
 			d.saved = h
-			devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
+			devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product})
+			ends = append(ends, len(buf))
+		} else {
+			buf = buf[:start]
 		}
 	}
+	clear(e.entries[:cap(e.entries)])
 	clear(e.dirtyDev)
+	start := 0
+	for i, end := range ends {
+		devs[i].Data = buf[start:end:end]
+		start = end
+	}
+	if len(devs) > 0 {
+		e.rowSize = len(buf)/len(devs) + 16
+	}
 	slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
 	return devs
 }

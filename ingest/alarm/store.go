@@ -644,7 +644,7 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, error) {
 				}
 			}
 			if cleared {
-				d.Data, _ = json.Marshal(&row)
+				d.Data = row.appendJSON(nil)
 			}
 		}
 		out = append(out, d)
