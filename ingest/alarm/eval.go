@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
@@ -104,6 +104,7 @@ type Evaluator struct {
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
 	entries   []ruleEntry       // Dirty's scratch: a row's rule states
+	sorted    []*devState       // Dirty's scratch: the dirty devices by id
 	rowSize   int               // Dirty: the bytes of a row, as last written (its buffer's estimate)
 	evals     uint64
 	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
@@ -273,11 +274,13 @@ func (s *stateData) zero() bool {
 		!s.Offline && s.LastSeen == 0 && s.RaisedAt == 0
 }
 
+// rowSeed keys rowHash: a row's hash is compared only with hashes made
+// by the same process (devState.saved), never stored.
+var rowSeed = maphash.MakeSeed()
+
 // rowHash identifies a written row, never 0 (0 is no row).
 func rowHash(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return max(h.Sum64(), 1)
+	return max(maphash.Bytes(rowSeed, b), 1)
 }
 
 // SetRules replaces the rules: rules are compiled against their
@@ -918,7 +921,12 @@ func (e *Evaluator) Dirty() []DeviceRow {
 	buf := make([]byte, 0, len(e.dirtyDev)*e.rowSize)
 	var devs []DeviceRow
 	var ends []int
+	ds := e.sorted[:0]
 	for d := range e.dirtyDev {
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b *devState) int { return strings.Compare(a.id, b.id) })
+	for _, d := range ds {
 		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool { return st.S.zero() && st.idx < 0 })
 		if len(d.rules) == 0 {
 			d.rules = nil
@@ -940,6 +948,8 @@ func (e *Evaluator) Dirty() []DeviceRow {
 		}
 	}
 	clear(e.entries[:cap(e.entries)])
+	clear(ds)
+	e.sorted = ds[:0]
 	clear(e.dirtyDev)
 	start := 0
 	for i, end := range ends {
@@ -949,7 +959,6 @@ func (e *Evaluator) Dirty() []DeviceRow {
 	if len(devs) > 0 {
 		e.rowSize = len(buf)/len(devs) + 16
 	}
-	slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
 	return devs
 }
 
