@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
+
 	"devicehub/schema"
 )
 
@@ -146,4 +148,39 @@ func BenchmarkApplyReport(b *testing.B) {
 			e.Dirty()
 		}
 	}
+}
+
+// BenchmarkStateArrays: the three array parameters of writeState for
+// 1,000 rows of the ten benchRules, as textArray writes them and as
+// pq.StringArray did: an op is one batch's parameters.
+func BenchmarkStateArrays(b *testing.B) {
+	e := benchEvaluator(b)
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("d%05d", i)
+	}
+	benchReports(e, ids, 1)
+	devs := e.Dirty()
+	b.Run("textArray", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			textArray(devs, func(d *DeviceRow) string { return d.DeviceID })
+			textArray(devs, func(d *DeviceRow) string { return d.ProductID })
+			textArray(devs, func(d *DeviceRow) []byte { return d.Data })
+		}
+	})
+	b.Run("pq.StringArray", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			id, product, data := make([]string, len(devs)), make([]string, len(devs)), make([]string, len(devs))
+			for i, d := range devs {
+				id[i], product[i], data[i] = d.DeviceID, d.ProductID, string(d.Data)
+			}
+			for _, a := range []pq.StringArray{id, product, data} {
+				if _, err := a.Value(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }
