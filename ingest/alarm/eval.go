@@ -911,7 +911,8 @@ type DeviceRow struct {
 // that hold something (a rule state back to zero, nothing held and no
 // timer, leaves the row and memory; so does the state of a rule that
 // went). A row equal to the one last written is not returned (a message
-// that changed nothing).
+// that changed nothing). The rows come sorted by device id; their Data
+// share one array (each slice capped at its end).
 func (e *Evaluator) Dirty() []DeviceRow {
 	if len(e.dirtyDev) == 0 {
 		return nil
