@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
@@ -103,6 +103,9 @@ type Evaluator struct {
 	alarming  int // of out, the transitions that are not repeats
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
+	entries   []ruleEntry       // Dirty's scratch: a row's rule states
+	sorted    []*devState       // Dirty's scratch: the dirty devices by id
+	rowSize   int               // Dirty: the bytes of a row, as last written (its buffer's estimate)
 	evals     uint64
 	lacking   uint64 // rule evaluations skipped: a threshold's device value missing
 }
@@ -144,6 +147,7 @@ func New(refs Refs) *Evaluator {
 		refs:      refs,
 		dirtyDev:  map[*devState]struct{}{},
 		names:     map[string]string{},
+		rowSize:   256,
 	}
 }
 
@@ -168,7 +172,8 @@ func (d *devState) rule(id string) *ruleState {
 }
 
 // devRow is a device's stored row: its part and, under "r", the states of
-// its rules that hold something, by rule id.
+// its rules that hold something, by rule id. It is read with
+// json.Unmarshal and written by appendRow (row.go).
 type devRow struct {
 	devData
 	Rules map[string]*stateData `json:"r,omitempty"`
@@ -183,7 +188,7 @@ type devData struct {
 // props are a device's latest values of the properties its rules read,
 // sorted by id, inline in one slice (not a map of pointers: the
 // evaluator's heap, and what the collector scans, grow with the devices);
-// stored as a JSON object by id.
+// stored as a JSON object by id (appendJSON, UnmarshalJSON).
 type props []propData
 
 type propData struct {
@@ -202,30 +207,6 @@ type propJSON struct {
 	At     int64  `json:"t"`
 	Prev   *value `json:"p,omitempty"`
 	PrevAt int64  `json:"q,omitempty"`
-}
-
-func (ps props) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	for i := range ps {
-		p := &ps[i]
-		if i > 0 {
-			b = append(b, ',')
-		}
-		k, err := json.Marshal(p.ID)
-		if err != nil {
-			return nil, err
-		}
-		j := propJSON{Cur: p.Cur, At: p.At, PrevAt: p.PrevAt}
-		if p.hasPrev {
-			j.Prev = &p.Prev
-		}
-		v, err := json.Marshal(&j)
-		if err != nil {
-			return nil, err
-		}
-		b = append(append(append(b, k...), ':'), v...)
-	}
-	return append(b, '}'), nil
 }
 
 func (ps *props) UnmarshalJSON(b []byte) error {
@@ -293,11 +274,13 @@ func (s *stateData) zero() bool {
 		!s.Offline && s.LastSeen == 0 && s.RaisedAt == 0
 }
 
+// rowSeed keys rowHash: a row's hash is compared only with hashes made
+// by the same process (devState.saved), never stored.
+var rowSeed = maphash.MakeSeed()
+
 // rowHash identifies a written row, never 0 (0 is no row).
 func rowHash(b []byte) uint64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return max(h.Sum64(), 1)
+	return max(maphash.Bytes(rowSeed, b), 1)
 }
 
 // SetRules replaces the rules: rules are compiled against their
@@ -928,28 +911,55 @@ type DeviceRow struct {
 // that hold something (a rule state back to zero, nothing held and no
 // timer, leaves the row and memory; so does the state of a rule that
 // went). A row equal to the one last written is not returned (a message
-// that changed nothing).
+// that changed nothing). The rows come sorted by device id; their Data
+// share one array (each slice capped at its end).
 func (e *Evaluator) Dirty() []DeviceRow {
+	if len(e.dirtyDev) == 0 {
+		return nil
+	}
+	// The rows are written one after another into one buffer (sized by
+	// the previous call's rows), each sliced out of it at the end.
+	buf := make([]byte, 0, len(e.dirtyDev)*e.rowSize)
 	var devs []DeviceRow
+	var ends []int
+	ds := e.sorted[:0]
 	for d := range e.dirtyDev {
-		row := devRow{devData: d.D}
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b *devState) int { return strings.Compare(a.id, b.id) })
+	for _, d := range ds {
 		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool { return st.S.zero() && st.idx < 0 })
 		if len(d.rules) == 0 {
 			d.rules = nil
-		} else {
-			row.Rules = make(map[string]*stateData, len(d.rules))
-			for _, st := range d.rules {
-				row.Rules[st.rule.ID] = &st.S
-			}
 		}
-		b, _ := json.Marshal(&row)
-		if h := rowHash(b); h != d.saved {
+		es := e.entries[:0]
+		for _, st := range d.rules {
+			es = append(es, ruleEntry{st.rule.ID, &st.S})
+		}
+		sortEntries(es)
+		e.entries = es
+		start := len(buf)
+		buf = appendRow(buf, &d.D, es)
+		if h := rowHash(buf[start:]); h != d.saved {
 			d.saved = h
-			devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product, Data: b})
+			devs = append(devs, DeviceRow{DeviceID: d.id, ProductID: d.product})
+			ends = append(ends, len(buf))
+		} else {
+			buf = buf[:start]
 		}
 	}
+	clear(e.entries[:cap(e.entries)])
+	clear(ds)
+	e.sorted = ds[:0]
 	clear(e.dirtyDev)
-	slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
+	start := 0
+	for i, end := range ends {
+		devs[i].Data = buf[start:end:end]
+		start = end
+	}
+	if len(devs) > 0 {
+		e.rowSize = len(buf)/len(devs) + 16
+	}
 	return devs
 }
 

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -278,6 +276,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		lastPurge time.Time
 	)
 	var evals, lacking uint64
+	var dec decoded // apply's scratch
 	// hand gives the writer what was evaluated since the last batch, if
 	// anything.
 	hand := func() {
@@ -360,7 +359,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				delete(marks, string(m.Msg.Payload()))
 				continue
 			}
-			r.apply(ev, born, m)
+			r.apply(ev, born, m, &dec)
 			r.evaluated.Add(1)
 			if !inFlight && (len(pending) >= maxPending || ev.Alarming()) {
 				hand() // an alarm's change goes out at once while the writer is idle
@@ -549,8 +548,15 @@ func (r *Runner) filtersFor(ev *Evaluator) map[string]byte {
 	return f
 }
 
+// decoded is apply's memory, kept from one message to the next: a
+// message's rows and properties (the evaluator keeps neither).
+type decoded struct {
+	rows  wire.Rows
+	props []Prop
+}
+
 // apply decodes one message and evaluates it.
-func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received) {
+func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received, dec *decoded) {
 	m := in.Msg
 	if m.Retained() {
 		return
@@ -560,14 +566,16 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received)
 		return
 	}
 	payload := m.Payload()
-	var rows wire.Rows
+	rows := &dec.rows
+	rows.Reset()
 	msg := Message{ProductID: t.ProductID, DeviceID: t.DeviceID}
 	switch t.Kind {
 	case wire.KindReport:
-		if wire.DecodeReport(&rows, t, payload, in.At) != nil {
+		if wire.DecodeReport(rows, t, payload, in.At) != nil {
 			return
 		}
 		msg.Kind = MsgReport
+		msg.Props = dec.props[:0]
 		for _, p := range rows.Props {
 			var v Value
 			switch p.ValueType {
@@ -584,14 +592,15 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received)
 			}
 			msg.Props = append(msg.Props, Prop{ID: p.Property, Value: v})
 		}
+		dec.props = msg.Props[:0] // its memory, for the next report
 	case wire.KindEvent:
-		if wire.DecodeEvent(&rows, t, payload, in.At) != nil {
+		if wire.DecodeEvent(rows, t, payload, in.At) != nil {
 			return
 		}
 		msg.Kind, msg.Event = MsgEvent, t.EventID
 		msg.Fields = eventFields(payload)
 	case wire.KindOnline, wire.KindOffline:
-		if _, err := wire.DecodePresence(&rows, t, payload, in.At); err != nil {
+		if _, err := wire.DecodePresence(rows, t, payload, in.At); err != nil {
 			return
 		}
 		online := t.Kind == wire.KindOnline
@@ -621,12 +630,30 @@ func messageKey(id, topic string, payload []byte) (string, bool) {
 	if id != "" && bytes.Contains(payload, []byte(`"messageId"`)) {
 		return "i" + id, true
 	}
-	h := fnv.New64a()
-	h.Write([]byte(topic))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return "h" + hex.EncodeToString(h.Sum(nil)), false
+	// FNV-1a, 64 bits (hash/fnv's New64a), written out: no allocation
+	h := uint64(fnvOffset)
+	for i := 0; i < len(topic); i++ {
+		h = (h ^ uint64(topic[i])) * fnvPrime
+	}
+	h *= fnvPrime // the 0 byte between topic and payload
+	for _, c := range payload {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	var b [17]byte
+	b[0] = 'h'
+	for i := range 8 {
+		c := byte(h >> (56 - 8*i))
+		b[1+2*i], b[2+2*i] = hexDigits[c>>4], hexDigits[c&15]
+	}
+	return string(b[:]), false
 }
+
+// FNV-1a's 64-bit offset basis and prime, and the hex digits of a key.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+	hexDigits = "0123456789abcdef"
+)
 
 // eventFields reads an event's data object into fields.
 func eventFields(payload []byte) map[string]Value {

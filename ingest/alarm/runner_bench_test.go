@@ -2,8 +2,10 @@ package alarm
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,8 +51,10 @@ func evaluatorAcked(r *Runner) uint64 {
 // OnTransitions (the live feed's announcement; the relay over
 // PostgreSQL's NOTIFY to /api/live comes after); then bursts of one
 // report per device (10 rounds, all in flight) measure the runner's
-// throughput (published to acknowledged). Run with -benchtime=1x: it
-// states what it measures as metrics.
+// throughput (published to acknowledged) and this process's CPU time and
+// allocations per report over the bursts (the runner's, and the
+// publishing client's: the same in every run). Run with -benchtime=1x:
+// it states what it measures as metrics.
 func BenchmarkRunner(b *testing.B) {
 	const devices, rate, paced, rounds = 2000, 1000, 10 * time.Second, 10
 	for b.Loop() {
@@ -151,6 +155,12 @@ func BenchmarkRunner(b *testing.B) {
 		mu.Unlock()
 		batches0, stmts0 := r.Batches(), r.store.statements.Load()
 		base := evaluatorAcked(r)
+		var mem0, mem1 runtime.MemStats
+		var ru0, ru1 syscall.Rusage
+		runtime.ReadMemStats(&mem0)
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru0); err != nil {
+			b.Fatal(err)
+		}
 		start = time.Now()
 		var toks []mqtt.Token
 		for round := range rounds {
@@ -167,6 +177,14 @@ func BenchmarkRunner(b *testing.B) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		b.ReportMetric(float64(devices*rounds)/time.Since(start).Seconds(), "burst-reports/s")
+		runtime.ReadMemStats(&mem1)
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru1); err != nil {
+			b.Fatal(err)
+		}
+		cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+		b.ReportMetric(float64(cpu.Microseconds())/float64(devices*rounds), "burst-cpu-us/report")
+		b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/float64(devices*rounds), "burst-alloc-B/report")
+		b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/float64(devices*rounds), "burst-allocs/report")
 		mu.Lock()
 		nb := float64(r.Batches() - batches0)
 		b.ReportMetric(float64(r.store.statements.Load()-stmts0)/nb, "burst-stmts/batch")

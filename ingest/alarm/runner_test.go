@@ -3,8 +3,10 @@ package alarm
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -748,4 +750,24 @@ func TestRunnerHandClearPipelined(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // a poll comes before the flush (arranges the case; proves nothing)
 		})
 	})
+}
+
+// TestMessageKey: a message without a messageId is keyed "h" and the
+// hex of FNV-1a 64 over topic, a 0 byte and payload (the keys stored in
+// the devices' rows, compared after a restart); one with an id by it.
+func TestMessageKey(t *testing.T) {
+	for i := range 300 {
+		topic := "/p1/d" + strconv.Itoa(i) + "/properties/report"
+		payload := bytes.Repeat([]byte{byte(i), '{', 0xff, '"'}, i%17)
+		h := fnv.New64a()
+		h.Write([]byte(topic))
+		h.Write([]byte{0})
+		h.Write(payload)
+		if key, unique := messageKey("", topic, payload); key != "h"+hex.EncodeToString(h.Sum(nil)) || unique {
+			t.Fatalf("messageKey(%q, %q) = %q, %v; want h%x", topic, payload, key, unique, h.Sum(nil))
+		}
+	}
+	if key, unique := messageKey("m1", "/p1/d1/properties/report", []byte(`{"messageId":"m1"}`)); key != "im1" || !unique {
+		t.Errorf("with its id: %q, %v", key, unique)
+	}
 }

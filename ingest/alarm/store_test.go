@@ -1,11 +1,18 @@
 package alarm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 
 	"devicehub/meta"
 	"devicehub/meta/metatest"
@@ -365,5 +372,64 @@ func TestStoreRuleGone(t *testing.T) {
 	w(tr(KindRaised, "r1", "d1", SeverityMajor, "temp=34", 3))
 	if recs := records(t, s, ctx); len(recs) != 3 || recs[0].State != StateActive {
 		t.Errorf("enabled again: %+v", recs)
+	}
+}
+
+// TestStoreStateRows: the rows a batch writes come back from Load byte
+// for byte (rows of every kind of field, texts to escape in their JSON
+// and in the device ids), after their insert and after their update; the
+// array literals they are sent in are what pq.StringArray sends.
+func TestStoreStateRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 9))
+	ids := []string{"", `q"uote`, `back\slash`, "a,b", "{x}", "NULL", "sp ace", "Żółw 电表 🚀", `\"`, "null"}
+	for range 200 {
+		var rows []DeviceRow
+		var want pq.StringArray
+		for range r.IntN(5) {
+			id := ids[r.IntN(len(ids))] + randText(r)
+			rows = append(rows, DeviceRow{DeviceID: id})
+			want = append(want, id)
+		}
+		wv, err := want.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			wv = "{}"
+		}
+		if got := textArray(rows, func(d *DeviceRow) string { return d.DeviceID }); got != wv {
+			t.Fatalf("textArray(%q) = %s, want %s", want, got, wv)
+		}
+	}
+
+	s := writerStore(t)
+	ctx := context.Background()
+	epoch, _ := s.Claim(ctx)
+	for round := range 2 {
+		var devs []DeviceRow
+		for i, id := range ids {
+			row := randRow(r)
+			for _, sd := range row.Rules {
+				sd.Active = false // no record: Load would clear it (a hand's clear)
+			}
+			devs = append(devs, DeviceRow{DeviceID: fmt.Sprintf("%s-%d", id, i), ProductID: "p" + id, Data: row.appendJSON(nil)})
+		}
+		if _, err := s.Write(ctx, epoch, nil, devs); err != nil {
+			t.Fatal(err)
+		}
+		ld, err := s.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(ld, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
+		slices.SortFunc(devs, func(a, b DeviceRow) int { return strings.Compare(a.DeviceID, b.DeviceID) })
+		if len(ld) != len(devs) {
+			t.Fatalf("round %d: %d rows loaded of %d", round, len(ld), len(devs))
+		}
+		for i := range devs {
+			if ld[i].DeviceID != devs[i].DeviceID || ld[i].ProductID != devs[i].ProductID || !bytes.Equal(ld[i].Data, devs[i].Data) {
+				t.Fatalf("round %d: loaded %q %q %s\nwant %q %q %s", round, ld[i].DeviceID, ld[i].ProductID, ld[i].Data, devs[i].DeviceID, devs[i].ProductID, devs[i].Data)
+			}
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package jsonw is devicehub's JSON writer: the appenders that write
-// strings, raw JSON values and lists exactly as encoding/json would,
-// without reflection, for the encoders that write JSON by hand (the thing
-// model's, the API's responses and exports).
+// strings, floats, raw JSON values and lists exactly as encoding/json
+// would, without reflection, for the encoders that write JSON by hand (the
+// thing model's, the API's responses and exports, the alarm evaluator's
+// state rows).
 //
 // Two escapings: String, Bytes, Raw and Compact write what json.Marshal
 // writes (HTML characters <, >, & escaped as \u003c...); StringNoHTML and

@@ -2,6 +2,8 @@ package jsonw
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -172,4 +174,29 @@ func Array[T any](b []byte, s []T, item func(*T, []byte) []byte) []byte {
 		b = item(&s[i], b)
 	}
 	return append(b, ']')
+}
+
+// Float appends f as json.Marshal writes a float64: the shortest text
+// that reads back as f, in exponent form below 1e-6 and from 1e21 on
+// (1e-07 written 1e-7). NaN and infinities, which JSON cannot hold and
+// json.Marshal refuses, are written as null.
+func Float(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	if i := int64(f); float64(i) == f && i > -1e15 && i < 1e15 && (i != 0 || !math.Signbit(f)) {
+		return strconv.AppendInt(b, i, 10) // a whole number: its digits (-0 is "-0", below)
+	}
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }

@@ -3,6 +3,7 @@ package jsonw
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -117,6 +118,36 @@ func TestLists(t *testing.T) {
 		want, _ = json.Marshal(append([]string{}, s...))
 		if got := Array([]byte("x"), s, str); string(got) != "x"+string(want) {
 			t.Errorf("Array(%q) = %s, want %s", s, got[1:], want)
+		}
+	}
+}
+
+// TestFloat: Float writes what json.Marshal writes for a float64, and
+// null for what it refuses.
+func TestFloat(t *testing.T) {
+	fs := []float64{0, math.Copysign(0, -1), 1, -1, 0.1, 20.5, 1e-6, 9.99e-7, 1e-7, -1e-7, 1.5e-10, 1e20, 1e21, -1e21, 1.2345e300,
+		math.MaxFloat64, math.SmallestNonzeroFloat64, 1764445283123, 123456789012345678, 1.0 / 3,
+		1e15 - 1, -1e15 + 1, 1e15, -1e15, 1e15 + 2, 999999999999999.9, 1<<53 + 2, -(1 << 62), 1 << 63}
+	r := rand.New(rand.NewPCG(3, 5))
+	for range 5000 {
+		fs = append(fs, math.Float64frombits(r.Uint64()), r.NormFloat64()*math.Pow(10, float64(r.IntN(60)-30)),
+			float64(r.Int64N(1<<53)-1<<52)/float64(int64(1)<<r.IntN(40)), math.Round(r.NormFloat64()*math.Pow(10, float64(r.IntN(25)))))
+	}
+	for _, f := range fs {
+		want, err := json.Marshal(f)
+		if err != nil {
+			if got := Float([]byte("x"), f); string(got) != "xnull" {
+				t.Fatalf("Float(%v) = %s, want null", f, got[1:])
+			}
+			continue
+		}
+		if got := Float([]byte("x"), f); string(got) != "x"+string(want) {
+			t.Fatalf("Float(%v) = %s, want %s", f, got[1:], want)
+		}
+	}
+	for _, f := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if got := Float(nil, f); string(got) != "null" {
+			t.Errorf("Float(%v) = %s, want null", f, got)
 		}
 	}
 }
