@@ -122,7 +122,7 @@ func appendHistoryItem(b, scratch []byte, size *resultBytes, prefix []byte, v *t
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return b[:before], scratch, refusedValue(value)
 		}
-		b = appendJSONFloat(b, x)
+		b = jsonw.Float(b, x)
 	case bool:
 		b = strconv.AppendBool(b, x)
 	case string:
@@ -252,7 +252,7 @@ func appendAggValue(b []byte, agg string, bk tsdb.AggBucket) []byte {
 	case aggNull:
 		return append(b, "null"...)
 	}
-	return appendJSONFloat(b, bk.Value)
+	return jsonw.Float(b, bk.Value)
 }
 
 // propAggItemPrefix is what every item of property of a property
@@ -306,26 +306,11 @@ func plainText(v any) string {
 	case string:
 		return v
 	case float64:
-		return string(appendJSONFloat(nil, v))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return strconv.FormatFloat(v, 'f', -1, 64) // no JSON for them: NaN, +Inf, -Inf
+		}
+		return string(jsonw.Float(nil, v))
 	}
 	return fmt.Sprint(v)
 }
 
-// appendJSONFloat appends f as encoding/json writes a float64: the
-// shortest text that reads back as f, exponent form outside 1e-6..1e21.
-func appendJSONFloat(b []byte, f float64) []byte {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9, as encoding/json does
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}

@@ -506,7 +506,7 @@ func (e *exportEncoder) value(v any) {
 			return
 		}
 		e.field()
-		e.buf = appendJSONFloat(e.buf, v)
+		e.buf = jsonw.Float(e.buf, v)
 	case uint64:
 		e.uint(v)
 	case bool:
