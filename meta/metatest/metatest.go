@@ -100,7 +100,7 @@ func newDatabase(t testing.TB, from string) string {
 	}
 	defer admin.Close()
 	if from == "" {
-		_, err = admin.Exec("CREATE DATABASE " + name)
+		err = createIn(admin, "CREATE DATABASE "+name)
 	} else {
 		err = copyTemplate(admin, name)
 	}
