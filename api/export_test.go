@@ -63,8 +63,8 @@ func (e *env) exportText(qs, accept string, query any) (string, http.Header) {
 // windows the export reads ClickHouse in (about 65,536 rows each, so four
 // here). The size is not the rule: that every value of every window comes
 // out in order is; the windows' edges at any window size are tsdb's
-// TestExportHistory, and a million values and more BenchmarkExport's. (At
-// a million this test cost 40 s of make test's CPU-bound run.)
+// TestExportHistory, and a million values and more BenchmarkExport's (a
+// million cost this test 40-50 s under the race detector).
 func TestExportManyWindows(t *testing.T) {
 	t.Parallel()
 	e, db := dashEnv(t)

@@ -9,7 +9,8 @@
 // migrated database does. Passwords are hashed at bcrypt's lowest cost
 // (PasswordCost), the template's admin's too. NewDatabase stays an empty
 // database, for the tests of migrating and of the server starting on a
-// new database.
+// new database. Both are created in a tablespace on tmpfs when this
+// process can set one up (tablespace.go).
 package metatest
 
 import (

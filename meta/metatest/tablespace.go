@@ -13,8 +13,8 @@ import (
 // The tests' databases are created in tablespace devicehub_test, whose
 // directory is in tmpfs (/dev/shm), when the server runs on this machine
 // and this process can give it a directory owned by the server's user (as
-// root: make test and CI). Otherwise they stay in the server's default
-// tablespace, as before.
+// root: make test and CI); otherwise in the server's default tablespace.
+// The template itself stays in the default tablespace.
 //
 // Why: a copy of the template is about 480 files, and every test creates
 // one and drops it. On the test machines' ext4 (where the kernel checks
