@@ -28,10 +28,12 @@ run: services build
 ## own time bounds (a 10,000-device bulk create, an export's deadline, the
 ## dashboard bench's) ran out under the contention. TEST_PKGS names the longest packages first so that they
 ## start first and the short ones fill in beside them (go test starts
-## packages in the order named; ./... adds the rest once).
+## packages in the order named; ./... adds the rest once). bench leads:
+## alone here it takes about 2 min, most of it two serial scenario tests
+## that wait on pacing, api about 1 min since its databases are in tmpfs.
 TEST_PARALLEL ?= 4
 TEST_P        ?= 2
-TEST_PKGS     ?= ./api ./cmd/devicehub ./bench ./tsdb ./meta ./ingest/alarm ./ingest ./api/dashboard $(PKGS)
+TEST_PKGS     ?= ./bench ./api ./cmd/devicehub ./tsdb ./meta ./ingest/alarm ./ingest ./api/dashboard $(PKGS)
 test: services vet
 	$(GO) test -race -count=1 -timeout 45m -p $(TEST_P) -parallel $(TEST_PARALLEL) $(TEST_PKGS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SHORT)

@@ -188,17 +188,19 @@ func TestHardening3MetadataBounds(t *testing.T) {
 	}
 }
 
-// bigExportEnv is dashEnv with n values of temp stored for "dd": about n x
-// 67 bytes of CSV, more than the sockets' buffers hold for n of 300,000.
+// bigExportEnv is dashEnv with n values of temp stored for "dd", a
+// millisecond apart: about n x 67 bytes of CSV, more than the sockets'
+// buffers hold for n of 300,000. ClickHouse generates them (INSERT ...
+// SELECT FROM numbers(), as BenchmarkExport does): the tests using it are
+// about cutting an export, not about how values are stored, and building
+// and sending 300,000 rows from this race-instrumented process cost
+// seconds of make test's CPU per test.
 func bigExportEnv(t *testing.T, n int) *env {
 	t.Helper()
 	e, db := dashEnv(t)
 	base := time.Now().Add(-time.Hour).UnixMilli()
-	batch := make([]tsdb.PropertyValue, n)
-	for i := range batch {
-		batch[i] = tsdb.PropertyValue{Time: time.UnixMilli(base + int64(i)), ProductID: "dp", DeviceID: "dd", Property: "temp", ValueType: "number", Num: float64(i)}
-	}
-	if err := db.Insert(context.Background(), nil, batch); err != nil {
+	if err := db.Conn().Exec(context.Background(), fmt.Sprintf(`INSERT INTO device_property (ts, product_id, device_id, property, value_type, num_value, str_value)
+		SELECT %d + number, 'dp', 'dd', 'temp', 'number', number, '' FROM numbers(%d)`, base, n)); err != nil {
 		t.Fatal(err)
 	}
 	return e

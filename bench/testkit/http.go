@@ -8,26 +8,65 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 )
 
 // Serve runs serve on a listener on a free loopback port and returns the
 // base URL (http://127.0.0.1:port). When the test ends, shutdown is called
-// with a 5 s deadline. serve is, for a fiber app, app.Listener.
+// with a 5 s deadline, and then every connection the listener accepted is
+// closed: fasthttp's shutdown leaves open a connection that had sent no
+// request yet (it counts as idle only 5 s after it was taken up, e.g. one
+// that net/http's Transport dialed for a request and then kept unused),
+// and that connection's goroutines, and the client's, would outlive the
+// test (goleak). serve is, for a fiber app, app.Listener.
 func Serve(t testing.TB, serve func(net.Listener) error, shutdown func(context.Context) error) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &trackingListener{Listener: inner}
 	go func() { _ = serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = shutdown(ctx)
+		ln.closeAll()
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// trackingListener keeps the connections it accepted, for closeAll. They
+// are handed out as they are (not wrapped), so that the server still sees
+// a *net.TCPConn (SetLinger, for one).
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// closeAll closes the listener and every connection it accepted (those
+// already closed just return an error).
+func (l *trackingListener) closeAll() {
+	_ = l.Listener.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
 }
 
 // Envelope is the body of every API response (api-spec.md, "Envelope").

@@ -9,7 +9,8 @@
 // migrated database does. Passwords are hashed at bcrypt's lowest cost
 // (PasswordCost), the template's admin's too. NewDatabase stays an empty
 // database, for the tests of migrating and of the server starting on a
-// new database.
+// new database. Both are created in a tablespace on tmpfs when this
+// process can set one up (tablespace.go).
 package metatest
 
 import (
@@ -100,7 +101,7 @@ func newDatabase(t testing.TB, from string) string {
 	}
 	defer admin.Close()
 	if from == "" {
-		_, err = admin.Exec("CREATE DATABASE " + name)
+		err = createIn(admin, "CREATE DATABASE "+name)
 	} else {
 		err = copyTemplate(admin, name)
 	}

@@ -94,7 +94,7 @@ func copyTemplate(admin *sql.DB, name string) error {
 		}
 	}
 	if err == nil {
-		_, err = conn.ExecContext(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
+		err = createIn(conn, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
 	}
 	if _, uerr := conn.ExecContext(ctx, `SELECT pg_advisory_unlock_shared($1)`, templateLock); err == nil {
 		err = uerr
