@@ -458,7 +458,7 @@ func mqttConnect(broker, id string, clean bool, login mqttconn.Login) (mqtt.Clie
 // later run's messages for it (1.2M messages, 190 MB, seen here), and
 // its autosaves stall the broker for seconds.
 func purgeSessions(broker, prefix string, n int) {
-	for i := range max(n+1, minPurge) { // n data sessions and the presence one (ingest/sessions.go)
+	for i := range max(n, minPurge) {
 		if c, err := mqttConnect(broker, prefix+"-"+strconv.Itoa(i), true, serviceLogin()); err == nil {
 			c.Disconnect(0)
 		}

@@ -28,10 +28,6 @@
 // progress and version reports go to Options.Firmware (ingest/firmware,
 // through FirmwareHook), acknowledged once it stored them (firmwarehook.go).
 //
-// Births and wills come on a session of their own at each broker, with
-// workers of their own, so that presence never waits behind reports
-// (sessions.go).
-//
 // Several brokers (Options.BrokerURL with a comma-separated list, a
 // broker pool each holding a share of the devices) feed one pipeline:
 // each broker has its own subscriber connections, and a will counts only

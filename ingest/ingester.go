@@ -69,10 +69,8 @@ type Options struct {
 	// every product ("+"). Meant for tests and product-sharded setups.
 	ProductIDs []string
 	// Connections is the number of subscriber connections sharing the
-	// subscription of the devices' data, to pass one connection's ceiling
-	// (its reader is one goroutine); births and wills have one more of
-	// their own at each broker (sessions.go). Default one per two cores:
-	// on two cores, one connection
+	// subscription, to pass one connection's ceiling (its reader is one
+	// goroutine). Default one per two cores: on two cores, one connection
 	// cost devicehub and Mosquitto 5-10% less CPU per message than two
 	// (BENCHMARKS.md). Lowering it is safe: New retires the sessions of
 	// the connections no longer used.
@@ -81,13 +79,10 @@ type Options struct {
 	QoS byte
 	// Queue bounds messages received but not yet handed to the writer;
 	// when full, the MQTT callback waits and the broker holds the rest.
-	// The births and wills of the presence sessions have a queue of that
-	// size besides. Default 20000.
+	// Default 20000.
 	Queue int
 	// Workers decode and check messages; a device's messages always go to
-	// the same worker, so they stay in order. The presence sessions have
-	// as many workers of their own, so that a birth never waits behind
-	// reports in a queue either. Default 4.
+	// the same worker, so they stay in order. Default 4.
 	Workers int
 	// Writer configures each ClickHouse batcher (rows per batch, interval,
 	// retries). Default tsdb's: 300000 rows or 1s.
@@ -331,11 +326,11 @@ type item struct {
 type Ingester struct {
 	opt      Options
 	log      *slog.Logger
-	brokers  []string           // mqttconn.Brokers(opt.BrokerURL)
-	clients  []mqtt.Client      // subscriber connections of every broker
-	atBroker []int              // clients[i] is connected to brokers[atBroker[i]]
-	born     *BornAt            // with several brokers, where each device's last birth came from
-	filters  [2]map[string]byte // by sessionKind: sessionData's, sessionPresence's
+	brokers  []string      // mqttconn.Brokers(opt.BrokerURL)
+	clients  []mqtt.Client // subscriber connections of every broker
+	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
+	born     *BornAt       // with several brokers, where each device's last birth came from
+	filters  map[string]byte
 	writers  []*tsdb.Writer
 	devices  *deviceCache
 	models   *modelCache // nil: values are not checked (models.go)
@@ -343,8 +338,8 @@ type Ingester struct {
 	m        *metrics
 	seed     maphash.Seed
 
-	queues  [2][]chan item // by sessionKind: the data sessions' workers, the presence sessions'
-	backlog *backlog       // when each kept session's backlog is drained (backlog.go)
+	queues  []chan item
+	backlog *backlog // when each kept session's backlog is drained (backlog.go)
 	depth   atomic.Int64
 	parking parking // messages waiting for PostgreSQL (park.go)
 
@@ -392,7 +387,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 		drained:  make(chan struct{}),
 		runCtx:   runCtx,
 		abort:    abort,
-		filters:  [2]map[string]byte{filterSet(opt, dataFilters(opt.ProductIDs)), filterSet(opt, presenceFilters(opt.ProductIDs))},
+		filters:  make(map[string]byte),
 	}
 	in.idle = sync.NewCond(&in.gate)
 	if len(brokers) > 1 {
@@ -462,26 +457,25 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.states = newStateShards(states, opt.StateWriters, opt.StateFlushInterval, opt.StateBatch, in.log, in.m,
 		func(n int) { in.stateN.Add(uint64(n)) }, func() { in.foldedN.Add(1) })
-	per := max(1, opt.Queue/opt.Workers)
-	for kind := range in.queues {
-		for n := range opt.Workers {
-			q := make(chan item, per)
-			in.queues[kind] = append(in.queues[kind], q)
-			in.workers.Add(1)
-			go in.work(q, in.writers[n%len(in.writers)])
+	for _, f := range wire.UplinkFilters(opt.ProductIDs...) {
+		if opt.ShareGroup == NoShareGroup {
+			in.filters[f] = opt.QoS
+			continue
 		}
+		in.filters["$share/"+opt.ShareGroup+"/"+f] = opt.QoS
+	}
+	per := max(1, opt.Queue/opt.Workers)
+	for n := range opt.Workers {
+		q := make(chan item, per)
+		in.queues = append(in.queues, q)
+		in.workers.Add(1)
+		go in.work(q, in.writers[n%len(in.writers)])
 	}
 	in.workers.Add(1)
 	go in.runParking()
 	for b, broker := range brokers {
-		// The presence session first: after a restart, births come in
-		// ahead of the data sessions' backlogs (sessions.go).
-		for i := range opt.Connections + 1 {
-			n, kind := i-1, sessionData
-			if i == 0 {
-				n, kind = opt.Connections, sessionPresence
-			}
-			c, _, err := in.connect(ctx, b, in.sessionID(n), kind)
+		for n := range opt.Connections {
+			c, _, err := in.connect(ctx, b, in.sessionID(n), false)
 			if err != nil {
 				_ = in.Close(context.Background())
 				return nil, err
@@ -518,13 +512,12 @@ type onlineLister interface {
 // sessionID is the client id of subscriber connection n.
 func (in *Ingester) sessionID(n int) string { return in.opt.ClientID + "-" + strconv.Itoa(n) }
 
-// connect connects subscriber id and subscribes it to the filters of its
-// kind (sessions.go). A retired one subscribes to nothing: when the broker
-// had a session for id, it unsubscribes that session from the uplink
-// filters and returns the client, present true; else it removes the
-// session its own connect made and returns a nil client.
-func (in *Ingester) connect(ctx context.Context, b int, id string, kind sessionKind) (mqtt.Client, bool, error) {
-	retire := kind == sessionRetired
+// connect connects subscriber id and subscribes it to the uplink filters.
+// With retire, it subscribes to nothing: when the broker had a session
+// for id, it unsubscribes that session from the uplink filters and returns
+// the client, present true; else it removes the session its own connect
+// made and returns a nil client.
+func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) (mqtt.Client, bool, error) {
 	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
 	var reconnect atomic.Bool
 	broker, key := in.brokers[b], in.sessionKey(b, id)
@@ -538,14 +531,14 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, kind sessionK
 		PingTimeout:    in.opt.PingTimeout,
 		ConnectTimeout: in.opt.ConnectTimeout,
 		// In order on one goroutine: blocking it is the backpressure.
-		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, kind, m) },
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) },
 		OnConnect: func(c mqtt.Client) {
 			if retire || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
 			}
 			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
-			in.subscribe(c, id, kind)
+			in.subscribe(c, id)
 			in.backlog.mark(c, b, key)
 		},
 		OnLost: func(_ mqtt.Client, err error) {
@@ -576,14 +569,13 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, kind sessionK
 	// session. A new one has no backlog, so its SUBACK is waited for and
 	// New returns subscribed.
 	if present {
-		in.subscribe(c, id, kind)
+		in.subscribe(c, id)
 		in.backlog.mark(c, b, key)
-		// A run with the other ShareGroup form, or one that used this
-		// session for the other kind, left its subscriptions.
-		go logFailure(in.log, "ingest: unsubscribing the filters of another form or kind failed", id, c.Unsubscribe(in.otherFilters(kind)...))
+		// A run with the other ShareGroup form left its subscriptions.
+		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
 	}
-	if err := mqttconn.WaitToken(c.SubscribeMultiple(in.filters[kind], nil), in.opt.ConnectTimeout); err != nil {
+	if err := mqttconn.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
@@ -591,10 +583,10 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, kind sessionK
 	return c, true, nil
 }
 
-// subscribe (re)subscribes c to the filters of its kind without waiting:
-// the broker answers behind the backlog it holds for the session.
-func (in *Ingester) subscribe(c mqtt.Client, id string, kind sessionKind) {
-	go logFailure(in.log, "ingest subscribe failed", id, c.SubscribeMultiple(in.filters[kind], nil))
+// subscribe (re)subscribes c to the uplink filters without waiting: the
+// broker answers behind the backlog it holds for the session.
+func (in *Ingester) subscribe(c mqtt.Client, id string) {
+	go logFailure(in.log, "ingest subscribe failed", id, c.SubscribeMultiple(in.filters, nil))
 }
 
 // logFailure waits for t however long the broker takes, and logs its error.
@@ -607,7 +599,7 @@ func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
 
 // receive is the MQTT callback: it never touches storage, only hands the
 // message to its worker's bounded queue, waiting while that is full.
-func (in *Ingester) receive(order *ackOrder, broker int8, session string, kind sessionKind, m mqtt.Message) {
+func (in *Ingester) receive(order *ackOrder, broker int8, session string, m mqtt.Message) {
 	in.gate.Lock()
 	if in.closed {
 		in.gate.Unlock()
@@ -645,11 +637,7 @@ func (in *Ingester) receive(order *ackOrder, broker int8, session string, kind s
 	}
 	it.topic = t
 	in.devices.hint(t.DeviceID)
-	qs := in.queues[sessionData]
-	if kind == sessionPresence {
-		qs = in.queues[sessionPresence]
-	}
-	q := qs[maphash.String(in.seed, t.DeviceID)%uint64(len(qs))]
+	q := in.queues[maphash.String(in.seed, t.DeviceID)%uint64(len(in.queues))]
 	in.depth.Add(1)
 	select {
 	case q <- it:

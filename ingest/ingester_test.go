@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -419,54 +418,4 @@ func TestFewerConnectionsRetireSessions(t *testing.T) {
 	}
 	e.startIngester(one)
 	testkit.Eventually(t, 30*time.Second, "session 0's queue stored", func() bool { return stored() == 500 })
-}
-
-// A session kept from a run before presence had sessions of its own
-// (ClientID-0 subscribed to every uplink filter) leaves the presence
-// filters when it comes back as a data session: the broker's packet log
-// shows every birth and will sent to the presence session (ClientID-1)
-// and every report to ClientID-0. Without the unsubscription the share
-// group splits the births between the two (seen failing).
-func TestSessionsTakeTheirKind(t *testing.T) {
-	broker := mqtttest.StartBroker(t, "log_type all")
-	e := newEnv(t)
-	p := randID("p")
-	e.product(p)
-	const devices = 10
-	e.devices(p, devices)
-	opt := testOptions(p)
-	opt.BrokerURL = broker.URL()
-	opt.Connections = 1
-	old := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, opt.ClientID+"-0").SetCleanSession(false))
-	if err := mqttconn.WaitToken(old.Connect(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	every := map[string]byte{}
-	for _, f := range wire.UplinkFilters(p) {
-		every["$share/"+opt.ShareGroup+"/"+f] = 1
-	}
-	if err := mqttconn.WaitToken(old.SubscribeMultiple(every, nil), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	old.Disconnect(0)
-	in := e.startIngester(opt)
-	testkit.Eventually(t, 30*time.Second, "the backlogs drained", in.BacklogDrained)
-	gw := mqtttest.Gateway(t, broker.URL())
-	dev := mqtttest.ConnectDevice(t, broker.URL(), randID("dev-"), func(o *mqtt.ClientOptions) { gw(o) })
-	for i := range devices {
-		d := fmt.Sprintf("%s-d%d", p, i)
-		dev.MustPublish(t, "/"+p+"/"+d+"/online", 1, "{}")
-		dev.MustPublish(t, "/"+p+"/"+d+"/properties/report", 1, `{"properties":{"i":1}}`)
-		dev.MustPublish(t, "/"+p+"/"+d+"/offline", 1, "{}")
-	}
-	testkit.Eventually(t, 30*time.Second, "every message stored", func() bool { return in.Stats().Stored == 3*devices })
-	sent := regexp.MustCompile(`Sending PUBLISH to (\S+) \(d0, q1, r0, m\d+, '/` + regexp.QuoteMeta(p) + `/[^/]+-d\d+/([a-z/]+)'`)
-	got := map[string]int{}
-	for _, m := range sent.FindAllStringSubmatch(broker.Log(), -1) {
-		got[m[1]+" "+m[2]]++
-	}
-	want := map[string]int{opt.ClientID + "-1 online": devices, opt.ClientID + "-1 offline": devices, opt.ClientID + "-0 properties/report": devices}
-	if !maps.Equal(got, want) {
-		t.Fatalf("the broker sent %v, want %v", got, want)
-	}
 }

@@ -136,8 +136,7 @@ func (e *env) startIngesterWith(opt Options, states StateApplier) *Ingester {
 // purgeSessions removes the persistent sessions of opt's clients from the
 // broker (a clean-session connect with the same ids).
 func purgeSessions(t testing.TB, opt Options) {
-	for n := range opt.Connections + 1 { // the data sessions and the presence one
-
+	for n := range opt.Connections {
 		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
 			SetCleanSession(true))
 		if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {

@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"devicehub/bench/testkit"
-	"devicehub/ingest/mqttconn"
 	"devicehub/meta"
 )
 
@@ -363,56 +360,4 @@ func TestStormFoldsStateChanges(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "births and wills stored as messages", func() bool {
 		return e.count("SELECT count() FROM device_message WHERE device_id IN (?, ?) AND message_type IN ('ONLINE','OFFLINE')", a, b) == 4
 	})
-}
-
-// Births and wills have a session and workers of their own: a birth
-// queued at the broker behind a backlog of reports (ingest down while
-// the devices report, then back) is written to PostgreSQL before that
-// backlog has been taken in. On a session shared with the reports the
-// broker sends it only after all of them (seen failing: every report
-// received first), which in a connection storm left PostgreSQL's online
-// count a minute behind the devices connected (bench fleet-connect).
-func TestBirthAheadOfReportBacklog(t *testing.T) {
-	e, p, d := newEnvOneDevice(t)
-	born := p + "-born"
-	e.device(born, p, "offline")
-	opt := testOptions(p)
-	opt.StateFlushInterval = 5 * time.Millisecond
-	opt.Queue = 64 // the backlog is taken in at the workers' pace
-	in, err := New(ctxT(t, 30*time.Second), opt, e.ch, e.store, e.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { purgeSessions(t, opt) })
-	if err := in.Close(ctxT(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	// With ingest down, the broker queues the reports, then the birth.
-	const n = 20000
-	dev := newPublisher(t, nil)
-	toks := make([]mqtt.Token, 0, n)
-	for i := range n {
-		toks = append(toks, dev.Client.Publish("/"+p+"/"+d+"/properties/report", 1, false, fmt.Sprintf(`{"messageId":"m%d","properties":{"i":%d}}`, i, i)))
-	}
-	for _, tok := range toks {
-		if err := mqttconn.WaitToken(tok, 30*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dev.MustPublish(t, "/"+p+"/"+born+"/online", 1, "{}")
-	in2 := e.startIngester(opt)
-	var received uint64
-	testkit.Eventually(t, 30*time.Second, "the birth written", func() bool {
-		var s string
-		if err := e.store.DB().QueryRow(`SELECT state FROM devices WHERE id = $1`, born).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		received = in2.Stats().Received
-		return s == "online"
-	})
-	t.Logf("the birth written with %d of %d messages received", received, n+1)
-	if received >= n {
-		t.Fatalf("the birth was written once %d messages were received: behind the %d reports", received, n)
-	}
-	testkit.Eventually(t, 60*time.Second, "the reports stored", func() bool { return in2.Stats().Stored == n+1 })
 }
