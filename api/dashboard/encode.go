@@ -313,4 +313,3 @@ func plainText(v any) string {
 	}
 	return fmt.Sprint(v)
 }
-
