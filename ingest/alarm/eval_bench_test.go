@@ -102,10 +102,7 @@ func benchReports(e *Evaluator, ids []string, round int) {
 func BenchmarkDirty(b *testing.B) {
 	const devices = 1000
 	e := benchEvaluator(b)
-	ids := make([]string, devices)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("d%05d", i)
-	}
+	ids := benchIDs(devices)
 	round := 0
 	benchReports(e, ids, round)
 	e.Dirty()
@@ -135,10 +132,7 @@ func BenchmarkDirty(b *testing.B) {
 func BenchmarkApplyReport(b *testing.B) {
 	const devices = 1000
 	e := benchEvaluator(b)
-	ids := make([]string, devices)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("d%05d", i)
-	}
+	ids := benchIDs(devices)
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
@@ -155,10 +149,7 @@ func BenchmarkApplyReport(b *testing.B) {
 // pq.StringArray did: an op is one batch's parameters.
 func BenchmarkStateArrays(b *testing.B) {
 	e := benchEvaluator(b)
-	ids := make([]string, 1000)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("d%05d", i)
-	}
+	ids := benchIDs(1000)
 	benchReports(e, ids, 1)
 	devs := e.Dirty()
 	b.Run("textArray", func(b *testing.B) {
@@ -183,4 +174,13 @@ func BenchmarkStateArrays(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchIDs are n device ids, d00000 on.
+func benchIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("d%05d", i)
+	}
+	return ids
 }

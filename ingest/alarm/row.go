@@ -1,9 +1,7 @@
 package alarm
 
 import (
-	"slices"
 	"strconv"
-	"strings"
 
 	"devicehub/schema/jsonw"
 )
@@ -40,7 +38,7 @@ func (r *devRow) appendJSON(b []byte) []byte {
 		for id, s := range r.Rules {
 			es = append(es, ruleEntry{id, s})
 		}
-		slices.SortFunc(es, func(a, b ruleEntry) int { return strings.Compare(a.id, b.id) })
+		sortEntries(es)
 	}
 	return appendRow(b, &r.devData, es)
 }
