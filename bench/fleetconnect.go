@@ -60,6 +60,12 @@ type FleetConnectParams struct {
 	// shows whether devicehub keeps up with a storm given the CPU, while
 	// the storm itself slows to what the generator gets (BENCHMARKS.md).
 	GenNice int `json:"genNice"`
+	// GenCPUs, when above 0, caps the generator children together at
+	// that many cores in every phase, ceilings and devicehub's storms
+	// alike (a cgroup's CPU quota: cpuBudget), so that each ratio
+	// compares storms with the same device side; 0: no cap, the children
+	// take what the rest of the machine leaves them.
+	GenCPUs float64 `json:"genCPUs,omitempty"`
 	// Timeout bounds each wait of a phase (all connected, state correct,
 	// backlog stored). Default 3 min.
 	Timeout time.Duration `json:"timeout"`

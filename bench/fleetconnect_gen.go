@@ -215,6 +215,7 @@ type genPool struct {
 	children []*genChild
 	logins   []fleetLogin
 	sources  int
+	budget   *cpuBudget // nil: the children share the cores with everything
 
 	connected, connects, acked, sent, lost, dialFailures, refused, birthsAcked genSum
 
@@ -257,6 +258,11 @@ func startGenPool(ctx context.Context, addrs []string, product string, logins []
 	g.dialFailures = genSum{g, func(s *genStats) int64 { return s.DialFailures }}
 	g.refused = genSum{g, func(s *genStats) int64 { return s.Refused }}
 	g.birthsAcked = genSum{g, func(s *genStats) int64 { return s.BirthsAcked }}
+	if p.GenCPUs > 0 {
+		if g.budget, err = newCPUBudget(p.GenCPUs); err != nil {
+			return nil, err
+		}
+	}
 	k := len(addrs)
 	source := sourceBase
 	for i, addr := range addrs {
@@ -290,6 +296,12 @@ func startGenPool(ctx context.Context, addrs []string, product string, logins []
 		}
 		g.children = append(g.children, c)
 		go c.read(stdout)
+		if g.budget != nil { // before its configuration: it dials nothing until then
+			if err := g.budget.add(c.cmd.Process.Pid); err != nil {
+				g.close()
+				return nil, err
+			}
+		}
 		c.enc = json.NewEncoder(c.stdin)
 		if err := c.enc.Encode(cfg); err != nil {
 			g.close()
@@ -419,6 +431,7 @@ func (g *genPool) close() {
 			<-c.exited
 		}
 	}
+	g.budget.close()
 }
 
 // tailBuffer keeps the last 4 KiB written to it (a child's stderr).

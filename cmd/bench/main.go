@@ -155,6 +155,7 @@ type flags struct {
 	fleetDynsecSizes                                  string
 	fcDevices, fcBrokers, fcConcurrency, fcPerAddress int
 	fcProbes, fcGenNice                               int
+	fcGenCPUs                                         float64
 	fcInterval, fcSteady, fcTimeout                   time.Duration
 	fcSkipBroker, fcSkipDevicehub, fcSkipCeilings     bool
 	shadowDevices                                     int
@@ -257,6 +258,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.fcConcurrency, "fc-concurrency", 256, "fleet-connect: dials in flight")
 	fs.IntVar(&f.fcPerAddress, "fc-per-address", 20000, "fleet-connect: connections per loopback source address (127.0.0.2, ...)")
 	fs.IntVar(&f.fcProbes, "fc-probes", 1000, "fleet-connect: devices whose reports are timed publish to stored")
+	fs.Float64Var(&f.fcGenCPUs, "fc-gen-cpus", 0, "fleet-connect: cap the generator children together at this many cores in every phase, the ceilings' and devicehub's (a cgroup CPU quota; needs root); 0: no cap")
 	fs.IntVar(&f.fcGenNice, "fc-gen-nice", 0, "fleet-connect: nice value of the generator children, which stand for devices on other machines (19: devicehub, brokers and databases served first; 0: the bench's own priority)")
 	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained)")
 	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
@@ -656,7 +658,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		r, err := bench.RunFleetConnect(ctx, bench.FleetConnectParams{Devices: f.fcDevices, Brokers: f.fcBrokers, Batch: f.fleetBatch, Clients: f.fleetClients,
 			Interval: f.fcInterval, Steady: f.fcSteady, ConnectConcurrency: f.fcConcurrency, PerAddress: f.fcPerAddress,
-			Probes: f.fcProbes, GenNice: f.fcGenNice, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub, SkipCeilings: f.fcSkipCeilings,
+			Probes: f.fcProbes, GenNice: f.fcGenNice, GenCPUs: f.fcGenCPUs, Timeout: f.fcTimeout, SkipBrokerRestart: f.fcSkipBroker, SkipDevicehubRestart: f.fcSkipDevicehub, SkipCeilings: f.fcSkipCeilings,
 			ChildParams: child(bin)})
 		rep.Timelines["fleet-connect: reports stored per second"] = r.StoredTimeline()
 		return result(r, err)
