@@ -14,7 +14,9 @@ import (
 func TestRunAPISmall(t *testing.T) {
 	t.Parallel()
 	bin := testkit.Devicehub(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A bound against a hang, not a timing: beside the api package's
+	// tests make test saw it take over a minute (12 devicehub children).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res, err := RunAPI(ctx, APIParams{Devices: 200, Products: 20, Concurrency: 2, Requests: 20, CachedRequests: 20, Warmup: 2, ChildParams: ChildParams{ServerBinary: bin}})
 	if err != nil {

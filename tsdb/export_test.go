@@ -103,7 +103,10 @@ func TestExportHistory(t *testing.T) {
 	all := ExportQuery{ProductID: "exp", DeviceID: "e1"}
 	f(all, 0)
 	f(all, 100)
-	f(all, 1)
+	// A window a value: each window is a query, so over half a second
+	// (118 values, 2 pairs of one property at one millisecond), not all
+	// 5,000: under a loaded make test 5,000 queries ran past ctxT's minute.
+	f(ExportQuery{ProductID: "exp", DeviceID: "e1", From: base.Add(7 * time.Second), To: base.Add(7500 * time.Millisecond)}, 1)
 	f(ExportQuery{ProductID: "exp", DeviceID: "e1", Properties: []string{"c", "a", "nope", "c"}}, 37)
 	f(ExportQuery{ProductID: "exp", DeviceID: "e1", From: base.Add(time.Second), To: base.Add(40 * time.Second)}, 50)
 	f(ExportQuery{ProductID: "exp", DeviceID: "e1", To: base.Add(9 * time.Second), Newest: 10}, 0)
