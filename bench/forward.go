@@ -77,18 +77,22 @@ type ForwardResult struct {
 	AlarmsNotified int  `json:"alarmsNotified"`
 	Alarm          Span `json:"alarm"`
 	// AlarmSplit divides those latencies at the commit of the alarm.
-	AlarmSplit      AlarmSplit `json:"alarmSplit"`
-	DevicehubCPU    float64    `json:"devicehubCpuSeconds"`
-	DevicehubPeakMB float64    `json:"devicehubPeakRssMb"`
+	AlarmSplit AlarmSplit `json:"alarmSplit"`
+	// Commit: a transaction's commit on the same PostgreSQL server over
+	// the steady phase, every 20 ms (startCommitProbe): an alarm reaches
+	// the webhook after two (its write's, the dispatcher's claim).
+	Commit          LatencySummary `json:"commit"`
+	DevicehubCPU    float64        `json:"devicehubCpuSeconds"`
+	DevicehubPeakMB float64        `json:"devicehubPeakRssMb"`
 }
 
 func (r ForwardResult) String() string {
 	return fmt.Sprintf("forward: %d reports/s offered to %d devices; steady %.0fs: ingest %.0f msg/s, webhook lag p50 %.0f ms p99 %.0f ms max %.0f ms; "+
 		"sink down %.0fs: ingest %.0f msg/s (%.3fx), spool %.0f MB, lag %.0f s at its end; caught up in %.1f s; %d published, %d delivered, %d missing, %d out of order, %d repeats, %.0f dropped; "+
-		"alarms %d raised, %d notified, %s max %.0f ms; %s",
+		"alarms %d raised, %d notified, %s max %.0f ms; %s; a commit meanwhile p50 %.1f ms p99 %.1f ms",
 		r.Params.Rate, r.Params.Devices, r.Steady.Seconds, r.Steady.IngestRate, r.Steady.LagP50Ms, r.Steady.LagP99Ms, r.Steady.LagMaxMs,
 		r.Outage.Seconds, r.Outage.IngestRate, r.IngestRatio, r.Outage.EndSpoolBytes/1e6, r.Outage.EndLagSeconds, r.CatchUpMs/1000,
-		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.Alarm, r.Alarm.MaxMs, r.AlarmSplit)
+		r.Published, r.Delivered, r.Missing, r.OutOfOrder, r.Repeats, r.Dropped, r.AlarmsRaised, r.AlarmsNotified, r.Alarm, r.Alarm.MaxMs, r.AlarmSplit, r.Commit.P50Ms, r.Commit.P99Ms)
 }
 
 // Figures are the result's report lines.
@@ -103,6 +107,7 @@ func (r ForwardResult) Figures() []Figure {
 		{Name: "alarm raised -> webhook received p99 (under the same load)", Value: r.Alarm.P99Ms, Unit: "ms", Target: "<= 200"},
 		{Name: "alarm: report published -> alarm committed p99", Value: r.AlarmSplit.PublishToCommit.P99Ms, Unit: "ms"},
 		{Name: "alarm: committed -> webhook received p99", Value: r.AlarmSplit.CommitToWebhook.P99Ms, Unit: "ms"},
+		{Name: "a commit on the same PostgreSQL during the steady phase, p99", Value: r.Commit.P99Ms, Unit: "ms"},
 	}
 }
 
@@ -395,7 +400,13 @@ func RunForward(ctx context.Context, p ForwardParams) (res ForwardResult, err er
 	rcv.mu.Lock()
 	rcv.recording = true
 	rcv.mu.Unlock()
-	if res.Steady, err = phase("sink up", p.Steady, true); err != nil {
+	stopProbe, err := startCommitProbe(ctx, run.db.dsn(), 20*time.Millisecond)
+	if err != nil {
+		return res, err
+	}
+	res.Steady, err = phase("sink up", p.Steady, true)
+	res.Commit = stopProbe()
+	if err != nil {
 		return res, err
 	}
 	// Every steady message and alarm delivered before the outage starts.
