@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"sync"
 	"time"
+
+	"devicehub/schema/backoff"
 )
 
 // startCommitProbe times PostgreSQL's commit of a transaction of its own
@@ -31,20 +33,14 @@ func startCommitProbe(ctx context.Context, dsn string, every time.Duration) (sto
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		backoff.Every(ctx.Done(), every, func(time.Time) bool {
 			t0 := time.Now()
 			var xid int64
 			if db.QueryRowContext(ctx, `SELECT txid_current()`).Scan(&xid) == nil {
 				h.Record(time.Since(t0))
 			}
-		}
+			return true
+		})
 	}()
 	return func() LatencySummary {
 		cancel()

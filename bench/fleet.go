@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"devicehub/schema/backoff"
 )
 
 // FleetParams configure RunFleet. Zero fields take the defaults noted
@@ -223,16 +225,10 @@ func startFleetPhase(name string, procs []fleetProc) *phaseMeter {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.stop:
-				return
-			case <-t.C:
-				m.sample()
-			}
-		}
+		backoff.Every(m.stop, 250*time.Millisecond, func(time.Time) bool {
+			m.sample()
+			return true
+		})
 	}()
 	return m
 }

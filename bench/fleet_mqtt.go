@@ -12,6 +12,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"devicehub/schema/backoff"
 )
 
 // fleetLogin is one device's broker login: client id = ID, username =
@@ -214,21 +216,14 @@ func startPubackProber(brokerURL string, l fleetLogin, topic string, interval ti
 
 func (p *pubackProber) loop() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.interval)
-	defer t.Stop()
 	var k int64
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
+	backoff.Every(p.stop, p.interval, func(time.Time) bool {
 		w := p.cur.Load()
 		k++
 		start := time.Now()
 		tok := p.c.Publish(p.topic, 1, false, `{"properties":{"probe":`+strconv.FormatInt(k, 10)+`}}`)
 		if w == nil {
-			continue
+			return true
 		}
 		w.sent.Add(1)
 		p.wg.Add(1)
@@ -244,7 +239,8 @@ func (p *pubackProber) loop() {
 			w.hist.Record(d)
 			p.tl.at(now).hist.Record(d)
 		}()
-	}
+		return true
+	})
 }
 
 // window opens a new measuring window and returns the function that

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"devicehub/schema/backoff"
 )
 
 // FleetConnectParams configure RunFleetConnect. Zero fields take the
@@ -786,16 +788,10 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				st.Curve = append(st.Curve, connected())
-			}
-		}
+		backoff.Every(stop, time.Second, func(time.Time) bool {
+			st.Curve = append(st.Curve, connected())
+			return true
+		})
 	}()
 	waits := []struct {
 		key  string

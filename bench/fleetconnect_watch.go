@@ -11,6 +11,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"devicehub/schema/backoff"
 )
 
 // FleetSecond is one second of fleet-connect's timeline.
@@ -201,14 +203,7 @@ func (w *fleetWatch) sampler() {
 	var prevAcked, prevCommits int64
 	var prevStored float64 = -1
 	prevT := time.Now()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-t.C:
-		}
+	backoff.Every(w.stop, time.Second, func(time.Time) bool {
 		now := time.Now()
 		el := now.Sub(prevT).Seconds()
 		prevT = now
@@ -272,7 +267,8 @@ func (w *fleetWatch) sampler() {
 			s.T, s.Phase, s.Connected, s.Acked, s.Stored, s.Unacked, s.P50Ms, s.P99Ms, s.PGOnline, s.Presence, s.PGCommits,
 			s.CPU["devicehub"], s.CPU["mosquitto"], s.CPU["clickhouse"], s.CPU["postgres"], s.CPU["generator"],
 			s.RSS["devicehub"], s.RSS["mosquitto"], s.RSS["generator"])
-	}
+		return true
+	})
 }
 
 // probeLookback bounds the end-to-end latencies the prober sees (prober).
@@ -291,19 +287,12 @@ func (w *fleetWatch) prober() {
 	q := `SELECT device_id, message_id, ts FROM device_message WHERE product_id = '` + w.e.product + `' AND device_id IN (` + strings.Join(ids, ",") +
 		`) AND message_type = 'REPORT_PROPERTY' AND time >= now() - ` + strconv.Itoa(int(probeLookback/time.Second))
 	counted := map[string]time.Time{} // device/message id -> first sighting, for twice the window
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-t.C:
-		}
+	backoff.Every(w.stop, 250*time.Millisecond, func(time.Time) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rows, err := w.ch.Query(ctx, q)
 		if err != nil {
 			cancel()
-			continue
+			return true
 		}
 		now := time.Now()
 		for k, at := range counted {
@@ -330,7 +319,7 @@ func (w *fleetWatch) prober() {
 		rows.Close()
 		cancel()
 		if len(seen) == 0 {
-			continue
+			return true
 		}
 		w.mu.Lock()
 		sec := int(now.Sub(w.start) / time.Second)
@@ -349,7 +338,8 @@ func (w *fleetWatch) prober() {
 			h.Record(d)
 			ph.Record(d)
 		}
-	}
+		return true
+	})
 }
 
 // storedReport is what ClickHouse holds of one device at the end.

@@ -9,6 +9,7 @@ import (
 
 	"devicehub/meta"
 	"devicehub/meta/cache"
+	"devicehub/schema/backoff"
 )
 
 // Devices looks devices up; *meta.Store is one.
@@ -282,14 +283,7 @@ func (c *deviceCache) run(ctx context.Context) {
 		c.runHints(ctx)
 	}()
 	defer wg.Wait()
-	t := time.NewTicker(c.ttl)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	backoff.Every(ctx.Done(), c.ttl, func(time.Time) bool {
 		err := c.refresh(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !c.failing:
@@ -299,7 +293,8 @@ func (c *deviceCache) run(ctx context.Context) {
 			c.failing = false
 			c.log.Info("device status refresh recovered")
 		}
-	}
+		return true
+	})
 }
 
 // len returns the devices cached.

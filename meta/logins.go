@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"devicehub/schema"
+	"devicehub/schema/backoff"
 	"errors"
 	"fmt"
 	"strconv"
@@ -162,22 +163,16 @@ func (s *Store) Lock(ctx context.Context, key int64) (lost <-chan struct{}, rele
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := conn.PingContext(pctx)
-				cancel()
-				if err != nil {
-					close(lostc)
-					return
-				}
+		backoff.Every(stop, 2*time.Second, func(time.Time) bool {
+			pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := conn.PingContext(pctx)
+			cancel()
+			if err != nil {
+				close(lostc)
+				return false
 			}
-		}
+			return true
+		})
 	}()
 	return lostc, func() {
 		close(stop)

@@ -31,6 +31,7 @@ import (
 	"devicehub/bench/fwdevice"
 	"devicehub/ingest/wire"
 	"devicehub/schema"
+	"devicehub/schema/backoff"
 )
 
 // Options configures a fleet of simulated devices of one product.
@@ -275,16 +276,10 @@ func (d *Device) Report(ctx context.Context) error {
 
 func (d *Device) reportLoop(ctx context.Context) {
 	defer d.fleet.wg.Done()
-	t := time.NewTicker(d.fleet.opts.ReportInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = d.Report(ctx)
-		}
-	}
+	backoff.Every(ctx.Done(), d.fleet.opts.ReportInterval, func(time.Time) bool {
+		_ = d.Report(ctx)
+		return true
+	})
 }
 
 type readRequest struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/ingest/wire"
+	"devicehub/schema/backoff"
 	"devicehub/tsdb"
 )
 
@@ -584,16 +585,10 @@ func (c *Commands) Expire(now time.Time) int {
 // forgets its waiter when it returns, so this only catches waiters whose
 // callers went away without it; it bounds the table either way.
 func (c *Commands) RunExpiry(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			c.Expire(now)
-		}
-	}
+	backoff.Every(ctx.Done(), every, func(now time.Time) bool {
+		c.Expire(now)
+		return true
+	})
 }
 
 // Pending is the number of replies waited for.

@@ -56,3 +56,22 @@ func (b *Backoff) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Every is a loop's other schedule, a fixed period: it calls fn with the
+// tick's time every d until done is closed or fn returns false. A call
+// that outlasts d delays the next (a ticker drops the ticks it missed),
+// so calls never overlap. The first call comes after d, not at once.
+func Every(done <-chan struct{}, d time.Duration, fn func(now time.Time) bool) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			if !fn(now) {
+				return
+			}
+		}
+	}
+}

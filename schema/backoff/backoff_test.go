@@ -56,3 +56,37 @@ func TestWaitEndsWithContext(t *testing.T) {
 		t.Fatalf("Wait: %v", err)
 	}
 }
+
+// TestEvery: fn runs once a period until it returns false, or until done
+// is closed, and never after Every has returned.
+func TestEvery(t *testing.T) {
+	var calls int
+	Every(make(chan struct{}), time.Millisecond, func(time.Time) bool {
+		calls++
+		return calls < 3
+	})
+	if calls != 3 {
+		t.Fatalf("fn ran %d times, want 3 (it stops when fn returns false)", calls)
+	}
+
+	done := make(chan struct{})
+	ran := make(chan struct{}, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		Every(done, time.Millisecond, func(time.Time) bool {
+			select {
+			case ran <- struct{}{}:
+			default:
+			}
+			return true
+		})
+	}()
+	<-ran
+	close(done)
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Every still running 5 s after done was closed")
+	}
+}
