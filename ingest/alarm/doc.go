@@ -69,32 +69,54 @@
 // what the evaluator decided since the previous batch (the transitions;
 // each touched device's row, one a device: the latest message time, the
 // keys of its recent messages, the latest values its rules read and the
-// state of each of its rules) and the messages that led to it. A batch is handed to one writer goroutine
-// every FlushInterval, at once when it holds a change users are told of
-// (a raise, escalation, de-escalation or clear: not a repeat), or at
-// maxPending messages, but only while the writer is idle: the writer
-// writes a batch in ONE transaction (Store.Write: a few statements
-// however many alarms it raises, escalates or clears; "One record"
-// below) and, only after its commit, acknowledges its messages in order
-// and announces its transitions as the store wrote them (OnTransitions,
-// WriteResult.Written: the live feed; a repeat of an alarm a hand cleared
-// meanwhile goes out as the new alarm's raise, and a clear or escalation
-// of the hand-cleared one not at all, TestAlarmE2EHandClearRace; the
-// notify outbox is filled by a trigger on the transition rows, in the
-// same transaction). Meanwhile the loop reads
-// and evaluates the next batch on top of the one being written. It is a
-// pipeline of one: batch N+1 is handed only once N's commit is reported,
-// so commits are in batch order and so are acknowledgements; while N is
-// written, N+1 grows (and the write takes it whole when it is done);
-// past maxPending messages the loop reads no more (backpressure: the
-// session's queue, then the broker, hold the rest). A failed write (an
-// error, ErrNotOwner, a lost lock) stops the writer, which writes and
-// acknowledges nothing after it, and ends the owner's turn: batch N+1
-// was evaluated on top of N's effects, and N+1's rows (the device's
-// latest time and keys) committed over a lost N would make N's messages,
-// when they come again, look already applied (TestRunnerPipelineFailure
-// fails so without the rule: counts short). The evaluator's memory goes
-// with the turn; the next turn reloads what is stored (Store.Load) and
+// state of each of its rules) and the messages that led to it. Two
+// writer goroutines, two lanes, each write one batch at a time in ONE
+// transaction (Store.Write: a few statements however many alarms it
+// raises, escalates or clears; "One record" below) and, only after its
+// commit, acknowledge its messages in order and announce its transitions
+// as the store wrote them (OnTransitions, WriteResult.Written: the live
+// feed; a repeat of an alarm a hand cleared meanwhile goes out as the
+// new alarm's raise, and a clear or escalation of the hand-cleared one
+// not at all, TestAlarmE2EHandClearRace; the notify outbox is filled by a
+// trigger on the transition rows, in the same transaction):
+//   - the batch lane is handed everything evaluated since its last batch
+//     every FlushInterval, or at maxPending messages, while its writer is
+//     idle;
+//   - the express lane is handed, at once while its writer is idle, the
+//     devices of the changes users are told of (a raise, escalation,
+//     de-escalation or clear: not a repeat), each with all it holds
+//     pending (its transitions, row and messages), so that a raise does
+//     not wait for the rows of every device touched while the batch
+//     lane's write ran (at 100,000 devices, a row per report).
+//
+// Two lanes. No device is in both lanes' batches at once: the express
+// lane takes only devices the batch lane's batch being written holds
+// nothing of (no message, transition or row: the others wait for its
+// commit), and the batch lane leaves pending the devices of the express
+// batch being written. So a device's batches commit in the order they
+// were evaluated, and so are its messages acknowledged; batches of other
+// devices commit in either order, as nothing one writes is another's: a
+// device's row, the records and transitions of its alarms (one per rule
+// and device) and their outbox rows (in order per alarm). Otherwise a
+// device's newer row, written by the express lane, could commit before
+// the batch lane's older one and lie under it: TestRunnerExpress breaks
+// the rule on purpose, and an alarm then never clears after a restart.
+//
+// Meanwhile the loop reads and evaluates the next batch on top of the
+// ones being written. Each lane is a pipeline of one: its batch N+1 is
+// handed only once its N's commit is reported; while N is written, N+1
+// grows (and the write takes it whole when it is done); past maxPending
+// messages the loop reads no more (backpressure: the session's queue,
+// then the broker, hold the rest). A failed write (an error, ErrNotOwner,
+// a lost lock) stops its writer, which writes and acknowledges nothing
+// after it, and ends the owner's turn: batch N+1 was evaluated on top of
+// N's effects, and N+1's rows (the device's latest time and keys)
+// committed over a lost N would make N's messages, when they come again,
+// look already applied (TestRunnerPipelineFailure fails so without the
+// rule: counts short). The other lane's batch in flight holds other
+// devices, evaluated on committed state only: its commit, or its loss,
+// is one of the cases below. The evaluator's memory goes with the turn;
+// the next turn reloads what is stored (Store.Load) and
 // the session gives again every message not acknowledged, those of N
 // and of every batch after it. So:
 //   - a crash (SIGKILL, a lost lock, a failed write) before a batch's
@@ -127,7 +149,7 @@
 // changed of a device, its rule states included, is written in the same
 // statement as the rest of the batch's devices, and a rule state holding
 // nothing is left out of the row. A flush writes the rows of the devices
-// touched, but not a row equal to the one last handed to the writer: that
+// touched, but not a row equal to the one last handed to a writer: that
 // one is committed by an earlier batch of the turn, or its write failed
 // and the turn ended with the evaluator's memory.
 //
@@ -169,8 +191,9 @@
 // the poll finds cleared by hand is told to the evaluator only for the
 // alarms no untaken transition is of (Evaluator.Untaken): one that is
 // was evaluated on the alarm being active, and its own write finds the
-// clear and says so; the poll reads the clears only while no batch is
-// being written. Otherwise the evaluator can forget an alarm the store
+// clear and says so; the poll reads the clears only while neither lane
+// writes a batch (while they are due, the batch lane is handed nothing,
+// so both are soon idle). Otherwise the evaluator can forget an alarm the store
 // has just raised anew, which then never clears
 // (TestRunnerHandClearPipelined: each of the three rules seen failing
 // without it).

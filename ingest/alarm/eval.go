@@ -100,7 +100,8 @@ type Evaluator struct {
 	timers    timerHeap
 	refs      Refs
 	out       []Transition
-	alarming  int // of out, the transitions that are not repeats
+	alarming  int      // of out, the transitions that are not repeats
+	alarmDevs []string // their devices, each once
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
 	entries   []ruleEntry       // Dirty's scratch: a row's rule states
@@ -813,6 +814,9 @@ func (e *Evaluator) emit(st *ruleState, kind string, at int64, ev env) {
 	}
 	if kind != KindRepeated {
 		e.alarming++
+		if !slices.Contains(e.alarmDevs, st.dev.id) {
+			e.alarmDevs = append(e.alarmDevs, st.dev.id)
+		}
 	}
 	e.out = append(e.out, Transition{
 		Kind: kind, RuleID: c.ID, RuleName: c.Name, ProductID: st.dev.product, DeviceID: st.dev.id,
@@ -870,7 +874,7 @@ func (e *Evaluator) describe(st *ruleState, ev env) string {
 // call, in order.
 func (e *Evaluator) Transitions() []Transition {
 	out := e.out
-	e.out, e.alarming = nil, 0
+	e.out, e.alarming, e.alarmDevs = nil, 0, e.alarmDevs[:0]
 	return out
 }
 
@@ -878,6 +882,63 @@ func (e *Evaluator) Transitions() []Transition {
 // escalated, de-escalated, cleared: not a repeat) is among those not yet
 // taken by Transitions.
 func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
+
+// AlarmingDevices lists the devices of the transitions users are told of
+// among those not yet taken, each once, in order. The slice is the
+// evaluator's: valid until its next call.
+func (e *Evaluator) AlarmingDevices() []string { return e.alarmDevs }
+
+// TakeDevices returns and forgets what was decided for the devices ids
+// since the last Transitions and Dirty: their transitions, in order, and
+// their rows (as Dirty gives them). The other devices' stay for the next
+// call. The runner's express lane (runner.go) writes an alarm's device
+// ahead of the rest with it.
+func (e *Evaluator) TakeDevices(ids []string) ([]Transition, []DeviceRow) {
+	return e.take(func(id string) bool { return slices.Contains(ids, id) })
+}
+
+// TakeOthers is Transitions and Dirty but for the devices ids, whose
+// transitions and rows stay for a later call: the runner's batch while an
+// express batch of those devices is written.
+func (e *Evaluator) TakeOthers(ids []string) ([]Transition, []DeviceRow) {
+	if len(ids) == 0 {
+		return e.Transitions(), e.Dirty()
+	}
+	return e.take(func(id string) bool { return !slices.Contains(ids, id) })
+}
+
+// take returns and forgets the transitions and rows of the devices in
+// in; the others' stay.
+func (e *Evaluator) take(in func(id string) bool) ([]Transition, []DeviceRow) {
+	var trs []Transition
+	keep := e.out[:0]
+	e.alarming, e.alarmDevs = 0, e.alarmDevs[:0]
+	for _, t := range e.out {
+		if in(t.DeviceID) {
+			trs = append(trs, t)
+			continue
+		}
+		keep = append(keep, t)
+		if t.Kind != KindRepeated {
+			e.alarming++
+			if !slices.Contains(e.alarmDevs, t.DeviceID) {
+				e.alarmDevs = append(e.alarmDevs, t.DeviceID)
+			}
+		}
+	}
+	clear(e.out[len(keep):])
+	e.out = keep
+	ds := e.sorted[:0]
+	for d := range e.dirtyDev {
+		if in(d.id) {
+			ds = append(ds, d)
+		}
+	}
+	for _, d := range ds {
+		delete(e.dirtyDev, d)
+	}
+	return trs, e.rows(ds)
+}
 
 // Changed reports whether there is anything for Transitions or Dirty.
 func (e *Evaluator) Changed() bool {
@@ -917,15 +978,22 @@ func (e *Evaluator) Dirty() []DeviceRow {
 	if len(e.dirtyDev) == 0 {
 		return nil
 	}
-	// The rows are written one after another into one buffer (sized by
-	// the previous call's rows), each sliced out of it at the end.
-	buf := make([]byte, 0, len(e.dirtyDev)*e.rowSize)
-	var devs []DeviceRow
-	var ends []int
 	ds := e.sorted[:0]
 	for d := range e.dirtyDev {
 		ds = append(ds, d)
 	}
+	clear(e.dirtyDev)
+	return e.rows(ds)
+}
+
+// rows encodes the rows of ds, dirty devices no longer in dirtyDev, for
+// Dirty and TakeDevices. ds is e.sorted's array, or a slice of its own.
+func (e *Evaluator) rows(ds []*devState) []DeviceRow {
+	// The rows are written one after another into one buffer (sized by
+	// the previous call's rows), each sliced out of it at the end.
+	buf := make([]byte, 0, len(ds)*e.rowSize)
+	var devs []DeviceRow
+	var ends []int
 	slices.SortFunc(ds, func(a, b *devState) int { return strings.Compare(a.id, b.id) })
 	for _, d := range ds {
 		d.rules = slices.DeleteFunc(d.rules, func(st *ruleState) bool { return st.S.zero() && st.idx < 0 })
@@ -951,7 +1019,6 @@ func (e *Evaluator) Dirty() []DeviceRow {
 	clear(e.entries[:cap(e.entries)])
 	clear(ds)
 	e.sorted = ds[:0]
-	clear(e.dirtyDev)
 	start := 0
 	for i, end := range ends {
 		devs[i].Data = buf[start:end:end]

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,9 +44,10 @@ type Options struct {
 	// ProductIDs narrows the subscriptions to these products (tests);
 	// default every product.
 	ProductIDs []string
-	// FlushInterval: how often what was evaluated is handed to the writer
-	// (written, then acknowledged), when it is idle; a raise, escalation,
-	// de-escalation or clear is handed at once. Default 50ms.
+	// FlushInterval: how often what was evaluated is handed to the batch
+	// lane's writer (written, then acknowledged), when it is idle; a
+	// raise, escalation, de-escalation or clear goes to the express lane
+	// at once. Default 50ms.
 	FlushInterval time.Duration
 	// TickInterval: how often timers are checked. Default 100ms.
 	TickInterval time.Duration
@@ -61,8 +64,10 @@ type Options struct {
 	// OnTransitions, if set, is given each batch's transitions as they
 	// were stored (WriteResult.Written: no repeats; a repeat the store
 	// made a new alarm as its raise; none of an alarm a hand cleared
-	// meanwhile), once committed (the live feed), in write order, by the
-	// writer goroutine: it must not block.
+	// meanwhile), once committed (the live feed), by the writer
+	// goroutine of the lane that wrote them: in write order per alarm
+	// (a device is in one lane's batch at a time), from two goroutines;
+	// it must not block.
 	OnTransitions func([]Transition)
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
@@ -255,38 +260,92 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	poll := time.NewTicker(r.opt.PollInterval)
 	defer poll.Stop()
 
-	// The write pipeline (package doc, "Write, then acknowledge"): one
-	// batch at a time is written by the writer, which acknowledges and
-	// announces it after its commit and stops at the first failure;
-	// meanwhile this loop evaluates the next batch in memory.
+	// The write pipeline (package doc, "Write, then acknowledge"): two
+	// lanes, each a writer that writes one batch at a time, acknowledges
+	// and announces it after its commit and stops at the first failure:
+	// the batch lane takes what was evaluated since its last batch, the
+	// express lane the devices of an alarm's change, so that a raise does
+	// not wait for the rows of every device touched meanwhile. No device
+	// is in both lanes' batches at once (package doc, "Two lanes").
+	// Meanwhile this loop evaluates the next messages in memory.
 	wctx, wcancel := context.WithCancel(ctx)
-	toWrite, written := make(chan *batch, 1), make(chan written, 1)
-	writerDone := make(chan struct{})
+	toWrite, wrote := make(chan *batch, 1), make(chan written, 1)
+	toExpress, expressed := make(chan *batch, 1), make(chan written, 1)
+	var writers sync.WaitGroup
+	writers.Add(2)
 	go func() {
-		defer close(writerDone)
-		r.writer(wctx, epoch, toWrite, written)
+		defer writers.Done()
+		r.writer(wctx, epoch, toWrite, wrote)
 	}()
-	defer func() { wcancel(); <-writerDone }() // before sub.Close: nothing acknowledged after the turn
+	go func() {
+		defer writers.Done()
+		r.writer(wctx, epoch, toExpress, expressed)
+	}()
+	defer func() { wcancel(); writers.Wait() }() // before sub.Close: nothing acknowledged after the turn
 	var (
-		pending   []mqttconn.Received
-		seq       uint64
-		inFlight  bool // a batch is with the writer
-		due       bool // the flush interval passed since the last batch was handed
-		handDue   bool // the clears by hand are to be read when the writer is idle
-		lastPurge time.Time
+		pending    []mqttconn.Received
+		pendingDev []string // the device of each pending message, "" for none
+		seq        uint64
+		inFlight   bool                // a batch is with the batch lane's writer
+		flightDevs map[string]struct{} // the devices of its messages, transitions and rows
+		express    bool                // a batch is with the express lane's writer
+		expressing []string            // its devices
+		due        bool                // the flush interval passed since the last batch was handed
+		handDue    bool                // the clears by hand are to be read once both writers are idle
+		lastPurge  time.Time
 	)
 	var evals, lacking uint64
 	var dec decoded // apply's scratch
-	// hand gives the writer what was evaluated since the last batch, if
-	// anything.
+	// split moves the pending messages of the devices take says to the
+	// returned slice, in order; the others stay pending, in order.
+	split := func(take func(dev string) bool) (out []mqttconn.Received) {
+		keep, keepDev := pending[:0], pendingDev[:0]
+		for i, m := range pending {
+			if take(pendingDev[i]) {
+				out = append(out, m)
+				continue
+			}
+			keep, keepDev = append(keep, m), append(keepDev, pendingDev[i])
+		}
+		clear(pending[len(keep):])
+		pending, pendingDev = keep, keepDev
+		return out
+	}
+	// hand gives the batch lane what was evaluated since its last batch,
+	// if anything, but for the devices of the express batch being written
+	// (they stay pending: a row of theirs written beside that batch could
+	// commit before it, an older row over a newer).
 	hand := func() {
 		if len(pending) == 0 && !ev.Changed() {
 			due = false
 			return
 		}
 		seq++
-		toWrite <- &batch{seq: seq, trs: ev.Transitions(), devs: ev.Dirty(), msgs: pending}
-		pending, inFlight, due = nil, true, false
+		b := &batch{seq: seq}
+		b.trs, b.devs = ev.TakeOthers(expressing)
+		flightDevs = make(map[string]struct{}, len(b.devs))
+		if len(expressing) == 0 {
+			for _, d := range pendingDev {
+				flightDevs[d] = struct{}{}
+			}
+			b.msgs, pending, pendingDev = pending, nil, nil
+		} else {
+			b.msgs = split(func(dev string) bool {
+				if dev == "" || !slices.Contains(expressing, dev) {
+					flightDevs[dev] = struct{}{}
+					return true
+				}
+				return false
+			})
+		}
+		for i := range b.trs {
+			flightDevs[b.trs[i].DeviceID] = struct{}{}
+		}
+		for i := range b.devs {
+			flightDevs[b.devs[i].DeviceID] = struct{}{}
+		}
+		toWrite <- b
+		inFlight, due = true, false
 		if n := ev.Evaluations(); n != evals {
 			r.m.evals.Add(float64(n - evals))
 			evals = n
@@ -296,8 +355,28 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			lacking = n
 		}
 	}
+	// handExpress gives the express lane the devices of the alarm changes
+	// not yet handed that the batch lane's batch holds nothing of: their
+	// transitions, rows and messages.
+	handExpress := func() {
+		var ids []string
+		for _, id := range ev.AlarmingDevices() {
+			if _, busy := flightDevs[id]; !busy && id != "" {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			return
+		}
+		seq++
+		b := &batch{seq: seq, express: true}
+		b.trs, b.devs = ev.TakeDevices(ids)
+		b.msgs = split(func(dev string) bool { return slices.Contains(ids, dev) })
+		toExpress <- b
+		express, expressing = true, ids
+	}
 	// handClears reads the alarms cleared by hand. Only while no batch is
-	// with the writer: a clear read while one is written may be older or
+	// with a writer: a clear read while one is written may be older or
 	// newer than its commit, which would leave the evaluator unsure which
 	// alarm the hand cleared.
 	handClears := func() {
@@ -315,9 +394,42 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 		}
 	}
+	// next hands what is due to the writers that are idle: an alarm's
+	// change at once, the rest every FlushInterval or at maxPending
+	// messages. While the clears by hand are due, the batch lane gets
+	// nothing: they are read as soon as both lanes are idle (the express
+	// lane's batches are a few rows).
+	next := func() {
+		if handDue && !inFlight && !express {
+			handDue = false
+			handClears()
+		}
+		if !express && ev.Alarming() {
+			handExpress()
+		}
+		if !handDue && !inFlight && (due || len(pending) >= maxPending) {
+			hand()
+		}
+	}
+	// done takes a writer's word on a committed batch: what its write
+	// found cleared by hand, unless a transition not yet written is of
+	// the same alarm (then its own write finds the same and says so).
+	done := func(w written) {
+		for _, g := range w.res.Gone {
+			if touched, _ := ev.Untaken(g.RuleID, g.DeviceID); !touched {
+				ev.Forget(g.RuleID, g.DeviceID, time.Time{})
+			}
+		}
+		for _, g := range w.res.Reraised {
+			if _, rc := ev.Untaken(g.RuleID, g.DeviceID); !rc {
+				ev.Reraised(g.RuleID, g.DeviceID, g.RaisedAt)
+			}
+		}
+		next()
+	}
 	for {
 		in := in
-		if len(pending) >= maxPending && inFlight {
+		if len(pending) >= maxPending && (inFlight || express) {
 			in = nil // backpressure: the session's queue fills, then the broker holds the rest
 		}
 		select {
@@ -325,45 +437,31 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			return nil // nothing acknowledged that is not written
 		case <-lost:
 			return errors.New("alarm lock lost")
-		case w := <-written:
-			inFlight = false
+		case w := <-wrote:
+			inFlight, flightDevs = false, nil
 			if w.err != nil {
 				// The writer wrote nothing after it: the batches
 				// evaluated on top of this one are dropped with the
 				// evaluator's memory, their messages unacknowledged.
 				return w.err
 			}
-			// What the write found cleared by hand, unless a transition
-			// not yet written is of the same alarm: then its own write
-			// finds the same and says so.
-			for _, g := range w.res.Gone {
-				if touched, _ := ev.Untaken(g.RuleID, g.DeviceID); !touched {
-					ev.Forget(g.RuleID, g.DeviceID, time.Time{})
-				}
+			done(w)
+		case w := <-expressed:
+			express, expressing = false, nil
+			if w.err != nil {
+				return w.err // as for the batch lane's: the turn ends
 			}
-			for _, g := range w.res.Reraised {
-				if _, rc := ev.Untaken(g.RuleID, g.DeviceID); !rc {
-					ev.Reraised(g.RuleID, g.DeviceID, g.RaisedAt)
-				}
-			}
-			if handDue {
-				handDue = false
-				handClears()
-			}
-			if due || len(pending) >= maxPending || ev.Alarming() {
-				hand()
-			}
+			done(w)
 		case m := <-in:
 			pending = append(pending, m)
 			if strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
+				pendingDev = append(pendingDev, "")
 				delete(marks, string(m.Msg.Payload()))
 				continue
 			}
-			r.apply(ev, born, m, &dec)
+			pendingDev = append(pendingDev, r.apply(ev, born, m, &dec))
 			r.evaluated.Add(1)
-			if !inFlight && (len(pending) >= maxPending || ev.Alarming()) {
-				hand() // an alarm's change goes out at once while the writer is idle
-			}
+			next()
 		case now := <-tick.C:
 			if len(marks) > 0 && now.Before(markDeadline) {
 				continue // a backlog not yet applied
@@ -373,14 +471,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				clear(marks)
 			}
 			ev.Tick(now)
-			if !inFlight && ev.Alarming() {
-				hand()
-			}
+			next()
 		case <-flush.C:
 			due = true
-			if !inFlight {
-				hand()
-			}
+			next()
 		case <-poll.C:
 			v, err := r.store.RulesVersion(ctx)
 			changed := false
@@ -395,11 +489,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
-			if inFlight {
-				handDue = true
-			} else {
-				handClears()
-			}
+			handDue = true
+			next()
 			if counts, err := r.store.ActiveCounts(ctx); err == nil {
 				for s, n := range counts {
 					r.m.active.WithLabelValues(s).Set(float64(n))
@@ -416,17 +507,19 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 }
 
 // maxPending bounds the messages of the batch being evaluated: reached,
-// the batch is handed to the writer at once, or (one is being written)
-// no more is read until it is.
+// the batch is handed to the batch lane's writer at once, or (a batch is
+// being written) no more is read until it is.
 const maxPending = 10000
 
-// batch is what the evaluator decided between two hand-offs to the
-// writer, and the messages that led to it, in the order they came.
+// batch is what the evaluator decided between two hand-offs to a lane's
+// writer (of the express lane: for its devices only), and the messages
+// that led to it, in the order they came.
 type batch struct {
-	seq  uint64
-	trs  []Transition
-	devs []DeviceRow
-	msgs []mqttconn.Received
+	seq     uint64
+	express bool // of the express lane
+	trs     []Transition
+	devs    []DeviceRow
+	msgs    []mqttconn.Received
 }
 
 // written is the writer's word on a batch: committed (res), or the
@@ -555,15 +648,16 @@ type decoded struct {
 	props []Prop
 }
 
-// apply decodes one message and evaluates it.
-func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received, dec *decoded) {
+// apply decodes one message and evaluates it. It returns the message's
+// device, "" for a message of none or of a product without rules.
+func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received, dec *decoded) string {
 	m := in.Msg
 	if m.Retained() {
-		return
+		return ""
 	}
 	t, ok := wire.ParseTopic(m.Topic())
 	if !ok || !ev.HasRules(t.ProductID) || strings.HasPrefix(t.DeviceID, "$") { // "$": another session's marker, no device
-		return
+		return ""
 	}
 	payload := m.Payload()
 	rows := &dec.rows
@@ -572,7 +666,7 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received,
 	switch t.Kind {
 	case wire.KindReport:
 		if wire.DecodeReport(rows, t, payload, in.At) != nil {
-			return
+			return t.DeviceID
 		}
 		msg.Kind = MsgReport
 		msg.Props = dec.props[:0]
@@ -595,32 +689,33 @@ func (r *Runner) apply(ev *Evaluator, born *ingest.BornAt, in mqttconn.Received,
 		dec.props = msg.Props[:0] // its memory, for the next report
 	case wire.KindEvent:
 		if wire.DecodeEvent(rows, t, payload, in.At) != nil {
-			return
+			return t.DeviceID
 		}
 		msg.Kind, msg.Event = MsgEvent, t.EventID
 		msg.Fields = eventFields(payload)
 	case wire.KindOnline, wire.KindOffline:
 		if _, err := wire.DecodePresence(rows, t, payload, in.At); err != nil {
-			return
+			return t.DeviceID
 		}
 		online := t.Kind == wire.KindOnline
 		if born != nil && !born.Keep(t.DeviceID, int8(in.Broker), online) {
-			return // a will from another broker than the last birth's
+			return t.DeviceID // a will from another broker than the last birth's
 		}
 		msg.Kind = MsgOffline
 		if online {
 			msg.Kind = MsgOnline
 		}
 	default:
-		return
+		return t.DeviceID
 	}
 	if len(rows.Msgs) == 0 {
-		return
+		return t.DeviceID
 	}
 	msg.At, msg.Arrived = rows.Msgs[0].Time, in.At
 	msg.Key, msg.KeyUnique = messageKey(rows.Msgs[0].MessageID, m.Topic(), payload)
 	msg.KeyUnique = msg.KeyUnique || m.Duplicate()
 	ev.Apply(msg)
+	return t.DeviceID
 }
 
 // messageKey is the device's messageId when the payload has one, else a
