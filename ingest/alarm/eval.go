@@ -100,8 +100,8 @@ type Evaluator struct {
 	timers    timerHeap
 	refs      Refs
 	out       []Transition
-	alarming  int      // of out, the transitions that are not repeats
-	alarmDevs []string // their devices, each once
+	alarming  int                    // of out, the transitions that are not repeats
+	alarmDevs map[*devState]struct{} // their devices
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
 	entries   []ruleEntry       // Dirty's scratch: a row's rule states
@@ -147,6 +147,7 @@ func New(refs Refs) *Evaluator {
 		devices:   map[string]*devState{},
 		refs:      refs,
 		dirtyDev:  map[*devState]struct{}{},
+		alarmDevs: map[*devState]struct{}{},
 		names:     map[string]string{},
 		rowSize:   256,
 	}
@@ -814,9 +815,7 @@ func (e *Evaluator) emit(st *ruleState, kind string, at int64, ev env) {
 	}
 	if kind != KindRepeated {
 		e.alarming++
-		if !slices.Contains(e.alarmDevs, st.dev.id) {
-			e.alarmDevs = append(e.alarmDevs, st.dev.id)
-		}
+		e.alarmDevs[st.dev] = struct{}{}
 	}
 	e.out = append(e.out, Transition{
 		Kind: kind, RuleID: c.ID, RuleName: c.Name, ProductID: st.dev.product, DeviceID: st.dev.id,
@@ -874,7 +873,8 @@ func (e *Evaluator) describe(st *ruleState, ev env) string {
 // call, in order.
 func (e *Evaluator) Transitions() []Transition {
 	out := e.out
-	e.out, e.alarming, e.alarmDevs = nil, 0, e.alarmDevs[:0]
+	e.out, e.alarming = nil, 0
+	clear(e.alarmDevs)
 	return out
 }
 
@@ -884,27 +884,32 @@ func (e *Evaluator) Transitions() []Transition {
 func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
 
 // AlarmingDevices lists the devices of the transitions users are told of
-// among those not yet taken, each once, in order. The slice is the
-// evaluator's: valid until its next call.
-func (e *Evaluator) AlarmingDevices() []string { return e.alarmDevs }
+// among those not yet taken, each once.
+func (e *Evaluator) AlarmingDevices() []string {
+	ids := make([]string, 0, len(e.alarmDevs))
+	for d := range e.alarmDevs {
+		ids = append(ids, d.id)
+	}
+	return ids
+}
 
 // TakeDevices returns and forgets what was decided for the devices ids
 // since the last Transitions and Dirty: their transitions, in order, and
 // their rows (as Dirty gives them). The other devices' stay for the next
 // call. The runner's express lane (runner.go) writes an alarm's device
 // ahead of the rest with it.
-func (e *Evaluator) TakeDevices(ids []string) ([]Transition, []DeviceRow) {
-	return e.take(func(id string) bool { return slices.Contains(ids, id) })
+func (e *Evaluator) TakeDevices(ids map[string]struct{}) ([]Transition, []DeviceRow) {
+	return e.take(func(id string) bool { _, ok := ids[id]; return ok })
 }
 
 // TakeOthers is Transitions and Dirty but for the devices ids, whose
 // transitions and rows stay for a later call: the runner's batch while an
 // express batch of those devices is written.
-func (e *Evaluator) TakeOthers(ids []string) ([]Transition, []DeviceRow) {
+func (e *Evaluator) TakeOthers(ids map[string]struct{}) ([]Transition, []DeviceRow) {
 	if len(ids) == 0 {
 		return e.Transitions(), e.Dirty()
 	}
-	return e.take(func(id string) bool { return !slices.Contains(ids, id) })
+	return e.take(func(id string) bool { _, ok := ids[id]; return !ok })
 }
 
 // take returns and forgets the transitions and rows of the devices in
@@ -912,7 +917,7 @@ func (e *Evaluator) TakeOthers(ids []string) ([]Transition, []DeviceRow) {
 func (e *Evaluator) take(in func(id string) bool) ([]Transition, []DeviceRow) {
 	var trs []Transition
 	keep := e.out[:0]
-	e.alarming, e.alarmDevs = 0, e.alarmDevs[:0]
+	e.alarming = 0
 	for _, t := range e.out {
 		if in(t.DeviceID) {
 			trs = append(trs, t)
@@ -921,9 +926,11 @@ func (e *Evaluator) take(in func(id string) bool) ([]Transition, []DeviceRow) {
 		keep = append(keep, t)
 		if t.Kind != KindRepeated {
 			e.alarming++
-			if !slices.Contains(e.alarmDevs, t.DeviceID) {
-				e.alarmDevs = append(e.alarmDevs, t.DeviceID)
-			}
+		}
+	}
+	for d := range e.alarmDevs {
+		if in(d.id) {
+			delete(e.alarmDevs, d)
 		}
 	}
 	clear(e.out[len(keep):])

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,7 +288,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		inFlight   bool                // a batch is with the batch lane's writer
 		flightDevs map[string]struct{} // the devices of its messages, transitions and rows
 		express    bool                // a batch is with the express lane's writer
-		expressing []string            // its devices
+		expressing map[string]struct{} // its devices
 		due        bool                // the flush interval passed since the last batch was handed
 		handDue    bool                // the clears by hand are to be read once both writers are idle
 		lastPurge  time.Time
@@ -331,11 +330,11 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			b.msgs, pending, pendingDev = pending, nil, nil
 		} else {
 			b.msgs = split(func(dev string) bool {
-				if dev == "" || !slices.Contains(expressing, dev) {
-					flightDevs[dev] = struct{}{}
-					return true
+				if _, ok := expressing[dev]; ok {
+					return false
 				}
-				return false
+				flightDevs[dev] = struct{}{}
+				return true
 			})
 		}
 		for i := range b.trs {
@@ -359,10 +358,10 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// not yet handed that the batch lane's batch holds nothing of: their
 	// transitions, rows and messages.
 	handExpress := func() {
-		var ids []string
+		ids := map[string]struct{}{}
 		for _, id := range ev.AlarmingDevices() {
 			if _, busy := flightDevs[id]; !busy && id != "" {
-				ids = append(ids, id)
+				ids[id] = struct{}{}
 			}
 		}
 		if len(ids) == 0 {
@@ -371,7 +370,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		seq++
 		b := &batch{seq: seq, express: true}
 		b.trs, b.devs = ev.TakeDevices(ids)
-		b.msgs = split(func(dev string) bool { return slices.Contains(ids, dev) })
+		b.msgs = split(func(dev string) bool { _, ok := ids[dev]; return ok })
 		toExpress <- b
 		express, expressing = true, ids
 	}
