@@ -78,8 +78,8 @@ func RunShadow(ctx context.Context, p ShadowParams) (res ShadowResult, err error
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	res.Params = p
 	run, err := p.withBroker(ctx, "shadow")
+	res.Params = p
 	if err != nil {
 		return res, err
 	}
