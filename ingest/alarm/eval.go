@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -883,14 +884,16 @@ func (e *Evaluator) Transitions() []Transition {
 // taken by Transitions.
 func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
 
-// AlarmingDevices lists the devices of the transitions users are told of
-// among those not yet taken, each once.
-func (e *Evaluator) AlarmingDevices() []string {
-	ids := make([]string, 0, len(e.alarmDevs))
-	for d := range e.alarmDevs {
-		ids = append(ids, d.id)
+// AlarmingDevices yields the devices of the transitions users are told
+// of among those not yet taken, each once.
+func (e *Evaluator) AlarmingDevices() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for d := range e.alarmDevs {
+			if !yield(d.id) {
+				return
+			}
+		}
 	}
-	return ids
 }
 
 // TakeDevices returns and forgets what was decided for the devices ids

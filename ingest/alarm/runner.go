@@ -285,10 +285,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		pending    []mqttconn.Received
 		pendingDev []string // the device of each pending message, "" for none
 		seq        uint64
-		inFlight   bool                // a batch is with the batch lane's writer
-		flightDevs map[string]struct{} // the devices of its messages, transitions and rows
-		express    bool                // a batch is with the express lane's writer
-		expressing map[string]struct{} // its devices
+		flightDevs map[string]struct{} // the devices of the batch lane's batch being written (its messages, transitions, rows); nil: none is
+		expressing map[string]struct{} // the devices of the express lane's batch being written; nil: none is
 		due        bool                // the flush interval passed since the last batch was handed
 		handDue    bool                // the clears by hand are to be read once both writers are idle
 		lastPurge  time.Time
@@ -323,20 +321,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		b := &batch{seq: seq}
 		b.trs, b.devs = ev.TakeOthers(expressing)
 		flightDevs = make(map[string]struct{}, len(b.devs))
-		if len(expressing) == 0 {
-			for _, d := range pendingDev {
-				flightDevs[d] = struct{}{}
+		b.msgs = split(func(dev string) bool {
+			if _, ok := expressing[dev]; ok {
+				return false
 			}
-			b.msgs, pending, pendingDev = pending, nil, nil
-		} else {
-			b.msgs = split(func(dev string) bool {
-				if _, ok := expressing[dev]; ok {
-					return false
-				}
-				flightDevs[dev] = struct{}{}
-				return true
-			})
-		}
+			flightDevs[dev] = struct{}{}
+			return true
+		})
 		for i := range b.trs {
 			flightDevs[b.trs[i].DeviceID] = struct{}{}
 		}
@@ -344,7 +335,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			flightDevs[b.devs[i].DeviceID] = struct{}{}
 		}
 		toWrite <- b
-		inFlight, due = true, false
+		due = false
 		if n := ev.Evaluations(); n != evals {
 			r.m.evals.Add(float64(n - evals))
 			evals = n
@@ -359,8 +350,8 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// transitions, rows and messages.
 	handExpress := func() {
 		ids := map[string]struct{}{}
-		for _, id := range ev.AlarmingDevices() {
-			if _, busy := flightDevs[id]; !busy && id != "" {
+		for id := range ev.AlarmingDevices() {
+			if _, busy := flightDevs[id]; !busy {
 				ids[id] = struct{}{}
 			}
 		}
@@ -372,7 +363,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		b.trs, b.devs = ev.TakeDevices(ids)
 		b.msgs = split(func(dev string) bool { _, ok := ids[dev]; return ok })
 		toExpress <- b
-		express, expressing = true, ids
+		expressing = ids
 	}
 	// handClears reads the alarms cleared by hand. Only while no batch is
 	// with a writer: a clear read while one is written may be older or
@@ -399,6 +390,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// nothing: they are read as soon as both lanes are idle (the express
 	// lane's batches are a few rows).
 	next := func() {
+		inFlight, express := flightDevs != nil, expressing != nil
 		if handDue && !inFlight && !express {
 			handDue = false
 			handClears()
@@ -428,7 +420,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	}
 	for {
 		in := in
-		if len(pending) >= maxPending && (inFlight || express) {
+		if len(pending) >= maxPending && (flightDevs != nil || expressing != nil) {
 			in = nil // backpressure: the session's queue fills, then the broker holds the rest
 		}
 		select {
@@ -437,7 +429,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		case <-lost:
 			return errors.New("alarm lock lost")
 		case w := <-wrote:
-			inFlight, flightDevs = false, nil
+			flightDevs = nil
 			if w.err != nil {
 				// The writer wrote nothing after it: the batches
 				// evaluated on top of this one are dropped with the
@@ -446,7 +438,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 			done(w)
 		case w := <-expressed:
-			express, expressing = false, nil
+			expressing = nil
 			if w.err != nil {
 				return w.err // as for the batch lane's: the turn ends
 			}
