@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/lib/pq"
 
 	"devicehub/api/live"
 	"devicehub/ingest/alarm"
@@ -359,7 +357,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	}
 	ids := liveIDs(product, p.Devices)
 	p.Logf("alarms: %d devices", p.Devices)
-	if err := insertDevices(ctx, db.dsn(), product, ids); err != nil {
+	if err := addDevices(ctx, db.dsn(), product, ids); err != nil {
 		return err
 	}
 	rules := alarmsRules(product)
@@ -631,23 +629,9 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// insertDevices adds devices of product to the database of dsn.
-func insertDevices(ctx context.Context, dsn, product string, ids []string) error {
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
-		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
-		return fmt.Errorf("bench: add devices: %w", err)
-	}
-	return nil
-}
-
 // storedStateBytes is the evaluator's state tables' size per device.
 func storedStateBytes(ctx context.Context, dsn string) (float64, error) {
-	db, err := sql.Open("postgres", dsn)
+	db, err := openPG(dsn, 1)
 	if err != nil {
 		return 0, err
 	}

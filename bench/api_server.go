@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/api"
@@ -30,6 +31,46 @@ func pgServerDSN(dsn string) string {
 	return "postgres://postgres@127.0.0.1:5432"
 }
 
+// openPG is bench's one way to a PostgreSQL database: a pool of at most
+// conns connections (0: unbounded) to the database of dsn, dialled when
+// first used.
+func openPG(dsn string, conns int) (*sql.DB, error) {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bench: postgres: %w", err)
+	}
+	if conns > 0 {
+		db.SetMaxOpenConns(conns)
+	}
+	return db, nil
+}
+
+// openPGAdmin opens a pool of conns to the maintenance database of the
+// server (a DSN without database), to create and drop others.
+func openPGAdmin(server string, conns int) (*sql.DB, error) {
+	return openPG(server+"/postgres?sslmode=disable", conns)
+}
+
+// addDevices adds devices of product, offline, to the database of dsn,
+// and the product, deployed, unless it exists (a product deployed through
+// the API, with its thing model, is kept).
+func addDevices(ctx context.Context, dsn, product string, ids []string) error {
+	db, err := openPG(dsn, 1)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)
+		ON CONFLICT (id) DO NOTHING`, product); err != nil {
+		return fmt.Errorf("bench: add product: %w", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
+		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
+		return fmt.Errorf("bench: add devices: %w", err)
+	}
+	return nil
+}
+
 // pgDatabase is a fresh PostgreSQL database of one run on a server;
 // drop removes it (and ends its connections).
 type pgDatabase struct {
@@ -40,7 +81,7 @@ type pgDatabase struct {
 // createPGDatabase creates <prefix>_<random> on the server pgServer (a
 // DSN without database); the caller drops it.
 func createPGDatabase(ctx context.Context, pgServer, prefix string) (*pgDatabase, error) {
-	admin, err := sql.Open("postgres", pgServer+"/postgres?sslmode=disable")
+	admin, err := openPGAdmin(pgServer, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -52,13 +93,16 @@ func createPGDatabase(ctx context.Context, pgServer, prefix string) (*pgDatabase
 	return d, nil
 }
 
+// open opens a pool of at most conns connections to the database.
+func (d *pgDatabase) open(conns int) (*sql.DB, error) { return openPG(d.dsn(), conns) }
+
 // dsn is the database's DSN.
 func (d *pgDatabase) dsn() string { return d.server + "/" + d.name + "?sslmode=disable" }
 
 func (d *pgDatabase) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if admin, err := sql.Open("postgres", d.server+"/postgres?sslmode=disable"); err == nil {
+	if admin, err := openPGAdmin(d.server, 1); err == nil {
 		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+d.name+" WITH (FORCE)")
 		admin.Close()
 	}
@@ -69,11 +113,10 @@ func (d *pgDatabase) drop() {
 // function that closes its connection (to the postgres database, so it is
 // not one of them).
 func (d *pgDatabase) backends() (list func() []int, closeFn func()) {
-	admin, err := sql.Open("postgres", d.server+"/postgres?sslmode=disable")
+	admin, err := openPGAdmin(d.server, 1)
 	if err != nil {
 		return func() []int { return nil }, func() {}
 	}
-	admin.SetMaxOpenConns(1)
 	return func() []int {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

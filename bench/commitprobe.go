@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"sync"
 	"time"
 
@@ -18,11 +17,10 @@ import (
 // of the scenario's latencies that wait for a commit (an alarm is on
 // /api/live only after the write that raised it committed).
 func startCommitProbe(ctx context.Context, dsn string, every time.Duration) (stop func() LatencySummary, err error) {
-	db, err := sql.Open("postgres", dsn)
+	db, err := openPG(dsn, 1)
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, err

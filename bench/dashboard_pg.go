@@ -14,7 +14,7 @@ import (
 // openPGBench opens PostgreSQL database <Prefix> (created if missing),
 // which holds the baseline tables device_message_<size>.
 func openPGBench(ctx context.Context, p DashboardParams) (*sql.DB, error) {
-	admin, err := sql.Open("postgres", p.PostgresDSN+"/postgres?sslmode=disable")
+	admin, err := openPGAdmin(p.PostgresDSN, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -28,11 +28,10 @@ func openPGBench(ctx context.Context, p DashboardParams) (*sql.DB, error) {
 			return nil, fmt.Errorf("bench: postgres: create database: %w", err)
 		}
 	}
-	db, err := sql.Open("postgres", p.PostgresDSN+"/"+p.Prefix+"?sslmode=disable")
+	db, err := openPG(p.PostgresDSN+"/"+p.Prefix+"?sslmode=disable", 2)
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(2)
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS bench_info (size bigint PRIMARY KEY, start_ms bigint NOT NULL, span_ms bigint NOT NULL, rows bigint NOT NULL)"); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("bench: postgres: %w", err)
@@ -42,7 +41,7 @@ func openPGBench(ctx context.Context, p DashboardParams) (*sql.DB, error) {
 
 // dropPGBench drops database <Prefix> if it holds no table but bench_info.
 func dropPGBench(ctx context.Context, p DashboardParams) {
-	db, err := sql.Open("postgres", p.PostgresDSN+"/"+p.Prefix+"?sslmode=disable")
+	db, err := openPG(p.PostgresDSN+"/"+p.Prefix+"?sslmode=disable", 1)
 	if err != nil {
 		return
 	}
@@ -52,7 +51,7 @@ func dropPGBench(ctx context.Context, p DashboardParams) {
 	if err != nil || n > 0 {
 		return
 	}
-	if admin, err := sql.Open("postgres", p.PostgresDSN+"/postgres?sslmode=disable"); err == nil {
+	if admin, err := openPGAdmin(p.PostgresDSN, 1); err == nil {
 		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+p.Prefix+" WITH (FORCE)")
 		admin.Close()
 	}

@@ -366,7 +366,7 @@ func (e *fleetEnv) fill(ctx context.Context) (*FleetFill, error) {
 		return nil, fmt.Errorf("bench: devicehub child: %w", err)
 	}
 	meter := startFleetPhase("fill: PostgreSQL inserts", e.procs())
-	db, err := sql.Open("postgres", e.db.dsn())
+	db, err := e.db.open(0)
 	if err != nil {
 		return nil, err
 	}

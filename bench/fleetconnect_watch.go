@@ -66,11 +66,10 @@ type fleetWatch struct {
 }
 
 func newFleetWatch(e *fleetEnv, f *genPool) (*fleetWatch, error) {
-	pg, err := sql.Open("postgres", e.db.dsn())
+	pg, err := e.db.open(2)
 	if err != nil {
 		return nil, err
 	}
-	pg.SetMaxOpenConns(2)
 	ch, err := clickhouse.Open(&clickhouse.Options{Addr: []string{e.p.ClickHouseAddr}, Auth: clickhouse.Auth{Database: e.db.name},
 		DialTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -616,7 +615,7 @@ func (w *commitWatch) close() ([]time.Time, bool) {
 // begins and is the k-th announcement.
 func splitAlarms(ctx context.Context, dsn string, pub, got map[string]time.Time, commits []time.Time, whole bool) (AlarmSplit, error) {
 	var a AlarmSplit
-	db, err := sql.Open("postgres", dsn)
+	db, err := openPG(dsn, 1)
 	if err != nil {
 		return a, err
 	}

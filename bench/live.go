@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/lib/pq"
 
 	"devicehub/api"
 	"devicehub/api/live"
@@ -319,24 +317,6 @@ func pace(ctx context.Context, rate, n int, publish func(k int)) error {
 		for ; k < due; k++ {
 			publish(k)
 		}
-	}
-	return nil
-}
-
-// addDevices adds a deployed product and its devices to the database of
-// dsn.
-func addDevices(ctx context.Context, dsn, product string, ids []string) error {
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)`, product); err != nil {
-		return fmt.Errorf("bench: add product: %w", err)
-	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
-		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
-		return fmt.Errorf("bench: add devices: %w", err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -111,7 +110,7 @@ func CollectVersions(ctx context.Context, clickhouseAddr, pgServer string) Versi
 		}
 		conn.Close()
 	}
-	if db, err := sql.Open("postgres", pgServerDSN(pgServer)+"/postgres?sslmode=disable"); err == nil {
+	if db, err := openPGAdmin(pgServerDSN(pgServer), 1); err == nil {
 		if err := db.QueryRowContext(ctx, "SHOW server_version").Scan(&v.PostgreSQL); err != nil {
 			v.PostgreSQL = "unknown: " + err.Error()
 		}

@@ -2,11 +2,8 @@ package bench
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
+	"strings"
 	"time"
-
-	"github.com/lib/pq"
 
 	"devicehub/meta"
 	"devicehub/tsdb"
@@ -18,31 +15,28 @@ import (
 type runDB struct {
 	name  string
 	dsn   string // the PostgreSQL database, for the server
+	pg    *pgDatabase
 	store *meta.Store
 	ch    *tsdb.DB
-	admin *sql.DB
 }
 
 // openRunDB creates the databases, migrated, on pgServer (a DSN without a
 // database) and at chAddr (on cluster chCluster, if not empty), and adds
 // product with devices ids, offline. close drops both.
 func openRunDB(ctx context.Context, pgServer, chAddr, chCluster, prefix, product string, ids []string) (_ *runDB, err error) {
-	db := &runDB{name: prefix + randHex(4)}
+	db := &runDB{}
 	defer func() {
 		if err != nil {
 			db.close()
 		}
 	}()
-	if db.admin, err = sql.Open("postgres", pgServer+"/postgres?sslmode=disable"); err != nil {
+	if db.pg, err = createPGDatabase(ctx, pgServer, strings.TrimSuffix(prefix, "_")); err != nil {
 		return nil, err
 	}
-	if _, err := db.admin.ExecContext(ctx, "CREATE DATABASE "+db.name); err != nil {
-		return nil, fmt.Errorf("bench: create PostgreSQL database: %w", err)
-	}
+	db.name, db.dsn = db.pg.name, db.pg.dsn()
 	mopt := meta.DefaultOptions()
-	mopt.DSN = pgServer + "/" + db.name + "?sslmode=disable"
+	mopt.DSN = db.dsn
 	mopt.MaxOpenConns = 2
-	db.dsn = mopt.DSN
 	if db.store, err = meta.Open(ctx, mopt); err != nil {
 		return nil, err
 	}
@@ -51,11 +45,7 @@ func openRunDB(ctx context.Context, pgServer, chAddr, chCluster, prefix, product
 	if db.ch, err = tsdb.Open(ctx, topt); err != nil {
 		return nil, err
 	}
-	if _, err := db.store.DB().ExecContext(ctx, `INSERT INTO products (id, name, device_type, state) VALUES ($1, $1, 'device', 1)`, product); err != nil {
-		return nil, err
-	}
-	if _, err := db.store.DB().ExecContext(ctx, `INSERT INTO devices (id, name, product_id, state)
-		SELECT id, id, $2, 'offline' FROM unnest($1::text[]) AS id`, pq.StringArray(ids), product); err != nil {
+	if err := addDevices(ctx, db.dsn, product, ids); err != nil {
 		return nil, err
 	}
 	return db, nil
@@ -73,8 +63,7 @@ func (db *runDB) close() {
 	if db.store != nil {
 		db.store.Close()
 	}
-	if db.admin != nil {
-		_, _ = db.admin.Exec("DROP DATABASE IF EXISTS " + db.name + " WITH (FORCE)")
-		db.admin.Close()
+	if db.pg != nil {
+		db.pg.drop()
 	}
 }
