@@ -11,6 +11,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/lib/pq"
 
 	"devicehub/api/live"
 	"devicehub/ingest/alarm"
@@ -105,16 +106,29 @@ type AlarmsResult struct {
 	// Commit: a transaction's commit on the same PostgreSQL server over
 	// the same phase, every 20 ms (startCommitProbe): the floor under
 	// EvaluatorToLive, which waits for at least one commit.
-	Commit      LatencySummary `json:"commit"`
-	Raised      int64          `json:"raised"`  // raised events received for watched devices
-	Cleared     int64          `json:"cleared"` // cleared events received
-	Expected    int64          `json:"expected"`
-	SteadyCPU   float64        `json:"steadyCpuSeconds"` // devicehub's CPU during the latency phase
-	Bursts      []AlarmsBurst  `json:"bursts"`
-	IngestOff   float64        `json:"ingestOff"` // medians
-	IngestOn    float64        `json:"ingestOn"`
-	EvaluatedOn float64        `json:"evaluatedOn"`
-	Ratio       float64        `json:"ratio"` // IngestOn / IngestOff
+	Commit   LatencySummary `json:"commit"`
+	Raised   int64          `json:"raised"`  // raised events received for watched devices
+	Cleared  int64          `json:"cleared"` // cleared events received
+	Expected int64          `json:"expected"`
+	// StoredRaised: the watched devices' raises of the phase in
+	// PostgreSQL, once the wait for the events ended; Skipped: the
+	// events the streams said they dropped (a subscriber's full queue).
+	// Raised short of Expected is the evaluator's when StoredRaised is
+	// short too, the announcement's otherwise.
+	StoredRaised int64 `json:"storedRaised"`
+	// PublishFailed: the phase's reports the broker did not take (the
+	// gateway's connection lost), left out of Expected; 0 in a sound run.
+	PublishFailed int `json:"publishFailed"`
+	// Published: the latency phase's reports per second as the gateway
+	// handed them to the broker (below Rate when the broker held it back).
+	Published   float64       `json:"publishedPerSecond"`
+	Skipped     uint64        `json:"skipped"`
+	SteadyCPU   float64       `json:"steadyCpuSeconds"` // devicehub's CPU during the latency phase
+	Bursts      []AlarmsBurst `json:"bursts"`
+	IngestOff   float64       `json:"ingestOff"` // medians
+	IngestOn    float64       `json:"ingestOn"`
+	EvaluatedOn float64       `json:"evaluatedOn"`
+	Ratio       float64       `json:"ratio"` // IngestOn / IngestOff
 	// StateBytes: the evaluator's heap per device (10 rules, one report
 	// each), measured in this process; StoredBytes: PostgreSQL's
 	// alarm_state per device after the run.
@@ -125,13 +139,13 @@ type AlarmsResult struct {
 
 func (r AlarmsResult) String() string {
 	p := r.Params
-	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared; devicehub %.1f CPU s in %s)\n"+
+	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared, %d skipped; %d raised in PostgreSQL; %d reports not taken by the broker, %.0f/s published; devicehub %.1f CPU s in %s)\n"+
 		"  split: published -> evaluator received p50 %.1f ms p99 %.1f ms; -> alarm event p50 %.1f ms p99 %.1f ms\n"+
 		"  a commit on the same PostgreSQL meanwhile: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
 		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
 		"  rule state: %.0f heap bytes a device (in process), %.0f stored bytes a device (PostgreSQL)\n"+
 		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
-		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.SteadyCPU, p.Duration,
+		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.Skipped, r.StoredRaised, r.PublishFailed, r.Published, r.SteadyCPU, p.Duration,
 		r.ToEvaluator.P50Ms, r.ToEvaluator.P99Ms, r.EvaluatorToLive.P50Ms, r.EvaluatorToLive.P99Ms,
 		r.Commit.P50Ms, r.Commit.P99Ms, r.Commit.MaxMs, r.Commit.N,
 		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
@@ -148,6 +162,9 @@ func (r AlarmsResult) Figures() []Figure {
 		{Name: "evaluator received -> alarm on /api/live, p99" + load, Value: r.EvaluatorToLive.P99Ms, Unit: "ms",
 			Against: "a commit on the same PostgreSQL meanwhile, p99", Baseline: r.Commit.P99Ms},
 		{Name: "alarm events received" + load, Value: float64(r.Raised), Unit: "events", Target: "all " + strconv.FormatInt(r.Expected, 10)},
+		{Name: "reports published in the latency phase, per second" + load, Value: r.Published, Unit: "reports/s",
+			Target: strconv.Itoa(p.Rate) + " (the broker's acknowledgements pace the gateway, at most 20,000 unacknowledged)"},
+		{Name: "alarms raised in PostgreSQL" + load, Value: float64(r.StoredRaised), Unit: "alarms", Target: "all " + strconv.FormatInt(r.Expected, 10)},
 		{Name: fmt.Sprintf("ingest throughput with 10 rules on (bursts of %d reports)", p.Devices), Value: r.IngestOn, Unit: "reports/s",
 			Against: "the same bursts with the rules off", Baseline: r.IngestOff, Ratio: Ratio(r.IngestOn, r.IngestOff), Target: ">= 0.9x"},
 		{Name: "evaluator throughput (10 rules)", Value: r.EvaluatedOn, Unit: "reports/s"},
@@ -386,7 +403,12 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		return err
 	}
 	gw := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(broker.url()).SetClientID("bench-gw-" + randHex(4)).
-		SetUsername(gateway.Username).SetPassword(gateway.Password).SetCleanSession(true).SetWriteTimeout(10 * time.Second))
+		SetUsername(gateway.Username).SetPassword(gateway.Password).SetCleanSession(true).
+		// No write timeout: a paced report waits for the broker rather
+		// than fail. The ping's answer comes behind every acknowledgement
+		// the busy broker owes: paho's 10 s dropped the connection.
+		SetPingTimeout(time.Minute).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { p.Logf("alarms: the gateway's connection lost: %v", err) }))
 	if err := waitToken(gw.Connect(), 30*time.Second); err != nil {
 		return fmt.Errorf("bench: gateway connect: %w", err)
 	}
@@ -538,6 +560,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	lastHigh := make([]atomic.Int64, len(ids)) // publish time (unix ns) of the device's latest crossing report
 	var hist, toEval, evalToLive Histogram
 	var raised, cleared atomic.Int64
+	var skipped atomic.Uint64
 	var wg sync.WaitGroup
 	var bodies []interface{ Close() error }
 	defer func() {
@@ -548,6 +571,13 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	}()
 	for lo := 0; lo < len(watched); lo += 100 {
 		body, err := openLive(ctx, srv.base, srv.token, watched[lo:min(lo+100, len(watched))], &wg, func(name string, data []byte, now time.Time) {
+			if name == live.EventSkipped {
+				var e live.SkippedEvent
+				if json.Unmarshal(data, &e) == nil {
+					skipped.Add(e.Count)
+				}
+				return
+			}
 			if name != live.EventAlarm {
 				return
 			}
@@ -584,11 +614,22 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	var expected int64
 	round++
 	base := round
+	phaseStart := time.Now()
+	eval0, err := metric(evalMetric)
+	if err != nil {
+		return err
+	}
 	cpu0, _ := procCPUTime(srv.pid())
 	stopProbe, err := startCommitProbe(ctx, db.dsn(), 20*time.Millisecond)
 	if err != nil {
 		return err
 	}
+	type sent struct {
+		tok   mqtt.Token
+		raise bool // a watched device's crossing report
+	}
+	sends := make([]sent, 0, n)
+	paceStart := time.Now()
 	if err := pace(ctx, p.Rate, n, func(k int) {
 		d := k % len(ids)
 		payload, _, high := alarmsReport(p, d, base+k/len(ids))
@@ -596,19 +637,54 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 			expected++
 			lastHigh[d].Store(time.Now().UnixNano())
 		}
-		gw.Publish(wire.DeviceTopic(product, ids[d], wire.LevelReport), 1, false, payload)
+		if k >= publishWindow { // at most publishWindow unacknowledged: past 65,535 a publish fails
+			_ = waitToken(sends[k-publishWindow].tok, p.Timeout)
+		}
+		sends = append(sends, sent{gw.Publish(wire.DeviceTopic(product, ids[d], wire.LevelReport), 1, false, payload), high && isWatched[d]})
 	}); err != nil {
 		stopProbe()
 		return err
 	}
 	res.Commit = stopProbe()
+	res.Published = float64(n) / time.Since(paceStart).Seconds()
 	cpu1, _ := procCPUTime(srv.pid())
 	res.SteadyCPU = (cpu1 - cpu0).Seconds()
-	deadline := time.Now().Add(30 * time.Second)
+	// A report the broker did not take is no report of the phase. (A
+	// phase past the machine's rate lost 0.3-1% so, on a write timeout
+	// or past 65,535 unacknowledged, and the next crossing of a device
+	// whose low report was lost raised nothing: the gateway now waits
+	// for the broker, in a window.)
+	failures := map[string]int{}
+	defer func() {
+		for e, c := range failures {
+			p.Logf("alarms: %d reports not taken by the broker: %s", c, e)
+		}
+	}()
+	for _, s := range sends {
+		if err := waitToken(s.tok, p.Timeout); err != nil {
+			failures[err.Error()]++
+			res.PublishFailed++
+			n--
+			if s.raise {
+				expected--
+			}
+		}
+	}
+	// The events are awaited until every one came, or until the evaluator
+	// acknowledged every report of the phase (its backlog, when the rate
+	// is past the machine's) and 5 s more for the last announcements.
+	if _, err := waitMetric(evalMetric, eval0+float64(n), time.Now().Add(p.Timeout)); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
 	for raised.Load() < expected && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.Latency, res.Raised, res.Cleared, res.Expected = hist.Summary(), raised.Load(), cleared.Load(), expected
+	res.Skipped = skipped.Load()
+	if res.StoredRaised, err = storedRaises(ctx, db.dsn(), product+"-hot", watched, phaseStart); err != nil {
+		return err
+	}
 	res.ToEvaluator, res.EvaluatorToLive = toEval.Summary(), evalToLive.Summary()
 	res.StoredBytes, err = storedStateBytes(ctx, db.dsn())
 	return err
@@ -628,6 +704,23 @@ func openLive(ctx context.Context, base, token string, devices []string, wg *syn
 type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
+
+// storedRaises counts the raises of rule of devices since since in the
+// database of dsn.
+func storedRaises(ctx context.Context, dsn, rule string, devices []string, since time.Time) (int64, error) {
+	db, err := openPG(dsn, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var n int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM alarm_transitions t JOIN alarm_records r ON r.id = t.record_id
+		WHERE t.kind = 'raised' AND r.rule_id = $1 AND r.device_id = ANY($2) AND t.time >= $3`,
+		rule, pq.StringArray(devices), since).Scan(&n); err != nil {
+		return 0, fmt.Errorf("bench: raises stored: %w", err)
+	}
+	return n, nil
+}
 
 // storedStateBytes is the evaluator's state tables' size per device.
 func storedStateBytes(ctx context.Context, dsn string) (float64, error) {
