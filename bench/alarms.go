@@ -631,14 +631,14 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	sends := make([]sent, 0, n)
 	paceStart := time.Now()
 	if err := pace(ctx, p.Rate, n, func(k int) {
-		d := k % len(ids)
-		payload, _, high := alarmsReport(p, d, base+k/len(ids))
-		if high && isWatched[d] {
-			expected++
-			lastHigh[d].Store(time.Now().UnixNano())
-		}
 		if k >= publishWindow { // at most publishWindow unacknowledged: past 65,535 a publish fails
 			_ = waitToken(sends[k-publishWindow].tok, p.Timeout)
+		}
+		d := k % len(ids)
+		payload, _, high := alarmsReport(p, d, base+k/len(ids))
+		if high && isWatched[d] { // timed from here: the wait for the window is the gateway's, not devicehub's
+			expected++
+			lastHigh[d].Store(time.Now().UnixNano())
 		}
 		sends = append(sends, sent{gw.Publish(wire.DeviceTopic(product, ids[d], wire.LevelReport), 1, false, payload), high && isWatched[d]})
 	}); err != nil {
