@@ -85,7 +85,8 @@ type Config struct {
 // Options are the paho options of c. Besides c's own choices every client
 // delivers messages in order, on one goroutine (a blocked handler holds
 // the connection: the backpressure that keeps a broker's flow bounded),
-// never retries its first connect (the caller decides), and reads and
+// never retries its first connect (the caller decides), speaks MQTT 3.1.1
+// only, and reads and
 // writes a tcp:// or mqtt:// broker through a buffered connection without
 // Nagle's delay (BufferedDialer).
 func (c Config) Options() *mqtt.ClientOptions {
@@ -99,7 +100,11 @@ func (c Config) Options() *mqtt.ClientOptions {
 		SetAutoReconnect(c.Resume).
 		SetConnectRetry(false).
 		SetAutoAckDisabled(c.ManualAck).
-		SetConnectTimeout(timeout)
+		SetConnectTimeout(timeout).
+		// MQTT 3.1.1 only: left to itself, paho answers a CONNECT that
+		// timed out with a second connection in MQTT 3.1, past the
+		// deadline already, and would keep 3.1 if a late broker took it.
+		SetProtocolVersion(4)
 	if c.Login.Username != "" {
 		o.SetUsername(c.Login.Username)
 		o.SetPassword(c.Login.Password)
