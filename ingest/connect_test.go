@@ -1,93 +1,12 @@
 package ingest
 
 import (
-	"io"
-	"net"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"devicehub/meta/metatest"
 )
-
-// stallingProxy forwards TCP connections to the broker at target, but
-// the first stall connections get no answer: what they send is read and
-// dropped until the client gives up (a saturated broker that answers a
-// CONNECT late); with hangUp every connection is closed at once (a
-// broker that refuses). accepted counts the connections.
-type stallingProxy struct {
-	ln       net.Listener
-	target   string
-	stall    int32
-	hangUp   bool
-	accepted atomic.Int32
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newStallingProxy(t *testing.T, brokerURL string, stall int32, hangUp bool) *stallingProxy {
-	t.Helper()
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallingProxy{ln: ln, target: u.Host, stall: stall, hangUp: hangUp}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *stallingProxy) url() string { return "tcp://" + p.ln.Addr().String() }
-
-func (p *stallingProxy) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
-}
-
-func (p *stallingProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.track(c)
-		if n := p.accepted.Add(1); p.hangUp {
-			c.Close()
-			continue
-		} else if n <= p.stall {
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(io.Discard, c) }()
-			continue
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.track(up)
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); _, _ = io.Copy(up, c); up.Close() }()
-		go func() { defer p.wg.Done(); _, _ = io.Copy(c, up); c.Close() }()
-	}
-}
-
-func (p *stallingProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
 
 // TestConnectWaitsForASlowBroker: a broker that does not answer the
 // first connects in time (ConnectTimeout) is asked again, and New
@@ -98,10 +17,10 @@ func (p *stallingProxy) close() {
 func TestConnectWaitsForASlowBroker(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		stall  int32 // connections the proxy leaves unanswered
-		hangUp bool  // the proxy closes every connection at once
+		stall  int  // connections the proxy leaves unanswered
+		hangUp bool // the proxy closes every connection at once
 		ok     bool
-		tries  int32 // connections the proxy sees
+		tries  int // connections the proxy sees
 	}{
 		{name: "answers at the third connect", stall: 2, ok: true, tries: 3},
 		{name: "never answers", stall: 1000, tries: connectAttempts},
@@ -112,8 +31,20 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 			opt := testOptions(p)
 			opt.Connections = 1
 			opt.ConnectTimeout = 300 * time.Millisecond
-			proxy := newStallingProxy(t, brokerURL(), tc.stall, tc.hangUp)
-			opt.BrokerURL = proxy.url()
+			u, err := url.Parse(brokerURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := metatest.NewProxyWith(t, u.Host, func(n int) metatest.Fate {
+				switch {
+				case tc.hangUp:
+					return metatest.HangUp
+				case n <= tc.stall:
+					return metatest.Stall
+				}
+				return metatest.Forward
+			})
+			opt.BrokerURL = "tcp://" + proxy.Addr()
 			in, err := New(ctxT(t, time.Minute), opt, e.ch, e.store, e.store)
 			if in != nil {
 				t.Cleanup(func() {
@@ -126,7 +57,7 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 			}
 			// Succeeding, New also connects to look for sessions a run
 			// with more connections left (retireSessions): more than tries.
-			if n := proxy.accepted.Load(); n < tc.tries || (!tc.ok && n != tc.tries) {
+			if n := proxy.Accepted(); n < tc.tries || (!tc.ok && n != tc.tries) {
 				t.Errorf("the broker saw %d connects, want %d", n, tc.tries)
 			}
 		})

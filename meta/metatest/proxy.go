@@ -13,21 +13,37 @@ import (
 
 // Proxy forwards TCP connections to a target until Down, which also cuts
 // the connections open through it; Up listens again on the same address.
-// Tests put it between devicehub and the real PostgreSQL to take the
-// database away and bring it back.
+// Tests put it between devicehub and a real server (PostgreSQL, the
+// broker) to take the server away and bring it back, or, with a Fate, to
+// make it answer late or hang up.
 type Proxy struct {
-	t      testing.TB
-	addr   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	t        testing.TB
+	addr     string
+	target   string
+	fate     func(n int) Fate // nil: every connection is forwarded
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    []net.Conn
+	accepted int
+	wg       sync.WaitGroup
 }
 
+// Fate is what the proxy does with an accepted connection.
+type Fate int
+
+const (
+	Forward Fate = iota // to the target
+	Stall               // read and dropped, never answered (a server that answers late)
+	HangUp              // closed at once (a server that refuses)
+)
+
 // NewProxy listens on a free loopback port and forwards to target.
-func NewProxy(t testing.TB, target string) *Proxy {
-	p := &Proxy{t: t, target: target}
+func NewProxy(t testing.TB, target string) *Proxy { return NewProxyWith(t, target, nil) }
+
+// NewProxyWith is NewProxy deciding each connection's fate by fate(n),
+// n counting the accepted connections from 1.
+func NewProxyWith(t testing.TB, target string, fate func(n int) Fate) *Proxy {
+	p := &Proxy{t: t, target: target, fate: fate}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +57,13 @@ func NewProxy(t testing.TB, target string) *Proxy {
 // Addr is the proxy's listening address.
 func (p *Proxy) Addr() string { return p.addr }
 
+// Accepted is how many connections the proxy accepted.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 func (p *Proxy) serve(ln net.Listener) {
 	p.mu.Lock()
 	p.ln = ln
@@ -52,6 +75,25 @@ func (p *Proxy) serve(ln net.Listener) {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			p.mu.Lock()
+			p.accepted++
+			fate := Forward
+			if p.fate != nil {
+				fate = p.fate(p.accepted)
+			}
+			if fate == Stall {
+				p.conns = append(p.conns, c)
+			}
+			p.mu.Unlock()
+			switch fate {
+			case HangUp:
+				c.Close()
+				continue
+			case Stall:
+				p.wg.Add(1)
+				go func() { defer p.wg.Done(); _, _ = io.Copy(io.Discard, c) }()
+				continue
 			}
 			u, err := net.Dial("tcp", p.target)
 			if err != nil {
