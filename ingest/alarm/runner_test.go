@@ -22,6 +22,7 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
+	"devicehub/ingest/wire"
 	"devicehub/meta"
 	"devicehub/meta/metatest"
 )
@@ -568,8 +569,8 @@ func first(r *Runner, _ func()) *Runner { return r }
 func batchDevices(b *batch) map[string]bool {
 	devs := map[string]bool{}
 	for _, m := range b.msgs {
-		if parts := strings.Split(m.Msg.Topic(), "/"); len(parts) > 2 && !strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
-			devs[parts[2]] = true
+		if t, ok := wire.ParseTopic(m.Msg.Topic()); ok && t.DeviceID != wire.MarkerDevice { // not a backlog marker
+			devs[t.DeviceID] = true
 		}
 	}
 	for i := range b.trs {
