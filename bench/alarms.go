@@ -682,11 +682,8 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	}
 	res.Latency, res.Raised, res.Cleared, res.Expected = hist.Summary(), raised.Load(), cleared.Load(), expected
 	res.Skipped = skipped.Load()
-	if res.StoredRaised, err = storedRaises(ctx, db.dsn(), product+"-hot", watched, phaseStart); err != nil {
-		return err
-	}
 	res.ToEvaluator, res.EvaluatorToLive = toEval.Summary(), evalToLive.Summary()
-	res.StoredBytes, err = storedStateBytes(ctx, db.dsn())
+	res.StoredRaised, res.StoredBytes, err = storedAlarms(ctx, db.dsn(), product+"-hot", watched, phaseStart)
 	return err
 }
 
@@ -705,34 +702,25 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// storedRaises counts the raises of rule of devices since since in the
-// database of dsn.
-func storedRaises(ctx context.Context, dsn, rule string, devices []string, since time.Time) (int64, error) {
+// storedAlarms reads, in the database of dsn, the raises of rule of
+// devices since since, and the evaluator's state tables' size per device.
+func storedAlarms(ctx context.Context, dsn, rule string, devices []string, since time.Time) (raised int64, stateBytes float64, err error) {
 	db, err := openPG(dsn, 1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer db.Close()
-	var n int64
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM alarm_transitions t JOIN alarm_records r ON r.id = t.record_id
 		WHERE t.kind = 'raised' AND r.rule_id = $1 AND r.device_id = ANY($2) AND t.time >= $3`,
-		rule, pq.StringArray(devices), since).Scan(&n); err != nil {
-		return 0, fmt.Errorf("bench: raises stored: %w", err)
+		rule, pq.StringArray(devices), since).Scan(&raised); err != nil {
+		return 0, 0, fmt.Errorf("bench: raises stored: %w", err)
 	}
-	return n, nil
-}
-
-// storedStateBytes is the evaluator's state tables' size per device.
-func storedStateBytes(ctx context.Context, dsn string) (float64, error) {
-	db, err := openPG(dsn, 1)
-	if err != nil {
-		return 0, err
-	}
-	defer db.Close()
 	var size, n float64
-	err = db.QueryRowContext(ctx, `SELECT pg_total_relation_size('alarm_state'), (SELECT count(*) FROM alarm_state)`).Scan(&size, &n)
-	if err != nil || n == 0 {
-		return 0, err
+	if err := db.QueryRowContext(ctx, `SELECT pg_total_relation_size('alarm_state'), (SELECT count(*) FROM alarm_state)`).Scan(&size, &n); err != nil {
+		return 0, 0, fmt.Errorf("bench: state stored: %w", err)
 	}
-	return size / n, nil
+	if n > 0 {
+		stateBytes = size / n
+	}
+	return raised, stateBytes, nil
 }
