@@ -101,8 +101,7 @@ type Evaluator struct {
 	timers    timerHeap
 	refs      Refs
 	out       []Transition
-	alarming  int                    // of out, the transitions that are not repeats
-	alarmDevs map[*devState]struct{} // their devices
+	alarmDevs map[*devState]struct{} // the devices of out's transitions that are not repeats
 	dirtyDev  map[*devState]struct{}
 	names     map[string]string // the property ids the rules read, interned: a device's values share them
 	entries   []ruleEntry       // Dirty's scratch: a row's rule states
@@ -815,7 +814,6 @@ func (e *Evaluator) emit(st *ruleState, kind string, at int64, ev env) {
 		sev = c.base
 	}
 	if kind != KindRepeated {
-		e.alarming++
 		e.alarmDevs[st.dev] = struct{}{}
 	}
 	e.out = append(e.out, Transition{
@@ -874,7 +872,7 @@ func (e *Evaluator) describe(st *ruleState, ev env) string {
 // call, in order.
 func (e *Evaluator) Transitions() []Transition {
 	out := e.out
-	e.out, e.alarming = nil, 0
+	e.out = nil
 	clear(e.alarmDevs)
 	return out
 }
@@ -882,7 +880,7 @@ func (e *Evaluator) Transitions() []Transition {
 // Alarming reports whether a transition users are told of (raised,
 // escalated, de-escalated, cleared: not a repeat) is among those not yet
 // taken by Transitions.
-func (e *Evaluator) Alarming() bool { return e.alarming > 0 }
+func (e *Evaluator) Alarming() bool { return len(e.alarmDevs) > 0 }
 
 // AlarmingDevices yields the devices of the transitions users are told
 // of among those not yet taken, each once.
@@ -920,16 +918,12 @@ func (e *Evaluator) TakeOthers(ids map[string]struct{}) ([]Transition, []DeviceR
 func (e *Evaluator) take(in func(id string) bool) ([]Transition, []DeviceRow) {
 	var trs []Transition
 	keep := e.out[:0]
-	e.alarming = 0
 	for _, t := range e.out {
 		if in(t.DeviceID) {
 			trs = append(trs, t)
 			continue
 		}
 		keep = append(keep, t)
-		if t.Kind != KindRepeated {
-			e.alarming++
-		}
 	}
 	for d := range e.alarmDevs {
 		if in(d.id) {

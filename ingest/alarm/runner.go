@@ -113,7 +113,7 @@ type Runner struct {
 	brokers []string
 
 	owner     atomic.Bool
-	ready     atomic.Bool   // the owner's sessions are connected and subscribed
+	ready     atomic.Bool   // the owner's sessions are subscribed and their backlogs applied: timers run
 	committed atomic.Uint64 // batches written
 
 	afterWrite  func(*batch) error // tests: a crash between a write and its acks
@@ -171,8 +171,9 @@ func (r *Runner) Store() *Store { return r.store }
 // Owner reports whether this instance evaluates now.
 func (r *Runner) Owner() bool { return r.owner.Load() }
 
-// Ready reports whether this instance evaluates and its broker sessions
-// are subscribed.
+// Ready reports whether this instance evaluates with its timers running:
+// its broker sessions are subscribed and their backlogs applied (every
+// backlog marker came back, or markerWait passed).
 func (r *Runner) Ready() bool { return r.ready.Load() }
 
 // Batches is how many batches this instance committed.
@@ -246,7 +247,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// once every marker came back, or after markerWait.
 	marks := r.markBacklogs(clients, filters)
 	markDeadline := time.Now().Add(markerWait)
-	r.ready.Store(true)
+	r.ready.Store(len(marks) == 0)
 	var born *ingest.BornAt
 	if len(r.brokers) > 1 {
 		born = ingest.NewBornAt()
@@ -448,6 +449,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			if strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
 				pendingDev = append(pendingDev, "")
 				delete(marks, string(m.Msg.Payload()))
+				r.ready.Store(len(marks) == 0)
 				continue
 			}
 			pendingDev = append(pendingDev, r.apply(ev, born, m, &dec))
@@ -460,6 +462,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			if len(marks) > 0 {
 				r.log.Warn("alarms: a session's backlog marker did not come back; timers start", "waited", markerWait)
 				clear(marks)
+				r.ready.Store(true)
 			}
 			ev.Tick(now)
 			next()
