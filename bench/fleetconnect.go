@@ -69,7 +69,9 @@ type FleetConnectParams struct {
 	// take what the rest of the machine leaves them.
 	GenCPUs float64 `json:"genCPUs,omitempty"`
 	// Timeout bounds each wait of a phase (all connected, state correct,
-	// backlog stored). Default 3 min.
+	// backlog stored). Default 3 min. A storm waits longer where its
+	// figure needs it (stormOf.bound): a ceiling up to twice Timeout,
+	// devicehub's storm until past its target of 1.5x that ceiling.
 	Timeout time.Duration `json:"timeout"`
 	// SkipBrokerRestart, SkipDevicehubRestart leave a storm out;
 	// SkipCeilings leaves out the same storms without devicehub (the
@@ -531,7 +533,7 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 	r := &fleetConnectRun{p: p, e: e, f: f, w: w}
 	rssBefore := r.rss()
 	w.run()
-	attached := stormOf{pool: f, brokers: pool, procs: r.procs(), state: r}
+	attached := stormOf{pool: f, brokers: pool, procs: r.procs(), state: r, bound: func(restart bool) time.Duration { return res.attachedBound(restart) }}
 
 	// 1. Everyone connects at once.
 	w.setPhase("connect")
@@ -635,7 +637,7 @@ func runCeiling(ctx context.Context, p FleetConnectParams, e *fleetEnv, brokers 
 			return out
 		}},
 		{name: "generator children", group: g.pids},
-	}}
+	}, bound: func(bool) time.Duration { return 2 * p.Timeout }} // a ceiling not reached leaves its ratio unknown
 	p.Logf("fleet-connect: ceiling, %s, no devicehub: %d devices connecting", kind, p.Devices)
 	if c.Connect, err = s.connect(ctx, p); err != nil {
 		return c, err
@@ -659,11 +661,23 @@ type stormOf struct {
 	brokers []*fleetBroker
 	procs   []fleetProc
 	state   *fleetConnectRun
+	// bound, if longer than the run's Timeout, bounds each wait instead
+	// (waitBound).
+	bound func(restart bool) time.Duration
+}
+
+// waitBound is how long each wait of a storm may take: the run's Timeout,
+// or longer where s.bound says so.
+func (s stormOf) waitBound(p FleetConnectParams, restart bool) time.Duration {
+	if s.bound == nil {
+		return p.Timeout
+	}
+	return max(p.Timeout, s.bound(restart))
 }
 
 // connect starts every device at once and times the storm.
 func (s stormOf) connect(ctx context.Context, p FleetConnectParams) (*ConnectStorm, error) {
-	return s.storm(ctx, p, "connect", time.Time{}, func() error { return s.pool.start(p.ConnectConcurrency) })
+	return s.storm(ctx, p, "connect", time.Time{}, s.waitBound(p, false), func() error { return s.pool.start(p.ConnectConcurrency) })
 }
 
 // brokerRestart restarts every broker at once, as a restart of the whole
@@ -671,7 +685,7 @@ func (s stormOf) connect(ctx context.Context, p FleetConnectParams) (*ConnectSto
 func (s stormOf) brokerRestart(ctx context.Context, p FleetConnectParams) (*ConnectStorm, error) {
 	var down time.Duration
 	t0 := time.Now()
-	st, err := s.storm(ctx, p, "broker restart", t0, func() error {
+	st, err := s.storm(ctx, p, "broker restart", t0, s.waitBound(p, true), func() error {
 		var mu sync.Mutex
 		var errs []error
 		var wg sync.WaitGroup
@@ -764,7 +778,7 @@ func waitUntil(ctx context.Context, bound time.Duration, t0 time.Time, cond func
 // devicehub attached) the state: since, the devices' state must be newer
 // (zero: any online state). A wait whose bound passes is recorded in
 // Unreached, and the storm ends there: the run goes on to its next phase.
-func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, since time.Time, act func() error) (*ConnectStorm, error) {
+func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, since time.Time, bound time.Duration, act func() error) (*ConnectStorm, error) {
 	meter := startFleetPhase(name, s.procs)
 	g := s.pool
 	fails0, refused0 := g.dialFailures.Load(), g.refused.Load()
@@ -828,10 +842,10 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 			*w.v, st.Unreached[w.key] = -1, "after "+missed
 			continue
 		}
-		*w.v, err = waitUntil(ctx, p.Timeout, t0, w.cond)
+		*w.v, err = waitUntil(ctx, bound, t0, w.cond)
 		if errors.Is(err, errNotReached) {
 			err = nil
-			st.Unreached[w.key] = fmt.Sprintf("%d of %d connected within %s", connected(), n, p.Timeout)
+			st.Unreached[w.key] = fmt.Sprintf("%d of %d connected within %s", connected(), n, bound)
 			missed = w.key + " not reached"
 			p.Logf("fleet-connect: %s: %s not reached: %s", name, w.key, st.Unreached[w.key])
 		}
@@ -1104,6 +1118,23 @@ func stormBounds(ceiling *ConnectStorm, restart bool) (to99, state float64, to99
 		stateText += ", <= 90"
 	}
 	return to99, state, to99Text, stateText
+}
+
+// attachedBound is how long each wait of devicehub's storm may take: past
+// its largest target (PostgreSQL all online within 1.5x the detached
+// ceiling's all connected), so that a storm slower than the run's Timeout
+// is timed and set beside its target, not cut short; twice Timeout
+// where no ceiling was measured.
+func (r FleetConnectResult) attachedBound(restart bool) time.Duration {
+	c := r.detachedCeiling(restart)
+	if c == nil || c.ToAll <= 0 {
+		if r.CeilingDetached == nil { // -fc-skip-ceilings: nothing to set it beside
+			return 0
+		}
+		return 2 * r.Params.Timeout
+	}
+	_, state, _, _ := stormBounds(c, restart)
+	return time.Duration(1.2 * state * float64(time.Second))
 }
 
 // detachedCeiling is the storm's ceiling with devicehub detached, if measured.

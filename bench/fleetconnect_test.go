@@ -134,3 +134,34 @@ func TestFleetConnectTargets(t *testing.T) {
 		t.Errorf("absolute bounds:\n%s", m)
 	}
 }
+
+// TestFleetConnectWaitBound: devicehub's storm waits past its largest
+// target (1.5x the detached ceiling's all connected, for PostgreSQL's
+// state), so that a storm slower than -fc-timeout is timed against that
+// target rather than cut short; a ceiling not reached, or not measured,
+// leaves the run's Timeout (twice it for an unknown ceiling).
+func TestFleetConnectWaitBound(t *testing.T) {
+	p := FleetConnectParams{Timeout: 3 * time.Minute}
+	cases := []struct {
+		name    string
+		ceiling *ConnectCeiling
+		want    time.Duration
+	}{
+		{"slow ceiling", &ConnectCeiling{Connect: &ConnectStorm{To99: 171.1, ToAll: 182.9}}, time.Duration(1.2 * 1.5 * 182.9 * float64(time.Second))},
+		{"fast ceiling", &ConnectCeiling{Connect: &ConnectStorm{To99: 33, ToAll: 34.6}}, 3 * time.Minute},
+		{"ceiling not reached", &ConnectCeiling{Connect: &ConnectStorm{To99: -1, ToAll: -1}}, 6 * time.Minute},
+		{"no ceilings measured", nil, 3 * time.Minute},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := FleetConnectResult{Params: p, CeilingDetached: c.ceiling}
+			s := stormOf{bound: r.attachedBound}
+			if got := s.waitBound(p, false); got != c.want {
+				t.Errorf("bound %v, want %v", got, c.want)
+			}
+		})
+	}
+	if got := (stormOf{}).waitBound(p, true); got != p.Timeout {
+		t.Errorf("a storm with no bound of its own: %v, want the run's Timeout", got)
+	}
+}

@@ -260,7 +260,7 @@ func newFlags() *flags {
 	fs.IntVar(&f.fcProbes, "fc-probes", 1000, "fleet-connect: devices whose reports are timed publish to stored")
 	fs.Float64Var(&f.fcGenCPUs, "fc-gen-cpus", 0, "fleet-connect: cap the generator children together at this many cores in every phase, the ceilings' and devicehub's (a cgroup CPU quota; needs root); 0: no cap")
 	fs.IntVar(&f.fcGenNice, "fc-gen-nice", 0, "fleet-connect: nice value of the generator children, which stand for devices on other machines (19: devicehub, brokers and databases served first; 0: the bench's own priority)")
-	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained)")
+	fs.DurationVar(&f.fcTimeout, "fc-timeout", 3*time.Minute, "fleet-connect: bound of each wait (all connected, state correct, drained); a ceiling storm waits up to twice it, devicehub's storms past their target of 1.5x the ceiling")
 	fs.BoolVar(&f.fcSkipBroker, "fc-skip-broker-restart", false, "fleet-connect: no broker restart")
 	fs.BoolVar(&f.fcSkipDevicehub, "fc-skip-devicehub-restart", false, "fleet-connect: no devicehub restart")
 	fs.BoolVar(&f.fcSkipCeilings, "fc-skip-ceilings", false, "fleet-connect: no ceilings (the same storms without devicehub, against brokers without the plugin and with it)")
