@@ -61,7 +61,8 @@ func freeAddr() (string, error) {
 }
 
 // startServer starts bin with this process's environment minus every
-// DEVICEHUB_* variable, plus cfg, logging to logDir/devicehub.log, and
+// DEVICEHUB_* variable, plus cfg, logging to logDir/devicehub.log (after
+// what an earlier child there logged), and
 // waits until /healthz answers 200 (or the child exits, or 60 s pass).
 // Its HTTP address is a free port's unless cfg.Env sets HTTP_ADDR.
 func startServer(ctx context.Context, bin, logDir string, cfg serverConfig) (*serverProc, error) {
@@ -83,7 +84,8 @@ func startServer(ctx context.Context, bin, logDir string, cfg serverConfig) (*se
 		env = append(env, "DEVICEHUB_"+k+"="+v)
 	}
 	logPath := filepath.Join(logDir, "devicehub.log")
-	lf, err := os.Create(logPath)
+	// Appended to: a restarted child's log follows its predecessor's.
+	lf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
