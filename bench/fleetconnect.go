@@ -177,11 +177,15 @@ type ConnectStorm struct {
 	// With devicehub: its state changes over the storm (until the last
 	// wait), written to PostgreSQL and folded into a later change of
 	// their device (devicehub_ingest_state_{changes,folded}_total), and
-	// the mean wait of those written from the state writer to committed
-	// (devicehub_ingest_state_delay_seconds{stage="write"}).
-	StateWritten   float64 `json:"stateWritten,omitempty"`
-	StateFolded    float64 `json:"stateFolded,omitempty"`
-	StateWriteMean float64 `json:"stateWriteMeanSeconds,omitempty"`
+	// the mean wait of a birth or will in each stage
+	// (devicehub_ingest_state_delay_seconds{stage}): delivery (its own
+	// timestamp, set by the device as it publishes, to its arrival at
+	// ingest: the generator, the broker, the machine), queue (arrival to
+	// the state writer) and write (the writer to committed): the last two
+	// are devicehub's.
+	StateWritten   float64            `json:"stateWritten,omitempty"`
+	StateFolded    float64            `json:"stateFolded,omitempty"`
+	StateDelayMean map[string]float64 `json:"stateDelayMeanSeconds,omitempty"`
 	// Unreached: each wait whose bound passed, with what it had then
 	// ("94,569 of 100,000 connected within 3m0s"); its seconds are -1.
 	Unreached map[string]string `json:"unreached,omitempty"`
@@ -215,8 +219,9 @@ func (s ConnectStorm) String() string {
 	}
 	st := ""
 	if s.StateSeconds != 0 || s.Unreached[waitState] != "" {
-		st = fmt.Sprintf("; PostgreSQL all online %s, presence view agrees %s; state changes %.0f written, %.0f folded, write %.0f ms on average",
-			s.secs(waitState, s.StateSeconds), s.secs(waitPresence, s.PresenceSeconds), s.StateWritten, s.StateFolded, 1000*s.StateWriteMean)
+		st = fmt.Sprintf("; PostgreSQL all online %s, presence view agrees %s; state changes %.0f written, %.0f folded, mean wait: delivery %.0f ms, queue %.0f ms, write %.0f ms",
+			s.secs(waitState, s.StateSeconds), s.secs(waitPresence, s.PresenceSeconds), s.StateWritten, s.StateFolded,
+			1000*s.StateDelayMean[stageDelivery], 1000*s.StateDelayMean[stageQueue], 1000*s.StateDelayMean[stageWrite])
 	}
 	if s.DrainSeconds > 0 {
 		st += fmt.Sprintf("; backlog stored %.1fs", s.DrainSeconds)
@@ -883,8 +888,12 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 		if m1 := s.state.stateMetrics(ctx); m1 != nil {
 			st.StateWritten = m1[stateWrittenMetric] - m0[stateWrittenMetric]
 			st.StateFolded = m1[stateFoldedMetric] - m0[stateFoldedMetric]
-			if n := m1[stateWriteCount] - m0[stateWriteCount]; n > 0 {
-				st.StateWriteMean = (m1[stateWriteSum] - m0[stateWriteSum]) / n
+			st.StateDelayMean = map[string]float64{}
+			for _, stage := range []string{stageDelivery, stageQueue, stageWrite} {
+				sum, count := stateDelay+`_sum{stage="`+stage+`"}`, stateDelay+`_count{stage="`+stage+`"}`
+				if n := m1[count] - m0[count]; n > 0 {
+					st.StateDelayMean[stage] = (m1[sum] - m0[sum]) / n
+				}
 			}
 		}
 	}
@@ -902,8 +911,14 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 const (
 	stateWrittenMetric = "devicehub_ingest_state_changes_total"
 	stateFoldedMetric  = "devicehub_ingest_state_folded_total"
-	stateWriteSum      = `devicehub_ingest_state_delay_seconds_sum{stage="write"}`
-	stateWriteCount    = `devicehub_ingest_state_delay_seconds_count{stage="write"}`
+	stateDelay         = "devicehub_ingest_state_delay_seconds" // {stage}: _sum, _count
+)
+
+// The stages of stateDelay (ingest/state.go).
+const (
+	stageDelivery = "delivery"
+	stageQueue    = "queue"
+	stageWrite    = "write"
 )
 
 // stateMetrics are the devicehub child's metrics now; nil if it did not
@@ -1278,6 +1293,11 @@ func (r FleetConnectResult) Figures() []Figure {
 		wait(st.name+": all connected", s, waitAll, s.ToAll, c, cAll, "")
 		wait(st.name+": every device online in PostgreSQL (newer than the storm)", s, waitState, s.StateSeconds, c, cAll, stateText)
 		wait(st.name+": presence view agrees", s, waitPresence, s.PresenceSeconds, nil, 0, "")
+		for _, stage := range []string{stageDelivery, stageQueue, stageWrite} {
+			if v, ok := s.StateDelayMean[stage]; ok {
+				add(Figure{Name: st.name + ": a birth's or will's mean wait, " + stage + m, Value: 1000 * v, Unit: "ms"})
+			}
+		}
 		if s.DrainSeconds > 0 {
 			add(Figure{Name: st.name + ": backlog stored (end to end p99 back under 2 s)" + m, Value: s.DrainSeconds, Unit: "s"})
 		} else if s.DrainSeconds < 0 {
