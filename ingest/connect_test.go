@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,36 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 				t.Errorf("the broker saw %d connects, want %d", n, tc.tries)
 			}
 		})
+	}
+}
+
+// TestConnectPoolAtOnce: New connects to every broker of a pool at once,
+// so one broker's refusal is not waited for behind another's silence,
+// and it ends the wait for the silent one: that one sees a single
+// connect, not connectAttempts. Connecting one broker after another, the
+// silent broker first, it would see every attempt before the refusal
+// was found.
+func TestConnectPoolAtOnce(t *testing.T) {
+	e, p, _ := newEnvOneDevice(t)
+	opt := testOptions(p)
+	opt.Connections = 1
+	opt.ConnectTimeout = 300 * time.Millisecond
+	u, err := url.Parse(brokerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
+	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	opt.BrokerURL = "tcp://" + silent.Addr() + ",tcp://" + refusing.Addr()
+	in, err := New(ctxT(t, time.Minute), opt, e.ch, e.store, e.store)
+	if err == nil {
+		_ = in.Close(ctxT(t, 30*time.Second))
+		t.Fatal("New connected to a pool whose second broker hangs up")
+	}
+	if !strings.Contains(err.Error(), refusing.Addr()) {
+		t.Errorf("New: %v, want the refusing broker's error", err)
+	}
+	if n := silent.Accepted(); n != 1 {
+		t.Errorf("the silent broker saw %d connects, want 1 (the refusal ends its wait)", n)
 	}
 }

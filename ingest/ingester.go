@@ -16,6 +16,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"devicehub/ingest/link"
 	"devicehub/ingest/mqttconn"
@@ -476,23 +477,51 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.workers.Add(1)
 	go in.runParking()
-	for b, broker := range brokers {
-		for n := range opt.Connections {
-			c, _, err := in.connect(ctx, b, in.sessionID(n), false)
-			if err != nil {
-				_ = in.Close(context.Background())
-				return nil, err
-			}
+	// Every broker's sessions at once: a restart during a storm finds each
+	// broker slow to answer, and one broker after another those waits
+	// would add up (a pool of six, two or three CONNECTs each). The first
+	// failure cancels the rest.
+	conns := make([][]mqtt.Client, len(brokers))
+	g, gctx := errgroup.WithContext(ctx)
+	for b := range brokers {
+		g.Go(func() (err error) {
+			conns[b], err = in.connectBroker(gctx, b)
+			return err
+		})
+	}
+	err = g.Wait()
+	for b, cs := range conns { // in broker order, also those to close
+		for _, c := range cs {
 			in.clients = append(in.clients, c)
 			in.atBroker = append(in.atBroker, b)
 		}
-		if err := in.retireSessions(ctx, b); err != nil {
-			_ = in.Close(context.Background())
-			return nil, err
-		}
-		in.log.Info("ingest subscribed", "broker", broker, "connections", opt.Connections, "qos", opt.QoS)
+	}
+	if err != nil {
+		_ = in.Close(context.Background())
+		return nil, err
 	}
 	return in, nil
+}
+
+// connectBroker connects broker b's Connections subscriber sessions and
+// takes over those a run with more left there (retireSessions); the
+// clients connected are returned also with an error, to be closed.
+func (in *Ingester) connectBroker(ctx context.Context, b int) ([]mqtt.Client, error) {
+	var out []mqtt.Client
+	for n := range in.opt.Connections {
+		c, _, err := in.connect(ctx, b, in.sessionID(n), false)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, c)
+	}
+	retired, err := in.retireSessions(ctx, b)
+	out = append(out, retired...)
+	if err != nil {
+		return out, err
+	}
+	in.log.Info("ingest subscribed", "broker", in.brokers[b], "connections", in.opt.Connections, "qos", in.opt.QoS)
+	return out, nil
 }
 
 // maxBrokers bounds a pool (a broker's index is an int8 in each item).

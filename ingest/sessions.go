@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
 )
@@ -25,21 +27,20 @@ const maxRetired = 64
 // until Close. Its session, now without subscriptions, is left on the
 // broker (removing it could drop a message not yet acknowledged), so each
 // start takes it over again, for one idle connection.
-func (in *Ingester) retireSessions(ctx context.Context, b int) error {
+func (in *Ingester) retireSessions(ctx context.Context, b int) (out []mqtt.Client, err error) {
 	for n := in.opt.Connections; n < in.opt.Connections+maxRetired; n++ {
 		c, present, err := in.connect(ctx, b, in.sessionID(n), true)
 		if err != nil {
-			return err
+			return out, err
 		}
 		if !present {
-			return nil
+			return out, nil
 		}
-		in.clients = append(in.clients, c)
-		in.atBroker = append(in.atBroker, b)
+		out = append(out, c)
 		in.log.Info("ingest retired a subscriber session left by a run with more connections",
 			"client", in.sessionID(n), "broker", mqttconn.BrokerName(in.brokers[b]))
 	}
-	return nil
+	return out, nil
 }
 
 // retiredFilters are the filters a retired session may still hold: the

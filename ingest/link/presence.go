@@ -14,6 +14,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/wire"
@@ -169,22 +170,25 @@ func NewPresence(ctx context.Context, opt PresenceOptions, lister OnlineLister) 
 	for i, broker := range brokers {
 		p.clients = append(p.clients, p.newClient(i, broker))
 	}
+	// Every broker at once: busy brokers (a restart during a storm) answer
+	// late, and one after another those waits would add up.
+	g, gctx := errgroup.WithContext(ctx)
 	for i, c := range p.clients {
-		if _, err := mqttconn.Connect(ctx, c); err != nil {
-			p.Close()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		g.Go(func() error {
+			if _, err := mqttconn.Connect(gctx, c); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("link: presence connect %s: %w", brokers[i], err)
 			}
-			return nil, fmt.Errorf("link: presence connect %s: %w", brokers[i], err)
-		}
+			return p.resubscribe(i)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		p.Close()
+		return nil, err
 	}
 	// The first seed runs here, synchronously, so the view is ready on return.
-	for i := range p.clients {
-		if err := p.resubscribe(i); err != nil {
-			p.Close()
-			return nil, err
-		}
-	}
 	if err := p.seed(ctx, true); err != nil {
 		p.Close()
 		return nil, err

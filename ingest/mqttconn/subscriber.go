@@ -11,6 +11,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/sync/errgroup"
 )
 
 // SubscriberConfig is a Subscriber's setup: one role's sessions at every
@@ -86,13 +87,20 @@ func Subscribe(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
 		f = map[string]byte{}
 	}
 	s.filters.Store(&f)
+	// Every broker at once: busy brokers answer late, and one after
+	// another those waits would add up.
+	s.clients = make([]mqtt.Client, len(cfg.Brokers))
+	g, gctx := errgroup.WithContext(ctx)
 	for b := range cfg.Brokers {
-		c, err := s.connect(ctx, b)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.clients = append(s.clients, c)
+		g.Go(func() (err error) {
+			s.clients[b], err = s.connect(gctx, b)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		s.clients = slices.DeleteFunc(s.clients, func(c mqtt.Client) bool { return c == nil })
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
