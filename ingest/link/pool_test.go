@@ -2,7 +2,9 @@ package link
 
 import (
 	"context"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
+	"devicehub/meta/metatest"
 )
 
 // recorder is a client subscribed to a filter, noting the topics it gets.
@@ -125,4 +128,30 @@ func TestPresencePool(t *testing.T) {
 	}
 	b.Start()
 	testkit.Eventually(t, 10*time.Second, "both clients connected with B back", p.Connected)
+}
+
+// TestPresencePoolAtOnce: NewPresence connects to every broker of a pool
+// at once, so a broker that hangs up fails it at once with its own error,
+// not after the connect timeout of a silent broker listed before it.
+func TestPresencePoolAtOnce(t *testing.T) {
+	a := mqtttest.StartBroker(t)
+	u, err := url.Parse(a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
+	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	opt := DefaultPresenceOptions()
+	opt.BrokerURL, opt.ClientID, opt.ProductIDs = "tcp://"+silent.Addr()+",tcp://"+refusing.Addr(), randID("presence-once-"), []string{randID("pp")}
+	opt.ConnectTimeout = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := NewPresence(ctx, opt, staticLister{"seeded"})
+	if err == nil {
+		p.Close()
+		t.Fatal("connected to a pool whose second broker hangs up")
+	}
+	if !strings.Contains(err.Error(), refusing.Addr()) {
+		t.Errorf("NewPresence: %v, want the refusing broker's error", err)
+	}
 }

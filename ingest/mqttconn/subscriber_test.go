@@ -2,6 +2,8 @@ package mqttconn_test
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqttconn"
 	"devicehub/ingest/mqtttest"
+	"devicehub/meta/metatest"
 )
 
 func subscribe(t *testing.T, cfg mqttconn.SubscriberConfig) *mqttconn.Subscriber {
@@ -125,5 +128,31 @@ func TestSubscriberResubscribes(t *testing.T) {
 			t.Fatalf("got %q on %s, want %s (the dropped filter is not subscribed again)", m.Msg.Payload(), m.Msg.Topic(), want)
 		}
 		m.Msg.Ack()
+	}
+}
+
+// TestSubscribePoolAtOnce: Subscribe connects to every broker of a pool
+// at once, so a broker that hangs up fails it at once with its own error,
+// not after the connect timeout of a silent broker listed before it.
+func TestSubscribePoolAtOnce(t *testing.T) {
+	b := mqtttest.StartBroker(t)
+	u, err := url.Parse(b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
+	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	cfg := subscriberConfig(b, testkit.RandID("owner-"), map[string]byte{"/p/+/properties/report": 1}, 1)
+	cfg.Brokers = []string{"tcp://" + silent.Addr(), "tcp://" + refusing.Addr()}
+	cfg.ConnectTimeout = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := mqttconn.Subscribe(ctx, cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal("subscribed to a pool whose second broker hangs up")
+	}
+	if !strings.Contains(err.Error(), refusing.Addr()) {
+		t.Errorf("Subscribe: %v, want the refusing broker's error", err)
 	}
 }
