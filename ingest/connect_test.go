@@ -28,15 +28,8 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 		{name: "hangs up", hangUp: true, tries: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, p, _ := newEnvOneDevice(t)
-			opt := testOptions(p)
-			opt.Connections = 1
-			opt.ConnectTimeout = 300 * time.Millisecond
-			u, err := url.Parse(brokerURL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy := metatest.NewProxyWith(t, u.Host, func(n int) metatest.Fate {
+			e, opt := proxiedEnv(t)
+			proxy := brokerProxy(t, func(n int) metatest.Fate {
 				switch {
 				case tc.hangUp:
 					return metatest.HangUp
@@ -72,16 +65,9 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 // silent broker first, it would see every attempt before the refusal
 // was found.
 func TestConnectPoolAtOnce(t *testing.T) {
-	e, p, _ := newEnvOneDevice(t)
-	opt := testOptions(p)
-	opt.Connections = 1
-	opt.ConnectTimeout = 300 * time.Millisecond
-	u, err := url.Parse(brokerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
-	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	e, opt := proxiedEnv(t)
+	silent := brokerProxy(t, func(int) metatest.Fate { return metatest.Stall })
+	refusing := brokerProxy(t, func(int) metatest.Fate { return metatest.HangUp })
 	opt.BrokerURL = "tcp://" + silent.Addr() + ",tcp://" + refusing.Addr()
 	in, err := New(ctxT(t, time.Minute), opt, e.ch, e.store, e.store)
 	if err == nil {
@@ -94,4 +80,25 @@ func TestConnectPoolAtOnce(t *testing.T) {
 	if n := silent.Accepted(); n != 1 {
 		t.Errorf("the silent broker saw %d connects, want 1 (the refusal ends its wait)", n)
 	}
+}
+
+// proxiedEnv is a test environment with one device and options for one
+// connection whose broker's answer is awaited 300 ms, for brokerProxy's
+// proxies.
+func proxiedEnv(t *testing.T) (*env, Options) {
+	e, p, _ := newEnvOneDevice(t)
+	opt := testOptions(p)
+	opt.Connections = 1
+	opt.ConnectTimeout = 300 * time.Millisecond
+	return e, opt
+}
+
+// brokerProxy is a proxy to the test broker deciding each connection's
+// fate.
+func brokerProxy(t *testing.T, fate func(n int) metatest.Fate) *metatest.Proxy {
+	u, err := url.Parse(brokerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metatest.NewProxyWith(t, u.Host, fate)
 }
