@@ -576,10 +576,7 @@ func RunFleetConnect(ctx context.Context, p FleetConnectParams) (res FleetConnec
 		// The storm's backlog stored before the next phase, which would
 		// otherwise measure it too.
 		w.setPhase("after broker restart (backlog)")
-		if res.BrokerRestart.DrainSeconds, err = waitUntil(ctx, attached.waitBound(p, true), res.BrokerRestart.start, func() bool {
-			l := w.latest()
-			return l.P99Ms > 0 && l.P99Ms < 2000 && l.Stored > 0
-		}); errors.Is(err, errNotReached) {
+		if res.BrokerRestart.DrainSeconds, err = waitUntil(ctx, attached.waitBound(p, true), res.BrokerRestart.start, w.caughtUp); errors.Is(err, errNotReached) {
 			err = nil
 		}
 		if err != nil {
@@ -665,7 +662,7 @@ func runCeiling(ctx context.Context, p FleetConnectParams, e *fleetEnv, brokers 
 			return out
 		}},
 		{name: "generator children", group: g.pids},
-	}, bound: func(bool) time.Duration { return 2 * p.Timeout }} // a ceiling not reached leaves its ratio unknown
+	}, bound: func(bool) time.Duration { return unknownCeilingWait * p.Timeout }} // a ceiling not reached leaves its ratio unknown
 	p.Logf("fleet-connect: ceiling, %s, no devicehub: %d devices connecting", kind, p.Devices)
 	if c.Connect, err = s.connect(ctx, p); err != nil {
 		return c, err
@@ -946,10 +943,7 @@ func (r *fleetConnectRun) steady(ctx context.Context, rssBefore map[string]int64
 		return nil, err
 	}
 	r.w.setPhase("steady (backlog)")
-	settle, err := r.waitFor(ctx, "steady: the connect storm's backlog stored", time.Now(), func() bool {
-		l := r.w.latest()
-		return l.P99Ms > 0 && l.P99Ms < 2000 && l.Stored > 0
-	})
+	settle, err := r.waitFor(ctx, "steady: the connect storm's backlog stored", time.Now(), r.w.caughtUp)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
@@ -1024,8 +1018,7 @@ func (r *fleetConnectRun) devicehubRestart(ctx context.Context) (*DevicehubResta
 	// Drained: a second whose end-to-end p99 is under 2 s, after a second
 	// with the restart's backlog behind it.
 	res.DrainSeconds, err = r.waitFor(ctx, "devicehub restart: latency back under 2 s", start, func() bool {
-		l := r.w.latest()
-		return time.Since(start) > 2*time.Second && l.P99Ms > 0 && l.P99Ms < 2000 && l.Stored > 0
+		return time.Since(start) > 2*time.Second && r.w.caughtUp()
 	})
 	if err = unreached("drained", err); err != nil {
 		return res, err
@@ -1159,18 +1152,23 @@ func stormBounds(ceiling *ConnectStorm, restart bool) (to99, state float64, to99
 	return to99, state, to99Text, stateText
 }
 
+// unknownCeilingWait: a ceiling's storm, and devicehub's where the
+// ceiling was not reached, wait up to this many times the run's Timeout.
+const unknownCeilingWait = 2
+
 // attachedBound is how long each wait of devicehub's storm may take: past
 // its largest target (PostgreSQL all online within 1.5x the detached
 // ceiling's all connected), so that a storm slower than the run's Timeout
-// is timed and set beside its target, not cut short; twice Timeout
-// where no ceiling was measured.
+// is timed and set beside its target, not cut short; unknownCeilingWait
+// times Timeout where the ceiling was not reached, and 0 (the run's
+// Timeout) where no ceilings ran.
 func (r FleetConnectResult) attachedBound(restart bool) time.Duration {
 	c := r.detachedCeiling(restart)
 	if c == nil || c.ToAll <= 0 {
 		if r.CeilingDetached == nil { // -fc-skip-ceilings: nothing to set it beside
 			return 0
 		}
-		return 2 * r.Params.Timeout
+		return unknownCeilingWait * r.Params.Timeout
 	}
 	_, state, _, _ := stormBounds(c, restart)
 	return time.Duration(1.2 * state * float64(time.Second))
@@ -1298,10 +1296,12 @@ func (r FleetConnectResult) Figures() []Figure {
 				add(Figure{Name: st.name + ": a birth's or will's mean wait, " + stage + m, Value: 1000 * v, Unit: "ms"})
 			}
 		}
-		if s.DrainSeconds > 0 {
-			add(Figure{Name: st.name + ": backlog stored (end to end p99 back under 2 s)" + m, Value: s.DrainSeconds, Unit: "s"})
-		} else if s.DrainSeconds < 0 {
-			add(Figure{Name: st.name + ": backlog stored (end to end p99 back under 2 s)" + m, Note: "not reached within the storm's bound"})
+		if s.DrainSeconds != 0 {
+			f := Figure{Name: st.name + ": backlog stored (end to end p99 back under 2 s)" + m, Value: s.DrainSeconds, Unit: "s"}
+			if s.DrainSeconds < 0 {
+				f.Value, f.Note = 0, "not reached within the storm's bound"
+			}
+			add(f)
 		}
 	}
 	if s := r.Steady; s != nil {

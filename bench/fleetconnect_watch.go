@@ -101,6 +101,13 @@ func (w *fleetWatch) latest() FleetSecond {
 	return w.last
 }
 
+// caughtUp reports whether the latest second says the backlog is stored:
+// reports stored in it, their end-to-end p99 under 2 s.
+func (w *fleetWatch) caughtUp() bool {
+	l := w.latest()
+	return l.P99Ms > 0 && l.P99Ms < 2000 && l.Stored > 0
+}
+
 func (w *fleetWatch) run() {
 	w.start = time.Now()
 	w.wg.Add(2)
