@@ -95,8 +95,8 @@ func startLiveInstanceFlush(t *testing.T, store *meta.Store, ch *tsdb.DB, produc
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			_ = in.Close(ctx)
-			for n := range iopt.Connections { // its persistent sessions
-				c := mqtt.NewClient(mqtttest.ServiceOptions(brokerURL(), fmt.Sprintf("%s-%d", iopt.ClientID, n)).SetCleanSession(true))
+			for _, id := range ingest.SessionIDs(iopt) { // its persistent sessions
+				c := mqtt.NewClient(mqtttest.ServiceOptions(brokerURL(), id).SetCleanSession(true))
 				if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 					c.Disconnect(0)
 				}

@@ -20,8 +20,10 @@ import (
 // so every message that came before it has been stored or dropped by then.
 // Readiness (/readyz "mqtt_backlog") waits for every session's marker.
 //
-// The marker topic is /{p}/$devicehub/online: "$" is in no device id
-// (meta's id rule), so no device can publish to it or be mistaken for it;
+// The marker topic is /{p}/$devicehub/online for the presence session and
+// /{p}/$devicehub/properties/report for the data sessions (sessions.go),
+// a level each one's filters hold: "$" is in no device id (meta's id
+// rule), so no device can publish to it or be mistaken for it;
 // {p} is "$devicehub", or the first product when the subscription is
 // limited to some. The service login needs the right to publish there
 // (ingest/dynsec ServiceACLs, granted on start); a broker that refuses it
@@ -32,8 +34,8 @@ import (
 // broker queues nothing for an absent session, and a shared subscription's
 // queue belongs to the group, whose markers any member may receive.
 type backlog struct {
-	topic string
-	log   *slog.Logger
+	data, presence string // the marker topics
+	log            *slog.Logger
 
 	mu   sync.Mutex
 	want map[string]marker // session key -> the marker it waits for
@@ -52,28 +54,38 @@ type marker struct {
 // make readiness stop waiting for backlogs.
 const markerGiveUp = 3
 
-// markerTopic is the topic subscribers publish their markers to.
-func markerTopic(productIDs []string) string {
+// markerTopic is the topic subscribers publish their markers to on level.
+func markerTopic(productIDs []string, level string) string {
 	p := wire.MarkerDevice
 	if len(productIDs) > 0 {
 		p = productIDs[0]
 	}
-	return wire.DeviceTopic(p, wire.MarkerDevice, wire.LevelOnline)
+	return wire.DeviceTopic(p, wire.MarkerDevice, level)
 }
 
 func newBacklog(opt Options, log *slog.Logger) *backlog {
 	return &backlog{
-		topic: markerTopic(opt.ProductIDs),
-		log:   log,
-		want:  make(map[string]marker),
-		off:   opt.QoS == 0 || opt.ShareGroup != NoShareGroup,
+		data:     markerTopic(opt.ProductIDs, wire.LevelReport),
+		presence: markerTopic(opt.ProductIDs, wire.LevelOnline),
+		log:      log,
+		want:     make(map[string]marker),
+		off:      opt.QoS == 0 || opt.ShareGroup != NoShareGroup,
 	}
+}
+
+// topicOf is the marker topic of the presence session, or of a data
+// session.
+func (b *backlog) topicOf(presence bool) string {
+	if presence {
+		return b.presence
+	}
+	return b.data
 }
 
 // mark publishes the marker of session id (Ingester.sessionKey) of broker
 // on its connection c, which has just connected and subscribed (or renewed
-// its subscription).
-func (b *backlog) mark(c mqtt.Client, broker int, id string) {
+// its subscription); presence: it is the presence session.
+func (b *backlog) mark(c mqtt.Client, broker int, id string, presence bool) {
 	payload := id + " " + rand.Text()
 	b.mu.Lock()
 	if b.off {
@@ -82,7 +94,7 @@ func (b *backlog) mark(c mqtt.Client, broker int, id string) {
 	}
 	b.want[id] = marker{payload, broker}
 	b.mu.Unlock()
-	go logFailure(b.log, "ingest: publishing the backlog marker failed", id, c.Publish(b.topic, 1, false, payload))
+	go logFailure(b.log, "ingest: publishing the backlog marker failed", id, c.Publish(b.topicOf(presence), 1, false, payload))
 }
 
 // connectionLost notes that session id lost its connection; with its
@@ -99,16 +111,9 @@ func (b *backlog) connectionLost(id string) {
 		b.log.Warn("ingest: the broker dropped the connection "+
 			"before the backlog marker came back, again and again; "+
 			"the service login may lack the right to publish it: readiness no longer waits for backlogs",
-			"topic", b.topic, "times", b.lost)
+			"topics", b.data+" "+b.presence, "times", b.lost)
 	}
 }
-
-// isMarker reports whether topic is a marker topic: this instance's, or
-// another's whose subscription is limited to other products.
-func (b *backlog) isMarker(topic string) bool { return strings.HasSuffix(topic, markerSuffix) }
-
-// markerSuffix ends every marker topic.
-const markerSuffix = "/" + wire.MarkerDevice + "/" + wire.LevelOnline
 
 // arrived takes a marker received by session id on the connection whose
 // acknowledgements order keeps. Any marker is acknowledged in its turn

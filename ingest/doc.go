@@ -6,8 +6,12 @@
 // The wire format is decoded by pure functions (package ingest/wire:
 // ParseTopic and the Decode* functions) that turn a topic and payload into
 // tsdb rows, so the hot path is fuzzed and benchmarked without a network. Ingester owns
-// the shared, persistent QoS 1 subscription with manual acknowledgements:
+// the shared, persistent QoS 1 subscriptions with manual acknowledgements:
 // a message is acknowledged only once the batch holding it is stored.
+// Births and wills travel in a session of their own at each broker, so
+// that a device's state does not wait behind the reports queued ahead of
+// it (sessions.go); the one start that moves them there from a session of
+// an earlier run neither loses nor doubles one (handoff.go).
 //
 // The device link (commands to devices, the in-memory presence view and
 // the MQTT helpers both sides use: devicehub's login, the buffered

@@ -38,9 +38,13 @@ const (
 	// subscription, so each (re)subscription would store it again; live
 	// messages reach a subscriber without the retain flag.
 	DropRetained = "retained"
+	// DropHandedOver: a birth or will the broker sent to two sessions
+	// while the presence session took births and wills over from the data
+	// session (handoff.go); the other copy is the one stored.
+	DropHandedOver = "handed_over"
 )
 
-var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMismatch, DropNotActive, DropMalformed, DropOversize, DropRetained}
+var dropReasons = []string{DropUnknownTopic, DropUnknownDevice, DropProductMismatch, DropNotActive, DropMalformed, DropOversize, DropRetained, DropHandedOver}
 
 // Options configure an Ingester. Zero fields take DefaultOptions' values.
 type Options struct {
@@ -53,7 +57,8 @@ type Options struct {
 	// Login is devicehub's login at the broker.
 	Login mqttconn.Login
 	// ClientID prefixes the ids of the subscriber connections,
-	// "<ClientID>-<n>", the same at every broker of a pool. They must be
+	// "<ClientID>-<n>" and "<ClientID>-presence" (sessions.go), the same
+	// at every broker of a pool. They must be
 	// stable across restarts (the broker keeps their sessions and queued
 	// messages) and differ between instances. Default
 	// "devicehub-ingest-<hostname>".
@@ -334,13 +339,17 @@ type Ingester struct {
 	clients  []mqtt.Client // subscriber connections of every broker
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
 	born     *BornAt       // with several brokers, where each device's last birth came from
-	filters  map[string]byte
 	writers  []*tsdb.Writer
 	devices  *deviceCache
 	models   *modelCache // nil: values are not checked (models.go)
 	states   *stateShards
 	m        *metrics
 	seed     maphash.Seed
+
+	// The subscriptions of the data sessions (every uplink but births and
+	// wills) and of the presence session (births and wills), sessions.go.
+	dataFilters, presenceFilters map[string]byte
+	handoffs                     []atomic.Pointer[handoff] // per broker, while one runs (handoff.go)
 
 	queues  []chan item
 	backlog *backlog // when each kept session's backlog is drained (backlog.go)
@@ -383,15 +392,17 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	runCtx, abort := context.WithCancel(context.Background())
 	in := &Ingester{
-		opt:      opt,
-		brokers:  brokers,
-		log:      opt.Logger.With("component", "ingest"),
-		seed:     maphash.MakeSeed(),
-		stopping: make(chan struct{}),
-		drained:  make(chan struct{}),
-		runCtx:   runCtx,
-		abort:    abort,
-		filters:  make(map[string]byte),
+		opt:             opt,
+		brokers:         brokers,
+		log:             opt.Logger.With("component", "ingest"),
+		seed:            maphash.MakeSeed(),
+		stopping:        make(chan struct{}),
+		drained:         make(chan struct{}),
+		runCtx:          runCtx,
+		abort:           abort,
+		dataFilters:     make(map[string]byte),
+		presenceFilters: make(map[string]byte),
+		handoffs:        make([]atomic.Pointer[handoff], len(brokers)),
 	}
 	in.idle = sync.NewCond(&in.gate)
 	if len(brokers) > 1 {
@@ -461,12 +472,11 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	in.states = newStateShards(states, opt.StateWriters, opt.StateFlushInterval, opt.StateBatch, in.log, in.m,
 		func(n int) { in.stateN.Add(uint64(n)) }, func() { in.foldedN.Add(1) })
-	for _, f := range wire.UplinkFilters(opt.ProductIDs...) {
-		if opt.ShareGroup == NoShareGroup {
-			in.filters[f] = opt.QoS
-			continue
-		}
-		in.filters["$share/"+opt.ShareGroup+"/"+f] = opt.QoS
+	for _, f := range wire.DataFilters(opt.ProductIDs...) {
+		in.dataFilters[in.shared(f)] = opt.QoS
+	}
+	for _, f := range wire.PresenceFilters(opt.ProductIDs...) {
+		in.presenceFilters[in.shared(f)] = opt.QoS
 	}
 	per := max(1, opt.Queue/opt.Workers)
 	for n := range opt.Workers {
@@ -503,21 +513,40 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	return in, nil
 }
 
-// connectBroker connects broker b's Connections subscriber sessions and
-// takes over those a run with more left there (retireSessions); the
+// connectBroker connects broker b's sessions: Connections data sessions,
+// those a run with more left there (retireSessions), then the presence
+// session, to which births and wills are handed over (handOver). The
 // clients connected are returned also with an error, to be closed.
 func (in *Ingester) connectBroker(ctx context.Context, b int) ([]mqtt.Client, error) {
 	var out []mqtt.Client
+	kept := false // a data session kept from an earlier run
 	for n := range in.opt.Connections {
-		c, _, err := in.connect(ctx, b, in.sessionID(n), false)
+		c, present, err := in.connect(ctx, b, in.sessionID(n), roleData, nil)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, c)
+		kept = kept || present
 	}
+	data := out
 	retired, err := in.retireSessions(ctx, b)
 	out = append(out, retired...)
 	if err != nil {
+		return out, err
+	}
+	var h *handoff
+	if kept && in.opt.ShareGroup == NoShareGroup {
+		h = newHandoff(in.presenceID())
+	}
+	p, present, err := in.connect(ctx, b, in.presenceID(), rolePresence, h)
+	if err != nil {
+		return out, err
+	}
+	out = append(out, p)
+	if present {
+		h = nil // a kept presence session: births and wills were handed over before
+	}
+	if err := in.handOver(b, p, data, h); err != nil {
 		return out, err
 	}
 	in.log.Info("ingest subscribed", "broker", in.brokers[b], "connections", in.opt.Connections, "qos", in.opt.QoS)
@@ -544,15 +573,26 @@ type onlineLister interface {
 // sessionID is the client id of subscriber connection n.
 func (in *Ingester) sessionID(n int) string { return in.opt.ClientID + "-" + strconv.Itoa(n) }
 
-// connect connects subscriber id and subscribes it to the uplink filters.
-// With retire, it subscribes to nothing: when the broker had a session
+// connect connects subscriber id in role r and subscribes it to its
+// filters; present reports whether the broker kept a session for id. A
+// retired session subscribes to nothing: when the broker had a session
 // for id, it unsubscribes that session from the uplink filters and returns
-// the client, present true; else it removes the session its own connect
-// made and returns a nil client.
-func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) (mqtt.Client, bool, error) {
-	order := newAckOrder(in.ack) // kept across reconnects: older messages still settle first
+// the client; else it removes the session its own connect made and
+// returns a nil client. h, for a new presence session, is armed before it
+// subscribes (handoff.go).
+func (in *Ingester) connect(ctx context.Context, b int, id string, r role, h *handoff) (mqtt.Client, bool, error) {
+	s := &session{
+		order:  newAckOrder(in.ack), // kept across reconnects: older messages still settle first
+		broker: int8(b),
+		key:    in.sessionKey(b, id),
+		role:   r,
+	}
+	filters := in.dataFilters
+	if r == rolePresence {
+		filters = in.presenceFilters
+	}
 	var reconnect atomic.Bool
-	broker, key := in.brokers[b], in.sessionKey(b, id)
+	broker := in.brokers[b]
 	c := mqttconn.New(mqttconn.Config{
 		Broker: broker, ClientID: id, Login: in.opt.Login,
 		Persistent:     true, // the broker keeps our subscription and queued QoS 1 messages
@@ -563,18 +603,18 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 		PingTimeout:    in.opt.PingTimeout,
 		ConnectTimeout: in.opt.ConnectTimeout,
 		// In order on one goroutine: blocking it is the backpressure.
-		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(order, int8(b), key, m) },
+		OnMessage: func(_ mqtt.Client, m mqtt.Message) { in.receive(s, m) },
 		OnConnect: func(c mqtt.Client) {
-			if retire || !reconnect.Swap(true) {
+			if r == roleRetired || !reconnect.Swap(true) {
 				return // a retired session subscribes to nothing; the first connect is connect's
 			}
 			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
-			in.subscribe(c, id)
-			in.backlog.mark(c, b, key)
+			in.subscribe(c, id, filters)
+			in.backlog.mark(c, b, s.key, r == rolePresence)
 		},
 		OnLost: func(_ mqtt.Client, err error) {
-			in.backlog.connectionLost(key)
+			in.backlog.connectionLost(s.key)
 			in.log.Warn("ingest connection lost; reconnecting", "client", id, "broker", mqttconn.BrokerName(broker), "err", err)
 		},
 	})
@@ -585,7 +625,7 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 		}
 		return nil, false, fmt.Errorf("ingest: connect %s as %s: %w", broker, id, err)
 	}
-	if retire {
+	if r == roleRetired {
 		if !present {
 			c.Disconnect(0)
 			in.removeSession(broker, id)
@@ -601,18 +641,21 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, retire bool) 
 	// session. A new one has no backlog, so its SUBACK is waited for and
 	// New returns subscribed.
 	if present {
-		in.subscribe(c, id)
-		in.backlog.mark(c, b, key)
+		in.subscribe(c, id, filters)
+		in.backlog.mark(c, b, s.key, r == rolePresence)
 		// A run with the other ShareGroup form left its subscriptions.
 		go logFailure(in.log, "ingest: unsubscribing the other subscription form failed", id, c.Unsubscribe(in.otherFilters()...))
 		return c, true, nil
 	}
-	if err := mqttconn.WaitToken(c.SubscribeMultiple(in.filters, nil), in.opt.ConnectTimeout); err != nil {
+	if h != nil {
+		in.handoffs[b].Store(h) // before SUBSCRIBE: a new session gets nothing before it
+	}
+	if err := mqttconn.WaitToken(c.SubscribeMultiple(filters, nil), in.opt.ConnectTimeout); err != nil {
 		c.Disconnect(0)
 		return nil, false, fmt.Errorf("ingest: subscribe as %s: %w", id, err)
 	}
-	in.backlog.mark(c, b, key)
-	return c, true, nil
+	in.backlog.mark(c, b, s.key, r == rolePresence)
+	return c, false, nil
 }
 
 // connectAttempts: a broker that does not answer a CONNECT within
@@ -641,10 +684,10 @@ func (in *Ingester) connectPatiently(ctx context.Context, c mqtt.Client, broker,
 	}
 }
 
-// subscribe (re)subscribes c to the uplink filters without waiting: the
-// broker answers behind the backlog it holds for the session.
-func (in *Ingester) subscribe(c mqtt.Client, id string) {
-	go logFailure(in.log, "ingest subscribe failed", id, c.SubscribeMultiple(in.filters, nil))
+// subscribe (re)subscribes c to filters without waiting: the broker
+// answers behind the backlog it holds for the session.
+func (in *Ingester) subscribe(c mqtt.Client, id string, filters map[string]byte) {
+	go logFailure(in.log, "ingest subscribe failed", id, c.SubscribeMultiple(filters, nil))
 }
 
 // logFailure waits for t however long the broker takes, and logs its error.
@@ -655,9 +698,10 @@ func logFailure(log *slog.Logger, msg, client string, t mqtt.Token) {
 	}
 }
 
-// receive is the MQTT callback: it never touches storage, only hands the
-// message to its worker's bounded queue, waiting while that is full.
-func (in *Ingester) receive(order *ackOrder, broker int8, session string, m mqtt.Message) {
+// receive is the MQTT callback of session s: it never touches storage,
+// only hands the message to its worker's bounded queue, waiting while that
+// is full.
+func (in *Ingester) receive(s *session, m mqtt.Message) {
 	in.gate.Lock()
 	if in.closed {
 		in.gate.Unlock()
@@ -674,15 +718,19 @@ func (in *Ingester) receive(order *ackOrder, broker int8, session string, m mqtt
 		in.gate.Unlock()
 	}()
 
-	if in.backlog.isMarker(m.Topic()) {
-		in.backlog.arrived(order, session, m)
+	h := in.handoffs[s.broker].Load()
+	if wire.IsMarker(m.Topic()) {
+		if h != nil && !in.handoffMarker(h, s, m) {
+			return // stopping while the presence session waited: delivered again
+		}
+		in.backlog.arrived(s.order, s.key, m)
 		return
 	}
 	in.received.Add(1)
 	in.m.received.Inc()
-	it := item{msg: m, at: time.Now(), broker: broker}
+	it := item{msg: m, at: time.Now(), broker: s.broker}
 	if m.Qos() > 0 {
-		it.order, it.seq = order, order.add(m)
+		it.order, it.seq = s.order, s.order.add(m)
 	}
 	if m.Retained() {
 		in.drop(it, DropRetained)
@@ -694,8 +742,17 @@ func (in *Ingester) receive(order *ackOrder, broker int8, session string, m mqtt
 		return
 	}
 	it.topic = t
-	in.devices.hint(t.DeviceID)
-	q := in.queues[maphash.String(in.seed, t.DeviceID)%uint64(len(in.queues))]
+	if h != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindOffline) && in.handedOver(h, s, it) {
+		return
+	}
+	in.enqueue(it)
+}
+
+// enqueue hands it to its device's worker, waiting while that one's queue
+// is full.
+func (in *Ingester) enqueue(it item) {
+	in.devices.hint(it.topic.DeviceID)
+	q := in.queues[maphash.String(in.seed, it.topic.DeviceID)%uint64(len(in.queues))]
 	in.depth.Add(1)
 	select {
 	case q <- it:

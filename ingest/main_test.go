@@ -136,8 +136,8 @@ func (e *env) startIngesterWith(opt Options, states StateApplier) *Ingester {
 // purgeSessions removes the persistent sessions of opt's clients from the
 // broker (a clean-session connect with the same ids).
 func purgeSessions(t testing.TB, opt Options) {
-	for n := range opt.Connections {
-		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, fmt.Sprintf("%s-%d", opt.ClientID, n)).
+	for _, id := range SessionIDs(opt) {
+		c := mqtt.NewClient(mqtttest.ServiceOptions(opt.BrokerURL, id).
 			SetCleanSession(true))
 		if tok := c.Connect(); tok.WaitTimeout(5*time.Second) && tok.Error() == nil {
 			c.Disconnect(0)

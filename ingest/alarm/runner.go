@@ -446,7 +446,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			done(w)
 		case m := <-in:
 			pending = append(pending, m)
-			if strings.HasSuffix(m.Msg.Topic(), markerSuffix) {
+			if wire.IsMarker(m.Msg.Topic()) { // this runner's, or another session's
 				pendingDev = append(pendingDev, "")
 				delete(marks, string(m.Msg.Payload()))
 				r.ready.Store(len(marks) == 0)
@@ -830,10 +830,6 @@ func (v *deviceValues) load(ctx context.Context, keys map[string][]string, all b
 // markerWait bounds the wait for the sessions' backlog markers (a broker
 // that refuses the marker's publish, or drops it).
 const markerWait = 30 * time.Second
-
-// markerSuffix ends a backlog marker's topic, /{p}/$devicehub/online:
-// "$" is in no device id, so no device publishes there.
-const markerSuffix = "/" + wire.MarkerDevice + "/" + wire.LevelOnline
 
 // markBacklogs publishes a marker on each client, QoS 1, to a topic its
 // filters match; it returns the markers' payloads still awaited. A

@@ -34,8 +34,8 @@ type ACL struct {
 // ServiceACLs are what devicehub's own clients need beyond the plugin
 // admin role that `mosquitto_ctrl dynsec init` gives its login (subscribe
 // and receive everything, $SYS, the control topic): publish downlinks, and
-// the ingest sessions' backlog markers (ingest/backlog.go), on a device
-// level no device id can have. The device-login plugin's control topic is
+// the ingest sessions' backlog markers (ingest/backlog.go, to the online
+// and the report level), on a device level no device id can have. The device-login plugin's control topic is
 // granted by that plugin itself (ingest/devauth).
 func ServiceACLs() []ACL {
 	return []ACL{
@@ -46,6 +46,7 @@ func ServiceACLs() []ACL {
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelShadowGetReply), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", "+", wire.LevelFirmwareUpgrade), Allow: true},
 		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", wire.MarkerDevice, wire.LevelOnline), Allow: true},
+		{Type: "publishClientSend", Topic: wire.DeviceTopic("+", wire.MarkerDevice, wire.LevelReport), Allow: true},
 		{Type: "subscribePattern", Topic: "#", Allow: true},
 	}
 }

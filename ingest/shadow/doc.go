@@ -26,9 +26,9 @@
 //   - A device subscribes to .../shadow/delta before it publishes its
 //     birth (.../online). A device that was not subscribed when a change was
 //     published therefore published its birth after that publish, after the
-//     change's commit. Ingest takes births on its persistent QoS 1 session
-//     (one instance per birth: a plain subscription, or one member of a
-//     share group) and hands each to Born, which reads the shadow, so after
+//     change's commit. Ingest takes births on its persistent QoS 1
+//     presence session (one instance per birth: a plain subscription, or
+//     one member of a share group) and hands each to Born, which reads the shadow, so after
 //     the commit: the birth's delta holds the change. Births are read in
 //     batches of one query; a device without a shadow costs nothing more.
 //   - Ingest acknowledges a birth only once Born has sent its delta (or

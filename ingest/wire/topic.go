@@ -31,9 +31,10 @@ const (
 	LevelFirmwareUpgrade  = "firmware/upgrade"
 )
 
-// MarkerDevice is the device level of the ingest sessions' backlog
-// markers (/{p}/$devicehub/online, ingest/backlog.go): "$" is in no
-// device id, so no device can publish or receive on it.
+// MarkerDevice is the device level of the subscriber sessions' backlog
+// markers (/{p}/$devicehub/online and /{p}/$devicehub/properties/report,
+// ingest/backlog.go): "$" is in no device id, so no device can publish or
+// receive on it.
 const MarkerDevice = "$devicehub"
 
 // DeviceTopic is /{productID}/{deviceID}/{level}; "+" as either id makes
@@ -86,19 +87,46 @@ func (k Kind) MessageType() string {
 func (k Kind) String() string { return k.MessageType() }
 
 // UplinkFilters are the MQTT topic filters of every uplink kind for the
-// products in productIDs ("+" for all when empty).
+// products in productIDs ("+" for all when empty): DataFilters and
+// PresenceFilters.
 func UplinkFilters(productIDs ...string) []string {
+	return append(DataFilters(productIDs...), PresenceFilters(productIDs...)...)
+}
+
+// DataFilters are UplinkFilters but births and wills.
+func DataFilters(productIDs ...string) []string {
+	return filters(productIDs, LevelReport, LevelEvent+"+", LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet,
+		LevelFirmwareProgress, LevelFirmwareVersion)
+}
+
+// PresenceFilters are the filters of births and wills (online, offline).
+func PresenceFilters(productIDs ...string) []string {
+	return filters(productIDs, LevelOnline, LevelOffline)
+}
+
+func filters(productIDs []string, levels ...string) []string {
 	if len(productIDs) == 0 {
 		productIDs = []string{"+"}
 	}
 	var out []string
 	for _, p := range productIDs {
-		for _, l := range []string{LevelReport, LevelEvent + "+", LevelOnline, LevelOffline, LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet,
-			LevelFirmwareProgress, LevelFirmwareVersion} {
+		for _, l := range levels {
 			out = append(out, DeviceTopic(p, "+", l))
 		}
 	}
 	return out
+}
+
+// IsMarker reports whether topic is on the device level MarkerDevice
+// (/{p}/$devicehub/...): a subscriber session's backlog marker, which no
+// device can publish.
+func IsMarker(topic string) bool {
+	rest, ok := strings.CutPrefix(topic, "/")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, "/")
+	return ok && strings.HasPrefix(rest, MarkerDevice+"/")
 }
 
 // Topic is a parsed uplink topic.

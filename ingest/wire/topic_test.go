@@ -48,3 +48,52 @@ func TestDeviceTopic(t *testing.T) {
 		t.Errorf("UplinkFilters: %q", got)
 	}
 }
+
+func TestIsMarker(t *testing.T) {
+	for topic, want := range map[string]bool{
+		"/$devicehub/$devicehub/online":            true,
+		"/p/$devicehub/properties/report":          true,
+		"/p/$devicehub/online":                     true,
+		"/p/d/online":                              false,
+		"/p/d/properties/report":                   false,
+		"/p/$devicehubx/online":                    false, // not the marker level
+		"/$devicehub/d/online":                     false, // a product named so
+		"p/$devicehub/online":                      false,
+		"/p/$devicehub":                            false,
+		"":                                         false,
+		"/p/d/$devicehub/online":                   false,
+		"/p/$devicehub/firmware/progress/anything": true,
+	} {
+		if got := IsMarker(topic); got != want {
+			t.Errorf("IsMarker(%q) = %v, want %v", topic, got, want)
+		}
+	}
+}
+
+// The uplink filters are the data and presence filters, disjoint, and
+// each uplink kind is matched by exactly one of them.
+func TestFilterSplit(t *testing.T) {
+	data, pres := DataFilters("p"), PresenceFilters("p")
+	all := UplinkFilters("p")
+	if len(all) != len(data)+len(pres) {
+		t.Fatalf("UplinkFilters %d = %d data + %d presence?", len(all), len(data), len(pres))
+	}
+	has := func(fs []string, level string) bool {
+		for _, f := range fs {
+			if f == DeviceTopic("p", "+", level) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, l := range []string{LevelOnline, LevelOffline} {
+		if !has(pres, l) || has(data, l) {
+			t.Errorf("%s: presence %v, data %v", l, has(pres, l), has(data, l))
+		}
+	}
+	for _, l := range []string{LevelReport, LevelEvent + "+", LevelReadReply, LevelInvokeReply, LevelWriteReply, LevelShadowGet, LevelFirmwareProgress, LevelFirmwareVersion} {
+		if has(pres, l) || !has(data, l) {
+			t.Errorf("%s: presence %v, data %v", l, has(pres, l), has(data, l))
+		}
+	}
+}
