@@ -180,8 +180,8 @@ type ConnectStorm struct {
 	// the mean wait of a birth or will in each stage
 	// (devicehub_ingest_state_delay_seconds{stage}): delivery (its own
 	// timestamp, set by the device as it publishes, to its arrival at
-	// ingest: the generator, the broker, and the messages ahead of it in
-	// ingest's session), queue (arrival to the state writer) and write
+	// ingest: the generator, the broker, and the births and wills ahead
+	// of it in ingest's presence session), queue (arrival to the state writer) and write
 	// (the writer to committed).
 	StateWritten   float64            `json:"stateWritten,omitempty"`
 	StateFolded    float64            `json:"stateFolded,omitempty"`

@@ -351,10 +351,11 @@ type Ingester struct {
 	dataFilters, presenceFilters map[string]byte
 	handoffs                     []atomic.Pointer[handoff] // per broker, while one runs (handoff.go)
 
-	queues  []chan item
-	backlog *backlog // when each kept session's backlog is drained (backlog.go)
-	depth   atomic.Int64
-	parking parking // messages waiting for PostgreSQL (park.go)
+	// Each worker's queues: births and wills, taken first, and the rest.
+	presenceQ, queues []chan item
+	backlog           *backlog // when each kept session's backlog is drained (backlog.go)
+	depth             atomic.Int64
+	parking           parking // messages waiting for PostgreSQL (park.go)
 
 	// Intake gate: callbacks register in active; Close waits for them.
 	gate     sync.Mutex
@@ -480,10 +481,10 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	}
 	per := max(1, opt.Queue/opt.Workers)
 	for n := range opt.Workers {
-		q := make(chan item, per)
-		in.queues = append(in.queues, q)
+		pq, q := make(chan item, per), make(chan item, per)
+		in.presenceQ, in.queues = append(in.presenceQ, pq), append(in.queues, q)
 		in.workers.Add(1)
-		go in.work(q, in.writers[n%len(in.writers)])
+		go in.work(pq, q, in.writers[n%len(in.writers)])
 	}
 	in.workers.Add(1)
 	go in.runParking()
@@ -749,10 +750,15 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 }
 
 // enqueue hands it to its device's worker, waiting while that one's queue
-// is full.
+// is full. Births and wills have a queue of their own, which the worker
+// takes first (work).
 func (in *Ingester) enqueue(it item) {
 	in.devices.hint(it.topic.DeviceID)
-	q := in.queues[maphash.String(in.seed, it.topic.DeviceID)%uint64(len(in.queues))]
+	n := maphash.String(in.seed, it.topic.DeviceID) % uint64(len(in.queues))
+	q := in.queues[n]
+	if it.topic.Kind == wire.KindOnline || it.topic.Kind == wire.KindOffline {
+		q = in.presenceQ[n]
+	}
 	in.depth.Add(1)
 	select {
 	case q <- it:
@@ -793,26 +799,41 @@ func (in *Ingester) ack(m mqtt.Message) {
 	in.m.acked.Inc()
 }
 
-func (in *Ingester) work(q chan item, w *tsdb.Writer) {
+// work processes its queues until intake has stopped and they are empty.
+// Births and wills (pq) go first: a birth reaches the state writer after
+// the message being stored, not after the thousands of reports a storm
+// queues ahead of it. A device's births and wills stay in their order (one
+// queue, one session); their order against its reports changes no state
+// (sessions.go).
+func (in *Ingester) work(pq, q chan item, w *tsdb.Writer) {
 	defer in.workers.Done()
 	var rows wire.Rows
 	for {
+		var it item
 		select {
-		case it := <-q:
-			in.depth.Add(-1)
-			in.process(&rows, it, w)
-		case <-in.drained:
-			// Intake has stopped and no callback runs: drain and exit.
-			for {
-				select {
-				case it := <-q:
-					in.depth.Add(-1)
-					in.process(&rows, it, w)
-				default:
-					return
+		case it = <-pq:
+		default:
+			select {
+			case it = <-pq:
+			case it = <-q:
+			case <-in.drained:
+				// Intake has stopped and no callback runs: drain and exit.
+				for {
+					select {
+					case it := <-pq:
+						in.depth.Add(-1)
+						in.process(&rows, it, w)
+					case it := <-q:
+						in.depth.Add(-1)
+						in.process(&rows, it, w)
+					default:
+						return
+					}
 				}
 			}
 		}
+		in.depth.Add(-1)
+		in.process(&rows, it, w)
 	}
 }
 

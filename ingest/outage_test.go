@@ -92,6 +92,25 @@ func (ch *privateClickHouse) start() {
 
 }
 
+// open opens database on the server (tsdb.Open migrates it), closed at
+// the end of the test; its queries give up within seconds while the
+// server is down.
+func (ch *privateClickHouse) open(database string) *tsdb.DB {
+	ch.t.Helper()
+	opt := tsdb.DefaultOptions()
+	opt.Addr = ch.addr()
+	opt.Database = database
+	opt.TimeZone = time.UTC
+	opt.DialTimeout = time.Second
+	opt.QueryTimeout = 3 * time.Second
+	db, err := tsdb.Open(ctxT(ch.t, 60*time.Second), opt)
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	ch.t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // kill SIGKILLs the server (only the process this test started).
 func (ch *privateClickHouse) kill() {
 	if ch.cmd == nil {
@@ -108,17 +127,7 @@ func (ch *privateClickHouse) kill() {
 func TestClickHouseOutageLosesNothing(t *testing.T) {
 	ch := startPrivateClickHouse(t)
 	e := &env{t: t, store: metatest.NewStore(t)}
-	opt := tsdb.DefaultOptions()
-	opt.Addr = ch.addr()
-	opt.Database = "devicehub_outage"
-	opt.TimeZone = time.UTC
-	opt.DialTimeout = time.Second
-	opt.QueryTimeout = 3 * time.Second
-	db, err := tsdb.Open(ctxT(t, 60*time.Second), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := ch.open("devicehub_outage")
 	e.ch = db
 
 	p := randID("p")

@@ -15,7 +15,6 @@ import (
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/wire"
 	"devicehub/meta/metatest"
-	"devicehub/tsdb"
 )
 
 // TestBirthNotBehindReports: births and wills have a session of their
@@ -28,17 +27,7 @@ import (
 func TestBirthNotBehindReports(t *testing.T) {
 	ch := startPrivateClickHouse(t)
 	e := &env{t: t, store: metatest.NewStore(t)}
-	opt := tsdb.DefaultOptions()
-	opt.Addr = ch.addr()
-	opt.Database = "devicehub_presence"
-	opt.TimeZone = time.UTC
-	opt.DialTimeout = time.Second
-	opt.QueryTimeout = 3 * time.Second
-	db, err := tsdb.Open(ctxT(t, 60*time.Second), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := ch.open("devicehub_presence")
 	e.ch = db
 
 	p := randID("p")
@@ -101,6 +90,62 @@ func TestBirthNotBehindReports(t *testing.T) {
 		var got uint64
 		err := db.Conn().QueryRow(context.Background(), "SELECT uniqExact(message_id) FROM device_message").Scan(&got)
 		return err == nil && got == want
+	})
+}
+
+// TestBirthAheadOfQueuedReports: a worker takes births and wills before
+// the reports queued for it. With ClickHouse (a private one) down, one
+// worker holds 3,000 reports in its queue when a birth comes; once
+// ClickHouse is back the birth is written to PostgreSQL before most of
+// them are stored. Behind them, it waited for all 3,000.
+func TestBirthAheadOfQueuedReports(t *testing.T) {
+	ch := startPrivateClickHouse(t)
+	e := &env{t: t, store: metatest.NewStore(t)}
+	e.ch = ch.open("devicehub_presence_first")
+	p := randID("p")
+	e.product(p)
+	e.devices(p, 2)
+	d0, d1 := p+"-d0", p+"-d1"
+	iopt := testOptions(p)
+	iopt.ShareGroup = NoShareGroup
+	iopt.Workers = 1         // one worker: the birth's and the reports'
+	iopt.Writer.MaxRows = 10 // a writer full after a few reports, and small inserts after
+	iopt.Writer.RetryMin = 50 * time.Millisecond
+	iopt.Writer.RetryMax = 200 * time.Millisecond
+	in := e.startIngester(iopt)
+
+	pub := newPublisher(t, nil)
+	pub.MustPublish(t, "/"+p+"/"+d0+"/properties/report", 1, `{"messageId":"r-first","properties":{"t":1}}`)
+	testkit.Eventually(t, 30*time.Second, "a report stored", func() bool { return in.Stats().Stored >= 1 })
+	ch.kill()
+	const reports = 3000
+	for i := range reports {
+		pub.MustPublish(t, "/"+p+"/"+d0+"/properties/report", 1, fmt.Sprintf(`{"messageId":"r%d","properties":{"t":%d}}`, i, i))
+	}
+	var queued int64
+	testkit.Eventually(t, 30*time.Second, "the reports queued", func() bool {
+		queued = in.depth.Load()
+		return queued >= reports-100 && in.Stats().Received == reports+1
+	})
+	pub.MustPublish(t, "/"+p+"/"+d1+"/online", 1, `{"messageId":"b1"}`)
+	testkit.Eventually(t, 10*time.Second, "the birth queued", func() bool { return in.depth.Load() == queued+1 })
+
+	ch.start()
+	var storedWhenOnline uint64
+	testkit.Eventually(t, 60*time.Second, "the birth in PostgreSQL", func() bool {
+		var s string
+		if err := e.store.DB().QueryRow(`SELECT state FROM devices WHERE id = $1`, d1).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		storedWhenOnline = in.Stats().Stored // after the state: at least what was stored when it was written
+		return s == "online"
+	})
+	t.Logf("online with %d of %d messages stored", storedWhenOnline, reports+2)
+	if storedWhenOnline > reports/2 {
+		t.Fatalf("the birth was written once %d messages were stored: behind the %d reports queued ahead of it", storedWhenOnline, reports)
+	}
+	testkit.Eventually(t, 90*time.Second, "every message stored", func() bool {
+		return e.count("SELECT uniqExact(message_id) FROM device_message") == reports+2
 	})
 }
 

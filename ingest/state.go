@@ -23,10 +23,10 @@ import (
 // A device has at most one change waiting: a change added while one of
 // its device waits is folded into it (meta.StateChange.Fold), in its
 // place, and both dones run once that is written. A broker restart sends
-// each device's will (queued for ingest's session at the shutdown) and,
-// once it is back, its birth: with the writes behind, the birth finds the
-// will still waiting, and the storm writes one change per device instead
-// of two. Nothing is lost or reordered: Fold stores what the two written
+// each device's will (queued for ingest's presence session at the
+// shutdown) and, once it is back, its birth: with the writes behind, the
+// birth finds the will still waiting, and the storm writes one change per
+// device instead of two. Nothing is lost or reordered: Fold stores what the two written
 // in their order would (the birth, and the will's time as the offline
 // time), and a device's changes already taken are written before the next
 // batch is taken (one write at a time per batcher).

@@ -39,7 +39,7 @@
 //     another of its share group: a delta is never lost to a restart, and
 //     a device offline through several changes gets one delta at its next
 //     connection, on whichever broker of the pool (each broker's births
-//     reach ingest's session at that broker; a delta is published to every
+//     reach ingest's presence session at that broker; a delta is published to every
 //     broker of the pool, as the presence view may not know yet that the
 //     device moved: the brokers it is not connected to drop it).
 //   - Repeats are possible and harmless: a redelivered birth, a change and a
