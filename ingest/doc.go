@@ -8,9 +8,10 @@
 // tsdb rows, so the hot path is fuzzed and benchmarked without a network. Ingester owns
 // the shared, persistent QoS 1 subscriptions with manual acknowledgements:
 // a message is acknowledged only once the batch holding it is stored.
-// Births and wills travel in a session of their own at each broker, so
-// that a device's state does not wait behind the reports queued ahead of
-// it (sessions.go); the one start that moves them there from a session of
+// Births and wills travel in a session of their own at each broker, and
+// each worker takes them before the reports queued for it, so that a
+// device's state does not wait behind the reports published ahead of it
+// (sessions.go); the one start that moves them there from a session of
 // an earlier run neither loses nor doubles one (handoff.go).
 //
 // The device link (commands to devices, the in-memory presence view and

@@ -43,8 +43,11 @@ import (
 // The held messages are acknowledged (or dropped) only then, so a stop in
 // the middle leaves them, and the split marker, for the next start, which
 // finds the presence session kept and does no handoff; the data session's
-// copies still unacknowledged are delivered again too. Only a stop or
-// failure between steps 1 and 2 can then apply a device's birth or will
+// copies still unacknowledged are delivered again too. A data session
+// repeats its unsubscription on each reconnect once the handoff is
+// decided, so one lost with its connection does not leave it holding
+// births and wills into the next start. Only a stop, a failure or a lost
+// connection between steps 1 and 2 can then apply a device's birth or will
 // twice, or one ahead of its predecessor; it takes the first start after
 // an upgrade to the presence session, and devices changing state within
 // the few milliseconds around it.
@@ -66,6 +69,16 @@ func newHandoff(id string) *handoff {
 		split:   id + " handoff " + rand.Text(),
 		after:   id + " handoff-after " + rand.Text(),
 		decided: make(chan struct{}),
+	}
+}
+
+// isDecided reports whether the data session has reached either marker.
+func (h *handoff) isDecided() bool {
+	select {
+	case <-h.decided:
+		return true
+	default:
+		return false
 	}
 }
 

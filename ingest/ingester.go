@@ -612,6 +612,9 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, r role, h *ha
 			// Resubscribe on every reconnect; with a kept session this is
 			// a no-op for the broker, after a lost session it is needed.
 			in.subscribe(c, id, filters)
+			if h := in.handoffs[b].Load(); r == roleData && (h == nil || h.isDecided()) {
+				in.releasePresence(c, id) // again, in case the connection was lost before its answer
+			}
 			in.backlog.mark(c, b, s.key, r == rolePresence)
 		},
 		OnLost: func(_ mqtt.Client, err error) {

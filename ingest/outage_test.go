@@ -111,6 +111,17 @@ func (ch *privateClickHouse) open(database string) *tsdb.DB {
 	return db
 }
 
+// privateEnv is an env on a private ClickHouse (database on it) with a
+// product of n devices, <product>-d0 and on.
+func privateEnv(t *testing.T, database string, n int) (*env, *privateClickHouse, string) {
+	ch := startPrivateClickHouse(t)
+	e := &env{t: t, store: metatest.NewStore(t), ch: ch.open(database)}
+	p := randID("p")
+	e.product(p)
+	e.devices(p, n)
+	return e, ch, p
+}
+
 // kill SIGKILLs the server (only the process this test started).
 func (ch *privateClickHouse) kill() {
 	if ch.cmd == nil {
@@ -125,15 +136,9 @@ func (ch *privateClickHouse) kill() {
 // at QoS 1 and restarts it: every published message ends up stored at
 // least once (nothing is acknowledged before it is stored).
 func TestClickHouseOutageLosesNothing(t *testing.T) {
-	ch := startPrivateClickHouse(t)
-	e := &env{t: t, store: metatest.NewStore(t)}
-	db := ch.open("devicehub_outage")
-	e.ch = db
-
-	p := randID("p")
-	e.product(p)
 	const devices = 4
-	e.devices(p, devices)
+	e, ch, p := privateEnv(t, "devicehub_outage", devices)
+	db := e.ch
 	iopt := testOptions(p)
 	iopt.Writer.RetryMin = 50 * time.Millisecond
 	iopt.Writer.RetryMax = 500 * time.Millisecond

@@ -14,7 +14,6 @@ import (
 	"devicehub/bench/testkit"
 	"devicehub/ingest/mqtttest"
 	"devicehub/ingest/wire"
-	"devicehub/meta/metatest"
 )
 
 // TestBirthNotBehindReports: births and wills have a session of their
@@ -25,15 +24,9 @@ import (
 // makes its device online. In the data session they waited behind the
 // reports until ClickHouse came back.
 func TestBirthNotBehindReports(t *testing.T) {
-	ch := startPrivateClickHouse(t)
-	e := &env{t: t, store: metatest.NewStore(t)}
-	db := ch.open("devicehub_presence")
-	e.ch = db
-
-	p := randID("p")
-	e.product(p)
 	const devices = 16
-	e.devices(p, devices)
+	e, ch, p := privateEnv(t, "devicehub_presence", devices)
+	db := e.ch
 	iopt := testOptions(p)
 	iopt.ShareGroup = NoShareGroup // the default: one plain subscription per session
 	iopt.Workers, iopt.Queue = 4, 16
@@ -99,12 +92,7 @@ func TestBirthNotBehindReports(t *testing.T) {
 // ClickHouse is back the birth is written to PostgreSQL before most of
 // them are stored. Behind them, it waited for all 3,000.
 func TestBirthAheadOfQueuedReports(t *testing.T) {
-	ch := startPrivateClickHouse(t)
-	e := &env{t: t, store: metatest.NewStore(t)}
-	e.ch = ch.open("devicehub_presence_first")
-	p := randID("p")
-	e.product(p)
-	e.devices(p, 2)
+	e, ch, p := privateEnv(t, "devicehub_presence_first", 2)
 	d0, d1 := p+"-d0", p+"-d1"
 	iopt := testOptions(p)
 	iopt.ShareGroup = NoShareGroup

@@ -90,14 +90,20 @@ func (in *Ingester) handOver(b int, p mqtt.Client, data []mqtt.Client, h *handof
 		}
 		go logFailure(in.log, "ingest: publishing the handoff's data marker failed", in.presenceID(), p.Publish(in.backlog.topicOf(false), 1, false, h.after))
 	}
+	for n, c := range data {
+		in.releasePresence(c, in.sessionID(n))
+	}
+	return nil
+}
+
+// releasePresence unsubscribes data session c from births and wills,
+// without waiting: the broker answers behind the session's backlog.
+func (in *Ingester) releasePresence(c mqtt.Client, id string) {
 	fs := make([]string, 0, len(in.presenceFilters))
 	for f := range in.presenceFilters {
 		fs = append(fs, f)
 	}
-	for n, c := range data {
-		go logFailure(in.log, "ingest: unsubscribing a data session from births and wills failed", in.sessionID(n), c.Unsubscribe(fs...))
-	}
-	return nil
+	go logFailure(in.log, "ingest: unsubscribing a data session from births and wills failed", id, c.Unsubscribe(fs...))
 }
 
 // Subscriber sessions beyond this run's own: those a run with more
