@@ -1,11 +1,11 @@
 package ingest
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"devicehub/ingest/mqtttest"
 	"devicehub/meta/metatest"
 )
 
@@ -29,7 +29,7 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, opt := proxiedEnv(t)
-			proxy := brokerProxy(t, func(n int) metatest.Fate {
+			proxy := mqtttest.Proxy(t, brokerURL(), func(n int) metatest.Fate {
 				switch {
 				case tc.hangUp:
 					return metatest.HangUp
@@ -66,8 +66,8 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 // was found.
 func TestConnectPoolAtOnce(t *testing.T) {
 	e, opt := proxiedEnv(t)
-	silent := brokerProxy(t, func(int) metatest.Fate { return metatest.Stall })
-	refusing := brokerProxy(t, func(int) metatest.Fate { return metatest.HangUp })
+	silent := mqtttest.Proxy(t, brokerURL(), func(int) metatest.Fate { return metatest.Stall })
+	refusing := mqtttest.Proxy(t, brokerURL(), func(int) metatest.Fate { return metatest.HangUp })
 	opt.BrokerURL = "tcp://" + silent.Addr() + ",tcp://" + refusing.Addr()
 	in, err := New(ctxT(t, time.Minute), opt, e.ch, e.store, e.store)
 	if err == nil {
@@ -83,7 +83,7 @@ func TestConnectPoolAtOnce(t *testing.T) {
 }
 
 // proxiedEnv is a test environment with one device and options for one
-// connection whose broker's answer is awaited 300 ms, for brokerProxy's
+// connection whose broker's answer is awaited 300 ms, for mqtttest.Proxy's
 // proxies.
 func proxiedEnv(t *testing.T) (*env, Options) {
 	e, p, _ := newEnvOneDevice(t)
@@ -91,14 +91,4 @@ func proxiedEnv(t *testing.T) (*env, Options) {
 	opt.Connections = 1
 	opt.ConnectTimeout = 300 * time.Millisecond
 	return e, opt
-}
-
-// brokerProxy is a proxy to the test broker deciding each connection's
-// fate.
-func brokerProxy(t *testing.T, fate func(n int) metatest.Fate) *metatest.Proxy {
-	u, err := url.Parse(brokerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metatest.NewProxyWith(t, u.Host, fate)
 }

@@ -2,7 +2,6 @@ package link
 
 import (
 	"context"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -135,12 +134,8 @@ func TestPresencePool(t *testing.T) {
 // not after the connect timeout of a silent broker listed before it.
 func TestPresencePoolAtOnce(t *testing.T) {
 	a := mqtttest.StartBroker(t)
-	u, err := url.Parse(a.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
-	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	silent := mqtttest.Proxy(t, a.URL(), func(int) metatest.Fate { return metatest.Stall })
+	refusing := mqtttest.Proxy(t, a.URL(), func(int) metatest.Fate { return metatest.HangUp })
 	opt := DefaultPresenceOptions()
 	opt.BrokerURL, opt.ClientID, opt.ProductIDs = "tcp://"+silent.Addr()+",tcp://"+refusing.Addr(), randID("presence-once-"), []string{randID("pp")}
 	opt.ConnectTimeout = 5 * time.Second

@@ -2,7 +2,6 @@ package mqttconn_test
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -136,12 +135,8 @@ func TestSubscriberResubscribes(t *testing.T) {
 // not after the connect timeout of a silent broker listed before it.
 func TestSubscribePoolAtOnce(t *testing.T) {
 	b := mqtttest.StartBroker(t)
-	u, err := url.Parse(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	silent := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.Stall })
-	refusing := metatest.NewProxyWith(t, u.Host, func(int) metatest.Fate { return metatest.HangUp })
+	silent := mqtttest.Proxy(t, b.URL(), func(int) metatest.Fate { return metatest.Stall })
+	refusing := mqtttest.Proxy(t, b.URL(), func(int) metatest.Fate { return metatest.HangUp })
 	cfg := subscriberConfig(b, testkit.RandID("owner-"), map[string]byte{"/p/+/properties/report": 1}, 1)
 	cfg.Brokers = []string{"tcp://" + silent.Addr(), "tcp://" + refusing.Addr()}
 	cfg.ConnectTimeout = 5 * time.Second
