@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"devicehub/ingest"
 	"devicehub/schema/backoff"
 )
 
@@ -221,7 +222,7 @@ func (s ConnectStorm) String() string {
 	if s.StateSeconds != 0 || s.Unreached[waitState] != "" {
 		st = fmt.Sprintf("; PostgreSQL all online %s, presence view agrees %s; state changes %.0f written, %.0f folded, mean wait: delivery %.0f ms, queue %.0f ms, write %.0f ms",
 			s.secs(waitState, s.StateSeconds), s.secs(waitPresence, s.PresenceSeconds), s.StateWritten, s.StateFolded,
-			1000*s.StateDelayMean[stageDelivery], 1000*s.StateDelayMean[stageQueue], 1000*s.StateDelayMean[stageWrite])
+			1000*s.StateDelayMean[ingest.StageDelivery], 1000*s.StateDelayMean[ingest.StageQueue], 1000*s.StateDelayMean[ingest.StageWrite])
 	}
 	if s.DrainSeconds > 0 {
 		st += fmt.Sprintf("; backlog stored %.1fs", s.DrainSeconds)
@@ -886,7 +887,7 @@ func (s stormOf) storm(ctx context.Context, p FleetConnectParams, name string, s
 			st.StateWritten = m1[stateWrittenMetric] - m0[stateWrittenMetric]
 			st.StateFolded = m1[stateFoldedMetric] - m0[stateFoldedMetric]
 			st.StateDelayMean = map[string]float64{}
-			for _, stage := range []string{stageDelivery, stageQueue, stageWrite} {
+			for _, stage := range []string{ingest.StageDelivery, ingest.StageQueue, ingest.StageWrite} {
 				sum, count := stateDelay+`_sum{stage="`+stage+`"}`, stateDelay+`_count{stage="`+stage+`"}`
 				if n := m1[count] - m0[count]; n > 0 {
 					st.StateDelayMean[stage] = (m1[sum] - m0[sum]) / n
@@ -909,13 +910,6 @@ const (
 	stateWrittenMetric = "devicehub_ingest_state_changes_total"
 	stateFoldedMetric  = "devicehub_ingest_state_folded_total"
 	stateDelay         = "devicehub_ingest_state_delay_seconds" // {stage}: _sum, _count
-)
-
-// The stages of stateDelay (ingest/state.go).
-const (
-	stageDelivery = "delivery"
-	stageQueue    = "queue"
-	stageWrite    = "write"
 )
 
 // stateMetrics are the devicehub child's metrics now; nil if it did not
@@ -1291,7 +1285,7 @@ func (r FleetConnectResult) Figures() []Figure {
 		wait(st.name+": all connected", s, waitAll, s.ToAll, c, cAll, "")
 		wait(st.name+": every device online in PostgreSQL (newer than the storm)", s, waitState, s.StateSeconds, c, cAll, stateText)
 		wait(st.name+": presence view agrees", s, waitPresence, s.PresenceSeconds, nil, 0, "")
-		for _, stage := range []string{stageDelivery, stageQueue, stageWrite} {
+		for _, stage := range []string{ingest.StageDelivery, ingest.StageQueue, ingest.StageWrite} {
 			if v, ok := s.StateDelayMean[stage]; ok {
 				add(Figure{Name: st.name + ": a birth's or will's mean wait, " + stage + m, Value: 1000 * v, Unit: "ms"})
 			}

@@ -3,7 +3,6 @@ package ingest
 import (
 	"crypto/rand"
 	"sync"
-	"sync/atomic"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -54,10 +53,9 @@ import (
 type handoff struct {
 	split, after string // the two markers' payloads
 
-	dataPast atomic.Bool   // the data session has passed the split marker
-	decided  chan struct{} // closed once the data session reached either marker
-	held     bool          // set before decided is closed: it had the copies
-	once     sync.Once
+	decided chan struct{} // closed once the data session reached either marker
+	held    bool          // set before decided is closed: it had the copies (passed the split marker)
+	once    sync.Once
 
 	// Only the presence session's callback touches these.
 	presPast bool   // the presence session has passed the split marker
@@ -96,7 +94,6 @@ func (in *Ingester) handoffMarker(h *handoff, s *session, m mqtt.Message) bool {
 	payload := string(m.Payload())
 	switch {
 	case s.role == roleData && payload == h.split:
-		h.dataPast.Store(true)
 		h.decide(true)
 	case s.role == roleData && payload == h.after:
 		h.decide(false) // no-op after the split marker
@@ -127,7 +124,7 @@ func (in *Ingester) handoffMarker(h *handoff, s *session, m mqtt.Message) bool {
 // marker.
 func (in *Ingester) handedOver(h *handoff, s *session, it item) bool {
 	switch {
-	case s.role == roleData && h.dataPast.Load():
+	case s.role == roleData && h.isDecided() && h.held: // past the split marker
 		in.drop(it, DropHandedOver)
 		return true
 	case s.role == rolePresence && !h.presPast:

@@ -349,7 +349,7 @@ type Ingester struct {
 	// The subscriptions of the data sessions (every uplink but births and
 	// wills) and of the presence session (births and wills), sessions.go.
 	dataFilters, presenceFilters map[string]byte
-	handoffs                     []atomic.Pointer[handoff] // per broker, while one runs (handoff.go)
+	handoffs                     []atomic.Pointer[handoff] // per broker, set by a start that hands over (handoff.go)
 
 	// Each worker's queues: births and wills, taken first, and the rest.
 	presenceQ, queues []chan item
@@ -957,9 +957,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		// The broker delivers a device's birth and will in order, and so
 		// do the workers (one per device): arrival order is their order.
 		if at.Before(it.at) { // a timestamp of its own: the device's clock
-			in.m.stateDelay.WithLabelValues(stageDelivery).Observe(it.at.Sub(at).Seconds())
+			in.m.stateDelay.WithLabelValues(StageDelivery).Observe(it.at.Sub(at).Seconds())
 		}
-		in.m.stateDelay.WithLabelValues(stageQueue).Observe(time.Since(it.at).Seconds())
+		in.m.stateDelay.WithLabelValues(StageQueue).Observe(time.Since(it.at).Seconds())
 		in.states.add(meta.StateChange{DeviceID: t.DeviceID, Online: t.Kind == wire.KindOnline, At: it.at}, done)
 	}
 	if fwHooked {

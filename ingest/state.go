@@ -71,11 +71,12 @@ type stateReq struct {
 	added  time.Time // when the latest change folded into it was handed to the batcher
 }
 
-// Stages of devicehub_ingest_state_delay_seconds.
+// Stages of devicehub_ingest_state_delay_seconds (its label "stage"),
+// which bench fleet-connect reads.
 const (
-	stageDelivery = "delivery" // the message's own timestamp to its arrival at ingest
-	stageQueue    = "queue"    // arrival to the state writer
-	stageWrite    = "write"    // the state writer to committed
+	StageDelivery = "delivery" // the message's own timestamp to its arrival at ingest
+	StageQueue    = "queue"    // arrival to the state writer
+	StageWrite    = "write"    // the state writer to committed
 )
 
 func newStateBatcher(apply StateApplier, interval time.Duration, max int, log *slog.Logger, m *metrics) *stateBatcher {
@@ -197,7 +198,7 @@ func (b *stateBatcher) write(batch []stateReq) bool {
 		}
 	}
 	b.m.stateChanges.Add(float64(len(batch)))
-	now, write := time.Now(), b.m.stateDelay.WithLabelValues(stageWrite)
+	now, write := time.Now(), b.m.stateDelay.WithLabelValues(StageWrite)
 	for _, r := range batch {
 		write.Observe(now.Sub(r.added).Seconds())
 	}
