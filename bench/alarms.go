@@ -92,6 +92,15 @@ type AlarmsTimers struct {
 	Late         LatencySummary `json:"late"` // how long after its deadline each fired
 }
 
+// AlarmsLane is one write lane's share of the alarm changes.
+type AlarmsLane struct {
+	Changes float64 `json:"changes"`
+	MeanMs  float64 `json:"meanMs"`
+	// P99Ms: the upper bound of the histogram's bucket that holds the
+	// 99th percentile (its buckets: 5, 10, 25, 50, 100, 250 ms, ...).
+	P99Ms float64 `json:"p99UpperMs"`
+}
+
 // AlarmsResult is what RunAlarms measured.
 type AlarmsResult struct {
 	Params AlarmsParams `json:"params"`
@@ -106,10 +115,15 @@ type AlarmsResult struct {
 	// Commit: a transaction's commit on the same PostgreSQL server over
 	// the same phase, every 20 ms (startCommitProbe): the floor under
 	// EvaluatorToLive, which waits for at least one commit.
-	Commit   LatencySummary `json:"commit"`
-	Raised   int64          `json:"raised"`  // raised events received for watched devices
-	Cleared  int64          `json:"cleared"` // cleared events received
-	Expected int64          `json:"expected"`
+	Commit LatencySummary `json:"commit"`
+	// Lanes: the alarm changes (raised, escalated, de-escalated,
+	// cleared) the evaluator committed in the latency phase, by its
+	// write lane (express, batch), and their mean time from the
+	// report's arrival to the commit (devicehub_alarm_change_lag_seconds).
+	Lanes    map[string]AlarmsLane `json:"lanes"`
+	Raised   int64                 `json:"raised"`  // raised events received for watched devices
+	Cleared  int64                 `json:"cleared"` // cleared events received
+	Expected int64                 `json:"expected"`
 	// StoredRaised: the watched devices' raises of the phase in
 	// PostgreSQL, once the wait for the events ended; Skipped: the
 	// events the streams said they dropped (a subscriber's full queue).
@@ -141,12 +155,14 @@ func (r AlarmsResult) String() string {
 	p := r.Params
 	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared, %d skipped; %d raised in PostgreSQL; %d reports not taken by the broker, %.0f/s published; devicehub %.1f CPU s in %s)\n"+
 		"  split: published -> evaluator received p50 %.1f ms p99 %.1f ms; -> alarm event p50 %.1f ms p99 %.1f ms\n"+
+		"  alarm changes committed by the express lane %.0f (from arrival: mean %.1f ms, p99 <= %.0f ms), by the batch lane %.0f (mean %.1f ms, p99 <= %.0f ms)\n"+
 		"  a commit on the same PostgreSQL meanwhile: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
 		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
 		"  rule state: %.0f heap bytes a device (in process), %.0f stored bytes a device (PostgreSQL)\n"+
 		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
 		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.Skipped, r.StoredRaised, r.PublishFailed, r.Published, r.SteadyCPU, p.Duration,
 		r.ToEvaluator.P50Ms, r.ToEvaluator.P99Ms, r.EvaluatorToLive.P50Ms, r.EvaluatorToLive.P99Ms,
+		r.Lanes["express"].Changes, r.Lanes["express"].MeanMs, r.Lanes["express"].P99Ms, r.Lanes["batch"].Changes, r.Lanes["batch"].MeanMs, r.Lanes["batch"].P99Ms,
 		r.Commit.P50Ms, r.Commit.P99Ms, r.Commit.MaxMs, r.Commit.N,
 		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
 		r.Timers.Devices, r.Timers.HeapBytes, r.Timers.ApplySeconds, r.Timers.Fired, r.Timers.Late.P50Ms, r.Timers.Late.P99Ms, r.Timers.Late.MaxMs)
@@ -619,6 +635,10 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	if err != nil {
 		return err
 	}
+	lanes0, err := srv.proc.scrapeMetrics(ctx)
+	if err != nil {
+		return err
+	}
 	cpu0, _ := procCPUTime(srv.pid())
 	stopProbe, err := startCommitProbe(ctx, db.dsn(), 20*time.Millisecond)
 	if err != nil {
@@ -681,6 +701,29 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		time.Sleep(50 * time.Millisecond)
 	}
 	res.Latency, res.Raised, res.Cleared, res.Expected = hist.Summary(), raised.Load(), cleared.Load(), expected
+	lanes1, err := srv.proc.scrapeMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	res.Lanes = map[string]AlarmsLane{}
+	for _, lane := range []string{"express", "batch"} {
+		series := `devicehub_alarm_change_lag_seconds_%s{lane="` + lane + `"}`
+		count := lanes1[fmt.Sprintf(series, "count")] - lanes0[fmt.Sprintf(series, "count")]
+		sum := lanes1[fmt.Sprintf(series, "sum")] - lanes0[fmt.Sprintf(series, "sum")]
+		l := AlarmsLane{Changes: count}
+		if count > 0 {
+			l.MeanMs = 1000 * sum / count
+			for _, le := range []string{"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"} {
+				b := `devicehub_alarm_change_lag_seconds_bucket{lane="` + lane + `",le="` + le + `"}`
+				if lanes1[b]-lanes0[b] >= 0.99*count {
+					l.P99Ms, _ = strconv.ParseFloat(le, 64)
+					l.P99Ms *= 1000
+					break
+				}
+			}
+		}
+		res.Lanes[lane] = l
+	}
 	res.Skipped = skipped.Load()
 	res.ToEvaluator, res.EvaluatorToLive = toEval.Summary(), evalToLive.Summary()
 	res.StoredRaised, res.StoredBytes, err = storedAlarms(ctx, db.dsn(), product+"-hot", watched, phaseStart)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,6 +128,7 @@ type metrics struct {
 	evals   prometheus.Counter
 	lacking prometheus.Counter
 	lag     prometheus.Histogram
+	change  *prometheus.HistogramVec
 	active  *prometheus.GaugeVec
 	owner   prometheus.Gauge
 }
@@ -147,6 +149,9 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "devicehub_alarm_evaluation_lag_seconds",
 			Help:    "From a message's arrival at the evaluator to the commit of what it changed.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		change: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "devicehub_alarm_change_lag_seconds",
+			Help:    "From the arrival of the message (or the deadline) that raised, escalated, de-escalated or cleared an alarm to the commit of that change, by the lane that wrote it.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"lane"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "devicehub_alarms_active",
 			Help: "Active alarms by severity (as the evaluator's owner last read them)."}, []string{"severity"}),
 		owner: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devicehub_alarm_owner",
@@ -156,7 +161,7 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 		r.m.active.WithLabelValues(s)
 	}
 	if opt.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.active, r.m.owner} {
+		for _, c := range []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.change, r.m.active, r.m.owner} {
 			if err := opt.Registerer.Register(c); err != nil {
 				return nil, err
 			}
@@ -312,18 +317,31 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// hand gives the batch lane what was evaluated since its last batch,
 	// if anything, but for the devices of the express batch being written
 	// (they stay pending: a row of theirs written beside that batch could
-	// commit before it, an older row over a newer).
+	// commit before it, an older row over a newer) and the devices of an
+	// alarm change not yet handed, which stay for the express lane: an
+	// alarm waits for at most one express batch's commit, never for a
+	// batch of every device's rows.
 	hand := func() {
 		if len(pending) == 0 && !ev.Changed() {
 			due = false
 			return
 		}
+		hold := expressing
+		if ev.Alarming() {
+			hold = maps.Clone(expressing)
+			if hold == nil {
+				hold = map[string]struct{}{}
+			}
+			for id := range ev.AlarmingDevices() {
+				hold[id] = struct{}{}
+			}
+		}
 		seq++
 		b := &batch{seq: seq}
-		b.trs, b.devs = ev.TakeOthers(expressing)
+		b.trs, b.devs = ev.TakeOthers(hold)
 		flightDevs = make(map[string]struct{}, len(b.devs))
 		b.msgs = split(func(dev string) bool {
-			if _, ok := expressing[dev]; ok {
+			if _, ok := hold[dev]; ok {
 				return false
 			}
 			flightDevs[dev] = struct{}{}
@@ -563,6 +581,16 @@ func (r *Runner) writeBatch(ctx context.Context, epoch int64, b *batch) (WriteRe
 			return res, err
 		}
 		r.committed.Add(1)
+		lane := r.m.change.WithLabelValues("batch")
+		if b.express {
+			lane = r.m.change.WithLabelValues("express")
+		}
+		now := time.Now()
+		for i := range b.trs {
+			if b.trs[i].Kind != KindRepeated {
+				lane.Observe(now.Sub(b.trs[i].At).Seconds())
+			}
+		}
 		if r.afterWrite != nil {
 			if err := r.afterWrite(b); err != nil {
 				return res, err

@@ -877,3 +877,61 @@ func TestRunnerExpress(t *testing.T) {
 		return false
 	})
 }
+
+// TestRunnerExpressKeepsAlarms: while the express lane writes one alarm's
+// batch, another device's raise waits for it rather than go in the batch
+// lane's batch with every device's rows (runner.go, hand): an alarm waits
+// for at most one express commit. Without the rule d2's raise is written
+// by the batch lane while d1's express batch is held.
+func TestRunnerExpressKeepsAlarms(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var batchLane []string // alarm changes the batch lane wrote
+	r, _ := g.runner(func(r *Runner) {
+		r.beforeWrite = func(b *batch) error {
+			for _, tr := range b.trs {
+				if !b.express && tr.Kind != KindRepeated {
+					mu.Lock()
+					batchLane = append(batchLane, tr.Kind+" "+tr.DeviceID)
+					mu.Unlock()
+				}
+			}
+			for _, m := range b.msgs {
+				if b.express && bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold"`)) {
+					once.Do(func() {
+						close(held)
+						select { // released, or the test failed and ends
+						case <-release:
+						case <-time.After(40 * time.Second):
+						}
+					})
+				}
+			}
+			return nil
+		}
+	})
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Minute)
+	g.report("d1", "hold", base, "temp", 31) // its raise is held in the express writer
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("d1's raise never reached the express writer")
+	}
+	g.report("d2", "up", base.Add(time.Second), "temp", 31)
+	g.report("d3", "calm", base.Add(time.Second), "temp", 20)
+	// Both evaluated and the flush interval passed several times: the
+	// batch lane has had its chances to take d2's raise.
+	testkit.Eventually(t, 20*time.Second, "d2's and d3's reports evaluated", func() bool { return r.evaluated.Load() >= 3 })
+	testkit.Eventually(t, 20*time.Second, "d3's report written by the batch lane", func() bool { return r.committed.Load() >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	g.waitRecords("both alarms", func(rs []Record) bool { return len(rs) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(batchLane) > 0 {
+		t.Errorf("the batch lane wrote alarm changes while the express lane was busy: %q", batchLane)
+	}
+}
