@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"time"
 
 	"devicehub/api/live"
@@ -22,16 +25,22 @@ const (
 	firmwareChannel = "devicehub_firmware"
 )
 
-// eventRelay announces device events over PostgreSQL and hands the ones
-// it hears to the hub. Announcing never blocks the caller: events wait in
-// a bounded queue for one sender, which sends them in batches; when the
-// queue is full an event is dropped and logged. Events sent while an
+// eventRelay announces device events: to this instance's hub at once,
+// and over PostgreSQL to the others. Announcing never blocks the caller:
+// events wait in a bounded queue for one sender, which sends them in
+// batches; when the queue is full an event is dropped and logged. Each
+// payload begins with its instance's origin, so that the listener skips
+// what its own instance sent (its hub had it already, without the round
+// trips of a NOTIFY and its delivery: on a busy PostgreSQL they were most
+// of an alarm's way to /api/live, bench alarms). Events sent while an
 // instance's listener reconnects are not seen there either: live events
 // are a view, the records and shadows are the truth.
 type eventRelay struct {
 	bus   *live.PGBus
+	hub   *live.Hub
 	log   *slog.Logger
 	queue chan relayed
+	self  string // `{"origin":"<this instance>",`: the start of every payload it sends
 }
 
 type relayed struct{ channel, payload string }
@@ -43,45 +52,70 @@ func startEventRelay(ctx context.Context, dsn string, hub *live.Hub, log *slog.L
 	if err != nil {
 		return nil, nil, err
 	}
+	var origin [8]byte
+	if _, err := rand.Read(origin[:]); err != nil {
+		bus.Close()
+		return nil, nil, err
+	}
+	r = &eventRelay{bus: bus, hub: hub, log: log, queue: make(chan relayed, 10_000),
+		self: `{"origin":"` + hex.EncodeToString(origin[:]) + `",`}
 	stopListen, err := bus.Listen(ctx, []string{alarmChannel, shadowChannel, firmwareChannel}, func(channel, payload string) {
-		switch channel {
-		case alarmChannel:
-			var e live.AlarmEvent
-			if json.Unmarshal([]byte(payload), &e) == nil {
-				hub.AlarmChanged(e)
-			}
-		case firmwareChannel:
-			var e live.FirmwareEvent
-			if json.Unmarshal([]byte(payload), &e) == nil {
-				hub.FirmwareChanged(e)
-			}
-		case shadowChannel:
-			var e live.ShadowEvent
-			if json.Unmarshal([]byte(payload), &e) == nil {
-				hub.ShadowChanged(e)
-			}
+		if strings.HasPrefix(payload, r.self) {
+			return // this instance's: its hub has it
 		}
+		r.deliver(channel, []byte(payload))
 	}, func() {})
 	if err != nil {
 		bus.Close()
 		return nil, nil, err
 	}
-	r = &eventRelay{bus: bus, log: log, queue: make(chan relayed, 10_000)}
 	done := make(chan struct{})
 	sctx, cancel := context.WithCancel(ctx)
 	go func() { defer close(done); r.send(sctx) }()
 	return r, func() { cancel(); <-done; stopListen(); bus.Close() }, nil
 }
 
-// announce queues an event for every instance; false when it was dropped
-// (too large for a notification, or the queue full).
+// deliver hands an event of channel, as JSON, to the hub.
+func (r *eventRelay) deliver(channel string, payload []byte) {
+	switch channel {
+	case alarmChannel:
+		var e live.AlarmEvent
+		if json.Unmarshal(payload, &e) == nil {
+			r.hub.AlarmChanged(e)
+		}
+	case firmwareChannel:
+		var e live.FirmwareEvent
+		if json.Unmarshal(payload, &e) == nil {
+			r.hub.FirmwareChanged(e)
+		}
+	case shadowChannel:
+		var e live.ShadowEvent
+		if json.Unmarshal(payload, &e) == nil {
+			r.hub.ShadowChanged(e)
+		}
+	}
+}
+
+// announce hands an event to this instance's hub and queues it for every
+// other instance; false when it was not queued (too large for a
+// notification, or the queue full).
 func (r *eventRelay) announce(channel string, e any) bool {
 	b, err := json.Marshal(e)
-	if err != nil || len(b) > r.bus.MaxPayload() {
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return false
+	}
+	r.deliver(channel, b)
+	// The origin goes first (an instance of an earlier version decodes
+	// the event and ignores the field).
+	payload := r.self + string(b[1:])
+	if len(b) == 2 { // {}
+		payload = r.self[:len(r.self)-1] + "}"
+	}
+	if len(payload) > r.bus.MaxPayload() {
 		return false
 	}
 	select {
-	case r.queue <- relayed{channel, string(b)}:
+	case r.queue <- relayed{channel, payload}:
 		return true
 	default:
 		r.log.Warn("live: device event dropped, the relay's queue is full", "channel", channel)
