@@ -253,3 +253,66 @@ func TestDeviceCacheHintStorm(t *testing.T) {
 		t.Fatalf("%d queries, the largest of %d ids; want 3 of at most %d", q, l, refreshChunk)
 	}
 }
+
+// watchedDevices is countedDevices with the store's announcements
+// (DeviceWatcher): PostgreSQL's LISTEN, as ingest runs it.
+type watchedDevices struct {
+	*countedDevices
+	store *meta.Store
+}
+
+func (w watchedDevices) WatchDevices(ctx context.Context, changed func(ids ...string)) error {
+	return w.store.WatchDevices(ctx, changed)
+}
+
+// TestDeviceCacheFollowsAnnouncements: with PostgreSQL's announcements
+// heard, a TTL re-reads nothing (without the rule every TTL re-reads
+// every device cached: 100,000 devices cost a quarter of devicehub's
+// CPU); an undeploy, a delete and a device's own model show within
+// moments, by their announcements (the safety net's full re-read is off).
+func TestDeviceCacheFollowsAnnouncements(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	p := randID("p")
+	e.product(p)
+	e.devices(p, 10)
+	src := watchedDevices{&countedDevices{Devices: e.store}, e.store}
+	const ttl = 50 * time.Millisecond
+	c := newDeviceCache(src, ttl, 1000, slog.Default())
+	c.full = 1 << 30 // no safety net's full re-read: what changes shows by its announcement or not at all
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(rctx) }()
+	defer func() { stop(); <-done }()
+	dev := func(i int) string { return fmt.Sprintf("%s-d%d", p, i) }
+	for i := range 10 {
+		if _, found, err := c.get(ctx, dev(i)); err != nil || !found {
+			t.Fatalf("get %s: found %v, %v", dev(i), found, err)
+		}
+	}
+	testkit.Eventually(t, 10*time.Second, "the announcements heard", c.watched.Load)
+
+	// Quiet: TTLs pass, nothing is read. The first full re-read of the
+	// watch's start may still be under way: counted from the next TTL.
+	time.Sleep(2 * ttl)
+	src.queries.Store(0)
+	time.Sleep(10 * ttl)
+	if n := src.queries.Load(); n != 0 {
+		t.Fatalf("%d PostgreSQL queries in 10 TTLs without a change, want 0", n)
+	}
+
+	// Changes: each shows within moments.
+	e.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, dev(1))
+	e.exec(`DELETE FROM devices WHERE id = $1`, dev(2))
+	e.exec(`UPDATE devices SET metadata = '{"properties":[]}' WHERE id = $1`, dev(3))
+	e.exec(`UPDATE devices SET state = 'online' WHERE id = $1`, dev(4)) // presence: not announced, not needed
+	testkit.Eventually(t, 10*time.Second, "the changes in the cache", func() bool {
+		st1, found1, _ := c.get(ctx, dev(1))
+		_, found2, _ := c.get(ctx, dev(2))
+		st3, _, _ := c.get(ctx, dev(3))
+		return found1 && st1.State == "notActive" && !found2 && st3.OwnModel
+	})
+	if n := src.queries.Load(); n > 3 {
+		t.Errorf("%d PostgreSQL queries for 3 announced devices", n)
+	}
+}

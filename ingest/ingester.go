@@ -100,12 +100,15 @@ type Options struct {
 	// add writers where inserts, not merges, are the limit. Workers are
 	// spread over them. Default 1.
 	Writers int
-	// DeviceCacheTTL is how often the statuses of the devices in use are
-	// re-read, in one query: a deploy, undeploy or delete takes effect
-	// within about this long. Default 2s.
+	// DeviceCacheTTL is how often the devices unused for DeviceCacheIdle
+	// are forgotten and, while PostgreSQL's announcements of device
+	// changes are not heard, how often the statuses of the devices in use
+	// are re-read, in one query: a deploy, undeploy or delete takes effect
+	// as it is announced, else within about this long (devices.go).
+	// Default 2s.
 	DeviceCacheTTL time.Duration
 	// DeviceCacheIdle is how long a device's status stays cached (and
-	// refreshed every TTL) without a message of it: longer than the
+	// kept current) without a message of it: longer than the
 	// devices' report interval, or each report costs a lookup. Default 60s.
 	DeviceCacheIdle time.Duration
 	// StateFlushInterval and StateBatch: state changes are written to
@@ -165,7 +168,7 @@ func DefaultOptions() Options {
 		Queue:              20000,                           // about two writer batches of messages
 		Workers:            4,                               // decoding is cheap; lookups may wait
 		Writers:            1,                               // the largest parts for the memory
-		DeviceCacheTTL:     2 * time.Second,                 // undeploy takes effect within 2s
+		DeviceCacheTTL:     2 * time.Second,                 // unannounced, undeploy takes effect within 2s
 		DeviceCacheIdle:    time.Minute,                     // quiet devices report every few seconds to a minute
 		StateFlushInterval: 200 * time.Millisecond,          // state visible within 200ms
 		StateBatch:         500,                             // one UPDATE per 500 changes

@@ -108,13 +108,15 @@ func (s *Store) RecentLoginChanges(ctx context.Context, window time.Duration) ([
 	return out, nil
 }
 
-// deviceChannel is where PostgreSQL announces device login changes
-// (schema/postgres/00004_device_logins.sql).
+// deviceChannel is where PostgreSQL announces device login and status
+// changes (schema/postgres/00004_device_logins.sql, 00035).
 const deviceChannel = "devicehub_device"
 
-// WatchDevices calls changed with the id of each device whose login
-// changed (created deployed, deployed, undeployed, deleted, new secureId
-// or key), as PostgreSQL commits it, whoever wrote it. It calls changed
+// WatchDevices calls changed with the id of each device whose login or
+// status changed (created deployed, deployed, undeployed, deleted, new
+// secureId or key, another product, a thing model of its own given or
+// taken: 00004, 00035), as PostgreSQL commits it, whoever wrote it:
+// ingest/devauth's login sync and ingest's device cache follow it. It calls changed
 // with no id when anything may have changed: once listening, and after a
 // reconnection (announcements made meanwhile are lost). It returns when
 // ctx ends, also while PostgreSQL cannot be reached (the listener waits
