@@ -818,8 +818,7 @@ func TestMessageKey(t *testing.T) {
 // waits for the held batch and the first check fails.
 func TestRunnerExpress(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	hold := newWriterHold(false)
 	var expressOfD1, released atomic.Bool
 	r, stop := g.runner(func(r *Runner) {
 		r.beforeWrite = func(b *batch) error {
@@ -827,27 +826,15 @@ func TestRunnerExpress(t *testing.T) {
 				if b.express && strings.Contains(m.Msg.Topic(), "/d1/") && !released.Load() {
 					expressOfD1.Store(true)
 				}
-				if !b.express && bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold"`)) {
-					once.Do(func() {
-						close(held)
-						select { // released, or the test failed and ends
-						case <-release:
-						case <-time.After(40 * time.Second):
-						}
-					})
-				}
 			}
+			hold.check(b)
 			return nil
 		}
 	})
 	g.waitOwner(r)
 	base := time.Now().Add(-time.Minute)
 	g.report("d1", "hold", base, "temp", 20) // its batch is held in the writer
-	select {
-	case <-held:
-	case <-time.After(20 * time.Second):
-		t.Fatal("d1's first report never reached the writer")
-	}
+	hold.wait(t, "d1's first report")
 	g.report("d2", "up", base.Add(time.Second), "temp", 31)
 	g.waitRecords("d2's alarm written while the batch of d1's report is held", func(rs []Record) bool {
 		return len(rs) == 1 && rs[0].DeviceID == "d2"
@@ -858,7 +845,7 @@ func TestRunnerExpress(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "d1's raise evaluated", func() bool { return r.evaluated.Load() >= 3 })
 	time.Sleep(300 * time.Millisecond)
 	released.Store(true)
-	close(release)
+	hold.release()
 	g.waitRecords("d1's alarm too", func(rs []Record) bool { return len(rs) == 2 })
 	if expressOfD1.Load() {
 		t.Error("the express lane took d1 while the batch being written held d1's earlier report")
@@ -885,8 +872,7 @@ func TestRunnerExpress(t *testing.T) {
 // by the batch lane while d1's express batch is held.
 func TestRunnerExpressKeepsAlarms(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	hold := newWriterHold(true)
 	var mu sync.Mutex
 	var batchLane []string // alarm changes the batch lane wrote
 	r, _ := g.runner(func(r *Runner) {
@@ -898,28 +884,14 @@ func TestRunnerExpressKeepsAlarms(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-			for _, m := range b.msgs {
-				if b.express && bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold"`)) {
-					once.Do(func() {
-						close(held)
-						select { // released, or the test failed and ends
-						case <-release:
-						case <-time.After(40 * time.Second):
-						}
-					})
-				}
-			}
+			hold.check(b)
 			return nil
 		}
 	})
 	g.waitOwner(r)
 	base := time.Now().Add(-time.Minute)
 	g.report("d1", "hold", base, "temp", 31) // its raise is held in the express writer
-	select {
-	case <-held:
-	case <-time.After(20 * time.Second):
-		t.Fatal("d1's raise never reached the express writer")
-	}
+	hold.wait(t, "d1's raise")
 	g.report("d2", "up", base.Add(time.Second), "temp", 31)
 	g.report("d3", "calm", base.Add(time.Second), "temp", 20)
 	// Both evaluated and the flush interval passed several times: the
@@ -927,7 +899,7 @@ func TestRunnerExpressKeepsAlarms(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "d2's and d3's reports evaluated", func() bool { return r.evaluated.Load() >= 3 })
 	testkit.Eventually(t, 20*time.Second, "d3's report written by the batch lane", func() bool { return r.committed.Load() >= 1 })
 	time.Sleep(300 * time.Millisecond)
-	close(release)
+	hold.release()
 	g.waitRecords("both alarms", func(rs []Record) bool { return len(rs) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -935,3 +907,48 @@ func TestRunnerExpressKeepsAlarms(t *testing.T) {
 		t.Errorf("the batch lane wrote alarm changes while the express lane was busy: %q", batchLane)
 	}
 }
+
+// writerHold holds, once, the writer of one lane (express or not) that is
+// handed a batch with a message whose messageId is "hold", until release
+// (or 40 s, when the test failed and ends): a runner's beforeWrite calls
+// check.
+type writerHold struct {
+	express bool
+	once    sync.Once
+	held    chan struct{}
+	rel     chan struct{}
+}
+
+func newWriterHold(express bool) *writerHold {
+	return &writerHold{express: express, held: make(chan struct{}), rel: make(chan struct{})}
+}
+
+func (h *writerHold) check(b *batch) {
+	if b.express != h.express {
+		return
+	}
+	for _, m := range b.msgs {
+		if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold"`)) {
+			h.once.Do(func() {
+				close(h.held)
+				select {
+				case <-h.rel:
+				case <-time.After(40 * time.Second):
+				}
+			})
+			return
+		}
+	}
+}
+
+// wait returns once the writer holds what's message, or fails t.
+func (h *writerHold) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-time.After(20 * time.Second):
+		t.Fatal(what + " never reached the writer")
+	}
+}
+
+func (h *writerHold) release() { close(h.rel) }
