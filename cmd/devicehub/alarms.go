@@ -75,7 +75,8 @@ func startEventRelay(ctx context.Context, dsn string, hub *live.Hub, log *slog.L
 	return r, func() { cancel(); <-done; stopListen(); bus.Close() }, nil
 }
 
-// deliver hands an event of channel, as JSON, to the hub.
+// deliver hands an event another instance announced on channel, as
+// JSON, to the hub.
 func (r *eventRelay) deliver(channel string, payload []byte) {
 	switch channel {
 	case alarmChannel:
@@ -104,7 +105,14 @@ func (r *eventRelay) announce(channel string, e any) bool {
 	if err != nil || len(b) < 2 || b[0] != '{' {
 		return false
 	}
-	r.deliver(channel, b)
+	switch ev := e.(type) { // this instance's hub: at once
+	case live.AlarmEvent:
+		r.hub.AlarmChanged(ev)
+	case live.FirmwareEvent:
+		r.hub.FirmwareChanged(ev)
+	case live.ShadowEvent:
+		r.hub.ShadowChanged(ev)
+	}
 	// The origin goes first (an instance of an earlier version decodes
 	// the event and ignores the field).
 	payload := r.self + string(b[1:])

@@ -272,9 +272,9 @@ func TestAlarmsSIGKILL(t *testing.T) {
 		}
 	}
 	// The instance that announced the ack handed it to its own hub at
-	// once; its listener skips the same event coming back over
-	// PostgreSQL (eventRelay): a second one would arrive within
-	// milliseconds.
+	// once (else it never arrives: its listener skips the same event
+	// coming back over PostgreSQL, eventRelay); a second one, if the
+	// listener did not skip it, would arrive within milliseconds.
 	select {
 	case e := <-events:
 		t.Errorf("live alarm event after the ack, announced twice? %s", e)
