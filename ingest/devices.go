@@ -80,14 +80,13 @@ type deviceCache struct {
 	// Announced changes (DeviceWatcher) waiting for runChanges: the ids,
 	// or all (any may have changed); watched once the watch listens; gen
 	// counts announcements (a lookup that saw it move re-reads).
-	chMu      sync.Mutex
-	chIDs     map[string]struct{}
-	chAll     bool
-	chKick    chan struct{}
-	watched   atomic.Bool
-	gen       atomic.Uint64
-	refreshes int // TTLs so far; runChanges' own
-	full      int // fullRefresh; tests raise it
+	chMu    sync.Mutex
+	chIDs   map[string]struct{}
+	chAll   bool
+	chKick  chan struct{}
+	watched atomic.Bool
+	gen     atomic.Uint64
+	full    int // fullRefresh; tests raise it
 
 	// Devices not cached whose messages are on their way to a worker
 	// (hint) are looked up many to a query ahead of the workers
@@ -392,7 +391,7 @@ func (c *deviceCache) runChanges(ctx context.Context) {
 		defer t.Stop()
 		tick = t.C
 	}
-	retry := false
+	retry, ttls := false, 0
 	report := func(err error) {
 		switch {
 		case err != nil && ctx.Err() == nil && !c.failing:
@@ -409,10 +408,10 @@ func (c *deviceCache) runChanges(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			c.refreshes++
+			ttls++
 			ids := c.sweep()
 			c.chMu.Lock()
-			all := c.chAll || retry || !c.watched.Load() || c.refreshes%c.full == 0
+			all := c.chAll || retry || !c.watched.Load() || ttls%c.full == 0
 			if all {
 				c.chAll, c.chIDs = false, make(map[string]struct{})
 			}
