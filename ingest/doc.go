@@ -9,8 +9,9 @@
 // the shared, persistent QoS 1 subscriptions with manual acknowledgements:
 // a message is acknowledged only once the batch holding it is stored.
 // Births and wills travel in a session of their own at each broker, and
-// each worker takes them before the reports queued for it, so that a
-// device's state does not wait behind the reports published ahead of it
+// have workers and a ClickHouse writer of their own, so that a device's
+// state waits neither behind the reports published ahead of it nor for
+// room in the reports' writer, which a storm's backlog fills
 // (sessions.go); the one start that moves them there from a session of
 // an earlier run neither loses nor doubles one (handoff.go).
 //

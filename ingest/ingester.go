@@ -343,18 +343,24 @@ type Ingester struct {
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
 	born     *BornAt       // with several brokers, where each device's last birth came from
 	writers  []*tsdb.Writer
-	devices  *deviceCache
-	models   *modelCache // nil: values are not checked (models.go)
-	states   *stateShards
-	m        *metrics
-	seed     maphash.Seed
+	// presenceW stores births' and wills' message rows apart from the
+	// reports' writers, under bounds of its own (presenceWriterOptions):
+	// in a storm the reports fill their writers' queues, and a birth
+	// waiting there for room held its state back too.
+	presenceW *tsdb.Writer
+	devices   *deviceCache
+	models    *modelCache // nil: values are not checked (models.go)
+	states    *stateShards
+	m         *metrics
+	seed      maphash.Seed
 
 	// The subscriptions of the data sessions (every uplink but births and
 	// wills) and of the presence session (births and wills), sessions.go.
 	dataFilters, presenceFilters map[string]byte
 	handoffs                     []atomic.Pointer[handoff] // per broker, set by a start that hands over (handoff.go)
 
-	// Each worker's queues: births and wills, taken first, and the rest.
+	// Each shard's queues: births and wills, and the rest, each taken by
+	// a worker of its own.
 	presenceQ, queues []chan item
 	backlog           *backlog // when each kept session's backlog is drained (backlog.go)
 	depth             atomic.Int64
@@ -474,6 +480,7 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	for range opt.Writers {
 		in.writers = append(in.writers, tsdb.NewWriter(db, wopt))
 	}
+	in.presenceW = tsdb.NewWriter(db, presenceWriterOptions(wopt))
 	in.states = newStateShards(states, opt.StateWriters, opt.StateFlushInterval, opt.StateBatch, in.log, in.m,
 		func(n int) { in.stateN.Add(uint64(n)) }, func() { in.foldedN.Add(1) })
 	for _, f := range wire.DataFilters(opt.ProductIDs...) {
@@ -486,8 +493,9 @@ func New(ctx context.Context, opt Options, db tsdb.Inserter, devices Devices, st
 	for n := range opt.Workers {
 		pq, q := make(chan item, per), make(chan item, per)
 		in.presenceQ, in.queues = append(in.presenceQ, pq), append(in.queues, q)
-		in.workers.Add(1)
-		go in.work(pq, q, in.writers[n%len(in.writers)])
+		in.workers.Add(2)
+		go in.work(pq, in.presenceW)
+		go in.work(q, in.writers[n%len(in.writers)])
 	}
 	in.workers.Add(1)
 	go in.runParking()
@@ -805,42 +813,60 @@ func (in *Ingester) ack(m mqtt.Message) {
 	in.m.acked.Inc()
 }
 
-// work processes its queues until intake has stopped and they are empty.
-// Births and wills (pq) go first: a birth reaches the state writer after
-// the message being stored, not after the thousands of reports a storm
-// queues ahead of it. A device's births and wills stay in their order (one
-// queue, one session); their order against its reports changes no state
+// work processes q until intake has stopped and it is empty. Each shard
+// has two workers: one for births and wills, storing their message rows
+// through the presence writer, and one for the rest. A birth waits for
+// no report: not in a queue, and not for room in the reports' writer,
+// which a storm's backlog of reports fills (bench fleet-connect). A
+// device's births and wills stay in their order (one queue, one session,
+// one worker); their order against its reports changes no state
 // (sessions.go).
-func (in *Ingester) work(pq, q chan item, w *tsdb.Writer) {
+func (in *Ingester) work(q chan item, w *tsdb.Writer) {
 	defer in.workers.Done()
 	var rows wire.Rows
 	for {
-		var it item
 		select {
-		case it = <-pq:
-		default:
-			select {
-			case it = <-pq:
-			case it = <-q:
-			case <-in.drained:
-				// Intake has stopped and no callback runs: drain and exit.
-				for {
-					select {
-					case it := <-pq:
-						in.depth.Add(-1)
-						in.process(&rows, it, w)
-					case it := <-q:
-						in.depth.Add(-1)
-						in.process(&rows, it, w)
-					default:
-						return
-					}
+		case it := <-q:
+			in.depth.Add(-1)
+			in.process(&rows, it, w)
+		case <-in.drained:
+			// Intake has stopped and no callback runs: drain and exit.
+			for {
+				select {
+				case it := <-q:
+					in.depth.Add(-1)
+					in.process(&rows, it, w)
+				default:
+					return
 				}
 			}
 		}
-		in.depth.Add(-1)
-		in.process(&rows, it, w)
 	}
+}
+
+// writerFor is the writer of it's rows: the presence writer for births and
+// wills, else the reports' writer of index i.
+func (in *Ingester) writerFor(it item, i int) *tsdb.Writer {
+	if it.topic.Kind == wire.KindOnline || it.topic.Kind == wire.KindOffline {
+		return in.presenceW
+	}
+	return in.writers[i%len(in.writers)]
+}
+
+// presenceWriterOptions are the presence writer's: the reports' writer's
+// with an eighth of its byte bounds (4 MiB a batch, 8 MiB queued at the
+// defaults). Births and wills are a row each, held until stored; 8 MiB
+// holds about 20,000 of them, more than PostgreSQL's state writes take
+// in the seconds an insert of them lasts.
+func presenceWriterOptions(o tsdb.WriterOptions) tsdb.WriterOptions {
+	d := tsdb.DefaultWriterOptions()
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = d.MaxBytes
+	}
+	o.MaxBytes = max(o.MaxBytes/8, 1<<20)
+	o.QueueBytes = 2 * o.MaxBytes
+	o.QueueRows = 0 // 2*MaxRows: the bytes bound first
+	return o
 }
 
 // process checks, decodes and queues one message for storage; it is
@@ -1104,7 +1130,7 @@ func (in *Ingester) close(ctx context.Context) error {
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, w := range in.writers {
+	for _, w := range append(in.writers[:len(in.writers):len(in.writers)], in.presenceW) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -85,7 +85,7 @@ func (in *Ingester) runParking() {
 		in.parking.items = nil
 		in.parking.mu.Unlock()
 		for i, it := range items {
-			in.process(&rows, it, in.writers[i%len(in.writers)])
+			in.process(&rows, it, in.writerFor(it, i))
 		}
 		if in.parked() == 0 {
 			retry.Reset()
