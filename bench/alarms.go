@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -112,6 +113,11 @@ type AlarmsResult struct {
 	Latency         LatencySummary `json:"latency"`
 	ToEvaluator     LatencySummary `json:"toEvaluator"`
 	EvaluatorToLive LatencySummary `json:"evaluatorToLive"`
+	// Delivery: the same crossing reports published -> received by a
+	// plain subscriber of the bench (QoS 1, the watched devices' report
+	// topics), in the same phase: the broker's delivery on this machine
+	// at this load, the floor under ToEvaluator.
+	Delivery LatencySummary `json:"delivery"`
 	// Commit: a transaction's commit on the same PostgreSQL server over
 	// the same phase, every 20 ms (startCommitProbe): the floor under
 	// EvaluatorToLive, which waits for at least one commit.
@@ -155,6 +161,7 @@ func (r AlarmsResult) String() string {
 	p := r.Params
 	return fmt.Sprintf("alarms: %d devices, %d rules, %d reports/s, 1 in %d reports raising: published -> alarm event p50 %.1f ms p99 %.1f ms max %.1f ms (%d of %d raised, %d cleared, %d skipped; %d raised in PostgreSQL; %d reports not taken by the broker, %.0f/s published; devicehub %.1f CPU s in %s)\n"+
 		"  split: published -> evaluator received p50 %.1f ms p99 %.1f ms; -> alarm event p50 %.1f ms p99 %.1f ms\n"+
+		"  the same reports published -> a plain subscriber of the bench: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
 		"  alarm changes committed by the express lane %.0f (from arrival: mean %.1f ms, p99 <= %.0f ms), by the batch lane %.0f (mean %.1f ms, p99 <= %.0f ms)\n"+
 		"  a commit on the same PostgreSQL meanwhile: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
 		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
@@ -162,6 +169,7 @@ func (r AlarmsResult) String() string {
 		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
 		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.Skipped, r.StoredRaised, r.PublishFailed, r.Published, r.SteadyCPU, p.Duration,
 		r.ToEvaluator.P50Ms, r.ToEvaluator.P99Ms, r.EvaluatorToLive.P50Ms, r.EvaluatorToLive.P99Ms,
+		r.Delivery.P50Ms, r.Delivery.P99Ms, r.Delivery.MaxMs, r.Delivery.N,
 		r.Lanes["express"].Changes, r.Lanes["express"].MeanMs, r.Lanes["express"].P99Ms, r.Lanes["batch"].Changes, r.Lanes["batch"].MeanMs, r.Lanes["batch"].P99Ms,
 		r.Commit.P50Ms, r.Commit.P99Ms, r.Commit.MaxMs, r.Commit.N,
 		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
@@ -175,6 +183,8 @@ func (r AlarmsResult) Figures() []Figure {
 	return []Figure{
 		{Name: "report published -> alarm on /api/live, p50" + load, Value: r.Latency.P50Ms, Unit: "ms"},
 		{Name: "report published -> alarm on /api/live, p99" + load, Value: r.Latency.P99Ms, Unit: "ms", Target: "<= 100 ms"},
+		{Name: "report published -> evaluator received, p99" + load, Value: r.ToEvaluator.P99Ms, Unit: "ms",
+			Against: "the same reports published -> a plain subscriber, p99", Baseline: r.Delivery.P99Ms},
 		{Name: "evaluator received -> alarm on /api/live, p99" + load, Value: r.EvaluatorToLive.P99Ms, Unit: "ms",
 			Against: "a commit on the same PostgreSQL meanwhile, p99", Baseline: r.Commit.P99Ms},
 		{Name: "alarm events received" + load, Value: float64(r.Raised), Unit: "events", Target: "all " + strconv.FormatInt(r.Expected, 10)},
@@ -625,6 +635,34 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	for _, id := range watched {
 		isWatched[index[id]] = true
 	}
+	// The floor under the evaluator's receipt: a plain subscriber of the
+	// watched devices' reports, timing the crossing ones as the events are.
+	var delivery Histogram
+	floor := mqtt.NewClient(pahoOptions(serviceLogin(), broker.url(), "bench-floor-"+randHex(4)).SetCleanSession(true).
+		SetOrderMatters(false).SetPingTimeout(time.Minute))
+	if err := waitToken(floor.Connect(), 30*time.Second); err != nil {
+		return fmt.Errorf("bench: floor subscriber connect: %w", err)
+	}
+	defer floor.Disconnect(0)
+	filters := make(map[string]byte, len(watched))
+	for _, id := range watched {
+		filters[wire.DeviceTopic(product, id, wire.LevelReport)] = 1
+	}
+	high := []byte(`"temp":85`)
+	if err := waitToken(floor.SubscribeMultiple(filters, func(_ mqtt.Client, m mqtt.Message) {
+		now := time.Now()
+		t, ok := wire.ParseTopic(m.Topic())
+		if !ok || !bytes.Contains(m.Payload(), high) {
+			return
+		}
+		if i, ok := index[t.DeviceID]; ok {
+			if at := lastHigh[i].Load(); at > 0 {
+				delivery.Record(now.Sub(time.Unix(0, at)))
+			}
+		}
+	}), 30*time.Second); err != nil {
+		return fmt.Errorf("bench: floor subscriber subscribe: %w", err)
+	}
 	n := p.Rate * int(p.Duration/time.Second)
 	p.Logf("alarms: %d reports/s for %s, %d crossing devices watched", p.Rate, p.Duration, len(watched))
 	var expected int64
@@ -725,7 +763,7 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		res.Lanes[lane] = l
 	}
 	res.Skipped = skipped.Load()
-	res.ToEvaluator, res.EvaluatorToLive = toEval.Summary(), evalToLive.Summary()
+	res.ToEvaluator, res.EvaluatorToLive, res.Delivery = toEval.Summary(), evalToLive.Summary(), delivery.Summary()
 	res.StoredRaised, res.StoredBytes, err = storedAlarms(ctx, db.dsn(), product+"-hot", watched, phaseStart)
 	return err
 }
