@@ -114,7 +114,13 @@ type Cache[K comparable, V any] struct {
 	window   time.Duration // TTL + Stale: how long a value may be served at all
 	timeless bool          // TTL Forever and no Expiry: no clock is read
 
-	mu      sync.Mutex
+	// mu is read-locked by Peek, Len, Bytes and Loads only: a cache on
+	// a hot path (ingest's device statuses, read for every message by
+	// every broker connection's callback and every worker) is read far
+	// more than written, and on a machine whose cores are all busy a
+	// plain mutex there convoyed its readers, each waiting to be
+	// scheduled for its turn (bench fleet-connect).
+	mu      sync.RWMutex
 	m       map[K]*entry[V]
 	flights map[K]*flight[V] // the load of each key under way, at most one
 	bytes   int              // Size of the values in m
@@ -178,6 +184,9 @@ func (c *Cache[K, V]) Get(ctx context.Context, key K, load func(ctx context.Cont
 		return load(ctx, key)
 	}
 	now := c.now()
+	if v, ok := c.peekAt(key, now); ok {
+		return v, nil // the usual case, under the read lock
+	}
 	c.mu.Lock()
 	if e, ok := c.m[key]; ok {
 		switch c.ageLocked(e, now) {
@@ -228,9 +237,13 @@ func (c *Cache[K, V]) Peek(key K) (V, bool) {
 		var zero V
 		return zero, false
 	}
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	return c.peekAt(key, c.now())
+}
+
+// peekAt is Peek at now.
+func (c *Cache[K, V]) peekAt(key K, now time.Time) (V, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if e, ok := c.m[key]; ok && c.ageLocked(e, now) == fresh {
 		return e.val, true
 	}
@@ -296,22 +309,22 @@ func (c *Cache[K, V]) Invalidate(tags ...string) {
 
 // Len returns the values kept, servable or not.
 func (c *Cache[K, V]) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return len(c.m)
 }
 
 // Bytes returns the Size of the values kept.
 func (c *Cache[K, V]) Bytes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return c.bytes
 }
 
 // Loads returns the loads under way whose answer may be kept.
 func (c *Cache[K, V]) Loads() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	return len(c.flights)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,4 +441,50 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(misses.Load())/float64(b.N), "misses/op")
+}
+
+// BenchmarkPeekContended is ingest's use of its device cache: a Peek per
+// message from 16 goroutines (its brokers' callbacks and its workers)
+// on GOMAXPROCS cores, while a writer Puts a new key every 100 µs (the
+// first messages of devices connecting).
+func BenchmarkPeekContended(b *testing.B) {
+	o := DefaultOptions[string, int]()
+	o.TTL, o.MaxEntries = Forever, 0 // ingest bounds its own (maxCachedDevices)
+	c := New(o)
+	keys := make([]string, 100000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("dev-", i)
+		c.Put(keys[i], i)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Microsecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				c.Put(fmt.Sprint("new-", i), i)
+			}
+		}
+	}()
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok := c.Peek(keys[i%len(keys)]); !ok {
+				b.Fatal("a kept key not found")
+			}
+			i += 7
+		}
+	})
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
 }
