@@ -351,9 +351,9 @@ func (c *deviceCache) reread(ctx context.Context, ids []string) error {
 // cachedIDs returns the ids of devices cached.
 func (c *deviceCache) cachedIDs() []string {
 	var ids []string
-	c.entries.DeleteFunc(func(id string, _ *cacheEntry) bool {
+	c.entries.Range(func(id string, _ *cacheEntry) bool {
 		ids = append(ids, id)
-		return false
+		return true
 	})
 	return ids
 }

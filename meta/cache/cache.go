@@ -38,6 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -278,16 +279,48 @@ func (c *Cache[K, V]) Delete(key K) {
 }
 
 // DeleteFunc forgets every value for which f returns true. f runs with
-// the cache locked: it must not call the cache.
+// the cache locked: it must not call the cache. The lock is let go after
+// every lockBatch values, so that a cache of 100,000 values does not
+// hold its readers back for the whole walk; a value kept meanwhile may
+// or may not be visited.
 func (c *Cache[K, V]) DeleteFunc(f func(K, V) bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	n := 0
 	for k, e := range c.m {
 		if f(k, e.val) {
 			c.dropLocked(k, e)
 		}
+		if n++; n%lockBatch == 0 {
+			c.mu.Unlock()
+			runtime.Gosched()
+			c.mu.Lock()
+		}
 	}
+	c.mu.Unlock()
 }
+
+// Range calls f for every value kept, servable or not, until f returns
+// false. f runs with the cache read-locked: it must not call the cache.
+// As DeleteFunc, Range lets the lock go after every lockBatch values.
+func (c *Cache[K, V]) Range(f func(K, V) bool) {
+	c.mu.RLock()
+	n := 0
+	for k, e := range c.m {
+		if !f(k, e.val) {
+			break
+		}
+		if n++; n%lockBatch == 0 {
+			c.mu.RUnlock()
+			runtime.Gosched()
+			c.mu.RLock()
+		}
+	}
+	c.mu.RUnlock()
+}
+
+// lockBatch is how many values DeleteFunc and Range visit under one hold
+// of the lock: tens of microseconds.
+const lockBatch = 1024
 
 // Invalidate bumps the generation of each of tags, or with none of every
 // key: no value loaded before, nor any load under way, is served after it.

@@ -488,3 +488,50 @@ func BenchmarkPeekContended(b *testing.B) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestWalksLetOthersIn: DeleteFunc and Range let the lock go between
+// batches of values, so that a Put waiting for it gets in before the walk
+// over 10,000 values ends. Holding the lock for the whole walk (as
+// DeleteFunc did) the Put waits for its end and the walk sees it not done.
+func TestWalksLetOthersIn(t *testing.T) {
+	for _, walk := range []string{"DeleteFunc", "Range"} {
+		t.Run(walk, func(t *testing.T) {
+			o := DefaultOptions[string, int]()
+			o.TTL, o.MaxEntries = Forever, 0
+			c := New(o)
+			const n = 10 * lockBatch
+			for i := range n {
+				c.Put(fmt.Sprint("k", i), i)
+			}
+			put := make(chan struct{})
+			calls, doneBefore := 0, false
+			visit := func(string, int) {
+				calls++
+				switch {
+				case calls == 1:
+					go func() { c.Put("new", -1); close(put) }()
+				case calls <= lockBatch:
+					time.Sleep(5 * time.Microsecond) // the Put waits past a millisecond: handed the lock next
+				case calls == n-1:
+					select {
+					case <-put:
+						doneBefore = true
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}
+			if walk == "DeleteFunc" {
+				c.DeleteFunc(func(k string, v int) bool { visit(k, v); return false })
+			} else {
+				c.Range(func(k string, v int) bool { visit(k, v); return true })
+			}
+			<-put
+			if !doneBefore {
+				t.Fatalf("the Put waited for the whole %s over %d values", walk, n)
+			}
+			if c.Len() != n+1 {
+				t.Fatalf("%d values after the walk, want %d", c.Len(), n+1)
+			}
+		})
+	}
+}
