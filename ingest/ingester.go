@@ -88,8 +88,10 @@ type Options struct {
 	// when full, the MQTT callback waits and the broker holds the rest.
 	// Default 20000.
 	Queue int
-	// Workers decode and check messages; a device's messages always go to
-	// the same worker, so they stay in order. Default 4.
+	// Workers is the number of shards of the workers that decode and check
+	// messages: a device's messages always go to the same shard, its
+	// births and wills to the shard's presence worker and the rest to its
+	// other worker, so that each kind stays in order. Default 4.
 	Workers int
 	// Writer configures each ClickHouse batcher (rows per batch, interval,
 	// retries). Default tsdb's: 300000 rows or 1s.
@@ -844,7 +846,7 @@ func (in *Ingester) work(q chan item, w *tsdb.Writer) {
 	}
 }
 
-// writerFor is the writer of it's rows: the presence writer for births and
+// writerFor is the writer of its rows: the presence writer for births and
 // wills, else the reports' writer of index i.
 func (in *Ingester) writerFor(it item, i int) *tsdb.Writer {
 	if it.topic.Kind == wire.KindOnline || it.topic.Kind == wire.KindOffline {
