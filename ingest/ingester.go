@@ -90,8 +90,9 @@ type Options struct {
 	Queue int
 	// Workers is the number of shards of the workers that decode and check
 	// messages: a device's messages always go to the same shard, its
-	// births and wills to the shard's presence worker and the rest to its
-	// other worker, so that each kind stays in order. Default 4.
+	// births, wills and shadow requests to the shard's presence worker and
+	// the rest to its other worker, so that each kind stays in order.
+	// Default 4.
 	Workers int
 	// Writer configures each ClickHouse batcher (rows per batch, interval,
 	// retries). Default tsdb's: 300000 rows or 1s.
@@ -345,8 +346,8 @@ type Ingester struct {
 	atBroker []int         // clients[i] is connected to brokers[atBroker[i]]
 	born     *BornAt       // with several brokers, where each device's last birth came from
 	writers  []*tsdb.Writer
-	// presenceW stores births' and wills' message rows apart from the
-	// reports' writers, under bounds of its own (presenceWriterOptions):
+	// presenceW stores the message rows of births, wills and shadow
+	// requests (presenceWork) apart from the reports' writers, under bounds of its own (presenceWriterOptions):
 	// in a storm the reports fill their writers' queues, and a birth
 	// waiting there for room held its state back too.
 	presenceW *tsdb.Writer
@@ -361,8 +362,8 @@ type Ingester struct {
 	dataFilters, presenceFilters map[string]byte
 	handoffs                     []atomic.Pointer[handoff] // per broker, set by a start that hands over (handoff.go)
 
-	// Each shard's queues: births and wills, and the rest, each taken by
-	// a worker of its own.
+	// Each shard's queues: births, wills and shadow requests
+	// (presenceWork), and the rest, each taken by a worker of its own.
 	presenceQ, queues []chan item
 	backlog           *backlog // when each kept session's backlog is drained (backlog.go)
 	depth             atomic.Int64
@@ -765,14 +766,14 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 	in.enqueue(it)
 }
 
-// enqueue hands it to its device's worker, waiting while that one's queue
-// is full. Births and wills have a queue of their own, which the worker
-// takes first (work).
+// enqueue hands it to its device's shard, waiting while the queue is
+// full: births, wills and shadow requests to the shard's presence worker,
+// the rest to its other worker (work, presenceWork).
 func (in *Ingester) enqueue(it item) {
 	in.devices.hint(it.topic.DeviceID)
 	n := maphash.String(in.seed, it.topic.DeviceID) % uint64(len(in.queues))
 	q := in.queues[n]
-	if it.topic.Kind == wire.KindOnline || it.topic.Kind == wire.KindOffline {
+	if presenceWork(it.topic.Kind) {
 		q = in.presenceQ[n]
 	}
 	in.depth.Add(1)
@@ -816,8 +817,9 @@ func (in *Ingester) ack(m mqtt.Message) {
 }
 
 // work processes q until intake has stopped and it is empty. Each shard
-// has two workers: one for births and wills, storing their message rows
-// through the presence writer, and one for the rest. A birth waits for
+// has two workers: one for births, wills and shadow requests
+// (presenceWork), storing their message rows through the presence
+// writer, and one for the rest. A birth waits for
 // no report: not in a queue, and not for room in the reports' writer,
 // which a storm's backlog of reports fills (bench fleet-connect). A
 // device's births and wills stay in their order (one queue, one session,
@@ -846,10 +848,19 @@ func (in *Ingester) work(q chan item, w *tsdb.Writer) {
 	}
 }
 
-// writerFor is the writer of its rows: the presence writer for births and
-// wills, else the reports' writer of index i.
+// presenceWork tells the messages a shard's presence worker takes: births
+// and wills, and a device's requests for its shadow, so that a device
+// that asks for its shadow right after its birth gets the delta its birth
+// sends before the answer (the shadow service answers a device's calls
+// in order), as when one worker took both.
+func presenceWork(k wire.Kind) bool {
+	return k == wire.KindOnline || k == wire.KindOffline || k == wire.KindShadowGet
+}
+
+// writerFor is the writer of its rows: the presence writer for the
+// presence worker's messages, else the reports' writer of index i.
 func (in *Ingester) writerFor(it item, i int) *tsdb.Writer {
-	if it.topic.Kind == wire.KindOnline || it.topic.Kind == wire.KindOffline {
+	if presenceWork(it.topic.Kind) {
 		return in.presenceW
 	}
 	return in.writers[i%len(in.writers)]
