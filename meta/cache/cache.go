@@ -115,12 +115,13 @@ type Cache[K comparable, V any] struct {
 	window   time.Duration // TTL + Stale: how long a value may be served at all
 	timeless bool          // TTL Forever and no Expiry: no clock is read
 
-	// mu is read-locked by Peek, Len, Bytes and Loads only: a cache on
-	// a hot path (ingest's device statuses, read for every message by
-	// every broker connection's callback and every worker) is read far
-	// more than written, and on a machine whose cores are all busy a
-	// plain mutex there convoyed its readers, each waiting to be
-	// scheduled for its turn (bench fleet-connect).
+	// mu is read-locked by Peek, a Get served a fresh value, Range, Len,
+	// Bytes and Loads, and write-locked by the rest. A cache on a hot
+	// path (ingest's device statuses, read for every message by every
+	// broker connection's callback and every worker) is read far more
+	// than written, and on a machine whose cores are all busy a plain
+	// mutex there convoyed its readers, each waiting to be scheduled for
+	// its turn (bench fleet-connect).
 	mu      sync.RWMutex
 	m       map[K]*entry[V]
 	flights map[K]*flight[V] // the load of each key under way, at most one
