@@ -85,11 +85,7 @@ func Dial(ctx context.Context, opt Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := net.Dialer{Timeout: opt.Timeout}
-	if opt.LocalIP != nil {
-		d.LocalAddr = &net.TCPAddr{IP: opt.LocalIP}
-	}
-	conn, err := d.DialContext(ctx, "tcp", opt.Addr)
+	conn, err := dialer(opt).DialContext(ctx, "tcp", opt.Addr)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +118,17 @@ func Dial(ctx context.Context, opt Options) (*Client, error) {
 	c := &Client{conn: conn, timeout: opt.Timeout, maxPacket: opt.MaxPacket, onMessage: opt.OnMessage, onClose: opt.OnClose, done: make(chan struct{})}
 	go c.read()
 	return c, nil
+}
+
+// dialer dials from opt.LocalIP, if set, its port chosen at connect
+// (deferPort).
+func dialer(opt Options) *net.Dialer {
+	d := &net.Dialer{Timeout: opt.Timeout}
+	if opt.LocalIP != nil {
+		d.LocalAddr = &net.TCPAddr{IP: opt.LocalIP}
+		d.Control = deferPort
+	}
+	return d
 }
 
 func readFull(c net.Conn, b []byte) (int, error) {
