@@ -58,7 +58,11 @@
 // keeping each login. Every Options.CheckInterval it compares getStats'
 // count and digest of its installation with that, and syncs every login
 // again at once when they differ (logged, counted in
-// devicehub_devauth_resyncs_total{reason="mismatch"}).
+// devicehub_devauth_resyncs_total{reason="mismatch"}). When the plugin's
+// control connection comes back (a broker restarted from its snapshot)
+// the same comparison, with no login of installation "" allowed, decides
+// between applying only the changes made meanwhile and a full sync
+// (reason "reconnected"): feed.kept.
 //
 // Reserved usernames. setReserved replaces the set of usernames no device
 // may have: the leader sends the dynamic-security plugin's clients (but

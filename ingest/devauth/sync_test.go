@@ -8,10 +8,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"devicehub/bench/testkit"
 	"devicehub/ingest/devauth"
@@ -29,7 +31,8 @@ type world struct {
 	t      *testing.T
 	broker *mqtttest.Broker
 	store  *meta.Store
-	logs   *logLines // if set, the syncers log here too
+	logs   *logLines            // if set, the syncers log here too
+	reg    *prometheus.Registry // if set, the syncers' metrics
 }
 
 // logLines keeps what a syncer logs, for a test that waits for an event
@@ -86,8 +89,12 @@ func (w *world) version(id string) int64 {
 // syncer runs a syncer until the test ends or stop is called.
 func (w *world) syncer() (s *devauth.Syncer, stop func()) {
 	u, p := mqtttest.Service()
-	s = devauth.New(w.store, devauth.Options{BrokerURL: w.broker.URL(), Username: u, Password: p, Retry: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(w.logOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	opt := devauth.Options{BrokerURL: w.broker.URL(), Username: u, Password: p, Retry: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(w.logOut(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if w.reg != nil {
+		opt.Registerer = w.reg
+	}
+	s = devauth.New(w.store, opt)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
@@ -392,5 +399,112 @@ func TestPostgresOutage(t *testing.T) {
 	case <-lost:
 		t.Fatal("a PostgreSQL outage cut a connected device")
 	default:
+	}
+}
+
+// counter is the value of counter name of w's syncers.
+func (w *world) counter(name string) float64 {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func (w *world) fullSyncs() float64 { return w.counter("devicehub_devauth_full_syncs_total") }
+
+// TestBrokerRestart: a broker restarted from the snapshot its plugin
+// wrote at shutdown is sent only what changed while it was away, not
+// every login again; whatever it holds that devicehub did not sync (an
+// older or missing snapshot, a login set by hand, with or without an
+// installation) is replaced by a full sync once it is back, and a login
+// changed or withdrawn while it was away is not admitted after.
+func TestBrokerRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sig   syscall.Signal
+		stray string // a login set by hand before the restart: "own" (this installation's), "none" (no installation), "": none
+		away  bool   // a key changed and a device withdrawn while the broker is away: applied once it is back
+		full  bool   // a full sync after the restart
+	}{
+		{name: "restarted from its snapshot", sig: syscall.SIGTERM},
+		{name: "changes while away", sig: syscall.SIGTERM, away: true},
+		{name: "killed before any snapshot", sig: syscall.SIGKILL, full: true},
+		{name: "a login of this installation set by hand", sig: syscall.SIGTERM, stray: "own", full: true},
+		{name: "a login of no installation set by hand", sig: syscall.SIGTERM, stray: "none", full: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.reg = prometheus.NewRegistry()
+			a, gone := w.device(randID("a-"), meta.StateOffline), w.device(randID("g-"), meta.StateOffline)
+			later := w.device(randID("l-"), meta.StateNotActive)
+			s, _ := w.syncer()
+			w.eventually(a, true)
+			w.eventually(gone, true)
+			var stray meta.DeviceLogin
+			if tc.stray != "" {
+				stray = meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
+				cmd := dynsec.Command{"command": "setDevice", "id": stray.ID, "product": "p", "username": stray.SecureID, "key": stray.SecureKey}
+				if tc.stray == "own" {
+					var inst string
+					if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
+						t.Fatal(err)
+					}
+					cmd["installation"] = inst
+				}
+				if err := do(t, w.plugin(), cmd)[0].Err(); err != nil {
+					t.Fatal(err)
+				}
+				w.connects(stray)
+			}
+			if got := w.fullSyncs(); got != 1 {
+				t.Fatalf("%v full syncs before the restart, want 1 (the start's)", got)
+			}
+
+			w.broker.Stop(tc.sig)
+			old := a
+			if tc.away {
+				a.SecureKey = strings.ToLower(rand.Text())
+				w.exec(`UPDATE devices SET secure_key = $2 WHERE id = $1`, a.ID, a.SecureKey)
+				w.exec(`UPDATE devices SET state = 'notActive' WHERE id = $1`, gone.ID)
+			}
+			w.broker.Start()
+			// The syncer is back and has compared the plugin with what it
+			// synced (and synced everything again if it must: in the same
+			// turn of its loop, before the next change is applied).
+			testkit.Eventually(t, 20*time.Second, "the syncer to compare the restarted broker's plugin", func() bool {
+				return w.counter("devicehub_devauth_checks_total") >= 1
+			})
+			w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
+				t.Fatalf("a deploy after the restart: %v", err)
+			}
+			w.connects(later)
+			w.connects(a)
+			if tc.away {
+				w.refused(old)
+				w.refused(gone)
+			} else {
+				w.connects(gone)
+			}
+			if tc.stray != "" {
+				w.refused(stray)
+			}
+			want := 1.0
+			if tc.full {
+				want = 2
+			}
+			if got := w.fullSyncs(); got != want {
+				t.Fatalf("%v full syncs, want %v", got, want)
+			}
+		})
 	}
 }
