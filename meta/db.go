@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -78,6 +80,9 @@ type Store struct {
 	totals *totalCache // estimated list totals (list.go)
 	pages  *pageCache  // product and device pages (pagecache.go)
 	tokens *tokenWatch // ended tokens, announced (tokenwatch.go)
+
+	oneTripOnce sync.Once
+	oneTrip     *sqlx.DB // OneTrip's pool, opened on first use
 }
 
 // Open connects to PostgreSQL and applies pending migrations.
@@ -130,11 +135,58 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Close stops the page cache's and the tokens' watchers and closes the
-// connection pool.
+// connection pools.
 func (s *Store) Close() error {
 	s.pages.close()
 	s.tokens.close()
+	s.oneTripOnce.Do(func() {}) // none opened after this
+	if s.oneTrip != nil {
+		_ = s.oneTrip.Close()
+	}
 	return s.db.Close()
+}
+
+// OneTrip is a second, small pool on the same database whose statements
+// with parameters take one round trip instead of two. Without lib/pq's
+// binary_parameters a statement with parameters is prepared, answered,
+// and then executed; with it Parse, Bind and Execute go together. On a
+// busy machine each round trip waits for PostgreSQL's backend to be
+// scheduled, so a writer of several statements a transaction (the alarm
+// evaluator's, ingest/alarm Store.Write) commits sooner. Its statements
+// must not pass []byte parameters: those go in binary, which a json,
+// jsonb or uuid parameter does not read (strings and pq's arrays go as
+// text, as in the main pool). Closed with the Store.
+func (s *Store) OneTrip() *sqlx.DB {
+	s.oneTripOnce.Do(func() {
+		db, err := sqlx.Open("postgres", oneTripDSN(s.opts.DSN))
+		if err != nil { // only for an unknown driver name
+			return
+		}
+		db.SetMaxOpenConns(oneTripConns)
+		db.SetMaxIdleConns(oneTripConns)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+		s.oneTrip = db
+	})
+	if s.oneTrip == nil {
+		return s.db
+	}
+	return s.oneTrip
+}
+
+// oneTripConns bounds OneTrip's pool: its users are a few writer
+// goroutines.
+const oneTripConns = 4
+
+// oneTripDSN is dsn with binary_parameters on, in either of lib/pq's
+// forms (a URL, or key=value pairs).
+func oneTripDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("binary_parameters", "yes")
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " binary_parameters=yes"
 }
 
 // DB exposes the pool, for tests and health checks.

@@ -679,7 +679,9 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	// the row of every device that had its state.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+time.Duration(len(devs)+len(trs))*time.Millisecond)
 	defer cancel()
-	stx, err := s.db.BeginTxx(ctx, nil)
+	// One round trip a statement (meta.Store.OneTrip): Write passes no
+	// []byte parameter, its arrays go as text.
+	stx, err := s.ms.OneTrip().BeginTxx(ctx, nil)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("alarm: write: %w", err)
 	}
