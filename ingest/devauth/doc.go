@@ -62,7 +62,11 @@
 // control connection comes back (a broker restarted from its snapshot)
 // the same comparison, with no login of installation "" allowed, decides
 // between applying only the changes made meanwhile and a full sync
-// (reason "reconnected"): feed.kept.
+// (reason "reconnected"): feed.kept. A full sync itself first compares
+// the plugin with every deployed login read from PostgreSQL (count,
+// digest, no login of installation ""), and sends nothing when they are
+// equal: a devicehub that restarts finds its brokers holding every
+// login (feed.holds).
 //
 // Reserved usernames. setReserved replaces the set of usernames no device
 // may have: the leader sends the dynamic-security plugin's clients (but

@@ -149,7 +149,7 @@ func New(src Source, opt Options) *Syncer {
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_commands_total",
 			Help: "Commands sent to the broker's device-login plugin, by result (ok, error)."}, []string{"result"}),
 		fulls: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_devauth_full_syncs_total",
-			Help: "Full syncs of every device login into the broker's plugin."}),
+			Help: "Full syncs of every device login into the broker's plugin (not counted: a sync that found the plugin holding every login already, and sent none)."}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "devicehub_devauth_resyncs_total",
 			Help: "Full syncs started because a broker's plugin did not hold what was synced, by reason (mismatch: another count or digest at the regular check; unconfirmed: an exchange failed midway; reconnected: another count or digest, or logins without an installation, when the plugin's connection came back)."},
 			[]string{"reason"}),
@@ -454,7 +454,6 @@ func (f *feed) mqttConfig(suffix string) mqttconn.Config {
 // every device meanwhile (a login it holds already is not touched).
 func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	s := f.s
-	s.fulls.Inc()
 	start := time.Now()
 	// A generation the plugin has not seen: JSON numbers stay exact up
 	// to 2^53, so milliseconds, not nanoseconds.
@@ -475,6 +474,22 @@ func (f *feed) syncAll(ctx context.Context, cl, ds *dynsec.Client) error {
 	if err := f.reserve(ctx, cl, ds); err != nil {
 		return err
 	}
+	if same, err := f.holds(ctx, cl, recent); err != nil {
+		return err
+	} else if same {
+		s.log.Info("devauth: the broker's plugin holds every device login already", "broker", mqttconn.BrokerName(f.broker),
+			"devices", f.wantCount, "took", time.Since(start).Round(time.Millisecond))
+		confirmed := make([]meta.LoginChange, 0, len(recent))
+		for id, v := range recent {
+			confirmed = append(confirmed, meta.LoginChange{ID: id, Version: v})
+		}
+		f.confirm(ctx, confirmed)
+		if err := f.migrate(ctx, ds); err != nil {
+			s.log.Warn("devauth: removing the dynamic-security plugin's device clients failed", "err", err)
+		}
+		return nil
+	}
+	s.fulls.Inc()
 	inst := s.installation()
 	b := s.newBatcher(ctx, cl)
 	n := 0
@@ -763,6 +778,42 @@ func (f *feed) stats(ctx context.Context, cl *dynsec.Client) (pluginStats, bool,
 	got := stats.Installations[f.s.installation()]
 	sum, _ := strconv.ParseUint(got.Digest, 16, 64)
 	return pluginStats{devices: got.Devices, anonymous: stats.Installations[""].Devices, sum: sum}, true, nil
+}
+
+// holds reads every deployed login and tells whether the plugin holds
+// exactly them, as a full sync would leave it: this installation's logins
+// with the same count and digest, and none without an installation. Then
+// the full sync sends nothing: a devicehub that restarts (a new leader)
+// finds its brokers holding every login, and sending them all again cost
+// each broker a command a device (600,000 at 100,000 devices and 6
+// brokers) while it delivered the sessions' backlog. It notes the
+// versions of the recent changes it read (syncAll confirms them); the
+// logins are not kept, a full sync reads them again. A plugin that does
+// not say (older than installations) holds nothing here.
+func (f *feed) holds(ctx context.Context, cl *dynsec.Client, recent map[string]int64) (bool, error) {
+	var n int64
+	var sum uint64
+	err := f.s.src.EachDeployedDeviceLogin(ctx, func(d meta.DeviceLogin) error {
+		n++
+		sum += loginSum(d)
+		if _, ok := recent[d.ID]; ok {
+			recent[d.ID] = d.Version
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	got, ok, err := f.stats(ctx, cl)
+	if err != nil || !ok {
+		return false, err
+	}
+	if got.devices != n || got.sum != sum || got.anonymous != 0 {
+		return false, nil
+	}
+	f.wantCount, f.wantSum, f.wantValid = n, sum, true
+	f.setHeld(int(n))
+	return true, nil
 }
 
 // kept tells, once the plugin's control connection is back, whether the

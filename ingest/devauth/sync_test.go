@@ -402,7 +402,7 @@ func TestPostgresOutage(t *testing.T) {
 	}
 }
 
-// counter is the value of counter name of w's syncers.
+// counter is the value of counter (or gauge) name of w's syncers.
 func (w *world) counter(name string) float64 {
 	w.t.Helper()
 	mfs, err := w.reg.Gather()
@@ -411,6 +411,9 @@ func (w *world) counter(name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
@@ -504,6 +507,88 @@ func TestBrokerRestart(t *testing.T) {
 			}
 			if got := w.fullSyncs(); got != want {
 				t.Fatalf("%v full syncs, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestSyncerRestart: a syncer that starts (a devicehub restart, a new
+// leader) and finds the plugin holding every login PostgreSQL has sends
+// none; what changed while no syncer led (a key), and a login set by hand
+// (with this installation or none), makes it sync everything, and the
+// old key and the strays are refused after.
+func TestSyncerRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		key   bool   // a key changed while no syncer led
+		stray string // a login set by hand while no syncer led: "own", "none", "": none
+		full  bool   // the new syncer sends every login
+	}{
+		{name: "the plugin holds every login"},
+		{name: "a key changed meanwhile", key: true, full: true},
+		{name: "a login of this installation set by hand", stray: "own", full: true},
+		{name: "a login of no installation set by hand", stray: "none", full: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			a, b := w.device(randID("a-"), meta.StateOffline), w.device(randID("b-"), meta.StateOffline)
+			later := w.device(randID("l-"), meta.StateNotActive)
+			_, stop := w.syncer()
+			w.eventually(a, true)
+			w.eventually(b, true)
+			stop()
+
+			old := a
+			if tc.key {
+				a.SecureKey = strings.ToLower(rand.Text())
+				w.exec(`UPDATE devices SET secure_key = $2 WHERE id = $1`, a.ID, a.SecureKey)
+			}
+			var stray meta.DeviceLogin
+			if tc.stray != "" {
+				stray = meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
+				cmd := dynsec.Command{"command": "setDevice", "id": stray.ID, "product": "p", "username": stray.SecureID, "key": stray.SecureKey}
+				if tc.stray == "own" {
+					var inst string
+					if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
+						t.Fatal(err)
+					}
+					cmd["installation"] = inst
+				}
+				if err := do(t, w.plugin(), cmd)[0].Err(); err != nil {
+					t.Fatal(err)
+				}
+				w.connects(stray)
+			}
+
+			w.reg = prometheus.NewRegistry() // the new syncer's metrics
+			s, _ := w.syncer()
+			// The new syncer's first sync (compared, or sent) is done once
+			// it says the plugin holds the two logins; then a deploy,
+			// confirmed: the syncer follows changes.
+			testkit.Eventually(t, 20*time.Second, "the new syncer's first sync", func() bool {
+				return w.counter("devicehub_devauth_logins") == 2
+			})
+			w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
+				t.Fatalf("a deploy after the start: %v", err)
+			}
+			w.connects(later)
+			w.connects(a)
+			w.connects(b)
+			if tc.key {
+				w.refused(old)
+			}
+			if tc.stray != "" {
+				w.refused(stray)
+			}
+			want := 0.0
+			if tc.full {
+				want = 1
+			}
+			if got := w.fullSyncs(); got != want {
+				t.Fatalf("%v full syncs by the new syncer, want %v", got, want)
 			}
 		})
 	}
