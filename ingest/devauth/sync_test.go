@@ -402,6 +402,43 @@ func TestPostgresOutage(t *testing.T) {
 	}
 }
 
+// stray sets a login by hand in the plugin, one PostgreSQL never had,
+// with this installation ("own") or none ("none"), and checks that it
+// logs in; "" sets none.
+func (w *world) stray(kind string) meta.DeviceLogin {
+	w.t.Helper()
+	if kind == "" {
+		return meta.DeviceLogin{}
+	}
+	d := meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
+	cmd := dynsec.Command{"command": "setDevice", "id": d.ID, "product": "p", "username": d.SecureID, "key": d.SecureKey}
+	if kind == "own" {
+		var inst string
+		if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
+			w.t.Fatal(err)
+		}
+		cmd["installation"] = inst
+	}
+	if err := do(w.t, w.plugin(), cmd)[0].Err(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.connects(d)
+	return d
+}
+
+// deploy deploys d and waits (20 s) until s says the broker holds it;
+// then d logs in.
+func (w *world) deploy(s *devauth.Syncer, d meta.DeviceLogin) {
+	w.t.Helper()
+	w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, d.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Await(ctx, []meta.LoginChange{{ID: d.ID, Version: w.version(d.ID)}}); err != nil {
+		w.t.Fatalf("deploying %s: %v", d.ID, err)
+	}
+	w.connects(d)
+}
+
 // counter is the value of counter (or gauge) name of w's syncers.
 func (w *world) counter(name string) float64 {
 	w.t.Helper()
@@ -450,22 +487,7 @@ func TestBrokerRestart(t *testing.T) {
 			s, _ := w.syncer()
 			w.eventually(a, true)
 			w.eventually(gone, true)
-			var stray meta.DeviceLogin
-			if tc.stray != "" {
-				stray = meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
-				cmd := dynsec.Command{"command": "setDevice", "id": stray.ID, "product": "p", "username": stray.SecureID, "key": stray.SecureKey}
-				if tc.stray == "own" {
-					var inst string
-					if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
-						t.Fatal(err)
-					}
-					cmd["installation"] = inst
-				}
-				if err := do(t, w.plugin(), cmd)[0].Err(); err != nil {
-					t.Fatal(err)
-				}
-				w.connects(stray)
-			}
+			stray := w.stray(tc.stray)
 			if got := w.fullSyncs(); got != 1 {
 				t.Fatalf("%v full syncs before the restart, want 1 (the start's)", got)
 			}
@@ -484,13 +506,7 @@ func TestBrokerRestart(t *testing.T) {
 			testkit.Eventually(t, 20*time.Second, "the syncer to compare the restarted broker's plugin", func() bool {
 				return w.counter("devicehub_devauth_checks_total") >= 1
 			})
-			w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
-				t.Fatalf("a deploy after the restart: %v", err)
-			}
-			w.connects(later)
+			w.deploy(s, later) // confirmed: the syncer follows changes
 			w.connects(a)
 			if tc.away {
 				w.refused(old)
@@ -543,22 +559,7 @@ func TestSyncerRestart(t *testing.T) {
 				a.SecureKey = strings.ToLower(rand.Text())
 				w.exec(`UPDATE devices SET secure_key = $2 WHERE id = $1`, a.ID, a.SecureKey)
 			}
-			var stray meta.DeviceLogin
-			if tc.stray != "" {
-				stray = meta.DeviceLogin{ID: randID("s-"), ProductID: "p", SecureID: randID("u-"), SecureKey: "stray-key-0123456789"}
-				cmd := dynsec.Command{"command": "setDevice", "id": stray.ID, "product": "p", "username": stray.SecureID, "key": stray.SecureKey}
-				if tc.stray == "own" {
-					var inst string
-					if err := w.store.DB().Get(&inst, `SELECT id FROM installation`); err != nil {
-						t.Fatal(err)
-					}
-					cmd["installation"] = inst
-				}
-				if err := do(t, w.plugin(), cmd)[0].Err(); err != nil {
-					t.Fatal(err)
-				}
-				w.connects(stray)
-			}
+			stray := w.stray(tc.stray)
 
 			w.reg = prometheus.NewRegistry() // the new syncer's metrics
 			s, _ := w.syncer()
@@ -568,13 +569,7 @@ func TestSyncerRestart(t *testing.T) {
 			testkit.Eventually(t, 20*time.Second, "the new syncer's first sync", func() bool {
 				return w.counter("devicehub_devauth_logins") == 2
 			})
-			w.exec(`UPDATE devices SET state = 'offline' WHERE id = $1`, later.ID)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := s.Await(ctx, []meta.LoginChange{{ID: later.ID, Version: w.version(later.ID)}}); err != nil {
-				t.Fatalf("a deploy after the start: %v", err)
-			}
-			w.connects(later)
+			w.deploy(s, later) // confirmed: the syncer follows changes
 			w.connects(a)
 			w.connects(b)
 			if tc.key {
