@@ -47,6 +47,16 @@ func TestOneTrip(t *testing.T) {
 	if len(got) != 2 || got[1].ID != `b"c` || len(got[1].Tags) != 2 || got[1].Tags[0] != "t,{x}" {
 		t.Fatalf("rows %+v", got)
 	}
+	// The pool is the one-trip one: a []byte goes in binary there, which
+	// a jsonb parameter does not read (OneTrip's doc), while the main
+	// pool sends it as text.
+	doc := []byte(`{"a":1}`)
+	if _, err := s.DB().ExecContext(ctx, `SELECT $1::jsonb`, doc); err != nil {
+		t.Fatalf("main pool: %v", err)
+	}
+	if _, err := s.OneTrip().ExecContext(ctx, `SELECT $1::jsonb`, doc); err == nil {
+		t.Fatal("a []byte jsonb parameter read on OneTrip's pool: binary_parameters is not on")
+	}
 }
 
 // BenchmarkOneTrip times a statement with one parameter on the main pool
