@@ -160,6 +160,35 @@ func (d *testDevice) askShadow(id string) ([]shadowMsg, shadowMsg) {
 	return before, answer
 }
 
+// askShadowAfterBirth publishes .../shadow/get right after the device's
+// birth and waits for both the answer carrying id and a delta at version
+// v; it returns the other messages the device got (its deltas), and the
+// answer. Ingest takes the birth on its presence session and the request
+// on a data session, so the two may be handled in either order (and, in
+// a share group, by different instances); a device applies a version
+// once, whichever message brings it first (ingest/shadow's doc: the
+// version, not the arrival order, decides), so either order is right.
+func (d *testDevice) askShadowAfterBirth(id string, v int64) ([]shadowMsg, shadowMsg) {
+	d.t.Helper()
+	d.publish(wire.LevelShadowGet, fmt.Sprintf(`{"messageId":%q}`, id))
+	var others []shadowMsg
+	var answer shadowMsg
+	testkit.Eventually(d.t, 10*time.Second, fmt.Sprintf("the answer to %s and a delta at version %d", id, v), func() bool {
+		others, answer = others[:0], shadowMsg{}
+		delta := false
+		for _, m := range d.received() {
+			if m.MessageID == id {
+				answer = m
+				continue
+			}
+			others = append(others, m)
+			delta = delta || (m.MessageType == "SHADOW_DELTA" && m.Version == v)
+		}
+		return answer.MessageID == id && delta
+	})
+	return others, answer
+}
+
 // TestShadowOfflineDevice: a device offline while its desired state
 // changes three times gets one delta when it connects, with the last
 // values and the last version; asked, it gets its whole shadow with that
@@ -187,9 +216,9 @@ func TestShadowOfflineDevice(t *testing.T) {
 	}
 
 	dev := connectTestDevice(t, se.broker.URL(), se.product, "s1", se.gateway)
-	before, answer := dev.askShadow("ask-1")
+	before, answer := dev.askShadowAfterBirth("ask-1", 3)
 	if len(before) != 1 {
-		t.Fatalf("before its request the device got %d messages, want its one delta: %+v", len(before), before)
+		t.Fatalf("besides its answer the device got %d messages, want its one delta: %+v", len(before), before)
 	}
 	delta := before[0]
 	if delta.MessageType != "SHADOW_DELTA" || !strings.HasSuffix(delta.Topic, "/shadow/delta") || delta.Version != 3 ||
@@ -220,9 +249,9 @@ func TestShadowOfflineDevice(t *testing.T) {
 	}
 	dev = connectTestDevice(t, se.broker.URL(), se.product, "s1", se.gateway)
 	se.startIngest()
-	before, answer = dev.askShadow("ask-2")
+	before, answer = dev.askShadowAfterBirth("ask-2", 7)
 	if len(before) != 1 || before[0].Version != 7 || before[0].State["fan"] != 5.0 || before[0].State["target"] != 18.0 {
-		t.Fatalf("after the restart the device got %+v before its answer, want one delta at version 7", before)
+		t.Fatalf("after the restart the device got %+v besides its answer, want one delta at version 7", before)
 	}
 	if answer.Version != 7 {
 		t.Fatalf("answer after the restart: %+v", answer)
@@ -427,9 +456,9 @@ func TestShadowBrokerPool(t *testing.T) {
 		se.ok("PUT", "/api/device/instance/p1/shadow", body, nil)
 	}
 	dev = connectTestDevice(t, b.URL(), se.product, "p1", gwB)
-	before, answer := dev.askShadow("ask-b")
+	before, answer := dev.askShadowAfterBirth("ask-b", 3)
 	if len(before) != 1 || before[0].Version != 3 || before[0].State["fan"] != 3.0 || before[0].State["target"] != 20.0 {
-		t.Fatalf("on the other broker the device got %+v before its answer, want one delta at version 3", before)
+		t.Fatalf("on the other broker the device got %+v besides its answer, want one delta at version 3", before)
 	}
 	if answer.Version != 3 {
 		t.Fatalf("answer: %+v", answer)

@@ -48,7 +48,12 @@
 //     device applies a version once and drops any version at or below the
 //     last it applied (two changes racing may arrive out of order: the
 //     version, not the arrival order, decides). A device unsure of its state publishes .../shadow/get and
-//     gets the whole shadow with its version.
+//     gets the whole shadow with its version. A request right after a
+//     birth may be answered before the birth's delta is sent: ingest
+//     takes births on its presence session and requests on its data
+//     sessions (in a share group, possibly on other instances), so the
+//     device may get the answer and then the delta of the same version,
+//     which it drops (api's TestShadowOfflineDevice takes either order).
 //
 // It must not import api or ingest (the pipeline calls it through the
 // small interface ingest.ShadowHook); it uses meta (device lookups), tsdb
