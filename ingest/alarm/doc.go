@@ -69,8 +69,9 @@
 // what the evaluator decided since the previous batch (the transitions;
 // each touched device's row, one a device: the latest message time, the
 // keys of its recent messages, the latest values its rules read and the
-// state of each of its rules) and the messages that led to it. Two
-// writer goroutines, two lanes, each write one batch at a time in ONE
+// state of each of its rules) and the messages that led to it. Writer
+// goroutines in two lanes (the batch lane's one, the express lane's
+// three: runner.go, expressWriters) each write one batch at a time in ONE
 // transaction (Store.Write: a few statements however many alarms it
 // raises, escalates or clears; "One record" below) and, only after its
 // commit, acknowledge its messages in order and announce its transitions
@@ -82,33 +83,38 @@
 //   - the batch lane is handed everything evaluated since its last batch
 //     every FlushInterval, or at maxPending messages, while its writer is
 //     idle;
-//   - the express lane is handed, at once while its writer is idle, the
+//   - an idle writer of the express lane is handed, at once, the
 //     devices of the changes users are told of (a raise, escalation,
 //     de-escalation or clear: not a repeat), each with all it holds
-//     pending (its transitions, row and messages), so that a raise does
-//     not wait for the rows of every device touched while the batch
-//     lane's write ran (at 100,000 devices, a row per report); while
-//     the express writer is busy, the batch lane leaves those devices
-//     pending for it (devicehub_alarm_change_lag_seconds says, by lane,
-//     how long a change took to its commit).
+//     pending (its transitions, row and messages), so that a raise
+//     waits neither for the rows of every device touched while the
+//     batch lane's write ran (at 100,000 devices, a row per report) nor,
+//     unless every express writer is busy, for another alarm's write
+//     (TestRunnerExpressWriters); while they are busy, the batch lane
+//     leaves those devices pending for them
+//     (devicehub_alarm_change_lag_seconds says, by lane, how long a
+//     change took to its commit).
 //
-// Two lanes. No device is in both lanes' batches at once: the express
-// lane takes only devices the batch lane's batch being written holds
-// nothing of (no message, transition or row: the others wait for its
+// Two lanes. No device is in two batches being written at once: an
+// express writer takes only devices no batch being written holds
+// anything of (no message, transition or row: the others wait for its
 // commit), and the batch lane leaves pending the devices of the express
-// batch being written. So a device's batches commit in the order they
+// batches being written. So a device's batches commit in the order they
 // were evaluated, and so are its messages acknowledged; batches of other
-// devices commit in either order, as nothing one writes is another's: a
+// devices commit in any order, as nothing one writes is another's: a
 // device's row, the records and transitions of its alarms (one per rule
 // and device) and their outbox rows (in order per alarm). Otherwise a
 // device's newer row, written by the express lane, could commit before
 // the batch lane's older one and lie under it: TestRunnerExpress breaks
-// the rule on purpose, and an alarm then never clears after a restart.
+// the rule on purpose, and an alarm then never clears after a restart;
+// or a device's clear, written by a second express writer, could commit
+// before its raise and find nothing to clear (TestRunnerExpressOneDevice).
 //
 // Meanwhile the loop reads and evaluates the next batch on top of the
-// ones being written. Each lane is a pipeline of one: its batch N+1 is
-// handed only once its N's commit is reported; while N is written, N+1
-// grows (and the write takes it whole when it is done); past maxPending
+// ones being written. Each device is a pipeline of one: a batch holding
+// it is handed only once the commit of the batch before that held it is
+// reported (the batch lane's batch N+1 only once N's is); while N is
+// written, N+1 grows (and the write takes it whole when it is done); past maxPending
 // messages the loop reads no more (backpressure: the session's queue,
 // then the broker, hold the rest). A failed write (an error, ErrNotOwner,
 // a lost lock) stops its writer, which writes and acknowledges nothing
@@ -116,9 +122,9 @@
 // N's effects, and N+1's rows (the device's latest time and keys)
 // committed over a lost N would make N's messages, when they come again,
 // look already applied (TestRunnerPipelineFailure fails so without the
-// rule: counts short). The other lane's batch in flight holds other
-// devices, evaluated on committed state only: its commit, or its loss,
-// is one of the cases below. The evaluator's memory goes with the turn;
+// rule: counts short). The other batches in flight hold other
+// devices, evaluated on their committed state only: their commit, or
+// their loss, is one of the cases below. The evaluator's memory goes with the turn;
 // the next turn reloads what is stored (Store.Load) and
 // the session gives again every message not acknowledged, those of N
 // and of every batch after it. So:
@@ -194,9 +200,9 @@
 // the poll finds cleared by hand is told to the evaluator only for the
 // alarms no untaken transition is of (Evaluator.Untaken): one that is
 // was evaluated on the alarm being active, and its own write finds the
-// clear and says so; the poll reads the clears only while neither lane
+// clear and says so; the poll reads the clears only while no writer
 // writes a batch (while they are due, the batch lane is handed nothing,
-// so both are soon idle). Otherwise the evaluator can forget an alarm the store
+// so all are soon idle). Otherwise the evaluator can forget an alarm the store
 // has just raised anew, which then never clears
 // (TestRunnerHandClearPipelined: each of the three rules seen failing
 // without it).

@@ -65,9 +65,10 @@ type Options struct {
 	// were stored (WriteResult.Written: no repeats; a repeat the store
 	// made a new alarm as its raise; none of an alarm a hand cleared
 	// meanwhile), once committed (the live feed), by the writer
-	// goroutine of the lane that wrote them: in write order per alarm
-	// (a device is in one lane's batch at a time), from two goroutines;
-	// it must not block.
+	// goroutine that wrote them: in write order per alarm (a device is
+	// in one batch being written at a time), from several goroutines
+	// (the batch lane's writer and the express lane's); it must not
+	// block.
 	OnTransitions func([]Transition)
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
@@ -266,39 +267,63 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	defer poll.Stop()
 
 	// The write pipeline (package doc, "Write, then acknowledge"): two
-	// lanes, each a writer that writes one batch at a time, acknowledges
-	// and announces it after its commit and stops at the first failure:
-	// the batch lane takes what was evaluated since its last batch, the
-	// express lane the devices of an alarm's change, so that a raise does
-	// not wait for the rows of every device touched meanwhile. No device
-	// is in both lanes' batches at once (package doc, "Two lanes").
-	// Meanwhile this loop evaluates the next messages in memory.
+	// lanes of writers, each writer writing one batch at a time,
+	// acknowledging and announcing it after its commit and stopping at
+	// the first failure: the batch lane's one writer takes what was
+	// evaluated since its last batch, the express lane's writers the
+	// devices of an alarm's change, so that a raise waits neither for the
+	// rows of every device touched meanwhile nor for another alarm's
+	// write. No device is in two batches being written at once (package
+	// doc, "Two lanes"). Meanwhile this loop evaluates the next messages
+	// in memory.
 	wctx, wcancel := context.WithCancel(ctx)
 	toWrite, wrote := make(chan *batch, 1), make(chan written, 1)
-	toExpress, expressed := make(chan *batch, 1), make(chan written, 1)
+	var toExpress [expressWriters]chan *batch
+	expressed := make(chan written, expressWriters)
 	var writers sync.WaitGroup
-	writers.Add(2)
+	writers.Add(1 + expressWriters)
 	go func() {
 		defer writers.Done()
 		r.writer(wctx, epoch, toWrite, wrote)
 	}()
-	go func() {
-		defer writers.Done()
-		r.writer(wctx, epoch, toExpress, expressed)
-	}()
+	for i := range toExpress {
+		toExpress[i] = make(chan *batch, 1)
+		go func(in <-chan *batch) {
+			defer writers.Done()
+			r.writer(wctx, epoch, in, expressed)
+		}(toExpress[i])
+	}
 	defer func() { wcancel(); writers.Wait() }() // before sub.Close: nothing acknowledged after the turn
 	var (
 		pending    []mqttconn.Received
 		pendingDev []string // the device of each pending message, "" for none
 		seq        uint64
 		flightDevs map[string]struct{} // the devices of the batch lane's batch being written (its messages, transitions, rows); nil: none is
-		expressing map[string]struct{} // the devices of the express lane's batch being written; nil: none is
-		due        bool                // the flush interval passed since the last batch was handed
-		handDue    bool                // the clears by hand are to be read once both writers are idle
+		// expressing[i]: the devices of the batch express writer i is
+		// writing; nil: it is idle.
+		expressing [expressWriters]map[string]struct{}
+		due        bool // the flush interval passed since the last batch was handed
+		handDue    bool // the clears by hand are to be read once every writer is idle
 		lastPurge  time.Time
 	)
 	var evals, lacking uint64
 	var dec decoded // apply's scratch
+	expressBusy := func() bool {
+		for _, e := range expressing {
+			if e != nil {
+				return true
+			}
+		}
+		return false
+	}
+	inExpress := func(dev string) bool {
+		for _, e := range expressing {
+			if _, ok := e[dev]; ok {
+				return true
+			}
+		}
+		return false
+	}
 	// split moves the pending messages of the devices take says to the
 	// returned slice, in order; the others stay pending, in order.
 	split := func(take func(dev string) bool) (out []mqttconn.Received) {
@@ -315,22 +340,22 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		return out
 	}
 	// hand gives the batch lane what was evaluated since its last batch,
-	// if anything, but for the devices of the express batch being written
-	// (they stay pending: a row of theirs written beside that batch could
-	// commit before it, an older row over a newer) and the devices of an
-	// alarm change not yet handed, which stay for the express lane: an
-	// alarm waits for at most one express batch's commit, never for a
-	// batch of every device's rows.
+	// if anything, but for the devices of the express batches being
+	// written (they stay pending: a row of theirs written beside such a
+	// batch could commit before it, an older row over a newer) and the
+	// devices of an alarm change not yet handed, which stay for the
+	// express lane: an alarm never waits for a batch of every device's
+	// rows.
 	hand := func() {
 		if len(pending) == 0 && !ev.Changed() {
 			due = false
 			return
 		}
-		hold := expressing
-		if ev.Alarming() {
-			hold = maps.Clone(expressing)
-			if hold == nil {
-				hold = map[string]struct{}{}
+		var hold map[string]struct{}
+		if ev.Alarming() || expressBusy() {
+			hold = map[string]struct{}{}
+			for _, e := range expressing {
+				maps.Copy(hold, e)
 			}
 			for id := range ev.AlarmingDevices() {
 				hold[id] = struct{}{}
@@ -364,13 +389,13 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			lacking = n
 		}
 	}
-	// handExpress gives the express lane the devices of the alarm changes
-	// not yet handed that the batch lane's batch holds nothing of: their
-	// transitions, rows and messages.
-	handExpress := func() {
+	// handExpress gives the idle express writer w the devices of the
+	// alarm changes not yet handed that no batch being written holds
+	// anything of: their transitions, rows and messages.
+	handExpress := func(w int) {
 		ids := map[string]struct{}{}
 		for id := range ev.AlarmingDevices() {
-			if _, busy := flightDevs[id]; !busy {
+			if _, busy := flightDevs[id]; !busy && !inExpress(id) {
 				ids[id] = struct{}{}
 			}
 		}
@@ -378,11 +403,11 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			return
 		}
 		seq++
-		b := &batch{seq: seq, express: true}
+		b := &batch{seq: seq, express: true, writer: w}
 		b.trs, b.devs = ev.TakeDevices(ids)
 		b.msgs = split(func(dev string) bool { _, ok := ids[dev]; return ok })
-		toExpress <- b
-		expressing = ids
+		toExpress[w] <- b
+		expressing[w] = ids
 	}
 	// handClears reads the alarms cleared by hand. Only while no batch is
 	// with a writer: a clear read while one is written may be older or
@@ -406,16 +431,21 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// next hands what is due to the writers that are idle: an alarm's
 	// change at once, the rest every FlushInterval or at maxPending
 	// messages. While the clears by hand are due, the batch lane gets
-	// nothing: they are read as soon as both lanes are idle (the express
+	// nothing: they are read as soon as every writer is idle (the express
 	// lane's batches are a few rows).
 	next := func() {
-		inFlight, express := flightDevs != nil, expressing != nil
+		inFlight, express := flightDevs != nil, expressBusy()
 		if handDue && !inFlight && !express {
 			handDue = false
 			handClears()
 		}
-		if !express && ev.Alarming() {
-			handExpress()
+		if ev.Alarming() {
+			for w, e := range expressing {
+				if e == nil {
+					handExpress(w)
+					break
+				}
+			}
 		}
 		if !handDue && !inFlight && (due || len(pending) >= maxPending) {
 			hand()
@@ -439,7 +469,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	}
 	for {
 		in := in
-		if len(pending) >= maxPending && (flightDevs != nil || expressing != nil) {
+		if len(pending) >= maxPending && (flightDevs != nil || expressBusy()) {
 			in = nil // backpressure: the session's queue fills, then the broker holds the rest
 		}
 		select {
@@ -457,7 +487,7 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 			done(w)
 		case w := <-expressed:
-			expressing = nil
+			expressing[w.writer] = nil
 			if w.err != nil {
 				return w.err // as for the batch lane's: the turn ends
 			}
@@ -523,12 +553,19 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 // being written) no more is read until it is.
 const maxPending = 10000
 
+// expressWriters is the number of the express lane's writers: an alarm's
+// change waits for another's write only when they all write (or when its
+// device is in a batch being written). With the batch lane's writer they
+// fit meta.Store.OneTrip's pool (4 connections).
+const expressWriters = 3
+
 // batch is what the evaluator decided between two hand-offs to a lane's
 // writer (of the express lane: for its devices only), and the messages
 // that led to it, in the order they came.
 type batch struct {
 	seq     uint64
 	express bool // of the express lane
+	writer  int  // the express lane's writer it is handed to
 	trs     []Transition
 	devs    []DeviceRow
 	msgs    []mqttconn.Received
@@ -537,9 +574,10 @@ type batch struct {
 // written is the writer's word on a batch: committed (res), or the
 // error that stopped the writer.
 type written struct {
-	seq uint64
-	res WriteResult
-	err error
+	seq    uint64
+	writer int // batch.writer
+	res    WriteResult
+	err    error
 }
 
 // writer writes the batches it is handed, in order, each in one
@@ -557,7 +595,7 @@ func (r *Runner) writer(ctx context.Context, epoch int64, in <-chan *batch, out 
 		case b = <-in:
 		}
 		res, err := r.writeBatch(ctx, epoch, b)
-		out <- written{seq: b.seq, res: res, err: err} // the loop reads it, or has returned (buffered: one batch at a time)
+		out <- written{seq: b.seq, writer: b.writer, res: res, err: err} // the loop reads it, or has returned (buffered: one batch a writer at a time)
 		if err != nil {
 			return
 		}

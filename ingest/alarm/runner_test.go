@@ -596,11 +596,11 @@ func sharesDevice(a, b *batch) bool {
 // TestRunnerPipelineFailure breaks the pipeline's ordering rule on
 // purpose: the write of the batch holding the first report of round 2
 // fails while the whole of round 3 has been evaluated on top of it in
-// memory. No later batch of that turn holding its lane or one of its
-// devices may be written (nor, so, acknowledged): the owner ends its
+// memory. No later batch of that turn for its writer or holding one of
+// its devices may be written (nor, so, acknowledged): the owner ends its
 // turn, reloads what is stored and is given again every message not
-// acknowledged. (The other lane's batch being written at the failure
-// holds other devices, evaluated on committed state only: it may
+// acknowledged. (The other writers' batches being written at the failure
+// hold other devices, evaluated on committed state only: they may
 // commit.) Each device ends with one
 // alarm counting each of its reports exactly once; a later runner (a new
 // session's redeliveries) changes nothing. Without the rule (the loop
@@ -617,14 +617,14 @@ func TestRunnerPipelineFailure(t *testing.T) {
 		after   []uint64
 		done    = make(chan struct{})
 		sawOnce bool
-		failing bool // a batch of round 2 is the one that fails: the other lane's may hold round 2 too
+		failing bool // a batch of round 2 is the one that fails: another writer's may hold round 2 too
 	)
 	r, stop := g.runner(func(rr *Runner) {
 		rr.beforeWrite = func(b *batch) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if failed != 0 {
-				if b.seq > failed && !sawOnce && (b.express == failedB.express || sharesDevice(b, failedB)) { // the same turn: seqs restart at 1 in the next
+				if b.seq > failed && !sawOnce && ((b.express == failedB.express && b.writer == failedB.writer) || sharesDevice(b, failedB)) { // the same turn: seqs restart at 1 in the next
 					after = append(after, b.seq)
 				}
 				if b.seq <= failed {
@@ -870,11 +870,11 @@ func TestRunnerExpress(t *testing.T) {
 	})
 }
 
-// TestRunnerExpressKeepsAlarms: while the express lane writes one alarm's
-// batch, another device's raise waits for it rather than go in the batch
-// lane's batch with every device's rows (runner.go, hand): an alarm waits
-// for at most one express commit. Without the rule d2's raise is written
-// by the batch lane while d1's express batch is held.
+// TestRunnerExpressKeepsAlarms: while every writer of the express lane
+// writes an alarm's batch, another device's raise waits for one of them
+// rather than go in the batch lane's batch with every device's rows
+// (runner.go, hand). Without the rule d4's raise is written by the batch
+// lane while the express writers are held.
 func TestRunnerExpressKeepsAlarms(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
 	hold := newWriterHold(true)
@@ -895,37 +895,105 @@ func TestRunnerExpressKeepsAlarms(t *testing.T) {
 	})
 	g.waitOwner(r)
 	base := time.Now().Add(-time.Minute)
-	g.report("d1", "hold", base, "temp", 31) // its raise is held in the express writer
-	hold.wait(t, "d1's raise")
-	g.report("d2", "up", base.Add(time.Second), "temp", 31)
-	g.report("d3", "calm", base.Add(time.Second), "temp", 20)
+	for i := range expressWriters { // one raise held in each express writer
+		dev := fmt.Sprintf("h%d", i)
+		g.report(dev, "hold-"+dev, base, "temp", 31)
+		hold.wait(t, dev+"'s raise")
+	}
+	g.report("d4", "up", base.Add(time.Second), "temp", 31)
+	g.report("d5", "calm", base.Add(time.Second), "temp", 20)
 	// Both evaluated and the flush interval passed several times: the
-	// batch lane has had its chances to take d2's raise.
-	testkit.Eventually(t, 20*time.Second, "d2's and d3's reports evaluated", func() bool { return r.evaluated.Load() >= 3 })
-	testkit.Eventually(t, 20*time.Second, "d3's report written by the batch lane", func() bool { return r.committed.Load() >= 1 })
+	// batch lane has had its chances to take d4's raise.
+	testkit.Eventually(t, 20*time.Second, "d4's and d5's reports evaluated", func() bool {
+		return r.evaluated.Load() >= expressWriters+2
+	})
+	testkit.Eventually(t, 20*time.Second, "d5's report written by the batch lane", func() bool { return r.committed.Load() >= 1 })
 	time.Sleep(300 * time.Millisecond)
 	hold.release()
-	g.waitRecords("both alarms", func(rs []Record) bool { return len(rs) == 2 })
+	g.waitRecords("every alarm", func(rs []Record) bool { return len(rs) == expressWriters+1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(batchLane) > 0 {
-		t.Errorf("the batch lane wrote alarm changes while the express lane was busy: %q", batchLane)
+		t.Errorf("the batch lane wrote alarm changes while the express writers were busy: %q", batchLane)
 	}
 }
 
-// writerHold holds, once, the writer of one lane (express or not) that is
-// handed a batch with a message whose messageId is "hold", until release
+// TestRunnerExpressWriters: while one express writer writes an alarm's
+// batch (held here), another device's raise is written by another express
+// writer: an alarm does not wait for another's write. With one express
+// writer d2's raise waits for d1's and the check fails.
+func TestRunnerExpressWriters(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	hold := newWriterHold(true)
+	r, _ := g.runner(func(r *Runner) {
+		r.beforeWrite = func(b *batch) error {
+			hold.check(b)
+			return nil
+		}
+	})
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Minute)
+	g.report("d1", "hold", base, "temp", 31)
+	hold.wait(t, "d1's raise")
+	g.report("d2", "up", base.Add(time.Second), "temp", 31)
+	g.waitRecords("d2's alarm written while d1's is held", func(rs []Record) bool {
+		return len(rs) == 1 && rs[0].DeviceID == "d2"
+	})
+	hold.release()
+	g.waitRecords("both alarms", func(rs []Record) bool { return len(rs) == 2 })
+}
+
+// TestRunnerExpressOneDevice: while an express writer writes a device's
+// raise (held here), the device's clear waits for it rather than go to
+// another express writer. Breaking the rule on purpose (inExpress not
+// checked) writes the clear first, which finds no active record, and
+// then the raise: the alarm stays active with its trigger ended.
+func TestRunnerExpressOneDevice(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	hold := newWriterHold(true)
+	var twice, released atomic.Bool
+	r, _ := g.runner(func(r *Runner) {
+		r.beforeWrite = func(b *batch) error {
+			if b.express && !released.Load() {
+				for _, m := range b.msgs {
+					if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"down"`)) {
+						twice.Store(true)
+					}
+				}
+			}
+			hold.check(b)
+			return nil
+		}
+	})
+	g.waitOwner(r)
+	base := time.Now().Add(-time.Minute)
+	g.report("d1", "hold", base, "temp", 31)
+	hold.wait(t, "d1's raise")
+	g.report("d1", "down", base.Add(time.Second), "temp", 20)
+	testkit.Eventually(t, 20*time.Second, "d1's clear evaluated", func() bool { return r.evaluated.Load() >= 2 })
+	time.Sleep(300 * time.Millisecond)
+	released.Store(true)
+	hold.release()
+	g.waitRecords("d1's alarm raised and cleared", func(rs []Record) bool {
+		return len(rs) == 1 && rs[0].State == StateCleared
+	})
+	if twice.Load() {
+		t.Error("a second express writer took d1 while the first wrote its raise")
+	}
+}
+
+// writerHold holds each writer of one lane (express or not) handed a
+// batch with a message whose messageId begins with "hold", until release
 // (or 40 s, when the test failed and ends): a runner's beforeWrite calls
-// check.
+// check. Once released, such batches pass.
 type writerHold struct {
 	express bool
-	once    sync.Once
-	held    chan struct{}
+	held    chan struct{} // a token each batch held
 	rel     chan struct{}
 }
 
 func newWriterHold(express bool) *writerHold {
-	return &writerHold{express: express, held: make(chan struct{}), rel: make(chan struct{})}
+	return &writerHold{express: express, held: make(chan struct{}, 64), rel: make(chan struct{})}
 }
 
 func (h *writerHold) check(b *batch) {
@@ -933,20 +1001,23 @@ func (h *writerHold) check(b *batch) {
 		return
 	}
 	for _, m := range b.msgs {
-		if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold"`)) {
-			h.once.Do(func() {
-				close(h.held)
-				select {
-				case <-h.rel:
-				case <-time.After(40 * time.Second):
-				}
-			})
+		if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"hold`)) {
+			select {
+			case <-h.rel:
+				return
+			default:
+			}
+			h.held <- struct{}{}
+			select {
+			case <-h.rel:
+			case <-time.After(40 * time.Second):
+			}
 			return
 		}
 	}
 }
 
-// wait returns once the writer holds what's message, or fails t.
+// wait returns once a writer holds what's message, or fails t.
 func (h *writerHold) wait(t *testing.T, what string) {
 	t.Helper()
 	select {
