@@ -662,12 +662,15 @@ func (s *Store) Load(ctx context.Context) ([]DeviceRow, error) {
 // nothing.
 //
 // Its statements do not grow with the number of alarms it raises,
-// escalates or clears: one checks the epoch and locks the rules (owned),
-// one locks the active records and adds the repeats, then one per round
-// writes the records and their transition rows (writeTransitions: one
-// round unless an alarm changes twice in the batch: raised, then
-// repeated or cleared), and one writes the touched devices' state rows
-// (writeState: one per stateChunk rows).
+// escalates or clears: one checks the epoch, locks the rules and writes
+// the touched devices' state rows (owned; the rows past stateChunk, a
+// rule disabled, in writeState's statements at the end), one locks the
+// active records and adds the repeats, then one per round writes the
+// records and their transition rows (writeTransitions: one round unless
+// an alarm changes twice in the batch: raised, then repeated or
+// cleared). Each is a round trip (meta.Store.OneTrip), as are BEGIN and
+// COMMIT; a batch with no transition (most of the batch lane's) is one
+// statement and no transaction (writeRows).
 //
 // A hand may have cleared an alarm the evaluator still holds active: a
 // repeat of it then raises a new alarm (the trigger met again after the
@@ -679,6 +682,9 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	// the row of every device that had its state.
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+time.Duration(len(devs)+len(trs))*time.Millisecond)
 	defer cancel()
+	if len(trs) == 0 && len(devs) <= stateChunk {
+		return WriteResult{}, s.writeRows(ctx, epoch, devs)
+	}
 	// One round trip a statement (meta.Store.OneTrip): Write passes no
 	// []byte parameter, its arrays go as text.
 	stx, err := s.ms.OneTrip().BeginTxx(ctx, nil)
@@ -687,14 +693,18 @@ func (s *Store) Write(ctx context.Context, epoch int64, trs []Transition, devs [
 	}
 	defer func() { _ = stx.Rollback() }()
 	tx := writeTx{stx, s}
-	if trs, err = owned(ctx, tx, epoch, trs); err != nil {
+	first, rest := devs, []DeviceRow(nil)
+	if len(devs) > stateChunk {
+		first, rest = devs[:stateChunk], devs[stateChunk:]
+	}
+	if trs, err = owned(ctx, tx, epoch, trs, first); err != nil {
 		return WriteResult{}, err
 	}
 	res, err := writeTransitions(ctx, tx, trs)
 	if err != nil {
 		return WriteResult{}, err
 	}
-	if err := writeState(ctx, tx, devs); err != nil {
+	if err := writeState(ctx, tx, rest); err != nil {
 		return WriteResult{}, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -730,8 +740,11 @@ func (t writeTx) SelectContext(ctx context.Context, dest any, q string, args ...
 // locked (FOR SHARE) as well: a rule disabled or deleted meanwhile (its
 // alarms cleared with it, clearRuleAlarms) raises or repeats nothing,
 // and one disabled after waits for the batch and clears what it raised.
-// One statement.
-func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition) ([]Transition, error) {
+// In the same statement it writes devs (at most stateChunk), the batch's
+// state rows: nothing else writes alarm_state, so they take no lock
+// another transaction could hold while it waits for the owner's or the
+// rules' rows; and a failed check rolls them back with the transaction.
+func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition, devs []DeviceRow) ([]Transition, error) {
 	seen := map[string]bool{}
 	ids := []string{}
 	for _, t := range trs {
@@ -745,8 +758,13 @@ func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition) ([]Tr
 		Epoch int64          `db:"epoch"`
 		Live  pq.StringArray `db:"live"`
 	}
-	err := tx.GetContext(ctx, &row, `SELECT (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE) AS epoch,
-		ARRAY(SELECT id FROM alarm_rules WHERE id = ANY($1) AND enabled ORDER BY id FOR SHARE) AS live`, pq.StringArray(ids))
+	err := tx.GetContext(ctx, &row, `WITH w AS (`+upsertState+`)
+		SELECT (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE) AS epoch,
+		ARRAY(SELECT id FROM alarm_rules WHERE id = ANY($4) AND enabled ORDER BY id FOR SHARE) AS live`,
+		textArray(devs, func(d *DeviceRow) string { return d.DeviceID }),
+		textArray(devs, func(d *DeviceRow) string { return d.ProductID }),
+		textArray(devs, func(d *DeviceRow) []byte { return d.Data }),
+		pq.StringArray(ids))
 	if err != nil {
 		return nil, fmt.Errorf("alarm: write: %w", err)
 	}
@@ -766,14 +784,45 @@ func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition) ([]Tr
 // stateChunk bounds the rows of one statement of writeState.
 const stateChunk = 10000
 
+// upsertState writes devices' state rows: $1 their ids, $2 their
+// products, $3 the rows (JSON), as arrays.
+const upsertState = `INSERT INTO alarm_state (device_id, product_id, data)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::json[])
+	ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`
+
+// writeRows writes a batch of state rows and no transition (at most
+// stateChunk) in one statement, outside a transaction: it checks the
+// epoch (the owner's row locked FOR SHARE, as owned does) and writes the
+// rows only if it is the owner's, so that they commit together or not
+// at all. ErrNotOwner: nothing was written.
+func (s *Store) writeRows(ctx context.Context, epoch int64, devs []DeviceRow) error {
+	s.statements.Add(1)
+	var got int64
+	err := s.ms.OneTrip().GetContext(ctx, &got, `WITH o AS (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE),
+		w AS (INSERT INTO alarm_state (device_id, product_id, data)
+			SELECT x.d, x.p, x.j FROM unnest($1::text[], $2::text[], $3::json[]) AS x(d, p, j)
+			WHERE (SELECT epoch FROM o) = $4
+			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data)
+		SELECT coalesce((SELECT epoch FROM o), 0)`,
+		textArray(devs, func(d *DeviceRow) string { return d.DeviceID }),
+		textArray(devs, func(d *DeviceRow) string { return d.ProductID }),
+		textArray(devs, func(d *DeviceRow) []byte { return d.Data }),
+		epoch)
+	if err != nil {
+		return fmt.Errorf("alarm: write state: %w", err)
+	}
+	if got != epoch {
+		return ErrNotOwner
+	}
+	return nil
+}
+
 // writeState writes the touched devices' rows (their rule states in
-// them): one statement, or one per stateChunk rows (a rule disabled
-// rewrites the rows of all the devices that had its state).
+// them): one statement per stateChunk rows (a rule disabled rewrites
+// the rows of all the devices that had its state).
 func writeState(ctx context.Context, tx writeTx, devs []DeviceRow) error {
 	for chunk := range slices.Chunk(devs, stateChunk) {
-		_, err := tx.ExecContext(ctx, `INSERT INTO alarm_state (device_id, product_id, data)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::json[])
-			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`,
+		_, err := tx.ExecContext(ctx, upsertState,
 			textArray(chunk, func(d *DeviceRow) string { return d.DeviceID }),
 			textArray(chunk, func(d *DeviceRow) string { return d.ProductID }),
 			textArray(chunk, func(d *DeviceRow) []byte { return d.Data }))

@@ -168,21 +168,39 @@ func TestStoreOneActive(t *testing.T) {
 }
 
 // TestStoreFencing: once another owner claimed, the old owner's writes
-// are refused and change nothing.
+// are refused and change nothing: a batch with transitions (a
+// transaction) and one of state rows only (one statement, writeRows).
 func TestStoreFencing(t *testing.T) {
-	s := writerStore(t)
-	ctx := context.Background()
-	old, _ := s.Claim(ctx)
-	if _, err := s.Claim(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, err := s.Write(ctx, old, []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)},
-		[]DeviceRow{{DeviceID: "d1", ProductID: "p1", Data: []byte(`{}`)}})
-	if !errors.Is(err, ErrNotOwner) {
-		t.Fatalf("stale owner's write: %v", err)
-	}
-	if n := len(records(t, s, ctx)); n != 0 {
-		t.Errorf("%d records written by a stale owner", n)
+	row := []DeviceRow{{DeviceID: "d1", ProductID: "p1", Data: []byte(`{}`)}}
+	for _, c := range []struct {
+		name string
+		trs  []Transition
+	}{
+		{"transitions and rows", []Transition{tr(KindRaised, "r1", "d1", "major", "v", 1)}},
+		{"rows only", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := writerStore(t)
+			ctx := context.Background()
+			old, _ := s.Claim(ctx)
+			if _, err := s.Claim(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Write(ctx, old, c.trs, row)
+			if !errors.Is(err, ErrNotOwner) {
+				t.Fatalf("stale owner's write: %v", err)
+			}
+			if n := len(records(t, s, ctx)); n != 0 {
+				t.Errorf("%d records written by a stale owner", n)
+			}
+			var n int
+			if err := s.db.Get(&n, `SELECT count(*) FROM alarm_state`); err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("%d state rows written by a stale owner", n)
+			}
+		})
 	}
 }
 
