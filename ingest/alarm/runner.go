@@ -294,6 +294,16 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		}(toExpress[i])
 	}
 	defer func() { wcancel(); writers.Wait() }() // before sub.Close: nothing acknowledged after the turn
+	// The poll's reads that decide nothing the evaluator holds (the rules'
+	// version, the active counts, the retention's purge) run beside the
+	// loop: it never waits for them (TestRunnerPollBeside). A new rules
+	// version comes to the loop, which reloads the rules.
+	versions := make(chan string, 1)
+	writers.Add(1)
+	go func() {
+		defer writers.Done()
+		r.poll(wctx, versions)
+	}()
 	var (
 		pending    []mqttconn.Received
 		pendingDev []string // the device of each pending message, "" for none
@@ -304,7 +314,6 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		expressing [expressWriters]map[string]struct{}
 		due        bool // the flush interval passed since the last batch was handed
 		handDue    bool // the clears by hand are to be read once every writer is idle
-		lastPurge  time.Time
 	)
 	var evals, lacking uint64
 	var dec decoded // apply's scratch
@@ -517,32 +526,64 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 		case <-flush.C:
 			due = true
 			next()
-		case <-poll.C:
-			v, err := r.store.RulesVersion(ctx)
-			changed := false
-			if err == nil && v != version {
-				if nv, err := r.loadRules(ctx, ev); err == nil {
-					version, changed = nv, true
-					sub.SetFilters(r.filtersFor(ev))
+		case v := <-versions:
+			if v == version {
+				continue
+			}
+			nv, err := r.loadRules(ctx, ev)
+			if err != nil {
+				continue
+			}
+			version = nv
+			sub.SetFilters(r.filtersFor(ev))
+			if r.opt.Refs == nil {
+				if err := vals.load(ctx, ev.RefKeys(), true); err != nil {
+					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
+			next()
+		case <-poll.C:
 			if r.opt.Refs == nil {
-				if err := vals.load(ctx, ev.RefKeys(), changed); err != nil {
+				if err := vals.load(ctx, ev.RefKeys(), false); err != nil {
 					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
 				}
 			}
 			handDue = true
 			next()
-			if counts, err := r.store.ActiveCounts(ctx); err == nil {
-				for s, n := range counts {
-					r.m.active.WithLabelValues(s).Set(float64(n))
-				}
+		}
+	}
+}
+
+// poll reads, every PollInterval until ctx ends, the rules' version
+// (handed to versions, the latest only), the active alarms by severity
+// (the metric) and, hourly, purges the alarms cleared past the
+// retention.
+func (r *Runner) poll(ctx context.Context, versions chan string) {
+	t := time.NewTicker(r.opt.PollInterval)
+	defer t.Stop()
+	var lastPurge time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if v, err := r.store.RulesVersion(ctx); err == nil {
+			select { // the loop has not taken the previous one: this one replaces it
+			case <-versions:
+			default:
 			}
-			if r.opt.Retention > 0 && time.Since(lastPurge) > time.Hour {
-				lastPurge = time.Now()
-				if n, err := r.store.Purge(ctx, lastPurge.Add(-r.opt.Retention)); err == nil && n > 0 {
-					r.log.Info("alarms: cleared alarms past retention deleted", "records", n)
-				}
+			versions <- v // only this goroutine sends: there is room
+		}
+		if counts, err := r.store.ActiveCounts(ctx); err == nil {
+			for s, n := range counts {
+				r.m.active.WithLabelValues(s).Set(float64(n))
+			}
+		}
+		if r.opt.Retention > 0 && time.Since(lastPurge) > time.Hour {
+			lastPurge = time.Now()
+			if n, err := r.store.Purge(ctx, lastPurge.Add(-r.opt.Retention)); err == nil && n > 0 {
+				r.log.Info("alarms: cleared alarms past retention deleted", "records", n)
 			}
 		}
 	}

@@ -982,6 +982,36 @@ func TestRunnerExpressOneDevice(t *testing.T) {
 	}
 }
 
+// TestRunnerPollBeside: the poll's reads that decide nothing the
+// evaluator holds (here the active counts, held) run beside its loop:
+// while one hangs, a report still raises its alarm. With the poll on the
+// loop, the loop waits for the read, and the alarm with it.
+func TestRunnerPollBeside(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	held, rel := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r, _ := g.runner(func(r *Runner) {
+		r.store.beforeCounts = func() {
+			once.Do(func() {
+				close(held)
+				select {
+				case <-rel:
+				case <-time.After(40 * time.Second):
+				}
+			})
+		}
+	})
+	defer close(rel)
+	g.waitOwner(r)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the active counts were never read")
+	}
+	g.report("d1", "up", time.Now().Add(-time.Minute), "temp", 31)
+	g.waitRecords("d1's alarm raised while the counts' read hangs", func(rs []Record) bool { return len(rs) == 1 })
+}
+
 // writerHold holds each writer of one lane (express or not) handed a
 // batch with a message whose messageId begins with "hold", until release
 // (or 40 s, when the test failed and ends): a runner's beforeWrite calls

@@ -32,6 +32,8 @@ type Store struct {
 
 	statements atomic.Uint64 // sent by Write, BEGIN and COMMIT apart (BenchmarkRunner)
 	afterLock  func()        // tests: Write has locked the active records
+	// tests: ActiveCounts is about to read
+	beforeCounts func()
 }
 
 // NewStore is a store over ms's database.
@@ -1242,6 +1244,9 @@ func (s *Store) Purge(ctx context.Context, before time.Time) (int64, error) {
 // ActiveCounts is the number of active alarms by severity within ctx's
 // products.
 func (s *Store) ActiveCounts(ctx context.Context) (map[string]int64, error) {
+	if s.beforeCounts != nil {
+		s.beforeCounts()
+	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	all, products := meta.ProductsOf(ctx)
