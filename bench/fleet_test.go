@@ -12,9 +12,11 @@ import (
 )
 
 // TestRunFleetSmall runs the fleet scenario at a toy size (200 devices
-// provisioned, 1,000 logins, 2 s of churn, 20 devices publishing, a
-// dynamic-security file of 50): every phase runs and fills its figures,
-// and every process, database and broker it started is gone after it.
+// provisioned, 1,000 logins, 2 s of churn, 20 devices publishing for 2 s
+// a broker, a dynamic-security file of 50): every phase runs and fills
+// its figures, and every process, database and broker it started is gone
+// after it. (Ingest rounds of 1 s, 0.8 s measured, got no message at one
+// broker twice under the suite's load, the race detector on.)
 func TestRunFleetSmall(t *testing.T) {
 	t.Parallel()
 	if _, err := mosquittoBinary(); err != nil {
@@ -26,7 +28,7 @@ func TestRunFleetSmall(t *testing.T) {
 	start := time.Now()
 	res, err := RunFleet(ctx, FleetParams{Devices: 200, Batch: 100, Clients: 2, Verify: 10, Logins: 1000,
 		Baseline: time.Second, Churn: 2 * time.Second, ChurnRate: 30, ChurnPool: 20, Workers: 4,
-		IngestDevices: 20, IngestDuration: time.Second, IngestRounds: 1,
+		IngestDevices: 20, IngestDuration: 2 * time.Second, IngestRounds: 1,
 		DynsecSizes: []int{50}, DynsecChanges: 3, DynsecQuiet: 500 * time.Millisecond, ChildParams: ChildParams{ServerBinary: bin, Logf: t.Logf}})
 	t.Logf("took %s\n%s", time.Since(start).Round(time.Millisecond), res)
 	// Every broker and child it started is gone.
