@@ -918,15 +918,17 @@ func TestRunnerExpressKeepsAlarms(t *testing.T) {
 	}
 }
 
-// TestRunnerExpressWriters: while one express writer writes an alarm's
-// batch (held here), another device's raise is written by another express
-// writer: an alarm does not wait for another's write. With one express
-// writer d2's raise waits for d1's and the check fails.
-func TestRunnerExpressWriters(t *testing.T) {
-	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+// holdD1Raise starts a runner (see, when not nil, is shown each batch
+// before its write) and holds d1's raise, reported at base, in an
+// express writer until the hold's release.
+func (g *rig) holdD1Raise(see func(*batch)) (*Runner, *writerHold, time.Time) {
+	g.t.Helper()
 	hold := newWriterHold(true)
 	r, _ := g.runner(func(r *Runner) {
 		r.beforeWrite = func(b *batch) error {
+			if see != nil {
+				see(b)
+			}
 			hold.check(b)
 			return nil
 		}
@@ -934,7 +936,17 @@ func TestRunnerExpressWriters(t *testing.T) {
 	g.waitOwner(r)
 	base := time.Now().Add(-time.Minute)
 	g.report("d1", "hold", base, "temp", 31)
-	hold.wait(t, "d1's raise")
+	hold.wait(g.t, "d1's raise")
+	return r, hold, base
+}
+
+// TestRunnerExpressWriters: while one express writer writes an alarm's
+// batch (held here), another device's raise is written by another express
+// writer: an alarm does not wait for another's write. With one express
+// writer d2's raise waits for d1's and the check fails.
+func TestRunnerExpressWriters(t *testing.T) {
+	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
+	_, hold, base := g.holdD1Raise(nil)
 	g.report("d2", "up", base.Add(time.Second), "temp", 31)
 	g.waitRecords("d2's alarm written while d1's is held", func(rs []Record) bool {
 		return len(rs) == 1 && rs[0].DeviceID == "d2"
@@ -950,25 +962,16 @@ func TestRunnerExpressWriters(t *testing.T) {
 // then the raise: the alarm stays active with its trigger ended.
 func TestRunnerExpressOneDevice(t *testing.T) {
 	g := newRig(t, mqtttest.SharedURL(), `{"trigger":{"type":"property","all":[{"property":"temp","op":"gt","value":30}]}}`)
-	hold := newWriterHold(true)
 	var twice, released atomic.Bool
-	r, _ := g.runner(func(r *Runner) {
-		r.beforeWrite = func(b *batch) error {
-			if b.express && !released.Load() {
-				for _, m := range b.msgs {
-					if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"down"`)) {
-						twice.Store(true)
-					}
+	r, hold, base := g.holdD1Raise(func(b *batch) {
+		if b.express && !released.Load() {
+			for _, m := range b.msgs {
+				if bytes.Contains(m.Msg.Payload(), []byte(`"messageId":"down"`)) {
+					twice.Store(true)
 				}
 			}
-			hold.check(b)
-			return nil
 		}
 	})
-	g.waitOwner(r)
-	base := time.Now().Add(-time.Minute)
-	g.report("d1", "hold", base, "temp", 31)
-	hold.wait(t, "d1's raise")
 	g.report("d1", "down", base.Add(time.Second), "temp", 20)
 	testkit.Eventually(t, 20*time.Second, "d1's clear evaluated", func() bool { return r.evaluated.Load() >= 2 })
 	time.Sleep(300 * time.Millisecond)
@@ -1048,7 +1051,7 @@ func (h *writerHold) check(b *batch) {
 }
 
 // wait returns once a writer holds what's message, or fails t.
-func (h *writerHold) wait(t *testing.T, what string) {
+func (h *writerHold) wait(t testing.TB, what string) {
 	t.Helper()
 	select {
 	case <-h.held:
