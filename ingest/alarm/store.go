@@ -760,13 +760,10 @@ func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition, devs 
 		Epoch int64          `db:"epoch"`
 		Live  pq.StringArray `db:"live"`
 	}
-	err := tx.GetContext(ctx, &row, `WITH w AS (`+upsertState+`)
+	err := tx.GetContext(ctx, &row, `WITH w AS (`+upsertState("true")+`)
 		SELECT (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE) AS epoch,
 		ARRAY(SELECT id FROM alarm_rules WHERE id = ANY($4) AND enabled ORDER BY id FOR SHARE) AS live`,
-		textArray(devs, func(d *DeviceRow) string { return d.DeviceID }),
-		textArray(devs, func(d *DeviceRow) string { return d.ProductID }),
-		textArray(devs, func(d *DeviceRow) []byte { return d.Data }),
-		pq.StringArray(ids))
+		append(stateArgs(devs), pq.StringArray(ids))...)
 	if err != nil {
 		return nil, fmt.Errorf("alarm: write: %w", err)
 	}
@@ -786,11 +783,22 @@ func owned(ctx context.Context, tx writeTx, epoch int64, trs []Transition, devs 
 // stateChunk bounds the rows of one statement of writeState.
 const stateChunk = 10000
 
-// upsertState writes devices' state rows: $1 their ids, $2 their
-// products, $3 the rows (JSON), as arrays.
-const upsertState = `INSERT INTO alarm_state (device_id, product_id, data)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::json[])
+// upsertState writes devices' state rows if cond holds: $1 their ids,
+// $2 their products, $3 the rows (JSON), as arrays (stateArgs).
+func upsertState(cond string) string {
+	return `INSERT INTO alarm_state (device_id, product_id, data)
+	SELECT x.d, x.p, x.j FROM unnest($1::text[], $2::text[], $3::json[]) AS x(d, p, j) WHERE ` + cond + `
 	ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data`
+}
+
+// stateArgs are upsertState's $1, $2 and $3 for devs.
+func stateArgs(devs []DeviceRow) []any {
+	return []any{
+		textArray(devs, func(d *DeviceRow) string { return d.DeviceID }),
+		textArray(devs, func(d *DeviceRow) string { return d.ProductID }),
+		textArray(devs, func(d *DeviceRow) []byte { return d.Data }),
+	}
+}
 
 // writeRows writes a batch of state rows and no transition (at most
 // stateChunk) in one statement, outside a transaction: it checks the
@@ -801,15 +809,9 @@ func (s *Store) writeRows(ctx context.Context, epoch int64, devs []DeviceRow) er
 	s.statements.Add(1)
 	var got int64
 	err := s.ms.OneTrip().GetContext(ctx, &got, `WITH o AS (SELECT epoch FROM alarm_owner WHERE id = 1 FOR SHARE),
-		w AS (INSERT INTO alarm_state (device_id, product_id, data)
-			SELECT x.d, x.p, x.j FROM unnest($1::text[], $2::text[], $3::json[]) AS x(d, p, j)
-			WHERE (SELECT epoch FROM o) = $4
-			ON CONFLICT (device_id) DO UPDATE SET product_id = EXCLUDED.product_id, data = EXCLUDED.data)
+		w AS (`+upsertState("(SELECT epoch FROM o) = $4")+`)
 		SELECT coalesce((SELECT epoch FROM o), 0)`,
-		textArray(devs, func(d *DeviceRow) string { return d.DeviceID }),
-		textArray(devs, func(d *DeviceRow) string { return d.ProductID }),
-		textArray(devs, func(d *DeviceRow) []byte { return d.Data }),
-		epoch)
+		append(stateArgs(devs), epoch)...)
 	if err != nil {
 		return fmt.Errorf("alarm: write state: %w", err)
 	}
@@ -824,10 +826,7 @@ func (s *Store) writeRows(ctx context.Context, epoch int64, devs []DeviceRow) er
 // the rows of all the devices that had its state).
 func writeState(ctx context.Context, tx writeTx, devs []DeviceRow) error {
 	for chunk := range slices.Chunk(devs, stateChunk) {
-		_, err := tx.ExecContext(ctx, upsertState,
-			textArray(chunk, func(d *DeviceRow) string { return d.DeviceID }),
-			textArray(chunk, func(d *DeviceRow) string { return d.ProductID }),
-			textArray(chunk, func(d *DeviceRow) []byte { return d.Data }))
+		_, err := tx.ExecContext(ctx, upsertState("true"), stateArgs(chunk)...)
 		if err != nil {
 			return fmt.Errorf("alarm: write state: %w", err)
 		}
