@@ -751,6 +751,13 @@ type pluginStats struct {
 	sum                uint64
 }
 
+// exactly tells whether the plugin holds n logins of this installation
+// with digest sum and none without an installation: what a full sync
+// leaves.
+func (p pluginStats) exactly(n int64, sum uint64) bool {
+	return p.devices == n && p.sum == sum && p.anonymous == 0
+}
+
 // stats asks the plugin what it holds; ok is false for a plugin older
 // than installations, which does not say.
 func (f *feed) stats(ctx context.Context, cl *dynsec.Client) (pluginStats, bool, error) {
@@ -808,7 +815,7 @@ func (f *feed) holds(ctx context.Context, cl *dynsec.Client, recent map[string]i
 	if err != nil || !ok {
 		return false, err
 	}
-	if got.devices != n || got.sum != sum || got.anonymous != 0 {
+	if !got.exactly(n, sum) {
 		return false, nil
 	}
 	f.wantCount, f.wantSum, f.wantValid = n, sum, true
@@ -841,7 +848,7 @@ func (f *feed) kept(ctx context.Context, cl, ds *dynsec.Client) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	if got.devices != f.wantCount || got.sum != f.wantSum || got.anonymous != 0 {
+	if !got.exactly(f.wantCount, f.wantSum) {
 		f.s.resyncs.WithLabelValues("reconnected").Inc()
 		return false, nil
 	}
