@@ -17,6 +17,20 @@ import (
 // The connection's callback adds each message in arrival order; a message
 // is settled once stored (ack) or given up (skip: left unacknowledged for
 // the broker to deliver again); the settled prefix is then released.
+//
+// A message may leave the order (detach: a parked message, a birth waiting
+// for PostgreSQL) and be acknowledged on its own (ackDetached). Such an
+// acknowledgement is out of order, and Mosquitto reuses packet ids: it
+// numbers a session's outgoing messages with a counter that wraps after
+// 65,535 and skips no id still in flight, and it takes a PUBACK for the
+// oldest message in flight with that id. A message held while 65,535 later
+// ones came would be taken off the broker by the acknowledgement of the
+// later one with its id, and lost if devicehub stopped before storing it;
+// or, acknowledged first, it would take the later one off. So every
+// PUBACK waits until no message added with its packet id is unacknowledged
+// (ids, held): the broker then takes them all, in whatever order they
+// go. A message given up keeps its id's acknowledgements held until the
+// connection ends (only when stopping); the broker delivers them all again.
 type ackOrder struct {
 	ack func(mqtt.Message) // sends one PUBACK; called in order
 
@@ -25,6 +39,12 @@ type ackOrder struct {
 	head  int
 	n     int
 	first uint64 // sequence number of ring[head]
+
+	// ids counts, per packet id, the messages added and not acknowledged
+	// (detached ones included); held keeps the acknowledgements that
+	// wait for an older or newer message with the same id.
+	ids  *[1 << 16]uint32
+	held map[uint16][]mqtt.Message
 
 	sendMu sync.Mutex // held while releasing, so releases stay in order
 	out    []mqtt.Message
@@ -42,7 +62,7 @@ const (
 )
 
 func newAckOrder(ack func(mqtt.Message)) *ackOrder {
-	return &ackOrder{ack: ack, ring: make([]ackSlot, 1024)}
+	return &ackOrder{ack: ack, ring: make([]ackSlot, 1024), ids: new([1 << 16]uint32), held: map[uint16][]mqtt.Message{}}
 }
 
 // add appends m and returns its sequence number for settle.
@@ -57,6 +77,7 @@ func (o *ackOrder) add(m mqtt.Message) uint64 {
 	}
 	o.ring[(o.head+o.n)%len(o.ring)] = ackSlot{m: m}
 	o.n++
+	o.ids[m.MessageID()]++
 	return o.first + uint64(o.n) - 1
 }
 
@@ -93,7 +114,7 @@ func (o *ackOrder) settle(seq uint64, ack bool) {
 			break
 		}
 		if s.state == slotAck {
-			out = append(out, s.m)
+			out = o.release(out, s.m)
 		}
 		*s = ackSlot{}
 		o.head = (o.head + 1) % len(o.ring)
@@ -106,6 +127,41 @@ func (o *ackOrder) settle(seq uint64, ack bool) {
 		out[k] = nil
 	}
 	o.out = out
+	o.sendMu.Unlock()
+}
+
+// release appends to out the acknowledgements m's lets go: none while
+// another message with its packet id is unacknowledged, else m's and
+// those held for its id. Under mu.
+func (o *ackOrder) release(out []mqtt.Message, m mqtt.Message) []mqtt.Message {
+	id := m.MessageID()
+	if o.ids[id] > 0 {
+		o.ids[id]--
+	}
+	if o.ids[id] > 0 {
+		o.held[id] = append(o.held[id], m)
+		return out
+	}
+	if len(o.held) > 0 {
+		if h, ok := o.held[id]; ok {
+			out = append(out, h...)
+			delete(o.held, id)
+		}
+	}
+	return append(out, m)
+}
+
+// ackDetached acknowledges m, added and then detached (settle with ack
+// false before it was stored), once no other message with its packet id
+// is unacknowledged.
+func (o *ackOrder) ackDetached(m mqtt.Message) {
+	o.mu.Lock()
+	out := o.release(nil, m)
+	o.sendMu.Lock()
+	o.mu.Unlock()
+	for _, m := range out {
+		o.ack(m)
+	}
 	o.sendMu.Unlock()
 }
 

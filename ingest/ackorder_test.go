@@ -169,3 +169,34 @@ func firstDiff(a, b []int) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestAckOrderPacketIDs: an acknowledgement waits while another message
+// with its packet id is unacknowledged (Mosquitto takes a PUBACK for the
+// oldest in flight with the id); a message given up holds its id's.
+func TestAckOrderPacketIDs(t *testing.T) {
+	o, acked := ackRecorder()
+	check := func(what string, want ...int) {
+		t.Helper()
+		if got := acked(); !slices.Equal(got, want) {
+			t.Fatalf("%s: acked %v, want %v", what, got, want)
+		}
+	}
+	old := seqMsg{7}
+	o.settle(o.add(old), false) // detached: parked
+	o.settle(o.add(seqMsg{8}), true)
+	check("another id", 8)
+	o.settle(o.add(seqMsg{7}), true) // the broker's counter wrapped
+	check("the parked one's id, newer", 8)
+	o.ackDetached(old)
+	check("the parked one stored", 8, 7, 7)
+	o.settle(o.add(seqMsg{7}), true)
+	check("the id free again", 8, 7, 7, 7)
+
+	o.settle(o.add(seqMsg{9}), false) // given up: stays in flight at the broker
+	o.settle(o.add(seqMsg{9}), true)
+	o.settle(o.add(seqMsg{10}), true)
+	check("an id given up", 8, 7, 7, 7, 10)
+	if o.pending() != 0 {
+		t.Fatalf("%d pending", o.pending())
+	}
+}

@@ -327,12 +327,15 @@ type Stats struct {
 
 // item is one received message on its way to a worker.
 type item struct {
-	msg    mqtt.Message
-	topic  wire.Topic
-	at     time.Time
-	order  *ackOrder // the connection's ack order; nil at QoS 0
-	seq    uint64    // the message's place in it
-	broker int8      // index of the broker it came from (brokers)
+	msg   mqtt.Message
+	topic wire.Topic
+	at    time.Time
+	order *ackOrder // the connection's ack order; nil at QoS 0, and once detached
+	seq   uint64    // the message's place in it
+	// detached: the ack order it was taken out of (detach), which still
+	// counts it among its connection's unacknowledged packet ids.
+	detached *ackOrder
+	broker   int8 // index of the broker it came from (brokers)
 }
 
 // Ingester stores every uplink message and property value from the broker
@@ -799,6 +802,8 @@ func (in *Ingester) settle(it item, ack bool) {
 	switch {
 	case it.order != nil:
 		it.order.settle(it.seq, ack)
+	case ack && it.detached != nil:
+		it.detached.ackDetached(it.msg)
 	case ack:
 		in.ack(it.msg)
 	}
@@ -953,15 +958,16 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	hooked = hooked || fwHooked
 	var done func()
 	held := 0 // bytes of the paho message kept until done
-	if it.order == nil && at.IsZero() && !hooked {
+	qos0 := it.order == nil && it.detached == nil
+	if qos0 && at.IsZero() && !hooked {
 		// QoS 0 and no state change: nothing goes back to the broker and
 		// nothing waits for a second part, so such messages share one
 		// callback. Neither it nor the writer, which copies the rows, keeps
 		// paho's packet, payload included, until the batch is stored.
 		done = in.storedQoS0
 	} else {
-		if it.order == nil {
-			it.msg = nil // QoS 0: nothing to acknowledge
+		if qos0 {
+			it.msg = nil // nothing to acknowledge
 		} else {
 			held = len(payload) + len(t.Name) + pahoMessageBytes
 		}

@@ -43,11 +43,13 @@ func (in *Ingester) park(it item) bool {
 }
 
 // detach takes it out of its connection's ack order: it no longer holds
-// later messages' acknowledgements, and settle acknowledges it on its own.
+// later messages' acknowledgements, and settle acknowledges it on its own
+// (ackOrder.ackDetached: once no other message with its packet id is
+// unacknowledged).
 func detach(it *item) {
 	if it.order != nil {
 		it.order.settle(it.seq, false) // releases its slot without an ack
-		it.order = nil
+		it.detached, it.order = it.order, nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -210,4 +211,93 @@ func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
 		return state == "online"
 	})
 
+}
+
+// TestParkedMessageAcknowledged: a report parked while PostgreSQL is away
+// is acknowledged to the broker once stored, and not before, whatever
+// comes after it on its session. The cases:
+//   - stored, then ingest restarts: the broker does not deliver it again
+//     (its PUBACK went out);
+//   - 65,600 later reports stored and acknowledged while it is parked,
+//     then ingest stops before PostgreSQL is back: Mosquitto numbered one
+//     of them with the parked report's packet id (its counter wraps after
+//     65,535), and that one's PUBACK must not take the parked report off
+//     the broker: the next ingester gets it and stores it;
+//   - the same, stored before the restart: every acknowledgement held
+//     for the shared packet id went out, nothing comes again.
+func TestParkedMessageAcknowledged(t *testing.T) {
+	cases := []struct {
+		name    string
+		later   int  // the known device's reports published while the other's is parked
+		upFirst bool // PostgreSQL back, and the parked report stored, before ingest stops
+	}{
+		{"stored, then restarted", 0, true},
+		{"packet id reused, stopped while parked", 65_600, false},
+		{"packet id reused, stored, then restarted", 65_600, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store, pg := metatest.NewStoreBehindProxy(t)
+			e := &env{t: t, store: store, ch: tsdbtest.NewDB(t, time.UTC)}
+			p := randID("p")
+			e.product(p)
+			known, parked := p+"-known", p+"-parked"
+			e.device(known, p, "offline")
+			e.device(parked, p, "offline")
+			opt := testOptions(p)
+			opt.ShareGroup = NoShareGroup
+			opt.Connections = 1
+			opt.DeviceCacheTTL = 10 * time.Minute // the known device stays looked up while PostgreSQL is away
+			in := e.startIngester(opt)
+			dev := newPublisher(t, nil)
+			topic := func(d string) string { return "/" + p + "/" + d + "/properties/report" }
+			dev.MustPublish(t, topic(known), 1, `{"messageId":"k","properties":{"v":1}}`)
+			testkit.Eventually(t, 10*time.Second, "the known device looked up", func() bool { return in.Stats().Acked == 1 })
+
+			pg.Down()
+			dev.MustPublish(t, topic(parked), 1, `{"messageId":"u","properties":{"v":1}}`)
+			testkit.Eventually(t, 10*time.Second, "the report parked", func() bool { return in.parked() == 1 })
+			toks := make([]mqtt.Token, c.later)
+			for i := range toks {
+				toks[i] = dev.Publish(topic(known), 1, false, `{"messageId":"k`+strconv.Itoa(i)+`","properties":{"v":1}}`)
+			}
+			for _, tok := range toks {
+				if !tok.WaitTimeout(time.Minute) || tok.Error() != nil {
+					t.Fatalf("publish: %v", tok.Error())
+				}
+			}
+			testkit.Eventually(t, time.Minute, "the known device's reports stored", func() bool {
+				return in.Stats().Stored >= uint64(1+c.later)
+			})
+			if c.upFirst {
+				pg.Up()
+				testkit.Eventually(t, 20*time.Second, "the parked report stored", func() bool {
+					return in.Stats().Stored == uint64(2+c.later) && in.parked() == 0
+				})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := in.Close(ctx); err != nil && c.upFirst {
+				t.Fatalf("close: %v", err)
+			}
+			if !c.upFirst {
+				pg.Up()
+			}
+
+			next := e.startIngester(opt) // the same session
+			dev.MustPublish(t, topic(known), 1, `{"messageId":"fence","properties":{"v":1}}`)
+			testkit.Eventually(t, 20*time.Second, "the fence stored", func() bool {
+				return e.count("SELECT count() FROM device_message WHERE device_id = ? AND message_id = 'fence'", known) == 1
+			})
+			testkit.Eventually(t, 20*time.Second, "the parked report stored", func() bool {
+				return e.count("SELECT count() FROM device_message WHERE device_id = ?", parked) >= 1
+			})
+			if got := e.count("SELECT count() FROM device_message WHERE device_id = ?", parked); got != 1 {
+				t.Fatalf("the parked report stored %d times", got)
+			}
+			if got := next.Stats().Received; c.upFirst && got != 1 {
+				t.Fatalf("the next ingester received %d messages, want only the fence: an acknowledgement did not go out", got)
+			}
+		})
+	}
 }
