@@ -614,7 +614,6 @@ func (in *Ingester) connect(ctx context.Context, b int, id string, r role, h *ha
 	c := mqttconn.New(mqttconn.Config{
 		Broker: broker, ClientID: id, Login: in.opt.Login,
 		Persistent:     true, // the broker keeps our subscription and queued QoS 1 messages
-		Store:          newIngestStore(),
 		ManualAck:      true, // acknowledged once stored
 		Resume:         true,
 		KeepAlive:      in.opt.KeepAlive,

@@ -207,6 +207,20 @@
 // (TestRunnerHandClearPipelined: each of the three rules seen failing
 // without it).
 //
+// Acknowledged out of order, within a bound. The lanes commit, and so
+// acknowledge, other devices' messages in any order. Mosquitto numbers
+// a session's outgoing messages with a counter that wraps after 65,535
+// and takes a PUBACK for the oldest message in flight with its id, so a
+// message left unacknowledged while 65,535 later ones were acknowledged
+// would be taken off the broker by one of theirs (ingest's ack order,
+// whose parked messages have no such bound, holds those PUBACKs:
+// ingest/ackorder.go). Here the messages read and not acknowledged are
+// the pending ones (the loop reads no more past maxPending while a batch
+// is written), the batch lane's batch being written (what was pending
+// when it was handed) and the express lanes' few: about twice maxPending
+// at most, well under 65,535, so an acknowledgement never meets an older
+// message with its id.
+//
 // TestRunnerExact breaks this on purpose: two runners sharing the work,
 // the owner killed with a batch in memory, killed between a commit and its
 // acks (twice), the broker restarted; 100 devices each end with one alarm

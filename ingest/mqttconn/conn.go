@@ -65,7 +65,8 @@ type Config struct {
 	// delivered again (to a Persistent session's next connection).
 	ManualAck bool
 	// Store keeps the client's in-flight messages; nil is paho's memory
-	// store.
+	// store without the inbound publishes paho never reads back
+	// (store.go).
 	Store mqtt.Store
 	// KeepAlive and PingTimeout of the connection; 0 takes paho's (30 s
 	// and 10 s).
@@ -114,6 +115,8 @@ func (c Config) Options() *mqtt.ClientOptions {
 	}
 	if c.Store != nil {
 		o.SetStore(c.Store)
+	} else {
+		o.SetStore(newLeanStore())
 	}
 	if c.KeepAlive > 0 {
 		o.SetKeepAlive(c.KeepAlive)

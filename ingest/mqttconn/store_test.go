@@ -1,4 +1,4 @@
-package ingest
+package mqttconn
 
 import (
 	"slices"
@@ -9,8 +9,8 @@ import (
 
 // The store keeps what paho reads back and skips inbound publishes, which
 // it never does.
-func TestIngestStore(t *testing.T) {
-	s := newIngestStore()
+func TestLeanStore(t *testing.T) {
+	s := newLeanStore()
 	s.Open()
 	defer s.Close()
 	pub := func(qos byte, id uint16) *packets.PublishPacket {
