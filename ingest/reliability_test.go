@@ -156,21 +156,37 @@ func TestBacklogDrainedWithoutBacklog(t *testing.T) {
 	}
 }
 
+// awayEnv is an env whose PostgreSQL can be taken away (pg), with a
+// product p of two offline devices, known and other, and the options of
+// an ingester on one plain subscription.
+type awayEnv struct {
+	env          *env
+	pg           *metatest.Proxy
+	p            string
+	known, other string
+	opt          Options
+}
+
+func newAwayEnv(t *testing.T, other string) awayEnv {
+	store, pg := metatest.NewStoreBehindProxy(t)
+	a := awayEnv{env: &env{t: t, store: store, ch: tsdbtest.NewDB(t, time.UTC)}, pg: pg, p: randID("p")}
+	a.env.product(a.p)
+	a.known, a.other = a.p+"-known", a.p+"-"+other
+	a.env.device(a.known, a.p, "offline")
+	a.env.device(a.other, a.p, "offline")
+	a.opt = testOptions(a.p)
+	a.opt.ShareGroup = NoShareGroup
+	return a
+}
+
 // TestPostgresAwayDelaysOnlyItsDevice: while PostgreSQL is unreachable, a
 // report of a device not looked up yet and the birth messages (whose state
 // write waits) are delayed, not the other devices' reports: those are
 // stored and acknowledged meanwhile. When PostgreSQL is back everything is
 // stored and acknowledged.
 func TestPostgresAwayDelaysOnlyItsDevice(t *testing.T) {
-	store, pg := metatest.NewStoreBehindProxy(t)
-	e := &env{t: t, store: store, ch: tsdbtest.NewDB(t, time.UTC)}
-	p := randID("p")
-	e.product(p)
-	known, unknown := p+"-known", p+"-unknown"
-	e.device(known, p, "offline")
-	e.device(unknown, p, "offline")
-	opt := testOptions(p)
-	opt.ShareGroup = NoShareGroup
+	a := newAwayEnv(t, "unknown")
+	e, pg, p, known, unknown, opt := a.env, a.pg, a.p, a.known, a.other, a.opt
 	in := e.startIngester(opt)
 	dev := newPublisher(t, nil)
 	report := func(d, id string) {
@@ -237,15 +253,8 @@ func TestParkedMessageAcknowledged(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			store, pg := metatest.NewStoreBehindProxy(t)
-			e := &env{t: t, store: store, ch: tsdbtest.NewDB(t, time.UTC)}
-			p := randID("p")
-			e.product(p)
-			known, parked := p+"-known", p+"-parked"
-			e.device(known, p, "offline")
-			e.device(parked, p, "offline")
-			opt := testOptions(p)
-			opt.ShareGroup = NoShareGroup
+			a := newAwayEnv(t, "parked")
+			e, pg, p, known, parked, opt := a.env, a.pg, a.p, a.known, a.other, a.opt
 			opt.Connections = 1
 			opt.DeviceCacheTTL = 10 * time.Minute // the known device stays looked up while PostgreSQL is away
 			in := e.startIngester(opt)
