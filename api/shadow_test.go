@@ -340,9 +340,14 @@ func TestShadowDeltaEmpties(t *testing.T) {
 		t.Fatal("clearReached is on by default")
 	}
 	se.ok("PUT", "/api/device-product/"+se.product+"/shadow", `{"clearReached":true}`, &set)
-	if v := se.shadow("r1"); v.Version != 2 || len(v.Desired) != 0 || len(v.Delta) != 0 {
-		t.Fatalf("reached properties kept in desired with clearReached: %+v", v)
-	}
+	// Every view clears what is reached, conditionally on the version it
+	// read: a view that loses that race to another (the reconnected
+	// device's birth computes one) shows the shadow as it read it, and the
+	// next one shows it cleared.
+	testkit.Eventually(t, 10*time.Second, "reached properties out of desired with clearReached", func() bool {
+		v := se.shadow("r1")
+		return v.Version == 2 && len(v.Desired) == 0 && len(v.Delta) == 0
+	})
 	se.ok("PUT", "/api/device/instance/r1/shadow", `{"desired":{"target":23,"fan":1}}`, nil)
 	dev.publish(wire.LevelReport, `{"properties":{"target":23}}`)
 	testkit.Eventually(t, 10*time.Second, "target cleared once reached", func() bool {

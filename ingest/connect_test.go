@@ -67,7 +67,17 @@ func TestConnectWaitsForASlowBroker(t *testing.T) {
 func TestConnectPoolAtOnce(t *testing.T) {
 	e, opt := proxiedEnv(t)
 	silent := mqtttest.Proxy(t, brokerURL(), func(int) metatest.Fate { return metatest.Stall })
-	refusing := mqtttest.Proxy(t, brokerURL(), func(int) metatest.Fate { return metatest.HangUp })
+	// The refusal waits for the silent broker's connect (up to 10 s): a
+	// pool connected at once has both in flight, and the silent broker
+	// then sees that one connect, however the two dials are scheduled. One
+	// after another, the refusal comes only after the silent broker's
+	// every attempt (or this wait) and the check below fails.
+	refusing := mqtttest.Proxy(t, brokerURL(), func(int) metatest.Fate {
+		for end := time.Now().Add(10 * time.Second); silent.Accepted() == 0 && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return metatest.HangUp
+	})
 	opt.BrokerURL = "tcp://" + silent.Addr() + ",tcp://" + refusing.Addr()
 	in, err := New(ctxT(t, time.Minute), opt, e.ch, e.store, e.store)
 	if err == nil {
