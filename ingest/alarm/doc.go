@@ -215,11 +215,12 @@
 // would be taken off the broker by one of theirs (ingest's ack order,
 // whose parked messages have no such bound, holds those PUBACKs:
 // ingest/ackorder.go). Here the messages read and not acknowledged are
-// the pending ones (the loop reads no more past maxPending while a batch
-// is written), the batch lane's batch being written (what was pending
-// when it was handed) and the express lanes' few: about twice maxPending
-// at most, well under 65,535, so an acknowledgement never meets an older
-// message with its id.
+// the pending ones (the loop reads no more past maxPending while a
+// writer is busy) and those of the batches being written, each taken
+// from what was pending: at most (2 + expressWriters) x maxPending,
+// 50,000, and in practice the batch lane's one and a few (an express
+// batch holds the messages of a few devices). That is under 65,535, so
+// an acknowledgement never meets an older message with its id.
 //
 // TestRunnerExact breaks this on purpose: two runners sharing the work,
 // the owner killed with a batch in memory, killed between a commit and its

@@ -1061,3 +1061,14 @@ func (h *writerHold) wait(t testing.TB, what string) {
 }
 
 func (h *writerHold) release() { close(h.rel) }
+
+// TestUnacknowledgedBound: what the runner has read and not acknowledged
+// stays under the 65,535 messages after which Mosquitto reuses a
+// session's packet ids (package doc, "Acknowledged out of order, within
+// a bound"): the lanes acknowledge out of order, which is safe only
+// below it. A change of maxPending or of the writers must keep it so.
+func TestUnacknowledgedBound(t *testing.T) {
+	if n := (2 + expressWriters) * maxPending; n >= 65535 {
+		t.Fatalf("up to %d messages read and not acknowledged: a PUBACK could take an older message with its packet id off the broker", n)
+	}
+}
