@@ -330,11 +330,11 @@ type item struct {
 	msg   mqtt.Message
 	topic wire.Topic
 	at    time.Time
-	order *ackOrder // the connection's ack order; nil at QoS 0, and once detached
+	order *ackOrder // the connection's ack order; nil at QoS 0
 	seq   uint64    // the message's place in it
-	// detached: the ack order it was taken out of (detach), which still
-	// counts it among its connection's unacknowledged packet ids.
-	detached *ackOrder
+	// detached: taken out of order's sequence (detach); order still counts
+	// it among the connection's unacknowledged packet ids.
+	detached bool
 	broker   int8 // index of the broker it came from (brokers)
 }
 
@@ -799,12 +799,16 @@ func (in *Ingester) drop(it item, reason string) {
 // QoS 1 the ack waits for every older message of its connection.
 func (in *Ingester) settle(it item, ack bool) {
 	switch {
-	case it.order != nil:
+	case it.order == nil:
+		if ack {
+			in.ack(it.msg)
+		}
+	case it.detached:
+		if ack {
+			it.order.ackDetached(it.msg)
+		}
+	default:
 		it.order.settle(it.seq, ack)
-	case ack && it.detached != nil:
-		it.detached.ackDetached(it.msg)
-	case ack:
-		in.ack(it.msg)
 	}
 }
 
@@ -957,16 +961,15 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	hooked = hooked || fwHooked
 	var done func()
 	held := 0 // bytes of the paho message kept until done
-	qos0 := it.order == nil && it.detached == nil
-	if qos0 && at.IsZero() && !hooked {
+	if it.order == nil && at.IsZero() && !hooked {
 		// QoS 0 and no state change: nothing goes back to the broker and
 		// nothing waits for a second part, so such messages share one
 		// callback. Neither it nor the writer, which copies the rows, keeps
 		// paho's packet, payload included, until the batch is stored.
 		done = in.storedQoS0
 	} else {
-		if qos0 {
-			it.msg = nil // nothing to acknowledge
+		if it.order == nil {
+			it.msg = nil // QoS 0: nothing to acknowledge
 		} else {
 			held = len(payload) + len(t.Name) + pahoMessageBytes
 		}

@@ -47,9 +47,9 @@ func (in *Ingester) park(it item) bool {
 // (ackOrder.ackDetached: once no other message with its packet id is
 // unacknowledged).
 func detach(it *item) {
-	if it.order != nil {
+	if it.order != nil && !it.detached {
 		it.order.settle(it.seq, false) // releases its slot without an ack
-		it.detached, it.order = it.order, nil
+		it.detached = true
 	}
 }
 

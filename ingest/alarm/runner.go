@@ -615,7 +615,6 @@ type batch struct {
 // written is the writer's word on a batch: committed (res), or the
 // error that stopped the writer.
 type written struct {
-	seq    uint64
 	writer int // batch.writer
 	res    WriteResult
 	err    error
@@ -636,7 +635,7 @@ func (r *Runner) writer(ctx context.Context, epoch int64, in <-chan *batch, out 
 		case b = <-in:
 		}
 		res, err := r.writeBatch(ctx, epoch, b)
-		out <- written{seq: b.seq, writer: b.writer, res: res, err: err} // the loop reads it, or has returned (buffered: one batch a writer at a time)
+		out <- written{writer: b.writer, res: res, err: err} // the loop reads it, or has returned (buffered: one batch a writer at a time)
 		if err != nil {
 			return
 		}
