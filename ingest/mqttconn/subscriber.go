@@ -2,6 +2,7 @@ package mqttconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -72,6 +73,7 @@ type Subscriber struct {
 	stopped sync.Once
 	filters atomic.Pointer[map[string]byte]
 	clients []mqtt.Client
+	present []bool // per broker: the session was kept
 }
 
 // Subscribe connects cfg's sessions, one per broker, and subscribes them
@@ -90,6 +92,7 @@ func Subscribe(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
 	// Every broker at once: busy brokers answer late, and one after
 	// another those waits would add up.
 	s.clients = make([]mqtt.Client, len(cfg.Brokers))
+	s.present = make([]bool, len(cfg.Brokers))
 	g, gctx := errgroup.WithContext(ctx)
 	for b := range cfg.Brokers {
 		g.Go(func() (err error) {
@@ -104,6 +107,10 @@ func Subscribe(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	return s, nil
 }
+
+// Present reports whether a broker kept the session from an earlier
+// connection.
+func (s *Subscriber) Present() bool { return slices.Contains(s.present, true) }
 
 // C gives the messages taken, in each broker's order.
 func (s *Subscriber) C() <-chan Received { return s.c }
@@ -122,6 +129,37 @@ func (s *Subscriber) Close() {
 	for _, c := range s.clients {
 		c.Disconnect(0)
 	}
+}
+
+// End closes s and ends its sessions at every broker (a clean-session
+// connect with their ids): what they hold is dropped, and they take no
+// more messages.
+func (s *Subscriber) End(ctx context.Context) error {
+	s.stopped.Do(func() { close(s.stop) })
+	for _, c := range s.clients {
+		// Disconnect(0) returns before the connection is closed: the
+		// clean connect below would then take over a live one, whose
+		// reconnect would bring the session back.
+		c.Disconnect(250)
+	}
+	var errs []error
+	for b, broker := range s.cfg.Brokers {
+		c, _, err := Dial(ctx, Config{Broker: broker, ClientID: s.clientID(b), Login: s.cfg.Login, ConnectTimeout: s.cfg.ConnectTimeout})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("end the session %s at %s: %w", s.clientID(b), BrokerName(broker), err))
+			continue
+		}
+		c.Disconnect(250)
+	}
+	return errors.Join(errs...)
+}
+
+// clientID is the session's client id at broker b.
+func (s *Subscriber) clientID(b int) string {
+	if len(s.cfg.Brokers) > 1 {
+		return s.cfg.ClientID + "-" + strconv.Itoa(b)
+	}
+	return s.cfg.ClientID
 }
 
 // SetFilters subscribes the sessions to the filters of next they lack
@@ -164,10 +202,7 @@ func (s *Subscriber) logFailure(what string, t mqtt.Token) {
 // connect opens the session at broker b.
 func (s *Subscriber) connect(ctx context.Context, b int) (mqtt.Client, error) {
 	broker := s.cfg.Brokers[b]
-	id := s.cfg.ClientID
-	if len(s.cfg.Brokers) > 1 {
-		id += "-" + strconv.Itoa(b)
-	}
+	id := s.clientID(b)
 	var first atomic.Bool
 	first.Store(true)
 	c := New(Config{
@@ -202,6 +237,7 @@ func (s *Subscriber) connect(ctx context.Context, b int) (mqtt.Client, error) {
 		}
 		return nil, fmt.Errorf("connect %s as %s: %w", BrokerName(broker), id, err)
 	}
+	s.present[b] = present
 	// A kept session is subscribed already and answers behind its
 	// backlog; a new one is waited for.
 	filters := *s.filters.Load()
