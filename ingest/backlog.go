@@ -37,6 +37,10 @@ type backlog struct {
 	data, presence string // the marker topics
 	log            *slog.Logger
 
+	// alarms, if set, is told of the alarm evaluator's markers
+	// (AlarmHook.Marked) once their acknowledgement is released.
+	alarms func(payload string)
+
 	mu   sync.Mutex
 	want map[string]marker // session key -> the marker it waits for
 	lost int               // connections lost in a row with a marker out
@@ -64,7 +68,12 @@ func markerTopic(productIDs []string, level string) string {
 }
 
 func newBacklog(opt Options, log *slog.Logger) *backlog {
+	var alarms func(string)
+	if opt.Alarms != nil {
+		alarms = opt.Alarms.Marked
+	}
 	return &backlog{
+		alarms:   alarms,
 		data:     markerTopic(opt.ProductIDs, wire.LevelReport),
 		presence: markerTopic(opt.ProductIDs, wire.LevelOnline),
 		log:      log,
@@ -122,8 +131,11 @@ func (b *backlog) connectionLost(id string) {
 func (b *backlog) arrived(order *ackOrder, id string, m mqtt.Message) {
 	mm := markerMessage{Message: m}
 	payload := string(m.Payload())
-	if strings.HasPrefix(payload, id+" ") {
+	switch {
+	case strings.HasPrefix(payload, id+" "):
 		mm.drained = func() { b.drained(id, payload) }
+	case b.alarms != nil && strings.HasPrefix(payload, AlarmMarkerPrefix):
+		mm.drained = func() { b.alarms(payload) }
 	}
 	if m.Qos() == 0 {
 		mm.Ack()

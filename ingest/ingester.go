@@ -148,6 +148,10 @@ type Options struct {
 	// Shadow, if set, is handed births and devices' shadow requests
 	// (shadowhook.go); their acknowledgement waits for it.
 	Shadow ShadowHook
+	// Alarms, if set, is handed the uplinks the alarm evaluator reads
+	// (alarmhook.go); their acknowledgement waits for it. Only with
+	// NoShareGroup: a shared subscription gives each instance a share.
+	Alarms AlarmHook
 	// Firmware, if set, is handed devices' firmware progress and version
 	// reports (firmwarehook.go); their acknowledgement waits for it.
 	Firmware FirmwareHook
@@ -959,9 +963,10 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 	hooked := in.opt.Shadow != nil && (t.Kind == wire.KindOnline || t.Kind == wire.KindShadowGet)
 	fwHooked := in.opt.Firmware != nil && (t.Kind == wire.KindFirmwareProgress || t.Kind == wire.KindFirmwareVersion)
 	hooked = hooked || fwHooked
+	alarmed := in.opt.Alarms != nil && alarmKind(t.Kind) && in.opt.Alarms.Wants(t.ProductID)
 	var done func()
 	held := 0 // bytes of the paho message kept until done
-	if it.order == nil && at.IsZero() && !hooked {
+	if it.order == nil && at.IsZero() && !hooked && !alarmed {
 		// QoS 0 and no state change: nothing goes back to the broker and
 		// nothing waits for a second part, so such messages share one
 		// callback. Neither it nor the writer, which copies the rows, keeps
@@ -981,6 +986,9 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 		if hooked {
 			left.Add(1)
 		}
+		if alarmed {
+			left.Add(1)
+		}
 		done = func() {
 			if left.Add(-1) == 0 {
 				in.stored.Add(1)
@@ -988,6 +996,12 @@ func (in *Ingester) process(rows *wire.Rows, it item, w *tsdb.Writer) {
 				in.settle(it, true)
 			}
 		}
+	}
+	// The evaluator's share: in the connection's order (not detached), as
+	// it commits within a flush or two (alarmhook.go).
+	if alarmed && !in.opt.Alarms.Take(m, int(it.broker), it.at, done, in.stopping) {
+		in.settle(it, false) // stopping: the broker delivers it again
+		return
 	}
 	if hooked && at.IsZero() {
 		detach(&it) // its ack waits for the shadow: later messages' do not

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -283,5 +285,195 @@ func TestAlarmsSIGKILL(t *testing.T) {
 	if t.Failed() {
 		b, _ := os.ReadFile(other.logf)
 		t.Logf("survivor's log:\n%s", b)
+	}
+}
+
+// TestAlarmsFeedSIGKILL: a devicehub process with a share group (the
+// evaluator on its own session) is SIGKILLed mid-stream and replaced by
+// one without (the evaluator on ingest's session, alarm.Feed), which
+// reads what the killed one's session holds and then ends it; that one
+// is SIGKILLed in turn and replaced, and then the broker restarts. Half
+// the devices send no messageId (their reports are known by a hash of
+// topic and payload). Before each SIGKILL the test holds the evaluator's
+// writes (a lock on alarm_owner) while ingest stores a round, so that the
+// round is only in the killed process's alarm session (the first) or
+// only in ingest's session, unacknowledged (the second). Every device
+// ends with exactly one alarm whose count is its number of reports above
+// the threshold: none lost, none doubled. It fails when the new process
+// does not read the left session (round 3 lost), when ingest acknowledges
+// without waiting for the evaluator (round 6 lost), and, most runs, when
+// what ingest hands the feed before it passed the left session's markers
+// is not read as a possible redelivery (a round counted twice).
+func TestAlarmsFeedSIGKILL(t *testing.T) {
+	t.Parallel()
+	broker := mqtttest.StartBroker(t)
+	bin := testkit.Devicehub(t)
+	env, chDB, suffix := testEnv(t, broker.URL(), "alarmfeed")
+	shared := append(append([]string(nil), env...), "DEVICEHUB_MQTT_SHARE_GROUP=feed-"+suffix, "DEVICEHUB_LOG_LEVEL=warn")
+	plain := append(append([]string(nil), env...), "DEVICEHUB_MQTT_SHARE_GROUP=none", "DEVICEHUB_LOG_LEVEL=info")
+	srv := startServer(t, bin, shared, "shared")
+	ch := tsdbtest.OpenDB(t, chDB, nil)
+	var dsn string
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "DEVICEHUB_POSTGRES_DSN="); ok {
+			dsn = v
+		}
+	}
+	pg, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	t.Cleanup(func() {
+		srv.signal(syscall.SIGTERM)
+		srv.wait(15 * time.Second)
+		if t.Failed() {
+			b, _ := os.ReadFile(srv.logf)
+			t.Logf("last process's log:\n%s", b)
+		}
+	})
+	token := login(t, srv.base)
+	product := "meter" + suffix[:6]
+	srv.call(t, token, "POST", "/api/device/product", map[string]any{"id": product, "name": "Meter", "classifiedId": "test",
+		"modelFrom": "custom", "accessId": "mqtt", "deviceType": "device", "metadata": alarmTestModel})
+	const devices, rounds = 40, 10
+	for d := range devices {
+		id := fmt.Sprintf("dev%03d", d)
+		srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": id, "name": id, "productId": product})
+	}
+	srv.call(t, token, "POST", "/api/device/instance", map[string]any{"id": "probe", "name": "probe", "productId": product})
+	// Deployed: ingest stores (and hands the evaluator) only the messages
+	// of active devices.
+	srv.call(t, token, "POST", "/api/device-product/"+product+"/deploy", nil)
+	for d := range devices {
+		srv.call(t, token, "POST", fmt.Sprintf("/api/device/instance/dev%03d/deploy", d), nil)
+	}
+	srv.call(t, token, "POST", "/api/device/instance/probe/deploy", nil)
+	srv.call(t, token, "POST", "/api/alarm/config", map[string]any{"id": "hot-" + suffix, "name": "Hot", "productId": product, "severity": "major",
+		"enabled": true, "trigger": map[string]any{"type": "property", "all": []any{map[string]any{"property": "temp", "op": "gt", "value": 30}}},
+		"clear": map[string]any{"type": "manual"}})
+	pub := gateway(t, broker.URL(), "gw-"+suffix, func(o *mqtt.ClientOptions) {
+		o.SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
+	})
+	n := 0
+	testkit.Eventually(t, 30*time.Second, "the evaluator to evaluate", func() bool {
+		n++
+		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
+			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
+		recs, _ := srv.alarmRecords(t, token)
+		return len(recs) == 1
+	})
+	restart := func(env []string, name string) {
+		if srv.cmd.ProcessState == nil {
+			_ = syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGKILL)
+			<-srv.exited
+		}
+		srv = startServer(t, bin, env, name)
+		testkit.Eventually(t, 30*time.Second, "the new process to evaluate", func() bool {
+			return srv.metricValue(t, "devicehub_alarm_owner") == 1
+		})
+	}
+	start := time.Now().Add(-time.Hour)
+	above := 0
+	for round := range rounds {
+		v := 31.0
+		if round%4 == 3 {
+			v = 10
+		} else {
+			above++
+		}
+		var hold *sql.Tx
+		if round == 6 {
+			// The process ended the session the first one left, once it
+			// committed what it read of it: ingest's session alone holds
+			// what comes next.
+			testkit.Eventually(t, 30*time.Second, "the left session to end", func() bool {
+				b, _ := os.ReadFile(srv.logf)
+				return strings.Contains(string(b), "alarms: the left session is ended")
+			})
+		}
+		if round == 3 || round == 6 {
+			// The evaluator's writes wait while ingest stores the round:
+			// in round 3 only the killed process's own session keeps it
+			// for the next process to evaluate; in round 6 only ingest's
+			// session, whose acknowledgements wait for the evaluator.
+			if hold, err = pg.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := hold.Exec("LOCK TABLE alarm_owner IN EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var toks []mqtt.Token
+		for d := range devices {
+			ts := start.Add(time.Duration(round) * time.Second).UnixMilli()
+			payload := fmt.Sprintf(`{"messageId":"m%d","timestamp":%d,"properties":{"temp":%v}}`, round, ts, v)
+			if d%2 == 1 {
+				payload = fmt.Sprintf(`{"timestamp":%d,"properties":{"temp":%v}}`, ts, v)
+			}
+			toks = append(toks, pub.Publish(fmt.Sprintf("/%s/dev%03d/properties/report", product, d), 1, false, payload))
+		}
+		for _, tok := range toks {
+			if err := mqttconn.WaitToken(tok, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if hold != nil {
+			testkit.Eventually(t, 30*time.Second, "ingest to store the round", func() bool {
+				var n uint64
+				err := ch.Conn().QueryRow(context.Background(), "SELECT uniqExact(device_id, ts) FROM device_message WHERE device_id LIKE 'dev%'").Scan(&n)
+				return err == nil && n >= uint64((round+1)*devices)
+			})
+			// Stored: an ingest that did not wait for the evaluator would
+			// acknowledge the round within milliseconds.
+			time.Sleep(500 * time.Millisecond)
+			_ = syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGKILL)
+			<-srv.exited
+			if err := hold.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch round {
+		case 3: // from the evaluator's own session to ingest's
+			restart(plain, "plain")
+		case 6:
+			restart(plain, "plain2")
+		case 8:
+			broker.Stop(syscall.SIGTERM)
+			broker.Start()
+			testkit.Eventually(t, 20*time.Second, "the publisher back", pub.IsConnectionOpen)
+		}
+	}
+	var recs []alarmRecord
+	ok := testkit.Within(60*time.Second, func() bool {
+		recs, err = srv.alarmRecords(t, token)
+		if err != nil || len(recs) < devices+1 {
+			return false
+		}
+		for _, r := range recs {
+			if r.DeviceID != "probe" && r.Count < above {
+				return false
+			}
+		}
+		return true
+	})
+	counts := map[string]int{}
+	for _, r := range recs {
+		if r.DeviceID == "probe" {
+			continue
+		}
+		counts[r.DeviceID]++
+		if r.Count != above || r.State != "active" {
+			t.Errorf("%s: count %d (%s), want %d", r.DeviceID, r.Count, r.State, above)
+		}
+	}
+	t.Logf("%d devices' alarms, each counting %d reports above the threshold, after two SIGKILLs (the second process on ingest's session) and a broker restart", len(counts), above)
+	if !ok || len(counts) != devices {
+		t.Errorf("%d devices with alarms, want %d (settled: %v)", len(counts), devices, ok)
+	}
+	for d, n := range counts {
+		if n != 1 {
+			t.Errorf("%s has %d alarms", d, n)
+		}
 	}
 }

@@ -191,6 +191,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	defer fw.Close()
 	var ing *ingest.Ingester
+	// With one ingest session for the installation (no share group), the
+	// alarm evaluator reads what ingest reads (alarm.Feed) instead of a
+	// second session of its own.
+	var alarmFeed *alarm.Feed
+	if cfg.Alarms && cfg.Roles["ingest"] && cfg.MQTTShareGroup == ingest.NoShareGroup {
+		alarmFeed = alarm.NewFeed(0)
+	}
 	if cfg.Roles["ingest"] {
 		iopt := ingest.DefaultOptions()
 		iopt.BrokerURL, iopt.Login, iopt.Logger, iopt.Registerer = cfg.MQTTURL, cfg.MQTTLogin, log, reg
@@ -207,6 +214,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		iopt.Live = hub
 		iopt.Shadow = shadows // births and shadow requests
 		iopt.Firmware = fw    // firmware progress and versions
+		if alarmFeed != nil {
+			iopt.Alarms = alarmFeed // reports, events, births and wills
+		}
 		iopt.Writer.MaxRows, iopt.Writer.MaxBytes, iopt.Writer.FlushInterval = cfg.BatchRows, int(cfg.BatchBytes), cfg.FlushInterval
 		if ing, err = ingest.New(ctx, iopt, ts, store, store); err != nil {
 			return err
@@ -249,11 +259,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 
 	// Alarm rules: one instance with the ingest role evaluates at a time,
-	// on its own broker session (ingest/alarm's doc says why that is exact).
+	// on ingest's session without a share group, else on its own broker
+	// session (ingest/alarm's doc says why either is exact).
 	var alarms *alarm.Runner
 	if cfg.Alarms && ing != nil {
 		aopt := alarm.Options{BrokerURL: cfg.MQTTURL, Login: cfg.MQTTLogin, Retention: cfg.AlarmRetention,
 			Logger: log, Registerer: reg, OnTransitions: relay.alarmTransitions}
+		if alarmFeed != nil {
+			aopt.Feed, aopt.FeedReady = alarmFeed, ing.BacklogDrained
+		}
 		if alarms, err = alarm.NewRunner(store, aopt); err != nil {
 			return err
 		}

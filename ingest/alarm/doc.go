@@ -2,8 +2,9 @@
 // its validation against a product's thing model (rule.go), a pure,
 // deterministic evaluator (compile.go, eval.go), the PostgreSQL store of
 // rules, rule state, alarm records and their transitions (store.go), and
-// the runner that feeds the evaluator from MQTT and makes it exact across
-// restarts and instances (runner.go).
+// the runner that feeds the evaluator from MQTT (a session of its own, or
+// ingest's through a Feed: feed.go) and makes it exact across restarts
+// and instances (runner.go).
 //
 // It must not import api (api talks to it through a small interface
 // declared in api, AlarmStore); it uses meta for the advisory lock, the
@@ -11,7 +12,8 @@
 // (meta.List: ruleList and recordList in store.go), ingest/leader for the turns taken under that lock,
 // ingest/mqttconn for its MQTT sessions (an mqttconn.Subscriber),
 // ingest/wire to decode uplinks, ingest for the broker pool's will rule
-// (ingest.BornAt), and schema for the thing model. Nothing in ingest's
+// (ingest.BornAt) and the hook its Feed is (ingest.AlarmHook), and schema
+// for the thing model. Nothing in ingest's
 // storage pipeline depends on it: with alarms off, or no enabled rule,
 // the pipeline runs as before and the evaluator subscribes to nothing.
 //
@@ -52,7 +54,8 @@
 // writes nothing. Rule state thus lives in one place at a time: the
 // evaluator's memory of the one owner, and PostgreSQL.
 //
-// One persistent session. The owner reads the uplinks (reports, events,
+// One persistent session (with a share group; without, ingest's session:
+// the next paragraph). The owner reads the uplinks (reports, events,
 // births, wills) on its own MQTT session, an mqttconn.Subscriber: clean
 // session false, QoS 1, acknowledged by hand, a client id every owner
 // shares ("devicehub-alarms-<installation id>"), the products with an
@@ -64,6 +67,53 @@
 // TestSubscriberRedelivers). Ingest's storage pipeline is untouched: it
 // has its own sessions. A device's messages come from one broker
 // connection, in order, and are evaluated in that order by one goroutine.
+//
+// One session, or ingest's. Where ingest's session is the
+// installation's one (ingest.NoShareGroup, the default: one instance
+// ingests), the owner reads no session of its own. Ingest hands it what
+// it reads (Feed, ingest's AlarmHook: the reports, events, births and
+// wills of the known, active devices of the products with an enabled
+// rule, once decoded, before storage) and acknowledges each to the
+// broker only once its rows are stored and the evaluator's commit
+// acknowledged it (the Feed's Ack is ingest's done). A session of its own
+// cost the broker a second delivery of every report and devicehub a
+// second read of it (BENCHMARKS.md, "Alarms"). Exact, because:
+//   - a message is acknowledged to the broker only after the commit of
+//     what it changed, as on the owner's own session: a SIGKILL before
+//     that leaves it with the broker, which gives it again (DUP set) to
+//     ingest's next connection, and so to the feed;
+//   - a turn that ends (a failed write, a lost lock) leaves in the feed
+//     every message it read and did not commit; the next turn of the
+//     process reads them again from the oldest, in the order ingest
+//     handed them, marked redeliveries (Duplicate), as the broker marks
+//     what a session gives again, so the key check below applies
+//     unchanged (TestRunnerFeedExact);
+//   - a device's reports and events reach the feed in the broker's order:
+//     ingest has one data connection without a share group, and one
+//     worker per device; its births and wills come from ingest's presence
+//     session, and only offline rules read them, which read nothing else;
+//   - the session a run without the feed left (with a share group before,
+//     or an earlier version) holds what its owner did not commit: the
+//     first turn with a feed resumes it, reads it up to markers published
+//     to the report topic of a product with a rule, then reads the feed,
+//     and ends the session once what it read of it is committed. The
+//     markers reach ingest's data session too, in the same broker order:
+//     until ingest passed them (AlarmHook.Marked, once every message its
+//     session took before them was handed over), what ingest hands the
+//     feed may be in that backlog as well, and is read as a redelivery.
+//     TestAlarmsFeedSIGKILL fails without each of these rules and without
+//     ingest's wait for the commit.
+//
+// The price of the feed: ingest's acknowledgements wait for the
+// evaluator. The feed holds at most DefaultFeedBound messages taken and
+// not committed (10 s of 10,000 reports/s); past it ingest waits (its
+// queues, then the broker, hold the rest). So while PostgreSQL is away
+// for longer than that, ingest stores nothing new either, where with its
+// own session the evaluator fell behind alone; nothing is lost either
+// way. And only what ingest accepts is evaluated: not the messages of a
+// device not deployed, or of another product than its topic names. With
+// a share group each instance reads a share of the devices: the owner
+// keeps its own session.
 //
 // Write, then acknowledge. Messages are evaluated in memory, in batches:
 // what the evaluator decided since the previous batch (the transitions;
@@ -149,7 +199,10 @@
 //     as ingest's sessions do) and checks no timer before it came back,
 //     so a report queued while no owner ran moves its device's no-data
 //     deadline before that deadline is looked at (TestRunnerNoDataRestart
-//     fails without the wait).
+//     fails without the wait); with a feed, before the left session's
+//     markers came back, the feed's messages held at the turn's start
+//     were read, and ingest applied its own sessions' backlogs
+//     (Options.FeedReady).
 //
 // A device keeps the keys of its messages at its latest time only (and
 // of its births and wills): a redelivered report or event older than
@@ -220,7 +273,9 @@
 // from what was pending: at most (2 + expressWriters) x maxPending,
 // 50,000, and in practice the batch lane's one and a few (an express
 // batch holds the messages of a few devices). That is under 65,535, so
-// an acknowledgement never meets an older message with its id.
+// an acknowledgement never meets an older message with its id. With a
+// feed, the acknowledgements are ingest's, in its connection's order
+// (ingest/ackorder.go).
 //
 // TestRunnerExact breaks this on purpose: two runners sharing the work,
 // the owner killed with a batch in memory, killed between a commit and its

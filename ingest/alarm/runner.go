@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,16 @@ type Options struct {
 	// Refs gives the device values thresholds name (tags, configuration);
 	// nil: the devices' own, read from PostgreSQL (Store.DeviceValues) at
 	// each turn's start and every PollInterval for the devices changed.
-	Refs       Refs
+	Refs Refs
+	// Feed, if set, is ingest's AlarmHook on this instance, whose session
+	// is the installation's one (ingest.NoShareGroup): the evaluator reads
+	// what ingest reads instead of a session of its own (package doc,
+	// "One session, or ingest's"). Only one instance may run with it.
+	Feed *Feed
+	// FeedReady reports whether ingest applied its sessions' backlogs
+	// (ingest.Ingester.BacklogDrained): with a Feed, timers start once it
+	// does. Nil: at once.
+	FeedReady  func() bool
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -233,8 +243,17 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	r.log.Info("alarms: evaluating", "rules", ev.Rules(), "devices", len(devs), "epoch", epoch)
 
 	filters := r.filtersFor(ev)
+	feed := r.opt.Feed
+	var subFilters map[string]byte
+	if feed == nil {
+		subFilters = filters
+	}
+	// With a feed, the session opened here is only the one a run without
+	// it left (nil filters: a kept session's subscriptions stand), read
+	// up to its markers and then ended (package doc, "One session, or
+	// ingest's").
 	sub, err := mqttconn.Subscribe(ctx, mqttconn.SubscriberConfig{
-		Brokers: r.brokers, ClientID: r.opt.ClientID, Login: r.opt.Login, Filters: filters, Queue: r.opt.Queue,
+		Brokers: r.brokers, ClientID: r.opt.ClientID, Login: r.opt.Login, Filters: subFilters, Queue: r.opt.Queue,
 		KeepAlive: 10 * time.Second, ConnectTimeout: 10 * time.Second, Name: "alarms", Logger: r.log,
 	})
 	if err != nil {
@@ -250,10 +269,58 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 	// no owner ran must not fire its restored no-data timer before that
 	// report is applied. Each session publishes a marker (as ingest's
 	// sessions do, ingest/backlog.go) behind its backlog; the timers start
-	// once every marker came back, or after markerWait.
-	marks := r.markBacklogs(clients, filters)
+	// once every marker came back, or after markerWait. With a feed, they
+	// wait for the left session's markers, then for the feed's messages
+	// held at the switch and for ingest's own backlog (Options.FeedReady).
+	var marks map[string]bool
+	var left leftSession // with a feed: the session a run without it left, being read
+	var fed chan mqttconn.Received
+	stopPump, pumped := make(chan struct{}), make(chan struct{})
+	close(pumped)
+	defer func() { close(stopPump); <-pumped }() // before the writers stop: nothing given to a turn that ended
+	toFeed := func() {
+		feed.restart()
+		fed, pumped = make(chan mqttconn.Received, r.opt.Queue), make(chan struct{})
+		go func(out chan<- mqttconn.Received, done chan<- struct{}) {
+			defer close(done)
+			feed.pump(out, stopPump)
+		}(fed, pumped)
+		in = fed
+	}
+	switch {
+	case feed == nil:
+		marks = r.markBacklogs(clients, filters, wire.LevelOnline)
+	case sub.Present() && len(filters) > 0:
+		// The markers go where ingest's data sessions take them too:
+		// until ingest passed them, what it hands the feed may be in
+		// the left session's backlog, and is read as a redelivery.
+		sub.SetFilters(filters)
+		marks = r.markBacklogs(clients, filters, wire.LevelReport)
+		feed.await(slices.Collect(maps.Keys(marks)))
+		left = leftSession{sub: sub, unacked: new(atomic.Int64)}
+		r.log.Info("alarms: reading the session a run without ingest's feed left, then ending it")
+	default:
+		if err := sub.End(ctx); err != nil {
+			r.log.Warn("alarms: ending the session a run without ingest's feed left failed", "err", err)
+		}
+		toFeed()
+	}
 	markDeadline := time.Now().Add(markerWait)
-	r.ready.Store(len(marks) == 0)
+	backlogs := func() bool { // every backlog applied
+		if len(marks) > 0 {
+			return false
+		}
+		return feed == nil || (feed.caughtUp() && (r.opt.FeedReady == nil || r.opt.FeedReady()))
+	}
+	// marked ends the reading of the left session once its markers came
+	// back (or markerWait passed): the feed is read from then on.
+	marked := func() {
+		if left.sub != nil && fed == nil && len(marks) == 0 {
+			r.log.Info("alarms: the left session's backlog is read; reading ingest's feed")
+			toFeed()
+		}
+	}
+	r.ready.Store(backlogs())
 	var born *ingest.BornAt
 	if len(r.brokers) > 1 {
 		born = ingest.NewBornAt()
@@ -502,23 +569,45 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 			}
 			done(w)
 		case m := <-in:
+			if left.sub != nil && fed == nil {
+				left.unacked.Add(1)
+				m.Msg = leftMsg{m.Msg, left.unacked}
+			}
 			pending = append(pending, m)
 			if wire.IsMarker(m.Msg.Topic()) { // this runner's, or another session's
 				pendingDev = append(pendingDev, "")
 				delete(marks, string(m.Msg.Payload()))
-				r.ready.Store(len(marks) == 0)
+				marked()
+				r.ready.Store(backlogs())
 				continue
 			}
 			pendingDev = append(pendingDev, r.apply(ev, born, m, &dec))
 			r.evaluated.Add(1)
 			next()
 		case now := <-tick.C:
-			if len(marks) > 0 && now.Before(markDeadline) {
-				continue // a backlog not yet applied
+			if left.sub != nil && !now.Before(markDeadline) && !feed.awaited() {
+				r.log.Warn("alarms: ingest did not pass the left session's markers in time", "waited", markerWait)
+				feed.await(nil)
 			}
-			if len(marks) > 0 {
-				r.log.Warn("alarms: a session's backlog marker did not come back; timers start", "waited", markerWait)
-				clear(marks)
+			if left.sub != nil && fed != nil && left.unacked.Load() == 0 && feed.awaited() {
+				// Every message read of the left session is committed:
+				// what it still holds came to ingest's feed as well.
+				if err := left.sub.End(ctx); err != nil {
+					r.log.Warn("alarms: ending the session a run without ingest's feed left failed", "err", err)
+				}
+				left.sub = nil
+				r.log.Info("alarms: the left session is ended")
+			}
+			if !r.ready.Load() {
+				if !backlogs() && now.Before(markDeadline) {
+					continue // a backlog not yet applied
+				}
+				if !backlogs() {
+					r.log.Warn("alarms: a backlog was not applied in time; timers start", "waited", markerWait)
+					clear(marks)
+					marked()
+				}
+
 				r.ready.Store(true)
 			}
 			ev.Tick(now)
@@ -535,7 +624,9 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 				continue
 			}
 			version = nv
-			sub.SetFilters(r.filtersFor(ev))
+			if feed == nil {
+				sub.SetFilters(r.filtersFor(ev))
+			}
 			if r.opt.Refs == nil {
 				if err := vals.load(ctx, ev.RefKeys(), true); err != nil {
 					r.log.Warn("alarms: reading the devices' tags and configuration failed", "err", err)
@@ -721,6 +812,13 @@ func (r *Runner) loadRules(ctx context.Context, ev *Evaluator) (string, error) {
 		keep = append(keep, rule)
 	}
 	ev.SetRules(keep, models)
+	if r.opt.Feed != nil {
+		products := r.opt.ProductIDs
+		if len(products) == 0 {
+			products = ev.Products()
+		}
+		r.opt.Feed.want(products)
+	}
 	return version, nil
 }
 
@@ -941,7 +1039,7 @@ const markerWait = 30 * time.Second
 // filters match; it returns the markers' payloads still awaited. A
 // session's queued messages come before it (Mosquitto keeps a session's
 // QoS 1 queue in order).
-func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte) map[string]bool {
+func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte, level string) map[string]bool {
 	marks := map[string]bool{}
 	var product string
 	for f := range filters {
@@ -954,9 +1052,9 @@ func (r *Runner) markBacklogs(clients []mqtt.Client, filters map[string]byte) ma
 	if product == "" {
 		return marks // no subscription: no backlog
 	}
-	topic := wire.DeviceTopic(product, wire.MarkerDevice, wire.LevelOnline)
+	topic := wire.DeviceTopic(product, wire.MarkerDevice, level)
 	for _, c := range clients {
-		payload := "alarms " + r.opt.ClientID + " " + rand.Text()
+		payload := ingest.AlarmMarkerPrefix + r.opt.ClientID + " " + rand.Text()
 		marks[payload] = true
 		go r.logFailure("publish the backlog marker", c.Publish(topic, 1, false, payload))
 	}
@@ -968,4 +1066,23 @@ func (r *Runner) logFailure(what string, t mqtt.Token) {
 	if err := t.Error(); err != nil {
 		r.log.Warn("alarms: "+what+" failed", "err", err)
 	}
+}
+
+// leftSession is, with a feed, the session a run without it left at the
+// broker: read up to its markers, then ended once what was read of it is
+// committed (Runner.lead).
+type leftSession struct {
+	sub     *mqttconn.Subscriber
+	unacked *atomic.Int64 // its messages read and not acknowledged
+}
+
+// leftMsg is a message of the left session: its Ack counts.
+type leftMsg struct {
+	mqtt.Message
+	unacked *atomic.Int64
+}
+
+func (m leftMsg) Ack() {
+	m.Message.Ack()
+	m.unacked.Add(-1)
 }
