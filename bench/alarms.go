@@ -15,6 +15,7 @@ import (
 	"github.com/lib/pq"
 
 	"devicehub/api/live"
+	"devicehub/ingest"
 	"devicehub/ingest/alarm"
 	"devicehub/ingest/wire"
 	"devicehub/schema"
@@ -44,6 +45,10 @@ type AlarmsParams struct {
 	Timeout     time.Duration `json:"timeout"` // bound of each wait; default 5 minutes
 	// SkipServer runs only the in-process measures (state and timers).
 	SkipServer bool `json:"skipServer"`
+	// OwnSession runs devicehub with a share group, where the evaluator
+	// reads a session of its own; default none, as one instance runs,
+	// where it reads ingest's (alarm.Feed).
+	OwnSession bool `json:"ownSession"`
 	ChildParams
 }
 
@@ -384,8 +389,13 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	// of a burst at 160 MiB and 5,234/s with no limit (devicehub's CPU
 	// 21.8 s against 8.4 s for the same 100,000 reports).
 	args := append([]string{"-memory-limit=512MiB"}, p.ServerArgs...)
+	env := map[string]string{"MQTT_SHARE_GROUP": ingest.NoShareGroup} // the broker is the run's own
+	if p.OwnSession {
+		env = nil // startChildAPI's group of its own
+		p.Logf("alarms: with a share group: the evaluator reads a session of its own")
+	}
 	srv, err := startChildAPI(ctx, childAPIConfig{Binary: bin, LogDir: tmp, DB: db, ClickHouseAddr: p.ClickHouseAddr,
-		BrokerURL: broker.url(), Roles: "api,ingest", Args: args, Conns: 8})
+		BrokerURL: broker.url(), Roles: "api,ingest", Args: args, Conns: 8, Env: env})
 	if err != nil {
 		return err
 	}

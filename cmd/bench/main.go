@@ -164,7 +164,7 @@ type flags struct {
 	alarmRounds, alarmTimers                          int
 	alarmDuration, alarmTimerFor, alarmTimeout        time.Duration
 	alarmTimerSpread                                  time.Duration
-	alarmSkipServer                                   bool
+	alarmSkipServer, alarmOwnSession                  bool
 	fwdRate, fwdDevices, fwdAlarms                    int
 	fwdSteady, fwdOutage, fwdTimeout                  time.Duration
 	fwDevices, fwSize, fwRate, fwGateways             int
@@ -276,6 +276,7 @@ func newFlags() *flags {
 	fs.DurationVar(&f.alarmTimerSpread, "alarm-timer-spread", 10*time.Second, "alarms: the no-data timers' deadlines fall within this span")
 	fs.DurationVar(&f.alarmTimeout, "alarm-timeout", 5*time.Minute, "alarms: bound of each wait")
 	fs.BoolVar(&f.alarmSkipServer, "alarm-skip-server", false, "alarms: only the in-process measures (rule state, timers)")
+	fs.BoolVar(&f.alarmOwnSession, "alarm-own-session", false, "alarms: devicehub with a share group, the evaluator on a session of its own (default: none, on ingest's)")
 	fs.IntVar(&f.fwdRate, "forward-rate", 10000, "forward: reports/s offered")
 	fs.IntVar(&f.fwdDevices, "forward-devices", 1000, "forward: devices the reports go round")
 	fs.IntVar(&f.fwdAlarms, "forward-alarms", 200, "forward: alarms raised during the phase with the sink up")
@@ -636,7 +637,7 @@ func runScenario(ctx context.Context, s string, f *flags, serverBin func() (stri
 		}
 		return result(bench.RunAlarms(ctx, bench.AlarmsParams{Devices: f.alarmDevices, Rate: f.alarmRate, Watched: f.alarmWatched,
 			Rounds: f.alarmRounds, Timers: f.alarmTimers, Duration: f.alarmDuration, TimerFor: f.alarmTimerFor, TimerSpread: f.alarmTimerSpread, Timeout: f.alarmTimeout,
-			SkipServer: f.alarmSkipServer, ChildParams: child(bin)}))
+			SkipServer: f.alarmSkipServer, OwnSession: f.alarmOwnSession, ChildParams: child(bin)}))
 	case "forward":
 		bin, err := serverBin()
 		if err != nil {
