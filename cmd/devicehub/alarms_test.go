@@ -67,6 +67,47 @@ func (s *server) alarmRecords(t *testing.T, token string) ([]alarmRecord, error)
 	return page.Data, nil
 }
 
+// exactAlarms waits up to a minute until the server holds an alarm for
+// each of devices counting above reports (the probe's aside), then fails
+// the test for a device with none, two, or another count or state.
+func (s *server) exactAlarms(t *testing.T, token string, devices, above int, after string) []alarmRecord {
+	t.Helper()
+	var recs []alarmRecord
+	ok := testkit.Within(60*time.Second, func() bool {
+		var err error
+		recs, err = s.alarmRecords(t, token)
+		if err != nil || len(recs) < devices+1 {
+			return false
+		}
+		for _, r := range recs {
+			if r.DeviceID != "probe" && r.Count < above {
+				return false
+			}
+		}
+		return true
+	})
+	counts := map[string]int{}
+	for _, r := range recs {
+		if r.DeviceID == "probe" {
+			continue
+		}
+		counts[r.DeviceID]++
+		if r.Count != above || r.State != "active" {
+			t.Errorf("%s: count %d (%s), want %d", r.DeviceID, r.Count, r.State, above)
+		}
+	}
+	t.Logf("%d devices' alarms, each counting %d reports above the threshold, after %s", len(counts), above, after)
+	if !ok || len(counts) != devices {
+		t.Errorf("%d devices with alarms, want %d (settled: %v)", len(counts), devices, ok)
+	}
+	for d, n := range counts {
+		if n != 1 {
+			t.Errorf("%s has %d alarms", d, n)
+		}
+	}
+	return recs
+}
+
 // TestAlarmsSIGKILL: two devicehub processes share ingest and the alarm
 // evaluation; 100 devices cross a threshold in rounds while the
 // evaluating process is SIGKILLed and then the broker restarts. Every
@@ -201,38 +242,7 @@ func TestAlarmsSIGKILL(t *testing.T) {
 			testkit.Eventually(t, 20*time.Second, "the publisher back", pub.IsConnectionOpen)
 		}
 	}
-	var recs []alarmRecord
-	ok := testkit.Within(60*time.Second, func() bool {
-		recs, err = other.alarmRecords(t, token)
-		if err != nil || len(recs) < devices+1 {
-			return false
-		}
-		for _, r := range recs {
-			if r.DeviceID != "probe" && r.Count < above {
-				return false
-			}
-		}
-		return true
-	})
-	counts := map[string]int{}
-	for _, r := range recs {
-		if r.DeviceID == "probe" {
-			continue
-		}
-		counts[r.DeviceID]++
-		if r.Count != above || r.State != "active" {
-			t.Errorf("%s: count %d (%s), want %d", r.DeviceID, r.Count, r.State, above)
-		}
-	}
-	t.Logf("%d devices' alarms, each counting %d reports above the threshold, after a SIGKILL of the evaluating process and a broker restart", len(counts), above)
-	if !ok || len(counts) != devices {
-		t.Errorf("%d devices with alarms, want %d (settled: %v)", len(counts), devices, ok)
-	}
-	for d, n := range counts {
-		if n != 1 {
-			t.Errorf("%s has %d alarms", d, n)
-		}
-	}
+	recs := other.exactAlarms(t, token, devices, above, "a SIGKILL of the evaluating process and a broker restart")
 	// Prometheus: evaluations counted, the active alarms by severity.
 	if other.metricValue(t, "devicehub_alarm_evaluations_total") < devices {
 		t.Errorf("evaluations: %v", other.metricValue(t, "devicehub_alarm_evaluations_total"))
@@ -444,36 +454,5 @@ func TestAlarmsFeedSIGKILL(t *testing.T) {
 			testkit.Eventually(t, 20*time.Second, "the publisher back", pub.IsConnectionOpen)
 		}
 	}
-	var recs []alarmRecord
-	ok := testkit.Within(60*time.Second, func() bool {
-		recs, err = srv.alarmRecords(t, token)
-		if err != nil || len(recs) < devices+1 {
-			return false
-		}
-		for _, r := range recs {
-			if r.DeviceID != "probe" && r.Count < above {
-				return false
-			}
-		}
-		return true
-	})
-	counts := map[string]int{}
-	for _, r := range recs {
-		if r.DeviceID == "probe" {
-			continue
-		}
-		counts[r.DeviceID]++
-		if r.Count != above || r.State != "active" {
-			t.Errorf("%s: count %d (%s), want %d", r.DeviceID, r.Count, r.State, above)
-		}
-	}
-	t.Logf("%d devices' alarms, each counting %d reports above the threshold, after two SIGKILLs (the second process on ingest's session) and a broker restart", len(counts), above)
-	if !ok || len(counts) != devices {
-		t.Errorf("%d devices with alarms, want %d (settled: %v)", len(counts), devices, ok)
-	}
-	for d, n := range counts {
-		if n != 1 {
-			t.Errorf("%s has %d alarms", d, n)
-		}
-	}
+	srv.exactAlarms(t, token, devices, above, "two SIGKILLs (the second process on ingest's session) and a broker restart")
 }

@@ -20,7 +20,7 @@ func TestConsoleAlarmsInBrowser(t *testing.T) {
 	own := startOwn(t, "consolealarms")
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "ca"+suffix, "boiler-"+suffix
-	own.productWithDevice(t, product, "Boiler", alarmTestModel, dev, "Basement boiler", false)
+	own.productWithDevice(t, product, "Boiler", alarmTestModel, dev, "Basement boiler", true)
 	own.hotRule(t, "hot-"+suffix, "Boiler too hot", product)
 	pub := gateway(t, own.broker.URL(), "gw-"+suffix)
 	n := 0

@@ -49,7 +49,7 @@ func TestConsoleNotifyInBrowser(t *testing.T) {
 	own := startOwn(t, "consolenotify", "DEVICEHUB_NOTIFY_MAX_ATTEMPTS=1")
 	srv, suffix, token := own.server, own.suffix, own.token
 	product, dev := "cn"+suffix, "pump-"+suffix
-	own.productWithDevice(t, product, "Pumps "+suffix, alarmTestModel, dev, "Pump", false)
+	own.productWithDevice(t, product, "Pumps "+suffix, alarmTestModel, dev, "Pump", true)
 	own.hotRule(t, "hot-"+suffix, "Pump too hot", product)
 
 	b := newBrowser(t, chromium)

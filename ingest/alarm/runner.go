@@ -607,7 +607,6 @@ func (r *Runner) lead(ctx context.Context, lost <-chan struct{}) error {
 					clear(marks)
 					marked()
 				}
-
 				r.ready.Store(true)
 			}
 			ev.Tick(now)
