@@ -113,7 +113,8 @@
 // way. And only what ingest accepts is evaluated: not the messages of a
 // device not deployed, or of another product than its topic names. With
 // a share group each instance reads a share of the devices: the owner
-// keeps its own session.
+// keeps its own session, and evaluates whatever the broker gives it for
+// the products with a rule, those devices' messages too.
 //
 // Write, then acknowledge. Messages are evaluated in memory, in batches:
 // what the evaluator decided since the previous batch (the transitions;
