@@ -67,6 +67,30 @@ func (s *server) alarmRecords(t *testing.T, token string) ([]alarmRecord, error)
 	return page.Data, nil
 }
 
+// roundTemp is the temperature the devices report in round: above the
+// rules' 30 (counted), but in every fourth round.
+func roundTemp(round int) (v float64, counted bool) {
+	if round%4 == 3 {
+		return 10, false
+	}
+	return 31, true
+}
+
+// probeRaised publishes a crossing report of product's device "probe"
+// until the server holds its alarm, the only one: the rule is evaluated
+// from then on.
+func (s *server) probeRaised(t *testing.T, pub mqtt.Client, product, token string) {
+	t.Helper()
+	n := 0
+	testkit.Eventually(t, 30*time.Second, "the probe's alarm", func() bool {
+		n++
+		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
+			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
+		recs, _ := s.alarmRecords(t, token)
+		return len(recs) == 1
+	})
+}
+
 // exactAlarms waits up to a minute until the server holds an alarm for
 // each of devices counting above reports (the probe's aside), then fails
 // the test for a device with none, two, or another count or state.
@@ -184,14 +208,7 @@ func TestAlarmsSIGKILL(t *testing.T) {
 	})
 	// The rule is evaluated once its subscription is in place: a probe
 	// device's crossing raises its alarm.
-	n := 0
-	testkit.Eventually(t, 30*time.Second, "the owner to evaluate", func() bool {
-		n++
-		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
-			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
-		recs, _ := owner.alarmRecords(t, token)
-		return len(recs) == 1
-	})
+	owner.probeRaised(t, pub, product, token)
 	// The owner's raise reaches /api/live on the other instance. Live
 	// events are a view, announced after the commit: the raise of an
 	// alarm the owner commits just before its SIGKILL below may never be
@@ -213,10 +230,8 @@ func TestAlarmsSIGKILL(t *testing.T) {
 	start := time.Now().Add(-time.Hour)
 	above := 0
 	for round := range rounds {
-		v := 31.0
-		if round%4 == 3 {
-			v = 10
-		} else {
+		v, counted := roundTemp(round)
+		if counted {
 			above++
 		}
 		var toks []mqtt.Token
@@ -365,14 +380,7 @@ func TestAlarmsFeedSIGKILL(t *testing.T) {
 	pub := gateway(t, broker.URL(), "gw-"+suffix, func(o *mqtt.ClientOptions) {
 		o.SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(250 * time.Millisecond)
 	})
-	n := 0
-	testkit.Eventually(t, 30*time.Second, "the evaluator to evaluate", func() bool {
-		n++
-		_ = mqttconn.WaitToken(pub.Publish("/"+product+"/probe/properties/report", 1, false,
-			fmt.Sprintf(`{"messageId":"p%d","properties":{"temp":99}}`, n)), 5*time.Second)
-		recs, _ := srv.alarmRecords(t, token)
-		return len(recs) == 1
-	})
+	srv.probeRaised(t, pub, product, token)
 	restart := func(env []string, name string) {
 		if srv.cmd.ProcessState == nil {
 			_ = syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGKILL)
@@ -386,10 +394,8 @@ func TestAlarmsFeedSIGKILL(t *testing.T) {
 	start := time.Now().Add(-time.Hour)
 	above := 0
 	for round := range rounds {
-		v := 31.0
-		if round%4 == 3 {
-			v = 10
-		} else {
+		v, counted := roundTemp(round)
+		if counted {
 			above++
 		}
 		var hold *sql.Tx
