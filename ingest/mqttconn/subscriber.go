@@ -124,10 +124,14 @@ func (s *Subscriber) Filters() map[string]byte { return *s.filters.Load() }
 // Close stops taking messages (a handler waiting on a full C lets go of
 // its message, unacknowledged) and disconnects the sessions, which the
 // brokers keep: what is not acknowledged goes to the next owner.
-func (s *Subscriber) Close() {
+func (s *Subscriber) Close() { s.disconnect(0) }
+
+// disconnect stops taking messages and disconnects the sessions, waiting
+// up to quiesce ms for each.
+func (s *Subscriber) disconnect(quiesce uint) {
 	s.stopped.Do(func() { close(s.stop) })
 	for _, c := range s.clients {
-		c.Disconnect(0)
+		c.Disconnect(quiesce)
 	}
 }
 
@@ -135,13 +139,10 @@ func (s *Subscriber) Close() {
 // connect with their ids): what they hold is dropped, and they take no
 // more messages.
 func (s *Subscriber) End(ctx context.Context) error {
-	s.stopped.Do(func() { close(s.stop) })
-	for _, c := range s.clients {
-		// Disconnect(0) returns before the connection is closed: the
-		// clean connect below would then take over a live one, whose
-		// reconnect would bring the session back.
-		c.Disconnect(250)
-	}
+	// Disconnect(0) returns before the connection is closed: the clean
+	// connect below would then take over a live one, whose reconnect
+	// would bring the session back.
+	s.disconnect(250)
 	var errs []error
 	for b, broker := range s.cfg.Brokers {
 		c, _, err := Dial(ctx, Config{Broker: broker, ClientID: s.clientID(b), Login: s.cfg.Login, ConnectTimeout: s.cfg.ConnectTimeout})
