@@ -15,10 +15,11 @@ import (
 // generator put in those windows, per-day counts add up to every message,
 // the history has 14 properties x min(10, messages of the device), and
 // PostgreSQL gives the same totals. Correctness only, not timing.
-// Serial: its runs measure this process's CPU (ingest alone, each load),
-// and beside the parallel tests it came within seconds of its 2 minutes.
+// Serial: its runs measure this process's CPU (ingest alone, each load).
+// Its bound is a hang's, not a speed's: on a slow 2-core machine, beside
+// the other packages' tests, it took over 2 minutes (59 s alone).
 func TestRunDashboardSmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	const n = 20000
 	res, err := RunDashboard(ctx, DashboardParams{
