@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -198,5 +199,73 @@ func TestAckOrderPacketIDs(t *testing.T) {
 	check("an id given up", 8, 7, 7, 7, 10)
 	if o.pending() != 0 {
 		t.Fatalf("%d pending", o.pending())
+	}
+}
+
+// TestAckOrderRoom: the callback waits while limit messages are
+// unreleased, so a consumer that lags behind a fast producer never has
+// two messages with one packet id pending, and every acknowledgement
+// goes in the broker's order. Without the wait the producer runs 65,535
+// messages ahead, the older of each pair of equal ids is held for the
+// newer, and the pairs go out of order.
+func TestAckOrderRoom(t *testing.T) {
+	o, acked := ackRecorder()
+	const n = 150_000
+	stop := make(chan struct{})
+	defer close(stop)
+	added := make(chan uint64, n)
+	go func() {
+		id := uint16(0)
+		for range n {
+			if !o.waitRoom(stop) {
+				return
+			}
+			id++
+			if id == 0 { // the broker's ids skip 0
+				id++
+			}
+			added <- o.add(seqMsg{id})
+		}
+	}()
+	// The consumer lags: it starts once 65,536 are added, or the
+	// producer has waited a while for room.
+	var seqs []uint64
+	for len(seqs) <= 1<<16 {
+		select {
+		case s := <-added:
+			seqs = append(seqs, s)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	if p := o.pending(); p > maxUnreleased {
+		t.Fatalf("%d pending, more than %d", p, maxUnreleased)
+	}
+	for i := 0; i < n; i++ {
+		if i == len(seqs) {
+			seqs = append(seqs, <-added)
+		}
+		o.settle(seqs[i], true)
+	}
+	got := acked()
+	if len(got) != n {
+		t.Fatalf("%d acked, want %d", len(got), n)
+	}
+	for i := 1; i < len(got); i++ {
+		if want := got[i-1]%65535 + 1; got[i] != want {
+			t.Fatalf("ack %d: id %d after %d, want %d (out of the broker's order)", i, got[i], got[i-1], want)
+		}
+	}
+
+	// Full, it gives up when ingest stops (the message stays with the
+	// broker).
+	full, _ := ackRecorder()
+	full.limit = 1
+	full.add(seqMsg{1})
+	stopped := make(chan struct{})
+	close(stopped)
+	if full.waitRoom(stopped) {
+		t.Fatal("waitRoom found room in a full order")
 	}
 }

@@ -750,6 +750,9 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 		in.backlog.arrived(s.order, s.key, m)
 		return
 	}
+	if m.Qos() > 0 && !s.order.waitRoom(in.stopping) {
+		return // stopping: not acked, the broker delivers it again
+	}
 	in.received.Add(1)
 	in.m.received.Inc()
 	it := item{msg: m, at: time.Now(), broker: s.broker}
