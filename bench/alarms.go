@@ -154,6 +154,16 @@ type AlarmsResult struct {
 	IngestOn    float64       `json:"ingestOn"`
 	EvaluatedOn float64       `json:"evaluatedOn"`
 	Ratio       float64       `json:"ratio"` // IngestOn / IngestOff
+	// The machine in the bursts (medians, rules off and on): the cores
+	// busy (of MachineCores), and its CPU per report, every process. On
+	// a machine whose cores are all busy in both, throughput follows CPU
+	// per report: CPUOff / CPUOn is the ratio the bursts can show there
+	// (CPUBound), whatever runs where.
+	CoresOff float64 `json:"machineCoresOff"`
+	CoresOn  float64 `json:"machineCoresOn"`
+	CPUOff   float64 `json:"machineMicrosPerReportOff"`
+	CPUOn    float64 `json:"machineMicrosPerReportOn"`
+	CPUBound float64 `json:"cpuBoundRatio"`
 	// StateBytes: the evaluator's heap per device (10 rules, one report
 	// each), measured in this process; StoredBytes: PostgreSQL's
 	// alarm_state per device after the run.
@@ -169,7 +179,7 @@ func (r AlarmsResult) String() string {
 		"  the same reports published -> a plain subscriber of the bench: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
 		"  alarm changes committed by the express lane %.0f (from arrival: mean %.1f ms, p99 <= %.0f ms), by the batch lane %.0f (mean %.1f ms, p99 <= %.0f ms)\n"+
 		"  a commit on the same PostgreSQL meanwhile: p50 %.1f ms p99 %.1f ms max %.1f ms (%d)\n"+
-		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s\n"+
+		"  ingest burst: rules off %.0f/s, on %.0f/s (%.3fx), evaluator %.0f/s; the machine: %.2f / %.2f cores busy, %.1f / %.1f µs a report (%.3fx)\n"+
 		"  rule state: %.0f heap bytes a device (in process), %.0f stored bytes a device (PostgreSQL)\n"+
 		"  no-data timers: %d devices, %.0f heap bytes a device, set in %.1f s; %d fired, late p50 %.1f ms p99 %.1f ms max %.1f ms",
 		p.Devices, 10, p.Rate, 2*p.CrossEvery, r.Latency.P50Ms, r.Latency.P99Ms, r.Latency.MaxMs, r.Raised, r.Expected, r.Cleared, r.Skipped, r.StoredRaised, r.PublishFailed, r.Published, r.SteadyCPU, p.Duration,
@@ -177,7 +187,7 @@ func (r AlarmsResult) String() string {
 		r.Delivery.P50Ms, r.Delivery.P99Ms, r.Delivery.MaxMs, r.Delivery.N,
 		r.Lanes["express"].Changes, r.Lanes["express"].MeanMs, r.Lanes["express"].P99Ms, r.Lanes["batch"].Changes, r.Lanes["batch"].MeanMs, r.Lanes["batch"].P99Ms,
 		r.Commit.P50Ms, r.Commit.P99Ms, r.Commit.MaxMs, r.Commit.N,
-		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.StateBytes, r.StoredBytes,
+		r.IngestOff, r.IngestOn, r.Ratio, r.EvaluatedOn, r.CoresOff, r.CoresOn, r.CPUOff, r.CPUOn, r.CPUBound, r.StateBytes, r.StoredBytes,
 		r.Timers.Devices, r.Timers.HeapBytes, r.Timers.ApplySeconds, r.Timers.Fired, r.Timers.Late.P50Ms, r.Timers.Late.P99Ms, r.Timers.Late.MaxMs)
 }
 
@@ -198,6 +208,9 @@ func (r AlarmsResult) Figures() []Figure {
 		{Name: "alarms raised in PostgreSQL" + load, Value: float64(r.StoredRaised), Unit: "alarms", Target: "all " + strconv.FormatInt(r.Expected, 10)},
 		{Name: fmt.Sprintf("ingest throughput with 10 rules on (bursts of %d reports)", p.Devices), Value: r.IngestOn, Unit: "reports/s",
 			Against: "the same bursts with the rules off", Baseline: r.IngestOff, Ratio: Ratio(r.IngestOn, r.IngestOff), Target: ">= 0.9x"},
+		{Name: "the machine's CPU per report in the bursts, rules on (every process)", Value: r.CPUOn, Unit: "µs",
+			Against: "rules off", Baseline: r.CPUOff, Ratio: r.CPUBound,
+			Target: fmt.Sprintf("the ratio the bursts can reach while the machine is the bound (cores busy: %.2f off, %.2f on)", r.CoresOff, r.CoresOn)},
 		{Name: "evaluator throughput (10 rules)", Value: r.EvaluatedOn, Unit: "reports/s"},
 		{Name: "rule state per device (10 rules, heap in process)", Value: r.StateBytes, Unit: "bytes"},
 		{Name: "rule state per device (PostgreSQL)", Value: r.StoredBytes, Unit: "bytes"},
@@ -583,6 +596,19 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	}
 	res.IngestOff, res.IngestOn, res.EvaluatedOn = median(off), median(on), median(ev)
 	res.Ratio = Ratio(res.IngestOn, res.IngestOff)
+	var coresOff, coresOn, cpuOff, cpuOn []float64
+	for _, b := range res.Bursts {
+		if b.CPU.Machine == nil {
+			continue
+		}
+		if b.Rules {
+			coresOn, cpuOn = append(coresOn, b.CPU.Machine.Cores), append(cpuOn, b.CPU.Machine.MicrosPerMsg)
+		} else {
+			coresOff, cpuOff = append(coresOff, b.CPU.Machine.Cores), append(cpuOff, b.CPU.Machine.MicrosPerMsg)
+		}
+	}
+	res.CoresOff, res.CoresOn, res.CPUOff, res.CPUOn = median(coresOff), median(coresOn), median(cpuOff), median(cpuOn)
+	res.CPUBound = Ratio(res.CPUOff, res.CPUOn)
 
 	// Latency: the rules are on; crossing devices watched in streams of 100.
 	var watched []string
