@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"sync"
+	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 )
@@ -85,25 +86,32 @@ func newAckOrder(ack func(mqtt.Message)) *ackOrder {
 }
 
 // waitRoom waits until fewer than o.limit messages are added and not
-// released, or stop is closed (false). One goroutine adds (the
-// connection's callback), so the room it finds is still there when it
-// adds.
-func (o *ackOrder) waitRoom(stop <-chan struct{}) bool {
+// released, or stop is closed (false), and says how long it waited. One
+// goroutine adds (the connection's callback), so the room it finds is
+// still there when it adds.
+func (o *ackOrder) waitRoom(stop <-chan struct{}) (ok bool, waited time.Duration) {
+	var since time.Time
 	for {
 		o.mu.Lock()
 		if o.n < o.limit {
 			o.mu.Unlock()
-			return true
+			if !since.IsZero() {
+				waited = time.Since(since)
+			}
+			return true, waited
 		}
 		if o.roomc == nil {
 			o.roomc = make(chan struct{})
 		}
 		c := o.roomc
 		o.mu.Unlock()
+		if since.IsZero() {
+			since = time.Now()
+		}
 		select {
 		case <-c:
 		case <-stop:
-			return false
+			return false, time.Since(since)
 		}
 	}
 }

@@ -217,7 +217,7 @@ func TestAckOrderRoom(t *testing.T) {
 	go func() {
 		id := uint16(0)
 		for range n {
-			if !o.waitRoom(stop) {
+			if ok, _ := o.waitRoom(stop); !ok {
 				return
 			}
 			id++
@@ -262,10 +262,18 @@ func TestAckOrderRoom(t *testing.T) {
 	// broker).
 	full, _ := ackRecorder()
 	full.limit = 1
-	full.add(seqMsg{1})
+	seq := full.add(seqMsg{1})
 	stopped := make(chan struct{})
 	close(stopped)
-	if full.waitRoom(stopped) {
+	if ok, _ := full.waitRoom(stopped); ok {
 		t.Fatal("waitRoom found room in a full order")
+	}
+	// Room made while it waits: it says how long it waited.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		full.settle(seq, true)
+	}()
+	if ok, waited := full.waitRoom(stop); !ok || waited < 20*time.Millisecond {
+		t.Fatalf("waitRoom: %v after %s, want room after 20ms or more", ok, waited)
 	}
 }

@@ -270,6 +270,7 @@ type metrics struct {
 	badTimes                prometheus.Counter
 	parked                  prometheus.GaugeFunc
 	queueDepth              prometheus.GaugeFunc
+	inflightFull            prometheus.Counter
 }
 
 func newMetrics(depth, parked func() float64) *metrics {
@@ -303,6 +304,8 @@ func newMetrics(depth, parked func() float64) *metrics {
 			Help: "Messages waiting for PostgreSQL to answer their device's lookup (the others go on)."}, parked),
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_ingest_queue_depth",
 			Help: "Messages received and waiting for a worker."}, depth),
+		inflightFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "devicehub_ingest_inflight_full_seconds_total",
+			Help: "Time a connection stopped reading because 60,000 of its messages were taken and not yet acknowledged (ackorder.go); the broker held the rest."}),
 	}
 	for _, r := range dropReasons {
 		m.dropped.WithLabelValues(r)
@@ -312,7 +315,8 @@ func newMetrics(depth, parked func() float64) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.received, m.stored, m.acked, m.dropped, m.batchRows,
-		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateFolded, m.stateErrors, m.stateDelay, m.badTimes, m.parked, m.queueDepth} {
+		m.flushSeconds, m.flushErrors, m.stateChanges, m.stateFolded, m.stateErrors, m.stateDelay, m.badTimes, m.parked, m.queueDepth,
+		m.inflightFull} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("ingest: register metrics: %w", err)
 		}
@@ -750,8 +754,14 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 		in.backlog.arrived(s.order, s.key, m)
 		return
 	}
-	if m.Qos() > 0 && !s.order.waitRoom(in.stopping) {
-		return // stopping: not acked, the broker delivers it again
+	if m.Qos() > 0 {
+		ok, waited := s.order.waitRoom(in.stopping)
+		if waited > 0 {
+			in.m.inflightFull.Add(waited.Seconds())
+		}
+		if !ok {
+			return // stopping: not acked, the broker delivers it again
+		}
 	}
 	in.received.Add(1)
 	in.m.received.Inc()
