@@ -445,6 +445,11 @@ func TestAlarmsFeedSIGKILL(t *testing.T) {
 			// Stored: an ingest that did not wait for the evaluator would
 			// acknowledge the round within milliseconds.
 			time.Sleep(500 * time.Millisecond)
+			if round == 6 { // the round waits in ingest's feed for the evaluator's commit
+				if n := srv.metricValue(t, "devicehub_alarm_feed_held"); n < devices {
+					t.Fatalf("devicehub_alarm_feed_held %v while the evaluator's writes wait, want at least %d", n, devices)
+				}
+			}
 			_ = syscall.Kill(-srv.cmd.Process.Pid, syscall.SIGKILL)
 			<-srv.exited
 			if err := hold.Rollback(); err != nil {

@@ -42,6 +42,9 @@ type Feed struct {
 // DefaultFeedBound is how many messages a Feed holds, taken and not
 // committed, before ingest waits: 10 s of 10,000 reports/s, about 60 MB
 // (ingest holds their paho messages for their acknowledgement anyway).
+// With one broker ingest's own bound comes first: a connection stops
+// reading at 60,000 messages taken and not acknowledged (ingest's
+// ackorder.go), and every message the feed holds is one of them.
 const DefaultFeedBound = 100_000
 
 // NewFeed returns a feed that holds at most bound messages (<= 0:
