@@ -36,13 +36,11 @@ import (
 // So that holding stays the exception (a message detached for long), the
 // connection's callback waits for room (waitRoom) while limit messages are
 // added and not released: the ids of fewer than 65,535 consecutive
-// messages are all different, and the acknowledgements go in order. Without
-// the bound a burst that ingest took faster than it stored (71,464 pending
-// in one, bench alarms) held the acknowledgement of every older message
-// whose id a newer one had taken, and released each pair together out of
-// order: every later PUBACK walked past the held ones at the head of the
-// broker's list (28% of the broker's CPU samples were in
-// db__message_delete_outgoing over such bursts, 0.05% with the bound).
+// messages are all different, and the acknowledgements go in order. A
+// burst that ingest takes faster than it stores would otherwise hold the
+// acknowledgement of every older message whose id a newer one took, and
+// release each pair out of order: every later PUBACK would walk past the
+// held ones at the head of the broker's in-flight list.
 type ackOrder struct {
 	ack   func(mqtt.Message) // sends one PUBACK; called in order
 	limit int                // waitRoom's bound on the messages added and not released

@@ -161,19 +161,7 @@ func TestRunnerFeedExact(t *testing.T) {
 			r, stop = start()
 		}
 	}
-	var recs []Record
-	ok := testkit.Within(30*time.Second, func() bool {
-		recs = g.records(nil)
-		if len(recs) != devices {
-			return len(recs) > devices
-		}
-		for _, r := range recs {
-			if r.Count != int64(above) {
-				return r.Count > int64(above)
-			}
-		}
-		return feed.Held() == 0
-	})
+	recs, ok := g.settledRecords(devices, int64(above), 30*time.Second, func() bool { return feed.Held() == 0 })
 	if !ok || len(recs) != devices {
 		t.Errorf("%d alarms for %d devices (settled: %v, held %d)", len(recs), devices, ok, feed.Held())
 	}

@@ -142,7 +142,6 @@ type metrics struct {
 	change  *prometheus.HistogramVec
 	active  *prometheus.GaugeVec
 	owner   prometheus.Gauge
-	held    prometheus.GaugeFunc // with a Feed
 }
 
 // NewRunner returns a runner over ms's database.
@@ -174,10 +173,9 @@ func NewRunner(ms *meta.Store, opt Options) (*Runner, error) {
 	}
 	cs := []prometheus.Collector{r.m.evals, r.m.lacking, r.m.lag, r.m.change, r.m.active, r.m.owner}
 	if feed := opt.Feed; feed != nil {
-		r.m.held = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_alarm_feed_held",
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "devicehub_alarm_feed_held",
 			Help: "Messages ingest handed the evaluator and is not yet let acknowledge (taken, not committed); at the feed's bound ingest waits."},
-			func() float64 { return float64(feed.Held()) })
-		cs = append(cs, r.m.held)
+			func() float64 { return float64(feed.Held()) }))
 	}
 	if opt.Registerer != nil {
 		for _, c := range cs {

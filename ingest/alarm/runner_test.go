@@ -128,6 +128,29 @@ func (g *rig) report(dev, id string, ts time.Time, prop string, v float64) {
 	g.publish(dev, "properties/report", fmt.Sprintf(`{"messageId":%q,"timestamp":%d,"properties":{%q:%v}}`, id, ts.UnixMilli(), prop, v))
 }
 
+// settledRecords waits up to within for devices alarm records each
+// counting count (and extra, if given, to hold). It gives up at once when
+// there are more records or a larger count, which no wait undoes. It
+// returns the records last read and whether they settled so.
+func (g *rig) settledRecords(devices int, count int64, within time.Duration, extra func() bool) ([]Record, bool) {
+	var recs []Record
+	settled := false
+	testkit.Within(within, func() bool {
+		recs, settled = g.records(nil), false
+		if len(recs) != devices {
+			return len(recs) > devices
+		}
+		for _, r := range recs {
+			if r.Count != count {
+				return r.Count > count
+			}
+		}
+		settled = extra == nil || extra()
+		return settled
+	})
+	return recs, settled
+}
+
 func (g *rig) records(q *meta.Query) []Record {
 	g.t.Helper()
 	if q == nil {
@@ -676,19 +699,7 @@ func TestRunnerPipelineFailure(t *testing.T) {
 	}
 	exact := func(what string) {
 		t.Helper()
-		var recs []Record
-		ok := testkit.Within(20*time.Second, func() bool {
-			recs = g.records(nil)
-			if len(recs) != devices {
-				return len(recs) > devices
-			}
-			for _, rec := range recs {
-				if rec.Count != rounds {
-					return rec.Count > rounds
-				}
-			}
-			return true
-		})
+		recs, ok := g.settledRecords(devices, rounds, 20*time.Second, nil)
 		if !ok {
 			for _, rec := range recs {
 				if rec.Count != rounds {
