@@ -51,6 +51,24 @@ func StartBrokerTLS(t testing.TB) *Broker {
 
 func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	t.Helper()
+	bin := mosquittoBin(t)
+	// A free port may be taken by another test's broker between
+	// FreePort and this one's bind: then it starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		b := prepareBroker(t, bin, withTLS, extra)
+		err := b.start()
+		if err == nil {
+			return b
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+// mosquittoBin is the broker's program; the test is skipped without one.
+func mosquittoBin(t testing.TB) string {
+	t.Helper()
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/mosquitto", "/usr/bin/mosquitto"} {
@@ -62,6 +80,12 @@ func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	if bin == "" {
 		t.Skip("mosquitto is not installed")
 	}
+	return bin
+}
+
+// prepareBroker writes a private broker's configuration on free ports.
+func prepareBroker(t testing.TB, bin string, withTLS bool, extra []string) *Broker {
+	t.Helper()
 	dir := t.TempDir()
 	port := FreePort(t)
 	args := []string{filepath.Join(testkit.RepoRoot(t), ".ci", "mosquitto-setup"), dir, strconv.Itoa(port)}
@@ -88,8 +112,25 @@ func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	if err := os.WriteFile(filepath.Join(dir, "mosquitto.conf"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b := &Broker{t: t, bin: bin, dir: dir, port: port, tls: tlsPort}
-	b.Start()
+	return &Broker{t: t, bin: bin, dir: dir, port: port, tls: tlsPort}
+}
+
+// start starts the broker and, once it runs, gives the service login its
+// rights and arranges its end with the test.
+func (b *Broker) start() error {
+	t := b.t
+	t.Helper()
+	if err := b.run(); err != nil {
+		return err
+	}
+	dir := b.dir
+	t.Cleanup(func() {
+		b.Stop(syscall.SIGKILL)
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
+			t.Logf("mosquitto.log:\n%s", log)
+		}
+	})
 	// The service login's rights, before anything connects with it.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -99,14 +140,7 @@ func startBroker(t testing.TB, withTLS bool, extra []string) *Broker {
 	if err := dynsec.EnsureService(ctx, admin, svc); err != nil {
 		t.Fatalf("service login rights: %v", err)
 	}
-	t.Cleanup(func() {
-		b.Stop(syscall.SIGKILL)
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "mosquitto.log"))
-			t.Logf("mosquitto.log:\n%s", log)
-		}
-	})
-	return b
+	return nil
 }
 
 // Log returns the broker's log so far.
@@ -128,33 +162,48 @@ func (b *Broker) TLSURL() string { return "ssl://localhost:" + strconv.Itoa(b.tl
 // CAFile is the certificate that signed the TLS listener's.
 func (b *Broker) CAFile() string { return filepath.Join(b.dir, "tls", "ca.crt") }
 
-// Start (re)starts the broker on its port and waits until it accepts.
+// Start (re)starts the broker on its port and waits until it runs.
 func (b *Broker) Start() {
 	b.t.Helper()
+	if err := b.run(); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// running is what Mosquitto logs once every listener of its
+// configuration is open.
+const running = " running\n"
+
+// run starts the broker process and waits until it logs that it runs:
+// the port answering is not enough, another test's broker may hold it.
+func (b *Broker) run() error {
+	logPath := filepath.Join(b.dir, "mosquitto.log")
+	before, _ := os.ReadFile(logPath) // a restart appends to the log
+	runs := strings.Count(string(before), running)
 	cmd := exec.Command(b.bin, "-c", filepath.Join(b.dir, "mosquitto.conf"))
 	cmd.Dir = b.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		b.t.Fatal(err)
+		return err
 	}
 	b.cmd, b.exited = cmd, make(chan struct{})
 	exited := b.exited
 	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(b.port), time.Second)
-		if err == nil {
-			c.Close()
-			return
+		log, _ := os.ReadFile(logPath)
+		if strings.Count(string(log), running) > runs {
+			return nil
 		}
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(b.dir, "mosquitto.log"))
-			b.t.Fatalf("private mosquitto exited at start: %s", log)
+			b.cmd = nil
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("private mosquitto exited at start: %s", log[len(before):])
 		default:
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("private mosquitto not up on port %d: %v", b.port, err)
+			return fmt.Errorf("private mosquitto not running on port %d within 15 s", b.port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
