@@ -157,6 +157,12 @@ type Options struct {
 	Firmware FirmwareHook
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+
+	// handoffSubscribed, if set (tests only), is called by a handoff
+	// once the presence session's subscription is in place and before
+	// the split marker is published: the window in which the broker sends
+	// births and wills to both sessions (handoff.go).
+	handoffSubscribed func()
 }
 
 // DefaultOptions returns options that work with `make run`.

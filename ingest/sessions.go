@@ -84,6 +84,9 @@ func (in *Ingester) shared(f string) string {
 // before the data sessions let go.
 func (in *Ingester) handOver(b int, p mqtt.Client, data []mqtt.Client, h *handoff) error {
 	if h != nil {
+		if in.opt.handoffSubscribed != nil {
+			in.opt.handoffSubscribed()
+		}
 		wait := in.opt.ConnectTimeout * connectAttempts // a broker in a storm answers late
 		if err := mqttconn.WaitToken(p.Publish(in.backlog.topicOf(true), 1, false, h.split), wait); err != nil {
 			return fmt.Errorf("ingest: handing births and wills over to %s at %s: %w", in.presenceID(), mqttconn.BrokerName(in.brokers[b]), err)
