@@ -33,8 +33,10 @@ type AlarmsParams struct {
 	// default 1,000.
 	Watched  int           `json:"watched"`
 	Duration time.Duration `json:"duration"` // of the latency phase; default 30s
-	// Rounds of the throughput phases (each: rules off, then on, a burst
-	// of one report per device); default 2.
+	// Rounds of the throughput phases (each a burst of one report per
+	// device with the rules off and one with them on, the order
+	// alternating from round to round), after a warm-up pair not counted;
+	// default 2.
 	Rounds int `json:"rounds"`
 	// Timers: devices of the in-process no-data timer measure (default
 	// 1,000,000), whose deadline (TimerFor after the report, default 15s)
@@ -87,6 +89,17 @@ type AlarmsBurst struct {
 	// generator), devicehub, the run database's PostgreSQL backends, the
 	// broker, ClickHouse and the whole machine (is it the bound?).
 	CPU CPUBreakdown `json:"cpu"`
+	// Rest is how the machine was before the burst: the bench waits until
+	// its cores were busy less than restCores for a second (the previous
+	// burst's merges, vacuum and writes done), at most restWait.
+	Rest MachineRest `json:"rest"`
+}
+
+// MachineRest is a wait for the machine to come to rest.
+type MachineRest struct {
+	WaitedSeconds float64 `json:"waitedSeconds"`
+	Cores         float64 `json:"cores"` // busy over the last second of the wait
+	Rested        bool    `json:"rested"`
 }
 
 // AlarmsTimers is the in-process measure of the no-data timers.
@@ -575,23 +588,53 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 		return fmt.Errorf("bench: the evaluator did not follow the rules turned on=%v", on)
 	}
 
-	for r := 0; r < p.Rounds; r++ {
-		for _, on := range []bool{false, true} {
-			if r > 0 || on {
+	// A warm-up pair first, not counted: the first burst of each mode
+	// meets what later ones do not (ingest's first lookup of every
+	// device; the evaluator's first state row of every device is an
+	// insert, later ones are updates). Then the rounds alternate their order (off, on;
+	// on, off; ...), and each burst waits for the machine to come to rest:
+	// a burst's ClickHouse merges, PostgreSQL's vacuum and writes left
+	// behind are charged to no later burst of either mode.
+	rulesOn := false
+	for r := -1; r < p.Rounds; r++ {
+		order := []bool{false, true}
+		if r%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, on := range order {
+			if on != rulesOn {
 				if err := setRules(on); err != nil {
 					return err
 				}
 				if err := evaluating(on); err != nil {
 					return err
 				}
+				rulesOn = on
 			}
-			p.Logf("alarms: burst of %d reports, rules on=%v", len(ids), on)
+			rest := waitRest(ctx)
+			what := "burst"
+			if r < 0 {
+				what = "warm-up burst"
+			}
+			p.Logf("alarms: %s of %d reports, rules on=%v (machine at rest after %.1f s: %.2f cores busy, rested %v)",
+				what, len(ids), on, rest.WaitedSeconds, rest.Cores, rest.Rested)
 			b, err := burst(on)
 			if err != nil {
 				return err
 			}
+			b.Rest = rest
 			p.Logf("alarms: ingest %.0f/s, evaluator %.0f/s, devicehub %.1f CPU s\n%s", b.Ingest, b.Evaluated, b.CPUSeconds, b.CPU)
-			res.Bursts = append(res.Bursts, b)
+			if r >= 0 {
+				res.Bursts = append(res.Bursts, b)
+			}
+		}
+	}
+	if !rulesOn { // an even number of rounds ends with the rules off
+		if err := setRules(true); err != nil {
+			return err
+		}
+		if err := evaluating(true); err != nil {
+			return err
 		}
 	}
 	var off, on, ev []float64

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -86,6 +87,46 @@ func machineBusy() (time.Duration, bool) {
 	}
 	return time.Duration(busy) * time.Second / clockTicks, true
 }
+
+// waitRest waits until the machine's cores were busy less than restCores
+// over a second (the previous phase's background work done), at most
+// restWait; it says how long it waited and how busy the machine was.
+func waitRest(ctx context.Context) MachineRest {
+	start := time.Now()
+	prev, ok := machineBusy()
+	if !ok {
+		return MachineRest{}
+	}
+	prevAt := start
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var r MachineRest
+	for {
+		select {
+		case <-ctx.Done():
+			return r
+		case <-t.C:
+		}
+		busy, _ := machineBusy()
+		now := time.Now()
+		r.Cores = (busy - prev).Seconds() / now.Sub(prevAt).Seconds()
+		prev, prevAt = busy, now
+		r.WaitedSeconds = now.Sub(start).Seconds()
+		if r.Cores < restCores || now.Sub(start) >= restWait {
+			r.Rested = r.Cores < restCores
+			return r
+		}
+	}
+}
+
+// A machine at rest: less than restCores busy over a second (the alarms
+// bench's machine measured 0.05-0.2 between its bursts, the services
+// idle). One that does not come to rest is waited for restWait, and the
+// wait says so (MachineRest.Rested).
+const (
+	restCores = 0.25
+	restWait  = 30 * time.Second
+)
 
 func procPath(pid int, file string) string {
 	if pid == 0 {
