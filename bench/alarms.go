@@ -95,13 +95,6 @@ type AlarmsBurst struct {
 	Rest MachineRest `json:"rest"`
 }
 
-// MachineRest is a wait for the machine to come to rest.
-type MachineRest struct {
-	WaitedSeconds float64 `json:"waitedSeconds"`
-	Cores         float64 `json:"cores"` // busy over the last second of the wait
-	Rested        bool    `json:"rested"`
-}
-
 // AlarmsTimers is the in-process measure of the no-data timers.
 type AlarmsTimers struct {
 	Devices      int            `json:"devices"`
@@ -591,25 +584,32 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 	// A warm-up pair first, not counted: the first burst of each mode
 	// meets what later ones do not (ingest's first lookup of every
 	// device; the evaluator's first state row of every device is an
-	// insert, later ones are updates). Then the rounds alternate their order (off, on;
-	// on, off; ...), and each burst waits for the machine to come to rest:
-	// a burst's ClickHouse merges, PostgreSQL's vacuum and writes left
-	// behind are charged to no later burst of either mode.
+	// insert, later ones are updates). Then the rounds alternate their
+	// order (off, on; on, off; ...), and each burst waits for the machine
+	// to come to rest: a burst's ClickHouse merges, PostgreSQL's vacuum
+	// and writes left behind are charged to no later burst of either mode.
 	rulesOn := false
+	switchRules := func(on bool) error {
+		if on == rulesOn {
+			return nil
+		}
+		if err := setRules(on); err != nil {
+			return err
+		}
+		if err := evaluating(on); err != nil {
+			return err
+		}
+		rulesOn = on
+		return nil
+	}
 	for r := -1; r < p.Rounds; r++ {
 		order := []bool{false, true}
 		if r%2 == 1 {
 			order = []bool{true, false}
 		}
 		for _, on := range order {
-			if on != rulesOn {
-				if err := setRules(on); err != nil {
-					return err
-				}
-				if err := evaluating(on); err != nil {
-					return err
-				}
-				rulesOn = on
+			if err := switchRules(on); err != nil {
+				return err
 			}
 			rest := waitRest(ctx)
 			what := "burst"
@@ -629,35 +629,26 @@ func runAlarmsServer(ctx context.Context, p *AlarmsParams, res *AlarmsResult) er
 			}
 		}
 	}
-	if !rulesOn { // an even number of rounds ends with the rules off
-		if err := setRules(true); err != nil {
-			return err
-		}
-		if err := evaluating(true); err != nil {
-			return err
-		}
+	if err := switchRules(true); err != nil { // an even number of rounds ends with the rules off
+		return err
 	}
-	var off, on, ev []float64
+	var off, on, ev, coresOff, coresOn, cpuOff, cpuOn []float64
 	for _, b := range res.Bursts {
+		m := b.CPU.Machine
 		if b.Rules {
 			on, ev = append(on, b.Ingest), append(ev, b.Evaluated)
+			if m != nil {
+				coresOn, cpuOn = append(coresOn, m.Cores), append(cpuOn, m.MicrosPerMsg)
+			}
 		} else {
 			off = append(off, b.Ingest)
+			if m != nil {
+				coresOff, cpuOff = append(coresOff, m.Cores), append(cpuOff, m.MicrosPerMsg)
+			}
 		}
 	}
 	res.IngestOff, res.IngestOn, res.EvaluatedOn = median(off), median(on), median(ev)
 	res.Ratio = Ratio(res.IngestOn, res.IngestOff)
-	var coresOff, coresOn, cpuOff, cpuOn []float64
-	for _, b := range res.Bursts {
-		if b.CPU.Machine == nil {
-			continue
-		}
-		if b.Rules {
-			coresOn, cpuOn = append(coresOn, b.CPU.Machine.Cores), append(cpuOn, b.CPU.Machine.MicrosPerMsg)
-		} else {
-			coresOff, cpuOff = append(coresOff, b.CPU.Machine.Cores), append(cpuOff, b.CPU.Machine.MicrosPerMsg)
-		}
-	}
 	res.CoresOff, res.CoresOn, res.CPUOff, res.CPUOn = median(coresOff), median(coresOn), median(cpuOff), median(cpuOn)
 	res.CPUBound = Ratio(res.CPUOff, res.CPUOn)
 

@@ -88,6 +88,13 @@ func machineBusy() (time.Duration, bool) {
 	return time.Duration(busy) * time.Second / clockTicks, true
 }
 
+// MachineRest is a wait for the machine to come to rest (waitRest).
+type MachineRest struct {
+	WaitedSeconds float64 `json:"waitedSeconds"`
+	Cores         float64 `json:"cores"` // busy over the last second of the wait
+	Rested        bool    `json:"rested"`
+}
+
 // waitRest waits until the machine's cores were busy less than restCores
 // over a second (the previous phase's background work done), at most
 // restWait; it says how long it waited and how busy the machine was.

@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func TestRunSeesATakenPort(t *testing.T) {
 	defer l.Close()
 	err = b.run()
 	if err == nil {
-		b.Stop(9)
+		b.Stop(syscall.SIGKILL)
 		t.Fatal("run found the broker running on a port another process holds")
 	}
 	if !strings.Contains(err.Error(), "Address already in use") {
