@@ -34,7 +34,7 @@ import (
 // connection ends (only when stopping); the broker delivers them all again.
 //
 // So that holding stays the exception (a message detached for long), the
-// connection's callback waits for room (waitRoom) while limit messages are
+// connection's callback waits for room (addRoom) while limit messages are
 // added and not released: the ids of fewer than 65,535 consecutive
 // messages are all different, and the acknowledgements go in order. A
 // burst that ingest takes faster than it stores would otherwise hold the
@@ -43,7 +43,7 @@ import (
 // held ones at the head of the broker's in-flight list.
 type ackOrder struct {
 	ack   func(mqtt.Message) // sends one PUBACK; called in order
-	limit int                // waitRoom's bound on the messages added and not released
+	limit int                // addRoom's bound on the messages added and not released
 
 	mu    sync.Mutex
 	ring  []ackSlot // circular, oldest at head
@@ -60,7 +60,7 @@ type ackOrder struct {
 	sendMu sync.Mutex // held while releasing, so releases stay in order
 	out    []mqtt.Message
 
-	roomc chan struct{} // closed when messages are released, for waitRoom; nil: no waiter
+	roomc chan struct{} // closed when messages are released, for addRoom; nil: no waiter
 }
 
 // maxUnreleased is an ackOrder's limit: below the 65,535 packet ids the
@@ -83,20 +83,20 @@ func newAckOrder(ack func(mqtt.Message)) *ackOrder {
 	return &ackOrder{ack: ack, limit: maxUnreleased, ring: make([]ackSlot, 1024), ids: new([1 << 16]uint32), held: map[uint16][]mqtt.Message{}}
 }
 
-// waitRoom waits until fewer than o.limit messages are added and not
-// released, or stop is closed (false), and says how long it waited. One
-// goroutine adds (the connection's callback), so the room it finds is
-// still there when it adds.
-func (o *ackOrder) waitRoom(stop <-chan struct{}) (ok bool, waited time.Duration) {
+// addRoom waits until fewer than o.limit messages are added and not
+// released, then adds m as add does; false, m not added, when stop is
+// closed first. It says how long it waited.
+func (o *ackOrder) addRoom(m mqtt.Message, stop <-chan struct{}) (seq uint64, ok bool, waited time.Duration) {
 	var since time.Time
 	for {
 		o.mu.Lock()
 		if o.n < o.limit {
+			seq = o.addLocked(m)
 			o.mu.Unlock()
 			if !since.IsZero() {
 				waited = time.Since(since)
 			}
-			return true, waited
+			return seq, true, waited
 		}
 		if o.roomc == nil {
 			o.roomc = make(chan struct{})
@@ -109,7 +109,7 @@ func (o *ackOrder) waitRoom(stop <-chan struct{}) (ok bool, waited time.Duration
 		select {
 		case <-c:
 		case <-stop:
-			return false, time.Since(since)
+			return 0, false, time.Since(since)
 		}
 	}
 }
@@ -118,6 +118,10 @@ func (o *ackOrder) waitRoom(stop <-chan struct{}) (ok bool, waited time.Duration
 func (o *ackOrder) add(m mqtt.Message) uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.addLocked(m)
+}
+
+func (o *ackOrder) addLocked(m mqtt.Message) uint64 {
 	if o.n == len(o.ring) {
 		grown := make([]ackSlot, 2*len(o.ring))
 		k := copy(grown, o.ring[o.head:])

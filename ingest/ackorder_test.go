@@ -217,14 +217,15 @@ func TestAckOrderRoom(t *testing.T) {
 	go func() {
 		id := uint16(0)
 		for range n {
-			if ok, _ := o.waitRoom(stop); !ok {
-				return
-			}
 			id++
 			if id == 0 { // the broker's ids skip 0
 				id++
 			}
-			added <- o.add(seqMsg{id})
+			seq, ok, _ := o.addRoom(seqMsg{id}, stop)
+			if !ok {
+				return
+			}
+			added <- seq
 		}
 	}()
 	// The consumer lags: it starts once 65,536 are added, or the
@@ -265,15 +266,15 @@ func TestAckOrderRoom(t *testing.T) {
 	seq := full.add(seqMsg{1})
 	stopped := make(chan struct{})
 	close(stopped)
-	if ok, _ := full.waitRoom(stopped); ok {
-		t.Fatal("waitRoom found room in a full order")
+	if _, ok, _ := full.addRoom(seqMsg{2}, stopped); ok {
+		t.Fatal("addRoom found room in a full order")
 	}
 	// Room made while it waits: it says how long it waited.
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		full.settle(seq, true)
 	}()
-	if ok, waited := full.waitRoom(stop); !ok || waited < 20*time.Millisecond {
-		t.Fatalf("waitRoom: %v after %s, want room after 20ms or more", ok, waited)
+	if _, ok, waited := full.addRoom(seqMsg{2}, stop); !ok || waited < 20*time.Millisecond {
+		t.Fatalf("addRoom: %v after %s, want room after 20ms or more", ok, waited)
 	}
 }

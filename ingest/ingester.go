@@ -760,8 +760,11 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 		in.backlog.arrived(s.order, s.key, m)
 		return
 	}
+	var seq uint64
 	if m.Qos() > 0 {
-		ok, waited := s.order.waitRoom(in.stopping)
+		var ok bool
+		var waited time.Duration
+		seq, ok, waited = s.order.addRoom(m, in.stopping)
 		if waited > 0 {
 			in.m.inflightFull.Add(waited.Seconds())
 		}
@@ -773,7 +776,7 @@ func (in *Ingester) receive(s *session, m mqtt.Message) {
 	in.m.received.Inc()
 	it := item{msg: m, at: time.Now(), broker: s.broker}
 	if m.Qos() > 0 {
-		it.order, it.seq = s.order, s.order.add(m)
+		it.order, it.seq = s.order, seq
 	}
 	if m.Retained() {
 		in.drop(it, DropRetained)
